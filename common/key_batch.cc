@@ -1,0 +1,73 @@
+#include "common/key_batch.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kestrel {
+
+void KeyBatch::Build(absl::Span<const uint64_t> keys, const Partition& partition) {
+  const size_t n = keys.size();
+  unique_.clear();
+  inverse_.resize(n);
+
+  // 1. Sort and dedup. Batches that are already strictly increasing (common for tools and dense blocks)
+  //    skip the sort.
+  bool sorted_unique = true;
+  for (size_t i = 1; i < n && sorted_unique; ++i) sorted_unique = keys[i - 1] < keys[i];
+  if (sorted_unique) {
+    unique_.assign(keys.begin(), keys.end());
+    for (size_t i = 0; i < n; ++i) inverse_[i] = static_cast<uint32_t>(i);
+  } else {
+    sorted_.resize(n);
+    for (size_t i = 0; i < n; ++i) sorted_[i] = {keys[i], static_cast<uint32_t>(i)};
+    std::sort(sorted_.begin(), sorted_.end());
+    for (size_t i = 0; i < n; ++i) {
+      if (unique_.empty() || unique_.back() != sorted_[i].first) unique_.push_back(sorted_[i].first);
+      inverse_[sorted_[i].second] = static_cast<uint32_t>(unique_.size() - 1);
+    }
+  }
+
+  // 2. Group by owner. For single-range-per-server partitions, sorted keys are already grouped.
+  const int servers = partition.num_servers();
+  const size_t u = unique_.size();
+  offsets_.assign(servers + 1, 0);
+  owner_.resize(u);
+  bool grouped = true;
+  for (size_t i = 0; i < u; ++i) {
+    owner_[i] = partition.OwnerOf(unique_[i]);
+    ++offsets_[owner_[i] + 1];
+    if (i > 0 && owner_[i] < owner_[i - 1]) grouped = false;
+  }
+  for (int s = 0; s < servers; ++s) offsets_[s + 1] += offsets_[s];
+  if (grouped) return;
+
+  // Stable counting sort by owner keeps each group increasing; remap the inverse index to the new places.
+  std::vector<size_t> next(offsets_.begin(), offsets_.end() - 1);
+  new_pos_.resize(u);
+  regrouped_.resize(u);
+  for (size_t i = 0; i < u; ++i) {
+    const size_t p = next[owner_[i]]++;
+    new_pos_[i] = static_cast<uint32_t>(p);
+    regrouped_[p] = unique_[i];
+  }
+  unique_.swap(regrouped_);
+  for (auto& v : inverse_) v = new_pos_[v];
+}
+
+void KeyBatch::Scatter(const float* unique_rows, int dim, float* out) const {
+  const size_t row_bytes = sizeof(float) * dim;
+  for (size_t i = 0; i < inverse_.size(); ++i) {
+    std::memcpy(out + i * dim, unique_rows + static_cast<size_t>(inverse_[i]) * dim, row_bytes);
+  }
+}
+
+void KeyBatch::Reduce(const float* grads, int dim, float* unique_grads) const {
+  std::fill(unique_grads, unique_grads + unique_.size() * dim, 0.0f);
+  for (size_t i = 0; i < inverse_.size(); ++i) {
+    float* dst = unique_grads + static_cast<size_t>(inverse_[i]) * dim;
+    const float* src = grads + i * dim;
+    for (int j = 0; j < dim; ++j) dst[j] += src[j];
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,135 @@
+#include "common/partition.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace kestrel {
+namespace {
+
+constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
+
+bool ParseKey(absl::string_view s, uint64_t* out) {
+  s = absl::StripAsciiWhitespace(s);
+  if (absl::ConsumePrefix(&s, "0x") || absl::ConsumePrefix(&s, "0X")) {
+    return absl::SimpleHexAtoi(s, out);
+  }
+  return absl::SimpleAtoi(s, out);
+}
+
+}  // namespace
+
+std::string KeyRange::ToString() const { return absl::StrFormat("[0x%016x, 0x%016x]", first, last); }
+
+Partition::Partition(int num_servers, std::vector<KeyRange> ranges, std::vector<int> owners, bool uniform)
+    : num_servers_(num_servers), ranges_(std::move(ranges)), owners_(std::move(owners)), uniform_(uniform) {}
+
+absl::StatusOr<Partition> Partition::Uniform(int num_servers, int ranges_per_server) {
+  if (num_servers < 1 || num_servers > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("num_servers must be in [1, 65536], got ", num_servers));
+  }
+  if (ranges_per_server < 1 || ranges_per_server > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranges_per_server must be in [1, 1024], got ", ranges_per_server));
+  }
+  const uint64_t n = static_cast<uint64_t>(num_servers) * ranges_per_server;
+  // Range r holds exactly the keys k with floor(k * n / 2^64) == r, which is what OwnerOf computes:
+  // its first key is ceil(r * 2^64 / n).
+  auto begin_of = [n](uint64_t r) -> unsigned __int128 {
+    return ((static_cast<unsigned __int128>(r) << 64) + n - 1) / n;
+  };
+  std::vector<KeyRange> ranges(n);
+  std::vector<int> owners(n);
+  for (uint64_t r = 0; r < n; ++r) {
+    ranges[r].first = static_cast<uint64_t>(begin_of(r));
+    ranges[r].last = r + 1 == n ? kMaxKey : static_cast<uint64_t>(begin_of(r + 1) - 1);
+    owners[r] = static_cast<int>(r % num_servers);
+  }
+  return Partition(num_servers, std::move(ranges), std::move(owners), /*uniform=*/true);
+}
+
+absl::StatusOr<Partition> Partition::Parse(absl::string_view spec) {
+  std::vector<KeyRange> ranges;
+  std::vector<int> owners;
+  int max_owner = -1;
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> range_owner = absl::StrSplit(item, ':');
+    std::vector<absl::string_view> bounds =
+        range_owner.size() == 2 ? absl::StrSplit(range_owner[0], '-') : std::vector<absl::string_view>{};
+    KeyRange range;
+    int owner = -1;
+    if (range_owner.size() != 2 || bounds.size() != 2 || !ParseKey(bounds[0], &range.first) ||
+        !ParseKey(bounds[1], &range.last) || !absl::SimpleAtoi(range_owner[1], &owner) || owner < 0 ||
+        owner >= 65536 || range.first > range.last) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition item '", item, "' is not of the form first-last:server (first <= last)"));
+    }
+    const uint64_t expected_first = ranges.empty() ? 0 : ranges.back().last + 1;
+    if (range.first != expected_first || (!ranges.empty() && ranges.back().last == kMaxKey)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "partition range %s does not start right after the previous range (expected first key 0x%x): "
+          "ranges must be sorted and leave no gaps or overlaps",
+          range.ToString(), expected_first));
+    }
+    ranges.push_back(range);
+    owners.push_back(owner);
+    max_owner = std::max(max_owner, owner);
+  }
+  if (ranges.empty() || ranges.back().last != kMaxKey) {
+    return absl::InvalidArgumentError("partition ranges must cover the key space up to 0xffffffffffffffff");
+  }
+  std::vector<bool> seen(max_owner + 1, false);
+  for (int o : owners) seen[o] = true;
+  for (int s = 0; s <= max_owner; ++s) {
+    if (!seen[s]) return absl::InvalidArgumentError(absl::StrCat("partition gives server ", s, " no range"));
+  }
+  // Recognize the uniform layout so OwnerOf takes its O(1) path.
+  const int num_servers = max_owner + 1;
+  if (ranges.size() % num_servers == 0) {
+    auto uniform = Uniform(num_servers, static_cast<int>(ranges.size() / num_servers));
+    if (uniform.ok() && uniform->ranges_ == ranges && uniform->owners_ == owners) return uniform;
+  }
+  return Partition(num_servers, std::move(ranges), std::move(owners), /*uniform=*/false);
+}
+
+std::string Partition::ToString() const {
+  std::vector<std::string> items;
+  items.reserve(ranges_.size());
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    items.push_back(absl::StrFormat("0x%x-0x%x:%d", ranges_[i].first, ranges_[i].last, owners_[i]));
+  }
+  return absl::StrJoin(items, ",");
+}
+
+int Partition::OwnerOfSlow(uint64_t key) const {
+  // The last range whose first key is <= key.
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), key,
+                             [](uint64_t k, const KeyRange& r) { return k < r.first; });
+  return owners_[static_cast<size_t>(it - ranges_.begin()) - 1];
+}
+
+std::vector<KeyRange> Partition::RangesOf(int server) const {
+  std::vector<KeyRange> out;
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    if (owners_[i] == server) out.push_back(ranges_[i]);
+  }
+  return out;
+}
+
+uint64_t Partition::Fingerprint() const {
+  uint64_t h = Mix64(static_cast<uint64_t>(num_servers_));
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    h = HashCombine(h, ranges_[i].first);
+    h = HashCombine(h, ranges_[i].last);
+    h = HashCombine(h, static_cast<uint64_t>(owners_[i]));
+  }
+  return h;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,90 @@
+#include "server/initializer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+
+namespace kestrel {
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+constexpr double kTwoPow53 = 9007199254740992.0;
+// TRUNCATED_NORMAL re-draws an element at most this many times (P[all fail] = 0.0455^64, never in practice)
+// and then clamps, so Fill always terminates.
+constexpr int kMaxTruncatedDraws = 64;
+
+}  // namespace
+
+absl::StatusOr<Initializer> Initializer::Create(const InitializerConfig& config, uint64_t seed) {
+  switch (config.type()) {
+    case InitializerConfig::ZEROS:
+      return Initializer(config.type(), seed, 0, 0);
+    case InitializerConfig::CONSTANT:
+      if (!std::isfinite(config.value())) return absl::InvalidArgumentError("initializer value must be finite");
+      return Initializer(config.type(), seed, config.value(), 0);
+    case InitializerConfig::UNIFORM: {
+      float lo = config.min(), hi = config.max();
+      if (lo == 0 && hi == 0) lo = -0.01f, hi = 0.01f;
+      if (!(lo < hi) || !std::isfinite(lo) || !std::isfinite(hi)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("uniform initializer needs finite min < max, got [%g, %g)", lo, hi));
+      }
+      return Initializer(config.type(), seed, lo, hi);
+    }
+    case InitializerConfig::NORMAL:
+    case InitializerConfig::TRUNCATED_NORMAL: {
+      float stddev = config.stddev() == 0 ? 0.01f : config.stddev();
+      if (!(stddev > 0) || !std::isfinite(stddev) || !std::isfinite(config.mean())) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("normal initializer needs finite mean and stddev > 0, got stddev %g", stddev));
+      }
+      return Initializer(config.type(), seed, config.mean(), stddev);
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("unknown initializer type %d", config.type()));
+  }
+}
+
+double Initializer::Uniform01(uint64_t base, uint64_t counter) {
+  return static_cast<double>(Mix64(base + counter * 0x9e3779b97f4a7c15ULL) >> 11) / kTwoPow53;
+}
+
+double Initializer::StandardNormal(uint64_t base, uint64_t counter) {
+  const double u1 = 1.0 - Uniform01(base, 2 * counter);  // (0, 1]: log is finite
+  const double u2 = Uniform01(base, 2 * counter + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
+}
+
+void Initializer::Fill(uint64_t key, float* row, int dim) const {
+  const uint64_t base = HashCombine(Mix64(seed_), key);
+  switch (type_) {
+    case InitializerConfig::UNIFORM:
+      for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + (b_ - a_) * Uniform01(base, j));
+      return;
+    case InitializerConfig::NORMAL:
+      for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + b_ * StandardNormal(base, j));
+      return;
+    case InitializerConfig::TRUNCATED_NORMAL:
+      for (int j = 0; j < dim; ++j) {
+        double z = 2.0;
+        for (int attempt = 0; attempt < kMaxTruncatedDraws; ++attempt) {
+          const double draw = StandardNormal(base, static_cast<uint64_t>(j) * kMaxTruncatedDraws + attempt);
+          if (std::abs(draw) <= 2.0) {
+            z = draw;
+            break;
+          }
+        }
+        row[j] = static_cast<float>(a_ + b_ * z);
+      }
+      return;
+    case InitializerConfig::CONSTANT:
+      for (int j = 0; j < dim; ++j) row[j] = a_;
+      return;
+    default:  // ZEROS
+      for (int j = 0; j < dim; ++j) row[j] = 0.0f;
+      return;
+  }
+}
+
+}  // namespace kestrel

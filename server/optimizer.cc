@@ -1,0 +1,174 @@
+#include "server/optimizer.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+namespace {
+
+float Or(float value, float fallback) { return value == 0.0f ? fallback : value; }
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(int dim, float lr) : Optimizer(dim), lr_(lr) {}
+  int slot_floats() const override { return 0; }
+  void InitSlots(const float*, float*) const override {}
+  void Apply(const float* g, float* w, float*) const override {
+    for (int j = 0; j < dim_; ++j) w[j] -= lr_ * g[j];
+  }
+
+ private:
+  const float lr_;
+};
+
+class Adagrad final : public Optimizer {
+ public:
+  Adagrad(int dim, float lr, float initial_accumulator, float eps)
+      : Optimizer(dim), lr_(lr), initial_accumulator_(initial_accumulator), eps_(eps) {}
+  int slot_floats() const override { return dim_; }
+  void InitSlots(const float*, float* acc) const override {
+    for (int j = 0; j < dim_; ++j) acc[j] = initial_accumulator_;
+  }
+  void Apply(const float* g, float* w, float* acc) const override {
+    for (int j = 0; j < dim_; ++j) {
+      acc[j] += g[j] * g[j];
+      w[j] -= lr_ * g[j] / (std::sqrt(acc[j]) + eps_);
+    }
+  }
+
+ private:
+  const float lr_, initial_accumulator_, eps_;
+};
+
+class Adam final : public Optimizer {
+ public:
+  Adam(int dim, float lr, float beta1, float beta2, float eps)
+      : Optimizer(dim), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {}
+  // m[dim], v[dim], then the row's step count stored as the bits of a uint32.
+  int slot_floats() const override { return 2 * dim_ + 1; }
+  void InitSlots(const float*, float* slots) const override {
+    std::memset(slots, 0, sizeof(float) * slot_floats());
+  }
+  void Apply(const float* g, float* w, float* slots) const override {
+    float* m = slots;
+    float* v = slots + dim_;
+    uint32_t step;
+    std::memcpy(&step, slots + 2 * dim_, sizeof(step));
+    ++step;
+    std::memcpy(slots + 2 * dim_, &step, sizeof(step));
+    const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1_), step));
+    const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2_), step));
+    for (int j = 0; j < dim_; ++j) {
+      m[j] = beta1_ * m[j] + (1.0f - beta1_) * g[j];
+      v[j] = beta2_ * v[j] + (1.0f - beta2_) * g[j] * g[j];
+      const float m_hat = m[j] / c1;
+      const float v_hat = v[j] / c2;
+      w[j] -= lr_ * m_hat / (std::sqrt(v_hat) + eps_);
+    }
+  }
+
+ private:
+  const float lr_, beta1_, beta2_, eps_;
+};
+
+class Ftrl final : public Optimizer {
+ public:
+  Ftrl(int dim, float alpha, float beta, float l1, float l2)
+      : Optimizer(dim), alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
+  // z[dim], n[dim].
+  int slot_floats() const override { return 2 * dim_; }
+  void InitSlots(const float* w, float* slots) const override {
+    // With n = 0 the closed form gives w = -z / (beta/alpha + l2) when |z| > l1. Choosing z so that this
+    // reproduces the initial value keeps a non-zero initializer meaningful (zeros give z = 0, the classic
+    // start). Values with |z| <= l1 would be snapped to 0 at the first update, as FTRL intends.
+    float* z = slots;
+    float* n = slots + dim_;
+    const float denom = beta_ / alpha_ + l2_;
+    for (int j = 0; j < dim_; ++j) {
+      z[j] = w[j] == 0.0f ? 0.0f : -(w[j] * denom + std::copysign(l1_, w[j]));
+      n[j] = 0.0f;
+    }
+  }
+  void Apply(const float* g, float* w, float* slots) const override {
+    float* z = slots;
+    float* n = slots + dim_;
+    for (int j = 0; j < dim_; ++j) {
+      const float n_new = n[j] + g[j] * g[j];
+      const float sigma = (std::sqrt(n_new) - std::sqrt(n[j])) / alpha_;
+      z[j] += g[j] - sigma * w[j];
+      n[j] = n_new;
+      if (std::abs(z[j]) <= l1_) {
+        w[j] = 0.0f;
+      } else {
+        const float sign = z[j] < 0 ? -1.0f : 1.0f;
+        w[j] = -(z[j] - sign * l1_) / ((beta_ + std::sqrt(n[j])) / alpha_ + l2_);
+      }
+    }
+  }
+
+ private:
+  const float alpha_, beta_, l1_, l2_;
+};
+
+absl::Status CheckPositive(const char* name, float v) {
+  if (!(v > 0.0f) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be finite and > 0, got %g", name, v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegative(const char* name, float v) {
+  if (!(v >= 0.0f) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be finite and >= 0, got %g", name, v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDecay(const char* name, float v) {
+  if (!(v > 0.0f && v < 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be in (0, 1), got %g", name, v));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConfig& c, int dim) {
+  if (dim < 1) return absl::InvalidArgumentError(absl::StrFormat("optimizer dim must be >= 1, got %d", dim));
+  const float lr = Or(c.learning_rate(), 0.01f);
+  absl::Status s = CheckPositive("learning_rate", lr);
+  if (!s.ok()) return s;
+  switch (c.type()) {
+    case OptimizerConfig::SGD:
+      return std::unique_ptr<Optimizer>(new Sgd(dim, lr));
+    case OptimizerConfig::ADAGRAD: {
+      const float acc0 = Or(c.initial_accumulator(), 0.1f), eps = Or(c.epsilon(), 1e-8f);
+      for (absl::Status st : {CheckPositive("initial_accumulator", acc0), CheckPositive("epsilon", eps)}) {
+        if (!st.ok()) return st;
+      }
+      return std::unique_ptr<Optimizer>(new Adagrad(dim, lr, acc0, eps));
+    }
+    case OptimizerConfig::ADAM: {
+      const float b1 = Or(c.beta1(), 0.9f), b2 = Or(c.beta2(), 0.999f), eps = Or(c.epsilon(), 1e-8f);
+      for (absl::Status st : {CheckDecay("beta1", b1), CheckDecay("beta2", b2), CheckPositive("epsilon", eps)}) {
+        if (!st.ok()) return st;
+      }
+      return std::unique_ptr<Optimizer>(new Adam(dim, lr, b1, b2, eps));
+    }
+    case OptimizerConfig::FTRL: {
+      const float beta = Or(c.ftrl_beta(), 1.0f);
+      for (absl::Status st : {CheckPositive("ftrl_beta", beta), CheckNonNegative("l1", c.l1()),
+                              CheckNonNegative("l2", c.l2())}) {
+        if (!st.ok()) return st;
+      }
+      return std::unique_ptr<Optimizer>(new Ftrl(dim, lr, beta, c.l1(), c.l2()));
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat("unknown optimizer type %d", c.type()));
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,43 @@
+// Server-side optimizers: the update rule a table applies to a row when a gradient arrives.
+//
+// Each row stores its values followed by slot_floats() floats of optimizer state:
+//   SGD      none                       w -= lr * g
+//   ADAGRAD  acc[dim]                   acc += g^2;  w -= lr * g / (sqrt(acc) + eps)
+//   ADAM     m[dim], v[dim], step (1)   per-row step t for bias correction (Kingma & Ba, Algorithm 1)
+//   FTRL     z[dim], n[dim]             FTRL-Proximal with L1/L2 (McMahan et al., KDD 2013, Algorithm 1)
+// Hyper-parameters come from OptimizerConfig; zero fields take the defaults documented in table.proto.
+//
+// Immutable after Create(): thread-safe. Callers serialize updates of the same row.
+#ifndef KESTREL_SERVER_OPTIMIZER_H_
+#define KESTREL_SERVER_OPTIMIZER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/table.pb.h"
+
+namespace kestrel {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Validates the hyper-parameters (finite, in range) and builds the optimizer for rows of `dim` floats.
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config, int dim);
+
+  int dim() const { return dim_; }
+  // Floats of optimizer state per row.
+  virtual int slot_floats() const = 0;
+  // Writes the state of a fresh row (whose values are `w`).
+  virtual void InitSlots(const float* w, float* slots) const = 0;
+  // Applies one gradient `g` to the row's values `w` and state `slots`.
+  virtual void Apply(const float* g, float* w, float* slots) const = 0;
+
+ protected:
+  explicit Optimizer(int dim) : dim_(dim) {}
+  const int dim_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_OPTIMIZER_H_

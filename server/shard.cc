@@ -1,0 +1,255 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/hash.h"
+#include "common/packed.h"
+#include "common/status.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace kestrel {
+namespace {
+
+// True when x is NaN or +-Inf: the exponent bits are all ones. Branch-free so the loop vectorizes.
+inline bool NonFinite(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+std::string RangesToString(const std::vector<KeyRange>& ranges) {
+  constexpr size_t kMaxListed = 4;
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < ranges.size() && i < kMaxListed; ++i) parts.push_back(ranges[i].ToString());
+  std::string out = absl::StrJoin(parts, " ");
+  if (ranges.size() > kMaxListed) absl::StrAppend(&out, " and ", ranges.size() - kMaxListed, " more");
+  return out;
+}
+
+uint64_t NumBlocks(const TableConfig& config) { return (config.dense_size() + config.dim() - 1) / config.dim(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options, Partition partition) {
+  if (options.shard_index < 0 || options.shard_index >= partition.num_servers()) {
+    return absl::InvalidArgumentError(absl::StrFormat("shard index %d is not a server of a %d-server partition",
+                                                      options.shard_index, partition.num_servers()));
+  }
+  if (options.job_id.empty()) return absl::InvalidArgumentError("shard needs a non-empty job id");
+  return std::unique_ptr<Shard>(new Shard(options, std::move(partition)));
+}
+
+Shard::Shard(const ShardOptions& options, Partition partition)
+    : options_(options), partition_(std::move(partition)), ranges_(partition_.RangesOf(options.shard_index)) {
+  absl::MutexLock lock(&mu_);
+  table_maps_.push_back(std::make_unique<TableMap>());
+  tables_.store(table_maps_.back().get(), std::memory_order_release);
+}
+
+absl::Status Shard::Count(absl::Status status) const {
+  if (!status.ok()) rejected_requests_.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
+
+absl::Status Shard::CheckJob(const RequestContext& ctx) const {
+  if (ctx.job_id == options_.job_id) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
+                                                       ctx.job_id, shard_index(), options_.job_id));
+}
+
+absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {
+  KESTREL_RETURN_IF_ERROR(Count(CheckJob(ctx)));
+  auto table = Table::Create(config);
+  if (!table.ok()) return Count(table.status());
+  absl::MutexLock lock(&mu_);
+  const TableMap& current = *tables_.load(std::memory_order_acquire);
+  auto it = current.find(config.name());
+  if (it != current.end()) {
+    if (google::protobuf::util::MessageDifferencer::Equals(it->second->config(), config)) return false;
+    return Count(absl::AlreadyExistsError(absl::StrFormat(
+        "table '%s' already exists on shard %d with a different config", config.name(), shard_index())));
+  }
+  auto next = std::make_unique<TableMap>(current);
+  (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
+  table_maps_.push_back(std::move(next));
+  tables_.store(table_maps_.back().get(), std::memory_order_release);
+  return true;
+}
+
+std::vector<TableConfig> Shard::DescribeTables() const {
+  std::vector<TableConfig> out;
+  for (const auto& [name, table] : *tables_.load(std::memory_order_acquire)) out.push_back(table->config());
+  std::sort(out.begin(), out.end(), [](const TableConfig& a, const TableConfig& b) { return a.name() < b.name(); });
+  return out;
+}
+
+const Table* Shard::FindTable(absl::string_view name) const {
+  const TableMap& tables = *tables_.load(std::memory_order_acquire);
+  auto it = tables.find(name);
+  return it == tables.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<Table*> Shard::LookupTable(const RequestContext& ctx, absl::string_view name,
+                                          TableConfig::Kind kind, int expected_dim) const {
+  KESTREL_RETURN_IF_ERROR(CheckJob(ctx));
+  const TableMap& tables = *tables_.load(std::memory_order_acquire);
+  auto it = tables.find(name);
+  if (it == tables.end()) {
+    return absl::NotFoundError(absl::StrFormat("table '%s' does not exist on shard %d", name, shard_index()));
+  }
+  Table* table = it->second.get();
+  if (table->config().kind() != kind) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table '%s' is %s: use %s", name, kind == TableConfig::DENSE ? "sparse" : "dense",
+        kind == TableConfig::DENSE ? "Pull/Push" : "PullDense/PushDense"));
+  }
+  if (expected_dim != 0 && expected_dim != table->dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s' has dim %d, request says %d", name, table->dim(), expected_dim));
+  }
+  return table;
+}
+
+absl::Status Shard::CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const {
+  if (keys.size() > options_.max_keys_per_request) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d %s in one request exceed the limit of %d: split it",
+                                                      keys.size(), what, options_.max_keys_per_request));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (sorted && i > 0 && keys[i] <= keys[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s must be strictly increasing (sorted, no duplicates): %s[%d] = 0x%x follows %s[%d] = 0x%x", what,
+          what, i, keys[i], what, i - 1, keys[i - 1]));
+    }
+    const int owner = partition_.OwnerOf(keys[i]);
+    if (owner != shard_index()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "key 0x%016x (%s[%d]) is outside shard %d's key ranges %s; it belongs to shard %d", keys[i], what, i,
+          shard_index(), RangesToString(ranges_), owner));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckGrads(const Table& table, absl::Span<const uint64_t> keys,
+                               absl::Span<const float> grads) const {
+  const size_t dim = table.dim();
+  if (grads.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s' has dim %d: %d keys need %d gradient values, got %d", table.config().name(),
+                        dim, keys.size(), keys.size() * dim, grads.size()));
+  }
+  bool bad = false;
+  for (float g : grads) bad |= NonFinite(g);
+  if (!bad) return absl::OkStatus();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (NonFinite(grads[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat("non-finite gradient %g for key 0x%016x element %d of table '%s'",
+                                                        grads[i], keys[i / dim], i % dim, table.config().name()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::BlockKeys(const Table& table, absl::Span<const uint64_t> blocks,
+                              std::vector<uint64_t>* keys) const {
+  const uint64_t num_blocks = NumBlocks(table.config());
+  keys->resize(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (i > 0 && blocks[i] <= blocks[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dense blocks must be strictly increasing: block %d follows block %d", blocks[i], blocks[i - 1]));
+    }
+    if (blocks[i] >= num_blocks) {
+      return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' has %d blocks; block %d does not exist",
+                                                        table.config().name(), num_blocks, blocks[i]));
+    }
+    (*keys)[i] = Partition::DenseBlockKey(table.config().name(), blocks[i]);
+  }
+  return CheckKeys(*keys, /*sorted=*/false, "dense block keys");
+}
+
+absl::Status Shard::Pull(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
+                         int expected_dim, std::string* values) {
+  return Count(Read(ctx, name, TableConfig::SPARSE, keys, expected_dim, values));
+}
+
+absl::Status Shard::PullDense(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> blocks,
+                              int expected_dim, std::string* values) {
+  return Count(Read(ctx, name, TableConfig::DENSE, blocks, expected_dim, values));
+}
+
+absl::Status Shard::Push(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
+                         absl::Span<const float> grads, int expected_dim) {
+  return Count(Write(ctx, name, TableConfig::SPARSE, keys, grads, expected_dim));
+}
+
+absl::Status Shard::PushDense(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> blocks,
+                              absl::Span<const float> grads, int expected_dim) {
+  return Count(Write(ctx, name, TableConfig::DENSE, blocks, grads, expected_dim));
+}
+
+absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                         absl::Span<const uint64_t> ids, int expected_dim, std::string* values) {
+  KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
+  absl::Span<const uint64_t> keys = ids;
+  thread_local std::vector<uint64_t> block_keys;
+  if (kind == TableConfig::DENSE) {
+    KESTREL_RETURN_IF_ERROR(BlockKeys(*table, ids, &block_keys));
+    keys = block_keys;
+  } else {
+    KESTREL_RETURN_IF_ERROR(CheckKeys(keys, /*sorted=*/true, "keys"));
+  }
+  table->Pull(keys, ResizePacked<float>(values, keys.size() * table->dim()));
+  pull_requests_.fetch_add(1, std::memory_order_relaxed);
+  keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                          absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) {
+  KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
+  absl::Span<const uint64_t> keys = ids;
+  thread_local std::vector<uint64_t> block_keys;
+  if (kind == TableConfig::DENSE) {
+    KESTREL_RETURN_IF_ERROR(BlockKeys(*table, ids, &block_keys));
+    keys = block_keys;
+  } else {
+    KESTREL_RETURN_IF_ERROR(CheckKeys(keys, /*sorted=*/true, "keys"));
+  }
+  KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
+  // Everything is validated: the update below cannot fail part-way.
+  table->Push(keys, grads.data());
+  push_requests_.fetch_add(1, std::memory_order_relaxed);
+  keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+ShardStats Shard::Stats() const {
+  ShardStats stats;
+  stats.pull_requests = pull_requests_.load(std::memory_order_relaxed);
+  stats.push_requests = push_requests_.load(std::memory_order_relaxed);
+  stats.keys_pulled = keys_pulled_.load(std::memory_order_relaxed);
+  stats.keys_pushed = keys_pushed_.load(std::memory_order_relaxed);
+  stats.rejected_requests = rejected_requests_.load(std::memory_order_relaxed);
+  for (const TableConfig& config : DescribeTables()) {
+    const Table* table = FindTable(config.name());
+    stats.tables.push_back({config, table->num_rows(), table->memory_bytes(), table->raw_bytes()});
+  }
+  return stats;
+}
+
+uint64_t Shard::Fingerprint() const {
+  uint64_t h = Hash64(options_.job_id);
+  for (const TableConfig& config : DescribeTables()) {
+    h = HashCombine(h, Hash64(config.name()));
+    h = HashCombine(h, FindTable(config.name())->Fingerprint());
+  }
+  return h;
+}
+
+}  // namespace kestrel

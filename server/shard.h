@@ -1,0 +1,144 @@
+// Shard: everything one parameter server holds — its key ranges of every sparse and dense table — and the
+// validation of every request against them.
+//
+// The Shard is the server's core and knows nothing of the network (server/ps_service.h adapts it to gRPC).
+// Every request is validated completely before anything is written, so a rejected request leaves the
+// shard's state unchanged: unknown table (NotFound), wrong job (FailedPrecondition), wrong dimension,
+// mismatched key/value counts, unsorted or duplicate keys, keys outside this shard's ranges, non-finite
+// gradients, dense block indices out of range, or too many keys (InvalidArgument).
+//
+// Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
+// the table registry is read without locks (an immutable map published through an atomic pointer).
+#ifndef KESTREL_SERVER_SHARD_H_
+#define KESTREL_SERVER_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/partition.h"
+#include "proto/table.pb.h"
+#include "server/table.h"
+
+namespace kestrel {
+
+// Who sent a request. Mirrors proto RequestHeader without tying the core to protobuf messages.
+struct RequestContext {
+  absl::string_view job_id;
+  int32_t worker_rank = -1;  // -1: a tool, not a worker
+  int64_t clock = 0;
+  uint64_t request_id = 0;
+};
+
+struct ShardOptions {
+  // Requests must name this job. Default: "kestrel".
+  std::string job_id = "kestrel";
+  // This shard's server index in the partition. Default: 0.
+  int shard_index = 0;
+  // Largest number of keys (or dense blocks) in one request. Default: 4194304 (4Mi).
+  size_t max_keys_per_request = size_t{1} << 22;
+};
+
+struct TableStats {
+  TableConfig config;
+  uint64_t rows = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t raw_bytes = 0;
+};
+
+struct ShardStats {
+  uint64_t pull_requests = 0;
+  uint64_t push_requests = 0;
+  uint64_t keys_pulled = 0;
+  uint64_t keys_pushed = 0;
+  uint64_t rejected_requests = 0;
+  std::vector<TableStats> tables;  // sorted by name
+};
+
+class Shard {
+ public:
+  // Fails when options.shard_index is not a server of `partition`.
+  static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options, Partition partition);
+
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  int shard_index() const { return options_.shard_index; }
+  const Partition& partition() const { return partition_; }
+  const std::string& job_id() const { return options_.job_id; }
+  // The key ranges this shard owns.
+  const std::vector<KeyRange>& ranges() const { return ranges_; }
+
+  // Creates a table. Idempotent: returns false (and OK) when an identical table exists, AlreadyExists when a
+  // table of that name exists with a different config.
+  absl::StatusOr<bool> CreateTable(const RequestContext& ctx, const TableConfig& config);
+  // Configs of all tables, sorted by name.
+  std::vector<TableConfig> DescribeTables() const;
+
+  // Sparse rows. `keys` strictly increasing and owned by this shard; `expected_dim` 0 or the table's dim.
+  // Pull resizes `values` to keys.size() * dim floats (packed little-endian) and fills it in key order.
+  absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+                    int expected_dim, std::string* values);
+  // One gradient row per key, keys.size() * dim floats; all finite.
+  absl::Status Push(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads, int expected_dim);
+
+  // Dense blocks, named by block index (strictly increasing, each < the table's block count, each owned by
+  // this shard according to Partition::DenseBlockKey). Same layout as the sparse calls, one row per block.
+  absl::Status PullDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
+                         int expected_dim, std::string* values);
+  absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
+                         absl::Span<const float> grads, int expected_dim);
+
+  ShardStats Stats() const;
+  // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
+  uint64_t Fingerprint() const;
+  // The table, or nullptr. The pointer stays valid for the Shard's lifetime.
+  const Table* FindTable(absl::string_view name) const;
+
+ private:
+  using TableMap = absl::flat_hash_map<std::string, std::shared_ptr<Table>>;
+
+  Shard(const ShardOptions& options, Partition partition);
+
+  // FailedPrecondition when the request names another job.
+  absl::Status CheckJob(const RequestContext& ctx) const;
+  absl::StatusOr<Table*> LookupTable(const RequestContext& ctx, absl::string_view table,
+                                     TableConfig::Kind kind, int expected_dim) const;
+  // Checks count, order (when `sorted` is required) and ownership of `keys`; `what` names them in errors.
+  absl::Status CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const;
+  absl::Status CheckGrads(const Table& table, absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads) const;
+  // Maps block indices to block keys after checking them.
+  absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
+  // Pull/PullDense and Push/PushDense after the kind-specific key checks.
+  absl::Status Read(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+                    absl::Span<const uint64_t> ids, int expected_dim, std::string* values);
+  absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+                     absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
+  // Counts a rejected request; returns `status`.
+  absl::Status Count(absl::Status status) const;
+
+  const ShardOptions options_;
+  const Partition partition_;
+  const std::vector<KeyRange> ranges_;
+
+  mutable absl::Mutex mu_;  // serializes CreateTable
+  std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
+  std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
+
+  mutable std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
+      rejected_requests_{0};
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_SHARD_H_

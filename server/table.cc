@@ -1,0 +1,210 @@
+#include "server/table.h"
+
+#include <cctype>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+
+namespace kestrel {
+
+struct Table::Scratch {
+  std::vector<uint64_t> hashes;
+  std::vector<uint32_t> order;
+  uint32_t bounds[kStripes + 1];
+};
+
+namespace {
+
+constexpr int kKeyFloats = 2;  // the key's 8 bytes at the start of each row
+
+bool ValidTableName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  }
+  return true;
+}
+
+int StripeOf(uint64_t hash) { return static_cast<int>(hash >> (64 - Table::kStripeBits)); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
+  if (!ValidTableName(config.name())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table name '%s' must be 1-64 characters of [A-Za-z0-9_.-]", config.name()));
+  }
+  if (config.dim() < 1 || config.dim() > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s': dim must be in [1, %d], got %d", config.name(), kMaxDim, config.dim()));
+  }
+  if (config.kind() == TableConfig::DENSE && config.dense_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size > 0", config.name()));
+  }
+  if (config.kind() == TableConfig::SPARSE && config.dense_size() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sparse table '%s' must not set dense_size", config.name()));
+  }
+  auto init = Initializer::Create(config.initializer(), config.seed());
+  if (!init.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("table '%s': %s", config.name(), init.status().message()));
+  }
+  auto optimizer = Optimizer::Create(config.optimizer(), config.dim());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s': %s", config.name(), optimizer.status().message()));
+  }
+  return std::unique_ptr<Table>(new Table(config, *init, std::move(optimizer).value()));
+}
+
+Table::Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimizer> optimizer)
+    : config_(config),
+      dim_(config.dim()),
+      row_floats_(kKeyFloats + config.dim() + optimizer->slot_floats()),
+      init_(init),
+      optimizer_(std::move(optimizer)),
+      stripes_(new Stripe[kStripes]) {}
+
+void Table::BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch) {
+  const size_t n = keys.size();
+  scratch->hashes.resize(n);
+  scratch->order.resize(n);
+  uint32_t counts[kStripes + 1] = {0};
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t h = Mix64(keys[i]);
+    scratch->hashes[i] = h;
+    ++counts[StripeOf(h) + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) counts[s + 1] += counts[s];
+  std::memcpy(scratch->bounds, counts, sizeof(counts));
+  for (size_t i = 0; i < n; ++i) scratch->order[counts[StripeOf(scratch->hashes[i])]++] = static_cast<uint32_t>(i);
+}
+
+int64_t Table::FindLocked(const Stripe& s, uint64_t hash, uint64_t key) const {
+  if (s.index.empty()) return -1;
+  const size_t mask = s.index.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const uint32_t slot = s.index[i];
+    if (slot == 0) return -1;
+    if (RowKey(RowLocked(s, slot - 1)) == key) return slot - 1;
+  }
+}
+
+void Table::GrowIndexLocked(Stripe& s) {
+  const size_t capacity = s.index.empty() ? 16 : s.index.size() * 2;
+  std::vector<uint32_t> index(capacity, 0);
+  const size_t mask = capacity - 1;
+  for (uint32_t row = 0; row < s.rows; ++row) {
+    size_t i = Mix64(RowKey(RowLocked(s, row))) & mask;
+    while (index[i] != 0) i = (i + 1) & mask;
+    index[i] = row + 1;
+  }
+  s.index.swap(index);
+}
+
+float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
+  // Keep the index at most 3/4 full.
+  if ((static_cast<size_t>(s.rows) + 1) * 4 > s.index.size() * 3) GrowIndexLocked(s);
+  const size_t mask = s.index.size() - 1;
+  size_t i = hash & mask;
+  for (;; i = (i + 1) & mask) {
+    const uint32_t slot = s.index[i];
+    if (slot == 0) break;
+    float* row = RowLocked(s, slot - 1);
+    if (RowKey(row) == key) return row;
+  }
+  const uint32_t id = s.rows++;
+  if (id / kChunkRows == s.chunks.size()) {
+    s.chunks.emplace_back(new float[static_cast<size_t>(kChunkRows) * row_floats_]);
+  }
+  s.index[i] = id + 1;
+  float* row = RowLocked(s, id);
+  std::memcpy(row, &key, sizeof(key));
+  float* values = row + kKeyFloats;
+  init_.Fill(key, values, dim_);
+  optimizer_->InitSlots(values, values + dim_);
+  return row;
+}
+
+void Table::Pull(absl::Span<const uint64_t> keys, float* out) const {
+  thread_local Scratch scratch;
+  BucketByStripe(keys, &scratch);
+  const size_t row_bytes = sizeof(float) * dim_;
+  for (int si = 0; si < kStripes; ++si) {
+    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
+    const Stripe& s = stripes_[si];
+    absl::ReaderMutexLock lock(&s.mu);
+    for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
+      const uint32_t i = scratch.order[o];
+      const int64_t row = FindLocked(s, scratch.hashes[i], keys[i]);
+      float* dst = out + static_cast<size_t>(i) * dim_;
+      if (row >= 0) {
+        std::memcpy(dst, RowLocked(s, static_cast<uint32_t>(row)) + kKeyFloats, row_bytes);
+      } else {
+        init_.Fill(keys[i], dst, dim_);
+      }
+    }
+  }
+}
+
+void Table::Push(absl::Span<const uint64_t> keys, const float* grads) {
+  thread_local Scratch scratch;
+  BucketByStripe(keys, &scratch);
+  for (int si = 0; si < kStripes; ++si) {
+    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
+    Stripe& s = stripes_[si];
+    absl::MutexLock lock(&s.mu);
+    for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
+      const uint32_t i = scratch.order[o];
+      float* values = FindOrCreateLocked(s, scratch.hashes[i], keys[i]) + kKeyFloats;
+      optimizer_->Apply(grads + static_cast<size_t>(i) * dim_, values, values + dim_);
+    }
+  }
+}
+
+uint64_t Table::num_rows() const {
+  uint64_t rows = 0;
+  for (int si = 0; si < kStripes; ++si) {
+    absl::ReaderMutexLock lock(&stripes_[si].mu);
+    rows += stripes_[si].rows;
+  }
+  return rows;
+}
+
+uint64_t Table::memory_bytes() const {
+  uint64_t bytes = 0;
+  for (int si = 0; si < kStripes; ++si) {
+    const Stripe& s = stripes_[si];
+    absl::ReaderMutexLock lock(&s.mu);
+    bytes += s.index.capacity() * sizeof(uint32_t);
+    bytes += s.chunks.size() * (static_cast<uint64_t>(kChunkRows) * row_floats_ * sizeof(float));
+    bytes += s.chunks.capacity() * sizeof(std::unique_ptr<float[]>);
+  }
+  return bytes;
+}
+
+uint64_t Table::raw_bytes() const { return num_rows() * (sizeof(float) * row_floats_); }
+
+void Table::ForEachRow(const std::function<void(uint64_t, const float*, const float*)>& fn) const {
+  for (int si = 0; si < kStripes; ++si) {
+    const Stripe& s = stripes_[si];
+    absl::ReaderMutexLock lock(&s.mu);
+    for (uint32_t row = 0; row < s.rows; ++row) {
+      const float* r = RowLocked(s, row);
+      fn(RowKey(r), r + kKeyFloats, r + kKeyFloats + dim_);
+    }
+  }
+}
+
+uint64_t Table::Fingerprint() const {
+  uint64_t sum = 0;
+  const size_t bytes = sizeof(float) * (dim_ + slot_floats());
+  ForEachRow([&](uint64_t key, const float* values, const float*) {
+    // values and slots are contiguous.
+    sum += HashCombine(key, Hash64(absl::string_view(reinterpret_cast<const char*>(values), bytes)));
+  });
+  return HashCombine(Hash64(config_.SerializeAsString()), sum);
+}
+
+}  // namespace kestrel

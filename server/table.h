@@ -1,0 +1,109 @@
+// Table: the rows of one sparse table (or the blocks of one dense table) held by one server.
+//
+// Storage. Each row is stored contiguously as [key (8 bytes) | values (dim floats) | optimizer slots] in
+// fixed-size arena chunks, so a lookup that finds its key has the row in the same cache lines. Rows are
+// indexed by an open-addressing (linear probing) hash index of 4-byte row ids, kept at most 3/4 full, so the
+// index costs 5-11 bytes per row on top of the raw row bytes (key + values + slots).
+//
+// Concurrency. The table is split into kStripes lock stripes by the key's hash; a request is bucketed by
+// stripe and takes each stripe's lock once, so concurrent requests from many workers rarely contend and
+// there is no table-wide lock. Pulls take stripes shared, pushes exclusive.
+//
+// Rows are created on first push with the table's initializer; a pull of an absent key returns the same
+// deterministic initial value without storing a row (so evaluation traffic does not grow the table).
+//
+// Thread-safe. Pull/Push expect keys already validated by the caller (Shard): unique, owned by this server.
+#ifndef KESTREL_SERVER_TABLE_H_
+#define KESTREL_SERVER_TABLE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/table.pb.h"
+#include "server/initializer.h"
+#include "server/optimizer.h"
+
+namespace kestrel {
+
+class Table {
+ public:
+  static constexpr int kStripeBits = 6;
+  static constexpr int kStripes = 1 << kStripeBits;
+  // Rows per arena chunk. Small enough that a half-empty last chunk per stripe is cheap for 1e5-row tables.
+  static constexpr uint32_t kChunkRows = 256;
+  static constexpr int kMaxDim = 4096;
+
+  // Validates the config (name, dim, initializer, optimizer) and builds an empty table.
+  static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config);
+
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  const TableConfig& config() const { return config_; }
+  int dim() const { return dim_; }
+  // Floats of optimizer state per row.
+  int slot_floats() const { return optimizer_->slot_floats(); }
+
+  // Writes keys.size() rows of dim() floats to `out`, in key order.
+  void Pull(absl::Span<const uint64_t> keys, float* out) const;
+  // Applies one gradient row per key (keys.size() * dim() floats), creating absent rows first.
+  // Keys must be unique.
+  void Push(absl::Span<const uint64_t> keys, const float* grads);
+
+  uint64_t num_rows() const;
+  // Bytes held: arena chunks + hash index.
+  uint64_t memory_bytes() const;
+  // Bytes of the rows themselves: rows * (8 + 4 * (dim + slot_floats)).
+  uint64_t raw_bytes() const;
+
+  // Order-independent fingerprint of every stored row (key, values and optimizer state).
+  uint64_t Fingerprint() const;
+  // Calls fn(key, values, slots) for every stored row, stripe by stripe, under the stripe's shared lock.
+  void ForEachRow(const std::function<void(uint64_t, const float*, const float*)>& fn) const;
+
+ private:
+  struct alignas(64) Stripe {
+    mutable absl::Mutex mu;
+    std::vector<uint32_t> index ABSL_GUARDED_BY(mu);  // row id + 1; 0 = empty; size is a power of two
+    std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
+    uint32_t rows ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimizer> optimizer);
+
+  // Groups request positions by stripe into scratch->order; scratch->bounds[s] .. bounds[s+1] are stripe s's.
+  struct Scratch;
+  static void BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch);
+
+  float* RowLocked(const Stripe& s, uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return s.chunks[row / kChunkRows].get() + static_cast<size_t>(row % kChunkRows) * row_floats_;
+  }
+  static uint64_t RowKey(const float* row) {
+    uint64_t key;
+    std::memcpy(&key, row, sizeof(key));
+    return key;
+  }
+  // Returns the row id of `key` or -1.
+  int64_t FindLocked(const Stripe& s, uint64_t hash, uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Returns the row of `key`, creating and initializing it when absent.
+  float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  void GrowIndexLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+  const TableConfig config_;
+  const int dim_;
+  const int row_floats_;  // 2 (key) + dim + slots
+  const Initializer init_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Stripe[]> stripes_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_TABLE_H_
