@@ -98,6 +98,9 @@ class Shard {
   absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
                          absl::Span<const float> grads, int expected_dim);
 
+  // FailedPrecondition when the request names another job than this shard's.
+  absl::Status CheckJob(const RequestContext& ctx) const;
+
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
   uint64_t Fingerprint() const;
@@ -109,8 +112,6 @@ class Shard {
 
   Shard(const ShardOptions& options, Partition partition);
 
-  // FailedPrecondition when the request names another job.
-  absl::Status CheckJob(const RequestContext& ctx) const;
   absl::StatusOr<Table*> LookupTable(const RequestContext& ctx, absl::string_view table,
                                      TableConfig::Kind kind, int expected_dim) const;
   // Checks count, order (when `sorted` is required) and ownership of `keys`; `what` names them in errors.

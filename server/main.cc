@@ -1,0 +1,116 @@
+// kestrel_server: one parameter-server shard.
+//
+//   kestrel_server --shard_index=0 --num_shards=2 --port=7100 --job_id=ctr
+//
+// Holds shard_index's key ranges of every table, serves the ParameterServer gRPC API and the standard gRPC
+// health service, and shuts down cleanly on SIGTERM/SIGINT (in-flight calls get --shutdown_grace to finish).
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "server/ps_service.h"
+#include "server/shard.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written to this file (atomically) once the server is serving.");
+ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
+ABSL_FLAG(int, shard_index, 0, "This server's index in [0, num_shards).");
+ABSL_FLAG(int, num_shards, 1, "Number of servers the key space is split across.");
+ABSL_FLAG(int, ranges_per_shard, 1,
+          "Key ranges per server: the key space is cut into num_shards * ranges_per_shard equal ranges, dealt "
+          "round-robin.");
+ABSL_FLAG(std::string, partition, "",
+          "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_shards and "
+          "--ranges_per_shard. Clients must use the same partition.");
+ABSL_FLAG(int, threads, 0, "Request-handling threads; 0 = one per core (at least 2).");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message accepted or sent (default 64 MiB).");
+ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request.");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5), "Time in-flight calls get to finish on shutdown.");
+
+namespace kestrel {
+namespace {
+
+int Run() {
+  const int index = absl::GetFlag(FLAGS_shard_index);
+  SetLogIdentity(absl::StrCat("server[", index, "]"));
+  absl::StatusOr<Partition> partition = absl::GetFlag(FLAGS_partition).empty()
+                                            ? Partition::Uniform(absl::GetFlag(FLAGS_num_shards),
+                                                                 absl::GetFlag(FLAGS_ranges_per_shard))
+                                            : Partition::Parse(absl::GetFlag(FLAGS_partition));
+  if (!partition.ok()) {
+    KLOG(Error) << "bad partition: " << partition.status();
+    return 2;
+  }
+  ShardOptions shard_options;
+  shard_options.job_id = absl::GetFlag(FLAGS_job_id);
+  shard_options.shard_index = index;
+  shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
+  auto shard = Shard::Create(shard_options, *std::move(partition));
+  if (!shard.ok()) {
+    KLOG(Error) << "cannot create shard: " << shard.status();
+    return 2;
+  }
+
+  // Block the shutdown signals in every thread; a dedicated wait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  PsServerOptions server_options;
+  server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  server_options.threads = absl::GetFlag(FLAGS_threads);
+  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  auto server = PsServer::Start(server_options, shard->get());
+  if (!server.ok()) {
+    KLOG(Error) << server.status();
+    return 1;
+  }
+  std::vector<std::string> ranges;
+  for (const KeyRange& r : (*shard)->ranges()) ranges.push_back(r.ToString());
+  KLOG(Info) << "serving job '" << shard_options.job_id << "' shard " << index << " of "
+             << (*shard)->partition().num_servers() << " on " << absl::GetFlag(FLAGS_host) << ":"
+             << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ");
+
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      KLOG(Error) << "cannot write --port_file " << port_file;
+      return 1;
+    }
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  (*server)->Wait();
+  const ShardStats stats = (*shard)->Stats();
+  KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
+             << " pushes, " << stats.rejected_requests << " rejected";
+  return 0;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Kestrel parameter server: one shard of the job's sparse and dense tables.");
+  absl::ParseCommandLine(argc, argv);
+  return kestrel::Run();
+}

@@ -1,0 +1,28 @@
+// The ParameterServer API's request handlers over a Shard, in terms of protobuf messages only.
+//
+// They decode the packed wire arrays, call the Shard and encode its answer. Both the gRPC service
+// (server/ps_service.h) and the in-process client transport (worker/local_ps_client.h) use them, so a test
+// against the in-process path exercises exactly the server's decoding and validation.
+//
+// Thread-safe (the Shard is).
+#ifndef KESTREL_SERVER_PS_HANDLERS_H_
+#define KESTREL_SERVER_PS_HANDLERS_H_
+
+#include "absl/status/status.h"
+#include "proto/ps.pb.h"
+#include "server/shard.h"
+
+namespace kestrel {
+
+absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
+absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
+absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
+absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
+absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);
+absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& request,
+                                  DescribeTablesResponse* response);
+absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_PS_HANDLERS_H_
