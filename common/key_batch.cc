@@ -39,6 +39,7 @@ void KeyBatch::Build(absl::Span<const uint64_t> keys, const Partition& partition
     if (i > 0 && owner_[i] < owner_[i - 1]) grouped = false;
   }
   for (int s = 0; s < servers; ++s) offsets_[s + 1] += offsets_[s];
+  identity_ = sorted_unique && grouped;
   if (grouped) return;
 
   // Stable counting sort by owner keeps each group increasing; remap the inverse index to the new places.

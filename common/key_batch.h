@@ -34,6 +34,9 @@ class KeyBatch {
     return absl::MakeConstSpan(unique_).subspan(offsets_[server], offsets_[server + 1] - offsets_[server]);
   }
   size_t offset_of(int server) const { return offsets_[server]; }
+  // True when unique_keys() equals the input (it was strictly increasing and already grouped by server), so
+  // rows can be exchanged with the caller's buffers without Scatter/Reduce.
+  bool identity() const { return identity_; }
   // inverse()[i] is the position in unique_keys() of input key i.
   absl::Span<const uint32_t> inverse() const { return inverse_; }
 
@@ -47,6 +50,7 @@ class KeyBatch {
   std::vector<uint64_t> unique_;
   std::vector<uint32_t> inverse_;
   std::vector<size_t> offsets_;  // num_servers + 1 entries
+  bool identity_ = false;
   // Scratch reused across Build() calls.
   std::vector<std::pair<uint64_t, uint32_t>> sorted_;
   std::vector<int> owner_;

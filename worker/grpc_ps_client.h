@@ -1,0 +1,22 @@
+// The PsClient that talks to kestrel_server processes over gRPC.
+#ifndef KESTREL_WORKER_GRPC_PS_CLIENT_H_
+#define KESTREL_WORKER_GRPC_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/partition.h"
+#include "worker/ps_client.h"
+
+namespace kestrel {
+
+// server_addresses[i] ("host:port") serves partition server i; their count must equal
+// partition.num_servers(). Channels connect lazily: a server that is down surfaces as UNAVAILABLE on use.
+absl::StatusOr<std::unique_ptr<PsClient>> NewGrpcPsClient(const PsClientOptions& options, Partition partition,
+                                                          const std::vector<std::string>& server_addresses);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_GRPC_PS_CLIENT_H_

@@ -1,0 +1,383 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/key_batch.h"
+#include "common/packed.h"
+#include "common/status.h"
+
+namespace kestrel {
+namespace {
+
+// One request of a call: rows [first_row, first_row + rows) of the call's server-grouped id list.
+struct Rpc {
+  int server = 0;
+  size_t first_row = 0;
+  size_t rows = 0;
+  PullRequest pull_request;
+  PullResponse pull_response;
+  PushRequest push_request;
+  PushResponse push_response;
+  absl::Status status;
+};
+
+// Buffers one call reuses from earlier calls: request/response strings keep their capacity.
+struct CallBuffers {
+  KeyBatch batch;
+  std::vector<float> rows;        // unique rows: pulled values or reduced gradients
+  std::vector<uint64_t> ids;      // dense block ids grouped by server
+  std::vector<size_t> offsets;    // server s's ids are [offsets[s], offsets[s+1])
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+};
+
+// Counts outstanding calls; Wait() returns when all have called Done().
+class Completion {
+ public:
+  explicit Completion(int pending) : pending_(pending) {}
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    --pending_;
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* pending) { return *pending == 0; }, &pending_));
+  }
+
+ private:
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status OnServer(int server, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("server ", server, ": ", status.message()));
+}
+
+bool IsPush(PsMethod m) { return m == PsMethod::kPush || m == PsMethod::kPushDense; }
+
+class RoutedPsClient final : public PsClient {
+ public:
+  RoutedPsClient(const PsClientOptions& options, Partition partition, std::unique_ptr<PsTransport> transport)
+      : options_(options), partition_(std::move(partition)), transport_(std::move(transport)) {}
+
+  absl::Status CreateTable(const TableConfig& config) override {
+    CreateTableRequest request;
+    FillHeader(request.mutable_header());
+    *request.mutable_config() = config;
+    std::vector<CreateTableResponse> responses;
+    KESTREL_RETURN_IF_ERROR(Broadcast(PsMethod::kCreateTable, request, &responses));
+    absl::MutexLock lock(&configs_mu_);
+    configs_[config.name()] = config;
+    return absl::OkStatus();
+  }
+
+  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) override {
+    KESTREL_RETURN_IF_ERROR(CheckDim(dim));
+    Lease lease(this);
+    CallBuffers& b = *lease.buffers;
+    b.batch.Build(keys, partition_);
+    float* rows = out;
+    if (!b.batch.identity()) {
+      b.rows.resize(b.batch.num_unique() * dim);
+      rows = b.rows.data();
+    }
+    KESTREL_RETURN_IF_ERROR(
+        Execute(PsMethod::kPull, table, dim, b.batch.unique_keys(), BatchOffsets(&b), nullptr, rows, &b));
+    if (!b.batch.identity()) b.batch.Scatter(rows, dim, out);
+    return absl::OkStatus();
+  }
+
+  absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
+                    const float* grads) override {
+    KESTREL_RETURN_IF_ERROR(CheckDim(dim));
+    Lease lease(this);
+    CallBuffers& b = *lease.buffers;
+    b.batch.Build(keys, partition_);
+    const float* rows = grads;
+    if (!b.batch.identity()) {
+      b.rows.resize(b.batch.num_unique() * dim);
+      b.batch.Reduce(grads, dim, b.rows.data());
+      rows = b.rows.data();
+    }
+    return Execute(PsMethod::kPush, table, dim, b.batch.unique_keys(), BatchOffsets(&b), rows, nullptr, &b);
+  }
+
+  absl::Status PullDense(absl::string_view table, absl::Span<float> out) override {
+    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, out.size()));
+    const int dim = config.dim();
+    Lease lease(this);
+    CallBuffers& b = *lease.buffers;
+    GroupBlocks(config, &b);
+    b.rows.resize(b.ids.size() * dim);
+    KESTREL_RETURN_IF_ERROR(
+        Execute(PsMethod::kPullDense, table, dim, b.ids, b.offsets, nullptr, b.rows.data(), &b));
+    for (size_t i = 0; i < b.ids.size(); ++i) {
+      const size_t begin = b.ids[i] * dim;
+      const size_t n = std::min<size_t>(dim, out.size() - begin);
+      std::memcpy(out.data() + begin, b.rows.data() + i * dim, n * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads) override {
+    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size()));
+    const int dim = config.dim();
+    Lease lease(this);
+    CallBuffers& b = *lease.buffers;
+    GroupBlocks(config, &b);
+    b.rows.assign(b.ids.size() * dim, 0.0f);  // the last block's padding gets zero gradients
+    for (size_t i = 0; i < b.ids.size(); ++i) {
+      const size_t begin = b.ids[i] * dim;
+      const size_t n = std::min<size_t>(dim, grads.size() - begin);
+      std::memcpy(b.rows.data() + i * dim, grads.data() + begin, n * sizeof(float));
+    }
+    return Execute(PsMethod::kPushDense, table, dim, b.ids, b.offsets, b.rows.data(), nullptr, &b);
+  }
+
+  absl::StatusOr<std::vector<StatsResponse>> Stats() override {
+    StatsRequest request;
+    FillHeader(request.mutable_header());
+    std::vector<StatsResponse> responses;
+    KESTREL_RETURN_IF_ERROR(Broadcast(PsMethod::kStats, request, &responses));
+    return responses;
+  }
+
+  void SetClock(int64_t clock) override { clock_.store(clock, std::memory_order_relaxed); }
+
+ private:
+  // Borrows a CallBuffers from the pool for one call.
+  struct Lease {
+    explicit Lease(RoutedPsClient* client) : client(client) {
+      absl::MutexLock lock(&client->pool_mu_);
+      if (client->pool_.empty()) {
+        buffers = std::make_unique<CallBuffers>();
+      } else {
+        buffers = std::move(client->pool_.back());
+        client->pool_.pop_back();
+      }
+    }
+    ~Lease() {
+      absl::MutexLock lock(&client->pool_mu_);
+      client->pool_.push_back(std::move(buffers));
+    }
+    RoutedPsClient* client;
+    std::unique_ptr<CallBuffers> buffers;
+  };
+
+  static absl::Status CheckDim(int dim) {
+    if (dim >= 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", dim));
+  }
+
+  void FillHeader(RequestHeader* header) {
+    header->set_job_id(options_.job_id);
+    header->set_worker_rank(options_.worker_rank);
+    header->set_clock(clock_.load(std::memory_order_relaxed));
+    header->set_request_id(next_request_id_.fetch_add(1, std::memory_order_relaxed));
+  }
+
+  const std::vector<size_t>& BatchOffsets(CallBuffers* b) {
+    b->offsets.resize(partition_.num_servers() + 1);
+    for (int s = 0; s <= partition_.num_servers(); ++s) {
+      b->offsets[s] = s < partition_.num_servers() ? b->batch.offset_of(s) : b->batch.num_unique();
+    }
+    return b->offsets;
+  }
+
+  // The block ids of a dense table, grouped by owning server, increasing within each server.
+  void GroupBlocks(const TableConfig& config, CallBuffers* b) {
+    const uint64_t num_blocks = (config.dense_size() + config.dim() - 1) / config.dim();
+    const int servers = partition_.num_servers();
+    b->offsets.assign(servers + 1, 0);
+    b->ids.resize(num_blocks);
+    std::vector<int> owner(num_blocks);
+    for (uint64_t k = 0; k < num_blocks; ++k) {
+      owner[k] = partition_.OwnerOf(Partition::DenseBlockKey(config.name(), k));
+      ++b->offsets[owner[k] + 1];
+    }
+    for (int s = 0; s < servers; ++s) b->offsets[s + 1] += b->offsets[s];
+    std::vector<size_t> next(b->offsets.begin(), b->offsets.end() - 1);
+    for (uint64_t k = 0; k < num_blocks; ++k) b->ids[next[owner[k]]++] = k;
+  }
+
+  absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size) {
+    {
+      absl::MutexLock lock(&configs_mu_);
+      auto it = configs_.find(table);
+      if (it == configs_.end()) {
+        // Learn the table from server 0 below.
+      } else if (it->second.kind() != TableConfig::DENSE) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table, "' is not dense"));
+      } else if (it->second.dense_size() != size) {
+        return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' has %d floats, the buffer %d",
+                                                          table, it->second.dense_size(), size));
+      } else {
+        return it->second;
+      }
+    }
+    KESTREL_RETURN_IF_ERROR(RefreshConfigs());
+    absl::MutexLock lock(&configs_mu_);
+    auto it = configs_.find(table);
+    if (it == configs_.end()) return absl::NotFoundError(absl::StrCat("table '", table, "' does not exist"));
+    if (it->second.kind() != TableConfig::DENSE || it->second.dense_size() != size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table '%s' is not a dense table of %d floats", table, size));
+    }
+    return it->second;
+  }
+
+  absl::Status RefreshConfigs() {
+    DescribeTablesRequest request;
+    FillHeader(request.mutable_header());
+    DescribeTablesResponse response;
+    KESTREL_RETURN_IF_ERROR(CallWithRetries(0, PsMethod::kDescribeTables, request, &response));
+    absl::MutexLock lock(&configs_mu_);
+    for (const TableDescription& t : response.tables()) configs_[t.config().name()] = t.config();
+    return absl::OkStatus();
+  }
+
+  // One call to one server, retried on UNAVAILABLE.
+  absl::Status CallWithRetries(int server, PsMethod method, const google::protobuf::Message& request,
+                               google::protobuf::Message* response) {
+    absl::Status status;
+    for (int attempt = 0;; ++attempt) {
+      Completion done(1);
+      transport_->Call(server, method, request, response, options_.rpc_deadline, [&](absl::Status s) {
+        status = std::move(s);
+        done.Done();
+      });
+      done.Wait();
+      if (!absl::IsUnavailable(status) || attempt >= options_.max_retries) return OnServer(server, status);
+      absl::SleepFor(options_.retry_backoff * (1 << attempt));
+    }
+  }
+
+  // The same request to every server in parallel, retried on UNAVAILABLE.
+  template <typename Request, typename Response>
+  absl::Status Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses) {
+    const int n = transport_->num_servers();
+    responses->assign(n, Response());
+    std::vector<absl::Status> statuses(n);
+    // Each server's call runs its own retry loop; they proceed in parallel through the transport.
+    Completion all(n);
+    for (int s = 0; s < n; ++s) {
+      transport_->Call(s, method, request, &(*responses)[s], options_.rpc_deadline,
+                       [&, s](absl::Status status) {
+                         statuses[s] = std::move(status);
+                         all.Done();
+                       });
+    }
+    all.Wait();
+    for (int s = 0; s < n; ++s) {
+      if (absl::IsUnavailable(statuses[s])) statuses[s] = CallWithRetries(s, method, request, &(*responses)[s]);
+      KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends ids [offsets[s], offsets[s+1]) to server s, split into requests of at most max_request_bytes, all in
+  // parallel. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
+  absl::Status Execute(PsMethod method, absl::string_view table, int dim, absl::Span<const uint64_t> ids,
+                       const std::vector<size_t>& offsets, const float* in_rows, float* out_rows,
+                       CallBuffers* b) {
+    const bool push = IsPush(method);
+    const size_t row_bytes = sizeof(uint64_t) + sizeof(float) * static_cast<size_t>(dim);
+    const size_t max_rows = std::max<size_t>(1, options_.max_request_bytes / row_bytes);
+    size_t count = 0;
+    for (int s = 0; s < partition_.num_servers(); ++s) {
+      for (size_t first = offsets[s]; first < offsets[s + 1]; first += max_rows) {
+        if (count == b->rpcs.size()) b->rpcs.push_back(std::make_unique<Rpc>());
+        Rpc& rpc = *b->rpcs[count++];
+        rpc.server = s;
+        rpc.first_row = first;
+        rpc.rows = std::min(max_rows, offsets[s + 1] - first);
+        auto id_bytes = absl::string_view(reinterpret_cast<const char*>(ids.data() + first),
+                                          rpc.rows * sizeof(uint64_t));
+        if (push) {
+          FillHeader(rpc.push_request.mutable_header());
+          rpc.push_request.set_table(std::string(table));
+          rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
+          rpc.push_request.mutable_values()->assign(reinterpret_cast<const char*>(in_rows + first * dim),
+                                                    rpc.rows * dim * sizeof(float));
+        } else {
+          FillHeader(rpc.pull_request.mutable_header());
+          rpc.pull_request.set_table(std::string(table));
+          rpc.pull_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
+        }
+      }
+    }
+
+    // Send everything pending; retry reads that failed with UNAVAILABLE.
+    std::vector<Rpc*> pending;
+    for (size_t i = 0; i < count; ++i) pending.push_back(b->rpcs[i].get());
+    for (int attempt = 0; !pending.empty(); ++attempt) {
+      Completion all(static_cast<int>(pending.size()));
+      for (Rpc* rpc : pending) {
+        google::protobuf::Message* response = push ? static_cast<google::protobuf::Message*>(&rpc->push_response)
+                                                   : &rpc->pull_response;
+        const google::protobuf::Message& request =
+            push ? static_cast<const google::protobuf::Message&>(rpc->push_request) : rpc->pull_request;
+        transport_->Call(rpc->server, method, request, response, options_.rpc_deadline,
+                         [rpc, &all](absl::Status s) {
+                           rpc->status = std::move(s);
+                           all.Done();
+                         });
+      }
+      all.Wait();
+      std::vector<Rpc*> retry;
+      for (Rpc* rpc : pending) {
+        if (rpc->status.ok()) continue;
+        if (absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries) {
+          retry.push_back(rpc);
+        } else {
+          return OnServer(rpc->server, rpc->status);
+        }
+      }
+      pending.swap(retry);
+      if (!pending.empty()) absl::SleepFor(options_.retry_backoff * (1 << attempt));
+    }
+
+    if (push) return absl::OkStatus();
+    for (size_t i = 0; i < count; ++i) {
+      const Rpc& rpc = *b->rpcs[i];
+      const std::string& values = rpc.pull_response.values();
+      if (values.size() != rpc.rows * dim * sizeof(float)) {
+        return absl::InternalError(absl::StrFormat(
+            "server %d returned %d bytes for %d rows of dim %d of table '%s'", rpc.server, values.size(),
+            rpc.rows, dim, table));
+      }
+      std::memcpy(out_rows + rpc.first_row * dim, values.data(), values.size());
+    }
+    return absl::OkStatus();
+  }
+
+  const PsClientOptions options_;
+  const Partition partition_;
+  const std::unique_ptr<PsTransport> transport_;
+  std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> next_request_id_{1};
+
+  absl::Mutex pool_mu_;
+  std::vector<std::unique_ptr<CallBuffers>> pool_ ABSL_GUARDED_BY(pool_mu_);
+
+  absl::Mutex configs_mu_;
+  absl::flat_hash_map<std::string, TableConfig> configs_ ABSL_GUARDED_BY(configs_mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,
+                                      std::unique_ptr<PsTransport> transport) {
+  return std::make_unique<RoutedPsClient>(options, std::move(partition), std::move(transport));
+}
+
+}  // namespace kestrel

@@ -1,0 +1,93 @@
+// PsClient: how workers, tools and benchmarks talk to the parameter servers.
+//
+// A PsClient takes a batch's raw keys (any order, duplicates allowed), sorts and dedups them once
+// (common/key_batch.h), routes them with the job's Partition, splits each server's share into requests of at
+// most PsClientOptions::max_request_bytes, sends all requests to all servers in parallel, and scatters the
+// rows back into the caller's order. Gradients of duplicate keys are summed (in input order, so
+// deterministically) before a push.
+//
+// The routing logic is written once, over a PsTransport; NewGrpcPsClient (worker/grpc_ps_client.h) talks to
+// real servers, NewLocalPsClient (worker/local_ps_client.h) calls in-process Shards for tests.
+//
+// Thread-safe: any number of threads may call one PsClient concurrently.
+#ifndef KESTREL_WORKER_PS_CLIENT_H_
+#define KESTREL_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/partition.h"
+#include "google/protobuf/message.h"
+#include "proto/ps.pb.h"
+
+namespace kestrel {
+
+struct PsClientOptions {
+  // Job id sent with every request. Default: "kestrel".
+  std::string job_id = "kestrel";
+  // Sender rank sent with every request. Default: -1 (a tool, not a worker).
+  int32_t worker_rank = -1;
+  // Deadline of each RPC. Default: 30 s.
+  absl::Duration rpc_deadline = absl::Seconds(30);
+  // Requests are split so that no request or response carries more than this many bytes of keys + values.
+  // Default: 2 MiB (gRPC on loopback is fastest with 0.5-2 MB messages; see bench/results).
+  size_t max_request_bytes = size_t{2} << 20;
+  // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
+  int max_message_bytes = 64 << 20;
+  // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff.
+  // Reads (Pull, PullDense, Describe, Stats) and CreateTable (idempotent) are retried; pushes are not, until
+  // the servers deduplicate pushes by request id. Default: 3 retries, 50 ms.
+  int max_retries = 3;
+  absl::Duration retry_backoff = absl::Milliseconds(50);
+};
+
+// The RPCs of the ParameterServer service.
+enum class PsMethod { kPull, kPush, kPullDense, kPushDense, kCreateTable, kDescribeTables, kStats };
+
+// Carries one request to one server. Implementations must be thread-safe.
+class PsTransport {
+ public:
+  virtual ~PsTransport() = default;
+  virtual int num_servers() const = 0;
+  // Starts `method` on `server`. `done` runs exactly once, on any thread, possibly before Call returns; it
+  // must not block. `request` and `response` must stay alive until then.
+  virtual void Call(int server, PsMethod method, const google::protobuf::Message& request,
+                    google::protobuf::Message* response, absl::Duration deadline,
+                    std::function<void(absl::Status)> done) = 0;
+};
+
+class PsClient {
+ public:
+  virtual ~PsClient() = default;
+
+  // Creates the table on every server (idempotent for an identical config).
+  virtual absl::Status CreateTable(const TableConfig& config) = 0;
+  // Pulls keys.size() rows of `dim` floats into `out`, in the order of `keys`.
+  virtual absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) = 0;
+  // Pushes one gradient row of `dim` floats per key (keys.size() * dim floats).
+  virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
+                            const float* grads) = 0;
+  // Pulls the whole dense tensor (its dense_size floats) into `out`.
+  virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out) = 0;
+  // Pushes a gradient for the whole dense tensor.
+  virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads) = 0;
+  // Every server's statistics, in server order.
+  virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
+  // The clock sent with later requests.
+  virtual void SetClock(int64_t clock) = 0;
+};
+
+// A PsClient over `transport`, routing by `partition` (which must have transport->num_servers() servers).
+std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,
+                                      std::unique_ptr<PsTransport> transport);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_PS_CLIENT_H_
