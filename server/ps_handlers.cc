@@ -29,8 +29,8 @@ absl::Status Read(Shard& shard, bool dense, const PullRequest& request, PullResp
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids, UnpackView<uint64_t>(request.keys(), "keys", &scratch));
   const RequestContext ctx = ContextOf(request.header());
   std::string* values = response->mutable_values();
-  KESTREL_RETURN_IF_ERROR(dense ? shard.PullDense(ctx, request.table(), ids, 0, values)
-                                : shard.Pull(ctx, request.table(), ids, 0, values));
+  KESTREL_RETURN_IF_ERROR(dense ? shard.PullDense(ctx, request.table(), ids, request.dim(), values)
+                                : shard.Pull(ctx, request.table(), ids, request.dim(), values));
   response->set_value_type(VALUE_TYPE_FLOAT32);
   response->set_dim(ids.empty() ? 0 : static_cast<int>(values->size() / sizeof(float) / ids.size()));
   return absl::OkStatus();
@@ -45,8 +45,8 @@ absl::Status Write(Shard& shard, bool dense, const PushRequest& request, PushRes
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
                            UnpackView<float>(request.values(), "values", &value_scratch));
   const RequestContext ctx = ContextOf(request.header());
-  KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, 0)
-                                : shard.Push(ctx, request.table(), ids, grads, 0));
+  KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, request.dim())
+                                : shard.Push(ctx, request.table(), ids, grads, request.dim()));
   response->set_rows_updated(ids.size());
   return absl::OkStatus();
 }

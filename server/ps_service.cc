@@ -47,8 +47,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   grpc::EnableDefaultHealthCheckService(true);
   const int threads =
       options.threads > 0 ? options.threads : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  // The sync server adds threads while all pollers are busy; the quota bounds that growth. Calls beyond it
+  // fail with RESOURCE_EXHAUSTED, so it is generous: clients bound their own in-flight requests.
   grpc::ResourceQuota quota("kestrel_server");
-  quota.SetMaxThreads(threads + 2);  // + gRPC's own bookkeeping threads
+  quota.SetMaxThreads(std::max(64, 8 * threads));
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);

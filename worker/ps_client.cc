@@ -20,6 +20,7 @@ namespace {
 // One request of a call: rows [first_row, first_row + rows) of the call's server-grouped id list.
 struct Rpc {
   int server = 0;
+  int seq = 0;  // index among this call's requests to the same server
   size_t first_row = 0;
   size_t rows = 0;
   PullRequest pull_request;
@@ -294,10 +295,12 @@ class RoutedPsClient final : public PsClient {
     const size_t max_rows = std::max<size_t>(1, options_.max_request_bytes / row_bytes);
     size_t count = 0;
     for (int s = 0; s < partition_.num_servers(); ++s) {
+      int seq = 0;
       for (size_t first = offsets[s]; first < offsets[s + 1]; first += max_rows) {
         if (count == b->rpcs.size()) b->rpcs.push_back(std::make_unique<Rpc>());
         Rpc& rpc = *b->rpcs[count++];
         rpc.server = s;
+        rpc.seq = seq++;
         rpc.first_row = first;
         rpc.rows = std::min(max_rows, offsets[s + 1] - first);
         auto id_bytes = absl::string_view(reinterpret_cast<const char*>(ids.data() + first),
@@ -305,46 +308,22 @@ class RoutedPsClient final : public PsClient {
         if (push) {
           FillHeader(rpc.push_request.mutable_header());
           rpc.push_request.set_table(std::string(table));
+          rpc.push_request.set_dim(dim);
           rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
           rpc.push_request.mutable_values()->assign(reinterpret_cast<const char*>(in_rows + first * dim),
                                                     rpc.rows * dim * sizeof(float));
         } else {
           FillHeader(rpc.pull_request.mutable_header());
           rpc.pull_request.set_table(std::string(table));
+          rpc.pull_request.set_dim(dim);
           rpc.pull_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
         }
       }
     }
 
-    // Send everything pending; retry reads that failed with UNAVAILABLE.
-    std::vector<Rpc*> pending;
-    for (size_t i = 0; i < count; ++i) pending.push_back(b->rpcs[i].get());
-    for (int attempt = 0; !pending.empty(); ++attempt) {
-      Completion all(static_cast<int>(pending.size()));
-      for (Rpc* rpc : pending) {
-        google::protobuf::Message* response = push ? static_cast<google::protobuf::Message*>(&rpc->push_response)
-                                                   : &rpc->pull_response;
-        const google::protobuf::Message& request =
-            push ? static_cast<const google::protobuf::Message&>(rpc->push_request) : rpc->pull_request;
-        transport_->Call(rpc->server, method, request, response, options_.rpc_deadline,
-                         [rpc, &all](absl::Status s) {
-                           rpc->status = std::move(s);
-                           all.Done();
-                         });
-      }
-      all.Wait();
-      std::vector<Rpc*> retry;
-      for (Rpc* rpc : pending) {
-        if (rpc->status.ok()) continue;
-        if (absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries) {
-          retry.push_back(rpc);
-        } else {
-          return OnServer(rpc->server, rpc->status);
-        }
-      }
-      pending.swap(retry);
-      if (!pending.empty()) absl::SleepFor(options_.retry_backoff * (1 << attempt));
-    }
+    std::vector<Rpc*> rpcs;
+    for (size_t i = 0; i < count; ++i) rpcs.push_back(b->rpcs[i].get());
+    KESTREL_RETURN_IF_ERROR(Send(method, std::move(rpcs)));
 
     if (push) return absl::OkStatus();
     for (size_t i = 0; i < count; ++i) {
@@ -356,6 +335,48 @@ class RoutedPsClient final : public PsClient {
             rpc.rows, dim, table));
       }
       std::memcpy(out_rows + rpc.first_row * dim, values.data(), values.size());
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends `pending` in waves of at most max_inflight_per_server requests per server, and retries reads that
+  // failed with UNAVAILABLE.
+  absl::Status Send(PsMethod method, std::vector<Rpc*> pending) {
+    const bool push = IsPush(method);
+    const int window = std::max(1, options_.max_inflight_per_server);
+    for (int attempt = 0; !pending.empty(); ++attempt) {
+      int waves = 0;
+      for (Rpc* rpc : pending) waves = std::max(waves, rpc->seq / window + 1);
+      for (int wave = 0; wave < waves; ++wave) {
+        std::vector<Rpc*> batch;
+        for (Rpc* rpc : pending) {
+          if (rpc->seq / window == wave) batch.push_back(rpc);
+        }
+        Completion all(static_cast<int>(batch.size()));
+        for (Rpc* rpc : batch) {
+          google::protobuf::Message* response =
+              push ? static_cast<google::protobuf::Message*>(&rpc->push_response) : &rpc->pull_response;
+          const google::protobuf::Message& request =
+              push ? static_cast<const google::protobuf::Message&>(rpc->push_request) : rpc->pull_request;
+          transport_->Call(rpc->server, method, request, response, options_.rpc_deadline,
+                           [rpc, &all](absl::Status s) {
+                             rpc->status = std::move(s);
+                             all.Done();
+                           });
+        }
+        all.Wait();
+      }
+      std::vector<Rpc*> retry;
+      for (Rpc* rpc : pending) {
+        if (rpc->status.ok()) continue;
+        if (absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries) {
+          retry.push_back(rpc);
+        } else {
+          return OnServer(rpc->server, rpc->status);
+        }
+      }
+      pending.swap(retry);
+      if (!pending.empty()) absl::SleepFor(options_.retry_backoff * (1 << attempt));
     }
     return absl::OkStatus();
   }

@@ -39,6 +39,9 @@ struct PsClientOptions {
   // Requests are split so that no request or response carries more than this many bytes of keys + values.
   // Default: 2 MiB (gRPC on loopback is fastest with 0.5-2 MB messages; see bench/results).
   size_t max_request_bytes = size_t{2} << 20;
+  // Requests in flight to one server at a time within one call; the rest wait for the next wave.
+  // Default: 8.
+  int max_inflight_per_server = 8;
   // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff.

@@ -1,0 +1,786 @@
+// ps_bench: throughput of sparse Pull and Push through the gRPC PsClient against real kestrel_server processes
+// on loopback, compared with the same calls on an in-process Shard, plus memory per row of the table store.
+//
+//   bench/run_ps_bench.sh                       # builds with -c opt, runs the defaults, writes bench/results
+//   bench/run_ps_bench.sh --servers=2 --keys=100000 --dims=16 --clients=1
+//
+// For every (keys, dim, clients) configuration:
+//   - the keys are `keys` distinct random 64-bit keys (Partition::FeatureKey of a random window of ids), sorted,
+//     so the client's sort/dedup takes its fast path and sorted keys are already grouped by server;
+//   - one table per (keys, dim): SPARSE, ZEROS initializer, SGD; pre-populated by one push of all keys, so
+//     pulls hit existing rows and pushes update existing rows;
+//   - network: `clients` threads, each with its own PsClient (NewGrpcPsClient), call Pull (or Push) with all
+//     keys in a loop for --min_seconds; keys/s is the total over threads divided by the wall time, latency is
+//     per PsClient call (one call may be split into several RPCs of <= 2 MiB, sent in parallel);
+//   - in-process: the same calls directly on one Shard (Partition::Uniform(1)), `clients` threads on that Shard;
+//   - every figure is the median of --runs runs; runs of the network and in-process paths are interleaved, and
+//     the ratio network / in-process is computed from the medians of this invocation.
+// Every call's Status is checked: a failure aborts the bench with the configuration and the error. At the end the
+// servers' own counters must match the keys this process sent, with no rejected request.
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/partition.h"
+#include "common/status.h"
+#include "proto/table.pb.h"
+#include "server/shard.h"
+#include "tests/server_process.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(int, servers, 1, "Number of kestrel_server processes to spawn on loopback.");
+ABSL_FLAG(std::string, keys, "10000,100000", "Comma-separated numbers of keys per call.");
+ABSL_FLAG(std::string, dims, "1,16,64", "Comma-separated row dimensions (floats per key).");
+ABSL_FLAG(std::string, clients, "1,2",
+          "Comma-separated numbers of client threads; over the network each has its own PsClient, in-process "
+          "they share one Shard.");
+ABSL_FLAG(int, runs, 3, "Runs per measurement; every reported figure is the median over runs.");
+ABSL_FLAG(double, min_seconds, 1.0, "Seconds each measurement (one run of one op) lasts at least.");
+ABSL_FLAG(std::string, output, "bench/results/ps_bench.md", "Markdown report path ('' to skip).");
+ABSL_FLAG(std::string, json, "", "If set, also write the results as JSON to this path.");
+ABSL_FLAG(std::string, server_binary, "",
+          "kestrel_server to spawn. Default: the runfiles copy, else bazel-bin/server/kestrel_server.");
+ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, one per core).");
+ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");
+ABSL_FLAG(std::string, invocation, "", "The command that reproduces this run (run_ps_bench.sh passes its own).");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the key windows and gradients.");
+ABSL_FLAG(int64_t, memory_rows, 1000000, "Rows of the memory-per-row tables (0 skips that section).");
+ABSL_FLAG(int, memory_dim, 16, "Dim of the memory-per-row tables.");
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kJob[] = "kestrel";
+
+// ---------------------------------------------------------------------------------------------------------
+// Small helpers.
+
+absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Nearest-rank percentile of sorted values.
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(q * sorted.size()));
+  rank = std::clamp<size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+std::string FirstLineWith(const std::string& path, const std::string& prefix) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, prefix)) return line;
+  }
+  return "";
+}
+
+std::string RunCommand(const std::string& command) {
+  FILE* f = ::popen(command.c_str(), "r");
+  if (f == nullptr) return "";
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+  ::pclose(f);
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
+std::string ShellQuote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                            "_-+=./,:@%") == std::string::npos) {
+    return arg;
+  }
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool IsExecutable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
+
+// Relative paths are taken from the workspace when run with `bazel run`, else from the working directory.
+std::string UserPath(const std::string& path) {
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  if (path.empty() || path[0] == '/' || ws == nullptr) return path;
+  return absl::StrCat(ws, "/", path);
+}
+
+absl::StatusOr<std::string> FindServerBinary(const char* argv0) {
+  const std::string flag = absl::GetFlag(FLAGS_server_binary);
+  if (!flag.empty()) {
+    const std::string path = UserPath(flag);
+    if (!IsExecutable(path)) return absl::NotFoundError(absl::StrCat("--server_binary ", path, " is not executable"));
+    return path;
+  }
+  std::vector<std::string> candidates = {RunfilePath("server/kestrel_server")};
+  if (const char* dir = std::getenv("RUNFILES_DIR")) candidates.push_back(absl::StrCat(dir, "/kestrel/server/kestrel_server"));
+  candidates.push_back(absl::StrCat(argv0, ".runfiles/kestrel/server/kestrel_server"));
+  candidates.push_back(UserPath("bazel-bin/server/kestrel_server"));
+  for (const std::string& c : candidates) {
+    if (IsExecutable(c)) return c;
+  }
+  return absl::NotFoundError(absl::StrCat("kestrel_server not found (tried ", absl::StrJoin(candidates, ", "),
+                                          "); pass --server_binary"));
+}
+
+void MakeParentDirs(const std::string& path) {
+  for (size_t i = path.find('/', 1); i != std::string::npos; i = path.find('/', i + 1)) {
+    ::mkdir(path.substr(0, i).c_str(), 0755);
+  }
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  MakeParentDirs(path);
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Machine description.
+
+struct Machine {
+  int nproc = 0;
+  std::string cpu, memory, kernel, date, commit, command, invocation;
+};
+
+Machine DescribeMachine(int argc, char** argv) {
+  Machine m;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  m.nproc = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                           : static_cast<int>(std::thread::hardware_concurrency());
+  std::string cpu = FirstLineWith("/proc/cpuinfo", "model name");
+  m.cpu = cpu.empty() ? "unknown" : std::string(absl::StripAsciiWhitespace(cpu.substr(cpu.find(':') + 1)));
+  std::string mem = FirstLineWith("/proc/meminfo", "MemTotal:");
+  int64_t kb = 0;
+  std::vector<std::string> fields = absl::StrSplit(mem, ' ', absl::SkipEmpty());
+  if (fields.size() >= 2 && absl::SimpleAtoi(fields[1], &kb)) {
+    m.memory = absl::StrFormat("%.1f GiB", kb / (1024.0 * 1024.0));
+  } else {
+    m.memory = "unknown";
+  }
+  struct utsname u;
+  m.kernel = ::uname(&u) == 0 ? absl::StrCat(u.sysname, " ", u.release, " ", u.machine) : "unknown";
+  m.date = absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone());
+  m.commit = absl::GetFlag(FLAGS_git_commit);
+  if (m.commit.empty()) m.commit = RunCommand("git rev-parse --short HEAD 2>/dev/null");
+  if (m.commit.empty()) m.commit = "unknown";
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) args.push_back(ShellQuote(argv[i]));
+  m.command = absl::StrJoin(args, " ");
+  m.invocation = absl::GetFlag(FLAGS_invocation);
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Measurement: `threads` threads call op(thread) in a loop from a common start until min_seconds have passed.
+
+struct Sample {
+  double keys_per_s = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  int64_t calls = 0;
+};
+
+using Op = std::function<absl::Status(int thread)>;
+
+absl::StatusOr<Sample> Measure(int threads, size_t keys_per_call, double min_seconds, const Op& op) {
+  std::mutex mu;
+  absl::Status error;
+  std::atomic<bool> stop{false};
+  auto fail = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = std::move(s);
+    stop.store(true);
+  };
+  std::vector<std::vector<double>> latencies(threads);
+  std::vector<Clock::time_point> ends(threads);
+  std::vector<int64_t> calls(threads, 0);
+  absl::BlockingCounter ready(threads);
+  absl::Notification go;
+  Clock::time_point start;
+  const auto duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(min_seconds));
+
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      // One untimed call warms connections, buffers and caches.
+      absl::Status warm = op(t);
+      if (!warm.ok()) fail(std::move(warm));
+      latencies[t].reserve(4096);
+      ready.DecrementCount();
+      go.WaitForNotification();
+      Clock::time_point now = start;
+      while (!stop.load(std::memory_order_relaxed) && now - start < duration) {
+        const Clock::time_point t0 = Clock::now();
+        absl::Status s = op(t);
+        now = Clock::now();
+        if (!s.ok()) {
+          fail(std::move(s));
+          break;
+        }
+        latencies[t].push_back(std::chrono::duration<double, std::milli>(now - t0).count());
+        ++calls[t];
+      }
+      ends[t] = now;
+    });
+  }
+  ready.Wait();
+  start = Clock::now();
+  go.Notify();
+  for (auto& w : workers) w.join();
+  if (!error.ok()) return error;
+
+  Sample sample;
+  std::vector<double> all;
+  Clock::time_point end = start;
+  for (int t = 0; t < threads; ++t) {
+    all.insert(all.end(), latencies[t].begin(), latencies[t].end());
+    end = std::max(end, ends[t]);
+    sample.calls += calls[t];
+  }
+  std::sort(all.begin(), all.end());
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  sample.keys_per_s = static_cast<double>(sample.calls) * keys_per_call / seconds;
+  sample.p50_ms = Percentile(all, 0.50);
+  sample.p99_ms = Percentile(all, 0.99);
+  return sample;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Results.
+
+struct Figures {  // medians over runs
+  double keys_per_s = 0, mb_per_s = 0, p50_ms = 0, p99_ms = 0;
+  int64_t calls = 0;  // total timed calls over all runs
+};
+
+struct Row {
+  int64_t keys = 0;
+  int dim = 0;
+  int clients = 0;
+  std::string op;  // "pull" | "push"
+  Figures net, local;
+  double ratio() const { return local.keys_per_s > 0 ? net.keys_per_s / local.keys_per_s : 0; }
+};
+
+Figures Summarize(const std::vector<Sample>& samples, int dim) {
+  Figures f;
+  std::vector<double> kps, p50, p99;
+  for (const Sample& s : samples) {
+    kps.push_back(s.keys_per_s);
+    p50.push_back(s.p50_ms);
+    p99.push_back(s.p99_ms);
+    f.calls += s.calls;
+  }
+  f.keys_per_s = Median(kps);
+  f.mb_per_s = f.keys_per_s * dim * sizeof(float) / 1e6;
+  f.p50_ms = Median(p50);
+  f.p99_ms = Median(p99);
+  return f;
+}
+
+struct MemoryRow {
+  std::string optimizer;
+  uint64_t rows = 0, memory_bytes = 0, raw_bytes = 0;
+  double insert_rows_per_s = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// The benchmark.
+
+TableConfig MakeTable(const std::string& name, int dim, OptimizerConfig::Type optimizer) {
+  TableConfig config;
+  config.set_name(name);
+  config.set_kind(TableConfig::SPARSE);
+  config.set_dim(dim);
+  config.set_seed(1);
+  config.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  config.mutable_optimizer()->set_type(optimizer);
+  config.mutable_optimizer()->set_learning_rate(0.01f);
+  return config;
+}
+
+// `n` distinct keys spread over the whole key space: FeatureKey of a random window of feature ids, sorted.
+std::vector<uint64_t> MakeKeys(size_t n, std::mt19937_64& rng) {
+  const uint64_t base = rng();
+  std::vector<uint64_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = Partition::FeatureKey(base + i);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+std::vector<float> MakeGrads(size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1e-3f, 1e-3f);
+  std::vector<float> grads(n);
+  for (float& g : grads) g = dist(rng);
+  return grads;
+}
+
+absl::Status WithContext(absl::Status s, const std::string& what) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+class Bench {
+ public:
+  Bench(std::vector<std::unique_ptr<PsClient>> clients, Shard* shard)
+      : clients_(std::move(clients)), shard_(shard) {}
+
+  uint64_t net_keys_pulled() const { return net_keys_pulled_.load(); }
+  uint64_t net_keys_pushed() const { return net_keys_pushed_.load(); }
+
+  // Measures every op of one (keys, dim) for each client count; appends to `rows`.
+  absl::Status RunConfig(int64_t num_keys, int dim, const std::vector<int64_t>& client_counts, int runs,
+                         double min_seconds, std::mt19937_64& rng, std::vector<Row>* rows) {
+    const std::string name = absl::StrCat("bench_k", num_keys, "_d", dim);
+    const std::vector<uint64_t> keys = MakeKeys(num_keys, rng);
+    const std::vector<float> grads = MakeGrads(keys.size() * dim, rng);
+    const TableConfig config = MakeTable(name, dim, OptimizerConfig::SGD);
+    const RequestContext ctx{kJob};
+
+    // Create and pre-populate both tables, so pulls hit rows and pushes update existing rows.
+    KESTREL_RETURN_IF_ERROR(WithContext(clients_[0]->CreateTable(config), "network CreateTable " + name));
+    KESTREL_RETURN_IF_ERROR(
+        WithContext(clients_[0]->Push(name, keys, dim, grads.data()), "network pre-populating push " + name));
+    net_keys_pushed_ += keys.size();
+    KESTREL_RETURN_IF_ERROR(WithContext(shard_->CreateTable(ctx, config).status(), "in-process CreateTable " + name));
+    KESTREL_RETURN_IF_ERROR(
+        WithContext(shard_->Push(ctx, name, keys, grads, dim), "in-process pre-populating push " + name));
+
+    const int max_threads = static_cast<int>(*std::max_element(client_counts.begin(), client_counts.end()));
+    std::vector<std::vector<float>> pulled(max_threads, std::vector<float>(keys.size() * dim));
+    std::vector<std::string> local_values(max_threads);
+
+    const Op net_pull = [&](int t) {
+      net_keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
+      return clients_[t]->Pull(name, keys, dim, pulled[t].data());
+    };
+    const Op net_push = [&](int t) {
+      net_keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
+      return clients_[t]->Push(name, keys, dim, grads.data());
+    };
+    const Op local_pull = [&](int t) { return shard_->Pull(ctx, name, keys, dim, &local_values[t]); };
+    const Op local_push = [&](int t) { return shard_->Push(ctx, name, keys, grads, dim); };
+
+    struct Ops {
+      const char* op;
+      const Op* net;
+      const Op* local;
+    };
+    const Ops ops[] = {{"pull", &net_pull, &local_pull}, {"push", &net_push, &local_push}};
+
+    for (int64_t c : client_counts) {
+      const int threads = static_cast<int>(c);
+      for (const Ops& o : ops) {
+        std::vector<Sample> net, local;
+        for (int r = 0; r < runs; ++r) {
+          const std::string what = absl::StrFormat("%s keys=%d dim=%d clients=%d run %d", o.op, num_keys, dim,
+                                                   threads, r + 1);
+          KESTREL_ASSIGN_OR_RETURN(Sample n, Measure(threads, keys.size(), min_seconds, *o.net));
+          net.push_back(n);
+          KESTREL_ASSIGN_OR_RETURN(Sample l, Measure(threads, keys.size(), min_seconds, *o.local));
+          local.push_back(l);
+          (void)what;
+        }
+        Row row;
+        row.keys = num_keys;
+        row.dim = dim;
+        row.clients = threads;
+        row.op = o.op;
+        row.net = Summarize(net, dim);
+        row.local = Summarize(local, dim);
+        std::printf("  keys=%-7lld dim=%-3d clients=%d %s: network %7.2fM keys/s (p50 %.2f ms), in-process "
+                    "%7.2fM keys/s, ratio %.2f\n",
+                    static_cast<long long>(num_keys), dim, threads, o.op, row.net.keys_per_s / 1e6,
+                    row.net.p50_ms, row.local.keys_per_s / 1e6, row.ratio());
+        std::fflush(stdout);
+        rows->push_back(row);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<PsClient>> clients_;
+  Shard* shard_;
+  std::atomic<uint64_t> net_keys_pulled_{0}, net_keys_pushed_{0};
+};
+
+absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std::mt19937_64& rng) {
+  std::vector<MemoryRow> out;
+  if (rows <= 0) return out;
+  const std::vector<uint64_t> keys = MakeKeys(rows, rng);
+  constexpr size_t kBatch = 1 << 16;
+  const std::vector<float> grads = MakeGrads(kBatch * dim, rng);
+  const RequestContext ctx{kJob};
+  const std::pair<const char*, OptimizerConfig::Type> optimizers[] = {
+      {"SGD", OptimizerConfig::SGD}, {"Adagrad", OptimizerConfig::ADAGRAD}, {"Adam", OptimizerConfig::ADAM}};
+  for (const auto& [label, type] : optimizers) {
+    ShardOptions options;
+    options.job_id = kJob;
+    KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(1));
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(options, partition));
+    const std::string name = absl::StrCat("memory_", label);
+    KESTREL_RETURN_IF_ERROR(shard->CreateTable(ctx, MakeTable(name, dim, type)).status());
+    const Clock::time_point start = Clock::now();
+    for (size_t first = 0; first < keys.size(); first += kBatch) {
+      const size_t n = std::min(kBatch, keys.size() - first);
+      KESTREL_RETURN_IF_ERROR(WithContext(
+          shard->Push(ctx, name, absl::MakeConstSpan(keys).subspan(first, n),
+                      absl::MakeConstSpan(grads).subspan(0, n * dim), dim),
+          absl::StrCat("memory table ", name)));
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const ShardStats stats = shard->Stats();
+    if (stats.tables.size() != 1) return absl::InternalError("memory shard should hold exactly one table");
+    MemoryRow m;
+    m.optimizer = label;
+    m.rows = stats.tables[0].rows;
+    m.memory_bytes = stats.tables[0].memory_bytes;
+    m.raw_bytes = stats.tables[0].raw_bytes;
+    m.insert_rows_per_s = rows / seconds;
+    if (m.rows != static_cast<uint64_t>(rows)) {
+      return absl::InternalError(absl::StrFormat("memory table %s holds %d rows, expected %d", name, m.rows, rows));
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Report.
+
+std::string Mkeys(double keys_per_s) { return absl::StrFormat("%.2f", keys_per_s / 1e6); }
+
+std::string Markdown(const Machine& m, int servers, int runs, double min_seconds, const std::string& server_binary,
+                     const std::vector<Row>& rows, const std::vector<MemoryRow>& memory, int memory_dim,
+                     double total_seconds) {
+  std::string s = "# Kestrel ps_bench: sparse Pull/Push throughput, network vs. in-process\n\n";
+  absl::StrAppend(&s, "## Machine\n\n");
+  absl::StrAppend(&s, "| | |\n|---|---|\n");
+  absl::StrAppend(&s, "| nproc | ", m.nproc, " |\n");
+  absl::StrAppend(&s, "| CPU | ", m.cpu, " |\n");
+  absl::StrAppend(&s, "| Memory | ", m.memory, " |\n");
+  absl::StrAppend(&s, "| Kernel | ", m.kernel, " |\n");
+  absl::StrAppend(&s, "| Date | ", m.date, " |\n");
+  absl::StrAppend(&s, "| Git commit | ", m.commit, " |\n");
+  absl::StrAppend(&s, "| Bench runtime | ", absl::StrFormat("%.0f s", total_seconds), " |\n\n");
+  absl::StrAppend(&s, "Command:\n\n```\n");
+  if (!m.invocation.empty()) absl::StrAppend(&s, m.invocation, "\n");
+  absl::StrAppend(&s, m.command, "\n```\n\n");
+  absl::StrAppend(&s, "## Setup\n\n");
+  absl::StrAppend(
+      &s, "- Network: ", servers, " kestrel_server process(es) (", server_binary,
+      ") on 127.0.0.1, Partition::Uniform(", servers,
+      "); each client thread has its own PsClient (NewGrpcPsClient, default options: requests split at 2 MiB, "
+      "all of a call's requests in flight at once).\n");
+  absl::StrAppend(&s,
+                  "- In-process: Shard::Pull / Shard::Push on one Shard (Partition::Uniform(1)); with N clients, N "
+                  "threads call the same Shard.\n");
+  absl::StrAppend(&s,
+                  "- Every call carries all `keys` keys: distinct random 64-bit keys (FeatureKey of a random id "
+                  "window), sorted. Table: SPARSE, ZEROS initializer, SGD, pre-populated by one push, so pulls "
+                  "read existing rows and pushes update them. All clients use the same keys.\n");
+  absl::StrAppend(&s, "- Each figure is the median of ", runs, " runs of at least ", min_seconds,
+                  " s each (network and in-process runs interleaved); the ratio is network / in-process of those "
+                  "medians. keys/s is the total over clients; MB/s counts values only (keys/s x dim x 4 B). "
+                  "Latency is per PsClient / Shard call (with few calls per run, p99 is close to the maximum).\n\n");
+
+  absl::StrAppend(&s, "## Throughput\n\n");
+  absl::StrAppend(&s,
+                  "| keys | dim | clients | op | net Mkeys/s | net MB/s | net p50 ms | net p99 ms | in-proc Mkeys/s "
+                  "| in-proc MB/s | in-proc p50 ms | in-proc p99 ms | net / in-proc |\n");
+  absl::StrAppend(&s, "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    absl::StrAppend(&s, absl::StrFormat("| %d | %d | %d | %s | %s | %.0f | %.3f | %.3f | %s | %.0f | %.3f | %.3f | "
+                                        "%.2f |\n",
+                                        r.keys, r.dim, r.clients, r.op, Mkeys(r.net.keys_per_s), r.net.mb_per_s,
+                                        r.net.p50_ms, r.net.p99_ms, Mkeys(r.local.keys_per_s), r.local.mb_per_s,
+                                        r.local.p50_ms, r.local.p99_ms, r.ratio()));
+  }
+
+  // Goals (from the project brief; not tests).
+  absl::StrAppend(&s, "\n### Goals (1 server, 1 client, 100000 keys x 16 floats)\n\n");
+  bool any_goal = false;
+  for (const Row& r : rows) {
+    if (servers != 1 || r.keys != 100000 || r.dim != 16 || r.clients != 1) continue;
+    any_goal = true;
+    absl::StrAppend(&s, absl::StrFormat("- %s: network %.1fM keys/s (goal > 25M: %s), network / in-process %.0f%% "
+                                        "(goal >= 60%%: %s)\n",
+                                        r.op, r.net.keys_per_s / 1e6, r.net.keys_per_s > 25e6 ? "met" : "missed",
+                                        100 * r.ratio(), r.ratio() >= 0.6 ? "met" : "missed"));
+  }
+  if (!any_goal) absl::StrAppend(&s, "- (this invocation did not measure that configuration)\n");
+
+  if (!memory.empty()) {
+    absl::StrAppend(&s, "\n## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim,
+                    ")\n\n");
+    absl::StrAppend(&s,
+                    "raw bytes = key (8) + values + optimizer slots; memory bytes = arena chunks + hash index "
+                    "(Table::memory_bytes()).\n\n");
+    absl::StrAppend(&s, "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | "
+                        "insert Mrows/s |\n");
+    absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (const MemoryRow& mr : memory) {
+      const double raw = static_cast<double>(mr.raw_bytes) / mr.rows;
+      const double mem = static_cast<double>(mr.memory_bytes) / mr.rows;
+      absl::StrAppend(&s, absl::StrFormat("| %s | %d | %.1f | %.1f | %.3f | %.1f | %.2f |\n", mr.optimizer, mr.rows,
+                                          raw, mem, mem / raw, mem - raw, mr.insert_rows_per_s / 1e6));
+    }
+  }
+  return s;
+}
+
+std::string JsonEscape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Json(const Machine& m, int servers, int runs, double min_seconds, const std::vector<Row>& rows,
+                 const std::vector<MemoryRow>& memory, int memory_dim, double total_seconds) {
+  auto figures = [](const Figures& f) {
+    return absl::StrFormat(
+        "{\"keys_per_s\": %.0f, \"mb_per_s\": %.1f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, \"calls\": %d}",
+        f.keys_per_s, f.mb_per_s, f.p50_ms, f.p99_ms, f.calls);
+  };
+  std::string s = "{\n";
+  absl::StrAppend(&s, "  \"machine\": {\"nproc\": ", m.nproc, ", \"cpu\": \"", JsonEscape(m.cpu),
+                  "\", \"memory\": \"", JsonEscape(m.memory), "\", \"kernel\": \"", JsonEscape(m.kernel),
+                  "\", \"date\": \"", JsonEscape(m.date), "\", \"git_commit\": \"", JsonEscape(m.commit),
+                  "\", \"command\": \"", JsonEscape(m.command), "\", \"invocation\": \"", JsonEscape(m.invocation),
+                  "\"},\n");
+  absl::StrAppend(&s, "  \"servers\": ", servers, ", \"runs\": ", runs, ", \"min_seconds\": ", min_seconds,
+                  ", \"total_seconds\": ", absl::StrFormat("%.1f", total_seconds), ",\n");
+  absl::StrAppend(&s, "  \"throughput\": [\n");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    absl::StrAppend(&s, absl::StrFormat("    {\"keys\": %d, \"dim\": %d, \"clients\": %d, \"op\": \"%s\", "
+                                        "\"network\": %s, \"in_process\": %s, \"ratio\": %.4f}%s\n",
+                                        r.keys, r.dim, r.clients, r.op, figures(r.net), figures(r.local), r.ratio(),
+                                        i + 1 < rows.size() ? "," : ""));
+  }
+  absl::StrAppend(&s, "  ],\n  \"memory\": [\n");
+  for (size_t i = 0; i < memory.size(); ++i) {
+    const MemoryRow& mr = memory[i];
+    absl::StrAppend(&s, absl::StrFormat("    {\"optimizer\": \"%s\", \"dim\": %d, \"rows\": %d, \"memory_bytes\": "
+                                        "%d, \"raw_bytes\": %d, \"insert_rows_per_s\": %.0f}%s\n",
+                                        mr.optimizer, memory_dim, mr.rows, mr.memory_bytes, mr.raw_bytes,
+                                        mr.insert_rows_per_s, i + 1 < memory.size() ? "," : ""));
+  }
+  absl::StrAppend(&s, "  ]\n}\n");
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+absl::Status StopServers(std::vector<ServerProcess>* servers) {
+  absl::Status first;
+  for (size_t i = 0; i < servers->size(); ++i) {
+    absl::StatusOr<int> code = (*servers)[i].Stop(SIGTERM);
+    absl::Status s = code.ok() ? (*code == 0 ? absl::OkStatus()
+                                             : absl::InternalError(absl::StrCat("exited with code ", *code)))
+                               : code.status();
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("server ", i, " (log ", (*servers)[i].log_path(), "): ", s.message()));
+    }
+  }
+  return first;
+}
+
+// Checks the servers' counters against what this process sent: nothing rejected, nothing lost.
+absl::Status CheckServerCounters(PsClient& client, uint64_t keys_pulled, uint64_t keys_pushed) {
+  KESTREL_ASSIGN_OR_RETURN(std::vector<StatsResponse> stats, client.Stats());
+  uint64_t pulled = 0, pushed = 0, rejected = 0;
+  for (const StatsResponse& s : stats) {
+    pulled += s.keys_pulled();
+    pushed += s.keys_pushed();
+    rejected += s.rejected_requests();
+  }
+  if (rejected != 0 || pulled != keys_pulled || pushed != keys_pushed) {
+    return absl::DataLossError(absl::StrFormat(
+        "server counters disagree with the client: %d rejected requests, keys pulled %d (sent %d), keys pushed "
+        "%d (sent %d)",
+        rejected, pulled, keys_pulled, pushed, keys_pushed));
+  }
+  std::printf("server counters agree: %llu keys pulled, %llu keys pushed, 0 rejected\n",
+              static_cast<unsigned long long>(pulled), static_cast<unsigned long long>(pushed));
+  return absl::OkStatus();
+}
+
+absl::Status RunBench(int argc, char** argv) {
+  const Clock::time_point bench_start = Clock::now();
+  const int num_servers = absl::GetFlag(FLAGS_servers);
+  const int runs = absl::GetFlag(FLAGS_runs);
+  const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  if (num_servers < 1) return absl::InvalidArgumentError("--servers must be >= 1");
+  if (runs < 1) return absl::InvalidArgumentError("--runs must be >= 1");
+  if (!(min_seconds > 0)) return absl::InvalidArgumentError("--min_seconds must be > 0");
+  KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> key_counts, ParseList("keys", absl::GetFlag(FLAGS_keys)));
+  KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ParseList("dims", absl::GetFlag(FLAGS_dims)));
+  KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> client_counts, ParseList("clients", absl::GetFlag(FLAGS_clients)));
+  KESTREL_ASSIGN_OR_RETURN(std::string server_binary, FindServerBinary(argv[0]));
+  const Machine machine = DescribeMachine(argc, argv);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+
+  std::printf("ps_bench: %d server(s), keys {%s}, dims {%s}, clients {%s}, %d runs x >= %.2f s\n", num_servers,
+              absl::GetFlag(FLAGS_keys).c_str(), absl::GetFlag(FLAGS_dims).c_str(),
+              absl::GetFlag(FLAGS_clients).c_str(), runs, min_seconds);
+  std::printf("machine: %d cpus, %s, %s, %s, commit %s\n", machine.nproc, machine.cpu.c_str(), machine.memory.c_str(),
+              machine.kernel.c_str(), machine.commit.c_str());
+
+  // Servers.
+  char dir_template[] = "/tmp/ps_bench.XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string work_dir = dir_template;
+  std::vector<ServerProcess> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < num_servers; ++i) {
+    std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
+                                     absl::StrCat("--job_id=", kJob)};
+    if (absl::GetFlag(FLAGS_server_threads) > 0) args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
+    KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
+                             ServerProcess::Start(server_binary, args, work_dir, absl::StrCat("server", i)));
+    addresses.push_back(p.address());
+    servers.push_back(std::move(p));
+  }
+  std::printf("servers: %s (logs in %s)\n", absl::StrJoin(addresses, " ").c_str(), work_dir.c_str());
+
+  std::vector<Row> rows;
+  std::vector<MemoryRow> memory;
+  absl::Status status = [&]() -> absl::Status {
+    KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(num_servers));
+    const int max_clients = static_cast<int>(*std::max_element(client_counts.begin(), client_counts.end()));
+    std::vector<std::unique_ptr<PsClient>> clients;
+    PsClientOptions options;
+    options.job_id = kJob;
+    for (int c = 0; c < max_clients; ++c) {
+      KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, NewGrpcPsClient(options, partition, addresses));
+      clients.push_back(std::move(client));
+    }
+    std::unique_ptr<PsClient> stats_client;
+    {
+      KESTREL_ASSIGN_OR_RETURN(stats_client, NewGrpcPsClient(options, partition, addresses));
+    }
+    ShardOptions shard_options;
+    shard_options.job_id = kJob;
+    KESTREL_ASSIGN_OR_RETURN(Partition local_partition, Partition::Uniform(1));
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, local_partition));
+
+    Bench bench(std::move(clients), shard.get());
+    for (int64_t k : key_counts) {
+      for (int64_t d : dims) {
+        KESTREL_RETURN_IF_ERROR(
+            bench.RunConfig(k, static_cast<int>(d), client_counts, runs, min_seconds, rng, &rows));
+      }
+    }
+    KESTREL_RETURN_IF_ERROR(CheckServerCounters(*stats_client, bench.net_keys_pulled(), bench.net_keys_pushed()));
+    shard.reset();  // free the throughput tables before the memory section
+    std::printf("memory per row: %lld rows x dim %d, SGD / Adagrad / Adam\n",
+                static_cast<long long>(absl::GetFlag(FLAGS_memory_rows)), absl::GetFlag(FLAGS_memory_dim));
+    std::fflush(stdout);
+    KESTREL_ASSIGN_OR_RETURN(memory, MeasureMemory(absl::GetFlag(FLAGS_memory_rows), absl::GetFlag(FLAGS_memory_dim), rng));
+    return absl::OkStatus();
+  }();
+  const absl::Status stopped = StopServers(&servers);
+  KESTREL_RETURN_IF_ERROR(status);
+  KESTREL_RETURN_IF_ERROR(WithContext(stopped, "stopping servers with SIGTERM"));
+
+  const double total_seconds = std::chrono::duration<double>(Clock::now() - bench_start).count();
+  const std::string md = Markdown(machine, num_servers, runs, min_seconds, server_binary, rows, memory,
+                                  absl::GetFlag(FLAGS_memory_dim), total_seconds);
+  std::printf("\n%s", md.c_str());
+  const std::string output = UserPath(absl::GetFlag(FLAGS_output));
+  if (!output.empty()) {
+    KESTREL_RETURN_IF_ERROR(WriteFile(output, md));
+    std::printf("\nwrote %s\n", output.c_str());
+  }
+  const std::string json = UserPath(absl::GetFlag(FLAGS_json));
+  if (!json.empty()) {
+    KESTREL_RETURN_IF_ERROR(WriteFile(json, Json(machine, num_servers, runs, min_seconds, rows, memory,
+                                                 absl::GetFlag(FLAGS_memory_dim), total_seconds)));
+    std::printf("wrote %s\n", json.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Kestrel ps_bench: sparse Pull/Push throughput over gRPC vs. in-process, and memory per row.\n"
+      "Usually run through bench/run_ps_bench.sh.");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = kestrel::RunBench(argc, argv);
+  if (!status.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ps_bench FAILED: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

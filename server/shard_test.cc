@@ -1,0 +1,278 @@
+#include "server/shard.h"
+
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/packed.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+RequestContext Ctx(absl::string_view job = "job") {
+  RequestContext ctx;
+  ctx.job_id = job;
+  return ctx;
+}
+
+TableConfig Sparse(const std::string& name, int dim, OptimizerConfig::Type opt = OptimizerConfig::SGD,
+                   float lr = 1.0f) {
+  TableConfig c;
+  c.set_name(name);
+  c.set_dim(dim);
+  c.set_seed(7);
+  c.mutable_initializer()->set_type(InitializerConfig::NORMAL);
+  c.mutable_optimizer()->set_type(opt);
+  c.mutable_optimizer()->set_learning_rate(lr);
+  return c;
+}
+
+std::unique_ptr<Shard> MakeShard(int index, int num_servers) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.shard_index = index;
+  options.max_keys_per_request = 1000;
+  auto shard = Shard::Create(options, *Partition::Uniform(num_servers));
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return std::move(shard).value();
+}
+
+std::vector<float> Floats(const std::string& packed) {
+  std::vector<float> out(packed.size() / sizeof(float));
+  std::memcpy(out.data(), packed.data(), packed.size());
+  return out;
+}
+
+// Keys owned by `shard` of a uniform partition, strictly increasing.
+std::vector<uint64_t> OwnedKeys(const Shard& shard, int n) {
+  std::vector<uint64_t> keys;
+  const KeyRange range = shard.ranges().front();
+  for (int i = 0; i < n; ++i) keys.push_back(range.first + 1000 * static_cast<uint64_t>(i) + 3);
+  return keys;
+}
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    shard_ = MakeShard(/*index=*/1, /*num_servers=*/2);
+    ASSERT_TRUE(shard_->CreateTable(Ctx(), Sparse("emb", 4)).ok());
+    keys_ = OwnedKeys(*shard_, 10);
+    grads_.assign(keys_.size() * 4, 0.5f);
+    ASSERT_TRUE(shard_->Push(Ctx(), "emb", keys_, grads_, 4).ok());
+    before_ = shard_->Fingerprint();
+  }
+
+  // Expects `status` to have `code` and mention `text`, and the shard to be unchanged.
+  void ExpectRejected(const absl::Status& status, absl::StatusCode code, absl::string_view text) {
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(std::string(text)));
+    EXPECT_EQ(shard_->Fingerprint(), before_) << "a rejected request changed the shard";
+  }
+
+  std::unique_ptr<Shard> shard_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> grads_;
+  uint64_t before_ = 0;
+};
+
+TEST_F(ShardTest, PushThenPullAppliesSgd) {
+  std::string values;
+  ASSERT_TRUE(shard_->Pull(Ctx(), "emb", keys_, 4, &values).ok());
+  std::vector<float> got = Floats(values);
+  ASSERT_EQ(got.size(), keys_.size() * 4);
+  // Initial value minus lr * grad: compare against the initializer directly.
+  auto init = Initializer::Create(Sparse("emb", 4).initializer(), 7);
+  ASSERT_TRUE(init.ok());
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    float expected[4];
+    init->Fill(keys_[i], expected, 4);
+    for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(got[i * 4 + j], expected[j] - 0.5f);
+  }
+  const ShardStats stats = shard_->Stats();
+  EXPECT_EQ(stats.push_requests, 1u);
+  EXPECT_EQ(stats.pull_requests, 1u);
+  EXPECT_EQ(stats.keys_pushed, keys_.size());
+  ASSERT_EQ(stats.tables.size(), 1u);
+  EXPECT_EQ(stats.tables[0].rows, keys_.size());
+}
+
+TEST_F(ShardTest, RejectsUnknownTable) {
+  std::string values;
+  ExpectRejected(shard_->Pull(Ctx(), "nope", keys_, 0, &values), absl::StatusCode::kNotFound, "'nope'");
+  ExpectRejected(shard_->Push(Ctx(), "nope", keys_, grads_, 0), absl::StatusCode::kNotFound, "does not exist");
+}
+
+TEST_F(ShardTest, RejectsWrongJob) {
+  ExpectRejected(shard_->Push(Ctx("other"), "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
+                 "job 'other'");
+  ExpectRejected(shard_->CreateTable(Ctx("other"), Sparse("t2", 2)).status(), absl::StatusCode::kFailedPrecondition,
+                 "job 'other'");
+}
+
+TEST_F(ShardTest, RejectsWrongDimension) {
+  ExpectRejected(shard_->Push(Ctx(), "emb", keys_, grads_, 8), absl::StatusCode::kInvalidArgument, "has dim 4");
+  std::vector<float> short_grads(grads_.begin(), grads_.end() - 1);
+  ExpectRejected(shard_->Push(Ctx(), "emb", keys_, short_grads, 0), absl::StatusCode::kInvalidArgument,
+                 "need 40 gradient values, got 39");
+}
+
+TEST_F(ShardTest, RejectsUnsortedAndDuplicateKeys) {
+  std::vector<uint64_t> swapped = keys_;
+  std::swap(swapped[3], swapped[4]);
+  ExpectRejected(shard_->Push(Ctx(), "emb", swapped, grads_, 0), absl::StatusCode::kInvalidArgument,
+                 "strictly increasing");
+  std::vector<uint64_t> dup = keys_;
+  dup[5] = dup[4];
+  std::string values;
+  ExpectRejected(shard_->Pull(Ctx(), "emb", dup, 0, &values), absl::StatusCode::kInvalidArgument,
+                 "strictly increasing");
+}
+
+TEST_F(ShardTest, RejectsKeysOutsideRanges) {
+  std::vector<uint64_t> keys = keys_;
+  keys.insert(keys.begin(), 5);  // owned by shard 0
+  std::vector<float> grads(keys.size() * 4, 1.0f);
+  ExpectRejected(shard_->Push(Ctx(), "emb", keys, grads, 0), absl::StatusCode::kInvalidArgument,
+                 "key 0x0000000000000005 (keys[0]) is outside shard 1's key ranges "
+                 "[0x8000000000000000, 0xffffffffffffffff]; it belongs to shard 0");
+}
+
+TEST_F(ShardTest, RejectsNonFiniteGradients) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> grads = grads_;
+    grads[grads.size() - 2] = bad;  // the last key, element 2: everything before it is valid
+    ExpectRejected(shard_->Push(Ctx(), "emb", keys_, grads, 0), absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("element 2 of table 'emb'"));
+  }
+}
+
+TEST_F(ShardTest, RejectsTooManyKeys) {
+  std::vector<uint64_t> keys = OwnedKeys(*shard_, 1001);
+  std::vector<float> grads(keys.size() * 4, 1.0f);
+  ExpectRejected(shard_->Push(Ctx(), "emb", keys, grads, 0), absl::StatusCode::kInvalidArgument,
+                 "exceed the limit of 1000");
+}
+
+TEST_F(ShardTest, RejectsSparseCallsOnDenseTables) {
+  TableConfig dense = Sparse("mlp", 8);
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dense_size(100);
+  ASSERT_TRUE(shard_->CreateTable(Ctx(), dense).ok());
+  before_ = shard_->Fingerprint();
+  ExpectRejected(shard_->Push(Ctx(), "mlp", keys_, std::vector<float>(keys_.size() * 8, 1.0f), 0),
+                 absl::StatusCode::kInvalidArgument, "use PullDense/PushDense");
+}
+
+TEST_F(ShardTest, CreateTableIsIdempotentAndRejectsConflicts) {
+  auto again = shard_->CreateTable(Ctx(), Sparse("emb", 4));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+  ExpectRejected(shard_->CreateTable(Ctx(), Sparse("emb", 8)).status(), absl::StatusCode::kAlreadyExists,
+                 "different config");
+  ExpectRejected(shard_->CreateTable(Ctx(), Sparse("bad name", 4)).status(), absl::StatusCode::kInvalidArgument,
+                 "table name");
+  TableConfig bad_lr = Sparse("t", 4);
+  bad_lr.mutable_optimizer()->set_learning_rate(-1);
+  ExpectRejected(shard_->CreateTable(Ctx(), bad_lr).status(), absl::StatusCode::kInvalidArgument,
+                 "learning_rate");
+  EXPECT_EQ(shard_->DescribeTables().size(), 1u);
+  EXPECT_GE(shard_->Stats().rejected_requests, 3u);
+}
+
+TEST(ShardPlacementTest, InitialValueDoesNotDependOnOwner) {
+  // The same key pulled from a 1-server and from a 3-server layout has the same initial value.
+  auto solo = MakeShard(0, 1);
+  ASSERT_TRUE(solo->CreateTable(Ctx(), Sparse("emb", 16)).ok());
+  auto partition = *Partition::Uniform(3);
+  for (uint64_t key : {uint64_t{12345}, uint64_t{0x9000000000000000}, uint64_t{0xfffffffffffffff0}}) {
+    auto owner = MakeShard(partition.OwnerOf(key), 3);
+    ASSERT_TRUE(owner->CreateTable(Ctx(), Sparse("emb", 16)).ok());
+    std::string a, b;
+    ASSERT_TRUE(solo->Pull(Ctx(), "emb", {key}, 16, &a).ok());
+    ASSERT_TRUE(owner->Pull(Ctx(), "emb", {key}, 16, &b).ok());
+    EXPECT_EQ(a, b);
+    // Pulling does not create rows.
+    EXPECT_EQ(owner->Stats().tables[0].rows, 0u);
+  }
+}
+
+TEST(ShardConcurrencyTest, ConcurrentPushesSumExactly) {
+  // 8 threads push integer gradients to overlapping keys; SGD with lr = 1 from zeros gives exact sums.
+  auto shard = MakeShard(0, 1);
+  TableConfig c = Sparse("emb", 8);
+  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  ASSERT_TRUE(shard->CreateTable(Ctx(), c).ok());
+  constexpr int kThreads = 8, kRounds = 200, kKeys = 500;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> keys;
+      // Thread t touches every key k with k % (t + 1) == 0: overlaps differ per key.
+      for (int k = 0; k < kKeys; ++k) {
+        if (k % (t + 1) == 0) keys.push_back(Partition::FeatureKey(k) / 2 * 2);  // any order: sorted below
+      }
+      std::sort(keys.begin(), keys.end());
+      std::vector<float> grads(keys.size() * 8, static_cast<float>(t + 1));
+      for (int r = 0; r < kRounds; ++r) {
+        ASSERT_TRUE(shard->Push(Ctx(), "emb", keys, grads, 8).ok());
+        std::string values;
+        ASSERT_TRUE(shard->Pull(Ctx(), "emb", keys, 8, &values).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int k = 0; k < kKeys; ++k) {
+    float expected = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      if (k % (t + 1) == 0) expected -= static_cast<float>((t + 1) * kRounds);
+    }
+    std::string values;
+    ASSERT_TRUE(shard->Pull(Ctx(), "emb", {Partition::FeatureKey(k) / 2 * 2}, 8, &values).ok());
+    for (float v : Floats(values)) ASSERT_EQ(v, expected) << "key " << k;
+  }
+  EXPECT_EQ(shard->Stats().tables[0].rows, static_cast<uint64_t>(kKeys));
+}
+
+TEST(ShardDenseTest, BlocksAreRoutedAndValidated) {
+  auto partition = *Partition::Uniform(2);
+  TableConfig c = Sparse("mlp", 4);
+  c.set_kind(TableConfig::DENSE);
+  c.set_dense_size(30);  // 8 blocks, the last one half used
+  std::unique_ptr<Shard> shards[2] = {MakeShard(0, 2), MakeShard(1, 2)};
+  std::vector<uint64_t> blocks[2];
+  for (uint64_t b = 0; b < 8; ++b) blocks[partition.OwnerOf(Partition::DenseBlockKey("mlp", b))].push_back(b);
+  ASSERT_FALSE(blocks[0].empty());
+  ASSERT_FALSE(blocks[1].empty());
+  for (int s = 0; s < 2; ++s) {
+    Shard& shard = *shards[s];
+    ASSERT_TRUE(shard.CreateTable(Ctx(), c).ok());
+    std::string before;
+    ASSERT_TRUE(shard.PullDense(Ctx(), "mlp", blocks[s], 4, &before).ok());
+    std::vector<float> grads(blocks[s].size() * 4, 2.0f);
+    ASSERT_TRUE(shard.PushDense(Ctx(), "mlp", blocks[s], grads, 4).ok());
+    std::string after;
+    ASSERT_TRUE(shard.PullDense(Ctx(), "mlp", blocks[s], 4, &after).ok());
+    std::vector<float> b = Floats(before), a = Floats(after);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i] - 2.0f);
+
+    const uint64_t fingerprint = shard.Fingerprint();
+    std::string values;
+    absl::Status wrong_owner = shard.PullDense(Ctx(), "mlp", blocks[1 - s], 4, &values);
+    EXPECT_EQ(wrong_owner.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(wrong_owner.message()), HasSubstr("outside shard"));
+    absl::Status too_far = shard.PushDense(Ctx(), "mlp", {8}, std::vector<float>(4, 1.0f), 4);
+    EXPECT_THAT(std::string(too_far.message()), HasSubstr("has 8 blocks; block 8 does not exist"));
+    EXPECT_EQ(shard.Fingerprint(), fingerprint);
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -1,0 +1,94 @@
+#include "tests/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace kestrel {
+
+absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary, const std::vector<std::string>& args,
+                                                   const std::string& work_dir, const std::string& name,
+                                                   absl::Duration timeout) {
+  const std::string port_file = absl::StrCat(work_dir, "/", name, ".port");
+  ::unlink(port_file.c_str());
+  ServerProcess p;
+  p.log_path_ = absl::StrCat(work_dir, "/", name, ".log");
+  std::vector<std::string> argv_strings = {binary, "--host=127.0.0.1", "--port=0",
+                                           absl::StrCat("--port_file=", port_file)};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const int log_fd = ::open(p.log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", p.log_path_));
+  p.pid_ = ::fork();
+  if (p.pid_ < 0) return absl::InternalError("fork failed");
+  if (p.pid_ == 0) {
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream in(port_file);
+    if (in >> p.port_ && p.port_ > 0) return p;
+    int wstatus;
+    if (::waitpid(p.pid_, &wstatus, WNOHANG) == p.pid_) {
+      p.pid_ = -1;
+      return absl::InternalError(absl::StrCat(name, " exited before serving; see ", p.log_path_));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(name, " did not report its port in time; see ", p.log_path_));
+}
+
+ServerProcess::ServerProcess(ServerProcess&& other) noexcept { *this = std::move(other); }
+
+ServerProcess& ServerProcess::operator=(ServerProcess&& other) noexcept {
+  std::swap(pid_, other.pid_);
+  std::swap(port_, other.port_);
+  std::swap(log_path_, other.log_path_);
+  return *this;
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+absl::StatusOr<int> ServerProcess::Stop(int signal, absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("process is not running");
+  ::kill(pid_, signal);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int wstatus;
+    if (::waitpid(pid_, &wstatus, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit after signal ", signal));
+}
+
+std::string RunfilePath(const std::string& workspace_relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir != nullptr && workspace != nullptr) return absl::StrCat(srcdir, "/", workspace, "/", workspace_relative);
+  return workspace_relative;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,201 @@
+// PsClient routing, splitting, scattering and error reporting, over the in-process transport and over real
+// gRPC servers (PsServer on loopback), with the same expectations.
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/hash.h"
+#include "server/ps_service.h"
+#include "server/shard.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/local_ps_client.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kServers = 3;
+
+TableConfig Table(const std::string& name, int dim) {
+  TableConfig c;
+  c.set_name(name);
+  c.set_dim(dim);
+  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  c.mutable_optimizer()->set_learning_rate(1.0f);
+  return c;
+}
+
+enum class Transport { kLocal, kGrpc };
+
+class PsClientTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  void SetUp() override {
+    partition_ = std::make_unique<Partition>(*Partition::Uniform(kServers, /*ranges_per_server=*/2));
+    std::vector<Shard*> shards;
+    std::vector<std::string> addresses;
+    for (int s = 0; s < kServers; ++s) {
+      ShardOptions options;
+      options.job_id = "job";
+      options.shard_index = s;
+      shards_.push_back(*Shard::Create(options, *partition_));
+      shards.push_back(shards_.back().get());
+      if (GetParam() == Transport::kGrpc) {
+        PsServerOptions server_options;
+        server_options.address = "127.0.0.1:0";
+        server_options.threads = 2;
+        server_options.max_message_bytes = 1 << 20;  // 1 MiB: the oversize test relies on it
+        auto server = PsServer::Start(server_options, shards.back());
+        ASSERT_TRUE(server.ok()) << server.status();
+        addresses.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+        servers_.push_back(std::move(server).value());
+      }
+    }
+    options_.job_id = "job";
+    options_.max_request_bytes = 4096;  // small: forces many requests per server
+    if (GetParam() == Transport::kGrpc) {
+      auto client = NewGrpcPsClient(options_, *partition_, addresses);
+      ASSERT_TRUE(client.ok()) << client.status();
+      client_ = std::move(client).value();
+      addresses_ = addresses;
+    } else {
+      client_ = NewLocalPsClient(options_, shards);
+    }
+    ASSERT_TRUE(client_->CreateTable(Table("emb", 8)).ok());
+  }
+
+  uint64_t Fingerprint() const {
+    uint64_t h = 0;
+    for (const auto& s : shards_) h = HashCombine(h, s->Fingerprint());
+    return h;
+  }
+
+  std::unique_ptr<Partition> partition_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::string> addresses_;
+  PsClientOptions options_;
+  std::unique_ptr<PsClient> client_;
+};
+
+TEST_P(PsClientTest, PushSumsDuplicatesAndPullScattersBack) {
+  std::mt19937_64 rng(301);
+  std::vector<uint64_t> keys(3000);
+  for (auto& k : keys) k = Partition::FeatureKey(rng() % 700);  // many duplicates, random order
+  std::vector<float> grads(keys.size() * 8);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 5);
+  ASSERT_TRUE(client_->Push("emb", keys, 8, grads.data()).ok());
+
+  std::map<uint64_t, std::vector<float>> expected;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto& row = expected[keys[i]];
+    row.resize(8, 0.0f);
+    for (int j = 0; j < 8; ++j) row[j] -= grads[i * 8 + j];
+  }
+  std::vector<float> out(keys.size() * 8, -1.0f);
+  ASSERT_TRUE(client_->Pull("emb", keys, 8, out.data()).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(out[i * 8 + j], expected[keys[i]][j]) << "position " << i;
+  }
+
+  // Every server got rows, each server holds only its own keys, and requests were split.
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  uint64_t rows = 0;
+  for (int s = 0; s < kServers; ++s) {
+    EXPECT_GT((*stats)[s].rows(), 0u);
+    EXPECT_GT((*stats)[s].push_requests(), 1u) << "4 KiB requests should split each server's share";
+    rows += (*stats)[s].rows();
+  }
+  EXPECT_EQ(rows, expected.size());
+}
+
+TEST_P(PsClientTest, DenseTensorRoundTrip) {
+  TableConfig dense = Table("mlp", 16);
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dense_size(1000);  // 63 blocks, the last one partly used
+  ASSERT_TRUE(client_->CreateTable(dense).ok());
+  std::vector<float> grads(1000);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  ASSERT_TRUE(client_->PushDense("mlp", grads).ok());
+  ASSERT_TRUE(client_->PushDense("mlp", grads).ok());
+  std::vector<float> out(1000, 1.0f);
+  ASSERT_TRUE(client_->PullDense("mlp", absl::MakeSpan(out)).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], -2.0f * i) << i;
+  // The blocks are spread over the servers.
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (int s = 0; s < kServers; ++s) EXPECT_GT((*stats)[s].keys_pushed(), 0u);
+  // A buffer of the wrong size is refused before anything is sent.
+  std::vector<float> wrong(999);
+  EXPECT_EQ(client_->PushDense("mlp", wrong).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(PsClientTest, ErrorsNameTheServerAndLeaveStateUnchanged) {
+  std::vector<uint64_t> keys = {Partition::FeatureKey(1), Partition::FeatureKey(2), Partition::FeatureKey(3)};
+  std::vector<float> grads(keys.size() * 8, 1.0f);
+  ASSERT_TRUE(client_->Push("emb", keys, 8, grads.data()).ok());
+  const uint64_t before = Fingerprint();
+
+  absl::Status missing = client_->Push("missing", keys, 8, grads.data());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("table 'missing' does not exist"));
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("server "));
+
+  grads[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint64_t> one_key = {keys[0]};
+  absl::Status nan = client_->Push("emb", one_key, 8, grads.data());
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(nan.message()), HasSubstr("non-finite gradient"));
+
+  std::vector<float> out(keys.size() * 4);
+  EXPECT_EQ(client_->Pull("emb", keys, 4, out.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Fingerprint(), before);
+}
+
+TEST_P(PsClientTest, WrongJobIsRefused) {
+  PsClientOptions other = options_;
+  other.job_id = "another-job";
+  std::unique_ptr<PsClient> client;
+  if (GetParam() == Transport::kGrpc) {
+    client = *NewGrpcPsClient(other, *partition_, addresses_);
+  } else {
+    std::vector<Shard*> shards;
+    for (auto& s : shards_) shards.push_back(s.get());
+    client = NewLocalPsClient(other, shards);
+  }
+  std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> out(keys.size() * 8);
+  absl::Status status = client->Pull("emb", keys, 8, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("job 'another-job'"));
+}
+
+TEST_P(PsClientTest, OversizeMessagesAreRejectedWhole) {
+  if (GetParam() != Transport::kGrpc) GTEST_SKIP() << "message limits exist only on the gRPC path";
+  // One request of ~2 MiB against servers that accept 1 MiB.
+  PsClientOptions big = options_;
+  big.max_request_bytes = 8 << 20;
+  auto client = *NewGrpcPsClient(big, *partition_, addresses_);
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 60000; ++i) keys.push_back(i * 7919);  // all owned by server 0's first range
+  std::vector<float> grads(keys.size() * 8, 1.0f);
+  const uint64_t before = Fingerprint();
+  absl::Status status = client->Push("emb", keys, 8, grads.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_EQ(Fingerprint(), before);
+  // The default client splits the same push below the limit and succeeds.
+  EXPECT_TRUE(client_->Push("emb", keys, 8, grads.data()).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PsClientTest, ::testing::Values(Transport::kLocal, Transport::kGrpc),
+                         [](const auto& info) { return info.param == Transport::kGrpc ? "Grpc" : "Local"; });
+
+}  // namespace
+}  // namespace kestrel
