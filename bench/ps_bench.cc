@@ -78,6 +78,8 @@ ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the serv
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");
 ABSL_FLAG(std::string, invocation, "", "The command that reproduces this run (run_ps_bench.sh passes its own).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the key windows and gradients.");
+ABSL_FLAG(bool, in_process, true,
+          "Also measure the in-process path (false: network only, e.g. for profiling the network path).");
 ABSL_FLAG(int64_t, memory_rows, 1000000, "Rows of the memory-per-row tables (0 skips that section).");
 ABSL_FLAG(int, memory_dim, 16, "Dim of the memory-per-row tables.");
 
@@ -431,11 +433,13 @@ class Bench {
         for (int r = 0; r < runs; ++r) {
           const std::string what = absl::StrFormat("%s keys=%d dim=%d clients=%d run %d", o.op, num_keys, dim,
                                                    threads, r + 1);
-          KESTREL_ASSIGN_OR_RETURN(Sample n, Measure(threads, keys.size(), min_seconds, *o.net));
-          net.push_back(n);
-          KESTREL_ASSIGN_OR_RETURN(Sample l, Measure(threads, keys.size(), min_seconds, *o.local));
-          local.push_back(l);
-          (void)what;
+          absl::StatusOr<Sample> n = Measure(threads, keys.size(), min_seconds, *o.net);
+          if (!n.ok()) return WithContext(n.status(), "network " + what);
+          net.push_back(*n);
+          if (!absl::GetFlag(FLAGS_in_process)) continue;
+          absl::StatusOr<Sample> l = Measure(threads, keys.size(), min_seconds, *o.local);
+          if (!l.ok()) return WithContext(l.status(), "in-process " + what);
+          local.push_back(*l);
         }
         Row row;
         row.keys = num_keys;
@@ -443,7 +447,7 @@ class Bench {
         row.clients = threads;
         row.op = o.op;
         row.net = Summarize(net, dim);
-        row.local = Summarize(local, dim);
+        if (!local.empty()) row.local = Summarize(local, dim);
         std::printf("  keys=%-7lld dim=%-3d clients=%d %s: network %7.2fM keys/s (p50 %.2f ms), in-process "
                     "%7.2fM keys/s, ratio %.2f\n",
                     static_cast<long long>(num_keys), dim, threads, o.op, row.net.keys_per_s / 1e6,

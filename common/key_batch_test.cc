@@ -74,6 +74,12 @@ void ExpectValidBatch(const KeyBatch& batch, const std::vector<uint64_t>& keys, 
     ASSERT_LT(batch.inverse()[i], batch.num_unique()) << i;
     EXPECT_EQ(batch.unique_keys()[batch.inverse()[i]], keys[i]) << i;
   }
+
+  // identity(): the unique keys are the input itself.
+  if (batch.identity()) {
+    EXPECT_EQ(std::vector<uint64_t>(batch.unique_keys().begin(), batch.unique_keys().end()), keys);
+    for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(batch.inverse()[i], i);
+  }
 }
 
 void ExpectScatterCorrect(const KeyBatch& batch, const std::vector<uint64_t>& keys, int dim) {
@@ -125,6 +131,7 @@ TEST(KeyBatchTest, RandomBatchesWithDuplicatesMatchReference) {
         KeyBatch batch;
         batch.Build(keys, p);
         ExpectAllCorrect(batch, keys, p);
+        EXPECT_EQ(batch.identity(), n == 1);  // larger batches have duplicates
       }
     }
   }
@@ -152,8 +159,9 @@ TEST(KeyBatchTest, AlreadySortedFastPath) {
       KeyBatch batch;
       batch.Build(keys, p);
       ExpectAllCorrect(batch, keys, p);
-      if (ranges_per_server == 1) {
-        // Already grouped: nothing moves.
+      // Already grouped unless a server owns several slices of the key space.
+      EXPECT_EQ(batch.identity(), servers == 1 || ranges_per_server == 1);
+      if (batch.identity()) {
         for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(batch.inverse()[i], i);
       }
     }
@@ -167,6 +175,7 @@ TEST(KeyBatchTest, SortedWithDuplicatesIsNotTheFastPath) {
   batch.Build(keys, p);
   ExpectAllCorrect(batch, keys, p);
   EXPECT_EQ(batch.num_unique(), 4u);
+  EXPECT_FALSE(batch.identity());
 }
 
 TEST(KeyBatchTest, SingleKey) {
@@ -177,6 +186,7 @@ TEST(KeyBatchTest, SingleKey) {
   ExpectAllCorrect(batch, keys, p);
   EXPECT_EQ(batch.keys_of(0).size(), 0u);
   EXPECT_EQ(batch.keys_of(1).size(), 1u);
+  EXPECT_TRUE(batch.identity());
 }
 
 TEST(KeyBatchTest, EmptyBatch) {
@@ -186,6 +196,7 @@ TEST(KeyBatchTest, EmptyBatch) {
   EXPECT_EQ(batch.num_keys(), 0u);
   EXPECT_EQ(batch.num_unique(), 0u);
   EXPECT_EQ(batch.num_servers(), 3);
+  EXPECT_TRUE(batch.identity());
   for (int s = 0; s < 3; ++s) {
     EXPECT_TRUE(batch.keys_of(s).empty());
     EXPECT_EQ(batch.offset_of(s), 0u);
@@ -207,6 +218,7 @@ TEST(KeyBatchTest, ScatterAndReduceSmallExample) {
             (std::vector<uint64_t>{a, c, b}));
   EXPECT_EQ(std::vector<uint32_t>(batch.inverse().begin(), batch.inverse().end()),
             (std::vector<uint32_t>{2, 0, 2, 1, 0, 2}));
+  EXPECT_FALSE(batch.identity());
 
   const std::vector<float> unique_rows = {1, 10, 2, 20, 3, 30};  // a, c, b; dim 2
   std::vector<float> out(12);
@@ -232,10 +244,13 @@ TEST(KeyBatchTest, BuildReusedOnDifferentBatches) {
   ExpectAllCorrect(batch, big, p5);
   batch.Build(small, p5);
   ExpectAllCorrect(batch, small, p5);
-  batch.Build(sorted, p5);
+  EXPECT_FALSE(batch.identity());
+  batch.Build(sorted, p5);  // covers the first two ranges only, owned by servers 0 and 1: grouped
   ExpectAllCorrect(batch, sorted, p5);
+  EXPECT_TRUE(batch.identity());
   batch.Build(big, p2);
   ExpectAllCorrect(batch, big, p2);
+  EXPECT_FALSE(batch.identity());
   batch.Build({}, p5);
   ExpectValidBatch(batch, {}, p5);
   batch.Build(small, p2);

@@ -60,7 +60,11 @@ void Initializer::Fill(uint64_t key, float* row, int dim) const {
   const uint64_t base = HashCombine(Mix64(seed_), key);
   switch (type_) {
     case InitializerConfig::UNIFORM:
-      for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + (b_ - a_) * Uniform01(base, j));
+      for (int j = 0; j < dim; ++j) {
+        // Rounding to float can land on max; keep the interval half-open.
+        const float v = static_cast<float>(a_ + (b_ - a_) * Uniform01(base, j));
+        row[j] = v < b_ ? v : std::nextafter(b_, a_);
+      }
       return;
     case InitializerConfig::NORMAL:
       for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + b_ * StandardNormal(base, j));

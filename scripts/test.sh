@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds everything, runs every test, and prints
+# "N passed, N failed" (test cases, from the JUnit XML Bazel writes). Exits non-zero on any failure.
+# GPU tests are tagged "gpu" and skip with a message where no GPU is present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+log=$(mktemp)
+bazel test //... --keep_going --test_summary=short "$@" 2>&1 | tee "$log"
+bazel_rc=${PIPESTATUS[0]}
+python3 scripts/test_summary.py "$log" "$(bazel info bazel-testlogs 2>/dev/null)" "$bazel_rc"
