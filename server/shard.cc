@@ -173,6 +173,17 @@ absl::Status Shard::BlockKeys(const Table& table, absl::Span<const uint64_t> blo
   return CheckKeys(*keys, /*sorted=*/false, "dense block keys");
 }
 
+absl::StatusOr<absl::Span<const uint64_t>> Shard::CheckedKeys(const Table& table,
+                                                              absl::Span<const uint64_t> ids) const {
+  if (table.config().kind() == TableConfig::SPARSE) {
+    KESTREL_RETURN_IF_ERROR(CheckKeys(ids, /*sorted=*/true, "keys"));
+    return ids;
+  }
+  thread_local std::vector<uint64_t> block_keys;
+  KESTREL_RETURN_IF_ERROR(BlockKeys(table, ids, &block_keys));
+  return absl::MakeConstSpan(block_keys);
+}
+
 absl::Status Shard::Pull(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
                          int expected_dim, std::string* values) {
   return Count(Read(ctx, name, TableConfig::SPARSE, keys, expected_dim, values));
@@ -196,14 +207,7 @@ absl::Status Shard::PushDense(const RequestContext& ctx, absl::string_view name,
 absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
                          absl::Span<const uint64_t> ids, int expected_dim, std::string* values) {
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
-  absl::Span<const uint64_t> keys = ids;
-  thread_local std::vector<uint64_t> block_keys;
-  if (kind == TableConfig::DENSE) {
-    KESTREL_RETURN_IF_ERROR(BlockKeys(*table, ids, &block_keys));
-    keys = block_keys;
-  } else {
-    KESTREL_RETURN_IF_ERROR(CheckKeys(keys, /*sorted=*/true, "keys"));
-  }
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   table->Pull(keys, ResizePacked<float>(values, keys.size() * table->dim()));
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
@@ -213,14 +217,7 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
 absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
                           absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) {
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
-  absl::Span<const uint64_t> keys = ids;
-  thread_local std::vector<uint64_t> block_keys;
-  if (kind == TableConfig::DENSE) {
-    KESTREL_RETURN_IF_ERROR(BlockKeys(*table, ids, &block_keys));
-    keys = block_keys;
-  } else {
-    KESTREL_RETURN_IF_ERROR(CheckKeys(keys, /*sorted=*/true, "keys"));
-  }
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
   // Everything is validated: the update below cannot fail part-way.
   table->Push(keys, grads.data());

@@ -118,6 +118,9 @@ class Shard {
   absl::Status CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const;
   absl::Status CheckGrads(const Table& table, absl::Span<const uint64_t> keys,
                           absl::Span<const float> grads) const;
+  // The table's keys for `ids` after checking them: sparse keys as they are, dense block indices mapped to
+  // block keys (valid until the calling thread's next call).
+  absl::StatusOr<absl::Span<const uint64_t>> CheckedKeys(const Table& table, absl::Span<const uint64_t> ids) const;
   // Maps block indices to block keys after checking them.
   absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
   // Pull/PullDense and Push/PushDense after the kind-specific key checks.

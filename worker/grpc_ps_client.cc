@@ -37,35 +37,27 @@ class GrpcTransport final : public PsTransport {
     auto* stub = stubs_[server]->async();
     switch (method) {
       case PsMethod::kPull:
-        return stub->Pull(context, &Cast<PullRequest>(request), Cast<PullResponse>(response), std::move(finish));
+        return stub->Pull(context, &MessageAs<PullRequest>(request), MessageAs<PullResponse>(response), std::move(finish));
       case PsMethod::kPush:
-        return stub->Push(context, &Cast<PushRequest>(request), Cast<PushResponse>(response), std::move(finish));
+        return stub->Push(context, &MessageAs<PushRequest>(request), MessageAs<PushResponse>(response), std::move(finish));
       case PsMethod::kPullDense:
-        return stub->PullDense(context, &Cast<PullRequest>(request), Cast<PullResponse>(response),
+        return stub->PullDense(context, &MessageAs<PullRequest>(request), MessageAs<PullResponse>(response),
                                std::move(finish));
       case PsMethod::kPushDense:
-        return stub->PushDense(context, &Cast<PushRequest>(request), Cast<PushResponse>(response),
+        return stub->PushDense(context, &MessageAs<PushRequest>(request), MessageAs<PushResponse>(response),
                                std::move(finish));
       case PsMethod::kCreateTable:
-        return stub->CreateTable(context, &Cast<CreateTableRequest>(request), Cast<CreateTableResponse>(response),
+        return stub->CreateTable(context, &MessageAs<CreateTableRequest>(request), MessageAs<CreateTableResponse>(response),
                                  std::move(finish));
       case PsMethod::kDescribeTables:
-        return stub->DescribeTables(context, &Cast<DescribeTablesRequest>(request),
-                                    Cast<DescribeTablesResponse>(response), std::move(finish));
+        return stub->DescribeTables(context, &MessageAs<DescribeTablesRequest>(request),
+                                    MessageAs<DescribeTablesResponse>(response), std::move(finish));
       case PsMethod::kStats:
-        return stub->Stats(context, &Cast<StatsRequest>(request), Cast<StatsResponse>(response), std::move(finish));
+        return stub->Stats(context, &MessageAs<StatsRequest>(request), MessageAs<StatsResponse>(response), std::move(finish));
     }
   }
 
  private:
-  template <typename T>
-  static const T& Cast(const google::protobuf::Message& m) {
-    return static_cast<const T&>(m);
-  }
-  template <typename T>
-  static T* Cast(google::protobuf::Message* m) {
-    return static_cast<T*>(m);
-  }
 
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
 };

@@ -17,32 +17,24 @@ class LocalTransport final : public PsTransport {
     Shard& shard = *shards_[server];
     switch (method) {
       case PsMethod::kPull:
-        return done(HandlePull(shard, Cast<PullRequest>(request), Cast<PullResponse>(response)));
+        return done(HandlePull(shard, MessageAs<PullRequest>(request), MessageAs<PullResponse>(response)));
       case PsMethod::kPush:
-        return done(HandlePush(shard, Cast<PushRequest>(request), Cast<PushResponse>(response)));
+        return done(HandlePush(shard, MessageAs<PushRequest>(request), MessageAs<PushResponse>(response)));
       case PsMethod::kPullDense:
-        return done(HandlePullDense(shard, Cast<PullRequest>(request), Cast<PullResponse>(response)));
+        return done(HandlePullDense(shard, MessageAs<PullRequest>(request), MessageAs<PullResponse>(response)));
       case PsMethod::kPushDense:
-        return done(HandlePushDense(shard, Cast<PushRequest>(request), Cast<PushResponse>(response)));
+        return done(HandlePushDense(shard, MessageAs<PushRequest>(request), MessageAs<PushResponse>(response)));
       case PsMethod::kCreateTable:
-        return done(HandleCreateTable(shard, Cast<CreateTableRequest>(request), Cast<CreateTableResponse>(response)));
+        return done(HandleCreateTable(shard, MessageAs<CreateTableRequest>(request), MessageAs<CreateTableResponse>(response)));
       case PsMethod::kDescribeTables:
-        return done(HandleDescribeTables(shard, Cast<DescribeTablesRequest>(request),
-                                         Cast<DescribeTablesResponse>(response)));
+        return done(HandleDescribeTables(shard, MessageAs<DescribeTablesRequest>(request),
+                                         MessageAs<DescribeTablesResponse>(response)));
       case PsMethod::kStats:
-        return done(HandleStats(shard, Cast<StatsRequest>(request), Cast<StatsResponse>(response)));
+        return done(HandleStats(shard, MessageAs<StatsRequest>(request), MessageAs<StatsResponse>(response)));
     }
   }
 
  private:
-  template <typename T>
-  static const T& Cast(const google::protobuf::Message& m) {
-    return static_cast<const T&>(m);
-  }
-  template <typename T>
-  static T* Cast(google::protobuf::Message* m) {
-    return static_cast<T*>(m);
-  }
 
   const std::vector<Shard*> shards_;
 };

@@ -66,6 +66,16 @@ class PsTransport {
                     std::function<void(absl::Status)> done) = 0;
 };
 
+// The concrete request/response type behind a transport's Message, chosen by its PsMethod.
+template <typename T>
+const T& MessageAs(const google::protobuf::Message& m) {
+  return static_cast<const T&>(m);
+}
+template <typename T>
+T* MessageAs(google::protobuf::Message* m) {
+  return static_cast<T*>(m);
+}
+
 class PsClient {
  public:
   virtual ~PsClient() = default;
