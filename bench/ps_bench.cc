@@ -29,16 +29,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -54,6 +55,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/process_setup.h"
 #include "common/partition.h"
 #include "common/status.h"
 #include "proto/table.pb.h"
@@ -75,9 +77,14 @@ ABSL_FLAG(std::string, json, "", "If set, also write the results as JSON to this
 ABSL_FLAG(std::string, server_binary, "",
           "kestrel_server to spawn. Default: the runfiles copy, else bazel-bin/server/kestrel_server.");
 ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, one per core).");
+ABSL_FLAG(int64_t, max_request_bytes, 0,
+          "PsClientOptions::max_request_bytes of the network clients (0: the library default, 2 MiB).");
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");
 ABSL_FLAG(std::string, invocation, "", "The command that reproduces this run (run_ps_bench.sh passes its own).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the key windows and gradients.");
+ABSL_FLAG(std::string, ops, "pull,push", "Comma-separated ops to measure: pull, push.");
+ABSL_FLAG(bool, network, true,
+          "Measure the network path (false: in-process only, e.g. for profiling the table; servers still start).");
 ABSL_FLAG(bool, in_process, true,
           "Also measure the in-process path (false: network only, e.g. for profiling the network path).");
 ABSL_FLAG(int64_t, memory_rows, 1000000, "Rows of the memory-per-row tables (0 skips that section).");
@@ -166,14 +173,15 @@ absl::StatusOr<std::string> FindServerBinary(const char* argv0) {
     return path;
   }
   std::vector<std::string> candidates = {RunfilePath("server/kestrel_server")};
-  if (const char* dir = std::getenv("RUNFILES_DIR")) candidates.push_back(absl::StrCat(dir, "/kestrel/server/kestrel_server"));
+  if (const char* dir = std::getenv("RUNFILES_DIR"))
+    candidates.push_back(absl::StrCat(dir, "/kestrel/server/kestrel_server"));
   candidates.push_back(absl::StrCat(argv0, ".runfiles/kestrel/server/kestrel_server"));
   candidates.push_back(UserPath("bazel-bin/server/kestrel_server"));
   for (const std::string& c : candidates) {
     if (IsExecutable(c)) return c;
   }
-  return absl::NotFoundError(absl::StrCat("kestrel_server not found (tried ", absl::StrJoin(candidates, ", "),
-                                          "); pass --server_binary"));
+  return absl::NotFoundError(
+      absl::StrCat("kestrel_server not found (tried ", absl::StrJoin(candidates, ", "), "); pass --server_binary"));
 }
 
 void MakeParentDirs(const std::string& path) {
@@ -198,6 +206,14 @@ struct Machine {
   int nproc = 0;
   std::string cpu, memory, kernel, date, commit, command, invocation;
 };
+
+// "0.52 0.31 0.20" (1, 5 and 15 minute load averages): other work on the machine skews the figures.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  if (!(in >> a >> b >> c)) return "unknown";
+  return absl::StrCat(a, " ", b, " ", c);
+}
 
 Machine DescribeMachine(int argc, char** argv) {
   Machine m;
@@ -307,6 +323,7 @@ absl::StatusOr<Sample> Measure(int threads, size_t keys_per_call, double min_sec
 // Results.
 
 struct Figures {  // medians over runs
+  bool measured = false;
   double keys_per_s = 0, mb_per_s = 0, p50_ms = 0, p99_ms = 0;
   int64_t calls = 0;  // total timed calls over all runs
 };
@@ -317,11 +334,14 @@ struct Row {
   int clients = 0;
   std::string op;  // "pull" | "push"
   Figures net, local;
-  double ratio() const { return local.keys_per_s > 0 ? net.keys_per_s / local.keys_per_s : 0; }
+  bool has_ratio() const { return net.measured && local.measured && local.keys_per_s > 0; }
+  double ratio() const { return has_ratio() ? net.keys_per_s / local.keys_per_s : 0; }
 };
 
 Figures Summarize(const std::vector<Sample>& samples, int dim) {
   Figures f;
+  f.measured = !samples.empty();
+  if (!f.measured) return f;
   std::vector<double> kps, p50, p99;
   for (const Sample& s : samples) {
     kps.push_back(s.keys_per_s);
@@ -378,92 +398,145 @@ absl::Status WithContext(absl::Status s, const std::string& what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// The throughput section. Every (keys, dim) gets its keys, gradients and tables up front; then each run measures
+// every configuration once, so that a burst of foreign load on the machine spoils one run of several
+// configurations (which the median over runs discards) rather than every run of one configuration.
 class Bench {
  public:
-  Bench(std::vector<std::unique_ptr<PsClient>> clients, Shard* shard)
-      : clients_(std::move(clients)), shard_(shard) {}
+  Bench(std::vector<std::unique_ptr<PsClient>> clients, Shard* shard, std::vector<int64_t> client_counts,
+        std::vector<std::string> op_names)
+      : clients_(std::move(clients)),
+        shard_(shard),
+        client_counts_(std::move(client_counts)),
+        op_names_(std::move(op_names)) {}
 
   uint64_t net_keys_pulled() const { return net_keys_pulled_.load(); }
   uint64_t net_keys_pushed() const { return net_keys_pushed_.load(); }
 
-  // Measures every op of one (keys, dim) for each client count; appends to `rows`.
-  absl::Status RunConfig(int64_t num_keys, int dim, const std::vector<int64_t>& client_counts, int runs,
-                         double min_seconds, std::mt19937_64& rng, std::vector<Row>* rows) {
-    const std::string name = absl::StrCat("bench_k", num_keys, "_d", dim);
-    const std::vector<uint64_t> keys = MakeKeys(num_keys, rng);
-    const std::vector<float> grads = MakeGrads(keys.size() * dim, rng);
-    const TableConfig config = MakeTable(name, dim, OptimizerConfig::SGD);
-    const RequestContext ctx{kJob};
-
-    // Create and pre-populate both tables, so pulls hit rows and pushes update existing rows.
-    KESTREL_RETURN_IF_ERROR(WithContext(clients_[0]->CreateTable(config), "network CreateTable " + name));
+  // Generates the keys and gradients of (num_keys, dim) and creates and pre-populates its tables on the servers
+  // and on the in-process Shard, so pulls hit existing rows and pushes update existing rows.
+  absl::Status AddConfig(int64_t num_keys, int dim, std::mt19937_64& rng) {
+    auto c = std::make_unique<Config>();
+    c->num_keys = num_keys;
+    c->dim = dim;
+    c->name = absl::StrCat("bench_k", num_keys, "_d", dim);
+    c->keys = MakeKeys(num_keys, rng);
+    c->grads = MakeGrads(c->keys.size() * dim, rng);
+    const TableConfig config = MakeTable(c->name, dim, OptimizerConfig::SGD);
+    KESTREL_RETURN_IF_ERROR(WithContext(clients_[0]->CreateTable(config), "network CreateTable " + c->name));
+    KESTREL_RETURN_IF_ERROR(WithContext(clients_[0]->Push(c->name, c->keys, dim, c->grads.data()),
+                                        "network pre-populating push " + c->name));
+    net_keys_pushed_ += c->keys.size();
     KESTREL_RETURN_IF_ERROR(
-        WithContext(clients_[0]->Push(name, keys, dim, grads.data()), "network pre-populating push " + name));
-    net_keys_pushed_ += keys.size();
-    KESTREL_RETURN_IF_ERROR(WithContext(shard_->CreateTable(ctx, config).status(), "in-process CreateTable " + name));
+        WithContext(shard_->CreateTable(ctx_, config).status(), "in-process CreateTable " + c->name));
     KESTREL_RETURN_IF_ERROR(
-        WithContext(shard_->Push(ctx, name, keys, grads, dim), "in-process pre-populating push " + name));
+        WithContext(shard_->Push(ctx_, c->name, c->keys, c->grads, dim), "in-process pre-populating push " + c->name));
+    const int max_threads = static_cast<int>(*std::max_element(client_counts_.begin(), client_counts_.end()));
+    c->pulled.assign(max_threads, std::vector<float>(c->keys.size() * dim));
+    c->local_values.resize(max_threads);
+    for (int64_t clients : client_counts_) {
+      for (const char* op : {"pull", "push"}) {
+        if (!absl::c_linear_search(op_names_, op)) continue;
+        c->cells.push_back({static_cast<int>(clients), op, {}, {}});
+      }
+    }
+    configs_.push_back(std::move(c));
+    return absl::OkStatus();
+  }
 
-    const int max_threads = static_cast<int>(*std::max_element(client_counts.begin(), client_counts.end()));
-    std::vector<std::vector<float>> pulled(max_threads, std::vector<float>(keys.size() * dim));
-    std::vector<std::string> local_values(max_threads);
-
-    const Op net_pull = [&](int t) {
-      net_keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
-      return clients_[t]->Pull(name, keys, dim, pulled[t].data());
-    };
-    const Op net_push = [&](int t) {
-      net_keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
-      return clients_[t]->Push(name, keys, dim, grads.data());
-    };
-    const Op local_pull = [&](int t) { return shard_->Pull(ctx, name, keys, dim, &local_values[t]); };
-    const Op local_push = [&](int t) { return shard_->Push(ctx, name, keys, grads, dim); };
-
-    struct Ops {
-      const char* op;
-      const Op* net;
-      const Op* local;
-    };
-    const Ops ops[] = {{"pull", &net_pull, &local_pull}, {"push", &net_push, &local_push}};
-
-    for (int64_t c : client_counts) {
-      const int threads = static_cast<int>(c);
-      for (const Ops& o : ops) {
-        std::vector<Sample> net, local;
-        for (int r = 0; r < runs; ++r) {
-          const std::string what = absl::StrFormat("%s keys=%d dim=%d clients=%d run %d", o.op, num_keys, dim,
-                                                   threads, r + 1);
-          absl::StatusOr<Sample> n = Measure(threads, keys.size(), min_seconds, *o.net);
+  // One run: every configuration, client count and op once, network then in-process.
+  absl::Status Run(int run, double min_seconds) {
+    for (auto& c : configs_) {
+      for (Cell& cell : c->cells) {
+        const std::string what =
+            absl::StrFormat("%s keys=%d dim=%d clients=%d run %d", cell.op, c->num_keys, c->dim, cell.clients, run + 1);
+        const bool pull = std::string(cell.op) == "pull";
+        if (absl::GetFlag(FLAGS_network)) {
+          absl::StatusOr<Sample> n = Measure(cell.clients, c->keys.size(), min_seconds, NetworkOp(*c, pull));
           if (!n.ok()) return WithContext(n.status(), "network " + what);
-          net.push_back(*n);
-          if (!absl::GetFlag(FLAGS_in_process)) continue;
-          absl::StatusOr<Sample> l = Measure(threads, keys.size(), min_seconds, *o.local);
-          if (!l.ok()) return WithContext(l.status(), "in-process " + what);
-          local.push_back(*l);
+          cell.net.push_back(*n);
         }
-        Row row;
-        row.keys = num_keys;
-        row.dim = dim;
-        row.clients = threads;
-        row.op = o.op;
-        row.net = Summarize(net, dim);
-        if (!local.empty()) row.local = Summarize(local, dim);
-        std::printf("  keys=%-7lld dim=%-3d clients=%d %s: network %7.2fM keys/s (p50 %.2f ms), in-process "
-                    "%7.2fM keys/s, ratio %.2f\n",
-                    static_cast<long long>(num_keys), dim, threads, o.op, row.net.keys_per_s / 1e6,
-                    row.net.p50_ms, row.local.keys_per_s / 1e6, row.ratio());
-        std::fflush(stdout);
-        rows->push_back(row);
+        if (absl::GetFlag(FLAGS_in_process)) {
+          absl::StatusOr<Sample> l = Measure(cell.clients, c->keys.size(), min_seconds, LocalOp(*c, pull));
+          if (!l.ok()) return WithContext(l.status(), "in-process " + what);
+          cell.local.push_back(*l);
+        }
       }
     }
     return absl::OkStatus();
   }
 
+  // The medians over runs, one row per (keys, dim, clients, op).
+  std::vector<Row> Rows() const {
+    std::vector<Row> rows;
+    for (const auto& c : configs_) {
+      for (const Cell& cell : c->cells) {
+        Row row;
+        row.keys = c->num_keys;
+        row.dim = c->dim;
+        row.clients = cell.clients;
+        row.op = cell.op;
+        row.net = Summarize(cell.net, c->dim);
+        row.local = Summarize(cell.local, c->dim);
+        rows.push_back(row);
+      }
+    }
+    return rows;
+  }
+
  private:
-  std::vector<std::unique_ptr<PsClient>> clients_;
-  Shard* shard_;
+  // One (keys, dim, clients, op) and its samples so far.
+  struct Cell {
+    int clients;
+    const char* op;
+    std::vector<Sample> net, local;
+  };
+  // One (keys, dim): its keys, gradients, per-thread output buffers and measurements.
+  struct Config {
+    int64_t num_keys = 0;
+    int dim = 0;
+    std::string name;
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    std::vector<std::vector<float>> pulled;  // per client thread, network pulls
+    std::vector<std::string> local_values;   // per client thread, in-process pulls
+    std::vector<Cell> cells;
+  };
+
+  Op NetworkOp(Config& c, bool pull) {
+    if (pull) {
+      return [this, &c](int t) {
+        net_keys_pulled_.fetch_add(c.keys.size(), std::memory_order_relaxed);
+        return clients_[t]->Pull(c.name, c.keys, c.dim, c.pulled[t].data());
+      };
+    }
+    return [this, &c](int t) {
+      net_keys_pushed_.fetch_add(c.keys.size(), std::memory_order_relaxed);
+      return clients_[t]->Push(c.name, c.keys, c.dim, c.grads.data());
+    };
+  }
+
+  Op LocalOp(Config& c, bool pull) {
+    if (pull) return [this, &c](int t) { return shard_->Pull(ctx_, c.name, c.keys, c.dim, &c.local_values[t]); };
+    return [this, &c](int) { return shard_->Push(ctx_, c.name, c.keys, c.grads, c.dim); };
+  }
+
+  const std::vector<std::unique_ptr<PsClient>> clients_;
+  Shard* const shard_;
+  const std::vector<int64_t> client_counts_;
+  const std::vector<std::string> op_names_;
+  const RequestContext ctx_{kJob};
+  std::vector<std::unique_ptr<Config>> configs_;
   std::atomic<uint64_t> net_keys_pulled_{0}, net_keys_pushed_{0};
 };
+
+void PrintRow(const Row& r) {
+  std::printf(
+      "  keys=%-7lld dim=%-3d clients=%d %s: network %7.2fM keys/s (p50 %7.3f ms), in-process %7.2fM keys/s "
+      "(p50 %7.3f ms), ratio %.2f\n",
+      static_cast<long long>(r.keys), r.dim, r.clients, r.op.c_str(), r.net.keys_per_s / 1e6, r.net.p50_ms,
+      r.local.keys_per_s / 1e6, r.local.p50_ms, r.ratio());
+}
 
 absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std::mt19937_64& rng) {
   std::vector<MemoryRow> out;
@@ -484,10 +557,9 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
     const Clock::time_point start = Clock::now();
     for (size_t first = 0; first < keys.size(); first += kBatch) {
       const size_t n = std::min(kBatch, keys.size() - first);
-      KESTREL_RETURN_IF_ERROR(WithContext(
-          shard->Push(ctx, name, absl::MakeConstSpan(keys).subspan(first, n),
-                      absl::MakeConstSpan(grads).subspan(0, n * dim), dim),
-          absl::StrCat("memory table ", name)));
+      KESTREL_RETURN_IF_ERROR(WithContext(shard->Push(ctx, name, absl::MakeConstSpan(keys).subspan(first, n),
+                                                      absl::MakeConstSpan(grads).subspan(0, n * dim), dim),
+                                          absl::StrCat("memory table ", name)));
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const ShardStats stats = shard->Stats();
@@ -509,12 +581,13 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
 // ---------------------------------------------------------------------------------------------------------
 // Report.
 
-std::string Mkeys(double keys_per_s) { return absl::StrFormat("%.2f", keys_per_s / 1e6); }
-
-std::string Markdown(const Machine& m, int servers, int runs, double min_seconds, const std::string& server_binary,
-                     const std::vector<Row>& rows, const std::vector<MemoryRow>& memory, int memory_dim,
-                     double total_seconds) {
+std::string Markdown(const Machine& m, const std::string& load_start, int servers, int runs, double min_seconds,
+                     const std::string& server_binary, const std::vector<Row>& rows,
+                     const std::vector<MemoryRow>& memory, int memory_dim, double total_seconds) {
   std::string s = "# Kestrel ps_bench: sparse Pull/Push throughput, network vs. in-process\n\n";
+  const int64_t request_bytes = absl::GetFlag(FLAGS_max_request_bytes) > 0
+                                    ? absl::GetFlag(FLAGS_max_request_bytes)
+                                    : static_cast<int64_t>(PsClientOptions().max_request_bytes);
   absl::StrAppend(&s, "## Machine\n\n");
   absl::StrAppend(&s, "| | |\n|---|---|\n");
   absl::StrAppend(&s, "| nproc | ", m.nproc, " |\n");
@@ -523,16 +596,18 @@ std::string Markdown(const Machine& m, int servers, int runs, double min_seconds
   absl::StrAppend(&s, "| Kernel | ", m.kernel, " |\n");
   absl::StrAppend(&s, "| Date | ", m.date, " |\n");
   absl::StrAppend(&s, "| Git commit | ", m.commit, " |\n");
+  absl::StrAppend(&s, "| Load average (1/5/15 min) at start / end | ", load_start, " / ", LoadAverage(), " |\n");
   absl::StrAppend(&s, "| Bench runtime | ", absl::StrFormat("%.0f s", total_seconds), " |\n\n");
   absl::StrAppend(&s, "Command:\n\n```\n");
   if (!m.invocation.empty()) absl::StrAppend(&s, m.invocation, "\n");
   absl::StrAppend(&s, m.command, "\n```\n\n");
   absl::StrAppend(&s, "## Setup\n\n");
-  absl::StrAppend(
-      &s, "- Network: ", servers, " kestrel_server process(es) (", server_binary,
-      ") on 127.0.0.1, Partition::Uniform(", servers,
-      "); each client thread has its own PsClient (NewGrpcPsClient, default options: requests split at 2 MiB, "
-      "all of a call's requests in flight at once).\n");
+  absl::StrAppend(&s, "- Network: ", servers, " kestrel_server process(es) (", server_binary,
+                  ") on 127.0.0.1, Partition::Uniform(", servers,
+                  "); each client thread has its own PsClient (NewGrpcPsClient; a call is split into requests of at "
+                  "most ",
+                  request_bytes, " bytes, up to ", PsClientOptions().max_inflight_per_server,
+                  " of them in flight per server).\n");
   absl::StrAppend(&s,
                   "- In-process: Shard::Pull / Shard::Push on one Shard (Partition::Uniform(1)); with N clients, N "
                   "threads call the same Shard.\n");
@@ -541,7 +616,8 @@ std::string Markdown(const Machine& m, int servers, int runs, double min_seconds
                   "window), sorted. Table: SPARSE, ZEROS initializer, SGD, pre-populated by one push, so pulls "
                   "read existing rows and pushes update them. All clients use the same keys.\n");
   absl::StrAppend(&s, "- Each figure is the median of ", runs, " runs of at least ", min_seconds,
-                  " s each (network and in-process runs interleaved); the ratio is network / in-process of those "
+                  " s each (each run measures every configuration once, network then in-process); the ratio is network "
+                  "/ in-process of those "
                   "medians. keys/s is the total over clients; MB/s counts values only (keys/s x dim x 4 B). "
                   "Latency is per PsClient / Shard call (with few calls per run, p99 is close to the maximum).\n\n");
 
@@ -550,19 +626,21 @@ std::string Markdown(const Machine& m, int servers, int runs, double min_seconds
                   "| keys | dim | clients | op | net Mkeys/s | net MB/s | net p50 ms | net p99 ms | in-proc Mkeys/s "
                   "| in-proc MB/s | in-proc p50 ms | in-proc p99 ms | net / in-proc |\n");
   absl::StrAppend(&s, "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  auto cells = [](const Figures& f) {
+    if (!f.measured) return std::string("- | - | - | -");
+    return absl::StrFormat("%.2f | %.0f | %.3f | %.3f", f.keys_per_s / 1e6, f.mb_per_s, f.p50_ms, f.p99_ms);
+  };
   for (const Row& r : rows) {
-    absl::StrAppend(&s, absl::StrFormat("| %d | %d | %d | %s | %s | %.0f | %.3f | %.3f | %s | %.0f | %.3f | %.3f | "
-                                        "%.2f |\n",
-                                        r.keys, r.dim, r.clients, r.op, Mkeys(r.net.keys_per_s), r.net.mb_per_s,
-                                        r.net.p50_ms, r.net.p99_ms, Mkeys(r.local.keys_per_s), r.local.mb_per_s,
-                                        r.local.p50_ms, r.local.p99_ms, r.ratio()));
+    absl::StrAppend(
+        &s, absl::StrFormat("| %d | %d | %d | %s | %s | %s | %s |\n", r.keys, r.dim, r.clients, r.op, cells(r.net),
+                            cells(r.local), r.has_ratio() ? absl::StrFormat("%.2f", r.ratio()) : "-"));
   }
 
   // Goals (from the project brief; not tests).
   absl::StrAppend(&s, "\n### Goals (1 server, 1 client, 100000 keys x 16 floats)\n\n");
   bool any_goal = false;
   for (const Row& r : rows) {
-    if (servers != 1 || r.keys != 100000 || r.dim != 16 || r.clients != 1) continue;
+    if (servers != 1 || r.keys != 100000 || r.dim != 16 || r.clients != 1 || !r.has_ratio()) continue;
     any_goal = true;
     absl::StrAppend(&s, absl::StrFormat("- %s: network %.1fM keys/s (goal > 25M: %s), network / in-process %.0f%% "
                                         "(goal >= 60%%: %s)\n",
@@ -572,13 +650,13 @@ std::string Markdown(const Machine& m, int servers, int runs, double min_seconds
   if (!any_goal) absl::StrAppend(&s, "- (this invocation did not measure that configuration)\n");
 
   if (!memory.empty()) {
-    absl::StrAppend(&s, "\n## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim,
-                    ")\n\n");
+    absl::StrAppend(&s, "\n## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim, ")\n\n");
     absl::StrAppend(&s,
                     "raw bytes = key (8) + values + optimizer slots; memory bytes = arena chunks + hash index "
                     "(Table::memory_bytes()).\n\n");
-    absl::StrAppend(&s, "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | "
-                        "insert Mrows/s |\n");
+    absl::StrAppend(&s,
+                    "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | "
+                    "insert Mrows/s |\n");
     absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|\n");
     for (const MemoryRow& mr : memory) {
       const double raw = static_cast<double>(mr.raw_bytes) / mr.rows;
@@ -608,16 +686,16 @@ std::string JsonEscape(const std::string& in) {
 std::string Json(const Machine& m, int servers, int runs, double min_seconds, const std::vector<Row>& rows,
                  const std::vector<MemoryRow>& memory, int memory_dim, double total_seconds) {
   auto figures = [](const Figures& f) {
+    if (!f.measured) return std::string("null");
     return absl::StrFormat(
-        "{\"keys_per_s\": %.0f, \"mb_per_s\": %.1f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, \"calls\": %d}",
-        f.keys_per_s, f.mb_per_s, f.p50_ms, f.p99_ms, f.calls);
+        "{\"keys_per_s\": %.0f, \"mb_per_s\": %.1f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, \"calls\": %d}", f.keys_per_s,
+        f.mb_per_s, f.p50_ms, f.p99_ms, f.calls);
   };
   std::string s = "{\n";
-  absl::StrAppend(&s, "  \"machine\": {\"nproc\": ", m.nproc, ", \"cpu\": \"", JsonEscape(m.cpu),
-                  "\", \"memory\": \"", JsonEscape(m.memory), "\", \"kernel\": \"", JsonEscape(m.kernel),
-                  "\", \"date\": \"", JsonEscape(m.date), "\", \"git_commit\": \"", JsonEscape(m.commit),
-                  "\", \"command\": \"", JsonEscape(m.command), "\", \"invocation\": \"", JsonEscape(m.invocation),
-                  "\"},\n");
+  absl::StrAppend(&s, "  \"machine\": {\"nproc\": ", m.nproc, ", \"cpu\": \"", JsonEscape(m.cpu), "\", \"memory\": \"",
+                  JsonEscape(m.memory), "\", \"kernel\": \"", JsonEscape(m.kernel), "\", \"date\": \"",
+                  JsonEscape(m.date), "\", \"git_commit\": \"", JsonEscape(m.commit), "\", \"command\": \"",
+                  JsonEscape(m.command), "\", \"invocation\": \"", JsonEscape(m.invocation), "\"},\n");
   absl::StrAppend(&s, "  \"servers\": ", servers, ", \"runs\": ", runs, ", \"min_seconds\": ", min_seconds,
                   ", \"total_seconds\": ", absl::StrFormat("%.1f", total_seconds), ",\n");
   absl::StrAppend(&s, "  \"throughput\": [\n");
@@ -646,11 +724,12 @@ absl::Status StopServers(std::vector<ServerProcess>* servers) {
   absl::Status first;
   for (size_t i = 0; i < servers->size(); ++i) {
     absl::StatusOr<int> code = (*servers)[i].Stop(SIGTERM);
-    absl::Status s = code.ok() ? (*code == 0 ? absl::OkStatus()
-                                             : absl::InternalError(absl::StrCat("exited with code ", *code)))
-                               : code.status();
+    absl::Status s =
+        code.ok() ? (*code == 0 ? absl::OkStatus() : absl::InternalError(absl::StrCat("exited with code ", *code)))
+                  : code.status();
     if (!s.ok() && first.ok()) {
-      first = absl::Status(s.code(), absl::StrCat("server ", i, " (log ", (*servers)[i].log_path(), "): ", s.message()));
+      first =
+          absl::Status(s.code(), absl::StrCat("server ", i, " (log ", (*servers)[i].log_path(), "): ", s.message()));
     }
   }
   return first;
@@ -678,6 +757,7 @@ absl::Status CheckServerCounters(PsClient& client, uint64_t keys_pulled, uint64_
 
 absl::Status RunBench(int argc, char** argv) {
   const Clock::time_point bench_start = Clock::now();
+  const std::string load_start = LoadAverage();
   const int num_servers = absl::GetFlag(FLAGS_servers);
   const int runs = absl::GetFlag(FLAGS_runs);
   const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
@@ -687,6 +767,10 @@ absl::Status RunBench(int argc, char** argv) {
   KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> key_counts, ParseList("keys", absl::GetFlag(FLAGS_keys)));
   KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ParseList("dims", absl::GetFlag(FLAGS_dims)));
   KESTREL_ASSIGN_OR_RETURN(std::vector<int64_t> client_counts, ParseList("clients", absl::GetFlag(FLAGS_clients)));
+  const std::vector<std::string> op_names = absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipWhitespace());
+  for (const std::string& op : op_names) {
+    if (op != "pull" && op != "push") return absl::InvalidArgumentError(absl::StrCat("--ops: unknown op '", op, "'"));
+  }
   KESTREL_ASSIGN_OR_RETURN(std::string server_binary, FindServerBinary(argv[0]));
   const Machine machine = DescribeMachine(argc, argv);
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
@@ -706,7 +790,8 @@ absl::Status RunBench(int argc, char** argv) {
   for (int i = 0; i < num_servers; ++i) {
     std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
                                      absl::StrCat("--job_id=", kJob)};
-    if (absl::GetFlag(FLAGS_server_threads) > 0) args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
+    if (absl::GetFlag(FLAGS_server_threads) > 0)
+      args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
     KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
                              ServerProcess::Start(server_binary, args, work_dir, absl::StrCat("server", i)));
     addresses.push_back(p.address());
@@ -722,40 +807,53 @@ absl::Status RunBench(int argc, char** argv) {
     std::vector<std::unique_ptr<PsClient>> clients;
     PsClientOptions options;
     options.job_id = kJob;
+    if (absl::GetFlag(FLAGS_max_request_bytes) > 0) {
+      options.max_request_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes));
+    }
     for (int c = 0; c < max_clients; ++c) {
       KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, NewGrpcPsClient(options, partition, addresses));
       clients.push_back(std::move(client));
     }
     std::unique_ptr<PsClient> stats_client;
-    {
-      KESTREL_ASSIGN_OR_RETURN(stats_client, NewGrpcPsClient(options, partition, addresses));
-    }
+    { KESTREL_ASSIGN_OR_RETURN(stats_client, NewGrpcPsClient(options, partition, addresses)); }
     ShardOptions shard_options;
     shard_options.job_id = kJob;
     KESTREL_ASSIGN_OR_RETURN(Partition local_partition, Partition::Uniform(1));
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, local_partition));
 
-    Bench bench(std::move(clients), shard.get());
+    Bench bench(std::move(clients), shard.get(), client_counts, op_names);
     for (int64_t k : key_counts) {
-      for (int64_t d : dims) {
-        KESTREL_RETURN_IF_ERROR(
-            bench.RunConfig(k, static_cast<int>(d), client_counts, runs, min_seconds, rng, &rows));
-      }
+      for (int64_t d : dims) KESTREL_RETURN_IF_ERROR(bench.AddConfig(k, static_cast<int>(d), rng));
     }
+    for (int r = 0; r < runs; ++r) {
+      const Clock::time_point run_start = Clock::now();
+      KESTREL_RETURN_IF_ERROR(bench.Run(r, min_seconds));
+      std::printf("run %d of %d done in %.0f s\n", r + 1, runs,
+                  std::chrono::duration<double>(Clock::now() - run_start).count());
+      std::fflush(stdout);
+    }
+    rows = bench.Rows();
+    std::printf("medians over %d runs:\n", runs);
+    for (const Row& r : rows) PrintRow(r);
     KESTREL_RETURN_IF_ERROR(CheckServerCounters(*stats_client, bench.net_keys_pulled(), bench.net_keys_pushed()));
     shard.reset();  // free the throughput tables before the memory section
     std::printf("memory per row: %lld rows x dim %d, SGD / Adagrad / Adam\n",
                 static_cast<long long>(absl::GetFlag(FLAGS_memory_rows)), absl::GetFlag(FLAGS_memory_dim));
     std::fflush(stdout);
-    KESTREL_ASSIGN_OR_RETURN(memory, MeasureMemory(absl::GetFlag(FLAGS_memory_rows), absl::GetFlag(FLAGS_memory_dim), rng));
+    KESTREL_ASSIGN_OR_RETURN(memory,
+                             MeasureMemory(absl::GetFlag(FLAGS_memory_rows), absl::GetFlag(FLAGS_memory_dim), rng));
     return absl::OkStatus();
   }();
   const absl::Status stopped = StopServers(&servers);
-  KESTREL_RETURN_IF_ERROR(status);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(status.message(), " (server logs in ", work_dir, ")"));
+  }
   KESTREL_RETURN_IF_ERROR(WithContext(stopped, "stopping servers with SIGTERM"));
+  std::error_code ignored;
+  std::filesystem::remove_all(work_dir, ignored);  // the servers' logs and port files; kept on failure
 
   const double total_seconds = std::chrono::duration<double>(Clock::now() - bench_start).count();
-  const std::string md = Markdown(machine, num_servers, runs, min_seconds, server_binary, rows, memory,
+  const std::string md = Markdown(machine, load_start, num_servers, runs, min_seconds, server_binary, rows, memory,
                                   absl::GetFlag(FLAGS_memory_dim), total_seconds);
   std::printf("\n%s", md.c_str());
   const std::string output = UserPath(absl::GetFlag(FLAGS_output));
@@ -776,6 +874,7 @@ absl::Status RunBench(int argc, char** argv) {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
+  kestrel::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage(
       "Kestrel ps_bench: sparse Pull/Push throughput over gRPC vs. in-process, and memory per row.\n"
       "Usually run through bench/run_ps_bench.sh.");

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/partition.h"
+#include "common/process_setup.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
 
@@ -110,6 +111,7 @@ int Run() {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
+  kestrel::TuneMallocForLargeBuffers();
   absl::SetProgramUsageMessage("Kestrel parameter server: one shard of the job's sparse and dense tables.");
   absl::ParseCommandLine(argc, argv);
   return kestrel::Run();

@@ -1,5 +1,6 @@
 #include "server/table.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -127,15 +128,42 @@ float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
   return row;
 }
 
+void Table::PrefetchSlotLocked(const Stripe& s, uint64_t hash) const {
+  if (!s.index.empty()) __builtin_prefetch(&s.index[hash & (s.index.size() - 1)]);
+}
+
+void Table::PrefetchRowLocked(const Stripe& s, uint64_t hash, bool for_write) const {
+  if (s.index.empty()) return;
+  const uint32_t slot = s.index[hash & (s.index.size() - 1)];
+  if (slot == 0) return;
+  const char* row = reinterpret_cast<const char*>(RowLocked(s, slot - 1));
+  const size_t bytes = std::min<size_t>(sizeof(float) * row_floats_, kMaxPrefetchBytes);
+  for (size_t off = 0; off < bytes; off += 64) {
+    if (for_write) {
+      __builtin_prefetch(row + off, 1);
+    } else {
+      __builtin_prefetch(row + off, 0);
+    }
+  }
+}
+
 void Table::Pull(absl::Span<const uint64_t> keys, float* out) const {
   thread_local Scratch scratch;
   BucketByStripe(keys, &scratch);
   const size_t row_bytes = sizeof(float) * dim_;
   for (int si = 0; si < kStripes; ++si) {
-    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
+    const uint32_t begin = scratch.bounds[si], end = scratch.bounds[si + 1];
+    if (begin == end) continue;
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
-    for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
+    // Rows are scattered in memory: fetch the index slot kSlotAhead keys ahead and the row kRowAhead keys
+    // ahead, so the lookups below mostly hit the cache.
+    for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
+      PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
+    }
+    for (uint32_t o = begin; o < end; ++o) {
+      if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
+      if (o + kRowAhead < end) PrefetchRowLocked(s, scratch.hashes[scratch.order[o + kRowAhead]], false);
       const uint32_t i = scratch.order[o];
       const int64_t row = FindLocked(s, scratch.hashes[i], keys[i]);
       float* dst = out + static_cast<size_t>(i) * dim_;
@@ -152,10 +180,16 @@ void Table::Push(absl::Span<const uint64_t> keys, const float* grads) {
   thread_local Scratch scratch;
   BucketByStripe(keys, &scratch);
   for (int si = 0; si < kStripes; ++si) {
-    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
+    const uint32_t begin = scratch.bounds[si], end = scratch.bounds[si + 1];
+    if (begin == end) continue;
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
-    for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
+    for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
+      PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
+    }
+    for (uint32_t o = begin; o < end; ++o) {
+      if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
+      if (o + kRowAhead < end) PrefetchRowLocked(s, scratch.hashes[scratch.order[o + kRowAhead]], true);
       const uint32_t i = scratch.order[o];
       float* values = FindOrCreateLocked(s, scratch.hashes[i], keys[i]) + kKeyFloats;
       optimizer_->Apply(grads + static_cast<size_t>(i) * dim_, values, values + dim_);

@@ -95,6 +95,14 @@ class Table {
   // Returns the row of `key`, creating and initializing it when absent.
   float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void GrowIndexLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Software prefetch of a key's index slot, and of its row (found through the slot, if present).
+  void PrefetchSlotLocked(const Stripe& s, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  void PrefetchRowLocked(const Stripe& s, uint64_t hash, bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+
+  // Prefetch distances (in keys) for the lookup loops, and the most bytes of a row prefetched.
+  static constexpr uint32_t kSlotAhead = 16;
+  static constexpr uint32_t kRowAhead = 8;
+  static constexpr size_t kMaxPrefetchBytes = 512;
 
   const TableConfig config_;
   const int dim_;

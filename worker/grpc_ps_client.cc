@@ -1,5 +1,8 @@
 #include "worker/grpc_ps_client.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
@@ -11,19 +14,26 @@ namespace {
 // Carries requests with the stubs' callback API: no thread blocks per in-flight request.
 class GrpcTransport final : public PsTransport {
  public:
-  GrpcTransport(const PsClientOptions& options, const std::vector<std::string>& addresses) {
+  GrpcTransport(const PsClientOptions& options, const std::vector<std::string>& addresses)
+      : channels_per_server_(std::max(1, options.channels_per_server)) {
+    static std::atomic<int> next_client_id{0};
+    const int client_id = next_client_id.fetch_add(1, std::memory_order_relaxed);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(options.max_message_bytes);
     args.SetMaxSendMessageSize(options.max_message_bytes);
     for (size_t i = 0; i < addresses.size(); ++i) {
-      // A distinct channel argument per server keeps each on its own connection.
-      args.SetInt("kestrel.server_index", static_cast<int>(i));
-      stubs_.push_back(
-          ParameterServer::NewStub(grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(), args)));
+      for (int c = 0; c < channels_per_server_; ++c) {
+        // Distinct channel arguments keep each channel of each client on its own connection (gRPC shares
+        // subchannels between channels with identical arguments).
+        args.SetInt("kestrel.channel", static_cast<int>(i) * channels_per_server_ + c);
+        args.SetInt("kestrel.client", client_id);
+        stubs_.push_back(ParameterServer::NewStub(
+            grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(), args)));
+      }
     }
   }
 
-  int num_servers() const override { return static_cast<int>(stubs_.size()); }
+  int num_servers() const override { return static_cast<int>(stubs_.size()) / channels_per_server_; }
 
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
             google::protobuf::Message* response, absl::Duration deadline,
@@ -34,7 +44,9 @@ class GrpcTransport final : public PsTransport {
       delete context;
       done(FromGrpcStatus(status));
     };
-    auto* stub = stubs_[server]->async();
+    const int channel = static_cast<int>(next_channel_.fetch_add(1, std::memory_order_relaxed) %
+                                         static_cast<uint64_t>(channels_per_server_));
+    auto* stub = stubs_[server * channels_per_server_ + channel]->async();
     switch (method) {
       case PsMethod::kPull:
         return stub->Pull(context, &MessageAs<PullRequest>(request), MessageAs<PullResponse>(response), std::move(finish));
@@ -59,7 +71,9 @@ class GrpcTransport final : public PsTransport {
 
  private:
 
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  const int channels_per_server_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // channels_per_server_ per server, in order
+  std::atomic<uint64_t> next_channel_{0};
 };
 
 }  // namespace

@@ -42,6 +42,9 @@ struct PsClientOptions {
   // Requests in flight to one server at a time within one call; the rest wait for the next wave.
   // Default: 8.
   int max_inflight_per_server = 8;
+  // TCP connections (gRPC channels) per server; a call's requests are spread over them round-robin, so large
+  // transfers use several kernel streams at once. Default: 2.
+  int channels_per_server = 2;
   // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff.
