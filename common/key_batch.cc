@@ -33,8 +33,13 @@ void KeyBatch::Build(absl::Span<const uint64_t> keys, const Partition& partition
   offsets_.assign(servers + 1, 0);
   owner_.resize(u);
   bool grouped = true;
+  // unique_ is sorted: walk the (sorted) ranges alongside it instead of looking each key up.
+  const std::vector<KeyRange>& ranges = partition.ranges();
+  const std::vector<int>& owners = partition.owners();
+  size_t r = 0;
   for (size_t i = 0; i < u; ++i) {
-    owner_[i] = partition.OwnerOf(unique_[i]);
+    while (unique_[i] > ranges[r].last) ++r;
+    owner_[i] = owners[r];
     ++offsets_[owner_[i] + 1];
     if (i > 0 && owner_[i] < owner_[i - 1]) grouped = false;
   }
