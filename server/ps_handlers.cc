@@ -63,6 +63,15 @@ absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* 
   return Read(shard, /*dense=*/false, request, response);
 }
 
+absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
+                            absl::FunctionRef<float*(size_t floats, int dim)> alloc) {
+  thread_local std::vector<uint64_t> scratch;
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, UnpackView<uint64_t>(request.keys(), "keys", &scratch));
+  return shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
+    return alloc(floats, keys.empty() ? 0 : static_cast<int>(floats / keys.size()));
+  });
+}
+
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response) {
   return Read(shard, /*dense=*/true, request, response);
 }

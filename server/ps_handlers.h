@@ -8,6 +8,7 @@
 #ifndef KESTREL_SERVER_PS_HANDLERS_H_
 #define KESTREL_SERVER_PS_HANDLERS_H_
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "proto/ps.pb.h"
 #include "server/shard.h"
@@ -15,6 +16,10 @@
 namespace kestrel {
 
 absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
+// HandlePull writing the rows where `alloc(floats, dim)` says, once the request is validated (the gRPC edge
+// writes them straight into the response buffer, see common/pull_wire.h).
+absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
+                            absl::FunctionRef<float*(size_t floats, int dim)> alloc);
 absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
 absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);

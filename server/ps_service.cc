@@ -5,13 +5,30 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/pull_wire.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/ps_handlers.h"
 
 namespace kestrel {
 
-grpc::Status PsServiceImpl::Pull(grpc::ServerContext*, const PullRequest* request, PullResponse* response) {
-  return ToGrpcStatus(HandlePull(*shard_, *request, response));
+grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
+                                               const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  PullRequest parsed;
+  grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
+  grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
+  if (!status.ok()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PullRequest: " +
+                                                                         status.error_message()));
+    return reactor;
+  }
+  PullResponseWriter writer;
+  status = ToGrpcStatus(HandlePullInto(*shard_, parsed, [&writer](size_t floats, int dim) {
+    return writer.Allocate(floats, dim);
+  }));
+  if (status.ok()) *response = writer.Finish();
+  reactor->Finish(status);
+  return reactor;
 }
 
 grpc::Status PsServiceImpl::Push(grpc::ServerContext*, const PushRequest* request, PushResponse* response) {

@@ -19,11 +19,14 @@
 namespace kestrel {
 
 // Adapts a Shard to the ParameterServer service. Thread-safe; does not own the Shard.
-class PsServiceImpl final : public ParameterServer::Service {
+// Pull, the hot read, is served from raw buffers: the rows are written straight into the response slice
+// (common/pull_wire.h), on gRPC's callback threads (CPU work only, nothing waits there).
+class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::Service> {
  public:
   explicit PsServiceImpl(Shard* shard) : shard_(shard) {}
 
-  grpc::Status Pull(grpc::ServerContext*, const PullRequest* request, PullResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::Status Push(grpc::ServerContext*, const PushRequest* request, PushResponse* response) override;
   grpc::Status PullDense(grpc::ServerContext*, const PullRequest* request, PullResponse* response) override;
   grpc::Status PushDense(grpc::ServerContext*, const PushRequest* request, PushResponse* response) override;

@@ -186,12 +186,19 @@ absl::StatusOr<absl::Span<const uint64_t>> Shard::CheckedKeys(const Table& table
 
 absl::Status Shard::Pull(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
                          int expected_dim, std::string* values) {
-  return Count(Read(ctx, name, TableConfig::SPARSE, keys, expected_dim, values));
+  return Count(Read(ctx, name, TableConfig::SPARSE, keys, expected_dim,
+                    [values](size_t floats) { return ResizePacked<float>(values, floats); }));
+}
+
+absl::Status Shard::Pull(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
+                         int expected_dim, absl::FunctionRef<float*(size_t floats)> alloc) {
+  return Count(Read(ctx, name, TableConfig::SPARSE, keys, expected_dim, alloc));
 }
 
 absl::Status Shard::PullDense(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> blocks,
                               int expected_dim, std::string* values) {
-  return Count(Read(ctx, name, TableConfig::DENSE, blocks, expected_dim, values));
+  return Count(Read(ctx, name, TableConfig::DENSE, blocks, expected_dim,
+                    [values](size_t floats) { return ResizePacked<float>(values, floats); }));
 }
 
 absl::Status Shard::Push(const RequestContext& ctx, absl::string_view name, absl::Span<const uint64_t> keys,
@@ -205,10 +212,11 @@ absl::Status Shard::PushDense(const RequestContext& ctx, absl::string_view name,
 }
 
 absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
-                         absl::Span<const uint64_t> ids, int expected_dim, std::string* values) {
+                         absl::Span<const uint64_t> ids, int expected_dim,
+                         absl::FunctionRef<float*(size_t floats)> alloc) {
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
-  table->Pull(keys, ResizePacked<float>(values, keys.size() * table->dim()));
+  table->Pull(keys, alloc(keys.size() * table->dim()));
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -87,6 +88,10 @@ class Shard {
   // Pull resizes `values` to keys.size() * dim floats (packed little-endian) and fills it in key order.
   absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     int expected_dim, std::string* values);
+  // The same, writing the rows wherever `alloc(floats)` says once the request is validated (the gRPC edge
+  // uses it to write rows straight into the response buffer). `alloc` is not called on error.
+  absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+                    int expected_dim, absl::FunctionRef<float*(size_t floats)> alloc);
   // One gradient row per key, keys.size() * dim floats; all finite.
   absl::Status Push(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, int expected_dim);
@@ -125,7 +130,8 @@ class Shard {
   absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
   // Pull/PullDense and Push/PushDense after the kind-specific key checks.
   absl::Status Read(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
-                    absl::Span<const uint64_t> ids, int expected_dim, std::string* values);
+                    absl::Span<const uint64_t> ids, int expected_dim,
+                    absl::FunctionRef<float*(size_t floats)> alloc);
   absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
   // Counts a rejected request; returns `status`.

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "common/pull_wire.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -27,13 +29,39 @@ class GrpcTransport final : public PsTransport {
         // subchannels between channels with identical arguments).
         args.SetInt("kestrel.channel", static_cast<int>(i) * channels_per_server_ + c);
         args.SetInt("kestrel.client", client_id);
-        stubs_.push_back(ParameterServer::NewStub(
-            grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(), args)));
+        auto channel = grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(), args);
+        stubs_.push_back(ParameterServer::NewStub(channel));
+        generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
       }
     }
   }
 
   int num_servers() const override { return static_cast<int>(stubs_.size()) / channels_per_server_; }
+
+  void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
+                std::function<void(absl::Status)> done) override {
+    struct RawCall {
+      grpc::ClientContext context;
+      grpc::ByteBuffer request;
+      grpc::ByteBuffer response;
+    };
+    auto* call = new RawCall();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    bool own_buffer;
+    grpc::Status serialized = grpc::SerializationTraits<PullRequest>::Serialize(request, &call->request, &own_buffer);
+    if (!serialized.ok()) {
+      delete call;
+      return done(FromGrpcStatus(serialized));
+    }
+    generic_stubs_[PickChannel(server)]->UnaryCall(
+        &call->context, "/kestrel.ParameterServer/Pull", grpc::StubOptions(), &call->request, &call->response,
+        [call, out, floats, done = std::move(done)](grpc::Status status) {
+          absl::Status result = FromGrpcStatus(status);
+          if (result.ok()) result = ReadPullValues(call->response, out, floats);
+          delete call;
+          done(std::move(result));
+        });
+  }
 
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
             google::protobuf::Message* response, absl::Duration deadline,
@@ -44,9 +72,7 @@ class GrpcTransport final : public PsTransport {
       delete context;
       done(FromGrpcStatus(status));
     };
-    const int channel = static_cast<int>(next_channel_.fetch_add(1, std::memory_order_relaxed) %
-                                         static_cast<uint64_t>(channels_per_server_));
-    auto* stub = stubs_[server * channels_per_server_ + channel]->async();
+    auto* stub = stubs_[PickChannel(server)]->async();
     switch (method) {
       case PsMethod::kPull:
         return stub->Pull(context, &MessageAs<PullRequest>(request), MessageAs<PullResponse>(response), std::move(finish));
@@ -70,8 +96,14 @@ class GrpcTransport final : public PsTransport {
   }
 
  private:
+  // Spreads requests to `server` over its channels round-robin.
+  int PickChannel(int server) {
+    const uint64_t turn = next_channel_.fetch_add(1, std::memory_order_relaxed);
+    return server * channels_per_server_ + static_cast<int>(turn % static_cast<uint64_t>(channels_per_server_));
+  }
 
   const int channels_per_server_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;  // same layout as stubs_
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // channels_per_server_ per server, in order
   std::atomic<uint64_t> next_channel_{0};
 };

@@ -23,6 +23,7 @@ struct Rpc {
   int seq = 0;  // index among this call's requests to the same server
   size_t first_row = 0;
   size_t rows = 0;
+  float* pull_into = nullptr;  // kPull: where the rows land
   PullRequest pull_request;
   PullResponse pull_response;
   PushRequest push_request;
@@ -301,6 +302,7 @@ class RoutedPsClient final : public PsClient {
         Rpc& rpc = *b->rpcs[count++];
         rpc.server = s;
         rpc.seq = seq++;
+        rpc.pull_into = nullptr;  // slots are reused across calls: reset every per-call field
         rpc.first_row = first;
         rpc.rows = std::min(max_rows, offsets[s + 1] - first);
         auto id_bytes = absl::string_view(reinterpret_cast<const char*>(ids.data() + first),
@@ -316,6 +318,7 @@ class RoutedPsClient final : public PsClient {
           FillHeader(rpc.pull_request.mutable_header());
           rpc.pull_request.set_table(std::string(table));
           rpc.pull_request.set_dim(dim);
+          rpc.pull_into = method == PsMethod::kPull ? out_rows + first * dim : nullptr;
           rpc.pull_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
         }
       }
@@ -325,7 +328,7 @@ class RoutedPsClient final : public PsClient {
     for (size_t i = 0; i < count; ++i) rpcs.push_back(b->rpcs[i].get());
     KESTREL_RETURN_IF_ERROR(Send(method, std::move(rpcs)));
 
-    if (push) return absl::OkStatus();
+    if (push || method == PsMethod::kPull) return absl::OkStatus();  // kPull rows already landed (PullInto)
     for (size_t i = 0; i < count; ++i) {
       const Rpc& rpc = *b->rpcs[i];
       const std::string& values = rpc.pull_response.values();
@@ -354,15 +357,20 @@ class RoutedPsClient final : public PsClient {
         }
         Completion all(static_cast<int>(batch.size()));
         for (Rpc* rpc : batch) {
+          auto on_done = [rpc, &all](absl::Status s) {
+            rpc->status = std::move(s);
+            all.Done();
+          };
+          if (rpc->pull_into != nullptr) {
+            transport_->PullInto(rpc->server, rpc->pull_request, rpc->pull_into,
+                                 rpc->rows * rpc->pull_request.dim(), options_.rpc_deadline, std::move(on_done));
+            continue;
+          }
           google::protobuf::Message* response =
               push ? static_cast<google::protobuf::Message*>(&rpc->push_response) : &rpc->pull_response;
           const google::protobuf::Message& request =
               push ? static_cast<const google::protobuf::Message&>(rpc->push_request) : rpc->pull_request;
-          transport_->Call(rpc->server, method, request, response, options_.rpc_deadline,
-                           [rpc, &all](absl::Status s) {
-                             rpc->status = std::move(s);
-                             all.Done();
-                           });
+          transport_->Call(rpc->server, method, request, response, options_.rpc_deadline, std::move(on_done));
         }
         all.Wait();
       }
@@ -395,6 +403,20 @@ class RoutedPsClient final : public PsClient {
 };
 
 }  // namespace
+
+void PsTransport::PullInto(int server, const PullRequest& request, float* out, size_t floats,
+                           absl::Duration deadline, std::function<void(absl::Status)> done) {
+  auto response = std::make_shared<PullResponse>();
+  Call(server, PsMethod::kPull, request, response.get(), deadline,
+       [response, out, floats, done = std::move(done)](absl::Status status) {
+         if (status.ok() && response->values().size() != floats * sizeof(float)) {
+           status = absl::DataLossError(absl::StrFormat("PullResponse carries %d bytes of values, expected %d",
+                                                        response->values().size(), floats * sizeof(float)));
+         }
+         if (status.ok()) std::memcpy(out, response->values().data(), response->values().size());
+         done(std::move(status));
+       });
+}
 
 std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,
                                       std::unique_ptr<PsTransport> transport) {

@@ -67,6 +67,10 @@ class PsTransport {
   virtual void Call(int server, PsMethod method, const google::protobuf::Message& request,
                     google::protobuf::Message* response, absl::Duration deadline,
                     std::function<void(absl::Status)> done) = 0;
+  // A Pull whose `floats` values land directly in `out`. The default goes through Call() and copies; the
+  // gRPC transport reads them straight from the received buffers.
+  virtual void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
+                        std::function<void(absl::Status)> done);
 };
 
 // The concrete request/response type behind a transport's Message, chosen by its PsMethod.

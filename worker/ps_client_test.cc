@@ -90,6 +90,10 @@ TEST_P(PsClientTest, PushSumsDuplicatesAndPullScattersBack) {
   for (auto& k : keys) k = Partition::FeatureKey(rng() % 700);  // many duplicates, random order
   std::vector<float> grads(keys.size() * 8);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 5);
+  // A pull first: the client reuses its per-call buffers, and the push must not inherit anything from it.
+  std::vector<float> zeros(keys.size() * 8, -1.0f);
+  ASSERT_TRUE(client_->Pull("emb", keys, 8, zeros.data()).ok());
+  for (float v : zeros) ASSERT_EQ(v, 0.0f);
   ASSERT_TRUE(client_->Push("emb", keys, 8, grads.data()).ok());
 
   std::map<uint64_t, std::vector<float>> expected;
