@@ -35,7 +35,9 @@ ABSL_FLAG(int, ranges_per_shard, 1,
 ABSL_FLAG(std::string, partition, "",
           "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_shards and "
           "--ranges_per_shard. Clients must use the same partition.");
-ABSL_FLAG(int, threads, 0, "Request-handling threads; 0 = one per core (at least 2).");
+ABSL_FLAG(int, threads, 0,
+          "Request-handling threads: N > 0 runs handlers on a pool of N threads; 0 runs them on gRPC's callback "
+          "threads (sized by gRPC from the core count).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message accepted or sent (default 64 MiB).");
 ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5), "Time in-flight calls get to finish on shutdown.");

@@ -7,43 +7,54 @@
 #ifndef KESTREL_SERVER_PS_SERVICE_H_
 #define KESTREL_SERVER_PS_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "common/thread_pool.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
 
 namespace kestrel {
 
-// Adapts a Shard to the ParameterServer service. Thread-safe; does not own the Shard.
-// Pull, the hot read, is served from raw buffers: the rows are written straight into the response slice
-// (common/pull_wire.h), on gRPC's callback threads (CPU work only, nothing waits there).
-class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::Service> {
+// Adapts a Shard to the ParameterServer service (gRPC callback API). Thread-safe; owns neither the Shard nor
+// the pool. Handlers run on `pool` when given, else inline on gRPC's callback threads; either way they do CPU
+// work only and never wait for other calls. Pull, the hot read, is served from raw buffers: the rows are
+// written straight into the response slice (common/pull_wire.h).
+class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService> {
  public:
-  explicit PsServiceImpl(Shard* shard) : shard_(shard) {}
+  PsServiceImpl(Shard* shard, ThreadPool* pool) : shard_(shard), pool_(pool) {}
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
-  grpc::Status Push(grpc::ServerContext*, const PushRequest* request, PushResponse* response) override;
-  grpc::Status PullDense(grpc::ServerContext*, const PullRequest* request, PullResponse* response) override;
-  grpc::Status PushDense(grpc::ServerContext*, const PushRequest* request, PushResponse* response) override;
-  grpc::Status CreateTable(grpc::ServerContext*, const CreateTableRequest* request,
-                           CreateTableResponse* response) override;
-  grpc::Status DescribeTables(grpc::ServerContext*, const DescribeTablesRequest* request,
-                              DescribeTablesResponse* response) override;
-  grpc::Status Stats(grpc::ServerContext*, const StatsRequest* request, StatsResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const PushRequest* request,
+                                 PushResponse* response) override;
+  grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* context, const PullRequest* request,
+                                 PullResponse* response) override;
+  grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context, const PushRequest* request,
+                                 PushResponse* response) override;
+  grpc::ServerUnaryReactor* CreateTable(grpc::CallbackServerContext* context, const CreateTableRequest* request,
+                                 CreateTableResponse* response) override;
+  grpc::ServerUnaryReactor* DescribeTables(grpc::CallbackServerContext* context, const DescribeTablesRequest* request,
+                                 DescribeTablesResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
+                                 StatsResponse* response) override;
 
  private:
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, std::function<absl::Status()> work);
+
   Shard* const shard_;
+  ThreadPool* const pool_;
 };
 
 struct PsServerOptions {
   // Address to listen on. Default: "0.0.0.0:7100". Port 0 picks a free port (see PsServer::port()).
   std::string address = "0.0.0.0:7100";
-  // Request-handling threads. Default: 0 = one per CPU core (at least 2).
+  // Request-handling threads: > 0 runs handlers on a pool of this many threads; 0 runs them inline on gRPC's
+  // callback threads (gRPC 1.51 sizes that pool itself, from the core count). Default: 0.
   int threads = 0;
   // Largest message accepted or sent. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
@@ -66,6 +77,7 @@ class PsServer {
  private:
   PsServer() = default;
 
+  std::unique_ptr<ThreadPool> pool_;  // outlives service_ and server_
   std::unique_ptr<PsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
