@@ -14,11 +14,24 @@
 namespace kestrel {
 namespace {
 
-// True when x is NaN or +-Inf: the exponent bits are all ones. Branch-free so the loop vectorizes.
+constexpr uint32_t kExponentBits = 0x7f800000u;
+
+// True when x is NaN or +-Inf: the exponent bits are all ones.
 inline bool NonFinite(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
-  return (bits & 0x7f800000u) == 0x7f800000u;
+  return (bits & kExponentBits) == kExponentBits;
+}
+
+// True when any value is NaN or +-Inf. A max-reduction over the exponent bits, which GCC vectorizes.
+bool AnyNonFinite(absl::Span<const float> values) {
+  uint32_t max_exponent = 0;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    max_exponent = std::max(max_exponent, bits & kExponentBits);
+  }
+  return max_exponent == kExponentBits;
 }
 
 std::string RangesToString(const std::vector<KeyRange>& ranges) {
@@ -119,13 +132,23 @@ absl::Status Shard::CheckKeys(absl::Span<const uint64_t> keys, bool sorted, cons
     return absl::InvalidArgumentError(absl::StrFormat("%d %s in one request exceed the limit of %d: split it",
                                                       keys.size(), what, options_.max_keys_per_request));
   }
+  // Sorted keys walk the partition's (sorted) ranges alongside; others look each key up.
+  const std::vector<KeyRange>& ranges = partition_.ranges();
+  const std::vector<int>& owners = partition_.owners();
+  size_t r = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (sorted && i > 0 && keys[i] <= keys[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s must be strictly increasing (sorted, no duplicates): %s[%d] = 0x%x follows %s[%d] = 0x%x", what,
-          what, i, keys[i], what, i - 1, keys[i - 1]));
+    int owner;
+    if (sorted) {
+      if (i > 0 && keys[i] <= keys[i - 1]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s must be strictly increasing (sorted, no duplicates): %s[%d] = 0x%x follows %s[%d] = 0x%x", what,
+            what, i, keys[i], what, i - 1, keys[i - 1]));
+      }
+      while (keys[i] > ranges[r].last) ++r;
+      owner = owners[r];
+    } else {
+      owner = partition_.OwnerOf(keys[i]);
     }
-    const int owner = partition_.OwnerOf(keys[i]);
     if (owner != shard_index()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "key 0x%016x (%s[%d]) is outside shard %d's key ranges %s; it belongs to shard %d", keys[i], what, i,
@@ -143,9 +166,7 @@ absl::Status Shard::CheckGrads(const Table& table, absl::Span<const uint64_t> ke
         absl::StrFormat("table '%s' has dim %d: %d keys need %d gradient values, got %d", table.config().name(),
                         dim, keys.size(), keys.size() * dim, grads.size()));
   }
-  bool bad = false;
-  for (float g : grads) bad |= NonFinite(g);
-  if (!bad) return absl::OkStatus();
+  if (!AnyNonFinite(grads)) return absl::OkStatus();
   for (size_t i = 0; i < grads.size(); ++i) {
     if (NonFinite(grads[i])) {
       return absl::InvalidArgumentError(absl::StrFormat("non-finite gradient %g for key 0x%016x element %d of table '%s'",

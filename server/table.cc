@@ -136,13 +136,17 @@ void Table::PrefetchRowLocked(const Stripe& s, uint64_t hash, bool for_write) co
   if (s.index.empty()) return;
   const uint32_t slot = s.index[hash & (s.index.size() - 1)];
   if (slot == 0) return;
-  const char* row = reinterpret_cast<const char*>(RowLocked(s, slot - 1));
-  const size_t bytes = std::min<size_t>(sizeof(float) * row_floats_, kMaxPrefetchBytes);
+  PrefetchSpan(RowLocked(s, slot - 1), sizeof(float) * row_floats_, for_write);
+}
+
+void Table::PrefetchSpan(const void* p, size_t bytes, bool for_write) {
+  const char* begin = static_cast<const char*>(p);
+  bytes = std::min(bytes, kMaxPrefetchBytes);
   for (size_t off = 0; off < bytes; off += 64) {
     if (for_write) {
-      __builtin_prefetch(row + off, 1);
+      __builtin_prefetch(begin + off, 1);
     } else {
-      __builtin_prefetch(row + off, 0);
+      __builtin_prefetch(begin + off, 0);
     }
   }
 }
@@ -163,7 +167,11 @@ void Table::Pull(absl::Span<const uint64_t> keys, float* out) const {
     }
     for (uint32_t o = begin; o < end; ++o) {
       if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
-      if (o + kRowAhead < end) PrefetchRowLocked(s, scratch.hashes[scratch.order[o + kRowAhead]], false);
+      if (o + kRowAhead < end) {
+        const uint32_t ahead = scratch.order[o + kRowAhead];
+        PrefetchRowLocked(s, scratch.hashes[ahead], false);
+        PrefetchSpan(out + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, true);
+      }
       const uint32_t i = scratch.order[o];
       const int64_t row = FindLocked(s, scratch.hashes[i], keys[i]);
       float* dst = out + static_cast<size_t>(i) * dim_;
@@ -189,7 +197,12 @@ void Table::Push(absl::Span<const uint64_t> keys, const float* grads) {
     }
     for (uint32_t o = begin; o < end; ++o) {
       if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
-      if (o + kRowAhead < end) PrefetchRowLocked(s, scratch.hashes[scratch.order[o + kRowAhead]], true);
+      if (o + kRowAhead < end) {
+        const uint32_t ahead = scratch.order[o + kRowAhead];
+        PrefetchRowLocked(s, scratch.hashes[ahead], true);
+        // The gradient rows are read in stripe order, i.e. scattered too.
+        PrefetchSpan(grads + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, false);
+      }
       const uint32_t i = scratch.order[o];
       float* values = FindOrCreateLocked(s, scratch.hashes[i], keys[i]) + kKeyFloats;
       optimizer_->Apply(grads + static_cast<size_t>(i) * dim_, values, values + dim_);

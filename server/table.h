@@ -98,6 +98,8 @@ class Table {
   // Software prefetch of a key's index slot, and of its row (found through the slot, if present).
   void PrefetchSlotLocked(const Stripe& s, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   void PrefetchRowLocked(const Stripe& s, uint64_t hash, bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Prefetches the cache lines of [p, p + bytes), at most kMaxPrefetchBytes.
+  static void PrefetchSpan(const void* p, size_t bytes, bool for_write);
 
   // Prefetch distances (in keys) for the lookup loops, and the most bytes of a row prefetched.
   static constexpr uint32_t kSlotAhead = 16;
