@@ -63,6 +63,38 @@ class GrpcTransport final : public PsTransport {
         });
   }
 
+  void PushFrom(int server, PsMethod method, const PushRequest& request, const float* values, size_t floats,
+                absl::Duration deadline, std::function<void(absl::Status)> done) override {
+    // The request is its serialized fields followed by the values field, whose bytes are a slice over
+    // `values` itself (protobuf fields may come in any order). `done` runs once the call has completed AND
+    // gRPC has released that slice, so the caller may reuse `values` from then on.
+    auto* call = new RawPush();
+    call->done = std::move(done);
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    std::string head;
+    request.SerializeToString(&head);
+    const size_t bytes = floats * sizeof(float);
+    head.push_back(static_cast<char>((4 << 3) | 2));  // field 4 (values), length-delimited
+    for (uint64_t v = bytes;; v >>= 7) {
+      if (v < 0x80) {
+        head.push_back(static_cast<char>(v));
+        break;
+      }
+      head.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    }
+    grpc::Slice slices[2] = {grpc::Slice(head),
+                             grpc::Slice(const_cast<float*>(values), bytes, &RawPush::SliceReleased, call)};
+    call->request = grpc::ByteBuffer(slices, 2);
+    generic_stubs_[PickChannel(server)]->UnaryCall(
+        &call->context,
+        method == PsMethod::kPushDense ? "/kestrel.ParameterServer/PushDense" : "/kestrel.ParameterServer/Push",
+        grpc::StubOptions(), &call->request, &call->response, [call](grpc::Status status) {
+          call->status = FromGrpcStatus(status);
+          call->request.Clear();  // drops our reference to the values slice
+          RawPush::Release(call);
+        });
+  }
+
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
             google::protobuf::Message* response, absl::Duration deadline,
             std::function<void(absl::Status)> done) override {
@@ -96,6 +128,26 @@ class GrpcTransport final : public PsTransport {
   }
 
  private:
+  // A push whose values are sent from the caller's buffer: finished when both the call has completed and
+  // gRPC has released the values slice.
+  struct RawPush {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+    absl::Status status;
+    std::function<void(absl::Status)> done;
+    std::atomic<int> pending{2};
+
+    static void SliceReleased(void* p) { Release(static_cast<RawPush*>(p)); }
+    static void Release(RawPush* call) {
+      if (call->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      auto done = std::move(call->done);
+      absl::Status status = std::move(call->status);
+      delete call;
+      done(std::move(status));
+    }
+  };
+
   // Spreads requests to `server` over its channels round-robin.
   int PickChannel(int server) {
     const uint64_t turn = next_channel_.fetch_add(1, std::memory_order_relaxed);

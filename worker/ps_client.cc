@@ -23,7 +23,8 @@ struct Rpc {
   int seq = 0;  // index among this call's requests to the same server
   size_t first_row = 0;
   size_t rows = 0;
-  float* pull_into = nullptr;  // kPull: where the rows land
+  float* pull_into = nullptr;        // kPull: where the rows land
+  const float* push_from = nullptr;  // pushes: where the gradient rows are read from
   PullRequest pull_request;
   PullResponse pull_response;
   PushRequest push_request;
@@ -303,6 +304,7 @@ class RoutedPsClient final : public PsClient {
         rpc.server = s;
         rpc.seq = seq++;
         rpc.pull_into = nullptr;  // slots are reused across calls: reset every per-call field
+        rpc.push_from = nullptr;
         rpc.first_row = first;
         rpc.rows = std::min(max_rows, offsets[s + 1] - first);
         auto id_bytes = absl::string_view(reinterpret_cast<const char*>(ids.data() + first),
@@ -312,8 +314,7 @@ class RoutedPsClient final : public PsClient {
           rpc.push_request.set_table(std::string(table));
           rpc.push_request.set_dim(dim);
           rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
-          rpc.push_request.mutable_values()->assign(reinterpret_cast<const char*>(in_rows + first * dim),
-                                                    rpc.rows * dim * sizeof(float));
+          rpc.push_from = in_rows + first * dim;  // sent from there by PushFrom, not copied here
         } else {
           FillHeader(rpc.pull_request.mutable_header());
           rpc.pull_request.set_table(std::string(table));
@@ -361,6 +362,11 @@ class RoutedPsClient final : public PsClient {
             rpc->status = std::move(s);
             all.Done();
           };
+          if (rpc->push_from != nullptr) {
+            transport_->PushFrom(rpc->server, method, rpc->push_request, rpc->push_from,
+                                 rpc->rows * rpc->push_request.dim(), options_.rpc_deadline, std::move(on_done));
+            continue;
+          }
           if (rpc->pull_into != nullptr) {
             transport_->PullInto(rpc->server, rpc->pull_request, rpc->pull_into,
                                  rpc->rows * rpc->pull_request.dim(), options_.rpc_deadline, std::move(on_done));
@@ -416,6 +422,19 @@ void PsTransport::PullInto(int server, const PullRequest& request, float* out, s
          if (status.ok()) std::memcpy(out, response->values().data(), response->values().size());
          done(std::move(status));
        });
+}
+
+void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& request, const float* values,
+                           size_t floats, absl::Duration deadline, std::function<void(absl::Status)> done) {
+  struct State {
+    PushRequest request;
+    PushResponse response;
+  };
+  auto state = std::make_shared<State>();
+  state->request = request;
+  state->request.mutable_values()->assign(reinterpret_cast<const char*>(values), floats * sizeof(float));
+  Call(server, method, state->request, &state->response, deadline,
+       [state, done = std::move(done)](absl::Status status) { done(std::move(status)); });
 }
 
 std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,

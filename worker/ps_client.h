@@ -71,6 +71,11 @@ class PsTransport {
   // gRPC transport reads them straight from the received buffers.
   virtual void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
                         std::function<void(absl::Status)> done);
+  // A Push (kPush or kPushDense) of `request` (values unset) with `floats` values read from `values`, which
+  // must stay untouched until `done` runs. The default copies them into a request; the gRPC transport sends
+  // them from `values` without copying.
+  virtual void PushFrom(int server, PsMethod method, const PushRequest& request, const float* values,
+                        size_t floats, absl::Duration deadline, std::function<void(absl::Status)> done);
 };
 
 // The concrete request/response type behind a transport's Message, chosen by its PsMethod.
