@@ -76,7 +76,7 @@ ABSL_FLAG(std::string, output, "bench/results/ps_bench.md", "Markdown report pat
 ABSL_FLAG(std::string, json, "", "If set, also write the results as JSON to this path.");
 ABSL_FLAG(std::string, server_binary, "",
           "kestrel_server to spawn. Default: the runfiles copy, else bazel-bin/server/kestrel_server.");
-ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, one per core).");
+ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, handlers inline on gRPC's threads).");
 ABSL_FLAG(int64_t, max_request_bytes, 0,
           "PsClientOptions::max_request_bytes of the network clients (0: the library default, 2 MiB).");
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");

@@ -73,6 +73,11 @@ class Partition {
   static uint64_t FieldFeatureKey(uint32_t field, uint64_t value) {
     return Mix64(HashCombine(0x6b657374ULL + field, value));
   }
+  // Blocks of a dense tensor of `dense_size` floats cut into blocks of `dim` floats (the last one padded).
+  static uint64_t DenseBlockCount(uint64_t dense_size, int dim) {
+    const uint64_t d = static_cast<uint64_t>(dim);
+    return dense_size / d + (dense_size % d != 0 ? 1 : 0);
+  }
   // The key of block `block` of dense table `table`.
   static uint64_t DenseBlockKey(absl::string_view table, uint64_t block) {
     return Mix64(HashCombine(Hash64(table), block));

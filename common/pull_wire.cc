@@ -1,6 +1,8 @@
 #include "common/pull_wire.h"
 
 #include <cstdint>
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +16,7 @@ constexpr uint8_t kDimTag = (3 << 3) | 0;     // field 3, varint
 constexpr uint8_t kValuesTag = (1 << 3) | 2;  // field 1, length-delimited
 constexpr size_t kPrefix = 1 + kPaddedVarint + 1 + kPaddedVarint;
 
+// Lengths are below 2^35 (the Shard bounds responses far below that), so 5 bytes always suffice.
 uint8_t* PutPaddedVarint(uint64_t v, uint8_t* p) {
   for (size_t i = 0; i + 1 < kPaddedVarint; ++i) *p++ = static_cast<uint8_t>(((v >> (7 * i)) & 0x7f) | 0x80);
   *p++ = static_cast<uint8_t>((v >> (7 * (kPaddedVarint - 1))) & 0x7f);
@@ -77,8 +80,12 @@ class SliceReader {
 
 float* PullResponseWriter::Allocate(size_t floats, int dim) {
   const size_t bytes = floats * sizeof(float);
-  slice_ = grpc::Slice(kPrefix + bytes);
-  uint8_t* p = const_cast<uint8_t*>(slice_.begin());
+  // Our own malloc'ed buffer (16-byte aligned), not grpc::Slice(len): gRPC keeps small slices inline at an
+  // odd offset, which would misalign the rows after the 12-byte prefix.
+  void* buffer = std::malloc(std::max<size_t>(kPrefix + bytes, 1));
+  if (buffer == nullptr) std::abort();  // out of memory, like a failed operator new
+  slice_ = grpc::Slice(buffer, kPrefix + bytes, &std::free);
+  uint8_t* p = static_cast<uint8_t*>(buffer);
   *p++ = kDimTag;
   p = PutPaddedVarint(static_cast<uint64_t>(dim), p);
   *p++ = kValuesTag;

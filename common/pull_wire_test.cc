@@ -38,6 +38,18 @@ TEST(PullWireTest, WriterOutputIsAValidPullResponse) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(values[i], 0.5f * i);
 }
 
+TEST(PullWireTest, TinyResponsesAreAlignedToo) {
+  for (size_t floats : {1, 2, 3, 5}) {
+    PullResponseWriter writer;
+    float* rows = writer.Allocate(floats, 1);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rows) % alignof(float), 0u) << floats;
+    for (size_t i = 0; i < floats; ++i) rows[i] = 1.5f;
+    PullResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(Flatten(writer.Finish())));
+    EXPECT_EQ(parsed.values().size(), floats * sizeof(float));
+  }
+}
+
 TEST(PullWireTest, ReadsAnyEncodingAcrossSlices) {
   PullResponse response;
   std::vector<float> values(1000);

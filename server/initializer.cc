@@ -13,6 +13,11 @@ constexpr double kTwoPow53 = 9007199254740992.0;
 // TRUNCATED_NORMAL re-draws an element at most this many times (P[all fail] = 0.0455^64, never in practice)
 // and then clamps, so Fill always terminates.
 constexpr int kMaxTruncatedDraws = 64;
+// Initializer parameters beyond this magnitude are configuration mistakes (and NORMAL draws of them could
+// overflow float).
+constexpr float kMaxMagnitude = 1e6f;
+
+bool InRange(float v) { return std::isfinite(v) && std::abs(v) <= kMaxMagnitude; }
 
 }  // namespace
 
@@ -21,23 +26,27 @@ absl::StatusOr<Initializer> Initializer::Create(const InitializerConfig& config,
     case InitializerConfig::ZEROS:
       return Initializer(config.type(), seed, 0, 0);
     case InitializerConfig::CONSTANT:
-      if (!std::isfinite(config.value())) return absl::InvalidArgumentError("initializer value must be finite");
+      if (!InRange(config.value())) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("initializer value must be finite with |value| <= %g", kMaxMagnitude));
+      }
       return Initializer(config.type(), seed, config.value(), 0);
     case InitializerConfig::UNIFORM: {
       float lo = config.min(), hi = config.max();
       if (lo == 0 && hi == 0) lo = -0.01f, hi = 0.01f;
-      if (!(lo < hi) || !std::isfinite(lo) || !std::isfinite(hi)) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("uniform initializer needs finite min < max, got [%g, %g)", lo, hi));
+      if (!(lo < hi) || !InRange(lo) || !InRange(hi)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "uniform initializer needs min < max, both within +-%g, got [%g, %g)", kMaxMagnitude, lo, hi));
       }
       return Initializer(config.type(), seed, lo, hi);
     }
     case InitializerConfig::NORMAL:
     case InitializerConfig::TRUNCATED_NORMAL: {
       float stddev = config.stddev() == 0 ? 0.01f : config.stddev();
-      if (!(stddev > 0) || !std::isfinite(stddev) || !std::isfinite(config.mean())) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("normal initializer needs finite mean and stddev > 0, got stddev %g", stddev));
+      if (!(stddev > 0) || !InRange(stddev) || !InRange(config.mean())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "normal initializer needs 0 < stddev <= %g and |mean| <= %g, got mean %g stddev %g", kMaxMagnitude,
+            kMaxMagnitude, config.mean(), stddev));
       }
       return Initializer(config.type(), seed, config.mean(), stddev);
     }

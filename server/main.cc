@@ -38,9 +38,14 @@ ABSL_FLAG(std::string, partition, "",
 ABSL_FLAG(int, threads, 0,
           "Request-handling threads: N > 0 runs handlers on a pool of N threads; 0 runs them on gRPC's callback "
           "threads (sized by gRPC from the core count).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message accepted or sent (default 64 MiB).");
-ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request.");
-ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5), "Time in-flight calls get to finish on shutdown.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20,
+          "Largest gRPC message accepted or sent, in [1 MiB, 1 GiB] (default 64 MiB). Pulls whose answer would "
+          "not fit are refused with INVALID_ARGUMENT before any work.");
+ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
+ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
+          "handler already running still finishes its table work).");
 
 namespace kestrel {
 namespace {
@@ -56,7 +61,17 @@ int Run() {
     KLOG(Error) << "bad partition: " << partition.status();
     return 2;
   }
+  const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (max_message_bytes < (1 << 20) || max_message_bytes > (1 << 30) || threads < 0 || threads > 1024 ||
+      absl::GetFlag(FLAGS_max_keys_per_request) < 1 || absl::GetFlag(FLAGS_max_tables) < 1) {
+    KLOG(Error) << "bad flags: need --max_message_bytes in [1 MiB, 1 GiB], --threads in [0, 1024], "
+                   "--max_keys_per_request >= 1 and --max_tables >= 1";
+    return 2;
+  }
   ShardOptions shard_options;
+  shard_options.max_response_bytes = static_cast<size_t>(max_message_bytes) - 4096;  // room for framing
+  shard_options.max_tables = static_cast<size_t>(absl::GetFlag(FLAGS_max_tables));
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
   shard_options.shard_index = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
@@ -75,8 +90,8 @@ int Run() {
 
   PsServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  server_options.threads = absl::GetFlag(FLAGS_threads);
-  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  server_options.threads = threads;
+  server_options.max_message_bytes = max_message_bytes;
   auto server = PsServer::Start(server_options, shard->get());
   if (!server.ok()) {
     KLOG(Error) << server.status();

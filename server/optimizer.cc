@@ -11,6 +11,11 @@ namespace {
 
 float Or(float value, float fallback) { return value == 0.0f ? fallback : value; }
 
+// Learning rates outside this range are configuration mistakes, and at the edges (FTRL's beta / alpha)
+// would overflow float.
+constexpr float kMinLearningRate = 1e-12f;
+constexpr float kMaxLearningRate = 1e4f;
+
 class Sgd final : public Optimizer {
  public:
   Sgd(int dim, float lr) : Optimizer(dim), lr_(lr) {}
@@ -65,7 +70,7 @@ class Adam final : public Optimizer {
     float* v = slots + dim_;
     uint32_t step;
     std::memcpy(&step, slots + 2 * dim_, sizeof(step));
-    ++step;
+    if (step != UINT32_MAX) ++step;  // saturates: bias correction is 1 long before
     std::memcpy(slots + 2 * dim_, &step, sizeof(step));
     const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1_), step));
     const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2_), step));
@@ -109,10 +114,11 @@ class Ftrl final : public Optimizer {
     float* z = slots;
     float* n = slots + dim_;
     for (int j = 0; j < dim_; ++j) {
-      const float n_new = n[j] + g[j] * g[j];
-      const float sigma = (std::sqrt(n_new) - std::sqrt(n[j])) / alpha_;
-      z[j] += g[j] - sigma * w[j];
-      n[j] = n_new;
+      // Squares in double: a large finite gradient must not overflow n to Inf (and z to NaN).
+      const double n_new = static_cast<double>(n[j]) + static_cast<double>(g[j]) * g[j];
+      const double sigma = (std::sqrt(n_new) - std::sqrt(static_cast<double>(n[j]))) / alpha_;
+      z[j] = static_cast<float>(z[j] + g[j] - sigma * w[j]);
+      n[j] = static_cast<float>(n_new);
       if (std::abs(z[j]) <= l1_) {
         w[j] = 0.0f;
       } else {
@@ -154,6 +160,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConf
   const float lr = Or(c.learning_rate(), 0.01f);
   absl::Status s = CheckPositive("learning_rate", lr);
   if (!s.ok()) return s;
+  if (lr < kMinLearningRate || lr > kMaxLearningRate) {
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer learning_rate must be in [%g, %g], got %g",
+                                                      kMinLearningRate, kMaxLearningRate, lr));
+  }
   switch (c.type()) {
     case OptimizerConfig::SGD:
       return std::unique_ptr<Optimizer>(new Sgd(dim, lr));

@@ -347,3 +347,33 @@ TEST(OptimizerTest, CreateRejectsInvalidHyperParameters) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(OptimizerRangeTest, FtrlStaysFiniteUnderLargeGradients) {
+  OptimizerConfig c;
+  c.set_type(OptimizerConfig::FTRL);
+  c.set_learning_rate(0.1f);
+  c.set_l1(0.01f);
+  auto opt = Optimizer::Create(c, 2);
+  ASSERT_TRUE(opt.ok());
+  float w[2] = {0, 0}, slots[4];
+  (*opt)->InitSlots(w, slots);
+  const float g[2] = {1e15f, -1e15f};  // g*g overflows float
+  for (int step = 0; step < 3; ++step) (*opt)->Apply(g, w, slots);
+  for (float v : w) EXPECT_TRUE(std::isfinite(v)) << v;
+  for (float v : slots) EXPECT_TRUE(std::isfinite(v)) << v;
+}
+
+TEST(OptimizerRangeTest, RejectsLearningRatesOutOfRange) {
+  for (float lr : {1e5f, 1e-13f, 3e38f}) {
+    OptimizerConfig c;
+    c.set_type(OptimizerConfig::FTRL);
+    c.set_learning_rate(lr);
+    EXPECT_EQ(Optimizer::Create(c, 2).status().code(), absl::StatusCode::kInvalidArgument) << lr;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

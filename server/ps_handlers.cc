@@ -26,7 +26,8 @@ absl::Status CheckValueType(ValueType type) {
 
 absl::Status Read(Shard& shard, bool dense, const PullRequest& request, PullResponse* response) {
   thread_local std::vector<uint64_t> scratch;
-  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids, UnpackView<uint64_t>(request.keys(), "keys", &scratch));
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
+                           shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &scratch)));
   const RequestContext ctx = ContextOf(request.header());
   std::string* values = response->mutable_values();
   KESTREL_RETURN_IF_ERROR(dense ? shard.PullDense(ctx, request.table(), ids, request.dim(), values)
@@ -39,11 +40,11 @@ absl::Status Read(Shard& shard, bool dense, const PullRequest& request, PullResp
 absl::Status Write(Shard& shard, bool dense, const PushRequest& request, PushResponse* response) {
   thread_local std::vector<uint64_t> key_scratch;
   thread_local std::vector<float> value_scratch;
-  KESTREL_RETURN_IF_ERROR(CheckValueType(request.value_type()));
+  KESTREL_RETURN_IF_ERROR(shard.Count(CheckValueType(request.value_type())));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
-                           UnpackView<uint64_t>(request.keys(), "keys", &key_scratch));
+                           shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &key_scratch)));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
-                           UnpackView<float>(request.values(), "values", &value_scratch));
+                           shard.Count(UnpackView<float>(request.values(), "values", &value_scratch)));
   const RequestContext ctx = ContextOf(request.header());
   KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, request.dim())
                                 : shard.Push(ctx, request.table(), ids, grads, request.dim()));
@@ -66,7 +67,8 @@ absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* 
 absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
                             absl::FunctionRef<float*(size_t floats, int dim)> alloc) {
   thread_local std::vector<uint64_t> scratch;
-  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, UnpackView<uint64_t>(request.keys(), "keys", &scratch));
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys,
+                           shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &scratch)));
   return shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
     return alloc(floats, keys.empty() ? 0 : static_cast<int>(floats / keys.size()));
   });

@@ -30,7 +30,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
     PullRequest parsed;
     grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
     grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
-    if (!status.ok()) return absl::InvalidArgumentError("malformed PullRequest: " + status.error_message());
+    if (!status.ok()) {
+      return shard_->Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
+    }
     PullResponseWriter writer;
     absl::Status handled = HandlePullInto(*shard_, parsed, [&writer](size_t floats, int dim) {
       return writer.Allocate(floats, dim);

@@ -2,7 +2,8 @@
 //
 // Message size limits are raised deliberately: the server accepts requests up to
 // PsServerOptions::max_message_bytes (default 64 MiB) and rejects larger ones with RESOURCE_EXHAUSTED before
-// they reach the Shard. Clients split requests well below it (worker/ps_client.h, default 2 MiB per request),
+// they reach the Shard; the Shard refuses pulls whose answer would exceed it (ShardOptions::max_response_bytes,
+// which the caller sets to match). Clients split requests well below it (worker/ps_client.h, default 2 MiB per request),
 // which is also where gRPC on loopback is fastest (../shared/perf-notes.md).
 #ifndef KESTREL_SERVER_PS_SERVICE_H_
 #define KESTREL_SERVER_PS_SERVICE_H_
@@ -69,7 +70,8 @@ class PsServer {
 
   // The port actually bound.
   int port() const { return port_; }
-  // Stops accepting calls, lets in-flight calls finish until `grace` passes, then cancels them.
+  // Stops accepting calls and lets in-flight calls finish until `grace` passes, then cancels the rest (a
+  // handler already running still finishes its table work; Wait() returns after it).
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until the server has shut down.
   void Wait();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/gradients.h"
 #include "common/hash.h"
 #include "common/packed.h"
 #include "common/status.h"
@@ -13,26 +14,6 @@
 
 namespace kestrel {
 namespace {
-
-constexpr uint32_t kExponentBits = 0x7f800000u;
-
-// True when x is NaN or +-Inf: the exponent bits are all ones.
-inline bool NonFinite(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return (bits & kExponentBits) == kExponentBits;
-}
-
-// True when any value is NaN or +-Inf. A max-reduction over the exponent bits, which GCC vectorizes.
-bool AnyNonFinite(absl::Span<const float> values) {
-  uint32_t max_exponent = 0;
-  for (float v : values) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof(bits));
-    max_exponent = std::max(max_exponent, bits & kExponentBits);
-  }
-  return max_exponent == kExponentBits;
-}
 
 std::string RangesToString(const std::vector<KeyRange>& ranges) {
   constexpr size_t kMaxListed = 4;
@@ -43,7 +24,11 @@ std::string RangesToString(const std::vector<KeyRange>& ranges) {
   return out;
 }
 
-uint64_t NumBlocks(const TableConfig& config) { return (config.dense_size() + config.dim() - 1) / config.dim(); }
+// Names from requests are echoed in errors only this long, so a huge bogus name cannot blow up a status.
+std::string Clip(absl::string_view s) {
+  constexpr size_t kMax = 80;
+  return s.size() <= kMax ? std::string(s) : absl::StrCat(s.substr(0, kMax), "...");
+}
 
 }  // namespace
 
@@ -71,7 +56,7 @@ absl::Status Shard::Count(absl::Status status) const {
 absl::Status Shard::CheckJob(const RequestContext& ctx) const {
   if (ctx.job_id == options_.job_id) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
-                                                       ctx.job_id, shard_index(), options_.job_id));
+                                                       Clip(ctx.job_id), shard_index(), options_.job_id));
 }
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {
@@ -85,6 +70,10 @@ absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableCo
     if (google::protobuf::util::MessageDifferencer::Equals(it->second->config(), config)) return false;
     return Count(absl::AlreadyExistsError(absl::StrFormat(
         "table '%s' already exists on shard %d with a different config", config.name(), shard_index())));
+  }
+  if (current.size() >= options_.max_tables) {
+    return Count(absl::ResourceExhaustedError(absl::StrFormat(
+        "shard %d already holds %d tables, its limit (--max_tables)", shard_index(), current.size())));
   }
   auto next = std::make_unique<TableMap>(current);
   (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
@@ -112,7 +101,7 @@ absl::StatusOr<Table*> Shard::LookupTable(const RequestContext& ctx, absl::strin
   const TableMap& tables = *tables_.load(std::memory_order_acquire);
   auto it = tables.find(name);
   if (it == tables.end()) {
-    return absl::NotFoundError(absl::StrFormat("table '%s' does not exist on shard %d", name, shard_index()));
+    return absl::NotFoundError(absl::StrFormat("table '%s' does not exist on shard %d", Clip(name), shard_index()));
   }
   Table* table = it->second.get();
   if (table->config().kind() != kind) {
@@ -166,19 +155,16 @@ absl::Status Shard::CheckGrads(const Table& table, absl::Span<const uint64_t> ke
         absl::StrFormat("table '%s' has dim %d: %d keys need %d gradient values, got %d", table.config().name(),
                         dim, keys.size(), keys.size() * dim, grads.size()));
   }
-  if (!AnyNonFinite(grads)) return absl::OkStatus();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (NonFinite(grads[i])) {
-      return absl::InvalidArgumentError(absl::StrFormat("non-finite gradient %g for key 0x%016x element %d of table '%s'",
-                                                        grads[i], keys[i / dim], i % dim, table.config().name()));
-    }
-  }
-  return absl::OkStatus();
+  const int64_t bad = FirstBadGradient(grads);
+  if (bad < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "bad gradient %g for key 0x%016x element %d of table '%s': gradients must be finite with |g| <= %g",
+      grads[bad], keys[bad / dim], bad % dim, table.config().name(), kMaxGradientMagnitude));
 }
 
 absl::Status Shard::BlockKeys(const Table& table, absl::Span<const uint64_t> blocks,
                               std::vector<uint64_t>* keys) const {
-  const uint64_t num_blocks = NumBlocks(table.config());
+  const uint64_t num_blocks = table.num_blocks();
   keys->resize(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (i > 0 && blocks[i] <= blocks[i - 1]) {
@@ -237,7 +223,13 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
                          absl::FunctionRef<float*(size_t floats)> alloc) {
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
-  table->Pull(keys, alloc(keys.size() * table->dim()));
+  const size_t floats = keys.size() * static_cast<size_t>(table->dim());
+  if (floats > options_.max_response_bytes / sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pulling %d rows of dim %d from table '%s' would answer %d bytes, above the limit of %d: split the request",
+        keys.size(), table->dim(), name, floats * sizeof(float), options_.max_response_bytes));
+  }
+  table->Pull(keys, alloc(floats));
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();

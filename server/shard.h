@@ -5,7 +5,8 @@
 // Every request is validated completely before anything is written, so a rejected request leaves the
 // shard's state unchanged: unknown table (NotFound), wrong job (FailedPrecondition), wrong dimension,
 // mismatched key/value counts, unsorted or duplicate keys, keys outside this shard's ranges, non-finite
-// gradients, dense block indices out of range, or too many keys (InvalidArgument).
+// or too large gradients (common/gradients.h), dense block indices out of range, too many keys, or an
+// answer above max_response_bytes (InvalidArgument); too many tables (ResourceExhausted).
 //
 // Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
 // the table registry is read without locks (an immutable map published through an atomic pointer).
@@ -46,7 +47,13 @@ struct ShardOptions {
   int shard_index = 0;
   // Largest number of keys (or dense blocks) in one request. Default: 4194304 (4Mi).
   size_t max_keys_per_request = size_t{1} << 22;
+  // Largest pull answer, in bytes of values: larger pulls are refused before anything is allocated (the gRPC
+  // edge sets it from its message limit). Default: 64 MiB - 4 KiB.
+  size_t max_response_bytes = (size_t{64} << 20) - 4096;
+  // Most tables a shard holds. Default: 1024.
+  size_t max_tables = 1024;
 };
+
 
 struct TableStats {
   TableConfig config;
@@ -103,6 +110,15 @@ class Shard {
   absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
                          absl::Span<const float> grads, int expected_dim);
 
+  // Counts `status` as a rejected request when it is an error (for rejections made before the Shard is
+  // called, e.g. undecodable messages); returns it.
+  absl::Status Count(absl::Status status) const;
+  template <typename T>
+  absl::StatusOr<T> Count(absl::StatusOr<T> value) const {
+    if (!value.ok()) Count(value.status());
+    return value;
+  }
+
   // FailedPrecondition when the request names another job than this shard's.
   absl::Status CheckJob(const RequestContext& ctx) const;
 
@@ -134,8 +150,7 @@ class Shard {
                     absl::FunctionRef<float*(size_t floats)> alloc);
   absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
-  // Counts a rejected request; returns `status`.
-  absl::Status Count(absl::Status status) const;
+
 
   const ShardOptions options_;
   const Partition partition_;

@@ -187,6 +187,65 @@ TEST_F(ShardTest, CreateTableIsIdempotentAndRejectsConflicts) {
   EXPECT_GE(shard_->Stats().rejected_requests, 3u);
 }
 
+TEST_F(ShardTest, RejectsTooLargeGradients) {
+  std::vector<float> grads = grads_;
+  grads[0] = -2e15f;  // finite, but would overflow optimizer state
+  ExpectRejected(shard_->Push(Ctx(), "emb", keys_, grads, 0), absl::StatusCode::kInvalidArgument,
+                 "gradients must be finite with |g| <= 1e+15");
+}
+
+TEST_F(ShardTest, ClipsHugeNamesInErrors) {
+  const std::string name(100000, 'x');
+  std::string values;
+  absl::Status status = shard_->Pull(Ctx(), name, keys_, 0, &values);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(status.message().size(), 200u);
+}
+
+TEST(ShardLimitsTest, RefusesAnswersAboveTheResponseLimitBeforeAllocating) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.max_response_bytes = 1000;  // 250 floats
+  auto shard = *Shard::Create(options, *Partition::Uniform(1));
+  ASSERT_TRUE(shard->CreateTable(Ctx(), Sparse("emb", 16)).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 16; ++k) keys.push_back(k);  // 16 x 16 floats = 1024 bytes
+  bool allocated = false;
+  absl::Status status = shard->Pull(Ctx(), "emb", keys, 16, [&](size_t) -> float* {
+    allocated = true;
+    return nullptr;
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("split the request"));
+  EXPECT_FALSE(allocated);
+  keys.pop_back();  // 15 x 16 floats fit
+  std::string values;
+  EXPECT_TRUE(shard->Pull(Ctx(), "emb", keys, 16, &values).ok());
+  EXPECT_EQ(values.size(), 15u * 16 * sizeof(float));
+  EXPECT_EQ(shard->Stats().rejected_requests, 1u);
+}
+
+TEST(ShardLimitsTest, LimitsTheNumberOfTables) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.max_tables = 3;
+  auto shard = *Shard::Create(options, *Partition::Uniform(1));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(shard->CreateTable(Ctx(), Sparse("t" + std::to_string(i), 2)).ok());
+  EXPECT_EQ(shard->CreateTable(Ctx(), Sparse("t3", 2)).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(shard->DescribeTables().size(), 3u);
+}
+
+TEST(ShardLimitsTest, DenseSizeIsBoundedAndBlocksCountedWithoutOverflow) {
+  auto shard = MakeShard(0, 1);
+  TableConfig huge = Sparse("mlp", 4096);
+  huge.set_kind(TableConfig::DENSE);
+  huge.set_dense_size(~uint64_t{0});  // (size + dim - 1) / dim would wrap to 0 blocks
+  EXPECT_EQ(shard->CreateTable(Ctx(), huge).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Partition::DenseBlockCount(~uint64_t{0}, 4096), (~uint64_t{0}) / 4096 + 1);
+  EXPECT_EQ(Partition::DenseBlockCount(8192, 4096), 2u);
+  EXPECT_EQ(Partition::DenseBlockCount(8193, 4096), 3u);
+}
+
 TEST(ShardPlacementTest, InitialValueDoesNotDependOnOwner) {
   // The same key pulled from a 1-server and from a 3-server layout has the same initial value.
   auto solo = MakeShard(0, 1);

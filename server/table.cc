@@ -29,6 +29,16 @@ bool ValidTableName(const std::string& name) {
 
 int StripeOf(uint64_t hash) { return static_cast<int>(hash >> (64 - Table::kStripeBits)); }
 
+// log2 of the rows per arena chunk for rows of `row_floats` floats (see Table::kChunkBytes).
+int ChunkShift(int row_floats) {
+  const size_t row_bytes = sizeof(float) * row_floats;
+  int shift = 0;
+  while ((size_t{2} << shift) <= Table::kMaxChunkRows && (size_t{2} << shift) * row_bytes <= Table::kChunkBytes) {
+    ++shift;
+  }
+  return shift;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
@@ -40,8 +50,10 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config) 
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s': dim must be in [1, %d], got %d", config.name(), kMaxDim, config.dim()));
   }
-  if (config.kind() == TableConfig::DENSE && config.dense_size() == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size > 0", config.name()));
+  if (config.kind() == TableConfig::DENSE &&
+      (config.dense_size() == 0 || config.dense_size() > kMaxDenseSize)) {
+    return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size in [1, %d], got %d",
+                                                      config.name(), kMaxDenseSize, config.dense_size()));
   }
   if (config.kind() == TableConfig::SPARSE && config.dense_size() != 0) {
     return absl::InvalidArgumentError(
@@ -63,6 +75,8 @@ Table::Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimi
     : config_(config),
       dim_(config.dim()),
       row_floats_(kKeyFloats + config.dim() + optimizer->slot_floats()),
+      chunk_shift_(ChunkShift(row_floats_)),
+      chunk_mask_((uint32_t{1} << chunk_shift_) - 1),
       init_(init),
       optimizer_(std::move(optimizer)),
       stripes_(new Stripe[kStripes]) {}
@@ -116,8 +130,8 @@ float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
     if (RowKey(row) == key) return row;
   }
   const uint32_t id = s.rows++;
-  if (id / kChunkRows == s.chunks.size()) {
-    s.chunks.emplace_back(new float[static_cast<size_t>(kChunkRows) * row_floats_]);
+  if ((id >> chunk_shift_) == s.chunks.size()) {
+    s.chunks.emplace_back(new float[(size_t{1} << chunk_shift_) * row_floats_]);
   }
   s.index[i] = id + 1;
   float* row = RowLocked(s, id);
@@ -225,7 +239,7 @@ uint64_t Table::memory_bytes() const {
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
     bytes += s.index.capacity() * sizeof(uint32_t);
-    bytes += s.chunks.size() * (static_cast<uint64_t>(kChunkRows) * row_floats_ * sizeof(float));
+    bytes += s.chunks.size() * ((uint64_t{1} << chunk_shift_) * row_floats_ * sizeof(float));
     bytes += s.chunks.capacity() * sizeof(std::unique_ptr<float[]>);
   }
   return bytes;

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/partition.h"
 #include "proto/table.pb.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
@@ -36,9 +37,14 @@ class Table {
  public:
   static constexpr int kStripeBits = 6;
   static constexpr int kStripes = 1 << kStripeBits;
-  // Rows per arena chunk. Small enough that a half-empty last chunk per stripe is cheap for 1e5-row tables.
-  static constexpr uint32_t kChunkRows = 256;
+  // Rows per arena chunk: a power of two, at most kMaxChunkRows (small enough that a half-empty last chunk per
+  // stripe is cheap for 1e5-row tables) and at most kChunkBytes of rows (so wide rows do not reserve
+  // megabytes per stripe), at least 1.
+  static constexpr uint32_t kMaxChunkRows = 256;
+  static constexpr size_t kChunkBytes = 64 << 10;
   static constexpr int kMaxDim = 4096;
+  // Largest dense tensor, in floats (2^36, 256 GiB).
+  static constexpr uint64_t kMaxDenseSize = uint64_t{1} << 36;
 
   // Validates the config (name, dim, initializer, optimizer) and builds an empty table.
   static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config);
@@ -50,6 +56,10 @@ class Table {
   int dim() const { return dim_; }
   // Floats of optimizer state per row.
   int slot_floats() const { return optimizer_->slot_floats(); }
+  // Dense tables: the number of blocks (Partition::DenseBlockCount); 0 for sparse tables.
+  uint64_t num_blocks() const {
+    return config_.kind() == TableConfig::DENSE ? Partition::DenseBlockCount(config_.dense_size(), dim_) : 0;
+  }
 
   // Writes keys.size() rows of dim() floats to `out`, in key order.
   void Pull(absl::Span<const uint64_t> keys, float* out) const;
@@ -83,7 +93,7 @@ class Table {
   static void BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch);
 
   float* RowLocked(const Stripe& s, uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
-    return s.chunks[row / kChunkRows].get() + static_cast<size_t>(row % kChunkRows) * row_floats_;
+    return s.chunks[row >> chunk_shift_].get() + static_cast<size_t>(row & chunk_mask_) * row_floats_;
   }
   static uint64_t RowKey(const float* row) {
     uint64_t key;
@@ -109,6 +119,8 @@ class Table {
   const TableConfig config_;
   const int dim_;
   const int row_floats_;  // 2 (key) + dim + slots
+  const int chunk_shift_;  // rows per chunk = 1 << chunk_shift_
+  const uint32_t chunk_mask_;
   const Initializer init_;
   const std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Stripe[]> stripes_;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "gtest/gtest.h"
 #include "proto/table.pb.h"
 #include "server/initializer.h"
@@ -371,6 +372,31 @@ TEST(TableTest, MemoryOverheadIsBounded) {
   RecordProperty("memory_ratio", absl::StrCat(ratio));
   EXPECT_GE(ratio, 1.0);
   EXPECT_LE(ratio, 1.25) << "memory_bytes " << table->memory_bytes() << " raw_bytes " << table->raw_bytes();
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(TableChunkTest, WideRowsDoNotReserveMegabytesPerStripe) {
+  // dim 4096 with Adam: 49 KB per row. A few dozen rows spread over all stripes must not cost 256 rows per
+  // stripe (~800 MB).
+  TableConfig c;
+  c.set_name("wide");
+  c.set_dim(4096);
+  c.mutable_optimizer()->set_type(OptimizerConfig::ADAM);
+  auto table = Table::Create(c);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 64; ++k) keys.push_back(Mix64(k));
+  std::sort(keys.begin(), keys.end());
+  std::vector<float> grads(keys.size() * 4096, 0.5f);
+  (*table)->Push(keys, grads.data());
+  EXPECT_EQ((*table)->num_rows(), 64u);
+  EXPECT_LT((*table)->memory_bytes(), 4 * (*table)->raw_bytes() + (1 << 20))
+      << "memory " << (*table)->memory_bytes() << " raw " << (*table)->raw_bytes();
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/gradients.h"
 #include "common/key_batch.h"
 #include "common/packed.h"
 #include "common/status.h"
@@ -84,7 +85,7 @@ class RoutedPsClient final : public PsClient {
   }
 
   absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) override {
-    KESTREL_RETURN_IF_ERROR(CheckDim(dim));
+    KESTREL_RETURN_IF_ERROR(CheckShape(keys, dim));
     Lease lease(this);
     CallBuffers& b = *lease.buffers;
     b.batch.Build(keys, partition_);
@@ -101,7 +102,7 @@ class RoutedPsClient final : public PsClient {
 
   absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
                     const float* grads) override {
-    KESTREL_RETURN_IF_ERROR(CheckDim(dim));
+    KESTREL_RETURN_IF_ERROR(CheckShape(keys, dim));
     Lease lease(this);
     CallBuffers& b = *lease.buffers;
     b.batch.Build(keys, partition_);
@@ -111,6 +112,9 @@ class RoutedPsClient final : public PsClient {
       b.batch.Reduce(grads, dim, b.rows.data());
       rows = b.rows.data();
     }
+    // Refuse bad gradients before anything is sent, so no server applies part of a batch it should not.
+    KESTREL_RETURN_IF_ERROR(CheckGradients(table, absl::MakeConstSpan(rows, b.batch.num_unique() * dim), dim,
+                                           [&](size_t row) { return b.batch.unique_keys()[row]; }));
     return Execute(PsMethod::kPush, table, dim, b.batch.unique_keys(), BatchOffsets(&b), rows, nullptr, &b);
   }
 
@@ -133,6 +137,7 @@ class RoutedPsClient final : public PsClient {
 
   absl::Status PushDense(absl::string_view table, absl::Span<const float> grads) override {
     KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size()));
+    KESTREL_RETURN_IF_ERROR(CheckGradients(table, grads, config.dim(), [](size_t block) { return block; }));
     const int dim = config.dim();
     Lease lease(this);
     CallBuffers& b = *lease.buffers;
@@ -176,9 +181,24 @@ class RoutedPsClient final : public PsClient {
     std::unique_ptr<CallBuffers> buffers;
   };
 
-  static absl::Status CheckDim(int dim) {
-    if (dim >= 1) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", dim));
+  // InvalidArgument naming the first NaN/Inf/too-large gradient (common/gradients.h); `id_of(row)` names
+  // the row's key (or dense block).
+  static absl::Status CheckGradients(absl::string_view table, absl::Span<const float> grads, int dim,
+                                     const std::function<uint64_t(size_t)>& id_of) {
+    const int64_t bad = FirstBadGradient(grads);
+    if (bad < 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "bad gradient %g for key/block 0x%016x element %d of table '%s': gradients must be finite with |g| <= %g; "
+        "nothing was sent",
+        grads[bad], id_of(bad / dim), bad % dim, table, kMaxGradientMagnitude));
+  }
+
+  static absl::Status CheckShape(absl::Span<const uint64_t> keys, int dim) {
+    if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", dim));
+    if (keys.size() >= UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(keys.size(), " keys in one call: split it below 2^32"));
+    }
+    return absl::OkStatus();
   }
 
   void FillHeader(RequestHeader* header) {
@@ -198,7 +218,7 @@ class RoutedPsClient final : public PsClient {
 
   // The block ids of a dense table, grouped by owning server, increasing within each server.
   void GroupBlocks(const TableConfig& config, CallBuffers* b) {
-    const uint64_t num_blocks = (config.dense_size() + config.dim() - 1) / config.dim();
+    const uint64_t num_blocks = Partition::DenseBlockCount(config.dense_size(), config.dim());
     const int servers = partition_.num_servers();
     b->offsets.assign(servers + 1, 0);
     b->ids.resize(num_blocks);
@@ -334,7 +354,7 @@ class RoutedPsClient final : public PsClient {
       const Rpc& rpc = *b->rpcs[i];
       const std::string& values = rpc.pull_response.values();
       if (values.size() != rpc.rows * dim * sizeof(float)) {
-        return absl::InternalError(absl::StrFormat(
+        return absl::DataLossError(absl::StrFormat(
             "server %d returned %d bytes for %d rows of dim %d of table '%s'", rpc.server, values.size(),
             rpc.rows, dim, table));
       }
@@ -379,6 +399,11 @@ class RoutedPsClient final : public PsClient {
           transport_->Call(rpc->server, method, request, response, options_.rpc_deadline, std::move(on_done));
         }
         all.Wait();
+        // Stop at the first failure that will not be retried: later waves must not be applied after it.
+        for (Rpc* rpc : batch) {
+          const bool will_retry = absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries;
+          if (!rpc->status.ok() && !will_retry) return OnServer(rpc->server, rpc->status);
+        }
       }
       std::vector<Rpc*> retry;
       for (Rpc* rpc : pending) {

@@ -36,7 +36,8 @@ struct PsClientOptions {
   int32_t worker_rank = -1;
   // Deadline of each RPC. Default: 30 s.
   absl::Duration rpc_deadline = absl::Seconds(30);
-  // Requests are split so that no request or response carries more than this many bytes of keys + values.
+  // Requests are split so that no request or response carries more than this many bytes of keys + values
+  // (a single row larger than that travels alone).
   // Default: 2 MiB (gRPC on loopback is fastest with 0.5-2 MB messages; see bench/results).
   size_t max_request_bytes = size_t{2} << 20;
   // Requests in flight to one server at a time within one call; the rest wait for the next wave.
@@ -96,7 +97,10 @@ class PsClient {
   virtual absl::Status CreateTable(const TableConfig& config) = 0;
   // Pulls keys.size() rows of `dim` floats into `out`, in the order of `keys`.
   virtual absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) = 0;
-  // Pushes one gradient row of `dim` floats per key (keys.size() * dim floats).
+  // Pushes one gradient row of `dim` floats per key (keys.size() * dim floats). Gradients are checked
+  // (finite, |g| <= kMaxGradientMagnitude) before anything is sent. A push spanning several servers is not
+  // atomic: if one server fails (down, or refusing its share) the others may have applied theirs; the error
+  // names the server. Later issues make pushes idempotent per (worker, clock) so the caller can retry.
   virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
                             const float* grads) = 0;
   // Pulls the whole dense tensor (its dense_size floats) into `out`.

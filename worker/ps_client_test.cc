@@ -152,11 +152,22 @@ TEST_P(PsClientTest, ErrorsNameTheServerAndLeaveStateUnchanged) {
   EXPECT_THAT(std::string(missing.message()), HasSubstr("table 'missing' does not exist"));
   EXPECT_THAT(std::string(missing.message()), HasSubstr("server "));
 
-  grads[5] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<uint64_t> one_key = {keys[0]};
-  absl::Status nan = client_->Push("emb", one_key, 8, grads.data());
-  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(nan.message()), HasSubstr("non-finite gradient"));
+  // A batch over every server with one bad gradient (NaN, or too large) is refused whole: no server applies
+  // its share.
+  std::vector<uint64_t> many;
+  for (uint64_t i = 0; i < 600; ++i) many.push_back(Partition::FeatureKey(1000 + i));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), 3e15f}) {
+    std::vector<float> many_grads(many.size() * 8, 1.0f);
+    many_grads[many_grads.size() - 3] = bad;
+    absl::Status status = client_->Push("emb", many, 8, many_grads.data());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("bad gradient"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("nothing was sent"));
+  }
+  // Finite duplicates that sum past the limit are refused too.
+  std::vector<uint64_t> twice = {keys[0], keys[0]};
+  std::vector<float> huge(16, 9e14f);
+  EXPECT_EQ(client_->Push("emb", twice, 8, huge.data()).code(), absl::StatusCode::kInvalidArgument);
 
   std::vector<float> out(keys.size() * 4);
   EXPECT_EQ(client_->Pull("emb", keys, 4, out.data()).code(), absl::StatusCode::kInvalidArgument);
