@@ -165,28 +165,36 @@ void Table::PrefetchSpan(const void* p, size_t bytes, bool for_write) {
   }
 }
 
+template <typename Visit>
+void Table::VisitStripeLocked(const Stripe& s, const Scratch& scratch, int si, const float* request_rows,
+                              bool pushing, Visit visit) const {
+  const uint32_t begin = scratch.bounds[si], end = scratch.bounds[si + 1];
+  // Rows are scattered in memory, and so are the request's own rows (visited in stripe order): fetch the
+  // index slot kSlotAhead keys ahead and the table row and request row kRowAhead keys ahead, so the work
+  // below mostly hits the cache. A push writes table rows and reads request rows; a pull the reverse.
+  for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
+    PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
+  }
+  for (uint32_t o = begin; o < end; ++o) {
+    if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
+    if (o + kRowAhead < end) {
+      const uint32_t ahead = scratch.order[o + kRowAhead];
+      PrefetchRowLocked(s, scratch.hashes[ahead], /*for_write=*/pushing);
+      PrefetchSpan(request_rows + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, /*for_write=*/!pushing);
+    }
+    visit(scratch.order[o]);
+  }
+}
+
 void Table::Pull(absl::Span<const uint64_t> keys, float* out) const {
   thread_local Scratch scratch;
   BucketByStripe(keys, &scratch);
   const size_t row_bytes = sizeof(float) * dim_;
   for (int si = 0; si < kStripes; ++si) {
-    const uint32_t begin = scratch.bounds[si], end = scratch.bounds[si + 1];
-    if (begin == end) continue;
+    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
-    // Rows are scattered in memory: fetch the index slot kSlotAhead keys ahead and the row kRowAhead keys
-    // ahead, so the lookups below mostly hit the cache.
-    for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
-      PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
-    }
-    for (uint32_t o = begin; o < end; ++o) {
-      if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
-      if (o + kRowAhead < end) {
-        const uint32_t ahead = scratch.order[o + kRowAhead];
-        PrefetchRowLocked(s, scratch.hashes[ahead], false);
-        PrefetchSpan(out + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, true);
-      }
-      const uint32_t i = scratch.order[o];
+    VisitStripeLocked(s, scratch, si, out, /*pushing=*/false, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       const int64_t row = FindLocked(s, scratch.hashes[i], keys[i]);
       float* dst = out + static_cast<size_t>(i) * dim_;
       if (row >= 0) {
@@ -194,7 +202,7 @@ void Table::Pull(absl::Span<const uint64_t> keys, float* out) const {
       } else {
         init_.Fill(keys[i], dst, dim_);
       }
-    }
+    });
   }
 }
 
@@ -202,25 +210,13 @@ void Table::Push(absl::Span<const uint64_t> keys, const float* grads) {
   thread_local Scratch scratch;
   BucketByStripe(keys, &scratch);
   for (int si = 0; si < kStripes; ++si) {
-    const uint32_t begin = scratch.bounds[si], end = scratch.bounds[si + 1];
-    if (begin == end) continue;
+    if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
-    for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
-      PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
-    }
-    for (uint32_t o = begin; o < end; ++o) {
-      if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
-      if (o + kRowAhead < end) {
-        const uint32_t ahead = scratch.order[o + kRowAhead];
-        PrefetchRowLocked(s, scratch.hashes[ahead], true);
-        // The gradient rows are read in stripe order, i.e. scattered too.
-        PrefetchSpan(grads + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, false);
-      }
-      const uint32_t i = scratch.order[o];
+    VisitStripeLocked(s, scratch, si, grads, /*pushing=*/true, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       float* values = FindOrCreateLocked(s, scratch.hashes[i], keys[i]) + kKeyFloats;
       optimizer_->Apply(grads + static_cast<size_t>(i) * dim_, values, values + dim_);
-    }
+    });
   }
 }
 

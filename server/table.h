@@ -105,6 +105,10 @@ class Table {
   // Returns the row of `key`, creating and initializing it when absent.
   float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void GrowIndexLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Calls visit(i) for each request position i of stripe `si` in order, prefetching ahead (see table.cc).
+  template <typename Visit>
+  void VisitStripeLocked(const Stripe& s, const Scratch& scratch, int si, const float* request_rows, bool pushing,
+                         Visit visit) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Software prefetch of a key's index slot, and of its row (found through the slot, if present).
   void PrefetchSlotLocked(const Stripe& s, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   void PrefetchRowLocked(const Stripe& s, uint64_t hash, bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
