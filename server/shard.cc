@@ -61,7 +61,7 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {
   KESTREL_RETURN_IF_ERROR(Count(CheckJob(ctx)));
-  auto table = Table::Create(config);
+  auto table = Table::Create(config, KeyRange{ranges_.front().first, ranges_.back().last});
   if (!table.ok()) return Count(table.status());
   absl::MutexLock lock(&mu_);
   const TableMap& current = *tables_.load(std::memory_order_acquire);

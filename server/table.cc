@@ -10,9 +10,12 @@
 namespace kestrel {
 
 struct Table::Scratch {
-  std::vector<uint64_t> hashes;
-  std::vector<uint32_t> order;
+  std::vector<uint64_t> hashes;  // Mix64 of each key: its index slot
+  std::vector<uint32_t> order;   // request positions grouped by stripe (unused when in_order)
+  bool in_order = false;         // the request's keys are already grouped by stripe (sorted keys are)
   uint32_t bounds[kStripes + 1];
+
+  uint32_t Position(uint32_t o) const { return in_order ? o : order[o]; }
 };
 
 namespace {
@@ -27,7 +30,12 @@ bool ValidTableName(const std::string& name) {
   return true;
 }
 
-int StripeOf(uint64_t hash) { return static_cast<int>(hash >> (64 - Table::kStripeBits)); }
+// Shift that maps a span of `width` keys onto at most Table::kStripes stripes.
+int StripeShift(uint64_t width) {
+  int shift = 0;
+  while ((width >> shift) >= static_cast<uint64_t>(Table::kStripes)) ++shift;
+  return shift;
+}
 
 // log2 of the rows per arena chunk for rows of `row_floats` floats (see Table::kChunkBytes).
 int ChunkShift(int row_floats) {
@@ -41,7 +49,7 @@ int ChunkShift(int row_floats) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config) {
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config, KeyRange span) {
   if (!ValidTableName(config.name())) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table name '%s' must be 1-64 characters of [A-Za-z0-9_.-]", config.name()));
@@ -68,11 +76,13 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config) 
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s': %s", config.name(), optimizer.status().message()));
   }
-  return std::unique_ptr<Table>(new Table(config, *init, std::move(optimizer).value()));
+  return std::unique_ptr<Table>(new Table(config, span, *init, std::move(optimizer).value()));
 }
 
-Table::Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimizer> optimizer)
+Table::Table(const TableConfig& config, KeyRange span, Initializer init, std::unique_ptr<Optimizer> optimizer)
     : config_(config),
+      key_lo_(span.first),
+      stripe_shift_(StripeShift(span.last - span.first)),
       dim_(config.dim()),
       row_floats_(kKeyFloats + config.dim() + optimizer->slot_floats()),
       chunk_shift_(ChunkShift(row_floats_)),
@@ -81,19 +91,30 @@ Table::Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimi
       optimizer_(std::move(optimizer)),
       stripes_(new Stripe[kStripes]) {}
 
-void Table::BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch) {
+int Table::StripeOf(uint64_t key) const {
+  if (key < key_lo_) return 0;  // outside the shard's span: only possible for unvalidated keys
+  return static_cast<int>(std::min<uint64_t>((key - key_lo_) >> stripe_shift_, kStripes - 1));
+}
+
+void Table::BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch) const {
   const size_t n = keys.size();
   scratch->hashes.resize(n);
-  scratch->order.resize(n);
   uint32_t counts[kStripes + 1] = {0};
+  bool in_order = true;
+  int previous = 0;
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t h = Mix64(keys[i]);
-    scratch->hashes[i] = h;
-    ++counts[StripeOf(h) + 1];
+    scratch->hashes[i] = Mix64(keys[i]);
+    const int stripe = StripeOf(keys[i]);
+    in_order &= stripe >= previous;
+    previous = stripe;
+    ++counts[stripe + 1];
   }
   for (int s = 0; s < kStripes; ++s) counts[s + 1] += counts[s];
   std::memcpy(scratch->bounds, counts, sizeof(counts));
-  for (size_t i = 0; i < n; ++i) scratch->order[counts[StripeOf(scratch->hashes[i])]++] = static_cast<uint32_t>(i);
+  scratch->in_order = in_order;
+  if (in_order) return;
+  scratch->order.resize(n);
+  for (size_t i = 0; i < n; ++i) scratch->order[counts[StripeOf(keys[i])]++] = static_cast<uint32_t>(i);
 }
 
 int64_t Table::FindLocked(const Stripe& s, uint64_t hash, uint64_t key) const {
@@ -173,16 +194,16 @@ void Table::VisitStripeLocked(const Stripe& s, const Scratch& scratch, int si, c
   // index slot kSlotAhead keys ahead and the table row and request row kRowAhead keys ahead, so the work
   // below mostly hits the cache. A push writes table rows and reads request rows; a pull the reverse.
   for (uint32_t o = begin; o < std::min(end, begin + kSlotAhead); ++o) {
-    PrefetchSlotLocked(s, scratch.hashes[scratch.order[o]]);
+    PrefetchSlotLocked(s, scratch.hashes[scratch.Position(o)]);
   }
   for (uint32_t o = begin; o < end; ++o) {
-    if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.order[o + kSlotAhead]]);
+    if (o + kSlotAhead < end) PrefetchSlotLocked(s, scratch.hashes[scratch.Position(o + kSlotAhead)]);
     if (o + kRowAhead < end) {
-      const uint32_t ahead = scratch.order[o + kRowAhead];
+      const uint32_t ahead = scratch.Position(o + kRowAhead);
       PrefetchRowLocked(s, scratch.hashes[ahead], /*for_write=*/pushing);
       PrefetchSpan(request_rows + static_cast<size_t>(ahead) * dim_, sizeof(float) * dim_, /*for_write=*/!pushing);
     }
-    visit(scratch.order[o]);
+    visit(scratch.Position(o));
   }
 }
 

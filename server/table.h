@@ -5,9 +5,11 @@
 // indexed by an open-addressing (linear probing) hash index of 4-byte row ids, kept at most 3/4 full, so the
 // index costs 5-11 bytes per row on top of the raw row bytes (key + values + slots).
 //
-// Concurrency. The table is split into kStripes lock stripes by the key's hash; a request is bucketed by
-// stripe and takes each stripe's lock once, so concurrent requests from many workers rarely contend and
-// there is no table-wide lock. Pulls take stripes shared, pushes exclusive.
+// Concurrency. The table is split into kStripes lock stripes, each a contiguous slice of the shard's key span
+// (keys are hashed feature ids, so slices hold equal shares). A request takes each stripe's lock once: sorted
+// requests (the protocol's rule for sparse keys) are already grouped by stripe and are processed in request
+// order, writing their answer sequentially; others are bucketed first. Concurrent requests from many
+// workers rarely contend and there is no table-wide lock. Pulls take stripes shared, pushes exclusive.
 //
 // Rows are created on first push with the table's initializer; a pull of an absent key returns the same
 // deterministic initial value without storing a row (so evaluation traffic does not grow the table).
@@ -40,14 +42,16 @@ class Table {
   // Rows per arena chunk: a power of two, at most kMaxChunkRows (small enough that a half-empty last chunk per
   // stripe is cheap for 1e5-row tables) and at most kChunkBytes of rows (so wide rows do not reserve
   // megabytes per stripe), at least 1.
-  static constexpr uint32_t kMaxChunkRows = 256;
+  static constexpr uint32_t kMaxChunkRows = 64;
   static constexpr size_t kChunkBytes = 64 << 10;
   static constexpr int kMaxDim = 4096;
   // Largest dense tensor, in floats (2^36, 256 GiB).
   static constexpr uint64_t kMaxDenseSize = uint64_t{1} << 36;
 
-  // Validates the config (name, dim, initializer, optimizer) and builds an empty table.
-  static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config);
+  // Validates the config (name, dim, initializer, optimizer) and builds an empty table for keys in `span`
+  // (the owning shard's first to last key; keys outside it work, all in the first or last stripe).
+  static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config,
+                                                       KeyRange span = {0, ~uint64_t{0}});
 
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
@@ -86,11 +90,12 @@ class Table {
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
   };
 
-  Table(const TableConfig& config, Initializer init, std::unique_ptr<Optimizer> optimizer);
+  Table(const TableConfig& config, KeyRange span, Initializer init, std::unique_ptr<Optimizer> optimizer);
 
   // Groups request positions by stripe into scratch->order; scratch->bounds[s] .. bounds[s+1] are stripe s's.
   struct Scratch;
-  static void BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch);
+  void BucketByStripe(absl::Span<const uint64_t> keys, Scratch* scratch) const;
+  int StripeOf(uint64_t key) const;
 
   float* RowLocked(const Stripe& s, uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
     return s.chunks[row >> chunk_shift_].get() + static_cast<size_t>(row & chunk_mask_) * row_floats_;
@@ -121,6 +126,8 @@ class Table {
   static constexpr size_t kMaxPrefetchBytes = 512;
 
   const TableConfig config_;
+  const uint64_t key_lo_;    // first key of the shard's span
+  const int stripe_shift_;   // stripe = (key - key_lo_) >> stripe_shift_
   const int dim_;
   const int row_floats_;  // 2 (key) + dim + slots
   const int chunk_shift_;  // rows per chunk = 1 << chunk_shift_
