@@ -43,7 +43,7 @@ def kestrel_cuda_library(name, srcs, hdrs = [], deps = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs + native.glob(["**/*.h"]),
+            srcs = depset([src] + hdrs + native.glob(["**/*.h"])).to_list(),
             outs = [obj],
             cmd = ("%s/bin/nvcc -O3 -std=c++17 -Xcompiler -fPIC -I. -I$(GENDIR) -DKESTREL_HAS_CUDA=1 " +
                    "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 " +
