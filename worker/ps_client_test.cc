@@ -136,6 +136,19 @@ TEST_P(PsClientTest, DenseTensorRoundTrip) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   for (int s = 0; s < kServers; ++s) EXPECT_GT((*stats)[s].keys_pushed(), 0u);
+  // A client that did not create the table learns its shape from the servers (DescribeTables).
+  std::unique_ptr<PsClient> fresh;
+  if (GetParam() == Transport::kGrpc) {
+    fresh = *NewGrpcPsClient(options_, *partition_, addresses_);
+  } else {
+    std::vector<Shard*> shards;
+    for (auto& shard : shards_) shards.push_back(shard.get());
+    fresh = NewLocalPsClient(options_, shards);
+  }
+  std::vector<float> again(1000, 1.0f);
+  ASSERT_TRUE(fresh->PullDense("mlp", absl::MakeSpan(again)).ok());
+  EXPECT_EQ(again, out);
+  EXPECT_EQ(fresh->PullDense("nope", absl::MakeSpan(again)).code(), absl::StatusCode::kNotFound);
   // A buffer of the wrong size is refused before anything is sent.
   std::vector<float> wrong(999);
   EXPECT_EQ(client_->PushDense("mlp", wrong).code(), absl::StatusCode::kInvalidArgument);
