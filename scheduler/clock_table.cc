@@ -1,0 +1,101 @@
+#include "scheduler/clock_table.h"
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+
+absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, ConsistencyPolicy policy) {
+  if (num_workers < 1 || num_workers > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("num_workers must be in [1, 2^20], got %d", num_workers));
+  }
+  if (policy.mode == ConsistencyPolicy::Mode::kSsp && policy.staleness < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("SSP staleness must be >= 0, got %d", policy.staleness));
+  }
+  return std::unique_ptr<ClockTable>(new ClockTable(num_workers, policy));
+}
+
+ClockTable::ClockTable(int num_workers, ConsistencyPolicy policy)
+    : policy_(policy), clocks_size_(static_cast<size_t>(num_workers)) {
+  absl::MutexLock lock(&mu_);
+  clocks_.assign(clocks_size_, 0);
+  clock_counts_[0] = num_workers;
+}
+
+absl::Status ClockTable::CheckRank(int rank) const {
+  if (rank >= 0 && static_cast<size_t>(rank) < clocks_size_) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, clocks_size_));
+}
+
+void ClockTable::WaitToStart(int rank, int64_t clock, Callback done) {
+  absl::Status status = CheckRank(rank);
+  if (status.ok() && clock < 0) {
+    status = absl::InvalidArgumentError(absl::StrFormat("worker %d asked for iteration %d", rank, clock));
+  }
+  if (!status.ok()) return done(status);
+  const int64_t required = policy_.RequiredMinClock(clock);
+  {
+    absl::MutexLock lock(&mu_);
+    if (clock_counts_.begin()->first < required) {
+      waiting_.emplace(required, std::move(done));
+      return;
+    }
+  }
+  done(absl::OkStatus());
+}
+
+absl::Status ClockTable::Advance(int rank, int64_t finished) {
+  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
+  std::vector<Callback> runnable;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t current = clocks_[rank];
+    if (finished == current) return absl::OkStatus();
+    if (finished < current) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "worker %d has finished %d iterations; its clock cannot go back to %d", rank, current, finished));
+    }
+    clocks_[rank] = finished;
+    auto it = clock_counts_.find(current);
+    if (--it->second == 0) clock_counts_.erase(it);
+    ++clock_counts_[finished];
+    const int64_t min_clock = clock_counts_.begin()->first;
+    auto end = waiting_.upper_bound(min_clock);
+    for (auto w = waiting_.begin(); w != end; ++w) runnable.push_back(std::move(w->second));
+    waiting_.erase(waiting_.begin(), end);
+  }
+  for (Callback& done : runnable) done(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+size_t ClockTable::CancelAll(absl::Status status) {
+  std::multimap<int64_t, Callback> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled.swap(waiting_);
+  }
+  for (auto& [required, done] : cancelled) done(status);
+  return cancelled.size();
+}
+
+int64_t ClockTable::MinClock() const {
+  absl::MutexLock lock(&mu_);
+  return clock_counts_.begin()->first;
+}
+
+int64_t ClockTable::ClockOf(int rank) const {
+  if (!CheckRank(rank).ok()) return -1;
+  absl::MutexLock lock(&mu_);
+  return clocks_[rank];
+}
+
+size_t ClockTable::num_waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_.size();
+}
+
+int64_t ClockTable::NextRequiredMinClock() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_.empty() ? std::numeric_limits<int64_t>::max() : waiting_.begin()->first;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,100 @@
+// ClockTable: the one component that decides consistency (BSP, SSP, ASP) between workers.
+//
+// Each worker has a clock: the number of iterations it has finished (an iteration = pull, compute, push, all
+// pushes acknowledged). Before reading the weights for iteration c (0-based), a worker asks WaitToStart(c):
+//   BSP      c may start once every worker has finished c (i.e. min clock >= c): iteration c sees all updates
+//            of iterations < c of every worker.
+//   SSP(s)   c may start once the slowest worker has finished c - s iterations (min clock >= c - s): no worker
+//            runs more than s iterations ahead of the slowest, and every read sees all updates of iterations
+//            <= c - s - 1 of all workers. BSP is SSP(0).
+//   ASP      never waits.
+// A permitted request is answered at once; others are answered, in order of their requirement, by the
+// Advance() that satisfies them. Answers are callbacks, so no thread (gRPC's included) blocks on a wait.
+//
+// Thread-safe. Callbacks run outside the lock, on the thread that made them runnable; they must not block.
+#ifndef KESTREL_SCHEDULER_CLOCK_TABLE_H_
+#define KESTREL_SCHEDULER_CLOCK_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kestrel {
+
+struct ConsistencyPolicy {
+  enum class Mode { kBsp, kSsp, kAsp };
+  // Default: BSP.
+  Mode mode = Mode::kBsp;
+  // SSP only: how many iterations a worker may run ahead of the slowest one (>= 0). Default: 0.
+  int staleness = 0;
+
+  static ConsistencyPolicy Bsp() { return {Mode::kBsp, 0}; }
+  static ConsistencyPolicy Ssp(int s) { return {Mode::kSsp, s}; }
+  static ConsistencyPolicy Asp() { return {Mode::kAsp, 0}; }
+
+  // The smallest min clock at which iteration `clock` may start (the lowest int64 for ASP).
+  int64_t RequiredMinClock(int64_t clock) const {
+    switch (mode) {
+      case Mode::kBsp:
+        return clock;
+      case Mode::kSsp:
+        return clock - staleness;
+      case Mode::kAsp:
+        break;
+    }
+    return std::numeric_limits<int64_t>::min();
+  }
+};
+
+class ClockTable {
+ public:
+  using Callback = std::function<void(absl::Status)>;
+
+  // num_workers in [1, 1 << 20]; SSP staleness >= 0. All clocks start at 0.
+  static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy);
+
+  // Worker `rank` asks to start iteration `clock`. `done(Ok)` runs before this returns when the policy allows
+  // it now, else when an Advance() allows it. `done(error)` for a bad rank or clock (InvalidArgument) or when
+  // the wait is cancelled (CancelAll's status).
+  void WaitToStart(int rank, int64_t clock, Callback done);
+
+  // Worker `rank` has finished `finished` iterations. Clocks only move forward: repeating the current value
+  // is a no-op (retries are safe), going back is FailedPrecondition. Runs the callbacks this allows.
+  absl::Status Advance(int rank, int64_t finished);
+
+  // Fails every waiting request with `status` (e.g. Aborted when the job rolls back) and returns how many.
+  size_t CancelAll(absl::Status status);
+
+  const ConsistencyPolicy& policy() const { return policy_; }
+  int num_workers() const { return static_cast<int>(clocks_size_); }
+  int64_t MinClock() const;
+  int64_t ClockOf(int rank) const;
+  size_t num_waiting() const;
+  // The smallest min clock some waiting request needs, or the highest int64 when none waits. Always above
+  // MinClock(): a request that could run never waits.
+  int64_t NextRequiredMinClock() const;
+
+ private:
+  ClockTable(int num_workers, ConsistencyPolicy policy);
+  absl::Status CheckRank(int rank) const;
+
+  const ConsistencyPolicy policy_;
+  const size_t clocks_size_;
+
+  mutable absl::Mutex mu_;
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<int64_t, int> clock_counts_ ABSL_GUARDED_BY(mu_);  // clock -> workers at it
+  std::multimap<int64_t, Callback> waiting_ ABSL_GUARDED_BY(mu_);    // required min clock -> callback
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_CLOCK_TABLE_H_

@@ -1,0 +1,191 @@
+#include "scheduler/clock_table.h"
+
+#include <algorithm>
+#include <atomic>
+#include <queue>
+#include <random>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+std::unique_ptr<ClockTable> Make(int workers, ConsistencyPolicy policy) {
+  auto table = ClockTable::Create(workers, policy);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return std::move(table).value();
+}
+
+// Asks for `clock` and reports whether the answer came at once (and with which status).
+struct Ask {
+  bool answered = false;
+  absl::Status status;
+};
+std::shared_ptr<Ask> Start(ClockTable& table, int rank, int64_t clock) {
+  auto ask = std::make_shared<Ask>();
+  table.WaitToStart(rank, clock, [ask](absl::Status s) {
+    ask->answered = true;
+    ask->status = std::move(s);
+  });
+  return ask;
+}
+
+TEST(ClockTableTest, BspIsABarrier) {
+  auto table = Make(3, ConsistencyPolicy::Bsp());
+  EXPECT_TRUE(Start(*table, 0, 0)->answered);  // iteration 0 never waits
+  auto ask = Start(*table, 0, 1);
+  EXPECT_FALSE(ask->answered);
+  ASSERT_TRUE(table->Advance(0, 1).ok());
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  EXPECT_FALSE(ask->answered) << "worker 2 has not finished iteration 0";
+  ASSERT_TRUE(table->Advance(2, 1).ok());
+  EXPECT_TRUE(ask->answered);
+  EXPECT_TRUE(ask->status.ok());
+  EXPECT_EQ(table->num_waiting(), 0u);
+}
+
+TEST(ClockTableTest, SspAllowsStalenessAndNoMore) {
+  auto table = Make(2, ConsistencyPolicy::Ssp(2));
+  // Worker 0 runs ahead while worker 1 is stuck at clock 0: iterations 0, 1, 2 may start; 3 may not.
+  for (int64_t c = 0; c <= 2; ++c) {
+    EXPECT_TRUE(Start(*table, 0, c)->answered) << c;
+    ASSERT_TRUE(table->Advance(0, c + 1).ok());
+  }
+  auto blocked = Start(*table, 0, 3);
+  EXPECT_FALSE(blocked->answered);
+  EXPECT_EQ(table->NextRequiredMinClock(), 1);
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  EXPECT_TRUE(blocked->answered);
+}
+
+TEST(ClockTableTest, AspNeverWaits) {
+  auto table = Make(4, ConsistencyPolicy::Asp());
+  EXPECT_TRUE(Start(*table, 3, 1000000)->answered);
+  EXPECT_EQ(table->num_waiting(), 0u);
+}
+
+TEST(ClockTableTest, ValidatesRanksAndClocks) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  EXPECT_EQ(Start(*table, 2, 0)->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Start(*table, -1, 0)->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Start(*table, 0, -1)->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table->Advance(5, 1).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(table->Advance(0, 3).ok());
+  EXPECT_TRUE(table->Advance(0, 3).ok()) << "repeating the current clock is a no-op";
+  EXPECT_EQ(table->Advance(0, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table->ClockOf(0), 3);
+  EXPECT_EQ(table->MinClock(), 0);
+  EXPECT_FALSE(ClockTable::Create(0, ConsistencyPolicy::Bsp()).ok());
+  EXPECT_FALSE(ClockTable::Create(2, ConsistencyPolicy::Ssp(-1)).ok());
+}
+
+TEST(ClockTableTest, CancelAllFailsEveryWaiter) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  auto a = Start(*table, 0, 1), b = Start(*table, 1, 1);
+  EXPECT_EQ(table->CancelAll(absl::AbortedError("rollback")), 2u);
+  EXPECT_EQ(a->status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(b->status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(table->num_waiting(), 0u);
+}
+
+// Discrete-event simulation: each worker repeatedly asks for its next iteration, works for a random time once
+// allowed, then advances. Checked at every step: a granted read never violates the bound (min clock >=
+// required at grant time), a request waits only when the bound forbids it, and after every Advance no waiting
+// request could run.
+void Simulate(int workers, ConsistencyPolicy policy, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "workers " << workers << " mode " << static_cast<int>(policy.mode)
+                                  << " staleness " << policy.staleness << " seed " << seed);
+  auto table = Make(workers, policy);
+  std::mt19937_64 rng(seed);
+  // Some workers are much slower than others, and delays vary per iteration.
+  std::vector<double> speed(workers);
+  for (auto& s : speed) s = std::uniform_real_distribution<double>(0.2, 3.0)(rng);
+  constexpr int64_t kIterations = 30;
+  using Event = std::pair<double, int>;  // (time the worker finishes its current iteration, rank)
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> finishing;
+  std::vector<int64_t> running(workers, -1);  // iteration being computed, -1 while waiting
+  double now = 0;
+  int64_t max_lead = 0;
+
+  std::function<void(int)> request = [&](int rank) {
+    const int64_t c = table->ClockOf(rank);
+    if (c >= kIterations) return;
+    const int64_t min_before = table->MinClock();
+    const bool allowed_now = min_before >= policy.RequiredMinClock(c);
+    bool answered_inline = true;
+    bool in_call = true;
+    table->WaitToStart(rank, c, [&, rank, c](absl::Status status) {
+      ASSERT_TRUE(status.ok());
+      ASSERT_GE(table->MinClock(), policy.RequiredMinClock(c)) << "read of iteration " << c << " too early";
+      if (!in_call) answered_inline = false;
+      max_lead = std::max(max_lead, c - table->MinClock());
+      running[rank] = c;
+      const double work = std::exponential_distribution<double>(1.0)(rng) * speed[rank];
+      finishing.push({now + work, rank});
+    });
+    in_call = false;
+    // A request that the bound allows is answered at once; one it forbids waits.
+    ASSERT_EQ(allowed_now, running[rank] == c && answered_inline) << "iteration " << c;
+  };
+
+  for (int r = 0; r < workers; ++r) request(r);
+  while (!finishing.empty()) {
+    auto [time, rank] = finishing.top();
+    finishing.pop();
+    now = time;
+    const int64_t finished = running[rank] + 1;
+    running[rank] = -1;
+    ASSERT_TRUE(table->Advance(rank, finished).ok());
+    ASSERT_LT(table->MinClock(), table->NextRequiredMinClock()) << "a runnable request is still waiting";
+    request(rank);
+  }
+  for (int r = 0; r < workers; ++r) EXPECT_EQ(table->ClockOf(r), kIterations) << "worker " << r << " stalled";
+  EXPECT_EQ(table->num_waiting(), 0u);
+  if (policy.mode != ConsistencyPolicy::Mode::kAsp) {
+    // A worker starting c while the slowest has finished m is c - m ahead: at most s.
+    EXPECT_LE(max_lead, policy.staleness);
+  }
+}
+
+TEST(ClockTablePropertyTest, BoundsHoldAndNobodyWaitsNeedlessly) {
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    for (int workers : {2, 3, 5, 8}) {
+      Simulate(workers, ConsistencyPolicy::Bsp(), seed);
+      for (int s : {0, 1, 3}) Simulate(workers, ConsistencyPolicy::Ssp(s), seed);
+      Simulate(workers, ConsistencyPolicy::Asp(), seed);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(ClockTableThreadsTest, RealThreadsRespectTheBound) {
+  // 6 threads, SSP(1), random sleeps: every grant must see min clock >= c - 1.
+  constexpr int kWorkers = 6, kIterations = 40;
+  auto table = Make(kWorkers, ConsistencyPolicy::Ssp(1));
+  std::atomic<int> violations{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorkers; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937 rng(r);
+      for (int64_t c = 0; c < kIterations; ++c) {
+        absl::Notification granted;
+        table->WaitToStart(r, c, [&](absl::Status s) {
+          if (!s.ok() || table->MinClock() < c - 1) ++violations;
+          granted.Notify();
+        });
+        granted.WaitForNotification();
+        absl::SleepFor(absl::Microseconds(rng() % 300));
+        ASSERT_TRUE(table->Advance(r, c + 1).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(table->MinClock(), kIterations);
+}
+
+}  // namespace
+}  // namespace kestrel
