@@ -4,6 +4,41 @@
 #include <cstring>
 
 namespace kestrel {
+namespace {
+
+constexpr int kDigitBits = 11;  // 6 passes cover 64 bits; a 2048-entry histogram stays in L1
+constexpr size_t kRadixThreshold = 512;  // below this, std::sort wins
+
+// Sorts (key, position) pairs by key: LSD radix sort (stable), skipping digits all keys share.
+void RadixSort(std::vector<std::pair<uint64_t, uint32_t>>* a, std::vector<std::pair<uint64_t, uint32_t>>* tmp) {
+  constexpr size_t kBuckets = size_t{1} << kDigitBits;
+  const size_t n = a->size();
+  tmp->resize(n);
+  for (int shift = 0; shift < 64; shift += kDigitBits) {
+    uint32_t count[kBuckets] = {0};
+    for (const auto& e : *a) ++count[(e.first >> shift) & (kBuckets - 1)];
+    if (count[((*a)[0].first >> shift) & (kBuckets - 1)] == n) continue;  // every key has this digit
+    uint32_t sum = 0;
+    for (size_t b = 0; b < kBuckets; ++b) {
+      const uint32_t c = count[b];
+      count[b] = sum;
+      sum += c;
+    }
+    for (const auto& e : *a) (*tmp)[count[(e.first >> shift) & (kBuckets - 1)]++] = e;
+    a->swap(*tmp);
+  }
+}
+
+}  // namespace
+
+void KeyBatch::SortByKey(std::vector<std::pair<uint64_t, uint32_t>>* a,
+                         std::vector<std::pair<uint64_t, uint32_t>>* tmp) {
+  if (a->size() < kRadixThreshold) {
+    std::sort(a->begin(), a->end());
+  } else {
+    RadixSort(a, tmp);
+  }
+}
 
 void KeyBatch::Build(absl::Span<const uint64_t> keys, const Partition& partition) {
   const size_t n = keys.size();
@@ -20,7 +55,7 @@ void KeyBatch::Build(absl::Span<const uint64_t> keys, const Partition& partition
   } else {
     sorted_.resize(n);
     for (size_t i = 0; i < n; ++i) sorted_[i] = {keys[i], static_cast<uint32_t>(i)};
-    std::sort(sorted_.begin(), sorted_.end());
+    SortByKey(&sorted_, &sort_scratch_);
     for (size_t i = 0; i < n; ++i) {
       if (unique_.empty() || unique_.back() != sorted_[i].first) unique_.push_back(sorted_[i].first);
       inverse_[sorted_[i].second] = static_cast<uint32_t>(unique_.size() - 1);

@@ -46,6 +46,11 @@ class KeyBatch {
   // result is deterministic). grads has num_keys() rows, unique_grads num_unique() rows.
   void Reduce(const float* grads, int dim, float* unique_grads) const;
 
+  // Sorts (key, position) pairs by key (radix sort for large batches); `tmp` is scratch. Exposed for tests
+  // and benchmarks.
+  static void SortByKey(std::vector<std::pair<uint64_t, uint32_t>>* a,
+                        std::vector<std::pair<uint64_t, uint32_t>>* tmp);
+
  private:
   std::vector<uint64_t> unique_;
   std::vector<uint32_t> inverse_;
@@ -53,6 +58,7 @@ class KeyBatch {
   bool identity_ = false;
   // Scratch reused across Build() calls.
   std::vector<std::pair<uint64_t, uint32_t>> sorted_;
+  std::vector<std::pair<uint64_t, uint32_t>> sort_scratch_;
   std::vector<int> owner_;
   std::vector<uint32_t> new_pos_;
   std::vector<uint64_t> regrouped_;

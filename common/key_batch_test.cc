@@ -259,3 +259,36 @@ TEST(KeyBatchTest, BuildReusedOnDifferentBatches) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+TEST(KeyBatchSortTest, SortByKeyMatchesStdSortOnKeys) {
+  std::mt19937_64 rng(42);
+  for (size_t n : {0, 1, 5, 511, 512, 513, 4096, 100000}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<std::pair<uint64_t, uint32_t>> a(n), tmp;
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t k = rng();
+        if (kind == 1) k %= 1000;                     // many duplicates, high digits all zero
+        if (kind == 2) k = (k % 7) << 60 | (k % 3);  // only the top and bottom digits vary
+        a[i] = {k, static_cast<uint32_t>(i)};
+      }
+      auto expected = a;
+      std::stable_sort(expected.begin(), expected.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      KeyBatch::SortByKey(&a, &tmp);
+      ASSERT_EQ(a.size(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(a[i].first, expected[i].first) << n << " " << kind << " " << i;
+      // Every position appears once.
+      std::vector<bool> seen(n, false);
+      for (const auto& e : a) {
+        ASSERT_FALSE(seen[e.second]);
+        seen[e.second] = true;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
