@@ -1,0 +1,156 @@
+#include "scheduler/membership.h"
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+
+const char* RoleName(Role role) { return role == Role::kServer ? "server" : "worker"; }
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kForming:
+      return "forming";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kRecovering:
+      return "recovering";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options) {
+  if (options.num_servers < 1 || options.num_workers < 1 || options.num_servers > 65536 ||
+      options.num_workers > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("need 1..65536 servers and 1..2^20 workers, got %d and %d",
+                                                      options.num_servers, options.num_workers));
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration() || options.heartbeat_timeout < options.heartbeat_interval) {
+    return absl::InvalidArgumentError("need heartbeat_interval > 0 and heartbeat_timeout >= heartbeat_interval");
+  }
+  return std::unique_ptr<Membership>(new Membership(options));
+}
+
+Membership::Membership(const MembershipOptions& options) : options_(options) {
+  absl::MutexLock lock(&mu_);
+  servers_.resize(options.num_servers);
+  workers_.resize(options.num_workers);
+}
+
+bool Membership::AllAliveLocked() const {
+  for (const auto* ranks : {&servers_, &workers_}) {
+    for (const Member& m : *ranks) {
+      if (!m.alive) return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view address, int requested_rank,
+                                                  absl::Time now) {
+  if (role == Role::kServer && address.empty()) {
+    return absl::InvalidArgumentError("a server must register with the address it serves on");
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<Member>& ranks = RanksLocked(role);
+  int rank = requested_rank;
+  if (rank == -1) {
+    for (int r = 0; r < static_cast<int>(ranks.size()) && rank == -1; ++r) {
+      if (ranks[r].rank == -1) rank = r;  // never registered
+    }
+    for (int r = 0; r < static_cast<int>(ranks.size()) && rank == -1; ++r) {
+      if (!ranks[r].alive) rank = r;  // dead: replace it
+    }
+    if (rank == -1) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("all %d %s ranks are held by live members", ranks.size(), RoleName(role)));
+    }
+  } else if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, ranks.size()));
+  }
+  Member& m = ranks[rank];
+  if (m.alive) {
+    return absl::AlreadyExistsError(absl::StrFormat("%s rank %d is held by a live member at %s", RoleName(role),
+                                                    rank, m.address));
+  }
+  const bool replacement = m.rank != -1;
+  m.role = role;
+  m.rank = rank;
+  m.address = std::string(address);
+  m.incarnation = next_incarnation_++;
+  m.last_heartbeat = now;
+  m.alive = true;
+  if (replacement) ++generation_;  // membership changed after a failure
+  if (AllAliveLocked()) state_ = JobState::kRunning;
+  return Registration{rank, m.incarnation, generation_, state_};
+}
+
+absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, uint64_t incarnation, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Member>& ranks = RanksLocked(role);
+  if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, ranks.size()));
+  }
+  Member& m = ranks[rank];
+  if (m.incarnation != incarnation) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s rank %d incarnation %d was superseded by incarnation %d: this process must stop", RoleName(role),
+        rank, incarnation, m.incarnation));
+  }
+  if (!m.alive) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s rank %d incarnation %d was declared dead: register again", RoleName(role), rank, incarnation));
+  }
+  m.last_heartbeat = now;
+  return generation_;
+}
+
+std::vector<Member> Membership::ExpireSilent(absl::Time now) {
+  std::vector<Member> expired;
+  absl::MutexLock lock(&mu_);
+  for (auto* ranks : {&servers_, &workers_}) {
+    for (Member& m : *ranks) {
+      if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
+        m.alive = false;
+        expired.push_back(m);
+      }
+    }
+  }
+  if (!expired.empty()) {
+    ++generation_;
+    if (state_ == JobState::kRunning) state_ = JobState::kRecovering;
+  }
+  return expired;
+}
+
+absl::Status Membership::CheckGeneration(uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  if (generation == generation_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "request of job generation %d, the job is at generation %d: re-register or refresh the cluster view",
+      generation, generation_));
+}
+
+uint64_t Membership::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+JobState Membership::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+std::vector<Member> Membership::Members() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Member> out;
+  for (const auto* ranks : {&servers_, &workers_}) {
+    for (const Member& m : *ranks) {
+      if (m.rank != -1) out.push_back(m);
+    }
+  }
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,107 @@
+// Membership: who belongs to the job, who is alive, and the job generation. The scheduler's core (no gRPC).
+//
+// Servers and workers register with a role and a requested rank (or none) and receive a rank and an
+// incarnation (a unique id of that registration). They then heartbeat. A member silent for longer than
+// heartbeat_timeout is declared dead by ExpireSilent(); its replacement may register with the same rank.
+//
+// The job generation starts at 1 and increases whenever membership changes after a failure: when a member is
+// declared dead, and when a replacement joins. Requests carrying an older generation, and heartbeats from a
+// superseded incarnation (a revived zombie), are refused with FailedPrecondition.
+//
+// Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
+// or its replacement has not yet rejoined, kRunning again once all are alive.
+//
+// Thread-safe. Time is passed in (absl::Time now), so tests control it.
+#ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
+#define KESTREL_SCHEDULER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace kestrel {
+
+enum class Role { kServer, kWorker };
+enum class JobState { kForming, kRunning, kRecovering };
+
+const char* RoleName(Role role);
+const char* JobStateName(JobState state);
+
+struct MembershipOptions {
+  // Ranks of each role the job needs, >= 1. Defaults: 1 server, 1 worker.
+  int num_servers = 1;
+  int num_workers = 1;
+  // Members send a heartbeat every heartbeat_interval; one silent for longer than heartbeat_timeout is
+  // declared dead. With the scheduler checking every interval / 4, a member is declared dead within
+  // timeout + interval / 4 of its last heartbeat. Defaults: 1 s and 1.5 s, so within 2 intervals.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Milliseconds(1500);
+};
+
+struct Member {
+  Role role = Role::kWorker;
+  int rank = -1;
+  std::string address;
+  uint64_t incarnation = 0;
+  absl::Time last_heartbeat;
+  bool alive = false;
+};
+
+struct Registration {
+  int rank = -1;
+  uint64_t incarnation = 0;
+  uint64_t generation = 0;
+  JobState state = JobState::kForming;
+};
+
+class Membership {
+ public:
+  static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options);
+
+  // Registers a member. requested_rank -1 takes the lowest rank never registered, else the lowest dead one.
+  // AlreadyExists when the requested rank is held by a live member; ResourceExhausted when every rank is;
+  // InvalidArgument for a rank out of range or a server without an address.
+  absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_rank, absl::Time now);
+
+  // Records a heartbeat and returns the current generation. FailedPrecondition when this incarnation was
+  // superseded by a newer registration of the rank or was declared dead (it must register again).
+  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, uint64_t incarnation, absl::Time now);
+
+  // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
+  std::vector<Member> ExpireSilent(absl::Time now);
+
+  // FailedPrecondition unless `generation` is the current one.
+  absl::Status CheckGeneration(uint64_t generation) const;
+
+  uint64_t generation() const;
+  JobState state() const;
+  const MembershipOptions& options() const { return options_; }
+  // Every rank registered so far, servers first, by rank.
+  std::vector<Member> Members() const;
+
+ private:
+  explicit Membership(const MembershipOptions& options);
+  std::vector<Member>& RanksLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return role == Role::kServer ? servers_ : workers_;
+  }
+  bool AllAliveLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const MembershipOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered
+  std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_MEMBERSHIP_H_

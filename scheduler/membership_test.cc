@@ -1,0 +1,109 @@
+#include "scheduler/membership.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+
+std::unique_ptr<Membership> Make(int servers, int workers) {
+  MembershipOptions options;
+  options.num_servers = servers;
+  options.num_workers = workers;
+  options.heartbeat_interval = absl::Seconds(1);
+  options.heartbeat_timeout = absl::Milliseconds(1500);
+  auto m = Membership::Create(options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
+TEST(MembershipTest, FormsOnceEveryRankRegistered) {
+  auto m = Make(2, 2);
+  auto s0 = m->Register(Role::kServer, "h:1", -1, kStart);
+  ASSERT_TRUE(s0.ok());
+  EXPECT_EQ(s0->rank, 0);
+  EXPECT_EQ(s0->state, JobState::kForming);
+  auto s1 = m->Register(Role::kServer, "h:2", -1, kStart);
+  auto w1 = m->Register(Role::kWorker, "", 1, kStart);  // a requested rank
+  ASSERT_TRUE(s1.ok() && w1.ok());
+  EXPECT_EQ(s1->rank, 1);
+  EXPECT_EQ(w1->rank, 1);
+  EXPECT_EQ(m->state(), JobState::kForming);
+  auto w0 = m->Register(Role::kWorker, "", -1, kStart);
+  ASSERT_TRUE(w0.ok());
+  EXPECT_EQ(w0->rank, 0);
+  EXPECT_EQ(w0->state, JobState::kRunning);
+  EXPECT_EQ(m->generation(), 1u);
+  EXPECT_EQ(m->Members().size(), 4u);
+}
+
+TEST(MembershipTest, RefusesTakenRanksAndBadRegistrations) {
+  auto m = Make(1, 1);
+  ASSERT_TRUE(m->Register(Role::kWorker, "", 0, kStart).ok());
+  EXPECT_EQ(m->Register(Role::kWorker, "", 0, kStart).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(m->Register(Role::kWorker, "", -1, kStart).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(m->Register(Role::kWorker, "", 1, kStart).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->Register(Role::kServer, "", 0, kStart).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(Membership::Create(MembershipOptions{0, 1}).ok());
+}
+
+TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
+  auto m = Make(1, 2);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  auto w0 = *m->Register(Role::kWorker, "", -1, kStart);
+  auto w1 = *m->Register(Role::kWorker, "", -1, kStart);
+  // Everyone heartbeats every second; worker 1 stops after t = 1 s.
+  absl::Time declared;
+  for (int step = 1; step <= 40; ++step) {
+    const absl::Time now = kStart + absl::Milliseconds(250) * step;  // the scheduler checks every interval / 4
+    if (step % 4 == 0) {
+      ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, 1, now).ok());
+      ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
+      if (now <= kStart + absl::Seconds(1)) ASSERT_TRUE(m->Heartbeat(Role::kWorker, 1, w1.incarnation, now).ok());
+    }
+    auto dead = m->ExpireSilent(now);
+    if (!dead.empty()) {
+      ASSERT_EQ(dead.size(), 1u);
+      EXPECT_EQ(dead[0].rank, 1);
+      EXPECT_EQ(dead[0].role, Role::kWorker);
+      declared = now;
+      break;
+    }
+  }
+  ASSERT_NE(declared, absl::Time());
+  EXPECT_LE(declared - (kStart + absl::Seconds(1)), absl::Seconds(2)) << "not declared dead within 2 intervals";
+  EXPECT_GT(declared - (kStart + absl::Seconds(1)), absl::Seconds(1)) << "declared dead before a missed beat";
+  EXPECT_EQ(m->state(), JobState::kRecovering);
+  EXPECT_EQ(m->generation(), 2u);
+}
+
+TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
+  auto m = Make(1, 1);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  auto old = *m->Register(Role::kWorker, "", -1, kStart);
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, 1, kStart + absl::Seconds(2)).ok());
+  ASSERT_EQ(m->ExpireSilent(kStart + absl::Seconds(2)).size(), 1u);  // the worker went silent
+  // The dead incarnation is told to re-register.
+  auto stale = m->Heartbeat(Role::kWorker, 0, old.incarnation, kStart + absl::Seconds(2));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stale.status().message()), HasSubstr("declared dead"));
+  // Its replacement takes rank 0 (no rank requested: the dead one is reused) and the generation moves on.
+  auto fresh = *m->Register(Role::kWorker, "", -1, kStart + absl::Seconds(3));
+  EXPECT_EQ(fresh.rank, 0);
+  EXPECT_EQ(fresh.generation, 3u);
+  EXPECT_EQ(fresh.state, JobState::kRunning);
+  // A revived zombie of the old incarnation is refused, and so is a request of an old generation.
+  auto zombie = m->Heartbeat(Role::kWorker, 0, old.incarnation, kStart + absl::Seconds(3));
+  EXPECT_EQ(zombie.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(zombie.status().message()), HasSubstr("superseded"));
+  EXPECT_EQ(m->CheckGeneration(old.generation).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m->CheckGeneration(fresh.generation).ok());
+  EXPECT_TRUE(m->Heartbeat(Role::kWorker, 0, fresh.incarnation, kStart + absl::Seconds(3)).ok());
+}
+
+}  // namespace
+}  // namespace kestrel
