@@ -1,0 +1,79 @@
+// BspAggregator: the synchronous-SGD combination of one table's pushes on one server.
+//
+// In BSP mode a server must apply exactly  theta <- theta - alpha * (1/N) * sum_i g_i  for each clock: it
+// buffers the pushes of clock c from all N workers and, once all have arrived, sums them in rank order (so the
+// floating-point result never depends on arrival order), scales by 1/N, and hands back one batch to apply
+// (the optimizer then runs once per touched row). A worker's push for a clock may arrive in several parts
+// (the client splits large requests); every worker sends at least one part per clock, empty if it has no keys
+// on this server. A part that arrives twice (a retry, a restarted worker) is ignored, as is any part of a
+// clock already applied.
+//
+// Thread-safe. Owns copies of buffered gradients.
+#ifndef KESTREL_SERVER_BSP_AGGREGATOR_H_
+#define KESTREL_SERVER_BSP_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+
+namespace kestrel {
+
+class BspAggregator {
+ public:
+  // One part of one worker's push for one clock.
+  struct Part {
+    int worker = 0;     // rank in [0, num_workers)
+    int64_t clock = 0;  // the iteration the gradients belong to
+    int index = 0;      // which part, in [0, count)
+    int count = 1;      // how many parts this worker sends for this clock
+    absl::Span<const uint64_t> keys;  // strictly increasing
+    absl::Span<const float> grads;    // keys.size() * dim
+  };
+
+  // The combined update of one clock: sorted unique keys and their averaged gradients.
+  struct Batch {
+    int64_t clock = 0;
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+  };
+
+  BspAggregator(int num_workers, int dim) : num_workers_(num_workers), dim_(dim) {}
+
+  // Buffers `part`. Returns the clock's combined batch when this part completes it (every worker's every
+  // part has arrived), nullopt otherwise (or for a duplicate). InvalidArgument for a malformed part
+  // (worker or index out of range, a part count that changed, keys/grads mismatch).
+  absl::StatusOr<std::optional<Batch>> Add(const Part& part);
+
+  // The highest clock already combined, or -1.
+  int64_t applied_through() const;
+  // Clocks with buffered parts waiting for others.
+  size_t pending_clocks() const;
+
+ private:
+  struct WorkerParts {
+    int count = 0;  // 0: nothing received yet
+    std::map<int, std::pair<std::vector<uint64_t>, std::vector<float>>> parts;  // index -> keys, grads
+  };
+  struct PendingClock {
+    std::vector<WorkerParts> workers;
+    int complete_workers = 0;
+  };
+
+  Batch CombineLocked(int64_t clock, PendingClock& pending) const;
+
+  const int num_workers_;
+  const int dim_;
+  mutable absl::Mutex mu_;
+  std::map<int64_t, PendingClock> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t applied_through_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_BSP_AGGREGATOR_H_

@@ -1,0 +1,146 @@
+#include "server/bsp_aggregator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kDim = 3;
+
+struct OwnedPart {
+  int worker, index, count;
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+};
+
+BspAggregator::Part View(const OwnedPart& p, int64_t clock) {
+  BspAggregator::Part part;
+  part.worker = p.worker;
+  part.clock = clock;
+  part.index = p.index;
+  part.count = p.count;
+  part.keys = p.keys;
+  part.grads = p.grads;
+  return part;
+}
+
+// Each worker pushes random keys (overlapping between workers) with awkward float gradients, split in
+// 1..3 parts; some workers send an empty part.
+std::vector<OwnedPart> RandomPush(int workers, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<OwnedPart> parts;
+  for (int w = 0; w < workers; ++w) {
+    std::vector<uint64_t> keys;
+    const int n = (w == 1) ? 0 : 20 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) keys.push_back(rng() % 64);
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    const int count = 1 + static_cast<int>(rng() % 3);
+    for (int p = 0; p < count; ++p) {
+      OwnedPart part{w, p, count, {}, {}};
+      for (size_t i = keys.size() * p / count; i < keys.size() * (p + 1) / count; ++i) {
+        part.keys.push_back(keys[i]);
+        for (int j = 0; j < kDim; ++j) {
+          part.grads.push_back(std::uniform_real_distribution<float>(-1, 1)(rng) * std::pow(10.0f, j - 3.0f));
+        }
+      }
+      parts.push_back(std::move(part));
+    }
+  }
+  return parts;
+}
+
+// Feeds `parts` in the given order; returns the one completed batch.
+BspAggregator::Batch Feed(BspAggregator& agg, const std::vector<OwnedPart>& parts, int64_t clock) {
+  std::optional<BspAggregator::Batch> out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto result = agg.Add(View(parts[i], clock));
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (result->has_value()) {
+      EXPECT_EQ(i, parts.size() - 1) << "completed before the last part";
+      out = std::move(*result);
+    }
+  }
+  EXPECT_TRUE(out.has_value());
+  return out.value_or(BspAggregator::Batch{});
+}
+
+TEST(BspAggregatorTest, ResultIsBitwiseIndependentOfArrivalOrder) {
+  constexpr int kWorkers = 4;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const std::vector<OwnedPart> parts = RandomPush(kWorkers, seed);
+    // Reference: for every key, sum the workers' gradients in rank order, then scale by 1/N.
+    std::map<uint64_t, std::vector<float>> expected;
+    for (int w = 0; w < kWorkers; ++w) {
+      for (const auto& p : parts) {
+        if (p.worker != w) continue;
+        for (size_t i = 0; i < p.keys.size(); ++i) {
+          auto& row = expected[p.keys[i]];
+          row.resize(kDim, 0.0f);
+          for (int j = 0; j < kDim; ++j) row[j] += p.grads[i * kDim + j];
+        }
+      }
+    }
+    std::mt19937 shuffle_rng(static_cast<unsigned>(seed));
+    std::vector<OwnedPart> order = parts;
+    for (int trial = 0; trial < 5; ++trial) {
+      std::shuffle(order.begin(), order.end(), shuffle_rng);
+      BspAggregator agg(kWorkers, kDim);
+      const BspAggregator::Batch batch = Feed(agg, order, /*clock=*/7);
+      ASSERT_EQ(batch.keys.size(), expected.size());
+      size_t u = 0;
+      for (const auto& [key, row] : expected) {
+        ASSERT_EQ(batch.keys[u], key);
+        for (int j = 0; j < kDim; ++j) {
+          const float want = row[j] * (1.0f / kWorkers);
+          ASSERT_EQ(std::memcmp(&batch.grads[u * kDim + j], &want, sizeof(float)), 0)
+              << "seed " << seed << " trial " << trial << " key " << key << " element " << j;
+        }
+        ++u;
+      }
+      EXPECT_EQ(agg.applied_through(), 7);
+      EXPECT_EQ(agg.pending_clocks(), 0u);
+    }
+  }
+}
+
+TEST(BspAggregatorTest, DuplicatesAreAppliedOnce) {
+  BspAggregator agg(2, kDim);
+  OwnedPart w0{0, 0, 1, {1, 2}, std::vector<float>(2 * kDim, 1.0f)};
+  OwnedPart w1{1, 0, 1, {2, 3}, std::vector<float>(2 * kDim, 2.0f)};
+  ASSERT_FALSE(agg.Add(View(w0, 0))->has_value());
+  ASSERT_FALSE(agg.Add(View(w0, 0))->has_value()) << "a retried part is ignored";
+  EXPECT_EQ(agg.pending_clocks(), 1u);
+  auto done = agg.Add(View(w1, 0));
+  ASSERT_TRUE(done.ok() && done->has_value());
+  EXPECT_EQ((*done)->keys, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ((*done)->grads[0], 0.5f);         // key 1: (1) / 2
+  EXPECT_EQ((*done)->grads[kDim], 1.5f);      // key 2: (1 + 2) / 2, worker 0's part counted once
+  EXPECT_EQ((*done)->grads[2 * kDim], 1.0f);  // key 3: (2) / 2
+  // A restarted worker re-sending clock 0 after it was applied changes nothing.
+  ASSERT_FALSE(agg.Add(View(w1, 0))->has_value());
+  EXPECT_EQ(agg.pending_clocks(), 0u);
+  EXPECT_EQ(agg.applied_through(), 0);
+}
+
+TEST(BspAggregatorTest, RejectsMalformedParts) {
+  BspAggregator agg(2, kDim);
+  OwnedPart bad_worker{2, 0, 1, {1}, std::vector<float>(kDim)};
+  EXPECT_EQ(agg.Add(View(bad_worker, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+  OwnedPart bad_index{0, 2, 2, {1}, std::vector<float>(kDim)};
+  EXPECT_EQ(agg.Add(View(bad_index, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+  OwnedPart bad_grads{0, 0, 1, {1}, std::vector<float>(kDim + 1)};
+  EXPECT_EQ(agg.Add(View(bad_grads, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+  OwnedPart first{0, 0, 2, {1}, std::vector<float>(kDim)};
+  ASSERT_TRUE(agg.Add(View(first, 0)).ok());
+  OwnedPart changed{0, 1, 3, {2}, std::vector<float>(kDim)};
+  EXPECT_EQ(agg.Add(View(changed, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kestrel
