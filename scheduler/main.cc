@@ -1,0 +1,107 @@
+// kestrel_scheduler: membership, liveness and consistency of one Kestrel job.
+//
+//   kestrel_scheduler --job_id=ctr --num_servers=2 --num_workers=4 --consistency=ssp --staleness=2
+//
+// Servers and workers register and heartbeat; workers ask permission before each iteration (WaitToStart)
+// and report finished iterations (Advance). Shuts down cleanly on SIGTERM/SIGINT.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "scheduler/scheduler_service.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 7000, "Port to listen on; 0 picks a free port (see --port_file).");
+ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file once serving.");
+ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
+ABSL_FLAG(int, num_servers, 1, "Parameter servers the job needs (>= 1).");
+ABSL_FLAG(int, num_workers, 1, "Workers the job needs (>= 1).");
+ABSL_FLAG(int, ranges_per_shard, 1, "Key ranges per server in the uniform partition handed to members.");
+ABSL_FLAG(std::string, consistency, "bsp",
+          "bsp: iteration c starts once every worker finished c-1; ssp: once the slowest finished c-s-1 "
+          "(--staleness); asp: never waits.");
+ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker may run ahead).");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "How often members heartbeat; a silent member is declared dead within 2 intervals.");
+
+namespace kestrel {
+namespace {
+
+int Run() {
+  SetLogIdentity("scheduler");
+  SchedulerOptions options;
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.membership.num_servers = absl::GetFlag(FLAGS_num_servers);
+  options.membership.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.membership.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.membership.heartbeat_timeout = options.membership.heartbeat_interval * 1.5;
+  const std::string mode = absl::GetFlag(FLAGS_consistency);
+  if (mode == "bsp") {
+    options.consistency = ConsistencyPolicy::Bsp();
+  } else if (mode == "ssp") {
+    options.consistency = ConsistencyPolicy::Ssp(absl::GetFlag(FLAGS_staleness));
+  } else if (mode == "asp") {
+    options.consistency = ConsistencyPolicy::Asp();
+  } else {
+    KLOG(Error) << "--consistency must be bsp, ssp or asp, got '" << mode << "'";
+    return 2;
+  }
+  auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_shard));
+  if (!partition.ok()) {
+    KLOG(Error) << partition.status();
+    return 2;
+  }
+  options.partition = partition->ToString();
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  SchedulerServerOptions server_options;
+  server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  auto server = SchedulerServer::Start(server_options, options);
+  if (!server.ok()) {
+    KLOG(Error) << server.status();
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
+             << (*server)->port() << ": " << options.membership.num_servers << " servers, "
+             << options.membership.num_workers << " workers, " << mode
+             << (mode == "ssp" ? absl::StrCat("(", options.consistency.staleness, ")") : "") << ", heartbeat every "
+             << absl::FormatDuration(options.membership.heartbeat_interval);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      KLOG(Error) << "cannot write --port_file " << port_file;
+      return 1;
+    }
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  KLOG(Info) << "received signal " << signal_number << ", shutting down";
+  (*server)->Shutdown();
+  (*server)->Wait();
+  return 0;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Kestrel scheduler: membership, liveness and BSP/SSP/ASP consistency of one job.");
+  absl::ParseCommandLine(argc, argv);
+  return kestrel::Run();
+}

@@ -1,0 +1,220 @@
+#include "scheduler/scheduler_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace kestrel {
+namespace {
+
+Role RoleOf(MemberRole role) { return role == ROLE_SERVER ? Role::kServer : Role::kWorker; }
+
+const char* ConsistencyName(ConsistencyPolicy::Mode mode) {
+  switch (mode) {
+    case ConsistencyPolicy::Mode::kBsp:
+      return "bsp";
+    case ConsistencyPolicy::Mode::kSsp:
+      return "ssp";
+    case ConsistencyPolicy::Mode::kAsp:
+      return "asp";
+  }
+  return "unknown";
+}
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Create(const SchedulerOptions& options) {
+  if (options.job_id.empty()) return absl::InvalidArgumentError("the scheduler needs a job id");
+  auto membership = Membership::Create(options.membership);
+  if (!membership.ok()) return membership.status();
+  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency);
+  if (!clocks.ok()) return clocks.status();
+  absl::StatusOr<Partition> partition = options.partition.empty()
+                                            ? Partition::Uniform(options.membership.num_servers)
+                                            : Partition::Parse(options.partition);
+  if (!partition.ok()) return partition.status();
+  if (partition->num_servers() != options.membership.num_servers) {
+    return absl::InvalidArgumentError(absl::StrFormat("the partition has %d servers, the job %d",
+                                                      partition->num_servers(), options.membership.num_servers));
+  }
+  return std::unique_ptr<SchedulerServiceImpl>(new SchedulerServiceImpl(
+      options, std::move(membership).value(), std::move(clocks).value(), partition->ToString()));
+}
+
+SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
+                                           std::unique_ptr<ClockTable> clocks, std::string partition)
+    : options_(options),
+      membership_(std::move(membership)),
+      clocks_(std::move(clocks)),
+      partition_(std::move(partition)) {}
+
+absl::Status SchedulerServiceImpl::CheckJob(const std::string& job_id) const {
+  if (job_id == options_.job_id) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached the scheduler of job '%s'",
+                                                       job_id.substr(0, 80), options_.job_id));
+}
+
+void SchedulerServiceImpl::FillView(ClusterView* view) const {
+  view->set_generation(membership_->generation());
+  view->set_job_state(JobStateName(membership_->state()));
+  view->set_num_servers(options_.membership.num_servers);
+  view->set_num_workers(options_.membership.num_workers);
+  std::vector<std::string> addresses(options_.membership.num_servers);
+  for (const Member& m : membership_->Members()) {
+    if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
+  }
+  for (auto& a : addresses) view->add_server_addresses(a);
+  view->set_partition(partition_);
+  view->set_consistency(ConsistencyName(options_.consistency.mode));
+  view->set_staleness(options_.consistency.staleness);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerContext* context,
+                                                         const RegisterRequest* request,
+                                                         RegisterResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) {
+    auto registration =
+        membership_->Register(RoleOf(request->role()), request->address(), request->requested_rank(), absl::Now());
+    status = registration.status();
+    if (status.ok()) {
+      response->set_rank(registration->rank);
+      response->set_incarnation(registration->incarnation);
+      FillView(response->mutable_view());
+      KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
+                 << (request->address().empty() ? context->peer() : request->address()) << " (incarnation "
+                 << registration->incarnation << ", generation " << registration->generation << ", job "
+                 << JobStateName(registration->state) << ")";
+    }
+  }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerContext* context,
+                                                          const HeartbeatRequest* request,
+                                                          HeartbeatResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) {
+    auto generation =
+        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), absl::Now());
+    status = generation.status();
+    if (status.ok()) {
+      response->set_generation(*generation);
+      response->set_job_state(JobStateName(membership_->state()));
+    }
+  }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServerContext* context,
+                                                            const WaitToStartRequest* request,
+                                                            WaitToStartResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) status = membership_->CheckGeneration(request->generation());
+  if (status.ok() && shutting_down_.load()) status = absl::UnavailableError("the scheduler is shutting down");
+  if (!status.ok()) return Reply(context, status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Answered now or by the Advance() that allows it: never blocks this thread.
+  clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response](absl::Status s) {
+    if (s.ok()) response->set_min_clock(clocks_->MinClock());
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  // A wait queued after CancelWaits() ran must not be left unanswered (shutdown would hang on it).
+  if (shutting_down_.load()) CancelWaits();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
+                                                        const AdvanceRequest* request, AdvanceResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) status = membership_->CheckGeneration(request->generation());
+  if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
+  if (status.ok()) response->set_min_clock(clocks_->MinClock());
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerContext* context,
+                                                         const DescribeRequest* request,
+                                                         DescribeResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) {
+    FillView(response->mutable_view());
+    for (const Member& m : membership_->Members()) {
+      MemberStatus* s = response->add_members();
+      s->set_role(m.role == Role::kServer ? ROLE_SERVER : ROLE_WORKER);
+      s->set_rank(m.rank);
+      s->set_address(m.address);
+      s->set_alive(m.alive);
+      if (m.role == Role::kWorker) s->set_clock(clocks_->ClockOf(m.rank));
+    }
+    response->set_min_clock(clocks_->MinClock());
+  }
+  return Reply(context, status);
+}
+
+void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
+  for (const Member& m : membership_->ExpireSilent(now)) {
+    KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " at " << m.address << " declared dead: silent for "
+                  << absl::FormatDuration(now - m.last_heartbeat) << "; job generation "
+                  << membership_->generation() << ", " << JobStateName(membership_->state());
+  }
+}
+
+void SchedulerServiceImpl::CancelWaits() {
+  shutting_down_.store(true);
+  const size_t n = clocks_->CancelAll(absl::UnavailableError("the scheduler is shutting down"));
+  if (n > 0) KLOG(Info) << "cancelled " << n << " pending WaitToStart calls";
+}
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const SchedulerServerOptions& server_options,
+                                                                        const SchedulerOptions& options) {
+  auto service = SchedulerServiceImpl::Create(options);
+  if (!service.ok()) return service.status();
+  std::unique_ptr<SchedulerServer> server(new SchedulerServer());
+  server->service_ = std::move(service).value();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(server_options.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", server_options.address));
+  }
+  if (auto* health = server->server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+    health->SetServingStatus("kestrel.Scheduler", true);
+  }
+  const absl::Duration period = options.membership.heartbeat_interval / 4;
+  SchedulerServer* raw = server.get();
+  server->expiry_ = std::thread([raw, period] {
+    while (!raw->stop_.WaitForNotificationWithTimeout(period)) raw->service_->ExpireSilent(absl::Now());
+  });
+  return server;
+}
+
+SchedulerServer::~SchedulerServer() {
+  Shutdown();
+  Wait();
+}
+
+void SchedulerServer::Shutdown() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (expiry_.joinable()) expiry_.join();
+  if (service_ != nullptr) service_->CancelWaits();
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+}
+
+void SchedulerServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace kestrel

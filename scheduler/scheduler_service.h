@@ -1,0 +1,102 @@
+// gRPC edge of the scheduler: the Scheduler service over Membership and ClockTable, and a running server.
+//
+// WaitToStart is answered when the ClockTable allows it (from the Advance that allows it), so no gRPC thread
+// ever blocks on a wait. Every call checks the job id; WaitToStart and Advance also check the generation, so
+// a request from before a membership change (a revived zombie) is refused with FAILED_PRECONDITION.
+#ifndef KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
+#define KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "scheduler/clock_table.h"
+#include "scheduler/membership.h"
+
+namespace kestrel {
+
+struct SchedulerOptions {
+  // Requests must name this job. Default: "kestrel".
+  std::string job_id = "kestrel";
+  // Ranks and heartbeat timing (see scheduler/membership.h).
+  MembershipOptions membership;
+  // BSP, SSP(staleness) or ASP (see scheduler/clock_table.h). Default: BSP.
+  ConsistencyPolicy consistency;
+  // The key partition handed to every member (Partition::ToString()). Default: "" = uniform over the servers.
+  std::string partition;
+};
+
+// Thread-safe.
+class SchedulerServiceImpl final : public Scheduler::CallbackService {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> Create(const SchedulerOptions& options);
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context, const RegisterRequest* request,
+                                     RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* WaitToStart(grpc::CallbackServerContext* context, const WaitToStartRequest* request,
+                                        WaitToStartResponse* response) override;
+  grpc::ServerUnaryReactor* Advance(grpc::CallbackServerContext* context, const AdvanceRequest* request,
+                                    AdvanceResponse* response) override;
+  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* context, const DescribeRequest* request,
+                                     DescribeResponse* response) override;
+
+  // Declares silent members dead (logged); call every heartbeat_interval / 4.
+  void ExpireSilent(absl::Time now);
+  // Fails every pending and later WaitToStart with UNAVAILABLE (before shutting the server down).
+  void CancelWaits();
+
+  Membership& membership() { return *membership_; }
+  ClockTable& clocks() { return *clocks_; }
+
+ private:
+  SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
+                       std::unique_ptr<ClockTable> clocks, std::string partition);
+  absl::Status CheckJob(const std::string& job_id) const;
+  void FillView(ClusterView* view) const;
+
+  const SchedulerOptions options_;
+  const std::unique_ptr<Membership> membership_;
+  const std::unique_ptr<ClockTable> clocks_;
+  const std::string partition_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+struct SchedulerServerOptions {
+  // Address to listen on. Default: "0.0.0.0:7000". Port 0 picks a free port.
+  std::string address = "0.0.0.0:7000";
+};
+
+// A started scheduler: the gRPC server (with the standard health service) plus the thread that declares
+// silent members dead. Thread-safe.
+class SchedulerServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const SchedulerServerOptions& server_options,
+                                                                const SchedulerOptions& options);
+  ~SchedulerServer();
+
+  int port() const { return port_; }
+  SchedulerServiceImpl& service() { return *service_; }
+  // Fails pending waits, stops the expiry thread and the server.
+  void Shutdown();
+  void Wait();
+
+ private:
+  SchedulerServer() = default;
+
+  std::unique_ptr<SchedulerServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_;
+  std::thread expiry_;
+  int port_ = 0;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_

@@ -1,0 +1,172 @@
+// The Scheduler service over real gRPC on loopback (in-process server).
+#include "scheduler/scheduler_service.h"
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+constexpr char kJob[] = "job";
+
+class SchedulerServiceTest : public ::testing::Test {
+ protected:
+  // Starts the scheduler. Tests that do not heartbeat use a long interval so nobody is declared dead.
+  void Start(absl::Duration heartbeat_interval) {
+    SchedulerOptions options;
+    options.job_id = kJob;
+    options.membership.num_servers = 1;
+    options.membership.num_workers = 2;
+    options.membership.heartbeat_interval = heartbeat_interval;
+    options.membership.heartbeat_timeout = heartbeat_interval * 1.5;
+    options.consistency = ConsistencyPolicy::Ssp(1);
+    SchedulerServerOptions server_options;
+    server_options.address = "127.0.0.1:0";
+    auto server = SchedulerServer::Start(server_options, options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+    stub_ = Scheduler::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return context;
+  }
+
+  RegisterResponse Register(MemberRole role, const std::string& address) {
+    RegisterRequest request;
+    request.set_job_id(kJob);
+    request.set_role(role);
+    request.set_address(address);
+    request.set_requested_rank(-1);
+    RegisterResponse response;
+    grpc::Status status = stub_->Register(Context().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  grpc::Status Advance(int rank, int64_t finished, uint64_t generation) {
+    AdvanceRequest request;
+    request.set_job_id(kJob);
+    request.set_rank(rank);
+    request.set_finished(finished);
+    request.set_generation(generation);
+    AdvanceResponse response;
+    return stub_->Advance(Context().get(), request, &response);
+  }
+
+  // Polls `condition` for up to 10 s.
+  static bool Eventually(const std::function<bool()>& condition) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (condition()) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return condition();
+  }
+
+  std::unique_ptr<SchedulerServer> server_;
+  std::unique_ptr<Scheduler::Stub> stub_;
+};
+
+TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  const RegisterResponse s = Register(ROLE_SERVER, "127.0.0.1:1");
+  EXPECT_EQ(s.view().job_state(), "forming");
+  const RegisterResponse w0 = Register(ROLE_WORKER, "");
+  const RegisterResponse w1 = Register(ROLE_WORKER, "");
+  EXPECT_EQ(w1.view().job_state(), "running");
+  EXPECT_EQ(w1.view().server_addresses(0), "127.0.0.1:1");
+  EXPECT_EQ(w1.view().consistency(), "ssp");
+  const uint64_t generation = w1.view().generation();
+
+  // SSP(1): worker 0 may start iterations 0 and 1 while worker 1 sits at 0; iteration 2 must wait.
+  ASSERT_TRUE(Advance(w0.rank(), 2, generation).ok());
+  WaitToStartRequest request;
+  request.set_job_id(kJob);
+  request.set_rank(w0.rank());
+  request.set_clock(2);
+  request.set_generation(generation);
+  WaitToStartResponse response;
+  absl::Notification answered;
+  grpc::Status status;
+  auto context = Context();
+  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
+    status = s;
+    answered.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  ASSERT_TRUE(Advance(w1.rank(), 1, generation).ok());
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.min_clock(), 1);
+}
+
+TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Milliseconds(100)));
+  Register(ROLE_SERVER, "127.0.0.1:1");
+  Register(ROLE_WORKER, "");
+  const RegisterResponse w1 = Register(ROLE_WORKER, "");
+  const uint64_t generation = w1.view().generation();
+  // Nobody heartbeats: every member is declared dead within 2 intervals, and the generation moves on.
+  ASSERT_TRUE(Eventually([&] {
+    for (const Member& m : server_->service().membership().Members()) {
+      if (m.alive) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(server_->service().membership().state(), JobState::kRecovering);
+  DescribeRequest describe;
+  describe.set_job_id(kJob);
+  DescribeResponse view;
+  ASSERT_TRUE(stub_->Describe(Context().get(), describe, &view).ok());
+  EXPECT_GT(view.view().generation(), generation);
+  for (const MemberStatus& m : view.members()) EXPECT_FALSE(m.alive()) << m.rank();
+
+  grpc::Status stale = Advance(w1.rank(), 1, generation);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(stale.error_message().find("generation"), std::string::npos) << stale.error_message();
+
+  HeartbeatRequest heartbeat;
+  heartbeat.set_job_id(kJob);
+  heartbeat.set_role(ROLE_WORKER);
+  heartbeat.set_rank(w1.rank());
+  heartbeat.set_incarnation(w1.incarnation());
+  HeartbeatResponse hb;
+  EXPECT_EQ(stub_->Heartbeat(Context().get(), heartbeat, &hb).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  DescribeRequest describe;
+  describe.set_job_id("other");
+  DescribeResponse view;
+  EXPECT_EQ(stub_->Describe(Context().get(), describe, &view).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  const RegisterResponse w0 = Register(ROLE_WORKER, "");
+  WaitToStartRequest request;
+  request.set_job_id(kJob);
+  request.set_rank(w0.rank());
+  request.set_clock(5);  // far ahead: must wait
+  request.set_generation(w0.view().generation());
+  WaitToStartResponse response;
+  absl::Notification answered;
+  grpc::Status status;
+  auto context = Context();
+  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
+    status = s;
+    answered.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
+  server_->Shutdown();
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  server_->Wait();
+}
+
+}  // namespace
+}  // namespace kestrel
