@@ -56,9 +56,8 @@ BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& p
   for (const WorkerParts& w : pending.workers) {
     for (const auto& [index, part] : w.parts) {
       const auto& [keys, grads] = part;
-      size_t u = 0;
       for (size_t i = 0; i < keys.size(); ++i) {
-        while (batch.keys[u] != keys[i]) ++u;  // both sorted
+        const size_t u = std::lower_bound(batch.keys.begin(), batch.keys.end(), keys[i]) - batch.keys.begin();
         float* dst = batch.grads.data() + u * dim_;
         const float* src = grads.data() + i * dim_;
         for (int j = 0; j < dim_; ++j) dst[j] += src[j];

@@ -32,7 +32,7 @@ class BspAggregator {
     int64_t clock = 0;  // the iteration the gradients belong to
     int index = 0;      // which part, in [0, count)
     int count = 1;      // how many parts this worker sends for this clock
-    absl::Span<const uint64_t> keys;  // strictly increasing
+    absl::Span<const uint64_t> keys;  // unique
     absl::Span<const float> grads;    // keys.size() * dim
   };
 

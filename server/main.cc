@@ -43,6 +43,9 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "not fit are refused with INVALID_ARGUMENT before any work.");
 ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
 ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
+ABSL_FLAG(int, bsp_workers, 0,
+          "0: apply pushes on arrival (SSP/ASP). N > 0: BSP with N workers: each clock's pushes from all N are "
+          "combined in rank order, averaged and applied once (clients must run with BSP pushes).");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
           "handler already running still finishes its table work).");
@@ -72,6 +75,7 @@ int Run() {
   ShardOptions shard_options;
   shard_options.max_response_bytes = static_cast<size_t>(max_message_bytes) - 4096;  // room for framing
   shard_options.max_tables = static_cast<size_t>(absl::GetFlag(FLAGS_max_tables));
+  shard_options.bsp_workers = absl::GetFlag(FLAGS_bsp_workers);
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
   shard_options.shard_index = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));

@@ -1,5 +1,6 @@
 #include "server/ps_handlers.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -45,7 +46,9 @@ absl::Status Write(Shard& shard, bool dense, const PushRequest& request, PushRes
                            shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &key_scratch)));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
                            shard.Count(UnpackView<float>(request.values(), "values", &value_scratch)));
-  const RequestContext ctx = ContextOf(request.header());
+  RequestContext ctx = ContextOf(request.header());
+  ctx.part = request.part();
+  ctx.parts = std::max(1, request.parts());
   KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, request.dim())
                                 : shard.Push(ctx, request.table(), ids, grads, request.dim()));
   response->set_rows_updated(ids.size());

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
                                                       options.shard_index, partition.num_servers()));
   }
   if (options.job_id.empty()) return absl::InvalidArgumentError("shard needs a non-empty job id");
+  if (options.bsp_workers < 0) return absl::InvalidArgumentError("bsp_workers must be >= 0");
   return std::unique_ptr<Shard>(new Shard(options, std::move(partition)));
 }
 
@@ -241,10 +242,34 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
   // Everything is validated: the update below cannot fail part-way.
-  table->Push(keys, grads.data());
+  if (options_.bsp_workers > 0) {
+    if (ctx.worker_rank < 0 || ctx.worker_rank >= options_.bsp_workers) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, shard_index(),
+          options_.bsp_workers));
+    }
+    BspAggregator::Part part;
+    part.worker = ctx.worker_rank;
+    part.clock = ctx.clock;
+    part.index = ctx.part;
+    part.count = ctx.parts;
+    part.keys = keys;
+    part.grads = grads;
+    KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
+    if (batch.has_value()) table->Push(batch->keys, batch->grads.data());
+  } else {
+    table->Push(keys, grads.data());
+  }
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+BspAggregator* Shard::AggregatorFor(const Table& table) {
+  absl::MutexLock lock(&bsp_mu_);
+  auto& aggregator = aggregators_[table.config().name()];
+  if (aggregator == nullptr) aggregator = std::make_unique<BspAggregator>(options_.bsp_workers, table.dim());
+  return aggregator.get();
 }
 
 ShardStats Shard::Stats() const {

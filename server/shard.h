@@ -6,7 +6,8 @@
 // shard's state unchanged: unknown table (NotFound), wrong job (FailedPrecondition), wrong dimension,
 // mismatched key/value counts, unsorted or duplicate keys, keys outside this shard's ranges, non-finite
 // or too large gradients (common/gradients.h), dense block indices out of range, too many keys, or an
-// answer above max_response_bytes (InvalidArgument); too many tables (ResourceExhausted).
+// answer above max_response_bytes (InvalidArgument); too many tables (ResourceExhausted). In BSP mode
+// (ShardOptions::bsp_workers) a push is validated whole, then buffered until its clock is complete.
 //
 // Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
 // the table registry is read without locks (an immutable map published through an atomic pointer).
@@ -28,6 +29,7 @@
 #include "absl/types/span.h"
 #include "common/partition.h"
 #include "proto/table.pb.h"
+#include "server/bsp_aggregator.h"
 #include "server/table.h"
 
 namespace kestrel {
@@ -38,6 +40,9 @@ struct RequestContext {
   int32_t worker_rank = -1;  // -1: a tool, not a worker
   int64_t clock = 0;
   uint64_t request_id = 0;
+  // BSP pushes: this request is part `part` of `parts` the worker sends this shard for (table, clock).
+  int part = 0;
+  int parts = 1;
 };
 
 struct ShardOptions {
@@ -52,6 +57,10 @@ struct ShardOptions {
   size_t max_response_bytes = (size_t{64} << 20) - 4096;
   // Most tables a shard holds. Default: 1024.
   size_t max_tables = 1024;
+  // 0: pushes are applied on arrival (SSP, ASP). N > 0: BSP with N workers: each clock's pushes from workers
+  // 0..N-1 are combined in rank order, averaged and applied once all have arrived (server/bsp_aggregator.h);
+  // a duplicate part is applied once. Default: 0.
+  int bsp_workers = 0;
 };
 
 
@@ -152,6 +161,9 @@ class Shard {
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
 
 
+  // The BSP aggregator of `table` (created on first use).
+  BspAggregator* AggregatorFor(const Table& table);
+
   const ShardOptions options_;
   const Partition partition_;
   const std::vector<KeyRange> ranges_;
@@ -159,6 +171,9 @@ class Shard {
   mutable absl::Mutex mu_;  // serializes CreateTable
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
+
+  absl::Mutex bsp_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);
 
   mutable std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
       rejected_requests_{0};

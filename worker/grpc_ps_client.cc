@@ -82,9 +82,15 @@ class GrpcTransport final : public PsTransport {
       }
       head.push_back(static_cast<char>((v & 0x7f) | 0x80));
     }
-    grpc::Slice slices[2] = {grpc::Slice(head),
-                             grpc::Slice(const_cast<float*>(values), bytes, &RawPush::SliceReleased, call)};
-    call->request = grpc::ByteBuffer(slices, 2);
+    if (bytes == 0) {
+      call->pending.store(1);  // no values slice to wait for
+      grpc::Slice slice(head);
+      call->request = grpc::ByteBuffer(&slice, 1);
+    } else {
+      grpc::Slice slices[2] = {grpc::Slice(head),
+                               grpc::Slice(const_cast<float*>(values), bytes, &RawPush::SliceReleased, call)};
+      call->request = grpc::ByteBuffer(slices, 2);
+    }
     generic_stubs_[PickChannel(server)]->UnaryCall(
         &call->context,
         method == PsMethod::kPushDense ? "/kestrel.ParameterServer/PushDense" : "/kestrel.ParameterServer/Push",

@@ -317,12 +317,16 @@ class RoutedPsClient final : public PsClient {
     const size_t max_rows = std::max<size_t>(1, options_.max_request_bytes / row_bytes);
     size_t count = 0;
     for (int s = 0; s < partition_.num_servers(); ++s) {
-      int seq = 0;
-      for (size_t first = offsets[s]; first < offsets[s + 1]; first += max_rows) {
+      const size_t rows_here = offsets[s + 1] - offsets[s];
+      // BSP servers need a part from every worker for every push, so an empty one goes where no key does.
+      const int parts = rows_here == 0 ? (push && options_.bsp_pushes ? 1 : 0)
+                                       : static_cast<int>((rows_here + max_rows - 1) / max_rows);
+      for (int seq = 0; seq < parts; ++seq) {
+        const size_t first = offsets[s] + static_cast<size_t>(seq) * max_rows;
         if (count == b->rpcs.size()) b->rpcs.push_back(std::make_unique<Rpc>());
         Rpc& rpc = *b->rpcs[count++];
         rpc.server = s;
-        rpc.seq = seq++;
+        rpc.seq = seq;
         rpc.pull_into = nullptr;  // slots are reused across calls: reset every per-call field
         rpc.push_from = nullptr;
         rpc.first_row = first;
@@ -334,7 +338,9 @@ class RoutedPsClient final : public PsClient {
           rpc.push_request.set_table(std::string(table));
           rpc.push_request.set_dim(dim);
           rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
-          rpc.push_from = in_rows + first * dim;  // sent from there by PushFrom, not copied here
+          rpc.push_request.set_part(seq);
+          rpc.push_request.set_parts(parts);
+          rpc.push_from = rpc.rows == 0 ? nullptr : in_rows + first * dim;  // sent from there, not copied
         } else {
           FillHeader(rpc.pull_request.mutable_header());
           rpc.pull_request.set_table(std::string(table));
@@ -382,7 +388,7 @@ class RoutedPsClient final : public PsClient {
             rpc->status = std::move(s);
             all.Done();
           };
-          if (rpc->push_from != nullptr) {
+          if (push) {
             transport_->PushFrom(rpc->server, method, rpc->push_request, rpc->push_from,
                                  rpc->rows * rpc->push_request.dim(), options_.rpc_deadline, std::move(on_done));
             continue;
@@ -457,7 +463,9 @@ void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& reque
   };
   auto state = std::make_shared<State>();
   state->request = request;
-  state->request.mutable_values()->assign(reinterpret_cast<const char*>(values), floats * sizeof(float));
+  if (floats > 0) {
+    state->request.mutable_values()->assign(reinterpret_cast<const char*>(values), floats * sizeof(float));
+  }
   Call(server, method, state->request, &state->response, deadline,
        [state, done = std::move(done)](absl::Status status) { done(std::move(status)); });
 }

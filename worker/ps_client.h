@@ -46,6 +46,9 @@ struct PsClientOptions {
   // TCP connections (gRPC channels) per server; a call's requests are spread over them round-robin, so large
   // transfers use several kernel streams at once. Default: 2.
   int channels_per_server = 2;
+  // BSP: every push sends each server at least one (possibly empty) part, as servers running with
+  // --bsp_workers need a part from every worker for every clock. Default: false.
+  bool bsp_pushes = false;
   // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
   int max_message_bytes = 64 << 20;
   // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff.
@@ -72,8 +75,8 @@ class PsTransport {
   // gRPC transport reads them straight from the received buffers.
   virtual void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
                         std::function<void(absl::Status)> done);
-  // A Push (kPush or kPushDense) of `request` (values unset) with `floats` values read from `values`, which
-  // must stay untouched until `done` runs. The default copies them into a request; the gRPC transport sends
+  // A Push (kPush or kPushDense) of `request` (values unset) with `floats` values read from `values` (null
+  // when floats is 0), which must stay untouched until `done` runs. The default copies them into a request; the gRPC transport sends
   // them from `values` without copying.
   virtual void PushFrom(int server, PsMethod method, const PushRequest& request, const float* values,
                         size_t floats, absl::Duration deadline, std::function<void(absl::Status)> done);
