@@ -76,6 +76,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_partition(partition_);
   view->set_consistency(ConsistencyName(options_.consistency.mode));
   view->set_staleness(options_.consistency.staleness);
+  view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerContext* context,

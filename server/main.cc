@@ -5,6 +5,9 @@
 // Holds shard_index's key ranges of every table, serves the ParameterServer gRPC API and the standard gRPC
 // health service, and shuts down cleanly on SIGTERM/SIGINT (in-flight calls get --shutdown_grace to finish).
 #include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <cstdio>
 #include <fstream>
@@ -20,6 +23,7 @@
 #include "common/partition.h"
 #include "common/process_setup.h"
 #include "server/ps_service.h"
+#include "scheduler/scheduler_client.h"
 #include "server/shard.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -46,6 +50,13 @@ ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
 ABSL_FLAG(int, bsp_workers, 0,
           "0: apply pushes on arrival (SSP/ASP). N > 0: BSP with N workers: each clock's pushes from all N are "
           "combined in rank order, averaged and applied once (clients must run with BSP pushes).");
+ABSL_FLAG(std::string, scheduler, "",
+          "host:port of kestrel_scheduler. If set, the server registers as rank --shard_index and heartbeats; "
+          "told it was declared dead or superseded, it shuts down and exits 3.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host the scheduler hands to workers for this server. Default: --host, or this machine's hostname "
+          "when --host is 0.0.0.0.");
+ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(30), "How long to retry registering.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
           "handler already running still finishes its table work).");
@@ -117,15 +128,56 @@ int Run() {
     }
   }
 
+  // Membership: register with the scheduler and heartbeat; a refused heartbeat stops this server.
+  std::unique_ptr<SchedulerClient> scheduler;
+  std::unique_ptr<Heartbeater> heartbeater;
+  static std::atomic<bool> refused{false};
+  if (const std::string address = absl::GetFlag(FLAGS_scheduler); !address.empty()) {
+    SchedulerClientOptions client_options;
+    client_options.job_id = shard_options.job_id;
+    scheduler = NewGrpcSchedulerClient(address, client_options);
+    std::string host = absl::GetFlag(FLAGS_advertise_host);
+    if (host.empty()) host = absl::GetFlag(FLAGS_host);
+    if (host == "0.0.0.0") {
+      char name[256] = {0};
+      gethostname(name, sizeof(name) - 1);
+      host = name;
+    }
+    const std::string advertised = absl::StrCat(host, ":", (*server)->port());
+    absl::StatusOr<RegisterResponse> registration;
+    const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
+    do {
+      registration = scheduler->Register(ROLE_SERVER, advertised, index);
+      if (registration.ok() || !absl::IsUnavailable(registration.status())) break;
+      absl::SleepFor(absl::Milliseconds(500));
+    } while (absl::Now() < deadline);
+    if (!registration.ok()) {
+      KLOG(Error) << "cannot register with the scheduler at " << address << ": " << registration.status();
+      return 1;
+    }
+    KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
+               << " (incarnation " << registration->incarnation() << ", generation "
+               << registration->view().generation() << ")";
+    heartbeater = std::make_unique<Heartbeater>(
+        scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
+        absl::Milliseconds(std::max<int64_t>(10, registration->view().heartbeat_interval_ms())),
+        [](absl::Status status) {
+          KLOG(Error) << "the scheduler refused this server: " << status << "; shutting down";
+          refused.store(true);
+          kill(getpid(), SIGTERM);
+        });
+  }
+
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
+  heartbeater.reset();
   const ShardStats stats = (*shard)->Stats();
   KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
              << " pushes, " << stats.rejected_requests << " rejected";
-  return 0;
+  return refused.load() ? 3 : 0;
 }
 
 }  // namespace

@@ -1,0 +1,110 @@
+#include "scheduler/scheduler_client.h"
+
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace kestrel {
+namespace {
+
+class GrpcSchedulerClient final : public SchedulerClient {
+ public:
+  GrpcSchedulerClient(const std::string& address, const SchedulerClientOptions& options)
+      : options_(options),
+        stub_(Scheduler::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
+                                            int requested_rank) override {
+    RegisterRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_role(role);
+    request.set_address(address);
+    request.set_requested_rank(requested_rank);
+    RegisterResponse response;
+    return Call(&Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
+  }
+
+  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, uint64_t incarnation) override {
+    HeartbeatRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_role(role);
+    request.set_rank(rank);
+    request.set_incarnation(incarnation);
+    HeartbeatResponse response;
+    return Call(&Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
+  }
+
+  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) override {
+    WaitToStartRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_rank(rank);
+    request.set_clock(clock);
+    request.set_generation(generation);
+    WaitToStartResponse response;
+    auto result = Call(&Scheduler::Stub::WaitToStart, request, &response, options_.wait_deadline);
+    if (!result.ok()) return result.status();
+    return result->min_clock();
+  }
+
+  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation) override {
+    AdvanceRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_rank(rank);
+    request.set_finished(finished);
+    request.set_generation(generation);
+    AdvanceResponse response;
+    auto result = Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
+    if (!result.ok()) return result.status();
+    return result->min_clock();
+  }
+
+  absl::StatusOr<DescribeResponse> Describe() override {
+    DescribeRequest request;
+    request.set_job_id(options_.job_id);
+    DescribeResponse response;
+    return Call(&Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
+  }
+
+ private:
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(grpc::Status (Scheduler::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                                        Response*),
+                                const Request& request, Response* response, absl::Duration deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    absl::Status status = FromGrpcStatus((stub_.get()->*method)(&context, request, response));
+    if (!status.ok()) return status;
+    return std::move(*response);
+  }
+
+  const SchedulerClientOptions options_;
+  const std::unique_ptr<Scheduler::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& address,
+                                                        const SchedulerClientOptions& options) {
+  return std::make_unique<GrpcSchedulerClient>(address, options);
+}
+
+Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation,
+                         absl::Duration interval, std::function<void(absl::Status)> on_refused)
+    : thread_([this, client, role, rank, incarnation, interval, on_refused = std::move(on_refused)] {
+        while (!stop_.WaitForNotificationWithTimeout(interval)) {
+          auto response = client->Heartbeat(role, rank, incarnation);
+          if (absl::IsFailedPrecondition(response.status())) {
+            on_refused(response.status());
+            return;
+          }
+          if (!response.ok()) KLOG(Warning) << "heartbeat of rank " << rank << " failed: " << response.status();
+        }
+      }) {}
+
+Heartbeater::~Heartbeater() {
+  stop_.Notify();
+  thread_.join();
+}
+
+}  // namespace kestrel

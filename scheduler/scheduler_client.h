@@ -1,0 +1,59 @@
+// SchedulerClient: how servers and workers talk to kestrel_scheduler, and a heartbeat loop.
+#ifndef KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_
+#define KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/scheduler.pb.h"
+
+namespace kestrel {
+
+// Thread-safe. Every call has a deadline (rpc_deadline; WaitToStart: wait_deadline).
+class SchedulerClient {
+ public:
+  virtual ~SchedulerClient() = default;
+  virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
+                                                    int requested_rank) = 0;
+  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, uint64_t incarnation) = 0;
+  // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
+  // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
+  virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) = 0;
+  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation) = 0;
+  virtual absl::StatusOr<DescribeResponse> Describe() = 0;
+};
+
+struct SchedulerClientOptions {
+  // Job id sent with every request. Default: "kestrel".
+  std::string job_id = "kestrel";
+  // Deadline of each RPC but WaitToStart. Default: 10 s.
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  // Deadline of WaitToStart (a worker may wait long for a slow peer). Default: 10 min.
+  absl::Duration wait_deadline = absl::Minutes(10);
+};
+
+std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& address,
+                                                        const SchedulerClientOptions& options);
+
+// Sends a heartbeat every `interval` from its own thread until destroyed. `on_refused` runs (once, on that
+// thread) when the scheduler refuses the heartbeat with FailedPrecondition: this member was declared dead or
+// superseded and must stop. Transient errors are logged and retried.
+class Heartbeater {
+ public:
+  Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation, absl::Duration interval,
+              std::function<void(absl::Status)> on_refused);
+  ~Heartbeater();
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_

@@ -1,0 +1,175 @@
+// A real kestrel_scheduler and two real kestrel_server processes on loopback; worker threads drive clocks
+// through the real gRPC APIs.
+//   - SSP(1): no worker is ever allowed more than 1 iteration ahead of the slowest, also while one worker is
+//     paused, and everyone finishes once it resumes;
+//   - a server killed with SIGKILL is declared dead (the 2-interval bound itself is proven with controlled
+//     time in scheduler/membership_test);
+//   - requests of the old generation are refused; a replacement server takes the dead rank.
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler_client.h"
+#include "tests/server_process.h"
+#include "worker/grpc_ps_client.h"
+
+namespace kestrel {
+namespace {
+
+constexpr char kJob[] = "cluster";
+constexpr int kWorkers = 3;
+constexpr int kStaleness = 1;
+constexpr int kIterations = 12;
+constexpr absl::Duration kInterval = absl::Milliseconds(300);
+
+std::string TmpDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
+}
+
+absl::StatusOr<ServerProcess> StartServer(int index, const std::string& scheduler, const std::string& name) {
+  return ServerProcess::Start(RunfilePath("server/kestrel_server"),
+                              {std::string("--job_id=") + kJob, "--num_shards=2",
+                               "--shard_index=" + std::to_string(index), "--scheduler=" + scheduler},
+                              TmpDir(), name);
+}
+
+// Polls Describe until `predicate` holds (up to `timeout`); returns the last answer.
+DescribeResponse DescribeUntil(SchedulerClient& client, const std::function<bool(const DescribeResponse&)>& predicate,
+                               absl::Duration timeout = absl::Seconds(15)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  DescribeResponse last;
+  while (absl::Now() < deadline) {
+    auto d = client.Describe();
+    if (d.ok()) {
+      last = *d;
+      if (predicate(last)) break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return last;
+}
+
+bool ServerAlive(const DescribeResponse& d, int rank) {
+  for (const MemberStatus& m : d.members()) {
+    if (m.role() == ROLE_SERVER && m.rank() == rank) return m.alive();
+  }
+  return false;
+}
+
+TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
+  auto scheduler = ServerProcess::Start(
+      RunfilePath("scheduler/kestrel_scheduler"),
+      {std::string("--job_id=") + kJob, "--num_servers=2", "--num_workers=" + std::to_string(kWorkers),
+       "--consistency=ssp", "--staleness=" + std::to_string(kStaleness),
+       "--heartbeat_interval=" + absl::FormatDuration(kInterval)},
+      TmpDir(), "scheduler");
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::vector<ServerProcess> servers;
+  for (int s = 0; s < 2; ++s) {
+    auto server = StartServer(s, scheduler->address(), "server" + std::to_string(s));
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers.push_back(std::move(server).value());
+  }
+  SchedulerClientOptions options;
+  options.job_id = kJob;
+  auto admin = NewGrpcSchedulerClient(scheduler->address(), options);
+
+  std::atomic<int> errors{0}, violations{0};
+  std::atomic<int64_t> paused_clock{-1}, max_start_during_pause{-1};
+  std::atomic<uint64_t> generation{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      auto client = NewGrpcSchedulerClient(scheduler->address(), options);
+      auto reg = client->Register(ROLE_WORKER, "", w);
+      if (!reg.ok()) {
+        ++errors;
+        return;
+      }
+      Heartbeater heartbeat(client.get(), ROLE_WORKER, reg->rank(), reg->incarnation(), kInterval,
+                            [&](absl::Status) { ++errors; });
+      // Wait for the servers to be in the view, then use them for real traffic.
+      DescribeResponse view = DescribeUntil(*client, [](const DescribeResponse& d) {
+        return d.view().job_state() == "running";
+      });
+      generation = view.view().generation();
+      PsClientOptions ps_options;
+      ps_options.job_id = kJob;
+      ps_options.worker_rank = w;
+      auto ps = *NewGrpcPsClient(ps_options, *Partition::Uniform(2),
+                                 {view.view().server_addresses(0), view.view().server_addresses(1)});
+      TableConfig table;
+      table.set_name("emb");
+      table.set_dim(4);
+      if (!ps->CreateTable(table).ok()) ++errors;
+      for (int64_t c = 0; c < kIterations; ++c) {
+        auto min_clock = client->WaitToStart(w, c, view.view().generation());
+        if (!min_clock.ok()) {
+          ++errors;
+          return;
+        }
+        if (c - *min_clock > kStaleness) ++violations;  // ran too far ahead
+        if (w != 2 && paused_clock.load() >= 0) {
+          int64_t seen = max_start_during_pause.load();
+          while (c > seen && !max_start_during_pause.compare_exchange_weak(seen, c)) {
+          }
+        }
+        std::vector<uint64_t> keys = {Partition::FeatureKey(w), Partition::FeatureKey(100 + c)};
+        std::vector<float> rows(keys.size() * 4);
+        if (!ps->Pull("emb", keys, 4, rows.data()).ok()) ++errors;
+        std::vector<float> grads(rows.size(), 0.1f);
+        ps->SetClock(c);
+        if (!ps->Push("emb", keys, 4, grads.data()).ok()) ++errors;
+        if (w == 2 && c == 4) {  // worker 2 pauses after finishing iteration 4's work
+          paused_clock = c;
+          absl::SleepFor(absl::Milliseconds(1200));
+          paused_clock = -1;
+        }
+        if (!client->Advance(w, c + 1, view.view().generation()).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(violations.load(), 0) << "a worker started more than " << kStaleness << " iteration(s) ahead";
+  // While worker 2 sat at clock 4 (4 iterations finished), the others could start at most iteration 4 + 1.
+  EXPECT_LE(max_start_during_pause.load(), 4 + kStaleness);
+  DescribeResponse done = *admin->Describe();
+  EXPECT_EQ(done.min_clock(), kIterations) << "everyone finished after the pause";
+
+  // kill -9 of a server: declared dead, generation moves on, old-generation requests are refused.
+  const uint64_t old_generation = done.view().generation();
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(servers[1].Stop(SIGKILL).ok());
+  DescribeResponse after = DescribeUntil(*admin, [](const DescribeResponse& d) { return !ServerAlive(d, 1); });
+  const absl::Duration detection = absl::Now() - killed;
+  EXPECT_FALSE(ServerAlive(after, 1));
+  // Generous wall-clock bound for a loaded machine; the strict 2-interval bound is unit-tested.
+  EXPECT_LE(detection, 2 * kInterval + absl::Seconds(2)) << "detected after " << detection;
+  RecordProperty("death_detection_ms", absl::StrCat(absl::ToInt64Milliseconds(detection)));
+  EXPECT_GT(after.view().generation(), old_generation);
+  EXPECT_EQ(after.view().job_state(), "recovering");
+  auto stale = admin->Advance(0, kIterations, old_generation);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+
+  // A replacement server takes rank 1 (the workers have ended, so the job itself stays recovering).
+  auto replacement = StartServer(1, scheduler->address(), "server1b");
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  DescribeResponse healed = DescribeUntil(*admin, [](const DescribeResponse& d) { return ServerAlive(d, 1); });
+  EXPECT_TRUE(ServerAlive(healed, 1));
+  EXPECT_GT(healed.view().generation(), after.view().generation());
+
+  // Clean shutdown.
+  for (ServerProcess* p : {&servers[0], &*replacement, &*scheduler}) {
+    auto code = p->Stop(SIGTERM);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0) << "see " << p->log_path();
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
