@@ -257,9 +257,9 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
     part.grads = grads;
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
     if (batch.has_value()) table->Push(batch->keys, batch->grads.data());
-  } else {
+  } else if (ctx.worker_rank < 0 || ctx.request_id == 0 || recent_requests_.Insert(ctx.worker_rank, ctx.request_id)) {
     table->Push(keys, grads.data());
-  }
+  }  // else: a retry of a push already applied
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();

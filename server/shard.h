@@ -7,7 +7,8 @@
 // mismatched key/value counts, unsorted or duplicate keys, keys outside this shard's ranges, non-finite
 // or too large gradients (common/gradients.h), dense block indices out of range, too many keys, or an
 // answer above max_response_bytes (InvalidArgument); too many tables (ResourceExhausted). In BSP mode
-// (ShardOptions::bsp_workers) a push is validated whole, then buffered until its clock is complete.
+// (ShardOptions::bsp_workers) a push is validated whole, then buffered until its clock is complete; otherwise
+// a worker's push whose request id was already applied (a retry) is acknowledged without applying it again.
 //
 // Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
 // the table registry is read without locks (an immutable map published through an atomic pointer).
@@ -30,6 +31,7 @@
 #include "common/partition.h"
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
+#include "server/recent_requests.h"
 #include "server/table.h"
 
 namespace kestrel {
@@ -172,6 +174,7 @@ class Shard {
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
 
+  RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);
 

@@ -246,6 +246,31 @@ TEST(ShardLimitsTest, DenseSizeIsBoundedAndBlocksCountedWithoutOverflow) {
   EXPECT_EQ(Partition::DenseBlockCount(8193, 4096), 3u);
 }
 
+TEST(ShardIdempotenceTest, RetriedPushIsAppliedOnce) {
+  auto shard = MakeShard(0, 1);
+  TableConfig c = Sparse("emb", 2);
+  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  ASSERT_TRUE(shard->CreateTable(Ctx(), c).ok());
+  RequestContext ctx = Ctx();
+  ctx.worker_rank = 3;
+  ctx.request_id = 77;
+  const std::vector<uint64_t> keys = {10, 20};
+  const std::vector<float> grads(4, 1.0f);
+  ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
+  const uint64_t once = shard->Fingerprint();
+  ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok()) << "a retry is acknowledged";
+  EXPECT_EQ(shard->Fingerprint(), once) << "and not applied again";
+  ctx.request_id = 78;
+  ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
+  EXPECT_NE(shard->Fingerprint(), once);
+  // A rejected request does not consume its id.
+  ctx.request_id = 79;
+  EXPECT_FALSE(shard->Push(ctx, "emb", keys, std::vector<float>(3, 1.0f), 2).ok());
+  const uint64_t before = shard->Fingerprint();
+  ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
+  EXPECT_NE(shard->Fingerprint(), before);
+}
+
 TEST(ShardPlacementTest, InitialValueDoesNotDependOnOwner) {
   // The same key pulled from a 1-server and from a 3-server layout has the same initial value.
   auto solo = MakeShard(0, 1);

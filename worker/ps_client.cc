@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "common/gradients.h"
 #include "common/key_batch.h"
@@ -407,14 +408,14 @@ class RoutedPsClient final : public PsClient {
         all.Wait();
         // Stop at the first failure that will not be retried: later waves must not be applied after it.
         for (Rpc* rpc : batch) {
-          const bool will_retry = absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries;
+          const bool will_retry = absl::IsUnavailable(rpc->status) && attempt < options_.max_retries;
           if (!rpc->status.ok() && !will_retry) return OnServer(rpc->server, rpc->status);
         }
       }
       std::vector<Rpc*> retry;
       for (Rpc* rpc : pending) {
         if (rpc->status.ok()) continue;
-        if (absl::IsUnavailable(rpc->status) && !push && attempt < options_.max_retries) {
+        if (absl::IsUnavailable(rpc->status) && attempt < options_.max_retries) {
           retry.push_back(rpc);
         } else {
           return OnServer(rpc->server, rpc->status);
@@ -430,7 +431,9 @@ class RoutedPsClient final : public PsClient {
   const Partition partition_;
   const std::unique_ptr<PsTransport> transport_;
   std::atomic<int64_t> clock_{0};
-  std::atomic<uint64_t> next_request_id_{1};
+  // Random high bits: a restarted worker's request ids never collide with its predecessor's (servers
+  // deduplicate pushes by (worker, request id)).
+  std::atomic<uint64_t> next_request_id_{absl::Uniform<uint64_t>(absl::BitGen(), 1, uint64_t{1} << 62)};
 
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<CallBuffers>> pool_ ABSL_GUARDED_BY(pool_mu_);

@@ -51,9 +51,9 @@ struct PsClientOptions {
   bool bsp_pushes = false;
   // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
   int max_message_bytes = 64 << 20;
-  // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff.
-  // Reads (Pull, PullDense, Describe, Stats) and CreateTable (idempotent) are retried; pushes are not, until
-  // the servers deduplicate pushes by request id. Default: 3 retries, 50 ms.
+  // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff. Every
+  // call is safe to retry: a retried push keeps its request id (and BSP part), and servers apply a push
+  // once. Default: 3 retries, 50 ms.
   int max_retries = 3;
   absl::Duration retry_backoff = absl::Milliseconds(50);
 };
@@ -103,7 +103,8 @@ class PsClient {
   // Pushes one gradient row of `dim` floats per key (keys.size() * dim floats). Gradients are checked
   // (finite, |g| <= kMaxGradientMagnitude) before anything is sent. A push spanning several servers is not
   // atomic: if one server fails (down, or refusing its share) the others may have applied theirs; the error
-  // names the server. Later issues make pushes idempotent per (worker, clock) so the caller can retry.
+  // names the server. Pushes are idempotent on the servers (by request id, and per (worker, clock, part) in
+  // BSP), so retrying is safe.
   virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
                             const float* grads) = 0;
   // Pulls the whole dense tensor (its dense_size floats) into `out`.
