@@ -91,6 +91,14 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       response->set_rank(registration->rank);
       response->set_incarnation(registration->incarnation);
       FillView(response->mutable_view());
+      if (registration->state != JobState::kForming) {
+        std::vector<std::function<void()>> waits;
+        {
+          absl::MutexLock lock(&forming_mu_);
+          waits.swap(forming_waits_);
+        }
+        for (auto& wait : waits) wait();
+      }
       KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
                  << (request->address().empty() ? context->peer() : request->address()) << " (incarnation "
                  << registration->incarnation << ", generation " << registration->generation << ", job "
@@ -125,10 +133,20 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   if (!status.ok()) return Reply(context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
-  clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response](absl::Status s) {
-    if (s.ok()) response->set_min_clock(clocks_->MinClock());
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  auto wait = [this, reactor, request, response] {
+    clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response](absl::Status s) {
+      if (s.ok()) response->set_min_clock(clocks_->MinClock());
+      reactor->Finish(ToGrpcStatus(s));
+    });
+  };
+  {
+    absl::MutexLock lock(&forming_mu_);
+    if (membership_->state() == JobState::kForming) {
+      forming_waits_.push_back(std::move(wait));  // issued by the Register() that completes the job
+      return reactor;
+    }
+  }
+  wait();
   // A wait queued after CancelWaits() ran must not be left unanswered (shutdown would hang on it).
   if (shutting_down_.load()) CancelWaits();
   return reactor;
@@ -172,6 +190,12 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
 
 void SchedulerServiceImpl::CancelWaits() {
   shutting_down_.store(true);
+  std::vector<std::function<void()>> forming;
+  {
+    absl::MutexLock lock(&forming_mu_);
+    forming.swap(forming_waits_);
+  }
+  for (auto& wait : forming) wait();  // into the ClockTable, cancelled just below
   const size_t n = clocks_->CancelAll(absl::UnavailableError("the scheduler is shutting down"));
   if (n > 0) KLOG(Info) << "cancelled " << n << " pending WaitToStart calls";
 }

@@ -1,7 +1,7 @@
 // gRPC edge of the scheduler: the Scheduler service over Membership and ClockTable, and a running server.
 //
-// WaitToStart is answered when the ClockTable allows it (from the Advance that allows it), so no gRPC thread
-// ever blocks on a wait. Every call checks the job id; WaitToStart and Advance also check the generation, so
+// WaitToStart is answered when the ClockTable allows it (from the Advance that allows it), and not before
+// the job has formed (every server and worker registered), so no gRPC thread ever blocks on a wait. Every call checks the job id; WaitToStart and Advance also check the generation, so
 // a request from before a membership change (a revived zombie) is refused with FAILED_PRECONDITION.
 #ifndef KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
 #define KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -66,6 +67,9 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   const std::unique_ptr<ClockTable> clocks_;
   const std::string partition_;
   std::atomic<bool> shutting_down_{false};
+  // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
+  absl::Mutex forming_mu_;
+  std::vector<std::function<void()>> forming_waits_ ABSL_GUARDED_BY(forming_mu_);
 };
 
 struct SchedulerServerOptions {

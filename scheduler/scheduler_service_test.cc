@@ -106,6 +106,29 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
   EXPECT_EQ(response.min_clock(), 1);
 }
 
+TEST_F(SchedulerServiceTest, NothingStartsBeforeTheJobHasFormed) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  const RegisterResponse w0 = Register(ROLE_WORKER, "");
+  WaitToStartRequest request;
+  request.set_job_id(kJob);
+  request.set_rank(w0.rank());
+  request.set_clock(0);  // iteration 0 never waits on clocks, but the job is still forming
+  request.set_generation(w0.view().generation());
+  WaitToStartResponse response;
+  absl::Notification answered;
+  grpc::Status status;
+  auto context = Context();
+  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
+    status = s;
+    answered.Notify();
+  });
+  Register(ROLE_SERVER, "127.0.0.1:1");
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  Register(ROLE_WORKER, "");  // the last member: the job starts
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) {
   ASSERT_NO_FATAL_FAILURE(Start(absl::Milliseconds(100)));
   Register(ROLE_SERVER, "127.0.0.1:1");
@@ -147,7 +170,9 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   DescribeResponse view;
   EXPECT_EQ(stub_->Describe(Context().get(), describe, &view).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
+  Register(ROLE_SERVER, "127.0.0.1:1");
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
+  Register(ROLE_WORKER, "");
   WaitToStartRequest request;
   request.set_job_id(kJob);
   request.set_rank(w0.rank());
