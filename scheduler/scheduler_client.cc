@@ -90,15 +90,21 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 }
 
 Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation,
-                         absl::Duration interval, std::function<void(absl::Status)> on_refused)
-    : thread_([this, client, role, rank, incarnation, interval, on_refused = std::move(on_refused)] {
+                         absl::Duration interval, std::function<void(absl::Status)> on_refused,
+                         std::function<void(uint64_t)> on_generation)
+    : thread_([this, client, role, rank, incarnation, interval, on_refused = std::move(on_refused),
+               on_generation = std::move(on_generation)] {
         while (!stop_.WaitForNotificationWithTimeout(interval)) {
           auto response = client->Heartbeat(role, rank, incarnation);
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
             return;
           }
-          if (!response.ok()) KLOG(Warning) << "heartbeat of rank " << rank << " failed: " << response.status();
+          if (!response.ok()) {
+            KLOG(Warning) << "heartbeat of rank " << rank << " failed: " << response.status();
+          } else if (on_generation) {
+            on_generation(response->generation());
+          }
         }
       }) {}
 

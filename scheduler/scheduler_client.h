@@ -45,8 +45,10 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 // superseded and must stop. Transient errors are logged and retried.
 class Heartbeater {
  public:
+  // `on_generation` (optional) runs with the job generation of every answered heartbeat.
   Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation, absl::Duration interval,
-              std::function<void(absl::Status)> on_refused);
+              std::function<void(absl::Status)> on_refused,
+              std::function<void(uint64_t)> on_generation = nullptr);
   ~Heartbeater();
 
  private:

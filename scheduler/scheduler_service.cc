@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "common/hash.h"
 #include "common/logging.h"
 #include "common/partition.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -77,6 +78,13 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_consistency(ConsistencyName(options_.consistency.mode));
   view->set_staleness(options_.consistency.staleness);
   view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
+  uint64_t fingerprint = Hash64(options_.job_id);
+  fingerprint = HashCombine(fingerprint, Hash64(partition_));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.membership.num_servers));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.membership.num_workers));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.mode));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.staleness));
+  view->set_config_fingerprint(fingerprint);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerContext* context,

@@ -81,6 +81,8 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
   EXPECT_EQ(w1.view().job_state(), "running");
   EXPECT_EQ(w1.view().server_addresses(0), "127.0.0.1:1");
   EXPECT_EQ(w1.view().consistency(), "ssp");
+  EXPECT_NE(w1.view().config_fingerprint(), 0u);
+  EXPECT_EQ(w1.view().config_fingerprint(), s.view().config_fingerprint());
   const uint64_t generation = w1.view().generation();
 
   // SSP(1): worker 0 may start iterations 0 and 1 while worker 1 sits at 0; iteration 2 must wait.

@@ -158,6 +158,8 @@ int Run() {
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
                << " (incarnation " << registration->incarnation() << ", generation "
                << registration->view().generation() << ")";
+    Shard* shard_ptr = shard->get();
+    shard_ptr->SetGeneration(registration->view().generation());
     heartbeater = std::make_unique<Heartbeater>(
         scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
         absl::Milliseconds(std::max<int64_t>(10, registration->view().heartbeat_interval_ms())),
@@ -165,6 +167,12 @@ int Run() {
           KLOG(Error) << "the scheduler refused this server: " << status << "; shutting down";
           refused.store(true);
           kill(getpid(), SIGTERM);
+        },
+        [shard_ptr, index](uint64_t generation) {
+          if (generation != shard_ptr->generation()) {
+            KLOG(Info) << "shard " << index << " now at job generation " << generation;
+            shard_ptr->SetGeneration(generation);
+          }
         });
   }
 

@@ -16,6 +16,7 @@ RequestContext ContextOf(const RequestHeader& header) {
   ctx.worker_rank = header.worker_rank();
   ctx.clock = header.clock();
   ctx.request_id = header.request_id();
+  ctx.generation = header.generation();
   return ctx;
 }
 

@@ -55,9 +55,18 @@ absl::Status Shard::Count(absl::Status status) const {
 }
 
 absl::Status Shard::CheckJob(const RequestContext& ctx) const {
-  if (ctx.job_id == options_.job_id) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
-                                                       Clip(ctx.job_id), shard_index(), options_.job_id));
+  if (ctx.job_id != options_.job_id) {
+    return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
+                                                         Clip(ctx.job_id), shard_index(), options_.job_id));
+  }
+  const uint64_t current = generation();
+  if (ctx.generation != 0 && ctx.generation < current) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "request of job generation %d reached shard %d at generation %d: the sender's membership is stale "
+        "(re-register with the scheduler)",
+        ctx.generation, shard_index(), current));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {

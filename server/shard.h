@@ -42,6 +42,7 @@ struct RequestContext {
   int32_t worker_rank = -1;  // -1: a tool, not a worker
   int64_t clock = 0;
   uint64_t request_id = 0;
+  uint64_t generation = 0;  // the job generation the sender knows; 0 = unchecked
   // BSP pushes: this request is part `part` of `parts` the worker sends this shard for (table, clock).
   int part = 0;
   int parts = 1;
@@ -130,8 +131,12 @@ class Shard {
     return value;
   }
 
-  // FailedPrecondition when the request names another job than this shard's.
+  // FailedPrecondition when the request names another job than this shard's, or an older job generation
+  // than the one this shard learned from the scheduler (a revived zombie).
   absl::Status CheckJob(const RequestContext& ctx) const;
+  // The job generation (from the scheduler's heartbeat answers); requests of older ones are refused.
+  void SetGeneration(uint64_t generation) { generation_.store(generation, std::memory_order_relaxed); }
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
 
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
@@ -174,6 +179,7 @@ class Shard {
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
 
+  std::atomic<uint64_t> generation_{0};  // 0: no scheduler
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);

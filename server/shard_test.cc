@@ -246,6 +246,19 @@ TEST(ShardLimitsTest, DenseSizeIsBoundedAndBlocksCountedWithoutOverflow) {
   EXPECT_EQ(Partition::DenseBlockCount(8193, 4096), 3u);
 }
 
+TEST_F(ShardTest, RefusesRequestsOfAnOlderGeneration) {
+  shard_->SetGeneration(5);
+  RequestContext ctx = Ctx();
+  ctx.generation = 4;  // a revived zombie
+  ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
+                 "generation 4 reached shard 1 at generation 5");
+  ctx.generation = 5;
+  EXPECT_TRUE(shard_->Push(ctx, "emb", keys_, grads_, 0).ok());
+  ctx.generation = 0;  // tools that do not track generations are not checked
+  std::string values;
+  EXPECT_TRUE(shard_->Pull(ctx, "emb", keys_, 0, &values).ok());
+}
+
 TEST(ShardIdempotenceTest, RetriedPushIsAppliedOnce) {
   auto shard = MakeShard(0, 1);
   TableConfig c = Sparse("emb", 2);

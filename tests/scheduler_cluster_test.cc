@@ -155,6 +155,22 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   EXPECT_EQ(after.view().job_state(), "recovering");
   auto stale = admin->Advance(0, kIterations, old_generation);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  // The surviving server learns the new generation from its heartbeats and refuses a zombie's push.
+  PsClientOptions zombie_options;
+  zombie_options.job_id = kJob;
+  zombie_options.worker_rank = 0;
+  auto zombie = *NewGrpcPsClient(zombie_options, *Partition::Uniform(2), {servers[0].address(), "127.0.0.1:1"});
+  zombie->SetGeneration(old_generation);
+  const std::vector<uint64_t> key = {5};  // owned by server 0
+  const std::vector<float> grad(4, 1.0f);
+  absl::Status refused;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    refused = zombie->Push("emb", key, 4, grad.data());
+    if (!refused.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));  // the server has not heard the new generation yet
+  } while (absl::Now() < deadline);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 
   // A replacement server takes rank 1 (the workers have ended, so the job itself stays recovering).
   auto replacement = StartServer(1, scheduler->address(), "server1b");

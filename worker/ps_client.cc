@@ -161,6 +161,7 @@ class RoutedPsClient final : public PsClient {
   }
 
   void SetClock(int64_t clock) override { clock_.store(clock, std::memory_order_relaxed); }
+  void SetGeneration(uint64_t generation) override { generation_.store(generation, std::memory_order_relaxed); }
 
  private:
   // Borrows a CallBuffers from the pool for one call.
@@ -206,6 +207,7 @@ class RoutedPsClient final : public PsClient {
     header->set_job_id(options_.job_id);
     header->set_worker_rank(options_.worker_rank);
     header->set_clock(clock_.load(std::memory_order_relaxed));
+    header->set_generation(generation_.load(std::memory_order_relaxed));
     header->set_request_id(next_request_id_.fetch_add(1, std::memory_order_relaxed));
   }
 
@@ -431,6 +433,7 @@ class RoutedPsClient final : public PsClient {
   const Partition partition_;
   const std::unique_ptr<PsTransport> transport_;
   std::atomic<int64_t> clock_{0};
+  std::atomic<uint64_t> generation_{0};
   // Random high bits: a restarted worker's request ids never collide with its predecessor's (servers
   // deduplicate pushes by (worker, request id)).
   std::atomic<uint64_t> next_request_id_{absl::Uniform<uint64_t>(absl::BitGen(), 1, uint64_t{1} << 62)};

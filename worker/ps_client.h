@@ -115,6 +115,8 @@ class PsClient {
   virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
   // The clock sent with later requests.
   virtual void SetClock(int64_t clock) = 0;
+  // The job generation sent with later requests (servers refuse older ones). 0 = unchecked.
+  virtual void SetGeneration(uint64_t generation) = 0;
 };
 
 // A PsClient over `transport`, routing by `partition` (which must have transport->num_servers() servers).
