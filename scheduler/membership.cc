@@ -1,5 +1,7 @@
 #include "scheduler/membership.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace kestrel {
@@ -14,6 +16,8 @@ const char* JobStateName(JobState state) {
       return "running";
     case JobState::kRecovering:
       return "recovering";
+    case JobState::kFinished:
+      return "finished";
   }
   return "unknown";
 }
@@ -34,6 +38,7 @@ Membership::Membership(const MembershipOptions& options) : options_(options) {
   absl::MutexLock lock(&mu_);
   servers_.resize(options.num_servers);
   workers_.resize(options.num_workers);
+  done_.assign(options.num_workers, false);
 }
 
 bool Membership::AllAliveLocked() const {
@@ -81,7 +86,7 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   m.last_heartbeat = now;
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
-  if (AllAliveLocked()) state_ = JobState::kRunning;
+  if (AllAliveLocked() && state_ != JobState::kFinished) state_ = JobState::kRunning;
   return Registration{rank, m.incarnation, generation_, state_};
 }
 
@@ -117,11 +122,21 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
       }
     }
   }
-  if (!expired.empty()) {
+  if (!expired.empty() && state_ != JobState::kFinished) {  // leaving a finished job is not a failure
     ++generation_;
     if (state_ == JobState::kRunning) state_ = JobState::kRecovering;
   }
   return expired;
+}
+
+absl::StatusOr<JobState> Membership::MarkWorkerDone(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(done_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, done_.size()));
+  }
+  done_[rank] = true;
+  if (std::all_of(done_.begin(), done_.end(), [](bool d) { return d; })) state_ = JobState::kFinished;
+  return state_;
 }
 
 absl::Status Membership::CheckGeneration(uint64_t generation) const {

@@ -9,7 +9,9 @@
 // superseded incarnation (a revived zombie), are refused with FailedPrecondition.
 //
 // Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
-// or its replacement has not yet rejoined, kRunning again once all are alive.
+// or its replacement has not yet rejoined, kRunning again once all are alive; kFinished once every worker
+// reported its last iteration (MarkWorkerDone), after which members leaving is not a failure.
+// (Checkpointing states arrive with the checkpoint coordinator.)
 //
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
@@ -29,7 +31,7 @@
 namespace kestrel {
 
 enum class Role { kServer, kWorker };
-enum class JobState { kForming, kRunning, kRecovering };
+enum class JobState { kForming, kRunning, kRecovering, kFinished };
 
 const char* RoleName(Role role);
 const char* JobStateName(JobState state);
@@ -77,6 +79,9 @@ class Membership {
   // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
   std::vector<Member> ExpireSilent(absl::Time now);
 
+  // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
+  absl::StatusOr<JobState> MarkWorkerDone(int rank);
+
   // FailedPrecondition unless `generation` is the current one.
   absl::Status CheckGeneration(uint64_t generation) const;
 
@@ -98,6 +103,7 @@ class Membership {
   std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
   uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
 };

@@ -105,5 +105,19 @@ TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   EXPECT_TRUE(m->Heartbeat(Role::kWorker, 0, fresh.incarnation, kStart + absl::Seconds(3)).ok());
 }
 
+TEST(MembershipTest, FinishesWhenEveryWorkerIsDoneAndLeavingIsNoFailure) {
+  auto m = Make(1, 2);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  ASSERT_TRUE(m->Register(Role::kWorker, "", -1, kStart).ok());
+  ASSERT_TRUE(m->Register(Role::kWorker, "", -1, kStart).ok());
+  EXPECT_EQ(*m->MarkWorkerDone(0), JobState::kRunning);
+  EXPECT_EQ(*m->MarkWorkerDone(1), JobState::kFinished);
+  EXPECT_EQ(m->MarkWorkerDone(2).status().code(), absl::StatusCode::kInvalidArgument);
+  const uint64_t generation = m->generation();
+  EXPECT_EQ(m->ExpireSilent(kStart + absl::Seconds(10)).size(), 3u);  // everyone leaves
+  EXPECT_EQ(m->state(), JobState::kFinished);
+  EXPECT_EQ(m->generation(), generation);
+}
+
 }  // namespace
 }  // namespace kestrel

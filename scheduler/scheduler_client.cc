@@ -47,12 +47,13 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->min_clock();
   }
 
-  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation) override {
+  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done) override {
     AdvanceRequest request;
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_finished(finished);
     request.set_generation(generation);
+    request.set_done(done);
     AdvanceResponse response;
     auto result = Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
     if (!result.ok()) return result.status();

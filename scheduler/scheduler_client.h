@@ -24,7 +24,8 @@ class SchedulerClient {
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
   virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) = 0;
-  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation) = 0;
+  // `done`: this was the worker's last iteration.
+  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done = false) = 0;
   virtual absl::StatusOr<DescribeResponse> Describe() = 0;
 };
 

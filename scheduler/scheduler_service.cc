@@ -165,6 +165,14 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) status = membership_->CheckGeneration(request->generation());
   if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
+  if (status.ok() && request->done()) {
+    auto state = membership_->MarkWorkerDone(request->rank());
+    status = state.status();
+    if (status.ok() && *state == JobState::kFinished) {
+      KLOG(Info) << "every worker has finished: job '" << options_.job_id << "' finished at clock "
+                 << clocks_->MinClock();
+    }
+  }
   if (status.ok()) response->set_min_clock(clocks_->MinClock());
   return Reply(context, status);
 }
