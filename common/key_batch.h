@@ -46,8 +46,8 @@ class KeyBatch {
   // result is deterministic). grads has num_keys() rows, unique_grads num_unique() rows.
   void Reduce(const float* grads, int dim, float* unique_grads) const;
 
-  // Sorts (key, position) pairs by key (radix sort for large batches); `tmp` is scratch. Exposed for tests
-  // and benchmarks.
+  // Sorts (key, position) pairs by key, equal keys by position (a stable radix sort for large batches,
+  // std::sort of the pairs for small ones); `tmp` is scratch.
   static void SortByKey(std::vector<std::pair<uint64_t, uint32_t>>* a,
                         std::vector<std::pair<uint64_t, uint32_t>>* tmp);
 

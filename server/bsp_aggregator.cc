@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/key_batch.h"
 
 namespace kestrel {
 
@@ -43,26 +44,31 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
 }
 
 BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& pending) const {
-  Batch batch;
-  batch.clock = clock;
-  // The union of all keys, sorted.
-  for (const WorkerParts& w : pending.workers) {
-    for (const auto& [index, part] : w.parts) batch.keys.insert(batch.keys.end(), part.first.begin(), part.first.end());
-  }
-  std::sort(batch.keys.begin(), batch.keys.end());
-  batch.keys.erase(std::unique(batch.keys.begin(), batch.keys.end()), batch.keys.end());
-  batch.grads.assign(batch.keys.size() * dim_, 0.0f);
-  // Sum in rank order (then part order): the same additions in the same order whatever the arrival order.
+  // Every (key, position) in rank order, then part order; sorting by (key, position) keeps each key's
+  // contributions in that order (the radix sort is stable, the small-batch sort compares positions), so the
+  // sums below add the same numbers in the same order whatever the arrival order.
+  std::vector<std::pair<uint64_t, uint32_t>> order, scratch;
+  std::vector<const float*> rows;
   for (const WorkerParts& w : pending.workers) {
     for (const auto& [index, part] : w.parts) {
       const auto& [keys, grads] = part;
       for (size_t i = 0; i < keys.size(); ++i) {
-        const size_t u = std::lower_bound(batch.keys.begin(), batch.keys.end(), keys[i]) - batch.keys.begin();
-        float* dst = batch.grads.data() + u * dim_;
-        const float* src = grads.data() + i * dim_;
-        for (int j = 0; j < dim_; ++j) dst[j] += src[j];
+        order.emplace_back(keys[i], static_cast<uint32_t>(rows.size()));
+        rows.push_back(grads.data() + i * dim_);
       }
     }
+  }
+  KeyBatch::SortByKey(&order, &scratch);
+  Batch batch;
+  batch.clock = clock;
+  for (const auto& [key, position] : order) {
+    if (batch.keys.empty() || batch.keys.back() != key) {
+      batch.keys.push_back(key);
+      batch.grads.resize(batch.grads.size() + dim_, 0.0f);
+    }
+    float* dst = batch.grads.data() + batch.grads.size() - dim_;
+    const float* src = rows[position];
+    for (int j = 0; j < dim_; ++j) dst[j] += src[j];
   }
   const float scale = 1.0f / static_cast<float>(num_workers_);
   for (float& g : batch.grads) g *= scale;
