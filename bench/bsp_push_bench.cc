@@ -2,7 +2,7 @@
 // against BSP with 1 and 2 workers (buffer every part, combine the clock in rank order, apply once), in one
 // run. Items = keys pushed by all workers.
 //
-//   bench/run_bsp_push_bench.sh        (writes bench/results/bsp_push_bench.md)
+//   bench/run_micro_bench.sh bsp_push_bench        (writes bench/results/bsp_push_bench.md)
 #include <algorithm>
 #include <random>
 #include <vector>

@@ -1,7 +1,7 @@
 // KeyBatch::Build (sort + dedup + split by owner, done once per batch on every worker) on training-like
 // batches, against the previous algorithm (std::sort of (key, position) pairs), in one run.
 //
-//   bench/run_key_batch_bench.sh        (writes bench/results/key_batch_bench.md)
+//   bench/run_micro_bench.sh key_batch_bench        (writes bench/results/key_batch_bench.md)
 #include <algorithm>
 #include <cmath>
 #include <random>

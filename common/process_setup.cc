@@ -1,6 +1,11 @@
 #include "common/process_setup.h"
 
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
 
 namespace kestrel {
 
@@ -10,6 +15,42 @@ void TuneMallocForLargeBuffers() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+}
+
+namespace {
+
+sigset_t ShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
+}  // namespace
+
+void BlockShutdownSignals() {
+  const sigset_t signals = ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+int WaitForShutdownSignal() {
+  const sigset_t signals = ShutdownSignals();
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  return signal_number;
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out.good()) return absl::InternalError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError("cannot rename " + tmp + " to " + path);
+  return absl::OkStatus();
 }
 
 }  // namespace kestrel

@@ -6,8 +6,6 @@
 // and report finished iterations (Advance). Shuts down cleanly on SIGTERM/SIGINT.
 #include <signal.h>
 
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -16,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/process_setup.h"
 #include "common/partition.h"
 #include "scheduler/scheduler_service.h"
 
@@ -62,11 +61,7 @@ int Run() {
   }
   options.partition = partition->ToString();
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
   SchedulerServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
@@ -80,17 +75,11 @@ int Run() {
              << options.membership.num_workers << " workers, " << mode
              << (mode == "ssp" ? absl::StrCat("(", options.consistency.staleness, ")") : "") << ", heartbeat every "
              << absl::FormatDuration(options.membership.heartbeat_interval);
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      KLOG(Error) << "cannot write --port_file " << port_file;
-      return 1;
-    }
+  if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
+    KLOG(Error) << "--port_file: " << written;
+    return 1;
   }
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForShutdownSignal();
   KLOG(Info) << "received signal " << signal_number << ", shutting down";
   (*server)->Shutdown();
   (*server)->Wait();

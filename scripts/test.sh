@@ -3,7 +3,7 @@
 # "N passed, N failed" (test cases, from the JUnit XML Bazel writes). Exits non-zero on any failure.
 # GPU tests are tagged "gpu" and skip with a message where no GPU is present.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 

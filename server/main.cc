@@ -9,8 +9,6 @@
 
 #include <atomic>
 
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -97,11 +95,7 @@ int Run() {
   }
 
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
   PsServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
@@ -118,14 +112,9 @@ int Run() {
              << (*shard)->partition().num_servers() << " on " << absl::GetFlag(FLAGS_host) << ":"
              << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ");
 
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      KLOG(Error) << "cannot write --port_file " << port_file;
-      return 1;
-    }
+  if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
+    KLOG(Error) << "--port_file: " << written;
+    return 1;
   }
 
   // Membership: register with the scheduler and heartbeat; a refused heartbeat stops this server.
@@ -176,8 +165,7 @@ int Run() {
         });
   }
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForShutdownSignal();
   KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
