@@ -3,13 +3,12 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "common/counter_random.h"
 #include "common/hash.h"
 
 namespace kestrel {
 namespace {
 
-constexpr double kTwoPi = 6.283185307179586476925286766559;
-constexpr double kTwoPow53 = 9007199254740992.0;
 // TRUNCATED_NORMAL re-draws an element at most this many times (P[all fail] = 0.0455^64, never in practice)
 // and then clamps, so Fill always terminates.
 constexpr int kMaxTruncatedDraws = 64;
@@ -55,15 +54,9 @@ absl::StatusOr<Initializer> Initializer::Create(const InitializerConfig& config,
   }
 }
 
-double Initializer::Uniform01(uint64_t base, uint64_t counter) {
-  return static_cast<double>(Mix64(base + counter * 0x9e3779b97f4a7c15ULL) >> 11) / kTwoPow53;
-}
+double Initializer::Uniform01(uint64_t base, uint64_t counter) { return CounterUniform01(base, counter); }
 
-double Initializer::StandardNormal(uint64_t base, uint64_t counter) {
-  const double u1 = 1.0 - Uniform01(base, 2 * counter);  // (0, 1]: log is finite
-  const double u2 = Uniform01(base, 2 * counter + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
-}
+double Initializer::StandardNormal(uint64_t base, uint64_t counter) { return CounterNormal(base, counter); }
 
 void Initializer::Fill(uint64_t key, float* row, int dim) const {
   const uint64_t base = HashCombine(Mix64(seed_), key);

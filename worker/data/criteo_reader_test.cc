@@ -1,0 +1,105 @@
+#include "worker/data/criteo_reader.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Line(int label, int first_integer, const std::string& first_token) {
+  std::string line = std::to_string(label);
+  for (int j = 0; j < 13; ++j) line += "\t" + (j == 0 ? std::to_string(first_integer) : (j == 5 ? "" : "7"));
+  for (int f = 0; f < 26; ++f) line += "\t" + (f == 0 ? first_token : (f == 3 ? "" : "68fd1e64"));
+  return line;
+}
+
+std::string WriteFile(const std::string& name, const std::vector<std::string>& lines, bool final_newline = true) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
+  std::ofstream out(path);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out << lines[i];
+    if (i + 1 < lines.size() || final_newline) out << "\n";
+  }
+  return path;
+}
+
+std::vector<float> FirstIntegers(CriteoReader& reader) {
+  std::vector<float> out;
+  CriteoExample e;
+  while (true) {
+    auto more = reader.Next(&e);
+    EXPECT_TRUE(more.ok()) << more.status();
+    if (!more.ok() || !*more) break;
+    out.push_back(static_cast<float>(e.integers[0]));
+  }
+  return out;
+}
+
+TEST(CriteoReaderTest, ParsesValuesAndMissingColumns) {
+  CriteoExample e;
+  ASSERT_TRUE(ParseCriteoLine(Line(1, -3, "05db9164"), &e).ok());
+  EXPECT_EQ(e.label, 1.0f);
+  EXPECT_EQ(e.integers[0], -3);
+  EXPECT_FALSE(e.integer_missing[0]);
+  EXPECT_TRUE(e.integer_missing[5]);
+  EXPECT_EQ(e.categories[0], 0x05db9164u);
+  EXPECT_EQ(e.categories[3], kMissingValue);
+  ASSERT_TRUE(ParseCriteoLine(Line(0, 1, "") + "\r", &e).ok()) << "CRLF line endings";
+  EXPECT_EQ(e.categories[0], kMissingValue);
+}
+
+TEST(CriteoReaderTest, MalformedLinesNameFileAndLineOrAreSkipped) {
+  const std::string path = WriteFile("bad.tsv", {Line(0, 1, "aa"), Line(1, 2, "zz"), "1\t2", Line(2, 3, "aa"),
+                                                 Line(1, 4, "bb")});
+  auto strict = *CriteoReader::Open({path}, {});
+  CriteoExample e;
+  EXPECT_TRUE(*strict->Next(&e));
+  auto bad = strict->Next(&e);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr(path + ":2: categorical feature C1 'zz'"));
+
+  CriteoReaderOptions skip;
+  skip.on_error = CriteoReaderOptions::OnError::kSkip;
+  auto lenient = *CriteoReader::Open({path}, skip);
+  EXPECT_EQ(FirstIntegers(*lenient), (std::vector<float>{1, 4}));
+  EXPECT_EQ(lenient->skipped(), 3u);
+  EXPECT_EQ(CriteoReader::Open({path + ".missing"}, {}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 5; ++i) a.push_back(Line(i % 2, i, "aa"));
+  for (int i = 5; i < 12; ++i) b.push_back(Line(i % 2, i, "bb"));
+  const std::vector<std::string> files = {WriteFile("a.tsv", a), WriteFile("b.tsv", b, /*final_newline=*/false)};
+  // Three shards together read every line exactly once.
+  std::vector<float> all;
+  for (int s = 0; s < 3; ++s) {
+    CriteoReaderOptions options;
+    options.shard_index = s;
+    options.num_shards = 3;
+    auto reader = *CriteoReader::Open(files, options);
+    for (float v : FirstIntegers(*reader)) {
+      EXPECT_EQ(static_cast<int>(v) % 3, s);
+      all.push_back(v);
+    }
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all.size(), 12u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(all[i], i);
+
+  // Stop after 7 examples, resume from the saved position, and get exactly the rest.
+  auto first = *CriteoReader::Open(files, {});
+  CriteoExample e;
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(*first->Next(&e));
+  auto resumed = *CriteoReader::Open(files, {}, first->position());
+  EXPECT_EQ(FirstIntegers(*resumed), (std::vector<float>{7, 8, 9, 10, 11}));
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -1,0 +1,172 @@
+#include "worker/data/datagen.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/counter_random.h"
+#include "worker/metrics.h"
+
+namespace kestrel {
+namespace {
+
+// Stream ids of the different draws (so they are independent).
+enum Stream : uint64_t { kRank = 1, kMissing, kInteger, kLabel, kValueWeight, kIntegerWeight, kLatent, kToken };
+
+uint64_t StreamBase(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b = 0) {
+  return HashCombine(HashCombine(HashCombine(Mix64(seed), stream), a), b);
+}
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+PlantedModel::PlantedModel(const DatagenOptions& options) : options_(options) {
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    // Vocabulary sizes log-uniform in [min_vocab, max_vocab], fixed by the seed.
+    const double u = CounterUniform01(StreamBase(options.seed, kToken, f, 999), 0);
+    const int vocab = static_cast<int>(std::exp(std::log(options.min_vocab) +
+                                                u * (std::log(options.max_vocab) - std::log(options.min_vocab))));
+    std::vector<double> cdf(std::max(vocab, 1));
+    double sum = 0;
+    for (int r = 0; r < vocab; ++r) cdf[r] = (sum += std::pow(r + 1.0, -options.zipf_exponent));
+    for (double& c : cdf) c /= sum;
+    zipf_cdf_.push_back(std::move(cdf));
+    auto& ranks = rank_of_.emplace_back();
+    for (int r = 0; r < vocab; ++r) ranks.emplace(TokenOf(f, r), r);  // a token colliding keeps the first rank
+  }
+  for (int k = 0; k < options.interaction_pairs; ++k) {
+    const int a = (k * 7) % kCriteoCategoricalFields;
+    const int b = (a + 1 + (k * 5) % (kCriteoCategoricalFields - 1)) % kCriteoCategoricalFields;
+    pairs_.emplace_back(a, b);
+  }
+}
+
+uint64_t PlantedModel::TokenOf(int field, int64_t rank) const {
+  // Distinct ranks of a field get distinct tokens with overwhelming probability (32-bit hash).
+  return Mix64(StreamBase(options_.seed, kToken, field, static_cast<uint64_t>(rank))) & 0xffffffffULL;
+}
+
+int64_t PlantedModel::RankOf(int field, uint64_t token) const {
+  auto it = rank_of_[field].find(token);
+  return it == rank_of_[field].end() ? -1 : it->second;
+}
+
+double PlantedModel::Probability(const CriteoExample& e) const {
+  std::array<int64_t, kCriteoCategoricalFields> ranks;
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    ranks[f] = e.categories[f] == kMissingValue ? -1 : RankOf(f, e.categories[f]);
+  }
+  return ProbabilityOfRanks(ranks, e);
+}
+
+double PlantedModel::ProbabilityOfRanks(const std::array<int64_t, kCriteoCategoricalFields>& ranks,
+                                        const CriteoExample& e) const {
+  const uint64_t seed = options_.seed;
+  double logit = options_.bias;
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    if (ranks[f] < 0) continue;
+    logit += options_.value_weight_stddev * CounterNormal(StreamBase(seed, kValueWeight, f), ranks[f]);
+  }
+  for (int j = 0; j < kCriteoIntegerFields; ++j) {
+    if (e.integer_missing[j]) continue;
+    logit += options_.integer_weight_stddev *
+             CounterNormal(StreamBase(seed, kIntegerWeight, j), IntegerBucket(e.integers[j]));
+  }
+  // Latent entries of std c, so that <v_a, v_b> over latent_dim entries has std c^2 sqrt(L) = interaction_stddev.
+  const double c = std::sqrt(options_.interaction_stddev) / std::pow(options_.latent_dim, 0.25);
+  for (const auto& [a, b] : pairs_) {
+    if (ranks[a] < 0 || ranks[b] < 0) continue;
+    for (int l = 0; l < options_.latent_dim; ++l) {
+      logit += c * CounterNormal(StreamBase(seed, kLatent, a, l), ranks[a]) * c *
+               CounterNormal(StreamBase(seed, kLatent, b, l), ranks[b]);
+    }
+  }
+  return Sigmoid(logit);
+}
+
+double PlantedModel::Draw(int split, int64_t row, CriteoExample* e) const {
+  const uint64_t base = StreamBase(options_.seed, kRank, static_cast<uint64_t>(split), static_cast<uint64_t>(row));
+  std::array<int64_t, kCriteoCategoricalFields> ranks;
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    ranks[f] = -1;
+    if (CounterUniform01(HashCombine(base, kMissing), f) < options_.missing_rate) {
+      e->categories[f] = kMissingValue;
+      continue;
+    }
+    const auto& cdf = zipf_cdf_[f];
+    const double u = CounterUniform01(base, f);
+    const int64_t rank = std::min<int64_t>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(),
+                                           static_cast<int64_t>(cdf.size()) - 1);
+    e->categories[f] = TokenOf(f, rank);
+    ranks[f] = rank;
+  }
+  for (int j = 0; j < kCriteoIntegerFields; ++j) {
+    e->integer_missing[j] = CounterUniform01(HashCombine(base, kMissing), 100 + j) < options_.missing_rate;
+    const double log_count = 1.0 + 0.25 * j + 1.5 * CounterNormal(HashCombine(base, kInteger), j);
+    e->integers[j] = e->integer_missing[j] ? 0 : static_cast<int64_t>(std::floor(std::exp(log_count))) - 1;
+  }
+  const double p = ProbabilityOfRanks(ranks, *e);
+  e->label = CounterUniform01(StreamBase(options_.seed, kLabel, static_cast<uint64_t>(split)), row) < p ? 1 : 0;
+  return p;
+}
+
+std::string PlantedModel::FormatLine(const CriteoExample& e) {
+  std::string line = e.label > 0.5f ? "1" : "0";
+  for (int j = 0; j < kCriteoIntegerFields; ++j) {
+    line += '\t';
+    if (!e.integer_missing[j]) absl::StrAppend(&line, e.integers[j]);
+  }
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+    line += '\t';
+    if (e.categories[f] != kMissingValue) absl::StrAppend(&line, absl::StrFormat("%08x", e.categories[f]));
+  }
+  return line;
+}
+
+absl::StatusOr<DatagenTruth> GenerateCriteoData(const DatagenOptions& options, const std::string& out_dir) {
+  if (options.train_rows < 0 || options.test_rows < 1 || options.min_vocab < 1 ||
+      options.max_vocab < options.min_vocab || options.latent_dim < 1) {
+    return absl::InvalidArgumentError("datagen needs test_rows >= 1, 1 <= min_vocab <= max_vocab, latent_dim >= 1");
+  }
+  const PlantedModel model(options);
+  DatagenTruth truth;
+  std::vector<float> probabilities, labels;
+  for (int split = 0; split < 2; ++split) {
+    const std::string path = absl::StrCat(out_dir, split == 0 ? "/train.tsv" : "/test.tsv");
+    std::ofstream out(path);
+    if (!out.good()) return absl::NotFoundError(absl::StrCat("cannot write ", path));
+    const int64_t rows = split == 0 ? options.train_rows : options.test_rows;
+    CriteoExample e;
+    for (int64_t row = 0; row < rows; ++row) {
+      const double p = model.Draw(split, row, &e);
+      out << PlantedModel::FormatLine(e) << '\n';
+      if (split == 1) {
+        probabilities.push_back(static_cast<float>(p));
+        labels.push_back(e.label);
+      }
+    }
+    if (!out.good()) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  }
+  truth.test_rows = options.test_rows;
+  double positives = 0;
+  for (float y : labels) positives += y;
+  truth.positive_rate = positives / labels.size();
+  truth.bayes_logloss = LogLoss(probabilities, labels);
+  truth.bayes_auc = ExactAuc(probabilities, labels);
+  const std::string path = out_dir + "/truth.txt";
+  std::ofstream out(path);
+  out << absl::StrFormat(
+      "# Bayes-optimal scores of test.tsv (scoring with the planted click probability)\n"
+      "seed: %d\ntrain_rows: %d\ntest_rows: %d\npositive_rate: %.6f\nbayes_logloss: %.6f\nbayes_auc: %.6f\n",
+      options.seed, options.train_rows, truth.test_rows, truth.positive_rate, truth.bayes_logloss,
+      truth.bayes_auc);
+  if (!out.good()) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+  return truth;
+}
+
+}  // namespace kestrel
