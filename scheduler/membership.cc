@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
     return absl::InvalidArgumentError(absl::StrFormat("need 1..65536 servers and 1..2^20 workers, got %d and %d",
                                                       options.num_servers, options.num_workers));
   }
-  if (options.heartbeat_interval <= absl::ZeroDuration() || options.heartbeat_timeout < options.heartbeat_interval) {
-    return absl::InvalidArgumentError("need heartbeat_interval > 0 and heartbeat_timeout >= heartbeat_interval");
+  if (options.heartbeat_interval < absl::Milliseconds(10) || options.heartbeat_timeout < options.heartbeat_interval) {
+    return absl::InvalidArgumentError("need heartbeat_interval >= 10ms and heartbeat_timeout >= heartbeat_interval");
   }
   return std::unique_ptr<Membership>(new Membership(options));
 }
@@ -86,6 +86,7 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   m.last_heartbeat = now;
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
+  m.registered_generation = generation_;
   if (AllAliveLocked() && state_ != JobState::kFinished) state_ = JobState::kRunning;
   return Registration{rank, m.incarnation, generation_, state_};
 }
@@ -145,6 +146,32 @@ absl::Status Membership::CheckGeneration(uint64_t generation) const {
   return absl::FailedPreconditionError(absl::StrFormat(
       "request of job generation %d, the job is at generation %d: re-register or refresh the cluster view",
       generation, generation_));
+}
+
+absl::Status Membership::CheckWorker(int rank, uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, workers_.size()));
+  }
+  const Member& m = workers_[rank];
+  if (!m.alive) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("worker rank %d is not a live member (declared dead or never registered): register", rank));
+  }
+  if (generation < m.registered_generation) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "request of generation %d from worker rank %d, which registered again at generation %d: this process "
+        "was superseded",
+        generation, rank, m.registered_generation));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> Membership::WorkerGenerations() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  for (const Member& m : workers_) out.push_back(m.rank == -1 ? 0 : m.registered_generation);
+  return out;
 }
 
 uint64_t Membership::generation() const {

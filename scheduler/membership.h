@@ -5,8 +5,9 @@
 // heartbeat_timeout is declared dead by ExpireSilent(); its replacement may register with the same rank.
 //
 // The job generation starts at 1 and increases whenever membership changes after a failure: when a member is
-// declared dead, and when a replacement joins. Requests carrying an older generation, and heartbeats from a
-// superseded incarnation (a revived zombie), are refused with FailedPrecondition.
+// declared dead, and when a replacement joins. Each registration records the generation it produced; a
+// worker's requests carry it, and are refused (FailedPrecondition) once that rank has registered again or was
+// declared dead, so a revived zombie cannot act, while other members' failures do not disturb it.
 //
 // Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
 // or its replacement has not yet rejoined, kRunning again once all are alive; kFinished once every worker
@@ -52,6 +53,7 @@ struct Member {
   int rank = -1;
   std::string address;
   uint64_t incarnation = 0;
+  uint64_t registered_generation = 0;  // the job generation right after this registration
   absl::Time last_heartbeat;
   bool alive = false;
 };
@@ -84,6 +86,11 @@ class Membership {
 
   // FailedPrecondition unless `generation` is the current one.
   absl::Status CheckGeneration(uint64_t generation) const;
+  // FailedPrecondition when worker `rank` is not alive (declared dead: register again) or `generation` is
+  // older than its latest registration (a superseded incarnation). Deaths of other members do not matter.
+  absl::Status CheckWorker(int rank, uint64_t generation) const;
+  // By worker rank: the generation each rank last registered at (0: never).
+  std::vector<uint64_t> WorkerGenerations() const;
 
   uint64_t generation() const;
   JobState state() const;

@@ -103,6 +103,10 @@ TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   EXPECT_EQ(m->CheckGeneration(old.generation).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(m->CheckGeneration(fresh.generation).ok());
   EXPECT_TRUE(m->Heartbeat(Role::kWorker, 0, fresh.incarnation, kStart + absl::Seconds(3)).ok());
+  // Per-worker checks: the old incarnation's generation is refused, the new one's accepted.
+  EXPECT_EQ(m->CheckWorker(0, old.generation).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m->CheckWorker(0, fresh.generation).ok());
+  EXPECT_EQ(m->WorkerGenerations(), std::vector<uint64_t>{fresh.generation});
 }
 
 TEST(MembershipTest, FinishesWhenEveryWorkerIsDoneAndLeavingIsNoFailure) {

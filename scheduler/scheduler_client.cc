@@ -92,9 +92,9 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 
 Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation,
                          absl::Duration interval, std::function<void(absl::Status)> on_refused,
-                         std::function<void(uint64_t)> on_generation)
+                         std::function<void(const HeartbeatResponse&)> on_answer)
     : thread_([this, client, role, rank, incarnation, interval, on_refused = std::move(on_refused),
-               on_generation = std::move(on_generation)] {
+               on_answer = std::move(on_answer)] {
         while (!stop_.WaitForNotificationWithTimeout(interval)) {
           auto response = client->Heartbeat(role, rank, incarnation);
           if (absl::IsFailedPrecondition(response.status())) {
@@ -103,8 +103,8 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uin
           }
           if (!response.ok()) {
             KLOG(Warning) << "heartbeat of rank " << rank << " failed: " << response.status();
-          } else if (on_generation) {
-            on_generation(response->generation());
+          } else if (on_answer) {
+            on_answer(*response);
           }
         }
       }) {}

@@ -46,10 +46,10 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 // superseded and must stop. Transient errors are logged and retried.
 class Heartbeater {
  public:
-  // `on_generation` (optional) runs with the job generation of every answered heartbeat.
+  // `on_answer` (optional) runs with every answered heartbeat (generation, worker generations).
   Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation, absl::Duration interval,
               std::function<void(absl::Status)> on_refused,
-              std::function<void(uint64_t)> on_generation = nullptr);
+              std::function<void(const HeartbeatResponse&)> on_answer = nullptr);
   ~Heartbeater();
 
  private:

@@ -1,5 +1,7 @@
 #include "scheduler/scheduler_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
@@ -10,6 +12,11 @@
 
 namespace kestrel {
 namespace {
+
+// Liveness runs on a monotonic clock: a wall-clock step (NTP) must not declare everyone dead.
+absl::Time MonotonicNow() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 Role RoleOf(MemberRole role) { return role == ROLE_SERVER ? Role::kServer : Role::kWorker; }
 
@@ -93,7 +100,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     auto registration =
-        membership_->Register(RoleOf(request->role()), request->address(), request->requested_rank(), absl::Now());
+        membership_->Register(RoleOf(request->role()), request->address(), request->requested_rank(), MonotonicNow());
     status = registration.status();
     if (status.ok()) {
       response->set_rank(registration->rank);
@@ -106,6 +113,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
           waits.swap(forming_waits_);
         }
         for (auto& wait : waits) wait();
+        // Flushed after CancelWaits() ran? Then they must not stay queued in the ClockTable.
+        if (shutting_down_.load()) clocks_->CancelAll(absl::UnavailableError("the scheduler is shutting down"));
       }
       KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
                  << (request->address().empty() ? context->peer() : request->address()) << " (incarnation "
@@ -122,11 +131,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     auto generation =
-        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), absl::Now());
+        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow());
     status = generation.status();
     if (status.ok()) {
       response->set_generation(*generation);
       response->set_job_state(JobStateName(membership_->state()));
+      for (uint64_t g : membership_->WorkerGenerations()) response->add_worker_generations(g);
     }
   }
   return Reply(context, status);
@@ -136,8 +146,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
                                                             const WaitToStartRequest* request,
                                                             WaitToStartResponse* response) {
   absl::Status status = CheckJob(request->job_id());
-  if (status.ok()) status = membership_->CheckGeneration(request->generation());
-  if (status.ok() && shutting_down_.load()) status = absl::UnavailableError("the scheduler is shutting down");
+  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
   if (!status.ok()) return Reply(context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
@@ -149,6 +158,10 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   };
   {
     absl::MutexLock lock(&forming_mu_);
+    if (shutting_down_.load()) {
+      reactor->Finish(ToGrpcStatus(absl::UnavailableError("the scheduler is shutting down")));
+      return reactor;
+    }
     if (membership_->state() == JobState::kForming) {
       forming_waits_.push_back(std::move(wait));  // issued by the Register() that completes the job
       return reactor;
@@ -163,7 +176,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
   absl::Status status = CheckJob(request->job_id());
-  if (status.ok()) status = membership_->CheckGeneration(request->generation());
+  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
   if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
   if (status.ok() && request->done()) {
     auto state = membership_->MarkWorkerDone(request->rank());
@@ -205,10 +218,10 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
 }
 
 void SchedulerServiceImpl::CancelWaits() {
-  shutting_down_.store(true);
   std::vector<std::function<void()>> forming;
   {
     absl::MutexLock lock(&forming_mu_);
+    shutting_down_.store(true);
     forming.swap(forming_waits_);
   }
   for (auto& wait : forming) wait();  // into the ClockTable, cancelled just below
@@ -237,7 +250,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
   const absl::Duration period = options.membership.heartbeat_interval / 4;
   SchedulerServer* raw = server.get();
   server->expiry_ = std::thread([raw, period] {
-    while (!raw->stop_.WaitForNotificationWithTimeout(period)) raw->service_->ExpireSilent(absl::Now());
+    while (!raw->stop_.WaitForNotificationWithTimeout(period)) raw->service_->ExpireSilent(MonotonicNow());
   });
   return server;
 }

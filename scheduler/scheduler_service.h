@@ -1,8 +1,9 @@
 // gRPC edge of the scheduler: the Scheduler service over Membership and ClockTable, and a running server.
 //
 // WaitToStart is answered when the ClockTable allows it (from the Advance that allows it), and not before
-// the job has formed (every server and worker registered), so no gRPC thread ever blocks on a wait. Every call checks the job id; WaitToStart and Advance also check the generation, so
-// a request from before a membership change (a revived zombie) is refused with FAILED_PRECONDITION.
+// the job has formed (every server and worker registered), so no gRPC thread ever blocks on a wait. Every call
+// checks the job id; WaitToStart and Advance also check the worker: a request from a worker declared dead or
+// superseded (a revived zombie) is refused with FAILED_PRECONDITION.
 #ifndef KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
 #define KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
 

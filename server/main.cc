@@ -137,31 +137,48 @@ int Run() {
     const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
     do {
       registration = scheduler->Register(ROLE_SERVER, advertised, index);
-      if (registration.ok() || !absl::IsUnavailable(registration.status())) break;
+      // UNAVAILABLE: the scheduler is not up yet. ALREADY_EXISTS: our previous incarnation (a crash moments
+      // ago) has not been declared dead yet.
+      if (registration.ok() ||
+          !(absl::IsUnavailable(registration.status()) || absl::IsAlreadyExists(registration.status()))) {
+        break;
+      }
       absl::SleepFor(absl::Milliseconds(500));
     } while (absl::Now() < deadline);
     if (!registration.ok()) {
       KLOG(Error) << "cannot register with the scheduler at " << address << ": " << registration.status();
       return 1;
     }
+    const ClusterView& view = registration->view();
+    const bool bsp = view.consistency() == "bsp";
+    if (view.partition() != (*shard)->partition().ToString() ||
+        shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
+      KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
+                  << view.partition() << "', " << view.consistency() << " with " << view.num_workers()
+                  << " workers; this server: partition '" << (*shard)->partition().ToString()
+                  << "', --bsp_workers=" << shard_options.bsp_workers
+                  << " (must be the worker count in BSP, 0 otherwise)";
+      return 2;
+    }
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
                << " (incarnation " << registration->incarnation() << ", generation "
                << registration->view().generation() << ")";
     Shard* shard_ptr = shard->get();
-    shard_ptr->SetGeneration(registration->view().generation());
     heartbeater = std::make_unique<Heartbeater>(
         scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
-        absl::Milliseconds(std::max<int64_t>(10, registration->view().heartbeat_interval_ms())),
+        absl::Milliseconds(registration->view().heartbeat_interval_ms()) / 2,  // twice per interval
         [](absl::Status status) {
           KLOG(Error) << "the scheduler refused this server: " << status << "; shutting down";
           refused.store(true);
           kill(getpid(), SIGTERM);
         },
-        [shard_ptr, index](uint64_t generation) {
-          if (generation != shard_ptr->generation()) {
-            KLOG(Info) << "shard " << index << " now at job generation " << generation;
-            shard_ptr->SetGeneration(generation);
+        [shard_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+          if (answer.generation() != last) {
+            KLOG(Info) << "shard " << index << " sees job generation " << answer.generation() << " ("
+                       << answer.job_state() << ")";
+            last = answer.generation();
           }
+          shard_ptr->SetWorkerGenerations({answer.worker_generations().begin(), answer.worker_generations().end()});
         });
   }
 

@@ -59,14 +59,23 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
     return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
                                                          Clip(ctx.job_id), shard_index(), options_.job_id));
   }
-  const uint64_t current = generation();
-  if (ctx.generation != 0 && ctx.generation < current) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "request of job generation %d reached shard %d at generation %d: the sender's membership is stale "
-        "(re-register with the scheduler)",
-        ctx.generation, shard_index(), current));
+  if (ctx.worker_rank >= 0) {
+    const auto generations = std::atomic_load(&worker_generations_);
+    if (generations != nullptr && static_cast<size_t>(ctx.worker_rank) < generations->size() &&
+        ctx.generation < (*generations)[ctx.worker_rank]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "request of generation %d from worker rank %d reached shard %d, but that rank registered again at "
+          "generation %d: the sender was superseded (a worker stamps the generation it registered at)",
+          ctx.generation, ctx.worker_rank, shard_index(), (*generations)[ctx.worker_rank]));
+    }
   }
   return absl::OkStatus();
+}
+
+void Shard::SetWorkerGenerations(std::vector<uint64_t> generations) {
+  std::atomic_store(&worker_generations_,
+                    std::shared_ptr<const std::vector<uint64_t>>(
+                        std::make_shared<std::vector<uint64_t>>(std::move(generations))));
 }
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {

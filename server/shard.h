@@ -131,12 +131,12 @@ class Shard {
     return value;
   }
 
-  // FailedPrecondition when the request names another job than this shard's, or an older job generation
-  // than the one this shard learned from the scheduler (a revived zombie).
+  // FailedPrecondition when the request names another job than this shard's, or comes from a worker whose
+  // rank has registered again since (its generation is older than the rank's registration: a revived zombie).
   absl::Status CheckJob(const RequestContext& ctx) const;
-  // The job generation (from the scheduler's heartbeat answers); requests of older ones are refused.
-  void SetGeneration(uint64_t generation) { generation_.store(generation, std::memory_order_relaxed); }
-  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
+  // By worker rank, the generation each rank last registered at (from the scheduler's heartbeat answers).
+  // Until it is set, worker requests are not checked.
+  void SetWorkerGenerations(std::vector<uint64_t> generations);
 
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
@@ -179,7 +179,7 @@ class Shard {
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
 
-  std::atomic<uint64_t> generation_{0};  // 0: no scheduler
+  std::shared_ptr<const std::vector<uint64_t>> worker_generations_;  // atomic_load/store; null: no scheduler
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);

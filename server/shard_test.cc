@@ -246,15 +246,24 @@ TEST(ShardLimitsTest, DenseSizeIsBoundedAndBlocksCountedWithoutOverflow) {
   EXPECT_EQ(Partition::DenseBlockCount(8193, 4096), 3u);
 }
 
-TEST_F(ShardTest, RefusesRequestsOfAnOlderGeneration) {
-  shard_->SetGeneration(5);
+TEST_F(ShardTest, RefusesSupersededWorkers) {
+  // Worker 0 registered at generation 1; worker 1 was replaced and registered again at generation 5.
+  shard_->SetWorkerGenerations({1, 5});
   RequestContext ctx = Ctx();
-  ctx.generation = 4;  // a revived zombie
+  ctx.worker_rank = 1;
+  ctx.generation = 4;  // the old incarnation of rank 1: a revived zombie
   ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
-                 "generation 4 reached shard 1 at generation 5");
+                 "worker rank 1 reached shard 1, but that rank registered again at generation 5");
+  ctx.generation = 0;  // a worker that does not stamp its generation
+  ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
+                 "superseded");
   ctx.generation = 5;
   EXPECT_TRUE(shard_->Push(ctx, "emb", keys_, grads_, 0).ok());
-  ctx.generation = 0;  // tools that do not track generations are not checked
+  ctx.worker_rank = 0;  // rank 1's replacement does not disturb worker 0
+  ctx.generation = 1;
+  EXPECT_TRUE(shard_->Push(ctx, "emb", keys_, grads_, 0).ok());
+  ctx.worker_rank = -1;  // tools are not workers
+  ctx.generation = 0;
   std::string values;
   EXPECT_TRUE(shard_->Pull(ctx, "emb", keys_, 0, &values).ok());
 }

@@ -90,7 +90,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
         ++errors;
         return;
       }
-      Heartbeater heartbeat(client.get(), ROLE_WORKER, reg->rank(), reg->incarnation(), kInterval,
+      Heartbeater heartbeat(client.get(), ROLE_WORKER, reg->rank(), reg->incarnation(), kInterval / 2,
                             [&](absl::Status) { ++errors; });
       // Wait for the servers to be in the view, then use them for real traffic.
       DescribeResponse view = DescribeUntil(*client, [](const DescribeResponse& d) {
@@ -102,6 +102,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
       ps_options.worker_rank = w;
       auto ps = *NewGrpcPsClient(ps_options, *Partition::Uniform(2),
                                  {view.view().server_addresses(0), view.view().server_addresses(1)});
+      ps->SetGeneration(reg->view().generation());  // the generation this worker registered at
       TableConfig table;
       table.set_name("emb");
       table.set_dim(4);
@@ -153,16 +154,32 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   RecordProperty("death_detection_ms", absl::StrCat(absl::ToInt64Milliseconds(detection)));
   EXPECT_GT(after.view().generation(), old_generation);
   EXPECT_EQ(after.view().job_state(), "recovering");
+  // The worker threads have ended too: once they are declared dead, their requests are refused.
+  DescribeUntil(*admin, [](const DescribeResponse& d) {
+    for (const MemberStatus& m : d.members()) {
+      if (m.role() == ROLE_WORKER && m.alive()) return false;
+    }
+    return true;
+  });
   auto stale = admin->Advance(0, kIterations, old_generation);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
-  // The surviving server learns the new generation from its heartbeats and refuses a zombie's push.
+  const std::vector<uint64_t> key = {5};  // owned by server 0
+  const std::vector<float> grad(4, 1.0f);
+  // Another member's death does not disturb a worker: worker 1 (not replaced) still pushes to server 0.
+  PsClientOptions w1_options;
+  w1_options.job_id = kJob;
+  w1_options.worker_rank = 1;
+  auto w1 = *NewGrpcPsClient(w1_options, *Partition::Uniform(2), {servers[0].address(), "127.0.0.1:1"});
+  w1->SetGeneration(1);
+  EXPECT_TRUE(w1->Push("emb", key, 4, grad.data()).ok());
+  // Worker 0 is replaced; the surviving server learns it from its heartbeats and refuses the old incarnation.
+  auto replacement_worker = admin->Register(ROLE_WORKER, "", 0);
+  ASSERT_TRUE(replacement_worker.ok()) << replacement_worker.status();
   PsClientOptions zombie_options;
   zombie_options.job_id = kJob;
   zombie_options.worker_rank = 0;
   auto zombie = *NewGrpcPsClient(zombie_options, *Partition::Uniform(2), {servers[0].address(), "127.0.0.1:1"});
-  zombie->SetGeneration(old_generation);
-  const std::vector<uint64_t> key = {5};  // owned by server 0
-  const std::vector<float> grad(4, 1.0f);
+  zombie->SetGeneration(1);  // it registered at generation 1
   absl::Status refused;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   do {
@@ -179,14 +196,16 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   EXPECT_TRUE(ServerAlive(healed, 1));
   EXPECT_GT(healed.view().generation(), after.view().generation());
 
-  // Every worker reports its last iteration: the job is finished.
-  // (The generation may still move as the ended workers' silence is noticed: re-read it on refusal.)
+  // The worker threads have ended (declared dead), so replacements of ranks 1 and 2 join like rank 0's did and
+  // every rank reports its last iteration: the job is finished.
+  std::vector<uint64_t> generations = {replacement_worker->view().generation()};
+  for (int w = 1; w < kWorkers; ++w) {
+    auto r = admin->Register(ROLE_WORKER, "", w);
+    ASSERT_TRUE(r.ok()) << r.status();
+    generations.push_back(r->view().generation());
+  }
   for (int w = 0; w < kWorkers; ++w) {
-    absl::Status status;
-    for (int attempt = 0; attempt < 10; ++attempt) {
-      status = admin->Advance(w, kIterations, admin->Describe()->view().generation(), /*done=*/true).status();
-      if (status.ok()) break;
-    }
+    auto status = admin->Advance(w, kIterations, generations[w], /*done=*/true).status();
     EXPECT_TRUE(status.ok()) << status;
   }
   EXPECT_EQ(admin->Describe()->view().job_state(), "finished");

@@ -115,7 +115,8 @@ class PsClient {
   virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
   // The clock sent with later requests.
   virtual void SetClock(int64_t clock) = 0;
-  // The job generation sent with later requests (servers refuse older ones). 0 = unchecked.
+  // The job generation this worker registered at (its RegisterResponse view's generation), sent with later
+  // requests: servers refuse it once the worker's rank has registered again (this process was superseded).
   virtual void SetGeneration(uint64_t generation) = 0;
 };
 
