@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "common/key_batch.h"
 
 namespace kestrel {
@@ -20,8 +23,38 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
                                                       part.keys.size(), dim_, part.keys.size() * dim_,
                                                       part.grads.size()));
   }
+  const size_t hash = absl::HashOf(
+      absl::string_view(reinterpret_cast<const char*>(part.keys.data()), part.keys.size() * sizeof(uint64_t)),
+      absl::string_view(reinterpret_cast<const char*>(part.grads.data()), part.grads.size() * sizeof(float)));
   absl::MutexLock lock(&mu_);
-  if (part.clock <= applied_through_) return std::optional<Batch>();  // a late duplicate: already applied
+  if (part.clock <= applied_through_) {
+    if (part.clock == applying_) {
+      return absl::UnavailableError(absl::StrFormat("clock %d is being applied; retry", part.clock));
+    }
+    auto clock = applied_parts_.find(part.clock);
+    if (clock != applied_parts_.end()) {
+      auto seen = clock->second.find({part.worker, part.index});
+      if (seen != clock->second.end() && seen->second == hash) return std::optional<Batch>();  // a repeat
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "clock %d was already applied: part %d from worker %d is late or differs from what was applied",
+        part.clock, part.index, part.worker));
+  }
+  // An earlier clock that is still incomplete means some worker skipped it: its updates would be lost.
+  if (!pending_.empty() && pending_.begin()->first < part.clock) {
+    const auto& [older, pending] = *pending_.begin();
+    std::string missing;
+    for (int w = 0; w < num_workers_; ++w) {
+      const WorkerParts& parts = pending.workers[w];
+      if (parts.count == 0 || static_cast<int>(parts.parts.size()) < parts.count) {
+        absl::StrAppend(&missing, missing.empty() ? "" : ", ", w);
+      }
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "clock %d is incomplete (workers %s have not pushed all of it) while worker %d pushes clock %d: in BSP "
+        "every worker pushes every table once per clock",
+        older, missing, part.worker, part.clock));
+  }
   PendingClock& pending = pending_[part.clock];
   if (pending.workers.empty()) pending.workers.resize(num_workers_);
   WorkerParts& w = pending.workers[part.worker];
@@ -29,18 +62,33 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
     return absl::InvalidArgumentError(absl::StrFormat(
         "worker %d announced %d parts for clock %d, now %d", part.worker, w.count, part.clock, part.count));
   }
+  auto existing = w.parts.find(part.index);
+  if (existing != w.parts.end()) {
+    if (existing->second.hash == hash) return std::optional<Batch>();  // a repeat
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "worker %d already pushed part %d of clock %d with different contents: push each table once per clock",
+        part.worker, part.index, part.clock));
+  }
   w.count = part.count;
-  if (w.parts.count(part.index) != 0) return std::optional<Batch>();  // duplicate part
-  w.parts[part.index] = {std::vector<uint64_t>(part.keys.begin(), part.keys.end()),
-                         std::vector<float>(part.grads.begin(), part.grads.end())};
+  w.parts[part.index] = PartData{std::vector<uint64_t>(part.keys.begin(), part.keys.end()),
+                                 std::vector<float>(part.grads.begin(), part.grads.end()), hash};
   if (static_cast<int>(w.parts.size()) < w.count) return std::optional<Batch>();
   if (++pending.complete_workers < num_workers_) return std::optional<Batch>();
-  // Clocks complete in order in BSP (a worker cannot push c + 1 before every worker finished c), so this is
-  // the next clock to apply.
   Batch batch = CombineLocked(part.clock, pending);
+  auto& record = applied_parts_[part.clock];
+  for (int wi = 0; wi < num_workers_; ++wi) {
+    for (const auto& [index, data] : pending.workers[wi].parts) record[{wi, index}] = data.hash;
+  }
+  while (applied_parts_.size() > 2) applied_parts_.erase(applied_parts_.begin());  // repeats come right after
   pending_.erase(part.clock);
-  applied_through_ = std::max(applied_through_, part.clock);
+  applied_through_ = part.clock;
+  applying_ = part.clock;
   return std::optional<Batch>(std::move(batch));
+}
+
+void BspAggregator::Applied(int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  if (applying_ == clock) applying_ = -1;
 }
 
 BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& pending) const {
@@ -51,7 +99,8 @@ BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& p
   std::vector<const float*> rows;
   for (const WorkerParts& w : pending.workers) {
     for (const auto& [index, part] : w.parts) {
-      const auto& [keys, grads] = part;
+      const auto& keys = part.keys;
+      const auto& grads = part.grads;
       for (size_t i = 0; i < keys.size(); ++i) {
         order.emplace_back(keys[i], static_cast<uint32_t>(rows.size()));
         rows.push_back(grads.data() + i * dim_);

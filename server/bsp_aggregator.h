@@ -5,8 +5,11 @@
 // floating-point result never depends on arrival order), scales by 1/N, and hands back one batch to apply
 // (the optimizer then runs once per touched row). A worker's push for a clock may arrive in several parts
 // (the client splits large requests); every worker sends at least one part per clock, empty if it has no keys
-// on this server. A part that arrives twice (a retry, a restarted worker) is ignored, as is any part of a
-// clock already applied.
+// on this server, and pushes each table once per clock. A part that arrives again with the same contents (a
+// retry, a restarted worker) is ignored; different contents are refused (InvalidArgument), as are parts for a
+// clock already applied that are not such repeats, and parts of a clock while an earlier one still misses
+// some worker's push (FailedPrecondition, naming the workers). A repeat of a clock that is being applied is
+// answered Unavailable (retry), so nothing is acknowledged before it is in the table.
 //
 // Thread-safe. Owns copies of buffered gradients.
 #ifndef KESTREL_SERVER_BSP_AGGREGATOR_H_
@@ -46,9 +49,12 @@ class BspAggregator {
   BspAggregator(int num_workers, int dim) : num_workers_(num_workers), dim_(dim) {}
 
   // Buffers `part`. Returns the clock's combined batch when this part completes it (every worker's every
-  // part has arrived), nullopt otherwise (or for a duplicate). InvalidArgument for a malformed part
-  // (worker or index out of range, a part count that changed, keys/grads mismatch).
+  // part has arrived), nullopt otherwise (or for a repeat). The caller applies the batch, then calls
+  // Applied(clock). InvalidArgument for a malformed part (worker or index out of range, a part count that
+  // changed, keys/grads mismatch, different contents for a part already received).
   absl::StatusOr<std::optional<Batch>> Add(const Part& part);
+  // The batch of `clock` is in the table.
+  void Applied(int64_t clock);
 
   // The highest clock already combined, or -1.
   int64_t applied_through() const;
@@ -56,9 +62,14 @@ class BspAggregator {
   size_t pending_clocks() const;
 
  private:
+  struct PartData {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    size_t hash = 0;  // of keys and grads, to tell a repeat from different contents
+  };
   struct WorkerParts {
     int count = 0;  // 0: nothing received yet
-    std::map<int, std::pair<std::vector<uint64_t>, std::vector<float>>> parts;  // index -> keys, grads
+    std::map<int, PartData> parts;  // by part index
   };
   struct PendingClock {
     std::vector<WorkerParts> workers;
@@ -72,6 +83,9 @@ class BspAggregator {
   mutable absl::Mutex mu_;
   std::map<int64_t, PendingClock> pending_ ABSL_GUARDED_BY(mu_);
   int64_t applied_through_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t applying_ ABSL_GUARDED_BY(mu_) = -1;  // handed out by Add, Applied() not yet called
+  // Content hashes of the parts of the last applied clocks, by (worker, index), to recognize repeats.
+  std::map<int64_t, std::map<std::pair<int, int>, size_t>> applied_parts_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kestrel

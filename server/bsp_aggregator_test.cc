@@ -122,10 +122,39 @@ TEST(BspAggregatorTest, DuplicatesAreAppliedOnce) {
   EXPECT_EQ((*done)->grads[0], 0.5f);         // key 1: (1) / 2
   EXPECT_EQ((*done)->grads[kDim], 1.5f);      // key 2: (1 + 2) / 2, worker 0's part counted once
   EXPECT_EQ((*done)->grads[2 * kDim], 1.0f);  // key 3: (2) / 2
-  // A restarted worker re-sending clock 0 after it was applied changes nothing.
+  // A repeat while clock 0 is being applied is told to retry (not acknowledged before the apply)...
+  EXPECT_EQ(agg.Add(View(w1, 0)).status().code(), absl::StatusCode::kUnavailable);
+  agg.Applied(0);
+  // ...and once applied, a restarted worker re-sending clock 0 changes nothing.
   ASSERT_FALSE(agg.Add(View(w1, 0))->has_value());
   EXPECT_EQ(agg.pending_clocks(), 0u);
   EXPECT_EQ(agg.applied_through(), 0);
+  // A late part that differs from what was applied is refused, not silently dropped.
+  OwnedPart changed = w1;
+  changed.grads[0] = 9.0f;
+  EXPECT_EQ(agg.Add(View(changed, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BspAggregatorTest, DifferentContentsForTheSamePartAreRefused) {
+  BspAggregator agg(2, kDim);
+  OwnedPart first{0, 0, 1, {1, 2}, std::vector<float>(2 * kDim, 1.0f)};
+  OwnedPart second = first;
+  second.grads[3] = 2.0f;  // a second, different push of the same table in the same clock
+  ASSERT_TRUE(agg.Add(View(first, 0)).ok());
+  auto refused = agg.Add(View(second, 0));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(refused.status().message()).find("once per clock"), std::string::npos);
+}
+
+TEST(BspAggregatorTest, ASkippedClockIsReportedNotLost) {
+  BspAggregator agg(3, kDim);
+  OwnedPart w0{0, 0, 1, {1}, std::vector<float>(kDim, 1.0f)};
+  OwnedPart w2{2, 0, 1, {1}, std::vector<float>(kDim, 1.0f)};
+  ASSERT_TRUE(agg.Add(View(w0, 0)).ok());  // workers 1 and 2 never push clock 0
+  auto refused = agg.Add(View(w2, 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.status().message()).find("workers 1, 2"), std::string::npos)
+      << refused.status();
 }
 
 TEST(BspAggregatorTest, RejectsMalformedParts) {

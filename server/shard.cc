@@ -274,7 +274,10 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
     part.keys = keys;
     part.grads = grads;
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
-    if (batch.has_value()) table->Push(batch->keys, batch->grads.data());
+    if (batch.has_value()) {
+      table->Push(batch->keys, batch->grads.data());
+      AggregatorFor(*table)->Applied(batch->clock);
+    }
   } else if (ctx.worker_rank < 0 || ctx.request_id == 0 || recent_requests_.Insert(ctx.worker_rank, ctx.request_id)) {
     table->Push(keys, grads.data());
   }  // else: a retry of a push already applied
