@@ -106,6 +106,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       response->set_rank(registration->rank);
       response->set_incarnation(registration->incarnation);
       FillView(response->mutable_view());
+      if (request->role() == ROLE_WORKER) response->set_clock(clocks_->ClockOf(registration->rank));
       if (registration->state != JobState::kForming) {
         std::vector<std::function<void()>> waits;
         {

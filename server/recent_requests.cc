@@ -2,16 +2,25 @@
 
 namespace kestrel {
 
-bool RecentRequests::Insert(int worker, uint64_t id) {
+RecentRequests::Seen RecentRequests::Begin(int worker, uint64_t id) {
   absl::MutexLock lock(&mu_);
   Window& w = windows_[worker];
-  if (!w.ids.insert(id).second) return false;
+  auto [it, fresh] = w.applied.emplace(id, false);
+  if (!fresh) return it->second ? Seen::kApplied : Seen::kInFlight;
   w.order.push_back(id);
   if (w.order.size() > per_worker_) {
-    w.ids.erase(w.order.front());
+    w.applied.erase(w.order.front());
     w.order.pop_front();
   }
-  return true;
+  return Seen::kNew;
+}
+
+void RecentRequests::Applied(int worker, uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto w = windows_.find(worker);
+  if (w == windows_.end()) return;
+  auto it = w->second.applied.find(id);
+  if (it != w->second.applied.end()) it->second = true;
 }
 
 }  // namespace kestrel

@@ -5,16 +5,20 @@
 namespace kestrel {
 namespace {
 
-TEST(RecentRequestsTest, DuplicatesPerWorkerWithinTheWindow) {
+using Seen = RecentRequests::Seen;
+
+TEST(RecentRequestsTest, RepeatsPerWorkerWithinTheWindow) {
   RecentRequests recent(/*per_worker=*/3);
-  EXPECT_TRUE(recent.Insert(0, 10));
-  EXPECT_FALSE(recent.Insert(0, 10));
-  EXPECT_TRUE(recent.Insert(1, 10)) << "ids are per worker";
-  EXPECT_TRUE(recent.Insert(0, 11));
-  EXPECT_TRUE(recent.Insert(0, 12));
-  EXPECT_TRUE(recent.Insert(0, 13));  // evicts 10
-  EXPECT_TRUE(recent.Insert(0, 10));
-  EXPECT_FALSE(recent.Insert(0, 13));
+  EXPECT_EQ(recent.Begin(0, 10), Seen::kNew);
+  EXPECT_EQ(recent.Begin(0, 10), Seen::kInFlight) << "not yet applied: the repeat must retry";
+  recent.Applied(0, 10);
+  EXPECT_EQ(recent.Begin(0, 10), Seen::kApplied);
+  EXPECT_EQ(recent.Begin(1, 10), Seen::kNew) << "ids are per worker";
+  EXPECT_EQ(recent.Begin(0, 11), Seen::kNew);
+  EXPECT_EQ(recent.Begin(0, 12), Seen::kNew);
+  EXPECT_EQ(recent.Begin(0, 13), Seen::kNew);  // evicts 10
+  EXPECT_EQ(recent.Begin(0, 10), Seen::kNew);
+  EXPECT_EQ(recent.Begin(0, 13), Seen::kInFlight);
 }
 
 }  // namespace

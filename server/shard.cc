@@ -24,6 +24,9 @@ std::string RangesToString(const std::vector<KeyRange>& ranges) {
   return out;
 }
 
+// Worker ranks above this are refused (they key per-worker server state).
+constexpr int32_t kMaxWorkers = 1 << 20;
+
 // Names from requests are echoed in errors only this long, so a huge bogus name cannot blow up a status.
 std::string Clip(absl::string_view s) {
   constexpr size_t kMax = 80;
@@ -55,6 +58,10 @@ absl::Status Shard::Count(absl::Status status) const {
 }
 
 absl::Status Shard::CheckJob(const RequestContext& ctx) const {
+  if (ctx.worker_rank >= kMaxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("worker rank %d is not below %d", ctx.worker_rank, kMaxWorkers));
+  }
   if (ctx.job_id != options_.job_id) {
     return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
                                                          Clip(ctx.job_id), shard_index(), options_.job_id));
@@ -278,9 +285,21 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
       table->Push(batch->keys, batch->grads.data());
       AggregatorFor(*table)->Applied(batch->clock);
     }
-  } else if (ctx.worker_rank < 0 || ctx.request_id == 0 || recent_requests_.Insert(ctx.worker_rank, ctx.request_id)) {
-    table->Push(keys, grads.data());
-  }  // else: a retry of a push already applied
+  } else if (ctx.worker_rank < 0 || ctx.request_id == 0) {
+    table->Push(keys, grads.data());  // tools: no idempotence
+  } else {
+    switch (recent_requests_.Begin(ctx.worker_rank, ctx.request_id)) {
+      case RecentRequests::Seen::kNew:
+        table->Push(keys, grads.data());
+        recent_requests_.Applied(ctx.worker_rank, ctx.request_id);
+        break;
+      case RecentRequests::Seen::kInFlight:  // the original is being applied: do not acknowledge yet
+        return absl::UnavailableError(
+            absl::StrFormat("push %d of worker %d is being applied; retry", ctx.request_id, ctx.worker_rank));
+      case RecentRequests::Seen::kApplied:  // a retry of a push already applied
+        break;
+    }
+  }
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();

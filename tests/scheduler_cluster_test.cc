@@ -175,6 +175,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   // Worker 0 is replaced; the surviving server learns it from its heartbeats and refuses the old incarnation.
   auto replacement_worker = admin->Register(ROLE_WORKER, "", 0);
   ASSERT_TRUE(replacement_worker.ok()) << replacement_worker.status();
+  EXPECT_EQ(replacement_worker->clock(), kIterations) << "a replacement continues from its rank's clock";
   PsClientOptions zombie_options;
   zombie_options.job_id = kJob;
   zombie_options.worker_rank = 0;
