@@ -58,6 +58,29 @@ class SchedulerServiceTest : public ::testing::Test {
     return stub_->Advance(Context().get(), request, &response);
   }
 
+  // A WaitToStart in flight: `answered` is notified with `status` and `response` filled.
+  struct PendingWait {
+    WaitToStartRequest request;
+    WaitToStartResponse response;
+    grpc::Status status;
+    absl::Notification answered;
+    std::unique_ptr<grpc::ClientContext> context;
+  };
+  std::unique_ptr<PendingWait> StartWait(int rank, int64_t clock, uint64_t generation) {
+    auto wait = std::make_unique<PendingWait>();
+    wait->request.set_job_id(kJob);
+    wait->request.set_rank(rank);
+    wait->request.set_clock(clock);
+    wait->request.set_generation(generation);
+    wait->context = Context();
+    PendingWait* w = wait.get();
+    stub_->async()->WaitToStart(w->context.get(), &w->request, &w->response, [w](grpc::Status s) {
+      w->status = s;
+      w->answered.Notify();
+    });
+    return wait;
+  }
+
   // Polls `condition` for up to 10 s.
   static bool Eventually(const std::function<bool()>& condition) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -87,48 +110,25 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
 
   // SSP(1): worker 0 may start iterations 0 and 1 while worker 1 sits at 0; iteration 2 must wait.
   ASSERT_TRUE(Advance(w0.rank(), 2, generation).ok());
-  WaitToStartRequest request;
-  request.set_job_id(kJob);
-  request.set_rank(w0.rank());
-  request.set_clock(2);
-  request.set_generation(generation);
-  WaitToStartResponse response;
-  absl::Notification answered;
-  grpc::Status status;
-  auto context = Context();
-  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
-    status = s;
-    answered.Notify();
-  });
+  auto wait = StartWait(w0.rank(), 2, generation);
   ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
-  EXPECT_FALSE(answered.HasBeenNotified());
+  EXPECT_FALSE(wait->answered.HasBeenNotified());
   ASSERT_TRUE(Advance(w1.rank(), 1, generation).ok());
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response.min_clock(), 1);
+  ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(wait->status.ok()) << wait->status.error_message();
+  EXPECT_EQ(wait->response.min_clock(), 1);
 }
 
 TEST_F(SchedulerServiceTest, NothingStartsBeforeTheJobHasFormed) {
   ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
-  WaitToStartRequest request;
-  request.set_job_id(kJob);
-  request.set_rank(w0.rank());
-  request.set_clock(0);  // iteration 0 never waits on clocks, but the job is still forming
-  request.set_generation(w0.view().generation());
-  WaitToStartResponse response;
-  absl::Notification answered;
-  grpc::Status status;
-  auto context = Context();
-  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
-    status = s;
-    answered.Notify();
-  });
+  // Iteration 0 never waits on clocks, but the job is still forming.
+  auto wait = StartWait(w0.rank(), 0, w0.view().generation());
   Register(ROLE_SERVER, "127.0.0.1:1");
-  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  EXPECT_FALSE(wait->answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
   Register(ROLE_WORKER, "");  // the last member: the job starts
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(wait->status.ok()) << wait->status.error_message();
 }
 
 TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) {
@@ -175,23 +175,11 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   Register(ROLE_SERVER, "127.0.0.1:1");
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
   Register(ROLE_WORKER, "");
-  WaitToStartRequest request;
-  request.set_job_id(kJob);
-  request.set_rank(w0.rank());
-  request.set_clock(5);  // far ahead: must wait
-  request.set_generation(w0.view().generation());
-  WaitToStartResponse response;
-  absl::Notification answered;
-  grpc::Status status;
-  auto context = Context();
-  stub_->async()->WaitToStart(context.get(), &request, &response, [&](grpc::Status s) {
-    status = s;
-    answered.Notify();
-  });
+  auto wait = StartWait(w0.rank(), 5, w0.view().generation());  // far ahead: must wait
   ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
   server_->Shutdown();
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(wait->status.error_code(), grpc::StatusCode::UNAVAILABLE);
   server_->Wait();
 }
 
