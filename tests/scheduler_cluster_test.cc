@@ -23,7 +23,7 @@ constexpr char kJob[] = "cluster";
 constexpr int kWorkers = 3;
 constexpr int kStaleness = 1;
 constexpr int kIterations = 12;
-constexpr absl::Duration kInterval = absl::Milliseconds(300);
+constexpr absl::Duration kInterval = absl::Milliseconds(600);
 
 std::string TmpDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
