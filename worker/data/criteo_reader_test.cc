@@ -57,19 +57,19 @@ TEST(CriteoReaderTest, ParsesValuesAndMissingColumns) {
 TEST(CriteoReaderTest, MalformedLinesNameFileAndLineOrAreSkipped) {
   const std::string path = WriteFile("bad.tsv", {Line(0, 1, "aa"), Line(1, 2, "zz"), "1\t2", Line(2, 3, "aa"),
                                                  Line(1, 4, "bb")});
-  auto strict = *CriteoReader::Open({path}, {});
+  auto strict = *OpenCriteoReader({path}, {});
   CriteoExample e;
   EXPECT_TRUE(*strict->Next(&e));
   auto bad = strict->Next(&e);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr(path + ":2: categorical feature C1 'zz'"));
 
-  CriteoReaderOptions skip;
-  skip.on_error = CriteoReaderOptions::OnError::kSkip;
-  auto lenient = *CriteoReader::Open({path}, skip);
+  ReaderOptions skip;
+  skip.on_error = ReaderOptions::OnError::kSkip;
+  auto lenient = *OpenCriteoReader({path}, skip);
   EXPECT_EQ(FirstIntegers(*lenient), (std::vector<float>{1, 4}));
   EXPECT_EQ(lenient->skipped(), 3u);
-  EXPECT_EQ(CriteoReader::Open({path + ".missing"}, {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenCriteoReader({path + ".missing"}, {}).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
@@ -80,10 +80,10 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   // Three shards together read every line exactly once.
   std::vector<float> all;
   for (int s = 0; s < 3; ++s) {
-    CriteoReaderOptions options;
+    ReaderOptions options;
     options.shard_index = s;
     options.num_shards = 3;
-    auto reader = *CriteoReader::Open(files, options);
+    auto reader = *OpenCriteoReader(files, options);
     for (float v : FirstIntegers(*reader)) {
       EXPECT_EQ(static_cast<int>(v) % 3, s);
       all.push_back(v);
@@ -94,10 +94,10 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(all[i], i);
 
   // Stop after 7 examples, resume from the saved position, and get exactly the rest.
-  auto first = *CriteoReader::Open(files, {});
+  auto first = *OpenCriteoReader(files, {});
   CriteoExample e;
   for (int i = 0; i < 7; ++i) ASSERT_TRUE(*first->Next(&e));
-  auto resumed = *CriteoReader::Open(files, {}, first->position());
+  auto resumed = *OpenCriteoReader(files, {}, first->position());
   EXPECT_EQ(FirstIntegers(*resumed), (std::vector<float>{7, 8, 9, 10, 11}));
 }
 

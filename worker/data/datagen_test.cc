@@ -59,7 +59,7 @@ TEST(DatagenTest, FilesParseAndTruthIsTheBayesScore) {
 
   // Re-scoring the parsed test file with the planted model reproduces the truth file's figures.
   const PlantedModel model(Small());
-  auto reader = *CriteoReader::Open({dir + "/test.tsv"}, {});
+  auto reader = *OpenCriteoReader({dir + "/test.tsv"}, {});
   std::vector<float> probabilities, labels;
   std::map<uint64_t, int> field0;
   CriteoExample e;

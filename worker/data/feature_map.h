@@ -4,6 +4,7 @@
 //   integer field j (0..12), value x (may be negative)           -> Partition::FieldFeatureKey(kIntegerFieldBase
 //                                                                     + j, IntegerBucket(x))
 //   a missing value (empty column)                               -> FieldFeatureKey(field, kMissingValue)
+//   libsvm feature index i                                       -> Partition::FeatureKey(i) (LibsvmKey)
 // Integers are log-bucketized (IntegerBucket) so that counts spanning many orders of magnitude share weights
 // by scale; models may also feed log1p(max(x, 0)) as a dense input (DenseInput).
 #ifndef KESTREL_WORKER_DATA_FEATURE_MAP_H_
@@ -42,6 +43,9 @@ inline uint64_t IntegerKey(int field, bool missing, int64_t value) {
   return Partition::FieldFeatureKey(kIntegerFieldBase + static_cast<uint32_t>(field),
                                     missing ? kMissingValue : IntegerBucket(value));
 }
+
+// The key of libsvm feature `index`.
+inline uint64_t LibsvmKey(uint64_t index) { return Partition::FeatureKey(index); }
 
 // The dense input of an integer feature: log1p of its non-negative part, 0 when missing.
 inline float DenseInput(bool missing, int64_t value) {
