@@ -21,13 +21,6 @@ static_assert(ABSL_IS_LITTLE_ENDIAN, "Kestrel's wire format assumes a little-end
 
 namespace kestrel {
 
-// Appends `values` to `out` as packed bytes (replacing its contents).
-template <typename T>
-void PackInto(absl::Span<const T> values, std::string* out) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out->assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-}
-
 // A read-only view of a packed array. `scratch` backs the view when `bytes` is misaligned for T.
 // Fails with InvalidArgument when the byte count is not a multiple of sizeof(T).
 template <typename T>

@@ -140,14 +140,6 @@ absl::StatusOr<JobState> Membership::MarkWorkerDone(int rank) {
   return state_;
 }
 
-absl::Status Membership::CheckGeneration(uint64_t generation) const {
-  absl::MutexLock lock(&mu_);
-  if (generation == generation_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "request of job generation %d, the job is at generation %d: re-register or refresh the cluster view",
-      generation, generation_));
-}
-
 absl::Status Membership::CheckWorker(int rank, uint64_t generation) const {
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(workers_.size())) {

@@ -84,8 +84,6 @@ class Membership {
   // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
   absl::StatusOr<JobState> MarkWorkerDone(int rank);
 
-  // FailedPrecondition unless `generation` is the current one.
-  absl::Status CheckGeneration(uint64_t generation) const;
   // FailedPrecondition when worker `rank` is not alive (declared dead: register again) or `generation` is
   // older than its latest registration (a superseded incarnation). Deaths of other members do not matter.
   absl::Status CheckWorker(int rank, uint64_t generation) const;

@@ -54,28 +54,24 @@ absl::StatusOr<Initializer> Initializer::Create(const InitializerConfig& config,
   }
 }
 
-double Initializer::Uniform01(uint64_t base, uint64_t counter) { return CounterUniform01(base, counter); }
-
-double Initializer::StandardNormal(uint64_t base, uint64_t counter) { return CounterNormal(base, counter); }
-
 void Initializer::Fill(uint64_t key, float* row, int dim) const {
   const uint64_t base = HashCombine(Mix64(seed_), key);
   switch (type_) {
     case InitializerConfig::UNIFORM:
       for (int j = 0; j < dim; ++j) {
         // Rounding to float can land on max; keep the interval half-open.
-        const float v = static_cast<float>(a_ + (b_ - a_) * Uniform01(base, j));
+        const float v = static_cast<float>(a_ + (b_ - a_) * CounterUniform01(base, j));
         row[j] = v < b_ ? v : std::nextafter(b_, a_);
       }
       return;
     case InitializerConfig::NORMAL:
-      for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + b_ * StandardNormal(base, j));
+      for (int j = 0; j < dim; ++j) row[j] = static_cast<float>(a_ + b_ * CounterNormal(base, j));
       return;
     case InitializerConfig::TRUNCATED_NORMAL:
       for (int j = 0; j < dim; ++j) {
         double z = 2.0;
         for (int attempt = 0; attempt < kMaxTruncatedDraws; ++attempt) {
-          const double draw = StandardNormal(base, static_cast<uint64_t>(j) * kMaxTruncatedDraws + attempt);
+          const double draw = CounterNormal(base, static_cast<uint64_t>(j) * kMaxTruncatedDraws + attempt);
           if (std::abs(draw) <= 2.0) {
             z = draw;
             break;

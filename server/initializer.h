@@ -24,10 +24,6 @@ class Initializer {
   // Writes the initial value of `key`'s row (dim floats) to `row`.
   void Fill(uint64_t key, float* row, int dim) const;
 
-  // Standard normal draw number `counter` of the stream `base` (Box-Muller on two uniform draws).
-  static double StandardNormal(uint64_t base, uint64_t counter);
-  // Uniform draw in [0, 1) number `counter` of the stream `base`.
-  static double Uniform01(uint64_t base, uint64_t counter);
 
  private:
   Initializer(InitializerConfig::Type type, uint64_t seed, float a, float b)

@@ -1,5 +1,7 @@
 #include "server/initializer.h"
 
+#include "common/counter_random.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -268,17 +270,17 @@ TEST(InitializerTest, CreateRejectsInvalidConfigs) {
 TEST(InitializerTest, StaticDrawsAreDeterministicAndInRange) {
   double sum = 0;
   for (uint64_t c = 0; c < 10000; ++c) {
-    const double u = Initializer::Uniform01(123, c);
+    const double u = CounterUniform01(123, c);
     ASSERT_GE(u, 0.0);
     ASSERT_LT(u, 1.0);
-    EXPECT_EQ(u, Initializer::Uniform01(123, c));
+    EXPECT_EQ(u, CounterUniform01(123, c));
     sum += u;
-    const double z = Initializer::StandardNormal(123, c);
+    const double z = CounterNormal(123, c);
     ASSERT_TRUE(std::isfinite(z));
-    EXPECT_EQ(z, Initializer::StandardNormal(123, c));
+    EXPECT_EQ(z, CounterNormal(123, c));
   }
   EXPECT_NEAR(sum / 10000, 0.5, 5 * std::sqrt(1.0 / 12 / 10000));
-  EXPECT_NE(Initializer::Uniform01(1, 0), Initializer::Uniform01(2, 0));
+  EXPECT_NE(CounterUniform01(1, 0), CounterUniform01(2, 0));
 }
 
 }  // namespace
