@@ -1,0 +1,131 @@
+// The element math of every compute kernel, written once as __host__ __device__ functions: the CPU backend
+// (cpu_backend.cc) loops over them, the CUDA backend (cuda_backend.cu) runs them one element per thread. CPU
+// tests therefore cover the math itself, and GPU tests only compare the two backends.
+//
+// Layouts (all row-major float32):
+//   index/values: [count] positions p = n * fields + f (example n, field f); index[p] is the unique row of
+//                 the position's key, values[p] the feature's value (1 for categorical features, 0 padding).
+//   x:            [n, fields, dim] gathered, value-scaled embeddings.
+//   segments:     the positions of unique row u are positions[offsets[u] .. offsets[u + 1]), ascending, so
+//                 every reduction below adds in one fixed order (BSP stays bitwise repeatable).
+#ifndef KESTREL_WORKER_COMPUTE_KERNEL_MATH_H_
+#define KESTREL_WORKER_COMPUTE_KERNEL_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KESTREL_HD __host__ __device__
+#else
+#define KESTREL_HD
+#endif
+
+namespace kestrel {
+namespace kernel {
+
+// Gather: x[p, d] = values[p] * rows[index[p], d].
+KESTREL_HD inline float GatherElement(const float* rows, const uint32_t* index, const float* values, int dim,
+                                      int64_t p, int d) {
+  return values[p] * rows[static_cast<int64_t>(index[p]) * dim + d];
+}
+
+// Field pooling: sum[n, d] = sum over f of x[n, f, d].
+KESTREL_HD inline float FieldSumElement(const float* x, int fields, int dim, int64_t n, int d) {
+  const float* base = x + n * fields * dim + d;
+  float s = 0.0f;
+  for (int f = 0; f < fields; ++f) s += base[f * dim];
+  return s;
+}
+
+// Factorization-machine pairwise term of example n: 0.5 * sum_d [(sum_f x)^2 - sum_f x^2], where `sum` is
+// FieldSumElement's output.
+KESTREL_HD inline float FmInteraction(const float* x, const float* sum, int fields, int dim, int64_t n) {
+  const float* base = x + n * fields * dim;
+  float total = 0.0f;
+  for (int d = 0; d < dim; ++d) {
+    float squares = 0.0f;
+    for (int f = 0; f < fields; ++f) squares += base[f * dim + d] * base[f * dim + d];
+    const float s = sum[n * dim + d];
+    total += s * s - squares;
+  }
+  return 0.5f * total;
+}
+
+// Its gradient with respect to x[n, f, d], given dL/d(term) = g[n]: g[n] * (sum[n, d] - x[n, f, d]).
+KESTREL_HD inline float FmGradElement(const float* x, const float* sum, const float* g, int fields, int dim,
+                                      int64_t n, int f, int d) {
+  return g[n] * (sum[n * dim + d] - x[(n * fields + f) * dim + d]);
+}
+
+// Numerically stable logistic function.
+KESTREL_HD inline float Sigmoid(float z) {
+  if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
+  const float e = expf(z);
+  return e / (1.0f + e);
+}
+
+// Logloss of label y (0 or 1) given the logit z, without forming log(sigmoid): max(z,0) - z*y + log1p(e^-|z|).
+KESTREL_HD inline float LogLossFromLogit(float z, float y) {
+  return fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z)));
+}
+
+// The logit of example n: bias + wide[n] + fm[n] + deep[n]; a null part is absent from the model.
+KESTREL_HD inline float CombineLogit(float bias, const float* wide, const float* fm, const float* deep,
+                                     int64_t n) {
+  float z = bias;
+  if (wide != nullptr) z += wide[n];
+  if (fm != nullptr) z += fm[n];
+  if (deep != nullptr) z += deep[n];
+  return z;
+}
+
+// dLoss/dz of `scale` * logloss: scale * (sigmoid(z) - y).
+KESTREL_HD inline float LogitGrad(float z, float y, float scale) { return scale * (Sigmoid(z) - y); }
+
+// Bias and activation of one hidden unit: max(x + b, 0) with ReLU, x + b without.
+KESTREL_HD inline float BiasActivation(float x, float b, bool relu) {
+  const float y = x + b;
+  return relu && y < 0.0f ? 0.0f : y;
+}
+
+// ReLU backward through the activation's output y: dy where y > 0, else 0.
+KESTREL_HD inline float ReluGrad(float y, float dy) { return y > 0.0f ? dy : 0.0f; }
+
+// Column sum: sum over r of x[r, c] in row order.
+KESTREL_HD inline float ColumnSumElement(const float* x, int64_t rows, int cols, int c) {
+  float s = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) s += x[r * cols + c];
+  return s;
+}
+
+// One element of a naive row-major GEMM, C = alpha * op(A) op(B) + beta * C, with op(A) m x k and op(B) k x n,
+// summed over k in order. The CPU backend's reference GEMM; the CUDA backend uses cuBLAS (within 1e-5).
+KESTREL_HD inline float GemmElement(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                                    const float* b, float beta, float c_old, int i, int j) {
+  float s = 0.0f;
+  for (int t = 0; t < k; ++t) {
+    const float av = trans_a ? a[static_cast<int64_t>(t) * m + i] : a[static_cast<int64_t>(i) * k + t];
+    const float bv = trans_b ? b[static_cast<int64_t>(j) * k + t] : b[static_cast<int64_t>(t) * n + j];
+    s += av * bv;
+  }
+  return beta == 0.0f ? alpha * s : alpha * s + beta * c_old;
+}
+
+// Backward of the gather into unique rows (deterministic segment reduce):
+//   grad_rows[u, d] = sum over the positions p of segment u, ascending, of values[p] * dx[p / group, d].
+// group = 1 scatters per-position gradients (embeddings); group = fields scatters one gradient per example to
+// all its positions (the wide weights, whose per-position gradient is the example's dL/dlogit).
+KESTREL_HD inline float SegmentSumElement(const float* dx, const float* values, const uint32_t* offsets,
+                                          const uint32_t* positions, int dim, int group, int64_t u, int d) {
+  float s = 0.0f;
+  for (uint32_t j = offsets[u]; j < offsets[u + 1]; ++j) {
+    const uint32_t p = positions[j];
+    s += values[p] * dx[static_cast<int64_t>(p / group) * dim + d];
+  }
+  return s;
+}
+
+}  // namespace kernel
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_COMPUTE_KERNEL_MATH_H_

@@ -1,0 +1,105 @@
+// Model: the sparse recommendation models (LR, FM, DeepFM, Wide&Deep) as one composable network, run on a
+// compute Backend. It knows nothing of the network or the servers: the Trainer pulls its tables' rows, hands
+// them to Step(), and pushes the gradients Step() returns.
+//
+//   logit = bias + wide + fm + deep
+//   wide  = sum_f value_f * w[key_f]                                 (tables "wide", dim 1)
+//   fm    = sum_{f < g} <value_f e[key_f], value_g e[key_g]>         (table "emb", dim embedding_dim)
+//   deep  = MLP([value_f e[key_f] for every f] ++ dense inputs)      ReLU hidden layers, a linear output unit
+//   loss  = mean logloss over the batch
+//   LR = bias + wide; FM = LR + fm; DeepFM = FM + deep; Wide&Deep = LR + deep.
+// The dense tensor (table "dense") holds [bias, W_0, b_0, W_1, b_1, ..., W_out, b_out], each W row-major
+// [inputs x outputs].
+//
+// Thread-compatible: one Model per training thread; it reuses its device and staging buffers across steps.
+// The Backend must outlive it.
+#ifndef KESTREL_WORKER_MODEL_H_
+#define KESTREL_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+#include "proto/table.pb.h"
+#include "worker/batch.h"
+#include "worker/compute/backend.h"
+
+namespace kestrel {
+
+inline constexpr char kWideTable[] = "wide";
+inline constexpr char kEmbeddingTable[] = "emb";
+inline constexpr char kDenseTable[] = "dense";
+
+// The model's parameters for one batch, in host memory: the rows of the batch's unique keys (in
+// PreparedBatch::keys.unique_keys() order) and the whole dense tensor. Null for a table the model lacks.
+struct ModelParams {
+  const float* wide = nullptr;       // num_unique x 1
+  const float* embedding = nullptr;  // num_unique x embedding_dim
+  const float* dense = nullptr;      // dense_size
+};
+
+// Gradients of the mean loss, same shapes (host memory owned by the caller).
+struct ModelGrads {
+  float* wide = nullptr;
+  float* embedding = nullptr;
+  float* dense = nullptr;
+};
+
+class Model {
+ public:
+  // `fields` feature slots and `dense_dim` dense inputs per example (dense inputs feed the MLP only).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, int fields, int dense_dim,
+                                                       Backend* backend);
+  ~Model();
+
+  bool has_wide() const { return true; }
+  bool has_embedding() const { return fm_ || deep_; }
+  bool has_fm() const { return fm_; }
+  bool has_deep() const { return deep_; }
+  int embedding_dim() const { return dim_; }
+  int64_t dense_size() const { return dense_size_; }
+  int fields() const { return fields_; }
+  int dense_dim() const { return dense_dim_; }
+
+  // The server tables this model uses, with their shapes, initializers and optimizers (defaults applied).
+  std::vector<TableConfig> Tables() const;
+
+  // Runs the batch forward; with `grads`, also backward. Writes each example's click probability to
+  // `probabilities` (batch.size floats, may be null) and returns the summed logloss of the batch.
+  absl::StatusOr<double> Step(const PreparedBatch& batch, const ModelParams& params, ModelGrads* grads,
+                              float* probabilities);
+
+ private:
+  struct Layer {
+    int inputs = 0;
+    int outputs = 0;
+    int64_t weight_offset = 0;  // into the dense tensor
+    int64_t bias_offset = 0;
+  };
+  struct Buffers;
+
+  Model(const ModelConfig& config, int fields, int dense_dim, Backend* backend);
+
+  absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
+  absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
+
+  ModelConfig config_;
+  Backend* backend_;
+  int fields_;
+  int dense_dim_;
+  int dim_ = 0;  // embedding dim (0 without embeddings)
+  bool fm_ = false;
+  bool deep_ = false;
+  std::vector<Layer> layers_;
+  int64_t dense_size_ = 1;
+  std::unique_ptr<Buffers> buffers_;
+};
+
+// The configuration with every unset field given its documented default (proto/job.proto).
+ModelConfig WithDefaults(ModelConfig config);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_MODEL_H_
