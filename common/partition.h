@@ -69,9 +69,12 @@ class Partition {
 
   // Maps an application feature id into the key space (a bijection: distinct ids never collide).
   static uint64_t FeatureKey(uint64_t feature_id) { return Mix64(feature_id); }
-  // Maps (field, value) into the key space, e.g. Criteo's categorical field 3 with hashed value v.
+  // Maps (field, value) into the key space, e.g. Criteo's categorical field 3 with hashed value v. A bijection
+  // of the value within each field; fields are separated by a hashed 64-bit field seed, so small values of
+  // different fields (bucket 3 of field 4, bucket 5 of field 6) never meet (a plain `field ^ value` seed would
+  // make them collide).
   static uint64_t FieldFeatureKey(uint32_t field, uint64_t value) {
-    return Mix64(HashCombine(0x6b657374ULL + field, value));
+    return Mix64(HashCombine(Mix64(0x6b657374ULL + field), value));
   }
   // Blocks of a dense tensor of `dense_size` floats cut into blocks of `dim` floats (the last one padded).
   static uint64_t DenseBlockCount(uint64_t dense_size, int dim) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -231,6 +232,13 @@ TEST(PartitionTest, FeatureKeysOfDistinctIdsDiffer) {
   EXPECT_NE(Partition::FeatureKey(0), Partition::FeatureKey(1));
   EXPECT_NE(Partition::FieldFeatureKey(1, 7), Partition::FieldFeatureKey(2, 7));
   EXPECT_NE(Partition::FieldFeatureKey(1, 7), Partition::FieldFeatureKey(1, 8));
+  // Small values of nearby fields (bucketized integers, ids) never collide across fields.
+  absl::flat_hash_set<uint64_t> seen;
+  for (uint32_t field = 0; field < 2100; ++field) {
+    for (uint64_t value = 0; value < 64; ++value) {
+      EXPECT_TRUE(seen.insert(Partition::FieldFeatureKey(field, value)).second) << field << " " << value;
+    }
+  }
   // Stable across calls (a pure function).
   EXPECT_EQ(Partition::FeatureKey(12345), Partition::FeatureKey(12345));
 }

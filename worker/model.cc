@@ -232,7 +232,7 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
     deep_out = input;
   }
   return be.LogitLoss(buf.dense.data(), buf.wide_out.data(), fm_ ? buf.fm_out.data() : nullptr, deep_out,
-                      buf.labels.data(), n, 1.0f / static_cast<float>(n), buf.prob.data(), buf.loss.data(),
+                      buf.labels.data(), n, /*scale=*/1.0f, buf.prob.data(), buf.loss.data(),
                       train ? buf.dlogit.data() : nullptr);
 }
 
@@ -293,7 +293,12 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
                                           dim_, 1, unique, buf.grad_emb.data()));
     KESTREL_RETURN_IF_ERROR(be.CopyToHost(grads->embedding, buf.grad_emb.data(), unique * dim_ * sizeof(float)));
   }
-  return be.CopyToHost(grads->dense, buf.grad_dense.data(), dense_size_ * sizeof(float));
+  KESTREL_RETURN_IF_ERROR(be.CopyToHost(grads->dense, buf.grad_dense.data(), dense_size_ * sizeof(float)));
+  KESTREL_RETURN_IF_ERROR(be.Synchronize());
+  // The dense tensor is shared by every example: it takes the batch mean (the sparse rows keep the sum).
+  const float mean = 1.0f / static_cast<float>(n);
+  for (int64_t i = 0; i < dense_size_; ++i) grads->dense[i] *= mean;
+  return absl::OkStatus();
 }
 
 }  // namespace kestrel

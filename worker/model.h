@@ -6,7 +6,11 @@
 //   wide  = sum_f value_f * w[key_f]                                 (tables "wide", dim 1)
 //   fm    = sum_{f < g} <value_f e[key_f], value_g e[key_g]>         (table "emb", dim embedding_dim)
 //   deep  = MLP([value_f e[key_f] for every f] ++ dense inputs)      ReLU hidden layers, a linear output unit
-//   loss  = mean logloss over the batch
+//   loss  = logloss of each example
+// Gradients: each sparse row receives the SUM over the batch's examples of their loss gradients (a row is
+// touched by few examples of a batch; averaging would shrink a rare feature's step by the batch size, and the
+// servers' adaptive optimizers, FTRL and Adagrad, normalize per coordinate); the dense tensor, which every
+// example touches, receives the batch MEAN.
 //   LR = bias + wide; FM = LR + fm; DeepFM = FM + deep; Wide&Deep = LR + deep.
 // The dense tensor (table "dense") holds [bias, W_0, b_0, W_1, b_1, ..., W_out, b_out], each W row-major
 // [inputs x outputs].
@@ -40,7 +44,8 @@ struct ModelParams {
   const float* dense = nullptr;      // dense_size
 };
 
-// Gradients of the mean loss, same shapes (host memory owned by the caller).
+// Gradients (summed over the batch for the sparse rows, averaged for the dense tensor; see above), same shapes
+// (host memory owned by the caller).
 struct ModelGrads {
   float* wide = nullptr;
   float* embedding = nullptr;

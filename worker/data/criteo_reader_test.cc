@@ -101,5 +101,22 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   EXPECT_EQ(FirstIntegers(*resumed), (std::vector<float>{7, 8, 9, 10, 11}));
 }
 
+TEST(CriteoReaderTest, CountShardLinesMatchesWhatEachShardReads) {
+  // Blank lines (also "\r") count for sharding but are not records; the last line has no newline.
+  const std::vector<std::string> files = {
+      WriteFile("c.tsv", {Line(0, 0, "aa"), "", Line(1, 2, "aa"), "\r", Line(0, 4, "aa")}),
+      WriteFile("d.tsv", {Line(1, 5, "bb"), Line(0, 6, "bb")}, /*final_newline=*/false)};
+  auto counts = CountShardLines(files, 2);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  for (int s = 0; s < 2; ++s) {
+    ReaderOptions options;
+    options.shard_index = s;
+    options.num_shards = 2;
+    EXPECT_EQ((*counts)[s], FirstIntegers(**OpenCriteoReader(files, options)).size()) << "shard " << s;
+  }
+  EXPECT_EQ((*counts)[0] + (*counts)[1], 5u);
+  EXPECT_EQ(CountShardLines({"/nonexistent"}, 1).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -56,6 +56,15 @@ int64_t PlantedModel::RankOf(int field, uint64_t token) const {
   return it == rank_of_[field].end() ? -1 : it->second;
 }
 
+DatagenOptions SmallDatagenOptions() {
+  DatagenOptions d;
+  d.train_rows = 40000;
+  d.test_rows = 10000;
+  d.max_vocab = 100;
+  d.interaction_stddev = 0.1;
+  return d;
+}
+
 double PlantedModel::Probability(const CriteoExample& e) const {
   std::array<int64_t, kCriteoCategoricalFields> ranks;
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {

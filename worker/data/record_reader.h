@@ -62,6 +62,10 @@ class ShardedLines {
   std::string line_;
 };
 
+// The non-blank lines of each of `num_shards` shards of `files` (what each shard's reader will return, malformed
+// lines included): one pass over the data.
+absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards);
+
 template <typename Example>
 class RecordReader {
  public:
@@ -92,6 +96,8 @@ class RecordReader {
   }
 
   const ReaderPosition& position() const { return lines_.position(); }
+  // "file:line" of the record last returned.
+  std::string Where() const { return lines_.Where(); }
   // Malformed lines skipped so far (OnError::kSkip).
   uint64_t skipped() const { return skipped_; }
 

@@ -1,0 +1,422 @@
+// GPU test (tagged "gpu"): every op of the CUDA backend against the CPU backend (the reference, whose math
+// cpu_backend_test checks) on the same random inputs at realistic shapes, element by element within
+// |cuda - cpu| <= 1e-5 * (1 + |cpu|). Skips where there is no GPU or no CUDA build; the missing-device check
+// runs everywhere.
+#include "worker/compute/cuda_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/cuda_device.h"
+#include "gtest/gtest.h"
+#include "worker/compute/backend.h"
+#include "worker/compute/cpu_backend.h"
+
+namespace kestrel {
+namespace {
+
+// A Criteo-like batch.
+constexpr int kExamples = 512;
+constexpr int kFields = 39;
+constexpr int kDim = 8;
+constexpr int64_t kCount = int64_t{kExamples} * kFields;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// One host array's copies in the CPU backend's and the CUDA backend's memory.
+template <typename T>
+struct Twin {
+  T* cpu = nullptr;
+  T* cuda = nullptr;
+  size_t size = 0;
+};
+
+// The sparse side of a batch as the worker builds it: each position's unique row, its feature value, and the
+// segments (positions of each unique row, ascending) that SegmentSum reduces over.
+struct SparseBatch {
+  int rows = 0;
+  std::vector<uint32_t> index;      // [kCount]
+  std::vector<float> values;        // [kCount]
+  std::vector<uint32_t> offsets;    // [rows + 1]
+  std::vector<uint32_t> positions;  // [kCount]
+};
+
+// Keys are skewed like real categorical data (log-uniform ids: a few hot keys repeat across many examples),
+// and field 0 is one constant key, so one segment holds every example. 70% of values are 1 (categorical),
+// 20% are real-valued, 10% are 0 (padding).
+SparseBatch MakeSparseBatch(std::mt19937* rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::unordered_map<uint64_t, uint32_t> row_of;
+  SparseBatch batch;
+  for (int n = 0; n < kExamples; ++n) {
+    for (int f = 0; f < kFields; ++f) {
+      const uint64_t id = f == 0 ? 0 : static_cast<uint64_t>(std::pow(2000.0, u(*rng)));
+      const uint64_t key = uint64_t{static_cast<uint32_t>(f)} << 32 | id;
+      auto [it, inserted] = row_of.emplace(key, static_cast<uint32_t>(row_of.size()));
+      batch.index.push_back(it->second);
+      const double kind = u(*rng);
+      batch.values.push_back(kind < 0.7 ? 1.0f : kind < 0.9 ? static_cast<float>(2 * u(*rng)) : 0.0f);
+    }
+  }
+  batch.rows = static_cast<int>(row_of.size());
+  // Counting sort by row; walking p upwards keeps each segment's positions ascending.
+  batch.offsets.assign(batch.rows + 1, 0);
+  for (uint32_t row : batch.index) ++batch.offsets[row + 1];
+  for (int r = 0; r < batch.rows; ++r) batch.offsets[r + 1] += batch.offsets[r];
+  std::vector<uint32_t> next(batch.offsets.begin(), batch.offsets.end() - 1);
+  batch.positions.resize(kCount);
+  for (uint32_t p = 0; p < kCount; ++p) batch.positions[next[batch.index[p]]++] = p;
+  return batch;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no GPU here (" << DescribeCudaDevices() << "); CUDA backend built: " << CudaBuilt();
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
+    if (!cuda.ok() && !CudaBuilt()) GTEST_SKIP() << "built without CUDA: " << cuda.status();
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    cuda_ = *std::move(cuda);
+    cpu_ = NewCpuBackend();
+  }
+  // Device arrays go before the backends that own them.
+  void TearDown() override { arrays_.clear(); }
+
+  std::vector<float> Random(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng_);
+    return v;
+  }
+
+  template <typename T>
+  T* UploadTo(Backend* backend, const std::vector<T>& host) {
+    auto array = std::make_shared<DeviceArray<T>>(backend);
+    absl::Status status = array->Reserve(host.size());
+    EXPECT_TRUE(status.ok()) << backend->name() << ": " << status;
+    if (!status.ok()) return nullptr;
+    arrays_.push_back(array);
+    status = backend->CopyToDevice(array->data(), host.data(), host.size() * sizeof(T));
+    EXPECT_TRUE(status.ok()) << backend->name() << ": " << status;
+    return array->data();
+  }
+  template <typename T>
+  Twin<T> Upload(const std::vector<T>& host) {
+    return {UploadTo(cpu_.get(), host), UploadTo(cuda_.get(), host), host.size()};
+  }
+  // An output array: 0 on the CPU, NaN on CUDA, so an element the kernel never writes cannot match.
+  Twin<float> Output(size_t n) {
+    return {UploadTo(cpu_.get(), std::vector<float>(n, 0.0f)), UploadTo(cuda_.get(), std::vector<float>(n, kNaN)),
+            n};
+  }
+
+  template <typename T>
+  std::vector<T> Download(Backend* backend, const T* device, size_t n) {
+    std::vector<T> host(n);
+    absl::Status status = backend->CopyToHost(host.data(), device, n * sizeof(T));
+    EXPECT_TRUE(status.ok()) << backend->name() << ": " << status;
+    status = backend->Synchronize();
+    EXPECT_TRUE(status.ok()) << backend->name() << ": " << status;
+    return host;
+  }
+
+  template <typename T>
+  T* On(Backend* backend, const Twin<T>& t) const {
+    return backend == cpu_.get() ? t.cpu : t.cuda;
+  }
+
+  // Runs the same op on both backends; `op` picks each backend's arrays with On().
+  template <typename Op>
+  void RunBoth(const std::string& what, Op op) {
+    for (Backend* backend : {cpu_.get(), cuda_.get()}) {
+      const absl::Status status = op(backend);
+      EXPECT_TRUE(status.ok()) << what << " on " << backend->name() << ": " << status;
+    }
+  }
+
+  // Every element of the CUDA copy within 1e-5 (relative + absolute) of the CPU copy; reports the first few.
+  void ExpectClose(const Twin<float>& t, const std::string& what) {
+    const std::vector<float> cuda = Download(cuda_.get(), t.cuda, t.size);
+    const std::vector<float> cpu = Download(cpu_.get(), t.cpu, t.size);
+    int64_t bad = 0;
+    for (size_t i = 0; i < t.size; ++i) {
+      // Written so that NaN fails.
+      if (std::fabs(cuda[i] - cpu[i]) <= 1e-5 * (1 + std::fabs(cpu[i]))) continue;
+      if (++bad <= 5) {
+        ADD_FAILURE() << what << ": element " << i << " is " << cuda[i] << " on CUDA, " << cpu[i] << " on CPU";
+      }
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << t.size << " elements differ";
+  }
+
+  std::mt19937 rng_{20240611};
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> cuda_;
+  std::vector<std::shared_ptr<void>> arrays_;
+};
+
+TEST(CudaBackendFactoryTest, MissingDeviceIsAFailedPrecondition) {
+  // Also what a CPU-only build's stub returns for any device.
+  absl::StatusOr<std::unique_ptr<Backend>> backend = NewCudaBackend(CudaDeviceCount());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition) << backend.status();
+  EXPECT_EQ(NewCudaBackend(-1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CudaBackendTest, MemoryRoundTripThroughPinnedStaging) {
+  EXPECT_EQ(cuda_->name(), "cuda:0");
+  const size_t n = 1 << 20;
+  HostArray<float> staging(cuda_.get());
+  ASSERT_TRUE(staging.Reserve(n).ok());
+  for (size_t i = 0; i < n; ++i) staging.data()[i] = static_cast<float>(i) * 0.25f;
+  DeviceArray<float> device(cuda_.get());
+  ASSERT_TRUE(device.Reserve(n).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(device.data(), staging.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+  std::memset(staging.data(), 0xff, n * sizeof(float));
+  // Zero the second half on the device, then bring everything back.
+  ASSERT_TRUE(cuda_->Zero(device.data() + n / 2, n / 2 * sizeof(float)).ok());
+  ASSERT_TRUE(cuda_->CopyToHost(staging.data(), device.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(staging.data()[i], i < n / 2 ? static_cast<float>(i) * 0.25f : 0.0f) << "element " << i;
+  }
+  // Empty allocations are distinct usable pointers, as on the CPU; empty copies do nothing.
+  absl::StatusOr<void*> empty = cuda_->Allocate(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_NE(*empty, nullptr);
+  EXPECT_TRUE(cuda_->CopyToDevice(*empty, staging.data(), 0).ok());
+  EXPECT_TRUE(cuda_->Zero(*empty, 0).ok());
+  cuda_->Free(*empty);
+  EXPECT_TRUE(cuda_->Synchronize().ok());
+}
+
+TEST_F(CudaBackendTest, EmptyOpsLaunchNothing) {
+  float* f = nullptr;
+  const uint32_t* u = nullptr;
+  EXPECT_TRUE(cuda_->Gather(f, kDim, u, f, 0, f).ok());
+  EXPECT_TRUE(cuda_->FieldSum(f, 0, kFields, kDim, f).ok());
+  EXPECT_TRUE(cuda_->FmForward(f, f, 0, kFields, kDim, f).ok());
+  EXPECT_TRUE(cuda_->FmBackward(f, f, f, 0, kFields, kDim, f).ok());
+  EXPECT_TRUE(cuda_->CopyBlock(f, 4, f, 4, 0, 4, true).ok());
+  EXPECT_TRUE(cuda_->Gemm(false, false, 0, 4, 4, 1.0f, f, f, 0.0f, f).ok());
+  EXPECT_TRUE(cuda_->BiasActivation(f, f, 0, 4, true).ok());
+  EXPECT_TRUE(cuda_->ReluBackward(f, f, 0).ok());
+  EXPECT_TRUE(cuda_->ColumnSum(f, 4, 0, f).ok());
+  EXPECT_TRUE(cuda_->LogitLoss(f, f, f, f, f, 0, 1.0f, f, f, f).ok());
+  EXPECT_TRUE(cuda_->SegmentSum(f, f, u, u, kDim, 1, 0, f).ok());
+  EXPECT_TRUE(cuda_->Synchronize().ok());
+}
+
+// The embedding path of one step: gather, field pooling, FM forward and backward, and the segment reduce
+// into unique rows, for both the per-position (embedding) and per-example (wide) gradients.
+TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
+  const SparseBatch batch = MakeSparseBatch(&rng_);
+  ASSERT_LT(batch.rows, kCount / 4) << "the batch should repeat rows";
+  // Embeddings at a typical initial scale.
+  const Twin<float> table = Upload(Random(int64_t{batch.rows} * kDim, -0.05f, 0.05f));
+  const Twin<uint32_t> index = Upload(batch.index);
+  const Twin<float> values = Upload(batch.values);
+  const Twin<uint32_t> offsets = Upload(batch.offsets);
+  const Twin<uint32_t> positions = Upload(batch.positions);
+
+  const Twin<float> x = Output(kCount * kDim);
+  RunBoth("Gather", [&](Backend* b) {
+    return b->Gather(On(b, table), kDim, On(b, index), On(b, values), kCount, On(b, x));
+  });
+  ExpectClose(x, "Gather");
+
+  const Twin<float> sum = Output(kExamples * kDim);
+  RunBoth("FieldSum", [&](Backend* b) { return b->FieldSum(On(b, x), kExamples, kFields, kDim, On(b, sum)); });
+  ExpectClose(sum, "FieldSum");
+
+  const Twin<float> fm = Output(kExamples);
+  RunBoth("FmForward",
+          [&](Backend* b) { return b->FmForward(On(b, x), On(b, sum), kExamples, kFields, kDim, On(b, fm)); });
+  ExpectClose(fm, "FmForward");
+
+  const Twin<float> g = Upload(Random(kExamples, -1.0f, 1.0f));
+  const Twin<float> dx = Output(kCount * kDim);
+  RunBoth("FmBackward", [&](Backend* b) {
+    return b->FmBackward(On(b, x), On(b, sum), On(b, g), kExamples, kFields, kDim, On(b, dx));
+  });
+  ExpectClose(dx, "FmBackward");
+
+  const Twin<float> grad_rows = Output(int64_t{batch.rows} * kDim);
+  RunBoth("SegmentSum group 1", [&](Backend* b) {
+    return b->SegmentSum(On(b, dx), On(b, values), On(b, offsets), On(b, positions), kDim, /*group=*/1,
+                         batch.rows, On(b, grad_rows));
+  });
+  ExpectClose(grad_rows, "SegmentSum group 1");
+
+  // The wide weights: one dL/dlogit per example, scattered to its fields' rows (dim 1).
+  const Twin<float> wide_grad = Output(batch.rows);
+  RunBoth("SegmentSum group fields", [&](Backend* b) {
+    return b->SegmentSum(On(b, g), On(b, values), On(b, offsets), On(b, positions), /*dim=*/1, kFields,
+                         batch.rows, On(b, wide_grad));
+  });
+  ExpectClose(wide_grad, "SegmentSum group fields");
+}
+
+TEST_F(CudaBackendTest, SegmentSumIsBitwiseRepeatable) {
+  const SparseBatch batch = MakeSparseBatch(&rng_);
+  const Twin<float> dx = Upload(Random(kCount * kDim, -1.0f, 1.0f));
+  const Twin<float> values = Upload(batch.values);
+  const Twin<uint32_t> offsets = Upload(batch.offsets);
+  const Twin<uint32_t> positions = Upload(batch.positions);
+  const size_t n = static_cast<size_t>(batch.rows) * kDim;
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    const Twin<float> out = Output(n);
+    ASSERT_TRUE(cuda_->SegmentSum(dx.cuda, values.cuda, offsets.cuda, positions.cuda, kDim, 1, batch.rows, out.cuda)
+                    .ok());
+    runs.push_back(Download(cuda_.get(), out.cuda, n));
+  }
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), n * sizeof(float)), 0);
+}
+
+// The deep tower's GEMMs: 512 examples, a 320-wide input (39 x 8 embeddings + 8 dense), 64 hidden units, with
+// weights at Xavier scale, in every transpose combination, overwriting (beta 0, C's old NaNs ignored) and
+// accumulating.
+TEST_F(CudaBackendTest, GemmMatchesTheCpuInEveryTransposeCombination) {
+  const int m = 512, n = 320, k = 64;
+  const float w = 1.0f / std::sqrt(static_cast<float>(k));
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      for (float beta : {0.0f, 0.75f}) {
+        const std::string what = "Gemm trans_a=" + std::to_string(trans_a) + " trans_b=" + std::to_string(trans_b) +
+                                 " beta=" + std::to_string(beta);
+        const Twin<float> a = Upload(Random(m * k, -1.0f, 1.0f));
+        const Twin<float> b = Upload(Random(k * n, -w, w));
+        const Twin<float> c = Upload(beta == 0.0f ? std::vector<float>(m * n, kNaN) : Random(m * n, -1.0f, 1.0f));
+        RunBoth(what, [&](Backend* be) {
+          return be->Gemm(trans_a, trans_b, m, n, k, 1.5f, On(be, a), On(be, b), beta, On(be, c));
+        });
+        ExpectClose(c, what);
+      }
+    }
+  }
+  // An empty inner dimension only scales C (and zeroes it, NaNs included, when beta is 0).
+  const Twin<float> a = Upload(Random(m, -1.0f, 1.0f));
+  const Twin<float> b = Upload(Random(n, -1.0f, 1.0f));
+  for (float beta : {0.0f, 0.5f}) {
+    const std::string what = "Gemm k=0 beta=" + std::to_string(beta);
+    const Twin<float> c = Upload(beta == 0.0f ? std::vector<float>(m * n, kNaN) : Random(m * n, -1.0f, 1.0f));
+    RunBoth(what, [&](Backend* be) {
+      return be->Gemm(false, false, m, n, /*k=*/0, 1.0f, On(be, a), On(be, b), beta, On(be, c));
+    });
+    ExpectClose(c, what);
+  }
+}
+
+// The backward GEMMs reduce over the batch (k = 512): dW = X^T dY with gradients at their usual small scale.
+TEST_F(CudaBackendTest, WeightGradientGemmMatchesTheCpu) {
+  const int m = 320, n = 64, k = kExamples;
+  const Twin<float> x = Upload(Random(k * m, -1.0f, 1.0f));
+  const Twin<float> dy = Upload(Random(k * n, -0.01f, 0.01f));
+  const Twin<float> dw = Output(m * n);
+  RunBoth("Gemm X^T dY", [&](Backend* b) {
+    return b->Gemm(/*trans_a=*/true, /*trans_b=*/false, m, n, k, 1.0f, On(b, x), On(b, dy), 0.0f, On(b, dw));
+  });
+  ExpectClose(dw, "Gemm X^T dY");
+  // dX = dY W^T, into the gradient buffer it accumulates in.
+  const Twin<float> weights = Upload(Random(m * n, -0.125f, 0.125f));
+  const Twin<float> dx = Upload(Random(k * m, -0.01f, 0.01f));
+  RunBoth("Gemm dY W^T", [&](Backend* b) {
+    return b->Gemm(false, /*trans_b=*/true, k, m, n, 1.0f, On(b, dy), On(b, weights), 1.0f, On(b, dx));
+  });
+  ExpectClose(dx, "Gemm dY W^T");
+}
+
+TEST_F(CudaBackendTest, DenseOpsMatchTheCpu) {
+  const int rows = kExamples, cols = 320;
+  const Twin<float> bias = Upload(Random(cols, -0.5f, 0.5f));
+  for (bool relu : {false, true}) {
+    const std::string what = std::string("BiasActivation relu=") + (relu ? "true" : "false");
+    const Twin<float> y = Upload(Random(rows * cols, -1.0f, 1.0f));
+    RunBoth(what, [&](Backend* b) { return b->BiasActivation(On(b, y), On(b, bias), rows, cols, relu); });
+    ExpectClose(y, what);
+    if (!relu) continue;
+    const Twin<float> dy = Upload(Random(rows * cols, -1.0f, 1.0f));
+    RunBoth("ReluBackward", [&](Backend* b) { return b->ReluBackward(On(b, y), On(b, dy), rows * cols); });
+    ExpectClose(dy, "ReluBackward");
+  }
+
+  const Twin<float> x = Upload(Random(rows * cols, -1.0f, 1.0f));
+  const Twin<float> colsum = Output(cols);
+  RunBoth("ColumnSum", [&](Backend* b) { return b->ColumnSum(On(b, x), rows, cols, On(b, colsum)); });
+  ExpectClose(colsum, "ColumnSum");
+
+  // A 512 x 64 block from column 100 of x into column 17 of a 512 x 400 matrix, overwritten then added again;
+  // the rest of the destination must stay as it was.
+  const int dst_cols = 400, block_cols = 64;
+  const Twin<float> dst = Upload(Random(rows * dst_cols, -1.0f, 1.0f));
+  for (bool accumulate : {false, true}) {
+    RunBoth("CopyBlock", [&](Backend* b) {
+      return b->CopyBlock(On(b, x) + 100, cols, On(b, dst) + 17, dst_cols, rows, block_cols, accumulate);
+    });
+    ExpectClose(dst, accumulate ? "CopyBlock accumulate" : "CopyBlock");
+  }
+}
+
+TEST_F(CudaBackendTest, LogitLossMatchesTheCpuWithAndWithoutLabels) {
+  const int n = kExamples;
+  std::vector<float> wide_host = Random(n, -3.0f, 3.0f);
+  wide_host[0] = 200.0f;  // saturated logits must stay finite
+  wide_host[1] = -200.0f;
+  std::vector<float> labels_host(n);
+  for (int i = 0; i < n; ++i) labels_host[i] = rng_() % 4 == 0 ? 1.0f : 0.0f;
+  labels_host[1] = 1.0f;
+  const Twin<float> bias = Upload(std::vector<float>{0.1f});
+  const Twin<float> wide = Upload(wide_host);
+  const Twin<float> fm = Upload(Random(n, -1.0f, 1.0f));
+  const Twin<float> deep = Upload(Random(n, -2.0f, 2.0f));
+  const Twin<float> labels = Upload(labels_host);
+  const float scale = 1.0f / n;
+
+  for (bool with_fm : {true, false}) {
+    const std::string what = with_fm ? "LogitLoss" : "LogitLoss without fm";
+    const Twin<float> prob = Output(n), loss = Output(n), dlogit = Output(n);
+    RunBoth(what, [&](Backend* b) {
+      return b->LogitLoss(On(b, bias), On(b, wide), with_fm ? On(b, fm) : nullptr, On(b, deep), On(b, labels), n,
+                          scale, On(b, prob), On(b, loss), On(b, dlogit));
+    });
+    ExpectClose(prob, what + " prob");
+    ExpectClose(loss, what + " loss");
+    ExpectClose(dlogit, what + " dlogit");
+  }
+
+  // Without labels (inference) only prob is written, even where loss and dlogit are given; with labels, a null
+  // loss or dlogit is skipped alone.
+  const std::vector<float> sentinel(n, 7.0f);
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool with_labels = variant > 0;
+    const bool with_loss = variant != 1;
+    const bool with_dlogit = variant != 2;
+    const std::string what = "LogitLoss variant " + std::to_string(variant);
+    const Twin<float> prob = Output(n), loss = Upload(sentinel), dlogit = Upload(sentinel);
+    RunBoth(what, [&](Backend* b) {
+      return b->LogitLoss(On(b, bias), nullptr, On(b, fm), On(b, deep), with_labels ? On(b, labels) : nullptr, n,
+                          scale, On(b, prob), with_loss ? On(b, loss) : nullptr,
+                          with_dlogit ? On(b, dlogit) : nullptr);
+    });
+    ExpectClose(prob, what + " prob");
+    ExpectClose(loss, what + " loss");
+    ExpectClose(dlogit, what + " dlogit");
+    const std::vector<float> cuda_loss = Download(cuda_.get(), loss.cuda, n);
+    const std::vector<float> cuda_dlogit = Download(cuda_.get(), dlogit.cuda, n);
+    EXPECT_EQ(cuda_loss == sentinel, !(with_labels && with_loss)) << what;
+    EXPECT_EQ(cuda_dlogit == sentinel, !(with_labels && with_dlogit)) << what;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

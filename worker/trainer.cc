@@ -1,0 +1,421 @@
+#include "worker/trainer.h"
+
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/hash.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "worker/batch_reader.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+
+namespace kestrel {
+
+JobConfig JobWithDefaults(JobConfig job) {
+  *job.mutable_model() = WithDefaults(job.model());
+  TrainConfig& t = *job.mutable_train();
+  if (t.batch_size() <= 0) t.set_batch_size(512);
+  if (t.epochs() <= 0) t.set_epochs(1);
+  if (t.log_every_steps() <= 0) t.set_log_every_steps(100);
+  return job;
+}
+
+namespace {
+
+// Iterations per epoch: floor(smallest shard / batch_size).
+absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers) {
+  const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
+  if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
+  KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> counts, CountShardLines(files, num_workers));
+  const uint64_t smallest = *std::min_element(counts.begin(), counts.end());
+  const int64_t per_epoch = static_cast<int64_t>(smallest / job.train().batch_size());
+  if (per_epoch == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "a worker's share of the training data (%d lines of %d workers) is smaller than one batch of %d",
+        smallest, num_workers, job.train().batch_size()));
+  }
+  return per_epoch;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> IterationsOf(const JobConfig& job_in, int num_workers) {
+  const JobConfig job = JobWithDefaults(job_in);
+  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers));
+  int64_t total = per_epoch * job.train().epochs();
+  if (job.train().max_steps() > 0) total = std::min(total, job.train().max_steps());
+  return total;
+}
+
+namespace {
+
+class SingleWorkerGate final : public ClockGate {
+ public:
+  absl::Status WaitToStart(int64_t) override { return absl::OkStatus(); }
+  absl::Status Advance(int64_t, bool) override { return absl::OkStatus(); }
+  absl::Status WaitAllFinished(int64_t) override { return absl::OkStatus(); }
+};
+
+// A batch and the parameters pulled for it.
+struct StepData {
+  explicit StepData(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
+  PreparedBatch batch;
+  HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
+};
+
+// A bounded queue of prepared batches between the reader thread and the training loop.
+class BatchQueue {
+ public:
+  explicit BatchQueue(size_t capacity) : capacity_(capacity) {}
+  // False when the queue was closed.
+  bool Push(std::unique_ptr<StepData> item) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->closed_ || q->items_.size() < q->capacity_; },
+        this));
+    if (closed_) return false;
+    items_.push_back(std::move(item));
+    return true;
+  }
+  // The next item, or the error that ended the reader.
+  absl::StatusOr<std::unique_ptr<StepData>> Pop() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return !q->items_.empty() || !q->status_.ok() || q->closed_; },
+        this));
+    if (!items_.empty()) {
+      std::unique_ptr<StepData> item = std::move(items_.front());
+      items_.pop_front();
+      return item;
+    }
+    if (!status_.ok()) return status_;
+    return absl::CancelledError("the batch queue was closed");
+  }
+  void Fail(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(status);
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  const size_t capacity_;
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<StepData>> items_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Appends one JSON object per line to a file.
+class RecordWriter {
+ public:
+  explicit RecordWriter(const std::string& path) {
+    if (!path.empty()) out_.open(path, std::ios::app);
+  }
+  void Write(const std::string& json) {
+    if (!out_.is_open()) return;
+    out_ << json << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+std::unique_ptr<ClockGate> NewSingleWorkerGate() { return std::make_unique<SingleWorkerGate>(); }
+
+class Trainer::Impl {
+ public:
+  Impl(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)
+      : options_(std::move(options)), client_(client), gate_(gate), backend_(backend),
+        records_(options_.metrics_path), grad_wide_(backend), grad_emb_(backend), grad_dense_(backend) {
+    options_.job = JobWithDefaults(options_.job);
+  }
+
+  absl::Status Init() {
+    if (model_ != nullptr) return absl::OkStatus();
+    const JobConfig& job = options_.job;
+    KESTREL_ASSIGN_OR_RETURN(model_, Model::Create(job.model(), SlotsOf(job.data()),
+                                                   DenseInputsOf(job.data(), job.model()), backend_));
+    if (options_.create_tables) {
+      for (const TableConfig& table : model_->Tables()) KESTREL_RETURN_IF_ERROR(client_->CreateTable(table));
+    }
+    return absl::OkStatus();
+  }
+
+  // Pulls the rows of `step`'s unique keys and the dense tensor; the sparse tables concurrently.
+  absl::Status Pull(StepData* step) {
+    const absl::Span<const uint64_t> keys = step->batch.keys.unique_keys();
+    const int dim = model_->embedding_dim();
+    KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.size()));
+    KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.size() * dim));
+    KESTREL_RETURN_IF_ERROR(step->dense.Reserve(model_->dense_size()));
+    std::future<absl::Status> emb;
+    if (model_->has_embedding()) {
+      emb = std::async(std::launch::async,
+                       [&] { return client_->Pull(kEmbeddingTable, keys, dim, step->emb.data()); });
+    }
+    absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data());
+    if (status.ok()) status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()));
+    if (emb.valid()) {
+      absl::Status e = emb.get();
+      if (status.ok()) status = e;
+    }
+    return status;
+  }
+
+  absl::Status Push(const StepData& step) {
+    const absl::Span<const uint64_t> keys = step.batch.keys.unique_keys();
+    const int dim = model_->embedding_dim();
+    std::future<absl::Status> emb;
+    if (model_->has_embedding()) {
+      emb = std::async(std::launch::async,
+                       [&] { return client_->Push(kEmbeddingTable, keys, dim, grad_emb_.data()); });
+    }
+    absl::Status status = client_->Push(kWideTable, keys, 1, grad_wide_.data());
+    absl::Status dense =
+        client_->PushDense(kDenseTable, absl::MakeConstSpan(grad_dense_.data(), model_->dense_size()));
+    if (status.ok()) status = dense;
+    if (emb.valid()) {
+      absl::Status e = emb.get();
+      if (status.ok()) status = e;
+    }
+    return status;
+  }
+
+  // The reader thread: fills the queue with prepared batches for iterations [start_clock, total).
+  void ReadBatches(int64_t total) {
+    const JobConfig& job = options_.job;
+    const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
+    ReaderOptions reader_options;
+    reader_options.shard_index = options_.rank;
+    reader_options.num_shards = options_.num_workers;
+    reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+    const int64_t per_epoch = total_per_epoch_;
+    std::unique_ptr<BatchReader> reader;
+    for (int64_t it = 0; it < total; ++it) {
+      if (it % per_epoch == 0) {  // a new epoch starts from the beginning of the data
+        auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options);
+        if (!opened.ok()) return queue_->Fail(opened.status());
+        reader = std::move(opened).value();
+      }
+      auto step = std::make_unique<StepData>(backend_);
+      auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch);
+      if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
+        // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
+        // (the next epoch starts afresh anyway), so every worker still runs the same number of iterations.
+        auto reopened = BatchReader::Open(job.data(), job.model(), files, reader_options);
+        if (!reopened.ok()) return queue_->Fail(reopened.status());
+        reader = std::move(reopened).value();
+        filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true);
+      }
+      if (!filled.ok()) return queue_->Fail(filled.status());
+      if (*filled < job.train().batch_size()) {
+        return queue_->Fail(absl::DataLossError(absl::StrFormat(
+            "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it)));
+      }
+      if (it < options_.start_clock) continue;  // done before this worker was replaced
+      step->batch.Prepare(options_.partition);
+      if (!queue_->Push(std::move(step))) return;
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock) {
+    KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<StepData> step, queue_->Pop());
+    KESTREL_RETURN_IF_ERROR(Pull(step.get()));
+    return step;
+  }
+
+  absl::StatusOr<TrainResult> Run() {
+    KESTREL_RETURN_IF_ERROR(Init());
+    const JobConfig& job = options_.job;
+    KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers));
+    KESTREL_ASSIGN_OR_RETURN(const int64_t total, IterationsOf(job, options_.num_workers));
+    const int64_t batch_size = job.train().batch_size();
+    KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
+               << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for " << total
+               << " iterations of " << batch_size << " examples (" << total_per_epoch_ << " per epoch), from "
+               << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "");
+
+    // Declared before the reader's guard, so on an early return the queue is closed (ending a pending Fetch)
+    // before this future's destructor waits for it.
+    std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
+    queue_ = std::make_unique<BatchQueue>(3);
+    std::thread reader([this, total] { ReadBatches(total); });
+    struct JoinReader {
+      BatchQueue* queue;
+      std::thread* thread;
+      ~JoinReader() {
+        queue->Close();
+        thread->join();
+      }
+    } join_reader{queue_.get(), &reader};
+
+    TrainResult result;
+    const int64_t start = options_.start_clock;
+    if (start >= total) {
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(total, /*done=*/true));
+    }
+    absl::Duration training;  // excludes evaluations
+    absl::Time window_start = absl::Now();
+    int64_t window_examples = 0;
+    double window_loss = 0;
+    std::unique_ptr<StepData> current;
+    absl::Time t0 = absl::Now();
+    if (start < total) {
+      KESTREL_ASSIGN_OR_RETURN(current, Fetch(start));
+    }
+    for (int64_t clock = start; clock < total; ++clock) {
+      const bool last = clock + 1 == total;
+      if (options_.prefetch_pulls && !last) {
+        next = std::async(std::launch::async, [this, clock] { return Fetch(clock + 1); });
+      }
+      const PreparedBatch& batch = current->batch;
+      const size_t unique = batch.keys.num_unique();
+      KESTREL_RETURN_IF_ERROR(grad_wide_.Reserve(unique));
+      KESTREL_RETURN_IF_ERROR(grad_emb_.Reserve(unique * model_->embedding_dim()));
+      KESTREL_RETURN_IF_ERROR(grad_dense_.Reserve(model_->dense_size()));
+      ModelGrads grads{grad_wide_.data(), grad_emb_.data(), grad_dense_.data()};
+      absl::StatusOr<double> loss =
+          model_->Step(batch, {current->wide.data(), current->emb.data(), current->dense.data()}, &grads, nullptr);
+      if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
+      client_->SetClock(clock);
+      if (absl::Status pushed = Push(*current); !pushed.ok()) return Annotate(pushed, clock, "pushing");
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last));
+      ++result.steps;
+      result.examples += batch.batch.size;
+      window_examples += batch.batch.size;
+      window_loss += *loss;
+      if (!last) {
+        absl::StatusOr<std::unique_ptr<StepData>> fetched = options_.prefetch_pulls ? next.get() : Fetch(clock + 1);
+        if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
+        current = std::move(fetched).value();
+      }
+
+      const int64_t done = clock + 1;
+      if (done % job.train().log_every_steps() == 0 || last) {
+        const absl::Time now = absl::Now();
+        const double seconds = absl::ToDoubleSeconds(now - window_start);
+        const double rate = seconds > 0 ? window_examples / seconds : 0;
+        result.train_logloss = window_loss / std::max<int64_t>(window_examples, 1);
+        KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
+                                      done, total, result.train_logloss, rate);
+        records_.Write(absl::StrFormat(
+            "{\"kind\":\"train\",\"worker\":%d,\"step\":%d,\"steps\":%d,\"logloss\":%.6f,"
+            "\"examples_per_second\":%.1f}",
+            options_.rank, done, total, result.train_logloss, rate));
+        window_start = now;
+        window_examples = 0;
+        window_loss = 0;
+      }
+      if (options_.evaluate && !last && job.train().eval_every_steps() > 0 &&
+          done % job.train().eval_every_steps() == 0) {
+        training += absl::Now() - t0;
+        KESTREL_RETURN_IF_ERROR(Evaluate(done).status());
+        t0 = absl::Now();
+        window_start = t0;
+      }
+    }
+    training += absl::Now() - t0;
+    result.seconds = absl::ToDoubleSeconds(training);
+    result.examples_per_second = result.seconds > 0 ? result.examples / result.seconds : 0;
+    records_.Write(absl::StrFormat(
+        "{\"kind\":\"done\",\"worker\":%d,\"steps\":%d,\"examples\":%d,\"seconds\":%.3f,"
+        "\"examples_per_second\":%.1f}",
+        options_.rank, result.steps, result.examples, result.seconds, result.examples_per_second));
+    if (options_.evaluate) {
+      // The final model: every worker's last push is in.
+      KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
+      KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(total));
+    }
+    return result;
+  }
+
+  absl::Status Annotate(const absl::Status& status, int64_t clock, const char* what) {
+    return absl::Status(status.code(), absl::StrFormat("worker %d, iteration %d, %s: %s", options_.rank, clock,
+                                                       what, status.message()));
+  }
+
+  absl::StatusOr<EvalResult> Evaluate(int64_t step) {
+    KESTREL_RETURN_IF_ERROR(Init());
+    const JobConfig& job = options_.job;
+    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
+    ReaderOptions reader_options;
+    reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
+                             BatchReader::Open(job.data(), job.model(), files, reader_options));
+    const absl::Time start = absl::Now();
+    const int64_t limit = job.train().eval_max_examples();
+    StepData step_data(backend_);
+    std::vector<float> probs, labels, batch_probs;
+    while (limit == 0 || static_cast<int64_t>(probs.size()) < limit) {
+      int64_t want = job.train().batch_size();
+      if (limit > 0) want = std::min<int64_t>(want, limit - static_cast<int64_t>(probs.size()));
+      KESTREL_ASSIGN_OR_RETURN(const int64_t got, reader->Fill(want, &step_data.batch.batch));
+      if (got == 0) break;
+      step_data.batch.Prepare(options_.partition);
+      KESTREL_RETURN_IF_ERROR(Pull(&step_data));
+      batch_probs.resize(got);
+      KESTREL_RETURN_IF_ERROR(model_
+                                  ->Step(step_data.batch, {step_data.wide.data(), step_data.emb.data(),
+                                                           step_data.dense.data()},
+                                         nullptr, batch_probs.data())
+                                  .status());
+      probs.insert(probs.end(), batch_probs.begin(), batch_probs.end());
+      labels.insert(labels.end(), step_data.batch.batch.labels.begin(), step_data.batch.batch.labels.end());
+    }
+    if (probs.empty()) return absl::FailedPreconditionError("the test files hold no examples");
+    EvalResult r;
+    r.step = step;
+    r.examples = static_cast<int64_t>(probs.size());
+    r.logloss = LogLoss(probs, labels);
+    r.auc = ExactAuc(probs, labels);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    r.examples_per_second = seconds > 0 ? r.examples / seconds : 0;
+    uint64_t h = 0;
+    for (float p : probs) {
+      uint32_t bits;
+      std::memcpy(&bits, &p, sizeof(bits));
+      h = HashCombine(h, bits);
+    }
+    r.fingerprint = h;
+    KLOG(Info) << absl::StrFormat("eval at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s", step,
+                                  r.examples, r.logloss, r.auc, r.examples_per_second);
+    records_.Write(absl::StrFormat(
+        "{\"kind\":\"eval\",\"worker\":%d,\"step\":%d,\"examples\":%d,\"logloss\":%.6f,\"auc\":%.6f,"
+        "\"examples_per_second\":%.1f,\"fingerprint\":\"%016x\"}",
+        options_.rank, step, r.examples, r.logloss, r.auc, r.examples_per_second, r.fingerprint));
+    return r;
+  }
+
+  TrainerOptions options_;
+  PsClient* client_;
+  ClockGate* gate_;
+  Backend* backend_;
+  RecordWriter records_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<BatchQueue> queue_;
+  int64_t total_per_epoch_ = 1;
+  HostArray<float> grad_wide_, grad_emb_, grad_dense_;
+};
+
+Trainer::Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)
+    : impl_(std::make_unique<Impl>(std::move(options), client, gate, backend)) {}
+Trainer::~Trainer() = default;
+absl::StatusOr<TrainResult> Trainer::Run() { return impl_->Run(); }
+absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t step) { return impl_->Evaluate(step); }
+
+}  // namespace kestrel

@@ -1,0 +1,105 @@
+// Trainer: one worker's training loop and evaluation. It knows nothing of the network: it talks to the
+// parameter servers through a PsClient and asks a ClockGate (the scheduler, in a cluster) for permission to
+// run each iteration, so the same loop runs a real cluster worker and a single-process trainer.
+//
+// Per iteration c (a clock):
+//   gate.WaitToStart(c) -> pull the batch's unique rows and the dense tensor -> Model::Step (forward +
+//   backward on the Backend) -> push the gradients -> gate.Advance(c + 1).
+// A reader thread reads and prepares (dedups, sorts, segments) the next batches while the current one
+// computes. With prefetch_pulls (ASP, or SSP with staleness >= 1, where reading one clock earlier is
+// allowed), the next iteration's permission and pulls also run during the current one's compute and push.
+//
+// Steps: every worker runs the same number of iterations, epochs * floor(min shard size / batch_size) capped
+// by max_steps, so BSP barriers always complete. Worker `rank` of `num_workers` reads the training lines
+// whose index is rank modulo num_workers.
+//
+// Evaluation (when `evaluate`): every eval_every_steps and at the end, on the test files: logloss, exact AUC,
+// examples/s, and a fingerprint of every prediction's bits (equal fingerprints: identical models on the test
+// data). Progress lines go to the log; records (one JSON object per line) to metrics_path.
+//
+// Thread-compatible: one Run() at a time. The PsClient, ClockGate and Backend must outlive the Trainer.
+#ifndef KESTREL_WORKER_TRAINER_H_
+#define KESTREL_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/partition.h"
+#include "proto/job.pb.h"
+#include "worker/compute/backend.h"
+#include "worker/ps_client.h"
+
+namespace kestrel {
+
+// How a worker asks for permission to run an iteration (the scheduler decides; see scheduler/clock_table.h).
+class ClockGate {
+ public:
+  virtual ~ClockGate() = default;
+  // Blocks until iteration `clock` may start.
+  virtual absl::Status WaitToStart(int64_t clock) = 0;
+  // This worker has finished `finished` iterations (their pushes acknowledged); `done`: it has no more.
+  virtual absl::Status Advance(int64_t finished, bool done) = 0;
+  // Blocks until every worker has finished `iterations` iterations (before the final evaluation).
+  virtual absl::Status WaitAllFinished(int64_t iterations) = 0;
+};
+
+// A gate that never waits: a single worker.
+std::unique_ptr<ClockGate> NewSingleWorkerGate();
+
+struct TrainerOptions {
+  JobConfig job;               // defaults of unset fields applied by the Trainer
+  int rank = 0;                // this worker. Default: 0.
+  int num_workers = 1;         // Default: 1.
+  Partition partition = *Partition::Uniform(1);  // the servers' partition (groups keys by server)
+  int64_t start_clock = 0;     // iterations already done (a replacement worker continues there). Default: 0.
+  bool prefetch_pulls = false; // see the class comment. Default: false.
+  bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
+  bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
+  std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
+};
+
+struct EvalResult {
+  int64_t step = 0;
+  int64_t examples = 0;
+  double logloss = 0;
+  double auc = 0;
+  double examples_per_second = 0;
+  uint64_t fingerprint = 0;  // hash of every prediction's float bits, in file order
+};
+
+struct TrainResult {
+  int64_t steps = 0;     // iterations this worker ran
+  int64_t examples = 0;  // training examples this worker processed
+  double seconds = 0;    // training wall time (evaluations excluded)
+  double examples_per_second = 0;
+  double train_logloss = 0;  // mean over the last log window
+  EvalResult eval;           // the final evaluation (when evaluate)
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend);
+  ~Trainer();
+
+  // Trains to the end and evaluates.
+  absl::StatusOr<TrainResult> Run();
+  // Evaluates the current model on the test files.
+  absl::StatusOr<EvalResult> Evaluate(int64_t step);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The number of iterations every worker runs: epochs * floor(min shard lines / batch_size), capped by
+// max_steps. FailedPrecondition when a shard has fewer lines than one batch.
+absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers);
+
+// The job config with every unset field given its documented default.
+JobConfig JobWithDefaults(JobConfig job);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_TRAINER_H_

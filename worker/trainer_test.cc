@@ -1,0 +1,115 @@
+// Single-process training on generated data: every model learns the planted ground truth to within 0.02 of its
+// Bayes-optimal AUC; the loop's iteration count, records and evaluation.
+#include "worker/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/compute/cpu_backend.h"
+#include "worker/data/datagen.h"
+#include "worker/local_trainer.h"
+
+namespace kestrel {
+namespace {
+
+std::string TmpDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TmpDir() + "/trainer_data");
+    std::filesystem::create_directories(*dir_);
+    truth_ = new DatagenTruth(*GenerateCriteoData(SmallDatagenOptions(), *dir_));
+  }
+  static JobConfig Job(ModelConfig::Type type) {
+    JobConfig job;
+    job.mutable_model()->set_type(type);
+    job.mutable_data()->add_train_files(*dir_ + "/train.tsv");
+    job.mutable_data()->add_test_files(*dir_ + "/test.tsv");
+    job.mutable_train()->set_batch_size(256);
+    job.mutable_train()->set_epochs(3);
+    return job;
+  }
+  static std::string* dir_;
+  static DatagenTruth* truth_;
+};
+std::string* TrainerTest::dir_ = nullptr;
+DatagenTruth* TrainerTest::truth_ = nullptr;
+
+TEST_F(TrainerTest, EveryModelComesWithin002OfTheBayesOptimalAuc) {
+  for (ModelConfig::Type type : {ModelConfig::LOGISTIC_REGRESSION, ModelConfig::FM, ModelConfig::DEEPFM,
+                                 ModelConfig::WIDE_AND_DEEP}) {
+    auto backend = NewCpuBackend();
+    auto result = TrainInProcess(Job(type), backend.get());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->steps, 3 * (40000 / 256));
+    EXPECT_EQ(result->eval.examples, 10000);
+    const std::string name = ModelConfig::Type_Name(type);
+    RecordProperty(name + "_auc", absl::StrCat(result->eval.auc));
+    EXPECT_GT(result->eval.auc, truth_->bayes_auc - 0.02) << name;
+    EXPECT_LT(result->eval.logloss, truth_->bayes_logloss + 0.05) << name;
+  }
+}
+
+TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
+  JobConfig job = Job(ModelConfig::FM);
+  job.mutable_train()->set_max_steps(20);
+  job.mutable_train()->set_eval_every_steps(10);
+  job.mutable_train()->set_eval_max_examples(1000);
+  job.mutable_train()->set_log_every_steps(5);
+  const std::string records = TmpDir() + "/records.jsonl";
+  auto backend = NewCpuBackend();
+  LocalTrainingOptions options;
+  options.metrics_path = records;
+  options.num_shards = 2;
+  auto result = TrainInProcess(job, backend.get(), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps, 20);
+  EXPECT_EQ(result->examples, 20 * 256);
+  EXPECT_EQ(result->eval.examples, 1000);
+  std::ifstream in(records);
+  std::string line;
+  int train = 0, eval = 0, done = 0;
+  while (std::getline(in, line)) {
+    train += line.find("\"kind\":\"train\"") != std::string::npos;
+    eval += line.find("\"kind\":\"eval\"") != std::string::npos;
+    done += line.find("\"kind\":\"done\"") != std::string::npos;
+  }
+  EXPECT_EQ(train, 4);  // steps 5, 10, 15, 20
+  EXPECT_EQ(eval, 2);   // step 10 and the final one
+  EXPECT_EQ(done, 1);
+}
+
+TEST_F(TrainerTest, TooLittleDataOrMalformedLinesAreClearErrors) {
+  JobConfig job = Job(ModelConfig::LOGISTIC_REGRESSION);
+  job.mutable_train()->set_batch_size(100000);
+  EXPECT_EQ(IterationsOf(job, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  const std::string bad = TmpDir() + "/bad.tsv";
+  {
+    std::ofstream out(bad);
+    std::ifstream good(*dir_ + "/train.tsv");
+    std::string line;
+    for (int i = 0; i < 300 && std::getline(good, line); ++i) out << (i == 150 ? "not a criteo line" : line) << "\n";
+  }
+  job = Job(ModelConfig::LOGISTIC_REGRESSION);
+  job.mutable_data()->set_train_files(0, bad);
+  job.mutable_train()->set_batch_size(100);
+  auto backend = NewCpuBackend();
+  auto failed = TrainInProcess(job, backend.get());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(failed.status().message().find("bad.tsv:151"), std::string::npos) << failed.status();
+  // Skipping malformed lines trains on the rest.
+  job.mutable_data()->set_skip_malformed(true);
+  auto skipped = TrainInProcess(job, backend.get());
+  EXPECT_TRUE(skipped.ok()) << skipped.status();
+}
+
+}  // namespace
+}  // namespace kestrel
