@@ -13,15 +13,11 @@
 
 namespace kestrel {
 
-absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary, const std::vector<std::string>& args,
-                                                   const std::string& work_dir, const std::string& name,
-                                                   absl::Duration timeout) {
-  const std::string port_file = absl::StrCat(work_dir, "/", name, ".port");
-  ::unlink(port_file.c_str());
+absl::StatusOr<ServerProcess> ServerProcess::Spawn(const std::string& binary, const std::vector<std::string>& args,
+                                                   const std::string& work_dir, const std::string& name) {
   ServerProcess p;
   p.log_path_ = absl::StrCat(work_dir, "/", name, ".log");
-  std::vector<std::string> argv_strings = {binary, "--host=127.0.0.1", "--port=0",
-                                           absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> argv_strings = {binary};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_strings) argv.push_back(a.data());
@@ -38,6 +34,19 @@ absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary, co
     ::_exit(127);
   }
   ::close(log_fd);
+  return p;
+}
+
+absl::StatusOr<ServerProcess> ServerProcess::Start(const std::string& binary, const std::vector<std::string>& args,
+                                                   const std::string& work_dir, const std::string& name,
+                                                   absl::Duration timeout) {
+  const std::string port_file = absl::StrCat(work_dir, "/", name, ".port");
+  ::unlink(port_file.c_str());
+  std::vector<std::string> all = {"--host=127.0.0.1", "--port=0", absl::StrCat("--port_file=", port_file)};
+  all.insert(all.end(), args.begin(), args.end());
+  absl::StatusOr<ServerProcess> spawned = Spawn(binary, all, work_dir, name);
+  if (!spawned.ok()) return spawned.status();
+  ServerProcess p = std::move(spawned).value();
 
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
@@ -72,6 +81,11 @@ ServerProcess::~ServerProcess() {
 absl::StatusOr<int> ServerProcess::Stop(int signal, absl::Duration timeout) {
   if (pid_ <= 0) return absl::FailedPreconditionError("process is not running");
   ::kill(pid_, signal);
+  return Wait(timeout);
+}
+
+absl::StatusOr<int> ServerProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("process is not running");
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     int wstatus;
@@ -81,7 +95,7 @@ absl::StatusOr<int> ServerProcess::Stop(int signal, absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit after signal ", signal));
+  return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit in time"));
 }
 
 std::string RunfilePath(const std::string& workspace_relative) {

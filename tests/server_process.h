@@ -23,6 +23,10 @@ class ServerProcess {
                                              const std::string& work_dir, const std::string& name,
                                              absl::Duration timeout = absl::Seconds(20));
 
+  // Runs `binary` with exactly `args`, output to <work_dir>/<name>.log, without waiting for anything.
+  static absl::StatusOr<ServerProcess> Spawn(const std::string& binary, const std::vector<std::string>& args,
+                                             const std::string& work_dir, const std::string& name);
+
   ServerProcess(ServerProcess&& other) noexcept;
   ServerProcess& operator=(ServerProcess&& other) noexcept;
   // Kills the process (SIGKILL) if it still runs.
@@ -35,6 +39,9 @@ class ServerProcess {
 
   // Sends `signal` and waits up to `timeout` for the exit; returns the exit code (128 + signal if killed).
   absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(10));
+  // Waits up to `timeout` for the process to exit by itself; returns its exit code (DeadlineExceeded: still
+  // running).
+  absl::StatusOr<int> Wait(absl::Duration timeout);
 
  private:
   ServerProcess() = default;

@@ -32,7 +32,7 @@ class TrainerTest : public ::testing::Test {
     job.mutable_data()->add_train_files(*dir_ + "/train.tsv");
     job.mutable_data()->add_test_files(*dir_ + "/test.tsv");
     job.mutable_train()->set_batch_size(256);
-    job.mutable_train()->set_epochs(3);
+    job.mutable_train()->set_epochs(2);
     return job;
   }
   static std::string* dir_;
@@ -47,7 +47,7 @@ TEST_F(TrainerTest, EveryModelComesWithin002OfTheBayesOptimalAuc) {
     auto backend = NewCpuBackend();
     auto result = TrainInProcess(Job(type), backend.get());
     ASSERT_TRUE(result.ok()) << result.status();
-    EXPECT_EQ(result->steps, 3 * (40000 / 256));
+    EXPECT_EQ(result->steps, 2 * (SmallDatagenOptions().train_rows / 256));
     EXPECT_EQ(result->eval.examples, 10000);
     const std::string name = ModelConfig::Type_Name(type);
     RecordProperty(name + "_auc", absl::StrCat(result->eval.auc));

@@ -58,7 +58,7 @@ int64_t PlantedModel::RankOf(int field, uint64_t token) const {
 
 DatagenOptions SmallDatagenOptions() {
   DatagenOptions d;
-  d.train_rows = 40000;
+  d.train_rows = 80000;
   d.test_rows = 10000;
   d.max_vocab = 100;
   d.interaction_stddev = 0.1;

@@ -41,7 +41,7 @@ struct DatagenOptions {
   double interaction_stddev = 0.5;    // Default: 0.5.
 };
 
-// A small, nearly linear set (40k train, 10k test rows, vocabularies up to 100, weak interactions) on which
+// A small, nearly linear set (80k train, 10k test rows, vocabularies up to 100, weak interactions) on which
 // every model comes within about 0.015 of the Bayes-optimal AUC in a few epochs: the training tests' data.
 DatagenOptions SmallDatagenOptions();
 

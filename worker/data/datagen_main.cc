@@ -17,16 +17,22 @@ ABSL_FLAG(int64_t, train_rows, 200000, "Training rows.");
 ABSL_FLAG(int64_t, test_rows, 50000, "Test rows (>= 1).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the planted model and of every draw.");
 ABSL_FLAG(int, max_vocab, 50000, "Largest vocabulary of a categorical field.");
+ABSL_FLAG(double, interaction_stddev, 0.5, "Standard deviation of each planted pairwise interaction's logit term.");
+ABSL_FLAG(bool, small, false,
+          "The small, nearly linear set of the tests (SmallDatagenOptions: 80k + 10k rows, vocabularies up to "
+          "100, interactions 0.1); overrides the size flags.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Kestrel data generator: Criteo-format data from a planted logistic model.");
   absl::ParseCommandLine(argc, argv);
   kestrel::SetLogIdentity("datagen");
   kestrel::DatagenOptions options;
-  options.seed = absl::GetFlag(FLAGS_seed);
   options.train_rows = absl::GetFlag(FLAGS_train_rows);
   options.test_rows = absl::GetFlag(FLAGS_test_rows);
   options.max_vocab = absl::GetFlag(FLAGS_max_vocab);
+  options.interaction_stddev = absl::GetFlag(FLAGS_interaction_stddev);
+  if (absl::GetFlag(FLAGS_small)) options = kestrel::SmallDatagenOptions();
+  options.seed = absl::GetFlag(FLAGS_seed);
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
   mkdir(dir.c_str(), 0755);
   auto truth = kestrel::GenerateCriteoData(options, dir);
