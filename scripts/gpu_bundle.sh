@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 BUNDLE=gpu_bundle
 LIMIT_MIB=64
-TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test "$@")
+TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test "$@")
 
 bazel build "${TARGETS[@]}"
 
