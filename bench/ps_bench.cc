@@ -17,11 +17,7 @@
 //     the ratio network / in-process is computed from the medians of this invocation.
 // Every call's Status is checked: a failure aborts the bench with the configuration and the error. At the end the
 // servers' own counters must match the keys this process sent, with no rejected request.
-#include <sched.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,7 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,11 +45,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "common/status.h"
@@ -93,6 +86,9 @@ ABSL_FLAG(int, memory_dim, 16, "Dim of the memory-per-row tables.");
 namespace kestrel {
 namespace {
 
+using bench::Machine;
+using bench::UserPath;
+using bench::WriteFile;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kJob[] = "kestrel";
@@ -125,123 +121,6 @@ double Percentile(const std::vector<double>& sorted, double q) {
   size_t rank = static_cast<size_t>(std::ceil(q * sorted.size()));
   rank = std::clamp<size_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
-}
-
-std::string FirstLineWith(const std::string& path, const std::string& prefix) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, prefix)) return line;
-  }
-  return "";
-}
-
-std::string RunCommand(const std::string& command) {
-  FILE* f = ::popen(command.c_str(), "r");
-  if (f == nullptr) return "";
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
-  ::pclose(f);
-  return std::string(absl::StripAsciiWhitespace(out));
-}
-
-std::string ShellQuote(const std::string& arg) {
-  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                            "_-+=./,:@%") == std::string::npos) {
-    return arg;
-  }
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-bool IsExecutable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
-
-// Relative paths are taken from the workspace when run with `bazel run`, else from the working directory.
-std::string UserPath(const std::string& path) {
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  if (path.empty() || path[0] == '/' || ws == nullptr) return path;
-  return absl::StrCat(ws, "/", path);
-}
-
-absl::StatusOr<std::string> FindServerBinary(const char* argv0) {
-  const std::string flag = absl::GetFlag(FLAGS_server_binary);
-  if (!flag.empty()) {
-    const std::string path = UserPath(flag);
-    if (!IsExecutable(path)) return absl::NotFoundError(absl::StrCat("--server_binary ", path, " is not executable"));
-    return path;
-  }
-  std::vector<std::string> candidates = {RunfilePath("server/kestrel_server")};
-  if (const char* dir = std::getenv("RUNFILES_DIR"))
-    candidates.push_back(absl::StrCat(dir, "/kestrel/server/kestrel_server"));
-  candidates.push_back(absl::StrCat(argv0, ".runfiles/kestrel/server/kestrel_server"));
-  candidates.push_back(UserPath("bazel-bin/server/kestrel_server"));
-  for (const std::string& c : candidates) {
-    if (IsExecutable(c)) return c;
-  }
-  return absl::NotFoundError(
-      absl::StrCat("kestrel_server not found (tried ", absl::StrJoin(candidates, ", "), "); pass --server_binary"));
-}
-
-void MakeParentDirs(const std::string& path) {
-  for (size_t i = path.find('/', 1); i != std::string::npos; i = path.find('/', i + 1)) {
-    ::mkdir(path.substr(0, i).c_str(), 0755);
-  }
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  MakeParentDirs(path);
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Machine description.
-
-struct Machine {
-  int nproc = 0;
-  std::string cpu, memory, kernel, date, commit, command, invocation;
-};
-
-// "0.52 0.31 0.20" (1, 5 and 15 minute load averages): other work on the machine skews the figures.
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  if (!(in >> a >> b >> c)) return "unknown";
-  return absl::StrCat(a, " ", b, " ", c);
-}
-
-Machine DescribeMachine(int argc, char** argv) {
-  Machine m;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  m.nproc = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-                                                           : static_cast<int>(std::thread::hardware_concurrency());
-  std::string cpu = FirstLineWith("/proc/cpuinfo", "model name");
-  m.cpu = cpu.empty() ? "unknown" : std::string(absl::StripAsciiWhitespace(cpu.substr(cpu.find(':') + 1)));
-  std::string mem = FirstLineWith("/proc/meminfo", "MemTotal:");
-  int64_t kb = 0;
-  std::vector<std::string> fields = absl::StrSplit(mem, ' ', absl::SkipEmpty());
-  if (fields.size() >= 2 && absl::SimpleAtoi(fields[1], &kb)) {
-    m.memory = absl::StrFormat("%.1f GiB", kb / (1024.0 * 1024.0));
-  } else {
-    m.memory = "unknown";
-  }
-  struct utsname u;
-  m.kernel = ::uname(&u) == 0 ? absl::StrCat(u.sysname, " ", u.release, " ", u.machine) : "unknown";
-  m.date = absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone());
-  m.commit = absl::GetFlag(FLAGS_git_commit);
-  if (m.commit.empty()) m.commit = RunCommand("git rev-parse --short HEAD 2>/dev/null");
-  if (m.commit.empty()) m.commit = "unknown";
-  std::vector<std::string> args;
-  for (int i = 0; i < argc; ++i) args.push_back(ShellQuote(argv[i]));
-  m.command = absl::StrJoin(args, " ");
-  m.invocation = absl::GetFlag(FLAGS_invocation);
-  return m;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -589,18 +468,9 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
                                     ? absl::GetFlag(FLAGS_max_request_bytes)
                                     : static_cast<int64_t>(PsClientOptions().max_request_bytes);
   absl::StrAppend(&s, "## Machine\n\n");
-  absl::StrAppend(&s, "| | |\n|---|---|\n");
-  absl::StrAppend(&s, "| nproc | ", m.nproc, " |\n");
-  absl::StrAppend(&s, "| CPU | ", m.cpu, " |\n");
-  absl::StrAppend(&s, "| Memory | ", m.memory, " |\n");
-  absl::StrAppend(&s, "| Kernel | ", m.kernel, " |\n");
-  absl::StrAppend(&s, "| Date | ", m.date, " |\n");
-  absl::StrAppend(&s, "| Git commit | ", m.commit, " |\n");
-  absl::StrAppend(&s, "| Load average (1/5/15 min) at start / end | ", load_start, " / ", LoadAverage(), " |\n");
+  absl::StrAppend(&s, bench::MachineMarkdown(m, load_start));
   absl::StrAppend(&s, "| Bench runtime | ", absl::StrFormat("%.0f s", total_seconds), " |\n\n");
-  absl::StrAppend(&s, "Command:\n\n```\n");
-  if (!m.invocation.empty()) absl::StrAppend(&s, m.invocation, "\n");
-  absl::StrAppend(&s, m.command, "\n```\n\n");
+  absl::StrAppend(&s, bench::CommandMarkdown(m));
   absl::StrAppend(&s, "## Setup\n\n");
   absl::StrAppend(&s, "- Network: ", servers, " kestrel_server process(es) (", server_binary,
                   ") on 127.0.0.1, Partition::Uniform(", servers,
@@ -668,21 +538,6 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
   return s;
 }
 
-std::string JsonEscape(const std::string& in) {
-  std::string out;
-  for (char c : in) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string Json(const Machine& m, int servers, int runs, double min_seconds, const std::vector<Row>& rows,
                  const std::vector<MemoryRow>& memory, int memory_dim, double total_seconds) {
   auto figures = [](const Figures& f) {
@@ -692,10 +547,7 @@ std::string Json(const Machine& m, int servers, int runs, double min_seconds, co
         f.mb_per_s, f.p50_ms, f.p99_ms, f.calls);
   };
   std::string s = "{\n";
-  absl::StrAppend(&s, "  \"machine\": {\"nproc\": ", m.nproc, ", \"cpu\": \"", JsonEscape(m.cpu), "\", \"memory\": \"",
-                  JsonEscape(m.memory), "\", \"kernel\": \"", JsonEscape(m.kernel), "\", \"date\": \"",
-                  JsonEscape(m.date), "\", \"git_commit\": \"", JsonEscape(m.commit), "\", \"command\": \"",
-                  JsonEscape(m.command), "\", \"invocation\": \"", JsonEscape(m.invocation), "\"},\n");
+  absl::StrAppend(&s, "  \"machine\": ", bench::MachineJson(m), ",\n");
   absl::StrAppend(&s, "  \"servers\": ", servers, ", \"runs\": ", runs, ", \"min_seconds\": ", min_seconds,
                   ", \"total_seconds\": ", absl::StrFormat("%.1f", total_seconds), ",\n");
   absl::StrAppend(&s, "  \"throughput\": [\n");
@@ -757,7 +609,7 @@ absl::Status CheckServerCounters(PsClient& client, uint64_t keys_pulled, uint64_
 
 absl::Status RunBench(int argc, char** argv) {
   const Clock::time_point bench_start = Clock::now();
-  const std::string load_start = LoadAverage();
+  const std::string load_start = bench::LoadAverage();
   const int num_servers = absl::GetFlag(FLAGS_servers);
   const int runs = absl::GetFlag(FLAGS_runs);
   const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
@@ -771,8 +623,11 @@ absl::Status RunBench(int argc, char** argv) {
   for (const std::string& op : op_names) {
     if (op != "pull" && op != "push") return absl::InvalidArgumentError(absl::StrCat("--ops: unknown op '", op, "'"));
   }
-  KESTREL_ASSIGN_OR_RETURN(std::string server_binary, FindServerBinary(argv[0]));
-  const Machine machine = DescribeMachine(argc, argv);
+  KESTREL_ASSIGN_OR_RETURN(std::string server_binary, bench::FindBinary(absl::GetFlag(FLAGS_server_binary),
+                                                                       "server/kestrel_server", argv[0],
+                                                                       "server_binary"));
+  const Machine machine =
+      bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
 
   std::printf("ps_bench: %d server(s), keys {%s}, dims {%s}, clients {%s}, %d runs x >= %.2f s\n", num_servers,

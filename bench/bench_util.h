@@ -1,0 +1,83 @@
+// Helpers shared by Kestrel's benchmark binaries (bench/): describing the machine a report was measured on (as a
+// markdown table and as JSON), finding the binaries a benchmark spawns, shell quoting, running a command and
+// writing report files.
+#ifndef KESTREL_BENCH_BENCH_UTIL_H_
+#define KESTREL_BENCH_BENCH_UTIL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kestrel {
+namespace bench {
+
+// ---------------------------------------------------------------------------------------------------------
+// Files, paths and commands.
+
+// The first line of the file at `path` that starts with `prefix`, or "" if there is none (or no such file).
+std::string FirstLineWith(const std::string& path, const std::string& prefix);
+
+// Runs `command` with the shell and returns its stdout, stripped of surrounding whitespace ("" on failure).
+std::string RunCommand(const std::string& command);
+
+// `arg` quoted for a POSIX shell; unchanged when it holds only characters that need no quoting.
+std::string ShellQuote(const std::string& arg);
+
+// Whether `path` is non-empty and executable by this process.
+bool IsExecutable(const std::string& path);
+
+// Relative paths are taken from the workspace when run with `bazel run`, else from the working directory.
+std::string UserPath(const std::string& path);
+
+// Creates the directories above `path` (mode 0755) that do not exist yet.
+void MakeParentDirs(const std::string& path);
+
+// Writes `text` to `path` (replacing it), creating the parent directories first.
+absl::Status WriteFile(const std::string& path, const std::string& text);
+
+// The binary a benchmark spawns, e.g. workspace_relative = "server/kestrel_server". A non-empty `flag_value`
+// (the value of --<flag_name>, taken by UserPath) must be executable. Otherwise the first executable of: the
+// runfiles copy (test runfiles, $RUNFILES_DIR, <argv0>.runfiles), then bazel-bin/<workspace_relative> under
+// the workspace. `flag_name` (without "--") is only named in the errors.
+absl::StatusOr<std::string> FindBinary(const std::string& flag_value, const std::string& workspace_relative,
+                                       const char* argv0, const std::string& flag_name);
+
+// ---------------------------------------------------------------------------------------------------------
+// Machine description.
+
+struct Machine {
+  int nproc = 0;  // CPUs this process may run on
+  std::string cpu, memory, kernel, date, commit, command, invocation;
+};
+
+// "0.52 0.31 0.20" (1, 5 and 15 minute load averages; "unknown" if unreadable): other work on the machine
+// skews the figures.
+std::string LoadAverage();
+
+// The machine and this run: CPUs, CPU model, memory, kernel, UTC date, `git_commit` (default: `git rev-parse
+// --short HEAD`, else "unknown"), the shell-quoted command line and `invocation` (the command that reproduces
+// the run, e.g. the wrapper script's; may be empty).
+Machine DescribeMachine(int argc, char** argv, const std::string& git_commit, const std::string& invocation);
+
+// The markdown table of `m`: a blank header row, then nproc, CPU, Memory, Kernel, Date, Git commit and the load
+// average at start (`load_start`, from LoadAverage() when the run began) / end (now). No heading and no
+// blank line after the last row, so the caller may append rows of its own.
+std::string MachineMarkdown(const Machine& m, const std::string& load_start);
+
+// "Command:" and a code block with `m.invocation` (if any) and `m.command`, followed by a blank line.
+std::string CommandMarkdown(const Machine& m);
+
+// ---------------------------------------------------------------------------------------------------------
+// JSON.
+
+// `in` escaped for a JSON string literal (without the quotes).
+std::string JsonEscape(const std::string& in);
+
+// `m` as one JSON object on one line: nproc, cpu, memory, kernel, date, git_commit, command, invocation.
+std::string MachineJson(const Machine& m);
+
+}  // namespace bench
+}  // namespace kestrel
+
+#endif  // KESTREL_BENCH_BENCH_UTIL_H_
