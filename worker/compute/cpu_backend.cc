@@ -93,6 +93,25 @@ class CpuBackend final : public Backend {
       }
       return absl::OkStatus();
     }
+    if (trans_a && !trans_b) {
+      // C = A^T B (the MLP's weight gradients): walk A and B row by row, accumulating every output in the
+      // same k order as GemmElement.
+      std::vector<float>& acc = scratch_;
+      acc.assign(static_cast<size_t>(m) * n, 0.0f);
+      for (int t = 0; t < k; ++t) {
+        const float* arow = a + static_cast<int64_t>(t) * m;
+        const float* brow = b + static_cast<int64_t>(t) * n;
+        for (int i = 0; i < m; ++i) {
+          const float av = arow[i];
+          float* out = acc.data() + static_cast<int64_t>(i) * n;
+          for (int j = 0; j < n; ++j) out[j] += av * brow[j];
+        }
+      }
+      for (int64_t e = 0; e < static_cast<int64_t>(m) * n; ++e) {
+        c[e] = beta == 0.0f ? alpha * acc[e] : alpha * acc[e] + beta * c[e];
+      }
+      return absl::OkStatus();
+    }
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < n; ++j) {
         float* cij = c + static_cast<int64_t>(i) * n + j;
