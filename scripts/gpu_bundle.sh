@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.." || exit 1
 
 BUNDLE=gpu_bundle
 LIMIT_MIB=64
-TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test "$@")
+TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test //bench:cuda_step_bench "$@")
 
-bazel build "${TARGETS[@]}"
+bazel build -c opt "${TARGETS[@]}"
 
 # A CPU-only build (KESTREL_CUDA=0, or no toolkit) would bundle tests that skip everything: refuse it.
 defs="$(bazel info output_base)/external/local_cuda/defs.bzl"
@@ -28,7 +28,7 @@ fi
 cuda_path=$(sed -n 's/^CUDA_PATH = "\(.*\)"$/\1/p' "$defs")
 cuda_lib=$(readlink -f "${cuda_path:-/usr/local/cuda}")
 
-bin_dir=$(bazel info bazel-bin)
+bin_dir=$(bazel info -c opt bazel-bin)
 built=()
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"

@@ -1,0 +1,155 @@
+// cuda_step_bench: the CUDA backend's training-step time against the CPU backend (same model, same batch,
+// ratio measured in one run), and the gather / segment-sum kernels' effective bandwidth. Runs on a GPU
+// machine from the GPU bundle (scripts/gpu_bundle.sh //bench:cuda_step_bench, then scripts/gpu_check.sh);
+// without a GPU it says so and exits 0. Prints a markdown report on stdout (gpu_check.sh saves it).
+//
+//   cuda_step_bench [--model=DEEPFM] [--batch=4096] [--steps=50] [--runs=3]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "common/cuda_device.h"
+#include "worker/compute/cpu_backend.h"
+#include "worker/compute/cuda_backend.h"
+#include "worker/model.h"
+
+ABSL_FLAG(std::string, model, "DEEPFM", "Model type (proto/job.proto ModelConfig.Type).");
+ABSL_FLAG(int, batch, 4096, "Examples per step.");
+ABSL_FLAG(int, steps, 50, "Timed steps per run (after 3 warm-up steps).");
+ABSL_FLAG(int, runs, 3, "Runs; medians are reported.");
+
+namespace kestrel {
+namespace {
+
+PreparedBatch MakeBatch(int examples) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  PreparedBatch p;
+  p.batch.Reset(kCriteoFields, kCriteoIntegerFields);
+  for (int n = 0; n < examples; ++n) {
+    for (int f = 0; f < kCriteoFields; ++f) {
+      p.batch.keys.push_back(Partition::FieldFeatureKey(f, static_cast<uint64_t>(std::pow(1e5, u(rng)))));
+      p.batch.values.push_back(1.0f);
+    }
+    for (int d = 0; d < kCriteoIntegerFields; ++d) p.batch.dense.push_back(static_cast<float>(3 * u(rng)));
+    p.batch.labels.push_back(u(rng) < 0.25 ? 1.0f : 0.0f);
+    ++p.batch.size;
+  }
+  p.Prepare(*Partition::Uniform(1));
+  return p;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per training step (host parameters in, host gradients out) of `model` on `batch`.
+double StepSeconds(Model& model, const PreparedBatch& batch, const std::vector<float>& wide,
+                   const std::vector<float>& emb, const std::vector<float>& dense, int steps) {
+  std::vector<float> gw(wide.size()), ge(emb.size()), gd(dense.size());
+  ModelGrads grads{gw.data(), ge.data(), gd.data()};
+  for (int i = 0; i < 3; ++i) (void)model.Step(batch, {wide.data(), emb.data(), dense.data()}, &grads, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) (void)model.Step(batch, {wide.data(), emb.data(), dense.data()}, &grads, nullptr);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+}
+
+// Seconds per call of `op` on a backend (synchronized).
+template <typename Op>
+double OpSeconds(Backend& backend, int calls, Op op) {
+  op();
+  (void)backend.Synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) op();
+  (void)backend.Synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+}
+
+int Main() {
+  if (CudaDeviceCount() == 0) {
+    std::printf("cuda_step_bench: no GPU here (%s); nothing measured\n", DescribeCudaDevices().c_str());
+    return 0;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
+  if (!cuda.ok()) {
+    std::printf("cuda_step_bench: no CUDA backend (%s)\n", cuda.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<Backend> cpu = NewCpuBackend();
+  ModelConfig config;
+  ModelConfig::Type type;
+  if (!ModelConfig::Type_Parse(absl::GetFlag(FLAGS_model), &type)) {
+    std::fprintf(stderr, "unknown --model\n");
+    return 2;
+  }
+  config.set_type(type);
+  const int batch_size = absl::GetFlag(FLAGS_batch);
+  const PreparedBatch batch = MakeBatch(batch_size);
+  auto cpu_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cpu.get());
+  auto cuda_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cuda->get());
+  const size_t unique = batch.keys.num_unique();
+  const int dim = cpu_model->embedding_dim();
+  std::vector<float> wide(unique, 0.01f), emb(unique * dim, 0.01f), dense(cpu_model->dense_size(), 0.01f);
+
+  std::vector<double> cpu_s, cuda_s, ratio, gather_gbs, segment_gbs;
+  Backend& be = **cuda;
+  const int64_t positions = int64_t{batch_size} * kCriteoFields;
+  DeviceArray<float> rows(&be), x(&be), values(&be), out(&be);
+  DeviceArray<uint32_t> index(&be), offsets(&be), seg_positions(&be);
+  if (!rows.Reserve(unique * dim).ok() || !x.Reserve(positions * dim).ok() || !values.Reserve(positions).ok() ||
+      !out.Reserve(unique * dim).ok() || !index.Reserve(positions).ok() || !offsets.Reserve(unique + 1).ok() ||
+      !seg_positions.Reserve(positions).ok()) {
+    std::fprintf(stderr, "cannot allocate device buffers\n");
+    return 1;
+  }
+  (void)be.CopyToDevice(rows.data(), emb.data(), unique * dim * sizeof(float));
+  (void)be.CopyToDevice(values.data(), batch.batch.values.data(), positions * sizeof(float));
+  (void)be.CopyToDevice(index.data(), batch.keys.inverse().data(), positions * sizeof(uint32_t));
+  (void)be.CopyToDevice(offsets.data(), batch.offsets.data(), (unique + 1) * sizeof(uint32_t));
+  (void)be.CopyToDevice(seg_positions.data(), batch.positions.data(), positions * sizeof(uint32_t));
+  // Bytes each kernel moves: gather reads a row element + writes an output element per output (plus index and
+  // value per position); the segment sum reads each position's gradient row once and writes the unique rows.
+  const double gather_bytes = positions * (dim * 8.0 + 8.0);
+  const double segment_bytes = positions * (dim * 4.0 + 8.0) + unique * dim * 4.0;
+  for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
+    const double c = StepSeconds(*cpu_model, batch, wide, emb, dense, std::max(1, absl::GetFlag(FLAGS_steps) / 10));
+    const double g = StepSeconds(*cuda_model, batch, wide, emb, dense, absl::GetFlag(FLAGS_steps));
+    cpu_s.push_back(c);
+    cuda_s.push_back(g);
+    ratio.push_back(c / g);
+    const double tg = OpSeconds(be, 200, [&] {
+      (void)be.Gather(rows.data(), dim, index.data(), values.data(), positions, x.data());
+    });
+    const double ts = OpSeconds(be, 200, [&] {
+      (void)be.SegmentSum(x.data(), values.data(), offsets.data(), seg_positions.data(), dim, 1, unique, out.data());
+    });
+    gather_gbs.push_back(gather_bytes / tg / 1e9);
+    segment_gbs.push_back(segment_bytes / ts / 1e9);
+  }
+  std::printf("# Kestrel cuda_step_bench\n\n%s\n\n", DescribeCudaDevices().c_str());
+  std::printf("Model %s, batch %d x %d fields (%zu unique keys), embedding dim %d; medians of %d runs.\n\n",
+              absl::GetFlag(FLAGS_model).c_str(), batch_size, kCriteoFields, unique, dim, absl::GetFlag(FLAGS_runs));
+  std::printf("| figure | value |\n|---|---|\n");
+  std::printf("| CPU backend step | %.3f ms |\n| CUDA backend step (host params in, host grads out) | %.3f ms |\n",
+              Median(cpu_s) * 1e3, Median(cuda_s) * 1e3);
+  std::printf("| speed-up CUDA / CPU (median of per-run ratios) | %.1fx |\n", Median(ratio));
+  std::printf("| CUDA examples/s | %.0f |\n", batch_size / Median(cuda_s));
+  std::printf("| Gather effective bandwidth | %.0f GB/s |\n| SegmentSum effective bandwidth | %.0f GB/s |\n",
+              Median(gather_gbs), Median(segment_gbs));
+  return 0;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kestrel::Main();
+}
