@@ -6,9 +6,7 @@
 //   cuda_step_bench [--model=DEEPFM] [--batch=4096] [--steps=50] [--runs=3]
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -18,6 +16,7 @@
 #include "worker/compute/cpu_backend.h"
 #include "worker/compute/cuda_backend.h"
 #include "worker/model.h"
+#include "worker/synthetic_batch.h"
 
 ABSL_FLAG(std::string, model, "DEEPFM", "Model type (proto/job.proto ModelConfig.Type).");
 ABSL_FLAG(int, batch, 4096, "Examples per step.");
@@ -26,24 +25,6 @@ ABSL_FLAG(int, runs, 3, "Runs; medians are reported.");
 
 namespace kestrel {
 namespace {
-
-PreparedBatch MakeBatch(int examples) {
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  PreparedBatch p;
-  p.batch.Reset(kCriteoFields, kCriteoIntegerFields);
-  for (int n = 0; n < examples; ++n) {
-    for (int f = 0; f < kCriteoFields; ++f) {
-      p.batch.keys.push_back(Partition::FieldFeatureKey(f, static_cast<uint64_t>(std::pow(1e5, u(rng)))));
-      p.batch.values.push_back(1.0f);
-    }
-    for (int d = 0; d < kCriteoIntegerFields; ++d) p.batch.dense.push_back(static_cast<float>(3 * u(rng)));
-    p.batch.labels.push_back(u(rng) < 0.25 ? 1.0f : 0.0f);
-    ++p.batch.size;
-  }
-  p.Prepare(*Partition::Uniform(1));
-  return p;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -91,7 +72,7 @@ int Main() {
   }
   config.set_type(type);
   const int batch_size = absl::GetFlag(FLAGS_batch);
-  const PreparedBatch batch = MakeBatch(batch_size);
+  const PreparedBatch batch = SyntheticCriteoBatch(batch_size, 1e5);
   auto cpu_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cpu.get());
   auto cuda_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cuda->get());
   const size_t unique = batch.keys.num_unique();

@@ -9,31 +9,13 @@
 #include "worker/compute/cpu_backend.h"
 #include "worker/compute/cuda_backend.h"
 #include "worker/model.h"
+#include "worker/synthetic_batch.h"
 
 namespace kestrel {
 namespace {
 
 constexpr int kExamples = 512;
 constexpr int kDenseDim = 13;
-
-PreparedBatch CriteoShapedBatch() {
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  PreparedBatch p;
-  p.batch.Reset(kCriteoFields, kDenseDim);
-  for (int n = 0; n < kExamples; ++n) {
-    for (int f = 0; f < kCriteoFields; ++f) {
-      // Skewed ids: hot keys repeat across many examples, as in real categorical data.
-      p.batch.keys.push_back(Partition::FieldFeatureKey(f, static_cast<uint64_t>(std::pow(500.0, u(rng)))));
-      p.batch.values.push_back(1.0f);
-    }
-    for (int d = 0; d < kDenseDim; ++d) p.batch.dense.push_back(static_cast<float>(3 * u(rng)));
-    p.batch.labels.push_back(u(rng) < 0.3 ? 1.0f : 0.0f);
-    ++p.batch.size;
-  }
-  p.Prepare(*Partition::Uniform(2));
-  return p;
-}
 
 void ExpectClose(const std::vector<float>& cuda, const std::vector<float>& cpu, const char* what) {
   ASSERT_EQ(cuda.size(), cpu.size());
@@ -57,7 +39,7 @@ TEST_P(ModelGpuTest, TrainingStepMatchesTheCpuBackend) {
   config.set_type(GetParam());
   auto cpu_model = *Model::Create(config, kCriteoFields, kDenseDim, cpu.get());
   auto cuda_model = *Model::Create(config, kCriteoFields, kDenseDim, cuda->get());
-  const PreparedBatch batch = CriteoShapedBatch();
+  const PreparedBatch batch = SyntheticCriteoBatch(kExamples, 500.0);
   const size_t unique = batch.keys.num_unique();
   const int dim = cpu_model->embedding_dim();
   std::mt19937 rng(9);

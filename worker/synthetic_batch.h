@@ -1,0 +1,34 @@
+// A synthetic Criteo-shaped PreparedBatch for GPU tests and kernel benchmarks: 39 slots with skewed ids (a
+// few hot keys repeat across many examples, as in real categorical data), 13 dense inputs, ~25% positives.
+#ifndef KESTREL_WORKER_SYNTHETIC_BATCH_H_
+#define KESTREL_WORKER_SYNTHETIC_BATCH_H_
+
+#include <cmath>
+#include <random>
+
+#include "worker/batch.h"
+
+namespace kestrel {
+
+// Ids of field f are floor(id_range^u) for u uniform in [0, 1): log-uniform in [1, id_range).
+inline PreparedBatch SyntheticCriteoBatch(int examples, double id_range, uint32_t seed = 5) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  PreparedBatch p;
+  p.batch.Reset(kCriteoFields, kCriteoIntegerFields);
+  for (int n = 0; n < examples; ++n) {
+    for (int f = 0; f < kCriteoFields; ++f) {
+      p.batch.keys.push_back(Partition::FieldFeatureKey(f, static_cast<uint64_t>(std::pow(id_range, u(rng)))));
+      p.batch.values.push_back(1.0f);
+    }
+    for (int d = 0; d < kCriteoIntegerFields; ++d) p.batch.dense.push_back(static_cast<float>(3 * u(rng)));
+    p.batch.labels.push_back(u(rng) < 0.25 ? 1.0f : 0.0f);
+    ++p.batch.size;
+  }
+  p.Prepare(*Partition::Uniform(2));
+  return p;
+}
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_SYNTHETIC_BATCH_H_
