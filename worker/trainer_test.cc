@@ -4,12 +4,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/datagen.h"
 #include "worker/local_trainer.h"
+#include "worker/metrics.h"
 
 namespace kestrel {
 namespace {
@@ -109,6 +112,68 @@ TEST_F(TrainerTest, TooLittleDataOrMalformedLinesAreClearErrors) {
   job.mutable_data()->set_skip_malformed(true);
   auto skipped = TrainInProcess(job, backend.get());
   EXPECT_TRUE(skipped.ok()) << skipped.status();
+}
+
+// libsvm data from a planted linear model over real-valued features: LR and FM learn it to near its Bayes AUC.
+TEST(TrainerLibsvmTest, LearnsAPlantedLinearModelFromLibsvmFiles) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> feature(0, 299), count(3, 12);
+  std::uniform_real_distribution<double> value(0.5, 1.5), u01(0.0, 1.0);
+  std::normal_distribution<double> normal(0.0, 0.6);
+  std::vector<double> weight(300);
+  for (double& w : weight) w = normal(rng);
+  std::vector<float> test_p, test_y;
+  auto write = [&](const std::string& path, int rows, bool test) {
+    std::ofstream out(path);
+    for (int r = 0; r < rows; ++r) {
+      const int n = count(rng);
+      double logit = -0.8;
+      std::string line;
+      for (int i = 0; i < n; ++i) {
+        const int f = feature(rng);
+        const double v = value(rng);
+        logit += v * weight[f];
+        line += absl::StrFormat(" %d:%.4f", f, v);
+      }
+      const double p = 1 / (1 + std::exp(-logit));
+      const int y = u01(rng) < p ? 1 : 0;
+      out << (y == 1 ? "+1" : "-1") << line << "\n";
+      if (test) {
+        test_p.push_back(static_cast<float>(p));
+        test_y.push_back(static_cast<float>(y));
+      }
+    }
+  };
+  const std::string dir = TmpDir();
+  write(dir + "/svm_train.txt", 40000, false);
+  write(dir + "/svm_test.txt", 10000, true);
+  const double bayes = ExactAuc(test_p, test_y);
+  for (ModelConfig::Type type : {ModelConfig::LOGISTIC_REGRESSION, ModelConfig::FM}) {
+    JobConfig job;
+    job.mutable_model()->set_type(type);
+    job.mutable_data()->set_format(DataConfig::LIBSVM);
+    job.mutable_data()->set_libsvm_slots(12);
+    job.mutable_data()->add_train_files(dir + "/svm_train.txt");
+    job.mutable_data()->add_test_files(dir + "/svm_test.txt");
+    job.mutable_train()->set_batch_size(256);
+    job.mutable_train()->set_epochs(2);
+    auto backend = NewCpuBackend();
+    auto result = TrainInProcess(job, backend.get());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_GT(result->eval.auc, bayes - 0.02) << ModelConfig::Type_Name(type) << " (Bayes " << bayes << ")";
+  }
+  // An example with more features than slots is an error naming the file and line.
+  JobConfig job;
+  job.mutable_data()->set_format(DataConfig::LIBSVM);
+  job.mutable_data()->set_libsvm_slots(4);
+  job.mutable_data()->add_train_files(dir + "/svm_train.txt");
+  job.mutable_data()->add_test_files(dir + "/svm_test.txt");
+  job.mutable_train()->set_batch_size(256);
+  auto backend = NewCpuBackend();
+  auto refused = TrainInProcess(job, backend.get());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("svm_train.txt:"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("libsvm_slots"), std::string::npos) << refused.status();
 }
 
 }  // namespace
