@@ -59,8 +59,8 @@ void PreparedBatch::Prepare(const Partition& partition) {
   for (size_t u = 0; u < unique; ++u) offsets[u + 1] += offsets[u];
   positions.resize(inverse.size());
   // Positions in increasing order within each segment: place them in input order.
-  std::vector<uint32_t> next(offsets.begin(), offsets.end() - 1);
-  for (size_t p = 0; p < inverse.size(); ++p) positions[next[inverse[p]]++] = static_cast<uint32_t>(p);
+  cursor.assign(offsets.begin(), offsets.end() - 1);
+  for (size_t p = 0; p < inverse.size(); ++p) positions[cursor[inverse[p]]++] = static_cast<uint32_t>(p);
 }
 
 }  // namespace kestrel

@@ -48,6 +48,7 @@ struct PreparedBatch {
   KeyBatch keys;
   std::vector<uint32_t> offsets;    // num_unique + 1
   std::vector<uint32_t> positions;  // size * fields
+  std::vector<uint32_t> cursor;     // scratch of Prepare(), reused
 
   // Builds keys, offsets and positions from batch (a counting sort of the inverse index: O(positions)).
   void Prepare(const Partition& partition);

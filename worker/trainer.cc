@@ -71,7 +71,8 @@ struct StepData {
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
 };
 
-// A bounded queue of prepared batches between the reader thread and the training loop.
+// A bounded queue of prepared batches between the reader thread and the training loop, and the free list that
+// recycles them (with their pinned buffers) once trained.
 class BatchQueue {
  public:
   explicit BatchQueue(size_t capacity) : capacity_(capacity) {}
@@ -107,11 +108,24 @@ class BatchQueue {
     absl::MutexLock lock(&mu_);
     closed_ = true;
   }
+  // A used StepData to fill again (its pinned buffers are reused), or a new one.
+  std::unique_ptr<StepData> TakeFree(Backend* backend) {
+    absl::MutexLock lock(&mu_);
+    if (free_.empty()) return std::make_unique<StepData>(backend);
+    std::unique_ptr<StepData> item = std::move(free_.back());
+    free_.pop_back();
+    return item;
+  }
+  void Recycle(std::unique_ptr<StepData> item) {
+    absl::MutexLock lock(&mu_);
+    free_.push_back(std::move(item));
+  }
 
  private:
   const size_t capacity_;
   absl::Mutex mu_;
   std::deque<std::unique_ptr<StepData>> items_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<StepData>> free_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -211,7 +225,7 @@ class Trainer::Impl {
         if (!opened.ok()) return queue_->Fail(opened.status());
         reader = std::move(opened).value();
       }
-      auto step = std::make_unique<StepData>(backend_);
+      std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
       auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch);
       if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
         // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
@@ -226,7 +240,10 @@ class Trainer::Impl {
         return queue_->Fail(absl::DataLossError(absl::StrFormat(
             "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it)));
       }
-      if (it < options_.start_clock) continue;  // done before this worker was replaced
+      if (it < options_.start_clock) {  // done before this worker was replaced
+        queue_->Recycle(std::move(step));
+        continue;
+      }
       step->batch.Prepare(options_.partition);
       if (!queue_->Push(std::move(step))) return;
     }
@@ -302,6 +319,7 @@ class Trainer::Impl {
       if (!last) {
         absl::StatusOr<std::unique_ptr<StepData>> fetched = options_.prefetch_pulls ? next.get() : Fetch(clock + 1);
         if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
+        queue_->Recycle(std::move(current));
         current = std::move(fetched).value();
       }
 
