@@ -12,15 +12,15 @@ struct Model::Buffers {
   explicit Buffers(Backend* b)
       : index(b), values(b), labels(b), dense_in(b), offsets(b), positions(b), wide_rows(b), emb_rows(b),
         dense(b), xw(b), wide_out(b), x(b), sum(b), fm_out(b), in0(b), prob(b), loss(b), dlogit(b), dx(b),
-        grad_wide(b), grad_emb(b), grad_dense(b), back_a(b), back_b(b) {}
+        grad_wide(b), grad_emb(b), grad_dense(b), vectors(b), pairs(b), dpairs(b), dvectors(b), dbottom(b) {}
   DeviceArray<uint32_t> index;
   DeviceArray<float> values, labels, dense_in;
   DeviceArray<uint32_t> offsets, positions;
   DeviceArray<float> wide_rows, emb_rows, dense;
   DeviceArray<float> xw, wide_out, x, sum, fm_out, in0;
-  std::vector<std::unique_ptr<DeviceArray<float>>> hidden;  // one activation per layer
   DeviceArray<float> prob, loss, dlogit, dx, grad_wide, grad_emb, grad_dense;
-  DeviceArray<float> back_a, back_b;  // ping-pong gradients of layer inputs
+  // DLRM: the interacting vectors [n, m, dim], their pairwise dots [n, pairs] and the gradients.
+  DeviceArray<float> vectors, pairs, dpairs, dvectors, dbottom;
   std::vector<float> host_loss;
 };
 
@@ -30,6 +30,7 @@ ModelConfig WithDefaults(ModelConfig config) {
     config.add_hidden(64);
     config.add_hidden(32);
   }
+  if (config.bottom_hidden_size() == 0) config.add_bottom_hidden(32);
   if (!config.has_wide_optimizer()) {
     config.mutable_wide_optimizer()->set_type(OptimizerConfig::FTRL);
     config.mutable_wide_optimizer()->set_learning_rate(0.05f);
@@ -61,8 +62,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, 
   if (c.embedding_dim() < 1 || c.embedding_dim() > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("model.embedding_dim must be in [1, 1024], got ", c.embedding_dim()));
   }
-  for (int h : c.hidden()) {
-    if (h < 1 || h > 4096) return absl::InvalidArgumentError(absl::StrCat("model.hidden widths must be in [1, 4096], got ", h));
+  for (const auto* widths : {&c.hidden(), &c.bottom_hidden()}) {
+    for (int h : *widths) {
+      if (h < 1 || h > 4096) {
+        return absl::InvalidArgumentError(absl::StrCat("model.hidden and bottom_hidden widths must be in [1, 4096], got ", h));
+      }
+    }
   }
   return std::unique_ptr<Model>(new Model(c, fields, dense_dim, backend));
 }
@@ -72,26 +77,88 @@ Model::Model(const ModelConfig& config, int fields, int dense_dim, Backend* back
       buffers_(std::make_unique<Buffers>(backend)) {
   const ModelConfig::Type type = config.type();
   fm_ = type == ModelConfig::FM || type == ModelConfig::DEEPFM;
-  deep_ = type == ModelConfig::DEEPFM || type == ModelConfig::WIDE_AND_DEEP;
+  dlrm_ = type == ModelConfig::DLRM;
+  deep_ = type == ModelConfig::DEEPFM || type == ModelConfig::WIDE_AND_DEEP || dlrm_;
   if (fm_ || deep_) dim_ = config.embedding_dim();
   if (!deep_) dense_dim_ = 0;
-  if (deep_) {
-    int inputs = fields_ * dim_ + dense_dim_;
-    std::vector<int> widths(config.hidden().begin(), config.hidden().end());
-    widths.push_back(1);
-    for (int outputs : widths) {
-      Layer layer;
-      layer.inputs = inputs;
-      layer.outputs = outputs;
-      layer.weight_offset = dense_size_;
-      dense_size_ += int64_t{inputs} * outputs;
-      layer.bias_offset = dense_size_;
-      dense_size_ += outputs;
-      layers_.push_back(layer);
-      buffers_->hidden.push_back(std::make_unique<DeviceArray<float>>(backend));
-      inputs = outputs;
+  std::vector<int> top(config.hidden().begin(), config.hidden().end());
+  top.push_back(1);  // the output unit
+  if (dlrm_) {
+    // The bottom MLP turns the dense inputs into one more embedding-sized vector; the top MLP sees it and the
+    // pairwise dots of all vectors.
+    bottom_ = dense_dim_ > 0;
+    vectors_ = fields_ + (bottom_ ? 1 : 0);
+    const int pairs = vectors_ * (vectors_ - 1) / 2;
+    AddMlp(&top_, (bottom_ ? dim_ : 0) + pairs, top, /*relu_last=*/false);
+    if (bottom_) {
+      std::vector<int> widths(config.bottom_hidden().begin(), config.bottom_hidden().end());
+      widths.push_back(dim_);
+      AddMlp(&bottom_mlp_, dense_dim_, widths, /*relu_last=*/true);
     }
+  } else if (deep_) {
+    AddMlp(&top_, fields_ * dim_ + dense_dim_, top, /*relu_last=*/false);
   }
+}
+
+void Model::AddMlp(Mlp* mlp, int inputs, const std::vector<int>& widths, bool relu_last) {
+  mlp->relu_last = relu_last;
+  for (int outputs : widths) {
+    Layer layer;
+    layer.inputs = inputs;
+    layer.outputs = outputs;
+    layer.weight_offset = dense_size_;
+    dense_size_ += int64_t{inputs} * outputs;
+    layer.bias_offset = dense_size_;
+    dense_size_ += outputs;
+    mlp->layers.push_back(layer);
+    mlp->out.push_back(std::make_unique<DeviceArray<float>>(backend_));
+    inputs = outputs;
+  }
+  for (auto& b : mlp->back) b = std::make_unique<DeviceArray<float>>(backend_);
+}
+
+absl::Status Model::MlpForward(Mlp& mlp, const float* input, int64_t n, const float** output) {
+  Backend& be = *backend_;
+  const float* params = buffers_->dense.data();
+  for (size_t l = 0; l < mlp.layers.size(); ++l) {
+    const Layer& layer = mlp.layers[l];
+    DeviceArray<float>& out = *mlp.out[l];
+    KESTREL_RETURN_IF_ERROR(out.Reserve(n * layer.outputs));
+    KESTREL_RETURN_IF_ERROR(be.Gemm(false, false, static_cast<int>(n), layer.outputs, layer.inputs, 1.0f, input,
+                                    params + layer.weight_offset, 0.0f, out.data()));
+    KESTREL_RETURN_IF_ERROR(be.BiasActivation(out.data(), params + layer.bias_offset, n, layer.outputs,
+                                              /*relu=*/l + 1 < mlp.layers.size() || mlp.relu_last));
+    input = out.data();
+  }
+  *output = input;
+  return absl::OkStatus();
+}
+
+absl::Status Model::MlpBackward(Mlp& mlp, const float* input, float* dout, int64_t n, float** dinput) {
+  Backend& be = *backend_;
+  const float* params = buffers_->dense.data();
+  float* grads = buffers_->grad_dense.data();
+  int max_width = 0;
+  for (const Layer& layer : mlp.layers) max_width = std::max(max_width, layer.inputs);
+  for (auto& b : mlp.back) KESTREL_RETURN_IF_ERROR(b->Reserve(n * max_width));
+  for (int l = static_cast<int>(mlp.layers.size()) - 1; l >= 0; --l) {
+    const Layer& layer = mlp.layers[l];
+    if (l + 1 < static_cast<int>(mlp.layers.size()) || mlp.relu_last) {
+      KESTREL_RETURN_IF_ERROR(be.ReluBackward(mlp.out[l]->data(), dout, n * layer.outputs));
+    }
+    const float* layer_input = l == 0 ? input : mlp.out[l - 1]->data();
+    // dW = input^T dout, db = column sums of dout, dinput = dout W^T.
+    KESTREL_RETURN_IF_ERROR(be.Gemm(true, false, layer.inputs, layer.outputs, static_cast<int>(n), 1.0f,
+                                    layer_input, dout, 0.0f, grads + layer.weight_offset));
+    KESTREL_RETURN_IF_ERROR(be.ColumnSum(dout, n, layer.outputs, grads + layer.bias_offset));
+    if (l == 0 && dinput == nullptr) break;
+    float* next = mlp.back[l % 2]->data();
+    KESTREL_RETURN_IF_ERROR(be.Gemm(false, true, static_cast<int>(n), layer.inputs, layer.outputs, 1.0f, dout,
+                                    params + layer.weight_offset, 0.0f, next));
+    dout = next;
+  }
+  if (dinput != nullptr) *dinput = dout;
+  return absl::OkStatus();
 }
 
 Model::~Model() = default;
@@ -207,7 +274,9 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
     KESTREL_RETURN_IF_ERROR(be.FmForward(buf.x.data(), buf.sum.data(), n, fields_, dim_, buf.fm_out.data()));
   }
   const float* deep_out = nullptr;
-  if (deep_) {
+  if (dlrm_) {
+    KESTREL_RETURN_IF_ERROR(DlrmForward(b, &deep_out));
+  } else if (deep_) {
     const int emb_width = fields_ * dim_;
     const int width = emb_width + dense_dim_;
     KESTREL_RETURN_IF_ERROR(buf.in0.Reserve(n * width));
@@ -218,18 +287,7 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
       KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.dense_in.data(), dense_dim_, buf.in0.data() + emb_width, width, n,
                                            dense_dim_, false));
     }
-    const float* input = buf.in0.data();
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Layer& layer = layers_[l];
-      DeviceArray<float>& out = *buf.hidden[l];
-      KESTREL_RETURN_IF_ERROR(out.Reserve(n * layer.outputs));
-      KESTREL_RETURN_IF_ERROR(be.Gemm(false, false, static_cast<int>(n), layer.outputs, layer.inputs, 1.0f, input,
-                                      buf.dense.data() + layer.weight_offset, 0.0f, out.data()));
-      KESTREL_RETURN_IF_ERROR(be.BiasActivation(out.data(), buf.dense.data() + layer.bias_offset, n, layer.outputs,
-                                                /*relu=*/l + 1 < layers_.size()));
-      input = out.data();
-    }
-    deep_out = input;
+    KESTREL_RETURN_IF_ERROR(MlpForward(top_, buf.in0.data(), n, &deep_out));
   }
   return be.LogitLoss(buf.dense.data(), buf.wide_out.data(), fm_ ? buf.fm_out.data() : nullptr, deep_out,
                       buf.labels.data(), n, /*scale=*/1.0f, buf.prob.data(), buf.loss.data(),
@@ -261,33 +319,15 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
     } else {
       KESTREL_RETURN_IF_ERROR(be.Zero(buf.dx.data(), positions * dim_ * sizeof(float)));
     }
-    if (deep_) {
-      int max_width = 0;
-      for (const Layer& layer : layers_) max_width = std::max(max_width, layer.inputs);
-      KESTREL_RETURN_IF_ERROR(buf.back_a.Reserve(n * max_width));
-      KESTREL_RETURN_IF_ERROR(buf.back_b.Reserve(n * max_width));
-      float* dout = buf.dlogit.data();  // dL/d(output of layer l)
-      float* spare[2] = {buf.back_a.data(), buf.back_b.data()};
-      for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
-        const Layer& layer = layers_[l];
-        const float* out = buf.hidden[l]->data();
-        if (l + 1 < static_cast<int>(layers_.size())) {
-          KESTREL_RETURN_IF_ERROR(be.ReluBackward(out, dout, n * layer.outputs));
-        }
-        const float* input = l == 0 ? buf.in0.data() : buf.hidden[l - 1]->data();
-        // dW = input^T dout, db = column sums of dout, dinput = dout W^T.
-        KESTREL_RETURN_IF_ERROR(be.Gemm(true, false, layer.inputs, layer.outputs, static_cast<int>(n), 1.0f, input,
-                                        dout, 0.0f, buf.grad_dense.data() + layer.weight_offset));
-        KESTREL_RETURN_IF_ERROR(be.ColumnSum(dout, n, layer.outputs, buf.grad_dense.data() + layer.bias_offset));
-        float* dinput = spare[l % 2];
-        KESTREL_RETURN_IF_ERROR(be.Gemm(false, true, static_cast<int>(n), layer.inputs, layer.outputs, 1.0f, dout,
-                                        buf.dense.data() + layer.weight_offset, 0.0f, dinput));
-        dout = dinput;
-      }
-      // dout is now dL/d(MLP input); its embedding columns add to the FM gradient.
+    if (dlrm_) {
+      KESTREL_RETURN_IF_ERROR(DlrmBackward(n));
+    } else if (deep_) {
+      float* dinput = nullptr;
+      KESTREL_RETURN_IF_ERROR(MlpBackward(top_, buf.in0.data(), buf.dlogit.data(), n, &dinput));
+      // dL/d(MLP input): its embedding columns add to the FM gradient.
       const int emb_width = fields_ * dim_;
       KESTREL_RETURN_IF_ERROR(
-          be.CopyBlock(dout, emb_width + dense_dim_, buf.dx.data(), emb_width, n, emb_width, /*accumulate=*/true));
+          be.CopyBlock(dinput, emb_width + dense_dim_, buf.dx.data(), emb_width, n, emb_width, /*accumulate=*/true));
     }
     KESTREL_RETURN_IF_ERROR(be.SegmentSum(buf.dx.data(), buf.values.data(), buf.offsets.data(), buf.positions.data(),
                                           dim_, 1, unique, buf.grad_emb.data()));
@@ -299,6 +339,62 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
   const float mean = 1.0f / static_cast<float>(n);
   for (int64_t i = 0; i < dense_size_; ++i) grads->dense[i] *= mean;
   return absl::OkStatus();
+}
+
+absl::Status Model::DlrmForward(const Batch& b, const float** deep_out) {
+  Buffers& buf = *buffers_;
+  Backend& be = *backend_;
+  const int64_t n = b.size;
+  const int emb_width = fields_ * dim_;
+  const int m = vectors_;
+  const int pairs = m * (m - 1) / 2;
+  const int lead = bottom_ ? dim_ : 0;  // the bottom vector's columns ahead of the dots in the top input
+  const float* vectors = buf.x.data();   // without dense inputs the field embeddings interact alone
+  const float* bottom = nullptr;
+  if (bottom_) {
+    KESTREL_RETURN_IF_ERROR(buf.dense_in.Reserve(n * dense_dim_));
+    KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.dense_in.data(), b.dense.data(), n * dense_dim_ * sizeof(float)));
+    KESTREL_RETURN_IF_ERROR(MlpForward(bottom_mlp_, buf.dense_in.data(), n, &bottom));
+    KESTREL_RETURN_IF_ERROR(buf.vectors.Reserve(n * m * dim_));
+    KESTREL_RETURN_IF_ERROR(be.CopyBlock(bottom, dim_, buf.vectors.data(), m * dim_, n, dim_, false));
+    KESTREL_RETURN_IF_ERROR(
+        be.CopyBlock(buf.x.data(), emb_width, buf.vectors.data() + dim_, m * dim_, n, emb_width, false));
+    vectors = buf.vectors.data();
+  }
+  KESTREL_RETURN_IF_ERROR(buf.pairs.Reserve(n * pairs));
+  KESTREL_RETURN_IF_ERROR(be.DotInteraction(vectors, n, m, dim_, buf.pairs.data()));
+  const int width = lead + pairs;
+  KESTREL_RETURN_IF_ERROR(buf.in0.Reserve(n * width));
+  if (bottom_) KESTREL_RETURN_IF_ERROR(be.CopyBlock(bottom, dim_, buf.in0.data(), width, n, dim_, false));
+  KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.pairs.data(), pairs, buf.in0.data() + lead, width, n, pairs, false));
+  return MlpForward(top_, buf.in0.data(), n, deep_out);
+}
+
+absl::Status Model::DlrmBackward(int64_t n) {
+  Buffers& buf = *buffers_;
+  Backend& be = *backend_;
+  const int emb_width = fields_ * dim_;
+  const int m = vectors_;
+  const int pairs = m * (m - 1) / 2;
+  const int lead = bottom_ ? dim_ : 0;
+  const int width = lead + pairs;
+  float* dinput = nullptr;
+  KESTREL_RETURN_IF_ERROR(MlpBackward(top_, buf.in0.data(), buf.dlogit.data(), n, &dinput));
+  KESTREL_RETURN_IF_ERROR(buf.dpairs.Reserve(n * pairs));
+  KESTREL_RETURN_IF_ERROR(be.CopyBlock(dinput + lead, width, buf.dpairs.data(), pairs, n, pairs, false));
+  KESTREL_RETURN_IF_ERROR(buf.dvectors.Reserve(n * m * dim_));
+  const float* vectors = bottom_ ? buf.vectors.data() : buf.x.data();
+  KESTREL_RETURN_IF_ERROR(be.DotInteractionBackward(vectors, buf.dpairs.data(), n, m, dim_, buf.dvectors.data()));
+  // The field embeddings' share goes to the embedding gradient (dx holds the FM part: zeros in DLRM).
+  KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.dvectors.data() + lead, m * dim_, buf.dx.data(), emb_width, n, emb_width,
+                                       /*accumulate=*/true));
+  if (!bottom_) return absl::OkStatus();
+  // The bottom vector feeds the top MLP directly and through its dots.
+  KESTREL_RETURN_IF_ERROR(buf.dbottom.Reserve(n * dim_));
+  KESTREL_RETURN_IF_ERROR(be.CopyBlock(dinput, width, buf.dbottom.data(), dim_, n, dim_, false));
+  KESTREL_RETURN_IF_ERROR(
+      be.CopyBlock(buf.dvectors.data(), m * dim_, buf.dbottom.data(), dim_, n, dim_, /*accumulate=*/true));
+  return MlpBackward(bottom_mlp_, buf.dense_in.data(), buf.dbottom.data(), n, nullptr);
 }
 
 }  // namespace kestrel

@@ -6,14 +6,15 @@
 //   wide  = sum_f value_f * w[key_f]                                 (tables "wide", dim 1)
 //   fm    = sum_{f < g} <value_f e[key_f], value_g e[key_g]>         (table "emb", dim embedding_dim)
 //   deep  = MLP([value_f e[key_f] for every f] ++ dense inputs)      ReLU hidden layers, a linear output unit
+//   DLRM's deep = MLP([b] ++ [<u_i, u_j> for i < j]) over u = (b, value_f e[key_f] ...), b = BottomMLP(dense)
 //   loss  = logloss of each example
 // Gradients: each sparse row receives the SUM over the batch's examples of their loss gradients (a row is
 // touched by few examples of a batch; averaging would shrink a rare feature's step by the batch size, and the
 // servers' adaptive optimizers, FTRL and Adagrad, normalize per coordinate); the dense tensor, which every
 // example touches, receives the batch MEAN.
-//   LR = bias + wide; FM = LR + fm; DeepFM = FM + deep; Wide&Deep = LR + deep.
-// The dense tensor (table "dense") holds [bias, W_0, b_0, W_1, b_1, ..., W_out, b_out], each W row-major
-// [inputs x outputs].
+//   LR = bias + wide; FM = LR + fm; DeepFM = FM + deep; Wide&Deep = LR + deep; DLRM = LR + DLRM's deep.
+// The dense tensor (table "dense") holds [bias, top MLP layers, bottom MLP layers (DLRM)], each layer
+// [W row-major inputs x outputs, b].
 //
 // Thread-compatible: one Model per training thread; it reuses its device and staging buffers across steps.
 // The Backend must outlive it.
@@ -63,6 +64,7 @@ class Model {
   bool has_embedding() const { return fm_ || deep_; }
   bool has_fm() const { return fm_; }
   bool has_deep() const { return deep_; }
+  bool has_dot_interaction() const { return dlrm_; }
   int embedding_dim() const { return dim_; }
   int64_t dense_size() const { return dense_size_; }
   int fields() const { return fields_; }
@@ -83,12 +85,30 @@ class Model {
     int64_t weight_offset = 0;  // into the dense tensor
     int64_t bias_offset = 0;
   };
+  // Fully connected layers in the dense tensor, ReLU after each but the last (and after the last with
+  // relu_last), with their activations and backward scratch.
+  struct Mlp {
+    std::vector<Layer> layers;
+    bool relu_last = false;
+    std::vector<std::unique_ptr<DeviceArray<float>>> out;  // per layer: [n, outputs]
+    std::unique_ptr<DeviceArray<float>> back[2];           // ping-pong input gradients
+  };
   struct Buffers;
 
   Model(const ModelConfig& config, int fields, int dense_dim, Backend* backend);
 
+  // Lays out an MLP of `widths` over `inputs` inputs at the end of the dense tensor.
+  void AddMlp(Mlp* mlp, int inputs, const std::vector<int>& widths, bool relu_last);
+  // Forward over `input` ([n, inputs]); *output points at the last layer's activations.
+  absl::Status MlpForward(Mlp& mlp, const float* input, int64_t n, const float** output);
+  // Backward given dout = dL/d(output) (overwritten); writes the weight and bias gradients into grad_dense and,
+  // when dinput is not null, points it at dL/d(input) ([n, inputs], valid until the next call).
+  absl::Status MlpBackward(Mlp& mlp, const float* input, float* dout, int64_t n, float** dinput);
   absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
   absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
+  // DLRM's deep part (after the embeddings are gathered into Buffers::x).
+  absl::Status DlrmForward(const Batch& batch, const float** deep_out);
+  absl::Status DlrmBackward(int64_t n);
 
   ModelConfig config_;
   Backend* backend_;
@@ -97,7 +117,11 @@ class Model {
   int dim_ = 0;  // embedding dim (0 without embeddings)
   bool fm_ = false;
   bool deep_ = false;
-  std::vector<Layer> layers_;
+  bool dlrm_ = false;
+  bool bottom_ = false;  // DLRM with dense inputs
+  int vectors_ = 0;      // DLRM: vectors per example in the dot interaction
+  Mlp top_;              // the deep part's MLP
+  Mlp bottom_mlp_;       // DLRM: dense inputs -> one embedding-sized vector
   int64_t dense_size_ = 1;
   std::unique_ptr<Buffers> buffers_;
 };

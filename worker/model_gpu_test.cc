@@ -78,7 +78,7 @@ TEST_P(ModelGpuTest, TrainingStepMatchesTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(AllModels, ModelGpuTest,
                          ::testing::Values(ModelConfig::LOGISTIC_REGRESSION, ModelConfig::FM, ModelConfig::DEEPFM,
-                                           ModelConfig::WIDE_AND_DEEP),
+                                           ModelConfig::WIDE_AND_DEEP, ModelConfig::DLRM),
                          [](const auto& info) { return ModelConfig::Type_Name(info.param); });
 
 }  // namespace

@@ -46,9 +46,11 @@ DatagenTruth* TrainerTest::truth_ = nullptr;
 
 TEST_F(TrainerTest, EveryModelComesWithin002OfTheBayesOptimalAuc) {
   for (ModelConfig::Type type : {ModelConfig::LOGISTIC_REGRESSION, ModelConfig::FM, ModelConfig::DEEPFM,
-                                 ModelConfig::WIDE_AND_DEEP}) {
+                                 ModelConfig::WIDE_AND_DEEP, ModelConfig::DLRM}) {
     auto backend = NewCpuBackend();
     auto result = TrainInProcess(Job(type), backend.get());
+    std::printf("%-20s test AUC %.5f (Bayes %.5f), %.0f examples/s\n", ModelConfig::Type_Name(type).c_str(),
+                result.ok() ? result->eval.auc : 0.0, truth_->bayes_auc, result.ok() ? result->examples_per_second : 0.0);
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->steps, 2 * (SmallDatagenOptions().train_rows / 256));
     EXPECT_EQ(result->eval.examples, 10000);

@@ -50,6 +50,11 @@ class Backend {
   // dx[n, f, d] = g[n] * (sum[n, d] - x[n, f, d]).
   virtual absl::Status FmBackward(const float* x, const float* sum, const float* g, int64_t examples, int fields,
                                   int dim, float* dx) = 0;
+  // DLRM: z[n, k] = <v[n, i], v[n, j]> for the m (m - 1) / 2 pairs k = (i < j) of the m vectors of v[n].
+  virtual absl::Status DotInteraction(const float* v, int64_t examples, int m, int dim, float* z) = 0;
+  // dv[n, i, :] = sum over j != i of dz[n, pair(i, j)] * v[n, j, :].
+  virtual absl::Status DotInteractionBackward(const float* v, const float* dz, int64_t examples, int m, int dim,
+                                              float* dv) = 0;
   // dst[r, c] (+)= src[r, c] for r < rows, c < cols, with row strides src_stride and dst_stride (floats);
   // accumulate adds instead of overwriting.
   virtual absl::Status CopyBlock(const float* src, int src_stride, float* dst, int dst_stride, int64_t rows,

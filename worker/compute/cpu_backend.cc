@@ -66,6 +66,24 @@ class CpuBackend final : public Backend {
     }
     return absl::OkStatus();
   }
+  absl::Status DotInteraction(const float* v, int64_t examples, int m, int dim, float* z) override {
+    const int pairs = m * (m - 1) / 2;
+    for (int64_t n = 0; n < examples; ++n) {
+      for (int k = 0; k < pairs; ++k) z[n * pairs + k] = kernel::DotInteractionElement(v, m, dim, n, k);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status DotInteractionBackward(const float* v, const float* dz, int64_t examples, int m, int dim,
+                                      float* dv) override {
+    for (int64_t n = 0; n < examples; ++n) {
+      for (int i = 0; i < m; ++i) {
+        for (int d = 0; d < dim; ++d) {
+          dv[(n * m + i) * dim + d] = kernel::DotInteractionGradElement(v, dz, m, dim, n, i, d);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   absl::Status CopyBlock(const float* src, int src_stride, float* dst, int dst_stride, int64_t rows, int cols,
                          bool accumulate) override {
     for (int64_t r = 0; r < rows; ++r) {

@@ -87,6 +87,40 @@ TEST_F(CpuBackendTest, FieldSumAndFmMatchThePairwiseDefinition) {
   ExpectNear(dx, want_dx, 1e-4);
 }
 
+TEST_F(CpuBackendTest, DotInteractionIsEveryPairsDotProductAndItsGradient) {
+  const int n = 3, m = 5, dim = 4, pairs = m * (m - 1) / 2;
+  std::vector<float> v = Random(n * m * dim, &rng_);
+  std::vector<float> z(n * pairs);
+  ASSERT_TRUE(backend_->DotInteraction(v.data(), n, m, dim, z.data()).ok());
+  std::vector<double> want;
+  for (int e = 0; e < n; ++e) {
+    for (int i = 0; i < m; ++i) {
+      for (int j = i + 1; j < m; ++j) {
+        double s = 0;
+        for (int d = 0; d < dim; ++d) s += double{v[(e * m + i) * dim + d]} * v[(e * m + j) * dim + d];
+        want.push_back(s);
+      }
+    }
+  }
+  ExpectNear(z, want);
+  // Backward of L = sum_k dz[k] z[k]: dL/dv[i] = sum_{j != i} dz[pair(i, j)] v[j].
+  std::vector<float> dz = Random(n * pairs, &rng_), dv(n * m * dim);
+  ASSERT_TRUE(backend_->DotInteractionBackward(v.data(), dz.data(), n, m, dim, dv.data()).ok());
+  std::vector<double> want_dv(n * m * dim, 0.0);
+  for (int e = 0; e < n; ++e) {
+    int k = 0;
+    for (int i = 0; i < m; ++i) {
+      for (int j = i + 1; j < m; ++j, ++k) {
+        for (int d = 0; d < dim; ++d) {
+          want_dv[(e * m + i) * dim + d] += double{dz[e * pairs + k]} * v[(e * m + j) * dim + d];
+          want_dv[(e * m + j) * dim + d] += double{dz[e * pairs + k]} * v[(e * m + i) * dim + d];
+        }
+      }
+    }
+  }
+  ExpectNear(dv, want_dv);
+}
+
 TEST_F(CpuBackendTest, GemmAllTransposes) {
   const int m = 5, n = 4, k = 7;
   for (bool ta : {false, true}) {

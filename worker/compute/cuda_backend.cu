@@ -99,6 +99,24 @@ __global__ void FmBackwardKernel(const float* x, const float* sum, const float* 
   }
 }
 
+__global__ void DotInteractionKernel(const float* v, int64_t examples, int m, int dim, float* z) {
+  const int pairs = m * (m - 1) / 2;
+  const int64_t total = examples * pairs;
+  for (int64_t i = FirstIndex(); i < total; i += Stride()) {
+    z[i] = kernel::DotInteractionElement(v, m, dim, i / pairs, static_cast<int>(i % pairs));
+  }
+}
+
+__global__ void DotInteractionBackwardKernel(const float* v, const float* dz, int64_t examples, int m, int dim,
+                                             float* dv) {
+  const int64_t total = examples * m * dim;
+  for (int64_t i = FirstIndex(); i < total; i += Stride()) {
+    const int64_t nm = i / dim;
+    dv[i] = kernel::DotInteractionGradElement(v, dz, m, dim, nm / m, static_cast<int>(nm % m),
+                                              static_cast<int>(i % dim));
+  }
+}
+
 __global__ void CopyBlockKernel(const float* src, int src_stride, float* dst, int dst_stride, int64_t rows,
                                 int cols, bool accumulate) {
   const int64_t total = rows * cols;
@@ -186,6 +204,22 @@ absl::Status LaunchFmBackward(cudaStream_t stream, const float* x, const float* 
   if (total <= 0) return absl::OkStatus();
   FmBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(x, sum, g, examples, fields, dim, dx);
   return CheckLaunch("FmBackwardKernel");
+}
+
+absl::Status LaunchDotInteraction(cudaStream_t stream, const float* v, int64_t examples, int m, int dim,
+                                  float* z) {
+  const int64_t total = examples * (int64_t{m} * (m - 1) / 2);
+  if (total <= 0) return absl::OkStatus();
+  DotInteractionKernel<<<BlocksFor(total), kThreads, 0, stream>>>(v, examples, m, dim, z);
+  return CheckLaunch("DotInteractionKernel");
+}
+
+absl::Status LaunchDotInteractionBackward(cudaStream_t stream, const float* v, const float* dz, int64_t examples,
+                                          int m, int dim, float* dv) {
+  const int64_t total = examples * m * dim;
+  if (total <= 0) return absl::OkStatus();
+  DotInteractionBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(v, dz, examples, m, dim, dv);
+  return CheckLaunch("DotInteractionBackwardKernel");
 }
 
 absl::Status LaunchCopyBlock(cudaStream_t stream, const float* src, int src_stride, float* dst, int dst_stride,
@@ -363,6 +397,15 @@ class CudaBackend final : public Backend {
                           float* dx) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;
     return LaunchFmBackward(stream_, x, sum, g, examples, fields, dim, dx);
+  }
+  absl::Status DotInteraction(const float* v, int64_t examples, int m, int dim, float* z) override {
+    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    return LaunchDotInteraction(stream_, v, examples, m, dim, z);
+  }
+  absl::Status DotInteractionBackward(const float* v, const float* dz, int64_t examples, int m, int dim,
+                                      float* dv) override {
+    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    return LaunchDotInteractionBackward(stream_, v, dz, examples, m, dim, dv);
   }
   absl::Status CopyBlock(const float* src, int src_stride, float* dst, int dst_stride, int64_t rows, int cols,
                          bool accumulate) override {

@@ -266,6 +266,22 @@ TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
   ExpectClose(wide_grad, "SegmentSum group fields");
 }
 
+TEST_F(CudaBackendTest, DotInteractionMatchesTheCpu) {
+  // DLRM shape: the bottom MLP's output and 39 field embeddings per example.
+  const int m = kFields + 1;
+  const int pairs = m * (m - 1) / 2;
+  const Twin<float> v = Upload(Random(int64_t{kExamples} * m * kDim, -0.05f, 0.05f));
+  const Twin<float> z = Output(int64_t{kExamples} * pairs);
+  RunBoth("DotInteraction", [&](Backend* b) { return b->DotInteraction(On(b, v), kExamples, m, kDim, On(b, z)); });
+  ExpectClose(z, "DotInteraction");
+  const Twin<float> dz = Upload(Random(int64_t{kExamples} * pairs, -0.01f, 0.01f));
+  const Twin<float> dv = Output(int64_t{kExamples} * m * kDim);
+  RunBoth("DotInteractionBackward", [&](Backend* b) {
+    return b->DotInteractionBackward(On(b, v), On(b, dz), kExamples, m, kDim, On(b, dv));
+  });
+  ExpectClose(dv, "DotInteractionBackward");
+}
+
 TEST_F(CudaBackendTest, SegmentSumIsBitwiseRepeatable) {
   const SparseBatch batch = MakeSparseBatch(&rng_);
   const Twin<float> dx = Upload(Random(kCount * kDim, -1.0f, 1.0f));

@@ -57,6 +57,43 @@ KESTREL_HD inline float FmGradElement(const float* x, const float* sum, const fl
   return g[n] * (sum[n * dim + d] - x[(n * fields + f) * dim + d]);
 }
 
+// DLRM dot interaction over m vectors per example, v: [n, m, dim]. Pair k enumerates i < j row by row:
+// (0,1), (0,2), ..., (0,m-1), (1,2), ... ; there are m (m - 1) / 2 pairs.
+KESTREL_HD inline int PairIndex(int i, int j, int m) { return i * (2 * m - i - 1) / 2 + (j - i - 1); }
+KESTREL_HD inline void PairOf(int k, int m, int* i, int* j) {
+  int row = 0;
+  while (k >= m - 1 - row) {
+    k -= m - 1 - row;
+    ++row;
+  }
+  *i = row;
+  *j = row + 1 + k;
+}
+
+// z[n, k] = <v[n, i], v[n, j]> for pair k = (i, j).
+KESTREL_HD inline float DotInteractionElement(const float* v, int m, int dim, int64_t n, int k) {
+  int i = 0, j = 0;
+  PairOf(k, m, &i, &j);
+  const float* a = v + (n * m + i) * dim;
+  const float* b = v + (n * m + j) * dim;
+  float s = 0.0f;
+  for (int d = 0; d < dim; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// Its backward: dv[n, i, d] = sum over j != i (ascending) of dz[n, pair(i, j)] * v[n, j, d].
+KESTREL_HD inline float DotInteractionGradElement(const float* v, const float* dz, int m, int dim, int64_t n, int i,
+                                                  int d) {
+  const int pairs = m * (m - 1) / 2;
+  float s = 0.0f;
+  for (int j = 0; j < m; ++j) {
+    if (j == i) continue;
+    const int k = i < j ? PairIndex(i, j, m) : PairIndex(j, i, m);
+    s += dz[n * pairs + k] * v[(n * m + j) * dim + d];
+  }
+  return s;
+}
+
 // Numerically stable logistic function.
 KESTREL_HD inline float Sigmoid(float z) {
   if (z >= 0.0f) return 1.0f / (1.0f + expf(-z));
