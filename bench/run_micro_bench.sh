@@ -12,12 +12,14 @@ shift
 bazel build -c opt "//bench:${name}"
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)/bench/${name}"
 out="bench/results/${name}.md"
+# shellcheck source=bench/bench_env.sh
+source bench/bench_env.sh
 {
   echo "# ${name}: $(sed -n '1s|^// ||p' "bench/${name}.cc")"
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs),"\
-       "$(uname -sr), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
-  echo "Command: bench/run_micro_bench.sh ${name} (medians of 5 repetitions; see bench/${name}.cc for what an item is)."
+       "$(uname -sr), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(bench_commit)."
+  echo "Command: $(bench_invocation bench/run_micro_bench.sh "${name}" "$@") (medians of 5 repetitions; see bench/${name}.cc for what an item is)."
   echo
   echo '```'
   "${bin}" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.3 "$@" 2>&1 |

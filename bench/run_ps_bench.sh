@@ -13,16 +13,10 @@ bazel build -c opt //bench:ps_bench //server:kestrel_server
 # Ask Bazel for the -c opt output tree: the bazel-bin symlink follows whichever build ran last.
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-# GIT_OPTIONAL_LOCKS=0: status must not write the index (others may be using this checkout).
-if [[ "${commit}" != unknown && -n "$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-  commit="${commit}-dirty"
-fi
-
-invocation="bench/run_ps_bench.sh"
-for arg in "$@"; do
-  invocation+=" $(printf '%q' "${arg}")"
-done
+# shellcheck source=bench/bench_env.sh
+source bench/bench_env.sh
+commit="$(bench_commit)"
+invocation="$(bench_invocation bench/run_ps_bench.sh "$@")"
 
 exec "${bin}/bench/ps_bench" \
   --server_binary="${bin}/server/kestrel_server" \

@@ -12,14 +12,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bazel build -c opt //bench:train_bench //scheduler:kestrel_scheduler //server:kestrel_server //worker:kestrel_worker
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [[ "${commit}" != unknown && -n "$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-  commit="${commit}-dirty"
-fi
-invocation="bench/run_train_bench.sh"
-for arg in "$@"; do
-  invocation+=" $(printf '%q' "${arg}")"
-done
+# shellcheck source=bench/bench_env.sh
+source bench/bench_env.sh
+commit="$(bench_commit)"
+invocation="$(bench_invocation bench/run_train_bench.sh "$@")"
 
 exec "${bin}/bench/train_bench" \
   --scheduler_binary="${bin}/scheduler/kestrel_scheduler" \
