@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -26,6 +27,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
+#include "tests/records.h"
 #include "tests/server_process.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/datagen.h"
@@ -59,9 +61,8 @@ std::string JobText(const std::string& data) {
 }
 
 double NumberField(const std::string& line, const std::string& name) {
-  const size_t at = line.find("\"" + name + "\":");
-  if (at == std::string::npos) return 0;
-  return std::stod(line.substr(at + name.size() + 3));
+  double value = 0;
+  return absl::SimpleAtod(RecordField(line, name), &value) ? value : 0;
 }
 
 // Examples/s of one in-process run (training time only).

@@ -5,9 +5,11 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/records.h"
 #include "tests/server_process.h"
 #include "worker/data/datagen.h"
 
@@ -33,15 +35,12 @@ absl::StatusOr<Eval> LastEval(const std::string& path) {
     if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
   }
   if (last.empty()) return absl::NotFoundError(absl::StrCat("no eval record in ", path));
-  auto field = [&](const std::string& name) {
-    const size_t at = last.find("\"" + name + "\":");
-    std::string rest = last.substr(at + name.size() + 3);
-    return rest.substr(0, rest.find_first_of(",}"));
-  };
   Eval e;
-  e.auc = std::stod(field("auc"));
-  e.logloss = std::stod(field("logloss"));
-  e.fingerprint = field("fingerprint");
+  if (!absl::SimpleAtod(RecordField(last, "auc"), &e.auc) ||
+      !absl::SimpleAtod(RecordField(last, "logloss"), &e.logloss)) {
+    return absl::DataLossError(absl::StrCat("bad eval record in ", path, ": ", last));
+  }
+  e.fingerprint = RecordField(last, "fingerprint");
   return e;
 }
 
