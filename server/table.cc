@@ -147,10 +147,17 @@ float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
   for (;; i = (i + 1) & mask) {
     const uint32_t slot = s.index[i];
     if (slot == 0) break;
-    float* row = RowLocked(s, slot - 1);
-    if (RowKey(row) == key) return row;
+    const uint32_t id = slot - 1;
+    float* row = RowLocked(s, id);
+    if (RowKey(row) == key) {
+      s.num_dirty += s.dirty[id] ^ 1;
+      s.dirty[id] = 1;
+      return row;
+    }
   }
   const uint32_t id = s.rows++;
+  s.dirty.push_back(1);
+  ++s.num_dirty;
   if ((id >> chunk_shift_) == s.chunks.size()) {
     s.chunks.emplace_back(new float[(size_t{1} << chunk_shift_) * row_floats_]);
   }
@@ -258,6 +265,7 @@ uint64_t Table::memory_bytes() const {
     bytes += s.index.capacity() * sizeof(uint32_t);
     bytes += s.chunks.size() * ((uint64_t{1} << chunk_shift_) * row_floats_ * sizeof(float));
     bytes += s.chunks.capacity() * sizeof(std::unique_ptr<float[]>);
+    bytes += s.dirty.capacity();
   }
   return bytes;
 }
@@ -273,6 +281,62 @@ void Table::ForEachRow(const std::function<void(uint64_t, const float*, const fl
       fn(RowKey(r), r + kKeyFloats, r + kKeyFloats + dim_);
     }
   }
+}
+
+absl::Status Table::ForEachDirtyRow(
+    const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const {
+  const size_t floats = stored_floats();
+  for (int si = 0; si < kStripes; ++si) {
+    const Stripe& s = stripes_[si];
+    absl::ReaderMutexLock lock(&s.mu);
+    if (s.num_dirty == 0) continue;
+    for (uint32_t id = 0; id < s.rows; ++id) {
+      if (!s.dirty[id]) continue;
+      const float* r = RowLocked(s, id);
+      absl::Status status = fn(RowKey(r), absl::MakeConstSpan(r + kKeyFloats, floats));
+      if (!status.ok()) return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Table::num_dirty() const {
+  uint64_t n = 0;
+  for (int si = 0; si < kStripes; ++si) {
+    absl::ReaderMutexLock lock(&stripes_[si].mu);
+    n += stripes_[si].num_dirty;
+  }
+  return n;
+}
+
+void Table::ClearDirty() {
+  for (int si = 0; si < kStripes; ++si) {
+    Stripe& s = stripes_[si];
+    absl::MutexLock lock(&s.mu);
+    std::fill(s.dirty.begin(), s.dirty.end(), 0);
+    s.num_dirty = 0;
+  }
+}
+
+void Table::MarkAllDirty() {
+  for (int si = 0; si < kStripes; ++si) {
+    Stripe& s = stripes_[si];
+    absl::MutexLock lock(&s.mu);
+    std::fill(s.dirty.begin(), s.dirty.end(), 1);
+    s.num_dirty = s.rows;
+  }
+}
+
+absl::Status Table::LoadRow(uint64_t key, absl::Span<const float> row) {
+  if (row.size() != static_cast<size_t>(stored_floats())) {
+    return absl::InvalidArgumentError(absl::StrFormat("table '%s': a stored row has %d floats, expected %d",
+                                                      config_.name(), row.size(), stored_floats()));
+  }
+  Stripe& s = stripes_[StripeOf(key)];
+  absl::MutexLock lock(&s.mu);
+  float* r = FindOrCreateLocked(s, Mix64(key), key);
+  std::memcpy(r + kKeyFloats, row.data(), sizeof(float) * row.size());
+  return absl::OkStatus();
 }
 
 uint64_t Table::Fingerprint() const {

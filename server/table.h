@@ -11,6 +11,9 @@
 // order, writing their answer sequentially; others are bucketed first. Concurrent requests from many
 // workers rarely contend and there is no table-wide lock. Pulls take stripes shared, pushes exclusive.
 //
+// Checkpoints. Each stripe keeps a byte per row saying whether it was written since the last ClearDirty(), so an
+// incremental checkpoint writes only the changed rows (finding them is a scan of one byte per row).
+//
 // Rows are created on first push with the table's initializer; a pull of an absent key returns the same
 // deterministic initial value without storing a row (so evaluation traffic does not grow the table).
 //
@@ -77,6 +80,20 @@ class Table {
   // Bytes of the rows themselves: rows * (8 + 4 * (dim + slot_floats)).
   uint64_t raw_bytes() const;
 
+  // Checkpoint support. Every row written since the last ClearDirty() (by Push or LoadRow) is dirty.
+  // Calls fn(key, row) for each dirty row, where row holds dim() values followed by slot_floats() floats of
+  // optimizer state, stripe by stripe under the stripe's shared lock; stops at the first error fn returns.
+  absl::Status ForEachDirtyRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
+  uint64_t num_dirty() const;
+  void ClearDirty();
+  // Marks every stored row dirty (after a restore, the next checkpoint writes everything).
+  void MarkAllDirty();
+  // Stores `row` (dim() values then slot_floats() floats of optimizer state) as the row of `key`, replacing
+  // any previous one, and marks it dirty. InvalidArgument for a row of the wrong width.
+  absl::Status LoadRow(uint64_t key, absl::Span<const float> row);
+  // Floats of a stored row: dim() + slot_floats().
+  int stored_floats() const { return dim_ + slot_floats(); }
+
   // Order-independent fingerprint of every stored row (key, values and optimizer state).
   uint64_t Fingerprint() const;
   // Calls fn(key, values, slots) for every stored row, stripe by stripe, under the stripe's shared lock.
@@ -88,6 +105,8 @@ class Table {
     std::vector<uint32_t> index ABSL_GUARDED_BY(mu);  // row id + 1; 0 = empty; size is a power of two
     std::vector<std::unique_ptr<float[]>> chunks ABSL_GUARDED_BY(mu);
     uint32_t rows ABSL_GUARDED_BY(mu) = 0;
+    std::vector<uint8_t> dirty ABSL_GUARDED_BY(mu);  // by row id: written since the last ClearDirty
+    uint32_t num_dirty ABSL_GUARDED_BY(mu) = 0;
   };
 
   Table(const TableConfig& config, KeyRange span, Initializer init, std::unique_ptr<Optimizer> optimizer);
@@ -107,7 +126,7 @@ class Table {
   }
   // Returns the row id of `key` or -1.
   int64_t FindLocked(const Stripe& s, uint64_t hash, uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
-  // Returns the row of `key`, creating and initializing it when absent.
+  // Returns the row of `key`, creating and initializing it when absent, and marks it dirty (callers write it).
   float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void GrowIndexLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Calls visit(i) for each request position i of stripe `si` in order, prefetching ahead (see table.cc).

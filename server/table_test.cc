@@ -360,6 +360,82 @@ TEST(TableTest, ConcurrentPushesToOverlappingKeysSumExactly) {
   }
 }
 
+TEST(TableTest, DirtyRowsAreThoseWrittenSinceClearDirty) {
+  constexpr int kDim = 3;
+  TableConfig config = SgdConfig(kDim);
+  config.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+  const auto table = MustCreate(config);
+  const std::vector<uint64_t> keys = Keys(1000);
+  table->Push(keys, Grads(keys, kDim).data());
+  EXPECT_EQ(table->num_dirty(), keys.size());
+  table->ClearDirty();
+  EXPECT_EQ(table->num_dirty(), 0u);
+
+  // Pulls do not dirty rows; pushes of existing rows do, once each.
+  Pull(*table, keys);
+  const std::vector<uint64_t> some(keys.begin() + 10, keys.begin() + 20);
+  table->Push(some, Grads(some, kDim).data());
+  table->Push(some, Grads(some, kDim).data());
+  std::map<uint64_t, std::vector<float>> dirty;
+  ASSERT_TRUE(table->ForEachDirtyRow([&](uint64_t key, absl::Span<const float> row) {
+                     EXPECT_TRUE(dirty.emplace(key, std::vector<float>(row.begin(), row.end())).second)
+                         << "key " << key << " visited twice";
+                     return absl::OkStatus();
+                   }).ok());
+  ASSERT_EQ(dirty.size(), some.size());
+  // Each dirty row carries the values and the optimizer state (Adagrad: one accumulator per value).
+  const std::vector<float> values = Pull(*table, some);
+  for (size_t i = 0; i < some.size(); ++i) {
+    ASSERT_EQ(dirty.count(some[i]), 1u);
+    const std::vector<float>& row = dirty[some[i]];
+    ASSERT_EQ(row.size(), static_cast<size_t>(2 * kDim));
+    for (int j = 0; j < kDim; ++j) EXPECT_EQ(row[j], values[i * kDim + j]);
+    for (int j = 0; j < kDim; ++j) {  // three pushes of the same gradient onto the initial 0.1
+      const float g = Grad(some[i], j);
+      EXPECT_NEAR(row[kDim + j], 0.1f + 3 * g * g, 1e-4f) << "Adagrad accumulator";
+    }
+  }
+  // An error from the visitor stops the walk and is returned.
+  int visits = 0;
+  EXPECT_EQ(table->ForEachDirtyRow([&](uint64_t, absl::Span<const float>) {
+                   ++visits;
+                   return absl::DataLossError("disk full");
+                 }).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(visits, 1);
+  table->MarkAllDirty();
+  EXPECT_EQ(table->num_dirty(), keys.size());
+}
+
+TEST(TableTest, LoadRowRestoresValuesAndOptimizerState) {
+  constexpr int kDim = 4;
+  TableConfig config = SgdConfig(kDim);
+  config.mutable_optimizer()->set_type(OptimizerConfig::ADAM);
+  const auto source = MustCreate(config);
+  const std::vector<uint64_t> keys = Keys(5000);
+  for (int round = 0; round < 3; ++round) source->Push(keys, Grads(keys, kDim).data());
+  const auto copy = MustCreate(config);
+  source->ForEachRow([&](uint64_t key, const float* values, const float*) {
+    ASSERT_TRUE(copy->LoadRow(key, absl::MakeConstSpan(values, source->stored_floats())).ok());
+  });
+  EXPECT_EQ(copy->num_rows(), keys.size());
+  EXPECT_EQ(copy->num_dirty(), keys.size());
+  EXPECT_EQ(copy->Fingerprint(), source->Fingerprint());
+  // Further identical pushes keep them identical: the Adam moments and step counts came along.
+  source->Push(keys, Grads(keys, kDim).data());
+  copy->Push(keys, Grads(keys, kDim).data());
+  EXPECT_EQ(copy->Fingerprint(), source->Fingerprint());
+  // Loading over an existing row replaces it; a row of the wrong width is refused and changes nothing.
+  const uint64_t before = copy->Fingerprint();
+  std::vector<float> wrong(copy->stored_floats() + 1, 1.0f);
+  EXPECT_EQ(copy->LoadRow(keys[0], wrong).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(copy->Fingerprint(), before);
+  wrong.pop_back();
+  ASSERT_TRUE(copy->LoadRow(keys[0], wrong).ok());
+  EXPECT_EQ(Pull(*copy, {keys[0]}), std::vector<float>(kDim, 1.0f));
+  EXPECT_EQ(copy->num_rows(), keys.size());
+}
+
 TEST(TableTest, MemoryOverheadIsBounded) {
   constexpr int kDim = 16;
   const auto table = MustCreate(SgdConfig(kDim));

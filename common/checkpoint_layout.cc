@@ -1,0 +1,286 @@
+#include "common/checkpoint_layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/crc32c.h"
+#include "common/status.h"
+#include "google/protobuf/text_format.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::string_view kCheckpointPrefix = "ckpt-";
+constexpr absl::string_view kChecksumPrefix = "# crc32c=";
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  const int e = errno;
+  const std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(e));
+  return e == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
+}
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return ErrnoError("cannot fsync", path);
+  return absl::OkStatus();
+}
+
+// `body` followed by its checksum line.
+std::string WithChecksum(absl::string_view body) {
+  return absl::StrFormat("%s%s%08x size=%d\n", body, kChecksumPrefix, Crc32c(body), body.size());
+}
+
+// The body of a file written by WithChecksum, after checking it. DataLoss naming `path` otherwise.
+absl::StatusOr<std::string> VerifiedBody(const std::string& path, const std::string& contents) {
+  const size_t at = absl::string_view(contents).rfind(kChecksumPrefix);
+  if (at == std::string::npos || (at != 0 && contents[at - 1] != '\n') || contents.empty() ||
+      contents.back() != '\n') {
+    return absl::DataLossError(
+        absl::StrCat(path, ": no checksum line at its end (truncated or not written by Kestrel)"));
+  }
+  absl::string_view line(contents.data() + at + kChecksumPrefix.size(), contents.size() - at - kChecksumPrefix.size() - 1);
+  uint32_t crc = 0;
+  uint64_t size = 0;
+  const size_t space = line.find(" size=");
+  if (space == absl::string_view::npos || space != 8 ||
+      !absl::SimpleHexAtoi(line.substr(0, space), &crc) || !absl::SimpleAtoi(line.substr(space + 6), &size)) {
+    return absl::DataLossError(absl::StrCat(path, ": malformed checksum line"));
+  }
+  const std::string body = contents.substr(0, at);
+  if (size != body.size()) {
+    return absl::DataLossError(absl::StrFormat("%s: holds %d bytes before its checksum line, expected %d (truncated?)",
+                                               path, body.size(), size));
+  }
+  if (Crc32c(body) != crc) {
+    return absl::DataLossError(absl::StrFormat("%s: checksum mismatch (crc32c %08x, recorded %08x): the file is corrupt",
+                                               path, Crc32c(body), crc));
+  }
+  return body;
+}
+
+// Parses "ckpt-<digits>" to its sequence.
+std::optional<uint64_t> SequenceOf(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kCheckpointPrefix) || name.empty()) return std::nullopt;
+  for (char c : name) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  uint64_t sequence = 0;
+  if (!absl::SimpleAtoi(name, &sequence)) return std::nullopt;
+  return sequence;
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status error = ErrnoError("cannot write", tmp);
+      ::close(fd);
+      return error;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status error = ErrnoError("cannot fsync", tmp);
+    ::close(fd);
+    return error;
+  }
+  if (::close(fd) != 0) return ErrnoError("cannot close", tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename onto", path);
+  const std::string dir = fs::path(path).parent_path().string();
+  return FsyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoError("cannot open", path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return ErrnoError("cannot read", path);
+  return contents.str();
+}
+
+std::string CheckpointLayout::CheckpointName(uint64_t sequence) {
+  return absl::StrFormat("%s%08d", kCheckpointPrefix, sequence);
+}
+
+std::string CheckpointLayout::ShardDirName(int shard) { return absl::StrFormat("shard-%04d", shard); }
+
+std::string CheckpointLayout::CheckpointDir(absl::string_view name) const { return absl::StrCat(root_, "/", name); }
+
+std::string CheckpointLayout::ShardDir(absl::string_view name, int shard) const {
+  return absl::StrCat(CheckpointDir(name), "/", ShardDirName(shard));
+}
+
+std::string CheckpointLayout::ManifestPath(absl::string_view name) const {
+  return absl::StrCat(CheckpointDir(name), "/MANIFEST");
+}
+
+std::string CheckpointLayout::LatestPath() const { return absl::StrCat(root_, "/LATEST"); }
+
+std::string CheckpointLayout::LiveDir(int shard) const { return absl::StrCat(root_, "/live/", ShardDirName(shard)); }
+
+absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointLayout::ListCheckpointDirs() const {
+  std::vector<std::pair<uint64_t, std::string>> dirs;
+  std::error_code error;
+  fs::directory_iterator it(root_, error);
+  if (error) {
+    if (error == std::errc::no_such_file_or_directory) return dirs;
+    return absl::UnavailableError(absl::StrCat("cannot list checkpoint directory ", root_, ": ", error.message()));
+  }
+  for (const fs::directory_entry& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (std::optional<uint64_t> sequence = SequenceOf(name); sequence && entry.is_directory()) {
+      dirs.emplace_back(*sequence, name);
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+absl::StatusOr<uint64_t> CheckpointLayout::NextSequence() const {
+  KESTREL_ASSIGN_OR_RETURN(const auto dirs, ListCheckpointDirs());
+  return dirs.empty() ? 1 : dirs.back().first + 1;
+}
+
+absl::Status CheckpointLayout::WriteManifest(const CheckpointManifest& manifest) const {
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(manifest, &text)) {
+    return absl::InternalError("cannot print the checkpoint manifest");
+  }
+  const std::string name = CheckpointName(manifest.sequence());
+  return WriteFileAtomically(ManifestPath(name), WithChecksum(text));
+}
+
+absl::Status CheckpointLayout::MoveLatest(absl::string_view name) const {
+  return WriteFileAtomically(LatestPath(), WithChecksum(absl::StrCat(name, "\n")));
+}
+
+absl::StatusOr<CheckpointManifest> CheckpointLayout::ReadManifest(absl::string_view name) const {
+  const std::string path = ManifestPath(name);
+  absl::StatusOr<std::string> contents = ReadWholeFile(path);
+  if (absl::IsNotFound(contents.status())) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", name, " has no manifest: ", contents.status().message()));
+  }
+  if (!contents.ok()) return contents.status();
+  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifiedBody(path, *contents));
+  CheckpointManifest manifest;
+  if (!google::protobuf::TextFormat::ParseFromString(body, &manifest)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a valid manifest"));
+  }
+  if (CheckpointName(manifest.sequence()) != name) {
+    return absl::DataLossError(absl::StrFormat("%s: the manifest is of sequence %d, not of %s", path,
+                                               manifest.sequence(), name));
+  }
+  if (manifest.format_version() != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: checkpoint format version %d is not supported (1 is)", path, manifest.format_version()));
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::optional<CheckpointManifest>> CheckpointLayout::ReadLatest() const {
+  const std::string path = LatestPath();
+  absl::StatusOr<std::string> contents = ReadWholeFile(path);
+  if (absl::IsNotFound(contents.status())) {
+    KESTREL_ASSIGN_OR_RETURN(const auto dirs, ListCheckpointDirs());
+    for (const auto& [sequence, name] : dirs) {
+      if (fs::exists(ManifestPath(name))) {
+        return absl::DataLossError(absl::StrCat(
+            path, " is missing, but ", CheckpointDir(name),
+            " holds a manifest: refusing to start afresh over existing checkpoints (restore LATEST, or use an "
+            "empty --checkpoint_dir)"));
+      }
+    }
+    return std::optional<CheckpointManifest>();  // nothing was ever committed here
+  }
+  if (!contents.ok()) return contents.status();
+  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifiedBody(path, *contents));
+  absl::string_view name = body;
+  if (!absl::ConsumeSuffix(&name, "\n") || !SequenceOf(name)) {
+    return absl::DataLossError(absl::StrCat(path, ": does not name a checkpoint"));
+  }
+  KESTREL_ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(name));
+  return std::optional<CheckpointManifest>(std::move(manifest));
+}
+
+absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, int shard) const {
+  const std::string name = CheckpointName(manifest.sequence());
+  if (shard < 0 || shard >= manifest.shards_size() || manifest.shards(shard).shard() != shard) {
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest has no entry for shard %d", name, shard));
+  }
+  const ShardCheckpoint& entry = manifest.shards(shard);
+  if (entry.files().empty()) {
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest lists no files for shard %d", name, shard));
+  }
+  for (const CheckpointFile& file : entry.files()) {
+    const std::string path = absl::StrCat(CheckpointDir(name), "/", entry.dir(), "/", file.name());
+    absl::StatusOr<FileCrc> crc = Crc32cOfFile(path);
+    if (!crc.ok()) {
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: file %s: %s", name, shard, path,
+                                                 crc.status().message()));
+    }
+    if (crc->size != file.size()) {
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: file %s has %d bytes, the manifest says %d",
+                                                 name, shard, path, crc->size, file.size()));
+    }
+    if (crc->crc != file.crc32c()) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint %s, shard %d: file %s is corrupt (crc32c %08x, the manifest says %08x)", name, shard, path,
+          crc->crc, file.crc32c()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointLayout::Prune(int keep) const {
+  if (keep < 1) return absl::InvalidArgumentError("must keep at least one checkpoint");
+  KESTREL_ASSIGN_OR_RETURN(const std::optional<CheckpointManifest> latest, ReadLatest());
+  const uint64_t latest_sequence = latest ? latest->sequence() : 0;
+  KESTREL_ASSIGN_OR_RETURN(const auto dirs, ListCheckpointDirs());
+  // Committed: LATEST's and older ones with a manifest (they were LATEST once).
+  std::vector<std::string> deleted;
+  int kept = 0;
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const auto& [sequence, name] = *it;
+    const bool committed = sequence <= latest_sequence && fs::exists(ManifestPath(name));
+    if (committed && kept < keep) {
+      ++kept;
+      continue;
+    }
+    std::error_code error;
+    fs::remove_all(CheckpointDir(name), error);
+    if (error) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot delete old checkpoint ", CheckpointDir(name), ": ", error.message()));
+    }
+    deleted.push_back(name);
+  }
+  return deleted;
+}
+
+}  // namespace kestrel
