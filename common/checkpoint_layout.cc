@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -122,6 +123,34 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   contents << in.rdbuf();
   if (in.bad()) return ErrnoError("cannot read", path);
   return contents.str();
+}
+
+absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_servers,
+                                 CheckpointManifest* manifest) {
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardCheckpoint& a, const ShardCheckpoint& b) { return a.shard() < b.shard(); });
+  if (static_cast<int>(shards.size()) != num_servers) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d shard answers for %d servers", shards.size(), num_servers));
+  }
+  std::map<std::string, TableConfig> tables;
+  for (int i = 0; i < num_servers; ++i) {
+    if (shards[i].shard() != i) {
+      return absl::InvalidArgumentError(absl::StrFormat("no checkpoint answer from shard %d", i));
+    }
+    for (const TableConfig& table : shards[i].tables()) {
+      auto [it, inserted] = tables.emplace(table.name(), table);
+      if (!inserted && it->second.SerializeAsString() != table.SerializeAsString()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("shards disagree on the config of table '%s' (shard %d differs)", table.name(), i));
+      }
+    }
+    shards[i].clear_tables();
+  }
+  manifest->clear_tables();
+  for (auto& [name, table] : tables) *manifest->add_tables() = table;
+  manifest->clear_shards();
+  for (ShardCheckpoint& shard : shards) *manifest->add_shards() = std::move(shard);
+  return absl::OkStatus();
 }
 
 std::string CheckpointLayout::CheckpointName(uint64_t sequence) {

@@ -37,6 +37,11 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // The whole file; NotFound when it does not exist, other errors name the path.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// Fills manifest->shards and manifest->tables from the servers' answers (one per rank, any order): the
+// shards sorted by rank, each table once. InvalidArgument when a rank is missing or repeated, or two servers
+// hold different configs of one table. The answers' own table lists are dropped (the manifest keeps one).
+absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_servers, CheckpointManifest* manifest);
+
 class CheckpointLayout {
  public:
   explicit CheckpointLayout(std::string root) : root_(std::move(root)) {}

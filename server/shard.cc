@@ -87,19 +87,25 @@ void Shard::SetWorkerGenerations(std::vector<uint64_t> generations) {
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {
   KESTREL_RETURN_IF_ERROR(Count(CheckJob(ctx)));
+  absl::ReaderMutexLock state(&state_mu_);
+  if (!restore_error_.empty()) return Count(absl::FailedPreconditionError(restore_error_));
+  return Count(AddTable(config));
+}
+
+absl::StatusOr<bool> Shard::AddTable(const TableConfig& config) {
   auto table = Table::Create(config, KeyRange{ranges_.front().first, ranges_.back().last});
-  if (!table.ok()) return Count(table.status());
+  if (!table.ok()) return table.status();
   absl::MutexLock lock(&mu_);
   const TableMap& current = *tables_.load(std::memory_order_acquire);
   auto it = current.find(config.name());
   if (it != current.end()) {
     if (google::protobuf::util::MessageDifferencer::Equals(it->second->config(), config)) return false;
-    return Count(absl::AlreadyExistsError(absl::StrFormat(
-        "table '%s' already exists on shard %d with a different config", config.name(), shard_index())));
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "table '%s' already exists on shard %d with a different config", config.name(), shard_index()));
   }
   if (current.size() >= options_.max_tables) {
-    return Count(absl::ResourceExhaustedError(absl::StrFormat(
-        "shard %d already holds %d tables, its limit (--max_tables)", shard_index(), current.size())));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "shard %d already holds %d tables, its limit (--max_tables)", shard_index(), current.size()));
   }
   auto next = std::make_unique<TableMap>(current);
   (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
@@ -124,6 +130,12 @@ const Table* Shard::FindTable(absl::string_view name) const {
 absl::StatusOr<Table*> Shard::LookupTable(const RequestContext& ctx, absl::string_view name,
                                           TableConfig::Kind kind, int expected_dim) const {
   KESTREL_RETURN_IF_ERROR(CheckJob(ctx));
+  if (ctx.worker_rank >= 0 && ctx.generation < min_worker_generation_.load(std::memory_order_acquire)) {
+    return absl::AbortedError(absl::StrFormat(
+        "request of generation %d from worker rank %d reached shard %d after the job rolled back to a checkpoint "
+        "at generation %d: resume from the checkpoint",
+        ctx.generation, ctx.worker_rank, shard_index(), min_worker_generation_.load()));
+  }
   const TableMap& tables = *tables_.load(std::memory_order_acquire);
   auto it = tables.find(name);
   if (it == tables.end()) {
@@ -247,6 +259,8 @@ absl::Status Shard::PushDense(const RequestContext& ctx, absl::string_view name,
 absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
                          absl::Span<const uint64_t> ids, int expected_dim,
                          absl::FunctionRef<float*(size_t floats)> alloc) {
+  absl::ReaderMutexLock state(&state_mu_);
+  if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   const size_t floats = keys.size() * static_cast<size_t>(table->dim());
@@ -263,6 +277,8 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
 
 absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
                           absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) {
+  absl::ReaderMutexLock state(&state_mu_);
+  if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
@@ -310,6 +326,56 @@ BspAggregator* Shard::AggregatorFor(const Table& table) {
   auto& aggregator = aggregators_[table.config().name()];
   if (aggregator == nullptr) aggregator = std::make_unique<BspAggregator>(options_.bsp_workers, table.dim());
   return aggregator.get();
+}
+
+absl::Status Shard::Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn) {
+  absl::MutexLock state(&state_mu_);
+  if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
+  std::vector<Table*> tables;
+  for (const TableConfig& config : DescribeTables()) tables.push_back(const_cast<Table*>(FindTable(config.name())));
+  return fn(tables);
+}
+
+absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
+                            absl::FunctionRef<absl::Status(RowSink sink)> load) {
+  absl::MutexLock state(&state_mu_);
+  for (const TableConfig& config : tables) {
+    absl::StatusOr<bool> added = AddTable(config);
+    if (!added.ok()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "shard %d cannot restore table '%s': %s", shard_index(), config.name(), added.status().message()));
+    }
+  }
+  {
+    absl::MutexLock lock(&bsp_mu_);
+    aggregators_.clear();  // buffered pushes belong to the timeline being rolled back
+  }
+  std::vector<Table*> all;
+  for (const TableConfig& config : DescribeTables()) all.push_back(const_cast<Table*>(FindTable(config.name())));
+  for (Table* table : all) table->Clear();
+  const TableMap& map = *tables_.load(std::memory_order_acquire);
+  absl::Status loaded = load([&](absl::string_view name, uint64_t key,
+                                 absl::Span<const float> row) -> absl::StatusOr<bool> {
+    auto it = map.find(name);
+    if (it == map.end()) {
+      return absl::DataLossError(absl::StrFormat("the checkpoint holds rows of table '%s', which its manifest lacks",
+                                                 Clip(name)));
+    }
+    if (partition_.OwnerOf(key) != shard_index()) return false;
+    KESTREL_RETURN_IF_ERROR(it->second->LoadRow(key, row));
+    return true;
+  });
+  if (!loaded.ok()) {
+    for (Table* table : all) table->Clear();
+    restore_error_ = absl::StrFormat("shard %d failed to restore a checkpoint and holds no data: %s", shard_index(),
+                                     loaded.message());
+    return loaded;
+  }
+  restore_error_.clear();
+  uint64_t floor = min_worker_generation_.load();
+  while (floor < min_worker_generation && !min_worker_generation_.compare_exchange_weak(floor, min_worker_generation)) {
+  }
+  return absl::OkStatus();
 }
 
 ShardStats Shard::Stats() const {

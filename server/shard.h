@@ -10,6 +10,12 @@
 // (ShardOptions::bsp_workers) a push is validated whole, then buffered until its clock is complete; otherwise
 // a worker's push whose request id was already applied (a retry) is acknowledged without applying it again.
 //
+// Checkpoints. Exclusive() runs a function while no request is being served (every request holds a shared
+// lock on the shard's state for its validation and table work), so a checkpoint sees one consistent cut.
+// Restore() replaces the whole state with a checkpoint's rows, and from then on refuses (Aborted) worker
+// requests stamped with a generation older than the restore's: they belong to the timeline rolled back.
+// The Shard knows nothing of files: server/shard_store.h moves rows between it and RocksDB.
+//
 // Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
 // the table registry is read without locks (an immutable map published through an atomic pointer).
 #ifndef KESTREL_SERVER_SHARD_H_
@@ -138,6 +144,20 @@ class Shard {
   // Until it is set, worker requests are not checked.
   void SetWorkerGenerations(std::vector<uint64_t> generations);
 
+  // Runs `fn` with every table (sorted by name) while no request is in progress and none can start.
+  absl::Status Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn);
+
+  // Receives one checkpointed row: returns whether this shard owns `key` and took the row.
+  using RowSink = absl::FunctionRef<absl::StatusOr<bool>(absl::string_view table, uint64_t key,
+                                                          absl::Span<const float> row)>;
+  // Replaces the shard's state with a checkpoint's: creates the tables of `tables` that do not exist
+  // (FailedPrecondition when one exists with another config), empties every table, drops buffered BSP pushes,
+  // then lets `load` feed rows to the sink; rows of keys other shards own are ignored. From then on, worker
+  // requests with a generation below `min_worker_generation` are refused (Aborted). If `load` fails, the shard
+  // is left empty and refuses every request (FailedPrecondition) until a Restore succeeds.
+  absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
+                       absl::FunctionRef<absl::Status(RowSink sink)> load);
+
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
   uint64_t Fingerprint() const;
@@ -168,6 +188,9 @@ class Shard {
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
 
 
+  // Publishes a new table (CreateTable and Restore).
+  absl::StatusOr<bool> AddTable(const TableConfig& config);
+
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);
 
@@ -175,7 +198,12 @@ class Shard {
   const Partition partition_;
   const std::vector<KeyRange> ranges_;
 
-  mutable absl::Mutex mu_;  // serializes CreateTable
+  // Held shared by every request while it validates and touches tables; exclusively by Exclusive/Restore.
+  mutable absl::Mutex state_mu_;
+  std::string restore_error_ ABSL_GUARDED_BY(state_mu_);  // non-empty: the last Restore failed
+  std::atomic<uint64_t> min_worker_generation_{0};        // set by Restore
+
+  mutable absl::Mutex mu_;  // serializes table publication
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
 

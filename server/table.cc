@@ -327,6 +327,18 @@ void Table::MarkAllDirty() {
   }
 }
 
+void Table::Clear() {
+  for (int si = 0; si < kStripes; ++si) {
+    Stripe& s = stripes_[si];
+    absl::MutexLock lock(&s.mu);
+    std::vector<uint32_t>().swap(s.index);
+    std::vector<std::unique_ptr<float[]>>().swap(s.chunks);
+    std::vector<uint8_t>().swap(s.dirty);
+    s.rows = 0;
+    s.num_dirty = 0;
+  }
+}
+
 absl::Status Table::LoadRow(uint64_t key, absl::Span<const float> row) {
   if (row.size() != static_cast<size_t>(stored_floats())) {
     return absl::InvalidArgumentError(absl::StrFormat("table '%s': a stored row has %d floats, expected %d",

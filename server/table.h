@@ -91,6 +91,8 @@ class Table {
   // Stores `row` (dim() values then slot_floats() floats of optimizer state) as the row of `key`, replacing
   // any previous one, and marks it dirty. InvalidArgument for a row of the wrong width.
   absl::Status LoadRow(uint64_t key, absl::Span<const float> row);
+  // Drops every row (a restore starts from an empty table).
+  void Clear();
   // Floats of a stored row: dim() + slot_floats().
   int stored_floats() const { return dim_ + slot_floats(); }
 

@@ -1,0 +1,266 @@
+#include "server/shard_store.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/crc32c.h"
+#include "common/fault_injection.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "common/status.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/write_batch.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Rows are flushed to RocksDB in write batches of about this many bytes.
+constexpr size_t kBatchBytes = size_t{8} << 20;
+
+// Keeps RocksDB from writing LOG files into checkpoint directories it opens read-only.
+class NullLogger final : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", status.ToString());
+  if (status.IsCorruption()) return absl::DataLossError(message);
+  if (status.IsNotFound() || status.IsPathNotFound()) return absl::DataLossError(message);
+  return absl::UnavailableError(message);
+}
+
+void AppendRowKey(absl::string_view table, uint64_t key, std::string* out) {
+  out->assign(table.data(), table.size());
+  out->push_back('\0');
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(key >> shift));
+}
+
+// Splits a stored key into (table, key); false when it is not one.
+bool ParseRowKey(const rocksdb::Slice& stored, absl::string_view* table, uint64_t* key) {
+  if (stored.size() < 10 || stored.data()[stored.size() - 9] != '\0') return false;
+  *table = absl::string_view(stored.data(), stored.size() - 9);
+  uint64_t k = 0;
+  for (size_t i = stored.size() - 8; i < stored.size(); ++i) k = (k << 8) | static_cast<uint8_t>(stored.data()[i]);
+  *key = k;
+  return true;
+}
+
+rocksdb::Options LiveOptions() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.error_if_exists = true;
+  options.compression = rocksdb::kNoCompression;  // trained floats do not compress
+  options.write_buffer_size = 64 << 20;
+  options.max_background_jobs = 2;
+  options.keep_log_file_num = 2;
+  return options;
+}
+
+bool Overlaps(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b) {
+  for (const KeyRange& x : a) {
+    for (const KeyRange& y : b) {
+      if (x.first <= y.last && y.first <= x.last) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Open(const CheckpointLayout& layout, int shard) {
+  std::unique_ptr<ShardStore> store(new ShardStore(layout, shard));
+  KESTREL_RETURN_IF_ERROR(store->Reset());
+  return store;
+}
+
+ShardStore::ShardStore(const CheckpointLayout& layout, int shard) : layout_(layout), shard_(shard) {}
+
+ShardStore::~ShardStore() = default;
+
+absl::Status ShardStore::Reset() {
+  db_.reset();
+  sst_checksums_.clear();
+  const std::string dir = layout_.LiveDir(shard_);
+  std::error_code error;
+  fs::remove_all(dir, error);
+  if (!error) fs::create_directories(fs::path(dir).parent_path(), error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("cannot prepare the working store ", dir, ": ", error.message()));
+  }
+  rocksdb::DB* db = nullptr;
+  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(LiveOptions(), dir, &db),
+                                    absl::StrCat("cannot open the working store ", dir)));
+  db_.reset(db);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::string_view name) {
+  if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
+  ShardCheckpoint answer;
+  answer.set_shard(shard_);
+  answer.set_dir(CheckpointLayout::ShardDirName(shard_));
+  const absl::Time start = absl::Now();
+  // Values and optimizer state of every changed row, with no request in between: one consistent cut.
+  KESTREL_RETURN_IF_ERROR(shard.Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
+    rocksdb::WriteOptions write_options;
+    write_options.disableWAL = true;
+    rocksdb::WriteBatch batch;
+    std::string key;
+    uint64_t rows = 0, bytes = 0;
+    auto write = [&]() -> absl::Status {
+      if (batch.Count() == 0) return absl::OkStatus();
+      KESTREL_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch),
+                                        absl::StrFormat("shard %d: writing checkpoint rows", shard_)));
+      batch.Clear();
+      return absl::OkStatus();
+    };
+    for (Table* table : tables) {
+      *answer.add_tables() = table->config();
+      answer.set_rows(answer.rows() + table->num_rows());
+      const std::string& table_name = table->config().name();
+      KESTREL_RETURN_IF_ERROR(table->ForEachDirtyRow([&](uint64_t k, absl::Span<const float> row) -> absl::Status {
+        AppendRowKey(table_name, k, &key);
+        const size_t row_bytes = row.size() * sizeof(float);
+        batch.Put(key, rocksdb::Slice(reinterpret_cast<const char*>(row.data()), row_bytes));
+        ++rows;
+        bytes += key.size() + row_bytes;
+        return batch.GetDataSize() >= kBatchBytes ? write() : absl::OkStatus();
+      }));
+    }
+    KESTREL_RETURN_IF_ERROR(write());
+    CrashPoint("server.checkpoint.rows_written");
+    // The store now holds every change: the next checkpoint starts from here.
+    for (Table* table : tables) table->ClearDirty();
+    answer.set_rows_written(rows);
+    answer.set_bytes_written(bytes);
+    return absl::OkStatus();
+  }));
+  const absl::Time written = absl::Now();
+
+  const std::string dir = layout_.ShardDir(name, shard_);
+  std::error_code error;
+  fs::create_directories(fs::path(dir).parent_path(), error);
+  if (error) return absl::UnavailableError(absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
+  KESTREL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", shard_)));
+  rocksdb::Checkpoint* raw = nullptr;
+  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  KESTREL_RETURN_IF_ERROR(FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                                    absl::StrFormat("shard %d: snapshot into %s", shard_, dir)));
+  CrashPoint("server.checkpoint.snapshot_cut");
+
+  // The snapshot's files, with checksums (an SST file's once: they are immutable).
+  std::vector<std::string> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    if (entry.is_regular_file()) files.push_back(entry.path().filename().string());
+  }
+  if (error) return absl::UnavailableError(absl::StrCat("cannot list ", dir, ": ", error.message()));
+  std::sort(files.begin(), files.end());
+  std::map<std::string, CheckpointFile> live_ssts;
+  for (const std::string& file : files) {
+    const bool sst = absl::EndsWith(file, ".sst");
+    CheckpointFile* entry = answer.add_files();
+    if (auto it = sst_checksums_.find(file); sst && it != sst_checksums_.end()) {
+      *entry = it->second;
+    } else {
+      KESTREL_ASSIGN_OR_RETURN(const FileCrc crc, Crc32cOfFile(absl::StrCat(dir, "/", file)));
+      entry->set_name(file);
+      entry->set_size(crc.size);
+      entry->set_crc32c(crc.crc);
+    }
+    if (sst) live_ssts[file] = *entry;
+  }
+  sst_checksums_ = std::move(live_ssts);  // forget SSTs compacted away
+  answer.set_write_seconds(absl::ToDoubleSeconds(written - start));
+  answer.set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - written));
+  KLOG(Info) << absl::StrFormat("shard %d: checkpoint %s: wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s",
+                                shard_, name, answer.rows_written(), answer.bytes_written(), answer.rows(),
+                                answer.write_seconds(), answer.snapshot_seconds());
+  return answer;
+}
+
+absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
+                                 uint64_t min_worker_generation) {
+  if (!manifest.has_value()) {
+    KESTREL_RETURN_IF_ERROR(shard.Restore({}, min_worker_generation, [](Shard::RowSink) { return absl::OkStatus(); }));
+    KLOG(Info) << "shard " << shard_ << ": reset to the job's beginning (no checkpoint)";
+    return Reset();
+  }
+  const std::string name = CheckpointLayout::CheckpointName(manifest->sequence());
+  absl::StatusOr<Partition> old = Partition::Parse(manifest->partition());
+  if (!old.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", name, ": bad partition in its manifest: ", old.status().message()));
+  }
+  if (manifest->shards_size() != old->num_servers()) {
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: its manifest lists %d shards for a %d-server partition",
+                                               name, manifest->shards_size(), old->num_servers()));
+  }
+  // Every file of every shard this server reads is checked before anything changes.
+  std::vector<int> sources;
+  for (int s = 0; s < old->num_servers(); ++s) {
+    if (!Overlaps(old->RangesOf(s), shard.ranges())) continue;
+    KESTREL_RETURN_IF_ERROR(layout_.VerifyShard(*manifest, s));
+    sources.push_back(s);
+  }
+  const std::vector<TableConfig> tables(manifest->tables().begin(), manifest->tables().end());
+  uint64_t loaded = 0, read = 0;
+  const absl::Time start = absl::Now();
+  absl::Status restored = shard.Restore(tables, min_worker_generation, [&](Shard::RowSink sink) -> absl::Status {
+    for (int s : sources) {
+      const std::string dir = layout_.ShardDir(name, s);
+      rocksdb::Options options;
+      options.info_log = std::make_shared<NullLogger>();
+      options.paranoid_checks = true;
+      rocksdb::DB* raw = nullptr;
+      KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &raw),
+                                        absl::StrFormat("checkpoint %s, shard %d: cannot open %s", name, s, dir)));
+      std::unique_ptr<rocksdb::DB> db(raw);
+      rocksdb::ReadOptions read_options;
+      read_options.verify_checksums = true;
+      read_options.fill_cache = false;
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read_options));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) {
+        absl::string_view table;
+        uint64_t key = 0;
+        const rocksdb::Slice value = it->value();
+        if (!ParseRowKey(it->key(), &table, &key) || value.size() % sizeof(float) != 0) {
+          return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: malformed row in %s", name, s, dir));
+        }
+        std::vector<float> row(value.size() / sizeof(float));
+        std::memcpy(row.data(), value.data(), value.size());
+        absl::StatusOr<bool> taken = sink(table, key, row);
+        if (!taken.ok()) {
+          return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d (%s): %s", name, s, dir,
+                                                     taken.status().message()));
+        }
+        ++read;
+        loaded += *taken;
+      }
+      KESTREL_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrFormat("checkpoint %s, shard %d: reading %s", name, s, dir)));
+    }
+    return absl::OkStatus();
+  });
+  // Whatever happened, the working store no longer mirrors the tables: start it afresh (every row is dirty).
+  absl::Status reset = Reset();
+  KESTREL_RETURN_IF_ERROR(restored);
+  KESTREL_RETURN_IF_ERROR(reset);
+  KLOG(Info) << absl::StrFormat("shard %d: restored checkpoint %s (clock %d): %d rows from %d shard(s) (%d read) in %.3f s",
+                                shard_, name, manifest->clock(), loaded, sources.size(), read,
+                                absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,78 @@
+// ShardStore: one server's checkpoints in RocksDB (Debian's librocksdb 7.8).
+//
+// The server keeps a working RocksDB (CheckpointLayout::LiveDir) that mirrors its tables as of its last
+// checkpoint. Checkpoint() writes only the rows changed since then (Table's dirty rows: values and optimizer
+// state together, taken in one Shard::Exclusive section, so both are of the same moment), flushes, and cuts a
+// RocksDB checkpoint into the checkpoint's shard directory: immutable SST files are hard-linked, so the
+// snapshot costs no copy. It answers the files with their sizes and CRC-32C for the manifest (an SST's
+// checksum is computed once and remembered: SST files never change).
+//
+// Restore() loads a committed checkpoint: it reads the shards of the manifest whose key ranges overlap this
+// server's (any number of servers may have written it: 4 -> 2 and 2 -> 3 servers both work), verifying every
+// file of each against the manifest first, and hands the rows to Shard::Restore, which keeps those this server
+// owns. The working store is then recreated empty and every row is dirty, so the next checkpoint writes all.
+//
+// Row encoding: key = table name, a zero byte, the key as 8 bytes big-endian (so a table's rows are contiguous
+// and in key order); value = dim values then the optimizer's slot floats, little-endian float32. The working
+// store is written without a WAL: after a crash it is discarded (Open() recreates it); the checkpoints are
+// what survives.
+//
+// Thread-compatible: one Checkpoint/Restore at a time (the server runs them on one admin thread).
+#ifndef KESTREL_SERVER_SHARD_STORE_H_
+#define KESTREL_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/checkpoint_layout.h"
+#include "proto/checkpoint.pb.h"
+#include "server/shard.h"
+
+namespace rocksdb {
+class DB;
+}  // namespace rocksdb
+
+namespace kestrel {
+
+class ShardStore {
+ public:
+  // Creates an empty working store for server `shard` under layout's root (deleting a previous one: its
+  // contents are of an earlier life of this server).
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
+  ~ShardStore();
+
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // Writes the rows changed since the last successful Checkpoint and snapshots the store into
+  // layout.ShardDir(name, shard). The answer lists the snapshot's files for the manifest.
+  absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
+
+  // Replaces the shard's state with the checkpoint `manifest` describes (nullopt: with empty tables, the
+  // job's beginning), refusing older worker generations from then on (see Shard::Restore). Files are checked
+  // against the manifest first; a missing, truncated or corrupt one is DataLoss naming the file and shard.
+  absl::Status Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
+                       uint64_t min_worker_generation);
+
+  int shard_index() const { return shard_; }
+  const CheckpointLayout& layout() const { return layout_; }
+
+ private:
+  ShardStore(const CheckpointLayout& layout, int shard);
+  // (Re)creates the empty working store.
+  absl::Status Reset();
+
+  const CheckpointLayout layout_;
+  const int shard_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::map<std::string, CheckpointFile> sst_checksums_;  // by SST file name (of the current working store)
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SERVER_SHARD_STORE_H_
