@@ -1,5 +1,7 @@
 #include "scheduler/clock_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace kestrel {
@@ -26,21 +28,32 @@ absl::Status ClockTable::CheckRank(int rank) const {
   return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, clocks_size_));
 }
 
+void ClockTable::AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) {
+  const int64_t required = policy_.RequiredMinClock(clock);
+  if (clock_counts_.begin()->first < required) {
+    waiting_.emplace(required, Waiter{clock, std::move(done)});
+    return;
+  }
+  max_permitted_ = std::max(max_permitted_, clock);
+  runnable->push_back(std::move(done));
+}
+
 void ClockTable::WaitToStart(int rank, int64_t clock, Callback done) {
   absl::Status status = CheckRank(rank);
   if (status.ok() && clock < 0) {
     status = absl::InvalidArgumentError(absl::StrFormat("worker %d asked for iteration %d", rank, clock));
   }
   if (!status.ok()) return done(status);
-  const int64_t required = policy_.RequiredMinClock(clock);
+  std::vector<Callback> runnable;
   {
     absl::MutexLock lock(&mu_);
-    if (clock_counts_.begin()->first < required) {
-      waiting_.emplace(required, std::move(done));
+    if (clock >= hold_) {
+      held_.emplace(clock, std::move(done));
       return;
     }
+    AdmitLocked(clock, std::move(done), &runnable);
   }
-  done(absl::OkStatus());
+  for (Callback& run : runnable) run(absl::OkStatus());
 }
 
 absl::Status ClockTable::Advance(int rank, int64_t finished) {
@@ -60,22 +73,69 @@ absl::Status ClockTable::Advance(int rank, int64_t finished) {
     ++clock_counts_[finished];
     const int64_t min_clock = clock_counts_.begin()->first;
     auto end = waiting_.upper_bound(min_clock);
-    for (auto w = waiting_.begin(); w != end; ++w) runnable.push_back(std::move(w->second));
+    for (auto w = waiting_.begin(); w != end; ++w) {
+      max_permitted_ = std::max(max_permitted_, w->second.clock);
+      runnable.push_back(std::move(w->second.done));
+    }
     waiting_.erase(waiting_.begin(), end);
   }
   for (Callback& done : runnable) done(absl::OkStatus());
+  if (listener_) listener_();
   return absl::OkStatus();
 }
 
 size_t ClockTable::CancelAll(absl::Status status) {
-  std::multimap<int64_t, Callback> cancelled;
+  std::multimap<int64_t, Waiter> cancelled;
+  std::multimap<int64_t, Callback> held;
   {
     absl::MutexLock lock(&mu_);
     cancelled.swap(waiting_);
+    held.swap(held_);
   }
-  for (auto& [required, done] : cancelled) done(status);
-  return cancelled.size();
+  for (auto& [required, waiter] : cancelled) waiter.done(status);
+  for (auto& [clock, done] : held) done(status);
+  return cancelled.size() + held.size();
 }
+
+void ClockTable::SetHold(int64_t hold) {
+  std::vector<Callback> runnable;
+  {
+    absl::MutexLock lock(&mu_);
+    hold_ = hold;
+    auto end = held_.lower_bound(hold);
+    std::vector<std::pair<int64_t, Callback>> released;
+    for (auto h = held_.begin(); h != end; ++h) released.emplace_back(h->first, std::move(h->second));
+    held_.erase(held_.begin(), end);
+    for (auto& [clock, done] : released) AdmitLocked(clock, std::move(done), &runnable);
+  }
+  for (Callback& done : runnable) done(absl::OkStatus());
+}
+
+int64_t ClockTable::hold() const {
+  absl::MutexLock lock(&mu_);
+  return hold_;
+}
+
+bool ClockTable::AllAt(int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  return clock_counts_.size() == 1 && clock_counts_.begin()->first == clock;
+}
+
+int64_t ClockTable::MaxPermitted() const {
+  absl::MutexLock lock(&mu_);
+  return max_permitted_;
+}
+
+void ClockTable::Reset(int64_t clock, absl::Status status) {
+  CancelAll(status);
+  absl::MutexLock lock(&mu_);
+  clocks_.assign(clocks_size_, clock);
+  clock_counts_.clear();
+  clock_counts_[clock] = static_cast<int>(clocks_size_);
+  max_permitted_ = clock - 1;
+}
+
+void ClockTable::SetListener(std::function<void()> listener) { listener_ = std::move(listener); }
 
 int64_t ClockTable::MinClock() const {
   absl::MutexLock lock(&mu_);
@@ -90,7 +150,7 @@ int64_t ClockTable::ClockOf(int rank) const {
 
 size_t ClockTable::num_waiting() const {
   absl::MutexLock lock(&mu_);
-  return waiting_.size();
+  return waiting_.size() + held_.size();
 }
 
 int64_t ClockTable::NextRequiredMinClock() const {

@@ -11,6 +11,10 @@
 // A permitted request is answered at once; others are answered, in order of their requirement, by the
 // Advance() that satisfies them. Answers are callbacks, so no thread (gRPC's included) blocks on a wait.
 //
+// Checkpoints and rollbacks. A hold at clock h (SetHold) additionally keeps every iteration >= h from
+// starting, so all workers stop at the clock boundary h: the state of the servers is then exactly the updates
+// of iterations < h (a global cut). Reset(c) moves every worker's clock to c (a rollback to a checkpoint).
+//
 // Thread-safe. Callbacks run outside the lock, on the thread that made them runnable; they must not block.
 #ifndef KESTREL_SCHEDULER_CLOCK_TABLE_H_
 #define KESTREL_SCHEDULER_CLOCK_TABLE_H_
@@ -70,8 +74,22 @@ class ClockTable {
   // is a no-op (retries are safe), going back is FailedPrecondition. Runs the callbacks this allows.
   absl::Status Advance(int rank, int64_t finished);
 
-  // Fails every waiting request with `status` (e.g. Aborted when the job rolls back) and returns how many.
+  // Fails every waiting (and held) request with `status` (e.g. Aborted when the job rolls back); returns how many.
   size_t CancelAll(absl::Status status);
+
+  // Iterations >= `hold` may not start until the hold moves past them (kNoHold: none). Raising the hold
+  // answers the held requests it now allows.
+  static constexpr int64_t kNoHold = std::numeric_limits<int64_t>::max();
+  void SetHold(int64_t hold);
+  int64_t hold() const;
+  // Every worker's clock is `clock`.
+  bool AllAt(int64_t clock) const;
+  // The highest clock any worker was allowed to start, or (after Create/Reset to c) c - 1.
+  int64_t MaxPermitted() const;
+  // Sets every worker's clock to `clock` (a rollback), failing waiting and held requests with `status`.
+  void Reset(int64_t clock, absl::Status status);
+  // Runs after every Advance that moved a clock (outside the lock; must not block). Set before use.
+  void SetListener(std::function<void()> listener);
 
   const ConsistencyPolicy& policy() const { return policy_; }
   int num_workers() const { return static_cast<int>(clocks_size_); }
@@ -86,13 +104,24 @@ class ClockTable {
   ClockTable(int num_workers, ConsistencyPolicy policy);
   absl::Status CheckRank(int rank) const;
 
+  struct Waiter {
+    int64_t clock = 0;  // the iteration asked for
+    Callback done;
+  };
+  // Queues or answers (into `runnable`) a request that is not held.
+  void AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const ConsistencyPolicy policy_;
   const size_t clocks_size_;
 
   mutable absl::Mutex mu_;
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<int64_t, int> clock_counts_ ABSL_GUARDED_BY(mu_);  // clock -> workers at it
-  std::multimap<int64_t, Callback> waiting_ ABSL_GUARDED_BY(mu_);    // required min clock -> callback
+  std::multimap<int64_t, Waiter> waiting_ ABSL_GUARDED_BY(mu_);      // required min clock -> request
+  std::multimap<int64_t, Callback> held_ ABSL_GUARDED_BY(mu_);       // clock asked for -> held request
+  int64_t hold_ ABSL_GUARDED_BY(mu_) = kNoHold;
+  int64_t max_permitted_ ABSL_GUARDED_BY(mu_) = -1;
+  std::function<void()> listener_;
 };
 
 }  // namespace kestrel

@@ -187,5 +187,61 @@ TEST(ClockTableThreadsTest, RealThreadsRespectTheBound) {
   EXPECT_EQ(table->MinClock(), kIterations);
 }
 
+TEST(ClockTableTest, HoldStopsEveryWorkerAtTheCut) {
+  // ASP never waits, except at a hold: every worker stops at clock 3, and the cut is reached when all are there.
+  auto table = Make(2, ConsistencyPolicy::Asp());
+  table->SetHold(3);
+  for (int64_t c = 0; c < 3; ++c) ASSERT_TRUE(Start(*table, 0, c)->answered);
+  ASSERT_TRUE(table->Advance(0, 3).ok());
+  auto held = Start(*table, 0, 3);
+  EXPECT_FALSE(held->answered) << "iteration 3 is held";
+  EXPECT_EQ(table->MaxPermitted(), 2);
+  EXPECT_FALSE(table->AllAt(3));
+  ASSERT_TRUE(Start(*table, 1, 0)->answered);
+  ASSERT_TRUE(table->Advance(1, 3).ok());
+  EXPECT_TRUE(table->AllAt(3));
+  EXPECT_EQ(table->num_waiting(), 1u);
+  table->SetHold(ClockTable::kNoHold);
+  EXPECT_TRUE(held->answered);
+  EXPECT_TRUE(held->status.ok());
+  EXPECT_EQ(table->MaxPermitted(), 3);
+}
+
+TEST(ClockTableTest, ReleasedHoldStillObeysTheConsistencyPolicy) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  table->SetHold(0);  // nothing may start (a rollback in progress)
+  auto first = Start(*table, 0, 0);
+  EXPECT_FALSE(first->answered);
+  table->SetHold(1);
+  EXPECT_TRUE(first->answered);
+  ASSERT_TRUE(table->Advance(0, 1).ok());
+  auto second = Start(*table, 0, 1);
+  EXPECT_FALSE(second->answered) << "held";
+  table->SetHold(ClockTable::kNoHold);
+  EXPECT_FALSE(second->answered) << "released, but BSP waits for worker 1";
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  EXPECT_TRUE(second->answered);
+}
+
+TEST(ClockTableTest, ResetRollsEveryClockBackAndFailsWaits) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  ASSERT_TRUE(table->Advance(0, 5).ok());
+  ASSERT_TRUE(table->Advance(1, 4).ok());
+  auto waiting = Start(*table, 0, 5);
+  table->SetHold(5);
+  auto held = Start(*table, 1, 5);
+  int listened = 0;
+  table->SetListener([&] { ++listened; });
+  table->Reset(2, absl::AbortedError("rolled back"));
+  EXPECT_TRUE(waiting->answered);
+  EXPECT_EQ(waiting->status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(held->status.code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(table->AllAt(2));
+  EXPECT_EQ(table->MaxPermitted(), 1);
+  EXPECT_EQ(table->ClockOf(0), 2);
+  ASSERT_TRUE(table->Advance(0, 3).ok());
+  EXPECT_EQ(listened, 1);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -87,7 +87,9 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
   m.registered_generation = generation_;
-  if (AllAliveLocked() && state_ != JobState::kFinished) state_ = JobState::kRunning;
+  if (AllAliveLocked() && state_ != JobState::kFinished) {
+    state_ = rolling_back_ ? JobState::kRecovering : JobState::kRunning;
+  }
   return Registration{rank, m.incarnation, generation_, state_};
 }
 
@@ -164,6 +166,45 @@ std::vector<uint64_t> Membership::WorkerGenerations() const {
   std::vector<uint64_t> out;
   for (const Member& m : workers_) out.push_back(m.rank == -1 ? 0 : m.registered_generation);
   return out;
+}
+
+uint64_t Membership::BeginRollback() {
+  absl::MutexLock lock(&mu_);
+  ++generation_;
+  for (Member& m : workers_) {
+    if (m.rank != -1) m.registered_generation = generation_;
+  }
+  done_.assign(done_.size(), false);
+  rolling_back_ = true;
+  if (state_ == JobState::kRunning || state_ == JobState::kFinished) state_ = JobState::kRecovering;
+  return generation_;
+}
+
+void Membership::EndRollback() {
+  absl::MutexLock lock(&mu_);
+  rolling_back_ = false;
+  if (state_ == JobState::kRecovering && AllAliveLocked()) state_ = JobState::kRunning;
+}
+
+bool Membership::rolling_back() const {
+  absl::MutexLock lock(&mu_);
+  return rolling_back_;
+}
+
+bool Membership::AnyServerDead() const {
+  absl::MutexLock lock(&mu_);
+  for (const Member& m : servers_) {
+    if (m.rank != -1 && !m.alive) return true;
+  }
+  return false;
+}
+
+bool Membership::AllServersAlive() const {
+  absl::MutexLock lock(&mu_);
+  for (const Member& m : servers_) {
+    if (!m.alive) return false;
+  }
+  return true;
 }
 
 uint64_t Membership::generation() const {

@@ -12,7 +12,8 @@
 // Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
 // or its replacement has not yet rejoined, kRunning again once all are alive; kFinished once every worker
 // reported its last iteration (MarkWorkerDone), after which members leaving is not a failure.
-// (Checkpointing states arrive with the checkpoint coordinator.)
+// A rollback (BeginRollback .. EndRollback, driven by scheduler/checkpoint_coordinator.h) keeps the job
+// kRecovering until every server has restored the checkpoint, whoever is alive.
 //
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
@@ -90,6 +91,16 @@ class Membership {
   // By worker rank: the generation each rank last registered at (0: never).
   std::vector<uint64_t> WorkerGenerations() const;
 
+  // The job rolls back to a checkpoint: a new generation that every worker rank is moved to (so requests of
+  // the old timeline are refused), no worker is done any more, and the job stays kRecovering until
+  // EndRollback(). Returns the new generation.
+  uint64_t BeginRollback();
+  void EndRollback();
+  bool rolling_back() const;
+  // Some server rank has registered and is not alive.
+  bool AnyServerDead() const;
+  bool AllServersAlive() const;
+
   uint64_t generation() const;
   JobState state() const;
   const MembershipOptions& options() const { return options_; }
@@ -111,6 +122,7 @@ class Membership {
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
   uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
+  bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kestrel

@@ -1,0 +1,373 @@
+#include "scheduler/checkpoint_coordinator.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/fault_injection.h"
+#include "common/logging.h"
+
+namespace kestrel {
+namespace {
+
+// How often the coordinator looks when nothing wakes it.
+constexpr absl::Duration kPoll = absl::Milliseconds(50);
+
+bool Retriable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
+         absl::IsAborted(status);
+}
+
+}  // namespace
+
+CheckpointCoordinator::CheckpointCoordinator(CheckpointOptions options, JobDescription job, Membership* membership,
+                                             ClockTable* clocks, ShardAdmin* admin,
+                                             std::function<void(absl::Status)> on_fatal)
+    : options_(std::move(options)),
+      job_(std::move(job)),
+      layout_(options_.dir),
+      membership_(membership),
+      clocks_(clocks),
+      admin_(admin),
+      on_fatal_(std::move(on_fatal)) {
+  absl::MutexLock lock(&mu_);
+  worker_states_.resize(job_.num_workers);
+}
+
+CheckpointCoordinator::~CheckpointCoordinator() { Stop(); }
+
+absl::Status CheckpointCoordinator::Start() {
+  if (options_.keep < 1) return absl::InvalidArgumentError("must keep at least one checkpoint (--keep_checkpoints)");
+  if (options_.every_clocks < 0) return absl::InvalidArgumentError("--checkpoint_every_clocks must be >= 0");
+  if (options_.resume && options_.dir.empty()) {
+    return absl::InvalidArgumentError("--resume needs --checkpoint_dir");
+  }
+  last_checkpoint_ = absl::Now();
+  if (!options_.dir.empty()) {
+    absl::StatusOr<std::optional<CheckpointManifest>> latest = layout_.ReadLatest();
+    if (!latest.ok()) {
+      return absl::Status(latest.status().code(),
+                          absl::StrCat("cannot use checkpoint directory ", options_.dir, ": ", latest.status().message()));
+    }
+    if (latest->has_value()) {
+      const CheckpointManifest& m = **latest;
+      const std::string name = CheckpointLayout::CheckpointName(m.sequence());
+      if (!options_.resume) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "checkpoint directory %s already holds checkpoints (latest %s at clock %d): pass --resume to continue "
+            "from it, or use an empty directory",
+            options_.dir, name, m.clock()));
+      }
+      if (m.num_workers() != job_.num_workers) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "checkpoint %s was written by %d workers; this job has %d (each worker's data shard and reader position "
+            "depend on the worker count)",
+            name, m.num_workers(), job_.num_workers));
+      }
+      if (m.job_id() != job_.job_id) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("checkpoint %s belongs to job '%s', not '%s'", name, m.job_id(), job_.job_id));
+      }
+      KLOG(Info) << "resuming from checkpoint " << name << " at clock " << m.clock() << " (written by "
+                 << m.num_servers() << " servers; this job has " << job_.num_servers << ")";
+      resume_from_ = m;
+      rollback_generation_ = membership_->BeginRollback();
+      clocks_->SetHold(0);
+      clocks_->Reset(m.clock(), absl::AbortedError("the job is resuming from a checkpoint"));
+      {
+        absl::MutexLock lock(&mu_);
+        for (const WorkerCheckpoint& w : m.workers()) {
+          if (w.rank() >= 0 && w.rank() < job_.num_workers) worker_states_[w.rank()] = w.state();
+        }
+        status_.latest = name;
+        status_.latest_clock = m.clock();
+      }
+      last_checkpoint_clock_ = m.clock();
+    } else if (options_.resume) {
+      KLOG(Info) << "no checkpoint in " << options_.dir << ": starting a new job";
+    }
+  }
+  if (!resume_from_.has_value()) {
+    cut_ = NextScheduledCut(-1);
+    clocks_->SetHold(cut_);
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void CheckpointCoordinator::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointCoordinator::Wake() {
+  absl::MutexLock lock(&mu_);
+  woken_ = true;
+}
+
+void CheckpointCoordinator::RecordWorkerState(int rank, const WorkerState& state) {
+  absl::MutexLock lock(&mu_);
+  if (rank >= 0 && rank < static_cast<int>(worker_states_.size())) worker_states_[rank] = state;
+}
+
+std::optional<WorkerState> CheckpointCoordinator::StateFor(int rank, int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(worker_states_.size())) return std::nullopt;
+  const WorkerState& state = worker_states_[rank];
+  if (state.clock() != clock || !state.has_reader()) return std::nullopt;
+  return state;
+}
+
+absl::StatusOr<int64_t> CheckpointCoordinator::Request() {
+  if (options_.dir.empty()) {
+    return absl::FailedPreconditionError("this scheduler was started without --checkpoint_dir");
+  }
+  if (membership_->state() != JobState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("the job is ", JobStateName(membership_->state()),
+                                                      ", not running: no checkpoint can be cut now"));
+  }
+  absl::MutexLock lock(&mu_);
+  requested_ = true;
+  woken_ = true;
+  return clocks_->MaxPermitted() + 1;
+}
+
+CheckpointStatus CheckpointCoordinator::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+void CheckpointCoordinator::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](CheckpointCoordinator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
+                                 return c->woken_ || c->stop_;
+                               },
+                               this),
+                           kPoll);
+      if (stop_) return;
+      woken_ = false;
+    }
+    if (!failed_) Step();
+  }
+}
+
+int64_t CheckpointCoordinator::NextScheduledCut(int64_t permitted) const {
+  if (options_.every_clocks <= 0) return ClockTable::kNoHold;
+  return ((permitted + 1) / options_.every_clocks + 1) * options_.every_clocks;
+}
+
+std::vector<std::string> CheckpointCoordinator::ServerAddresses() const {
+  std::vector<std::string> addresses(job_.num_servers);
+  for (const Member& m : membership_->Members()) {
+    if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
+  }
+  return addresses;
+}
+
+void CheckpointCoordinator::Step() {
+  const JobState state = membership_->state();
+  // A server died: its rows since the last checkpoint are gone, so everyone rolls back to that checkpoint.
+  if (!membership_->rolling_back() && state != JobState::kForming && state != JobState::kFinished &&
+      membership_->AnyServerDead()) {
+    const uint64_t generation = membership_->BeginRollback();
+    rollback_generation_ = generation;
+    clocks_->SetHold(0);
+    const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
+        "a parameter server died: the job rolls back to its last checkpoint (generation %d); rejoin", generation)));
+    cut_ = ClockTable::kNoHold;
+    KLOG(Warning) << "a parameter server died: rolling the job back to its last checkpoint (generation "
+                  << generation << ", " << cancelled << " waits aborted); waiting for every server rank to be alive";
+  }
+  if (membership_->rolling_back()) {
+    if (membership_->AllServersAlive()) Restore();
+    return;
+  }
+  if (options_.dir.empty()) return;
+  if (state == JobState::kFinished) {
+    const int64_t clock = clocks_->MinClock();
+    if (options_.final_checkpoint && last_checkpoint_clock_ != clock && clocks_->AllAt(clock)) {
+      last_checkpoint_clock_ = clock;  // one attempt: the servers may be leaving
+      TakeCheckpoint(clock, "final");
+    }
+    return;
+  }
+  if (state != JobState::kRunning) return;
+  bool requested;
+  {
+    absl::MutexLock lock(&mu_);
+    requested = requested_;
+  }
+  const bool timed = options_.every > absl::ZeroDuration() && absl::Now() - last_checkpoint_ >= options_.every;
+  if (requested || timed) {
+    const int64_t earliest = clocks_->MaxPermitted() + 1;
+    if (earliest < cut_) {
+      cut_ = earliest;
+      clocks_->SetHold(cut_);
+    }
+  }
+  if (cut_ == ClockTable::kNoHold || !clocks_->AllAt(cut_)) return;
+  const std::string reason = requested ? "requested"
+                             : timed   ? absl::StrCat("every ", absl::FormatDuration(options_.every))
+                                       : absl::StrCat("every ", options_.every_clocks, " clocks");
+  if (cut_ != last_checkpoint_clock_ && TakeCheckpoint(cut_, reason)) {
+    absl::MutexLock lock(&mu_);
+    requested_ = false;
+  }
+  last_checkpoint_ = absl::Now();
+  last_checkpoint_clock_ = cut_;
+  cut_ = NextScheduledCut(cut_ - 1);
+  clocks_->SetHold(cut_);
+}
+
+bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& reason) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<uint64_t> sequence = layout_.NextSequence();
+  if (!sequence.ok()) {
+    KLOG(Error) << "checkpoint at clock " << clock << " not taken: " << sequence.status();
+    return false;
+  }
+  const std::string name = CheckpointLayout::CheckpointName(*sequence);
+  const std::vector<std::string> addresses = ServerAddresses();
+  std::vector<absl::StatusOr<ShardCheckpoint>> answers(job_.num_servers, absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> calls;
+    for (int s = 0; s < job_.num_servers; ++s) {
+      calls.emplace_back([&, s] {
+        answers[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
+                                          : admin_->Checkpoint(s, addresses[s], name, clock);
+      });
+    }
+    for (std::thread& t : calls) t.join();
+  }
+  std::vector<ShardCheckpoint> shards;
+  uint64_t rows = 0, rows_written = 0, bytes_written = 0;
+  for (auto& answer : answers) {
+    if (!answer.ok()) {
+      KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (nothing committed): "
+                    << answer.status();
+      return false;
+    }
+    rows += answer->rows();
+    rows_written += answer->rows_written();
+    bytes_written += answer->bytes_written();
+    shards.push_back(*std::move(answer));
+  }
+  CrashPoint("scheduler.checkpoint.shards_written");
+  CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_sequence(*sequence);
+  manifest.set_clock(clock);
+  manifest.set_job_id(job_.job_id);
+  manifest.set_config_fingerprint(job_.config_fingerprint);
+  manifest.set_partition(job_.partition);
+  manifest.set_num_servers(job_.num_servers);
+  manifest.set_num_workers(job_.num_workers);
+  manifest.set_consistency(job_.consistency);
+  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  manifest.set_reason(reason);
+  {
+    absl::MutexLock lock(&mu_);
+    for (int w = 0; w < job_.num_workers; ++w) {
+      WorkerCheckpoint* entry = manifest.add_workers();
+      entry->set_rank(w);
+      if (worker_states_[w].clock() == clock) {
+        *entry->mutable_state() = worker_states_[w];
+      } else {
+        entry->mutable_state()->set_clock(clock);  // reader position unknown: the worker re-reads and skips
+      }
+    }
+  }
+  absl::Status status = AddShardsToManifest(std::move(shards), job_.num_servers, &manifest);
+  if (status.ok()) status = layout_.WriteManifest(manifest);
+  CrashPoint("scheduler.checkpoint.manifest_written");
+  if (status.ok()) status = layout_.MoveLatest(name);
+  if (!status.ok()) {
+    KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (not committed): " << status;
+    return false;
+  }
+  CrashPoint("scheduler.checkpoint.committed");
+  {
+    absl::MutexLock lock(&mu_);
+    status_.latest = name;
+    status_.latest_clock = clock;
+    ++status_.committed;
+  }
+  KLOG(Info) << absl::StrFormat(
+      "checkpoint %s committed at clock %d (%s): %d rows, %d changed rows (%.1f MB) written, %.3f s", name, clock,
+      reason, rows, rows_written, bytes_written / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
+  absl::StatusOr<std::vector<std::string>> pruned = layout_.Prune(options_.keep);
+  if (!pruned.ok()) KLOG(Warning) << "pruning old checkpoints: " << pruned.status();
+  return true;
+}
+
+bool CheckpointCoordinator::Restore() {
+  std::optional<CheckpointManifest> manifest = resume_from_;
+  if (!manifest.has_value() && !options_.dir.empty()) {
+    absl::StatusOr<std::optional<CheckpointManifest>> latest = layout_.ReadLatest();
+    if (!latest.ok()) {
+      failed_ = true;
+      on_fatal_(absl::Status(latest.status().code(),
+                             absl::StrCat("cannot roll back: ", latest.status().message())));
+      return false;
+    }
+    manifest = *latest;
+  }
+  const std::string name = manifest ? CheckpointLayout::CheckpointName(manifest->sequence()) : "";
+  // Every worker rank registered at or after the rollback's generation: older requests are the old timeline.
+  const uint64_t generation = rollback_generation_;
+  const std::vector<std::string> addresses = ServerAddresses();
+  std::vector<absl::Status> results(job_.num_servers);
+  {
+    std::vector<std::thread> calls;
+    for (int s = 0; s < job_.num_servers; ++s) {
+      calls.emplace_back([&, s] {
+        results[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
+                                          : admin_->Restore(s, addresses[s], name, generation);
+      });
+    }
+    for (std::thread& t : calls) t.join();
+  }
+  for (const absl::Status& result : results) {
+    if (result.ok()) continue;
+    if (Retriable(result)) {
+      KLOG(Warning) << "rollback: " << result << "; retrying";
+      absl::SleepFor(absl::Milliseconds(200));
+      return false;
+    }
+    failed_ = true;
+    on_fatal_(absl::Status(result.code(), absl::StrCat("cannot restore checkpoint ", name.empty() ? "(none)" : name,
+                                                       ": ", result.message())));
+    return false;
+  }
+  const int64_t clock = manifest ? manifest->clock() : 0;
+  clocks_->Reset(clock, absl::AbortedError("the job rolled back to a checkpoint; rejoin"));
+  {
+    absl::MutexLock lock(&mu_);
+    for (WorkerState& state : worker_states_) state = WorkerState();
+    if (manifest) {
+      for (const WorkerCheckpoint& w : manifest->workers()) {
+        if (w.rank() >= 0 && w.rank() < job_.num_workers) worker_states_[w.rank()] = w.state();
+      }
+    }
+    if (!resume_from_) ++status_.rollbacks;
+  }
+  resume_from_.reset();
+  last_checkpoint_ = absl::Now();
+  last_checkpoint_clock_ = clock;
+  cut_ = NextScheduledCut(clock - 1);
+  clocks_->SetHold(cut_);
+  membership_->EndRollback();
+  KLOG(Info) << "every server restored " << (name.empty() ? "empty tables (no checkpoint yet)" : name)
+             << ": the job continues from clock " << clock << " at generation " << generation;
+  return true;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,146 @@
+// CheckpointCoordinator: the scheduler's part of checkpoints and recovery. The one place that decides when a
+// global checkpoint is cut, when it is committed, and when the job rolls back.
+//
+// Checkpoint at clock c (every N clocks, every T seconds, on request, and once when every worker is done):
+//   1. hold: ClockTable::SetHold(c) stops every worker at the boundary of iteration c; once all clocks are c,
+//      every push of iterations < c is acknowledged (and in BSP applied) and no other push is in flight,
+//   2. every server writes its part (ShardAdmin::Checkpoint: changed rows, RocksDB snapshot, checksums),
+//   3. the manifest is written (clock, job fingerprint, partition, tables, files with checksums, each
+//      worker's reader position at c), then LATEST is moved: the commit. Old checkpoints beyond `keep` are
+//      pruned, and the hold is released.
+// If any step fails, nothing is committed; the attempt's directory is deleted by a later prune.
+//
+// Recovery. A server declared dead makes the job roll back: a new generation (Membership::BeginRollback; the
+// old timeline's requests are refused everywhere), every wait is failed with ABORTED, nothing may start.
+// Once every server rank is alive again (the launcher restarted the dead one), every server restores the
+// latest committed checkpoint (or empty tables if there is none), the clocks are set to its clock and the
+// workers' reader positions to its own, and the job runs again; workers learn where to continue with Rejoin.
+// A dead worker alone needs no rollback: its replacement continues from its rank's clock and reader position.
+//
+// Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
+// rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
+// start. Without `resume`, a directory that already holds checkpoints is refused.
+//
+// Thread-safe. The coordinator runs on its own thread; the other methods are called from gRPC handlers and
+// never block on it.
+#ifndef KESTREL_SCHEDULER_CHECKPOINT_COORDINATOR_H_
+#define KESTREL_SCHEDULER_CHECKPOINT_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/checkpoint_layout.h"
+#include "proto/checkpoint.pb.h"
+#include "scheduler/clock_table.h"
+#include "scheduler/membership.h"
+#include "scheduler/shard_admin.h"
+
+namespace kestrel {
+
+struct CheckpointOptions {
+  // Checkpoint root (common/checkpoint_layout.h). Default: "" = no checkpoints; a rollback then restarts the
+  // job from its beginning.
+  std::string dir;
+  // Cut a checkpoint every this many clocks (at multiples of it). Default: 0 = off.
+  int64_t every_clocks = 0;
+  // Cut a checkpoint when this long has passed since the last one. Default: zero = off.
+  absl::Duration every = absl::ZeroDuration();
+  // Committed checkpoints kept. Default: 3.
+  int keep = 3;
+  // Start from the latest committed checkpoint in `dir` (a new job when there is none). Default: false.
+  bool resume = false;
+  // Cut one when every worker has finished. Default: true.
+  bool final_checkpoint = true;
+};
+
+// What the manifest records about the job.
+struct JobDescription {
+  std::string job_id;
+  std::string partition;    // Partition::ToString()
+  std::string consistency;  // bsp, ssp, asp
+  int num_servers = 1;
+  int num_workers = 1;
+  uint64_t config_fingerprint = 0;
+};
+
+struct CheckpointStatus {
+  std::string latest;          // newest committed checkpoint's name, "" = none
+  int64_t latest_clock = 0;
+  uint64_t committed = 0;      // by this coordinator
+  uint64_t rollbacks = 0;
+};
+
+class CheckpointCoordinator {
+ public:
+  // `membership`, `clocks` and `admin` must outlive it. `on_fatal` runs (on the coordinator thread) when the job
+  // cannot continue safely: a checkpoint to restore is damaged, or a server refuses to restore it.
+  CheckpointCoordinator(CheckpointOptions options, JobDescription job, Membership* membership, ClockTable* clocks,
+                        ShardAdmin* admin, std::function<void(absl::Status)> on_fatal);
+  ~CheckpointCoordinator();
+
+  // Validates the options, reads the checkpoint to resume from (or checks there is none), and starts the
+  // coordinator thread. An error means the scheduler must not start.
+  absl::Status Start();
+  // Stops the thread (an operation in progress finishes first).
+  void Stop();
+  // Something changed (a clock, a registration, a death): look now rather than at the next poll.
+  void Wake();
+
+  // A worker's state after its Advance (kept for the next checkpoint).
+  void RecordWorkerState(int rank, const WorkerState& state);
+  // The state to hand worker `rank` continuing at `clock` (its reader position), if known.
+  std::optional<WorkerState> StateFor(int rank, int64_t clock) const;
+
+  // Asks for a checkpoint at the earliest clock every worker can still stop at; returns that clock.
+  // FailedPrecondition without a checkpoint directory or when the job is not running.
+  absl::StatusOr<int64_t> Request();
+
+  CheckpointStatus status() const;
+
+ private:
+  void Loop();
+  void Step();
+  // Cuts, writes and commits a checkpoint at `clock`; false when it failed (logged).
+  bool TakeCheckpoint(int64_t clock, const std::string& reason);
+  // Rolls every server back to the latest checkpoint; false to retry later (a server unreachable).
+  bool Restore();
+  // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
+  int64_t NextScheduledCut(int64_t permitted) const;
+  std::vector<std::string> ServerAddresses() const;
+
+  const CheckpointOptions options_;
+  const JobDescription job_;
+  const CheckpointLayout layout_;
+  Membership* const membership_;
+  ClockTable* const clocks_;
+  ShardAdmin* const admin_;
+  const std::function<void(absl::Status)> on_fatal_;
+
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WorkerState> worker_states_ ABSL_GUARDED_BY(mu_);  // by rank: the latest reported
+  CheckpointStatus status_ ABSL_GUARDED_BY(mu_);
+
+  // Coordinator thread only.
+  std::optional<CheckpointManifest> resume_from_;
+  int64_t cut_ = ClockTable::kNoHold;  // the clock the current hold is for
+  absl::Time last_checkpoint_;
+  int64_t last_checkpoint_clock_ = -1;
+  bool failed_ = false;  // on_fatal ran: do nothing more
+  uint64_t rollback_generation_ = 0;  // the generation BeginRollback made
+  std::thread thread_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_CHECKPOINT_COORDINATOR_H_

@@ -1,0 +1,389 @@
+#include "scheduler/checkpoint_coordinator.h"
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/checkpoint_layout.h"
+#include "common/hash.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "server/shard.h"
+#include "server/shard_store.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kDim = 4;
+constexpr int kServers = 2;
+constexpr int kWorkers = 2;
+
+TableConfig Emb() {
+  TableConfig c;
+  c.set_name("emb");
+  c.set_dim(kDim);
+  c.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+  return c;
+}
+
+RequestContext Ctx(int rank, uint64_t generation) {
+  RequestContext ctx;
+  ctx.job_id = "job";
+  ctx.worker_rank = rank;
+  ctx.generation = generation;
+  return ctx;
+}
+
+// The keys worker `rank` pushes at iteration `clock`: each row is written by exactly one push, so the state
+// after any set of iterations does not depend on the order they ran in.
+std::vector<uint64_t> KeysOf(int rank, int64_t clock) {
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 50; ++i) keys.push_back(Mix64((static_cast<uint64_t>(clock) << 32) | (rank << 16) | i));
+  return keys;
+}
+
+// In-process servers reached through ShardAdmin, as the scheduler reaches real ones over gRPC.
+class FakeServers final : public ShardAdmin {
+ public:
+  FakeServers(const CheckpointLayout& layout, Partition partition) : layout_(layout), partition_(partition) {
+    for (int s = 0; s < kServers; ++s) Replace(s);
+  }
+
+  // Server `s` is replaced by a fresh process: no tables, a new working store.
+  void Replace(int s) {
+    ShardOptions options;
+    options.job_id = "job";
+    options.shard_index = s;
+    stores_[s].reset();  // the process is gone: its working store with it
+    shards_[s] = std::move(Shard::Create(options, partition_)).value();
+    auto store = ShardStore::Open(layout_, s);
+    ASSERT_TRUE(store.ok()) << store.status();
+    stores_[s] = std::move(store).value();
+  }
+  std::string Address(int s) const { return absl::StrCat("server-", s); }
+  Shard& shard(int s) { return *shards_[s]; }
+
+  // The worker side of an iteration: create the table (idempotent) and push its keys to their owners.
+  absl::Status Push(int rank, int64_t clock, uint64_t generation) {
+    std::vector<uint64_t> keys = KeysOf(rank, clock);
+    std::sort(keys.begin(), keys.end());
+    for (int s = 0; s < kServers; ++s) {
+      absl::StatusOr<bool> created = shards_[s]->CreateTable(Ctx(rank, generation), Emb());
+      if (!created.ok()) return created.status();
+      std::vector<uint64_t> mine;
+      for (uint64_t k : keys) {
+        if (partition_.OwnerOf(k) == s) mine.push_back(k);
+      }
+      std::vector<float> grads(mine.size() * kDim, 0.25f + clock);
+      if (absl::Status st = shards_[s]->Push(Ctx(rank, generation), "emb", mine, grads, 0); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+  // Order-independent fingerprint of the whole table over every server.
+  uint64_t Fingerprint() {
+    uint64_t sum = 0;
+    for (int s = 0; s < kServers; ++s) {
+      const Table* table = shards_[s]->FindTable("emb");
+      if (table == nullptr) continue;
+      table->ForEachRow([&](uint64_t key, const float* row, const float*) {
+        sum += HashCombine(key, Hash64(absl::string_view(reinterpret_cast<const char*>(row),
+                                                         sizeof(float) * table->stored_floats())));
+      });
+    }
+    return sum;
+  }
+
+  absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
+                                             int64_t) override {
+    if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
+    EXPECT_EQ(address, Address(shard));
+    return stores_[shard]->Checkpoint(*shards_[shard], name);
+  }
+  absl::Status Restore(int shard, const std::string&, const std::string& name, uint64_t generation) override {
+    std::optional<CheckpointManifest> manifest;
+    if (!name.empty()) {
+      absl::StatusOr<CheckpointManifest> read = layout_.ReadManifest(name);
+      if (!read.ok()) return read.status();
+      manifest = *read;
+    }
+    return stores_[shard]->Restore(manifest, *shards_[shard], generation);
+  }
+
+  std::atomic<int> fail_shard_{-1};
+
+ private:
+  const CheckpointLayout layout_;
+  const Partition partition_;
+  std::unique_ptr<Shard> shards_[kServers];
+  std::unique_ptr<ShardStore> stores_[kServers];
+};
+
+// A whole job's scheduler side (membership, clocks, coordinator) plus its servers.
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = absl::StrCat(::testing::TempDir(), "/coord_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    layout_ = std::make_unique<CheckpointLayout>(root_);
+    servers_ = std::make_unique<FakeServers>(*layout_, *Partition::Uniform(kServers));
+  }
+
+  // Builds the scheduler side and registers everyone. Returns Start()'s status.
+  absl::Status StartScheduler(CheckpointOptions options) {
+    coordinator_.reset();
+    MembershipOptions m;
+    m.num_servers = kServers;
+    m.num_workers = kWorkers;
+    membership_ = std::move(Membership::Create(m)).value();
+    clocks_ = std::move(ClockTable::Create(kWorkers, ConsistencyPolicy::Asp())).value();
+    options.dir = root_;
+    JobDescription job;
+    job.job_id = "job";
+    job.partition = Partition::Uniform(kServers)->ToString();
+    job.consistency = "asp";
+    job.num_servers = kServers;
+    job.num_workers = kWorkers;
+    coordinator_ = std::make_unique<CheckpointCoordinator>(options, job, membership_.get(), clocks_.get(),
+                                                           servers_.get(), [this](absl::Status s) {
+                                                             fatal_ = s;
+                                                             fatal_seen_.Notify();
+                                                           });
+    clocks_->SetListener([this] { coordinator_->Wake(); });
+    absl::Status started = coordinator_->Start();
+    if (!started.ok()) return started;
+    for (int s = 0; s < kServers; ++s) {
+      EXPECT_TRUE(membership_->Register(Role::kServer, servers_->Address(s), s, now_).ok());
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      auto r = membership_->Register(Role::kWorker, "", w, now_);
+      EXPECT_TRUE(r.ok()) << r.status();
+    }
+    return absl::OkStatus();
+  }
+
+  // Worker `rank` runs iterations [from, to) with the generation it holds; stops at the first refusal.
+  absl::Status RunWorker(int rank, int64_t from, int64_t to, uint64_t generation) {
+    for (int64_t c = from; c < to; ++c) {
+      auto permitted = std::make_shared<absl::Notification>();
+      auto status = std::make_shared<absl::Status>();
+      clocks_->WaitToStart(rank, c, [permitted, status](absl::Status s) {
+        *status = s;
+        permitted->Notify();
+      });
+      if (!permitted->WaitForNotificationWithTimeout(absl::Seconds(20))) {
+        return absl::DeadlineExceededError(absl::StrCat("worker ", rank, " never allowed to start ", c));
+      }
+      if (!status->ok()) return *status;
+      if (absl::Status pushed = servers_->Push(rank, c, generation); !pushed.ok()) return pushed;
+      WorkerState state;
+      state.set_clock(c + 1);
+      state.mutable_reader()->set_global_line(static_cast<uint64_t>(c + 1) * 100 + rank);
+      coordinator_->RecordWorkerState(rank, state);
+      if (absl::Status advanced = clocks_->Advance(rank, c + 1); !advanced.ok()) return advanced;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunAll(int64_t from, int64_t to) {
+    std::vector<absl::Status> results(kWorkers);
+    std::vector<std::thread> threads;
+    const uint64_t generation = membership_->generation();
+    for (int w = 0; w < kWorkers; ++w) {
+      threads.emplace_back([&, w] { results[w] = RunWorker(w, from, to, generation); });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& r : results) {
+      if (!r.ok()) return r;
+    }
+    return absl::OkStatus();
+  }
+
+  // The table a job that ran iterations [0, clock) of every worker holds, built directly.
+  uint64_t ReferenceFingerprint(int64_t clock) {
+    FakeServers reference(CheckpointLayout(root_ + "_reference"), *Partition::Uniform(kServers));
+    for (int64_t c = 0; c < clock; ++c) {
+      for (int w = 0; w < kWorkers; ++w) EXPECT_TRUE(reference.Push(w, c, 0).ok());
+    }
+    return reference.Fingerprint();
+  }
+
+  bool WaitFor(const std::function<bool()>& condition) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!condition()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+
+  std::string root_;
+  std::unique_ptr<CheckpointLayout> layout_;
+  std::unique_ptr<FakeServers> servers_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<ClockTable> clocks_;
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
+  absl::Time now_ = absl::UnixEpoch();
+  absl::Status fatal_;
+  absl::Notification fatal_seen_;
+};
+
+TEST_F(CoordinatorTest, EveryNClocksCutsExactGlobalCheckpoints) {
+  CheckpointOptions options;
+  options.every_clocks = 4;
+  options.keep = 2;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  // ASP lets workers run apart, but the hold stops both at clock 4, 8, 12: each checkpoint is an exact cut.
+  ASSERT_TRUE(RunAll(0, 10).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 8; }));
+  EXPECT_EQ(coordinator_->status().committed, 2u);
+  auto latest = layout_->ReadLatest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  const CheckpointManifest& m = **latest;
+  EXPECT_EQ(m.clock(), 8);
+  EXPECT_EQ(m.num_workers(), kWorkers);
+  EXPECT_EQ(m.reason(), "every 4 clocks");
+  ASSERT_EQ(m.workers_size(), kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_EQ(m.workers(w).state().clock(), 8);
+    EXPECT_EQ(m.workers(w).state().reader().global_line(), 800u + w) << "the reader position at the cut";
+  }
+  // Its rows are exactly those of iterations < 8 of every worker.
+  EXPECT_EQ(clocks_->hold(), 12);
+  coordinator_.reset();
+  for (int s = 0; s < kServers; ++s) {
+    servers_->Replace(s);
+    ASSERT_TRUE(servers_->Restore(s, "", CheckpointLayout::CheckpointName(m.sequence()), 1).ok());
+  }
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
+}
+
+TEST_F(CoordinatorTest, RequestedCheckpointCutsAtTheNextBoundary) {
+  ASSERT_TRUE(StartScheduler(CheckpointOptions()).ok());
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  auto clock = coordinator_->Request();
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  EXPECT_EQ(*clock, 3);
+  ASSERT_TRUE(RunAll(3, 5).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().committed == 1; }));
+  EXPECT_EQ(coordinator_->status().latest_clock, 3);
+  EXPECT_EQ((*layout_->ReadLatest())->reason(), "requested");
+}
+
+TEST_F(CoordinatorTest, FailedShardAbandonsTheCheckpointAndTheJobGoesOn) {
+  CheckpointOptions options;
+  options.every_clocks = 2;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 2).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().committed == 1; }));
+  servers_->fail_shard_ = 1;
+  ASSERT_TRUE(RunAll(2, 5).ok()) << "an abandoned checkpoint releases the hold";
+  EXPECT_EQ(coordinator_->status().committed, 1u);
+  EXPECT_EQ((*layout_->ReadLatest())->clock(), 2) << "LATEST still names the last complete checkpoint";
+  servers_->fail_shard_ = -1;
+  ASSERT_TRUE(RunAll(5, 7).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 6; }));
+}
+
+TEST_F(CoordinatorTest, ServerDeathRollsEveryServerBackToTheLatestCheckpoint) {
+  CheckpointOptions options;
+  options.every_clocks = 3;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 5).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 3; }));
+  const uint64_t old_generation = membership_->generation();
+
+  // Server 1 stops heartbeating and is declared dead; a replacement (empty) registers with its rank.
+  now_ += absl::Seconds(1);
+  ASSERT_TRUE(membership_->Heartbeat(Role::kServer, 0, membership_->Members()[0].incarnation, now_).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(membership_->Heartbeat(Role::kWorker, w, membership_->Members()[kServers + w].incarnation, now_).ok());
+  }
+  ASSERT_EQ(membership_->ExpireSilent(now_ + absl::Milliseconds(600)).size(), 1u);
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return membership_->rolling_back(); }));
+  EXPECT_EQ(membership_->state(), JobState::kRecovering);
+  EXPECT_EQ(clocks_->hold(), 0) << "nothing may start during the rollback";
+  servers_->Replace(1);
+  ASSERT_TRUE(membership_->Register(Role::kServer, servers_->Address(1), 1, now_).ok());
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return !membership_->rolling_back(); })) << fatal_;
+  EXPECT_EQ(membership_->state(), JobState::kRunning);
+  EXPECT_EQ(coordinator_->status().rollbacks, 1u);
+  EXPECT_TRUE(clocks_->AllAt(3));
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(3)) << "both servers hold exactly the cut at clock 3";
+  EXPECT_EQ(coordinator_->StateFor(1, 3)->reader().global_line(), 301u);
+  // The survivor refuses the old timeline; the new generation works and the job finishes.
+  EXPECT_EQ(servers_->Push(0, 5, old_generation).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(RunAll(3, 8).ok());
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
+}
+
+TEST_F(CoordinatorTest, ResumeRestoresTheLatestCheckpointOntoNewServers) {
+  CheckpointOptions options;
+  options.every_clocks = 2;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 5).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 4; }));
+  coordinator_.reset();
+
+  // Everything restarts: new servers, a new scheduler. Without --resume the directory is refused.
+  for (int s = 0; s < kServers; ++s) servers_->Replace(s);
+  absl::Status refused = StartScheduler(options);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "--resume")) << refused;
+  options.resume = true;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(WaitFor([&] { return membership_->state() == JobState::kRunning; })) << fatal_;
+  EXPECT_TRUE(clocks_->AllAt(4));
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(4));
+  EXPECT_EQ(coordinator_->StateFor(0, 4)->reader().global_line(), 400u);
+  ASSERT_TRUE(RunAll(4, 7).ok());
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(7));
+}
+
+TEST_F(CoordinatorTest, ResumeFromADamagedCheckpointIsRefusedByName) {
+  CheckpointOptions options;
+  options.every_clocks = 2;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 2; }));
+  coordinator_.reset();
+  const std::string manifest = layout_->ManifestPath("ckpt-00000001");
+  fs::resize_file(manifest, fs::file_size(manifest) - 10);
+  options.resume = true;
+  absl::Status status = StartScheduler(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), manifest)) << status;
+}
+
+TEST_F(CoordinatorTest, DamagedShardFileStopsTheRestoreWithItsName) {
+  CheckpointOptions options;
+  options.every_clocks = 2;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 2; }));
+  coordinator_.reset();
+  const CheckpointManifest m = **layout_->ReadLatest();
+  const std::string sst = layout_->ShardDir("ckpt-00000001", 1) + "/" + m.shards(1).files(0).name();
+  fs::remove(sst);
+  for (int s = 0; s < kServers; ++s) servers_->Replace(s);
+  options.resume = true;
+  ASSERT_TRUE(StartScheduler(options).ok()) << "the manifest itself is fine";
+  ASSERT_TRUE(fatal_seen_.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(fatal_.code(), absl::StatusCode::kDataLoss) << fatal_;
+  EXPECT_TRUE(absl::StrContains(fatal_.message(), sst)) << fatal_;
+  EXPECT_TRUE(absl::StrContains(fatal_.message(), "shard 1")) << fatal_;
+  EXPECT_NE(membership_->state(), JobState::kRunning) << "never a silent fresh start";
+}
+
+}  // namespace
+}  // namespace kestrel

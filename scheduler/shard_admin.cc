@@ -1,0 +1,78 @@
+#include "scheduler/shard_admin.h"
+
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace kestrel {
+namespace {
+
+class GrpcShardAdmin final : public ShardAdmin {
+ public:
+  GrpcShardAdmin(std::string job_id, absl::Duration deadline) : job_id_(std::move(job_id)), deadline_(deadline) {}
+
+  absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
+                                             int64_t clock) override {
+    CheckpointShardRequest request;
+    Fill(request.mutable_header());
+    request.set_name(name);
+    request.set_clock(clock);
+    CheckpointShardResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->Checkpoint(&context, request, &response));
+    if (!status.ok()) return Annotate(status, "checkpoint", shard, address);
+    return response.shard();
+  }
+
+  absl::Status Restore(int shard, const std::string& address, const std::string& name,
+                       uint64_t min_worker_generation) override {
+    RestoreShardRequest request;
+    Fill(request.mutable_header());
+    request.set_name(name);
+    request.set_min_worker_generation(min_worker_generation);
+    RestoreShardResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->Restore(&context, request, &response));
+    return status.ok() ? status : Annotate(status, "restore", shard, address);
+  }
+
+ private:
+  void Fill(RequestHeader* header) const {
+    header->set_job_id(job_id_);
+    header->set_worker_rank(-1);
+  }
+
+  static absl::Status Annotate(const absl::Status& status, const char* what, int shard, const std::string& address) {
+    return absl::Status(status.code(),
+                        absl::StrFormat("%s on server %d at %s: %s", what, shard, address, status.message()));
+  }
+
+  ParameterServer::Stub* StubFor(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    auto& stub = stubs_[address];
+    if (stub == nullptr) {
+      stub = ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    }
+    return stub.get();
+  }
+
+  const std::string job_id_;
+  const absl::Duration deadline_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline) {
+  return std::make_unique<GrpcShardAdmin>(job_id, deadline);
+}
+
+}  // namespace kestrel

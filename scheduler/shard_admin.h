@@ -1,0 +1,34 @@
+// ShardAdmin: how the scheduler's checkpoint coordinator reaches the parameter servers (their Checkpoint and
+// Restore admin calls), behind an interface so the coordinator's tests can use in-process servers.
+#ifndef KESTREL_SCHEDULER_SHARD_ADMIN_H_
+#define KESTREL_SCHEDULER_SHARD_ADMIN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/checkpoint.pb.h"
+
+namespace kestrel {
+
+// Thread-safe: the coordinator calls every server concurrently.
+class ShardAdmin {
+ public:
+  virtual ~ShardAdmin() = default;
+  // Server `shard` at `address` writes its part of checkpoint `name` (cut at `clock`).
+  virtual absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
+                                                     int64_t clock) = 0;
+  // Server `shard` replaces its state with its part of committed checkpoint `name` ("" = empty tables) and
+  // refuses worker requests older than `min_worker_generation`.
+  virtual absl::Status Restore(int shard, const std::string& address, const std::string& name,
+                               uint64_t min_worker_generation) = 0;
+};
+
+// Over gRPC (ParameterServer.Checkpoint / Restore); each call has `deadline`. Channels are cached by address.
+std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_SHARD_ADMIN_H_
