@@ -131,10 +131,11 @@ absl::StatusOr<int64_t> CheckpointCoordinator::Request() {
     return absl::FailedPreconditionError(absl::StrCat("the job is ", JobStateName(membership_->state()),
                                                       ", not running: no checkpoint can be cut now"));
   }
+  const int64_t cut = clocks_->HoldAtEarliest();
   absl::MutexLock lock(&mu_);
   requested_ = true;
   woken_ = true;
-  return clocks_->MaxPermitted() + 1;
+  return cut;
 }
 
 CheckpointStatus CheckpointCoordinator::status() const {
@@ -206,13 +207,8 @@ void CheckpointCoordinator::Step() {
     requested = requested_;
   }
   const bool timed = options_.every > absl::ZeroDuration() && absl::Now() - last_checkpoint_ >= options_.every;
-  if (requested || timed) {
-    const int64_t earliest = clocks_->MaxPermitted() + 1;
-    if (earliest < cut_) {
-      cut_ = earliest;
-      clocks_->SetHold(cut_);
-    }
-  }
+  if (timed) clocks_->HoldAtEarliest();
+  cut_ = clocks_->hold();
   if (cut_ == ClockTable::kNoHold || !clocks_->AllAt(cut_)) return;
   const std::string reason = requested ? "requested"
                              : timed   ? absl::StrCat("every ", absl::FormatDuration(options_.every))

@@ -116,6 +116,12 @@ int64_t ClockTable::hold() const {
   return hold_;
 }
 
+int64_t ClockTable::HoldAtEarliest() {
+  absl::MutexLock lock(&mu_);
+  hold_ = std::min(hold_, max_permitted_ + 1);
+  return hold_;
+}
+
 bool ClockTable::AllAt(int64_t clock) const {
   absl::MutexLock lock(&mu_);
   return clock_counts_.size() == 1 && clock_counts_.begin()->first == clock;

@@ -82,6 +82,9 @@ class ClockTable {
   static constexpr int64_t kNoHold = std::numeric_limits<int64_t>::max();
   void SetHold(int64_t hold);
   int64_t hold() const;
+  // Lowers the hold to the earliest clock boundary every worker can still stop at (MaxPermitted() + 1), in one
+  // step with respect to WaitToStart; returns the hold.
+  int64_t HoldAtEarliest();
   // Every worker's clock is `clock`.
   bool AllAt(int64_t clock) const;
   // The highest clock any worker was allowed to start, or (after Create/Reset to c) c - 1.
