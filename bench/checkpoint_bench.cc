@@ -57,8 +57,6 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
-#include "rocksdb/memtablerep.h"
-#include <cstdlib>
 #include "server/shard.h"
 #include "server/shard_store.h"
 
@@ -261,7 +259,7 @@ absl::StatusOr<double> RocksDbWrite(const std::string& dir, const RowCopy& copy,
   std::error_code error;
   fs::remove_all(dir, error);
   rocksdb::DB* raw = nullptr;
-  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open([]{ auto o = LiveOptions(); if (getenv("VEC")) o.memtable_factory.reset(new rocksdb::VectorRepFactory); return o; }(), dir, &raw), absl::StrCat("opening ", dir)));
+  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(LiveOptions(), dir, &raw), absl::StrCat("opening ", dir)));
   std::unique_ptr<rocksdb::DB> db(raw);
   rocksdb::WriteOptions write_options;
   write_options.disableWAL = true;

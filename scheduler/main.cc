@@ -3,9 +3,15 @@
 //   kestrel_scheduler --job_id=ctr --num_servers=2 --num_workers=4 --consistency=ssp --staleness=2
 //
 // Servers and workers register and heartbeat; workers ask permission before each iteration (WaitToStart)
-// and report finished iterations (Advance). Shuts down cleanly on SIGTERM/SIGINT.
+// and report finished iterations (Advance). With --checkpoint_dir it coordinates global checkpoints and rolls
+// the job back to the latest one when a server dies; --resume continues a job from it. Shuts down cleanly on
+// SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 1 runtime error, 2 bad flags or a checkpoint that cannot be
+// used safely (damaged, of another job), named in the log.
+#include <unistd.h>
+
 #include <signal.h>
 
+#include <atomic>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -31,6 +37,17 @@ ABSL_FLAG(std::string, consistency, "bsp",
 ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker may run ahead).");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Checkpoint root shared by every process of the job (see common/checkpoint_layout.h). Empty: no "
+          "checkpoints, and a server's death restarts the job from its beginning.");
+ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
+ABSL_FLAG(absl::Duration, checkpoint_every, absl::ZeroDuration(),
+          "Cut a global checkpoint when this long has passed since the last one (0: off).");
+ABSL_FLAG(int, keep_checkpoints, 3, "Committed checkpoints kept (>= 1); older ones are deleted.");
+ABSL_FLAG(bool, resume, false,
+          "Continue the job from the latest committed checkpoint in --checkpoint_dir (a new job when there is "
+          "none). Without it, a directory holding checkpoints is refused.");
+ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
 
 namespace kestrel {
 namespace {
@@ -60,6 +77,17 @@ int Run() {
     return 2;
   }
   options.partition = partition->ToString();
+  options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint.every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
+  options.checkpoint.every = absl::GetFlag(FLAGS_checkpoint_every);
+  options.checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.checkpoint.resume = absl::GetFlag(FLAGS_resume);
+  options.checkpoint.final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
+  static std::atomic<bool> fatal{false};
+  options.on_fatal = [](absl::Status) {
+    fatal.store(true);
+    kill(getpid(), SIGTERM);  // the wait below shuts down; the exit code says why
+  };
 
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
@@ -68,7 +96,11 @@ int Run() {
   auto server = SchedulerServer::Start(server_options, options);
   if (!server.ok()) {
     KLOG(Error) << server.status();
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kFailedPrecondition ||
+                   code == absl::StatusCode::kDataLoss
+               ? 2
+               : 1;
   }
   KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
              << (*server)->port() << ": " << options.membership.num_servers << " servers, "
@@ -83,7 +115,7 @@ int Run() {
   KLOG(Info) << "received signal " << signal_number << ", shutting down";
   (*server)->Shutdown();
   (*server)->Wait();
-  return 0;
+  return fatal.load() ? 2 : 0;
 }
 
 }  // namespace

@@ -47,8 +47,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->min_clock();
   }
 
-  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done) override {
+  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done,
+                                  const WorkerState* state) override {
     AdvanceRequest request;
+    if (state != nullptr) *request.mutable_state() = *state;
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_finished(finished);
@@ -65,6 +67,24 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_job_id(options_.job_id);
     DescribeResponse response;
     return Call(&Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
+  }
+
+  absl::StatusOr<RegisterResponse> Rejoin(int rank, uint64_t incarnation) override {
+    RejoinRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_rank(rank);
+    request.set_incarnation(incarnation);
+    RegisterResponse response;
+    return Call(&Scheduler::Stub::Rejoin, request, &response, options_.rpc_deadline);
+  }
+
+  absl::StatusOr<int64_t> RequestCheckpoint() override {
+    RequestCheckpointRequest request;
+    request.set_job_id(options_.job_id);
+    RequestCheckpointResponse response;
+    auto result = Call(&Scheduler::Stub::RequestCheckpoint, request, &response, options_.rpc_deadline);
+    if (!result.ok()) return result.status();
+    return result->clock();
   }
 
  private:

@@ -24,9 +24,15 @@ class SchedulerClient {
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
   virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) = 0;
-  // `done`: this was the worker's last iteration.
-  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done = false) = 0;
+  // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
+  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done = false,
+                                          const WorkerState* state = nullptr) = 0;
   virtual absl::StatusOr<DescribeResponse> Describe() = 0;
+  // After a rollback: where live worker `rank` continues (clock, reader position, generation to stamp).
+  // UNAVAILABLE while the rollback is in progress.
+  virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, uint64_t incarnation) = 0;
+  // Asks for a checkpoint; returns the clock it will cut at.
+  virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
 };
 
 struct SchedulerClientOptions {

@@ -54,9 +54,30 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
     return absl::InvalidArgumentError(absl::StrFormat("the partition has %d servers, the job %d",
                                                       partition->num_servers(), options.membership.num_servers));
   }
-  return std::unique_ptr<SchedulerServiceImpl>(new SchedulerServiceImpl(
+  std::unique_ptr<SchedulerServiceImpl> service(new SchedulerServiceImpl(
       options, std::move(membership).value(), std::move(clocks).value(), partition->ToString()));
+  SchedulerServiceImpl* raw = service.get();
+  service->admin_ = NewGrpcShardAdmin(options.job_id, options.admin_deadline);
+  ClusterView view;
+  service->FillView(&view);
+  JobDescription job;
+  job.job_id = options.job_id;
+  job.partition = service->partition_;
+  job.consistency = view.consistency();
+  job.num_servers = options.membership.num_servers;
+  job.num_workers = options.membership.num_workers;
+  job.config_fingerprint = view.config_fingerprint();
+  service->coordinator_ = std::make_unique<CheckpointCoordinator>(
+      options.checkpoint, job, service->membership_.get(), service->clocks_.get(), service->admin_.get(),
+      [raw](absl::Status status) {
+        KLOG(Error) << "the job cannot continue: " << status;
+        if (raw->options_.on_fatal) raw->options_.on_fatal(status);
+      });
+  service->clocks_->SetListener([raw] { raw->coordinator_->Wake(); });
+  return service;
 }
+
+absl::Status SchedulerServiceImpl::StartCoordinator() { return coordinator_->Start(); }
 
 SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
                                            std::unique_ptr<ClockTable> clocks, std::string partition)
@@ -106,7 +127,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       response->set_rank(registration->rank);
       response->set_incarnation(registration->incarnation);
       FillView(response->mutable_view());
-      if (request->role() == ROLE_WORKER) response->set_clock(clocks_->ClockOf(registration->rank));
+      if (request->role() == ROLE_WORKER) {
+        response->set_clock(clocks_->ClockOf(registration->rank));
+        if (auto state = coordinator_->StateFor(registration->rank, response->clock())) *response->mutable_state() = *state;
+      }
+      coordinator_->Wake();
       if (registration->state != JobState::kForming) {
         std::vector<std::function<void()>> waits;
         {
@@ -178,6 +203,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
+  if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
+    coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
+  }
   if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
   if (status.ok() && request->done()) {
     auto state = membership_->MarkWorkerDone(request->rank());
@@ -206,12 +234,53 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
       if (m.role == Role::kWorker) s->set_clock(clocks_->ClockOf(m.rank));
     }
     response->set_min_clock(clocks_->MinClock());
+    const CheckpointStatus checkpoints = coordinator_->status();
+    response->set_latest_checkpoint(checkpoints.latest);
+    response->set_latest_checkpoint_clock(checkpoints.latest_clock);
+    response->set_checkpoints_committed(checkpoints.committed);
+    response->set_rollbacks(checkpoints.rollbacks);
+  }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerContext* context,
+                                                       const RejoinRequest* request, RegisterResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  // Only the live holder of the rank may rejoin (this also counts as its heartbeat).
+  if (status.ok()) {
+    status = membership_->Heartbeat(Role::kWorker, request->rank(), request->incarnation(), MonotonicNow()).status();
+  }
+  if (status.ok() && (membership_->rolling_back() || membership_->state() == JobState::kForming)) {
+    status = absl::UnavailableError("the job is rolling back to its last checkpoint; retry shortly");
+  }
+  if (status.ok()) {
+    response->set_rank(request->rank());
+    response->set_incarnation(request->incarnation());
+    FillView(response->mutable_view());
+    response->set_clock(clocks_->ClockOf(request->rank()));
+    if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
+    KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
+               << response->view().generation() << ")";
+  }
+  return Reply(context, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestCheckpoint(grpc::CallbackServerContext* context,
+                                                                  const RequestCheckpointRequest* request,
+                                                                  RequestCheckpointResponse* response) {
+  absl::Status status = CheckJob(request->job_id());
+  if (status.ok()) {
+    absl::StatusOr<int64_t> clock = coordinator_->Request();
+    status = clock.status();
+    if (status.ok()) response->set_clock(*clock);
   }
   return Reply(context, status);
 }
 
 void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
-  for (const Member& m : membership_->ExpireSilent(now)) {
+  const std::vector<Member> expired = membership_->ExpireSilent(now);
+  if (!expired.empty()) coordinator_->Wake();
+  for (const Member& m : expired) {
     KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " at " << m.address << " declared dead: silent for "
                   << absl::FormatDuration(now - m.last_heartbeat) << "; job generation "
                   << membership_->generation() << ", " << JobStateName(membership_->state());
@@ -219,6 +288,7 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
 }
 
 void SchedulerServiceImpl::CancelWaits() {
+  coordinator_->Stop();
   std::vector<std::function<void()>> forming;
   {
     absl::MutexLock lock(&forming_mu_);
@@ -234,6 +304,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
                                                                         const SchedulerOptions& options) {
   auto service = SchedulerServiceImpl::Create(options);
   if (!service.ok()) return service.status();
+  if (absl::Status started = (*service)->StartCoordinator(); !started.ok()) return started;
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   server->service_ = std::move(service).value();
   grpc::EnableDefaultHealthCheckService(true);

@@ -17,8 +17,10 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "scheduler/checkpoint_coordinator.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
+#include "scheduler/shard_admin.h"
 
 namespace kestrel {
 
@@ -31,6 +33,13 @@ struct SchedulerOptions {
   ConsistencyPolicy consistency;
   // The key partition handed to every member (Partition::ToString()). Default: "" = uniform over the servers.
   std::string partition;
+  // Checkpoints, rollbacks and resume (scheduler/checkpoint_coordinator.h). Default: no checkpoint directory.
+  CheckpointOptions checkpoint;
+  // Deadline of each server's Checkpoint / Restore call. Default: 10 min.
+  absl::Duration admin_deadline = absl::Minutes(10);
+  // Called (on the coordinator's thread) when the job cannot continue safely, e.g. the checkpoint to restore is
+  // damaged: the scheduler must exit non-zero. Default: none (logged only).
+  std::function<void(absl::Status)> on_fatal;
 };
 
 // Thread-safe.
@@ -48,6 +57,14 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                                     AdvanceResponse* response) override;
   grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* context, const DescribeRequest* request,
                                      DescribeResponse* response) override;
+  grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context, const RejoinRequest* request,
+                                   RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* RequestCheckpoint(grpc::CallbackServerContext* context,
+                                              const RequestCheckpointRequest* request,
+                                              RequestCheckpointResponse* response) override;
+
+  // Starts the checkpoint coordinator (reads the checkpoint to resume from); an error means do not serve.
+  absl::Status StartCoordinator();
 
   // Declares silent members dead (logged); call every heartbeat_interval / 4.
   void ExpireSilent(absl::Time now);
@@ -56,6 +73,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 
   Membership& membership() { return *membership_; }
   ClockTable& clocks() { return *clocks_; }
+  CheckpointCoordinator& coordinator() { return *coordinator_; }
 
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
@@ -67,6 +85,8 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
   const std::string partition_;
+  std::unique_ptr<ShardAdmin> admin_;
+  std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::atomic<bool> shutting_down_{false};
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
   absl::Mutex forming_mu_;

@@ -4,6 +4,10 @@
 //
 // Holds shard_index's key ranges of every table, serves the ParameterServer gRPC API and the standard gRPC
 // health service, and shuts down cleanly on SIGTERM/SIGINT (in-flight calls get --shutdown_grace to finish).
+// With --checkpoint_dir it writes and restores its part of global checkpoints when the scheduler asks; without
+// a scheduler, --resume loads the latest committed checkpoint at startup (any number of servers may have
+// written it). Exit codes: 0 clean shutdown, 1 runtime error, 2 bad flags or a checkpoint that cannot be
+// loaded (missing, truncated or corrupt file: named in the log), 3 refused by the scheduler.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +27,8 @@
 #include "server/ps_service.h"
 #include "scheduler/scheduler_client.h"
 #include "server/shard.h"
+#include "server/shard_store.h"
+#include "common/checkpoint_layout.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_file).");
@@ -55,6 +61,12 @@ ABSL_FLAG(std::string, advertise_host, "",
           "Host the scheduler hands to workers for this server. Default: --host, or this machine's hostname "
           "when --host is 0.0.0.0.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(30), "How long to retry registering.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Checkpoint root shared by the job (common/checkpoint_layout.h); this server keeps its working RocksDB "
+          "under <dir>/live/. Empty: no checkpoints.");
+ABSL_FLAG(bool, resume, false,
+          "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
+          "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
           "handler already running still finishes its table work).");
@@ -94,6 +106,33 @@ int Run() {
     return 2;
   }
 
+  std::unique_ptr<ShardStore> store;
+  if (const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
+    const CheckpointLayout layout(dir);
+    auto opened = ShardStore::Open(layout, index);
+    if (!opened.ok()) {
+      KLOG(Error) << "cannot open the checkpoint store: " << opened.status();
+      return 1;
+    }
+    store = std::move(opened).value();
+    if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_scheduler).empty()) {
+      absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
+      absl::Status restored = latest.status();
+      if (latest.ok() && latest->has_value()) {
+        restored = store->Restore(*latest, **shard, /*min_worker_generation=*/0);
+      } else if (latest.ok()) {
+        KLOG(Info) << "no checkpoint in " << dir << ": starting empty";
+      }
+      if (!restored.ok()) {
+        KLOG(Error) << "cannot resume shard " << index << " from " << dir << ": " << restored;
+        return 2;
+      }
+    }
+  } else if (absl::GetFlag(FLAGS_resume)) {
+    KLOG(Error) << "--resume needs --checkpoint_dir";
+    return 2;
+  }
+
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
@@ -101,7 +140,7 @@ int Run() {
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   server_options.threads = threads;
   server_options.max_message_bytes = max_message_bytes;
-  auto server = PsServer::Start(server_options, shard->get());
+  auto server = PsServer::Start(server_options, shard->get(), store.get());
   if (!server.ok()) {
     KLOG(Error) << server.status();
     return 1;

@@ -8,7 +8,6 @@
 #include "common/status.h"
 
 namespace kestrel {
-namespace {
 
 RequestContext ContextOf(const RequestHeader& header) {
   RequestContext ctx;
@@ -19,6 +18,8 @@ RequestContext ContextOf(const RequestHeader& header) {
   ctx.generation = header.generation();
   return ctx;
 }
+
+namespace {
 
 absl::Status CheckValueType(ValueType type) {
   if (type == VALUE_TYPE_FLOAT32) return absl::OkStatus();
@@ -121,7 +122,11 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   for (const TableStats& table : stats.tables) {
     rows += table.rows;
     bytes += table.memory_bytes;
-    Describe(table, response->add_tables());
+    TableDescription* description = response->add_tables();
+    Describe(table, description);
+    if (request.fingerprints()) {
+      if (const Table* t = shard.FindTable(table.config.name())) description->set_fingerprint(t->RowsFingerprint());
+    }
   }
   response->set_rows(rows);
   response->set_memory_bytes(bytes);

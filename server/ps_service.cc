@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/grpc_status.h"
 #include "common/pull_wire.h"
 #include "common/thread_pool.h"
@@ -74,12 +76,69 @@ grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* cont
   return Run(context, [=] { return HandleStats(*shard_, *request, response); });
 }
 
-absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard) {
+grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext* context,
+                                                    const CheckpointShardRequest* request,
+                                                    CheckpointShardResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  admin_.Schedule([this, reactor, request, response] {
+    absl::Status status = shard_->CheckJob(ContextOf(request->header()));
+    if (status.ok() && store_ == nullptr) {
+      status = absl::FailedPreconditionError(absl::StrFormat(
+          "server %d was started without --checkpoint_dir: it cannot write checkpoints", shard_->shard_index()));
+    }
+    if (status.ok()) {
+      absl::StatusOr<ShardCheckpoint> written = store_->Checkpoint(*shard_, request->name());
+      status = written.status();
+      if (written.ok()) *response->mutable_shard() = *std::move(written);
+    }
+    if (!status.ok()) KLOG(Warning) << "checkpoint " << request->name() << " failed: " << status;
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* context,
+                                                 const RestoreShardRequest* request, RestoreShardResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  admin_.Schedule([this, reactor, request, response] {
+    absl::Status status = shard_->CheckJob(ContextOf(request->header()));
+    if (status.ok()) {
+      if (store_ != nullptr) {
+        std::optional<CheckpointManifest> manifest;
+        if (!request->name().empty()) {
+          absl::StatusOr<CheckpointManifest> read = store_->layout().ReadManifest(request->name());
+          status = read.status();
+          if (read.ok()) manifest = *std::move(read);
+        }
+        if (status.ok()) status = store_->Restore(manifest, *shard_, request->min_worker_generation());
+      } else if (request->name().empty()) {
+        status = shard_->Restore({}, request->min_worker_generation(), [](Shard::RowSink) { return absl::OkStatus(); });
+      } else {
+        status = absl::FailedPreconditionError(absl::StrFormat(
+            "server %d was started without --checkpoint_dir: it cannot restore %s", shard_->shard_index(),
+            request->name()));
+      }
+    }
+    if (status.ok()) {
+      uint64_t rows = 0;
+      for (const TableStats& table : shard_->Stats().tables) rows += table.rows;
+      response->set_rows(rows);
+    } else {
+      KLOG(Error) << "restoring " << (request->name().empty() ? "empty tables" : request->name())
+                  << " failed: " << status;
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard,
+                                                          ShardStore* store) {
   std::unique_ptr<PsServer> server(new PsServer());
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads);
-  server->service_ = std::make_unique<PsServiceImpl>(shard, server->pool_.get());
+  server->service_ = std::make_unique<PsServiceImpl>(shard, server->pool_.get(), store);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);

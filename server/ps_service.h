@@ -18,16 +18,21 @@
 #include "common/thread_pool.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
+#include "server/shard_store.h"
 
 namespace kestrel {
 
 // Adapts a Shard to the ParameterServer service (gRPC callback API). Thread-safe; owns neither the Shard nor
 // the pool. Handlers run on `pool` when given, else inline on gRPC's callback threads; either way they do CPU
 // work only and never wait for other calls. Pull, the hot read, is served from raw buffers: the rows are
-// written straight into the response slice (common/pull_wire.h).
+// written straight into the response slice (common/pull_wire.h). The checkpoint admin calls (Checkpoint,
+// Restore: seconds of disk work) run one at a time on their own thread, never on a gRPC thread.
 class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService> {
  public:
-  PsServiceImpl(Shard* shard, ThreadPool* pool) : shard_(shard), pool_(pool) {}
+  // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
+  // (a rollback without checkpoints) works.
+  PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store = nullptr)
+      : shard_(shard), pool_(pool), store_(store), admin_(1) {}
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
@@ -43,12 +48,18 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<P
                                  DescribeTablesResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                  StatsResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context, const CheckpointShardRequest* request,
+                                       CheckpointShardResponse* response) override;
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context, const RestoreShardRequest* request,
+                                    RestoreShardResponse* response) override;
 
  private:
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, std::function<absl::Status()> work);
 
   Shard* const shard_;
   ThreadPool* const pool_;
+  ShardStore* const store_;
+  ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order
 };
 
 struct PsServerOptions {
@@ -65,7 +76,9 @@ struct PsServerOptions {
 // SERVING for "" and "kestrel.ParameterServer". Thread-safe.
 class PsServer {
  public:
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, Shard* shard);
+  // `store` (optional) serves the checkpoint admin calls; it must outlive the server.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, Shard* shard,
+                                                         ShardStore* store = nullptr);
   ~PsServer();
 
   // The port actually bound.

@@ -133,7 +133,7 @@ class Shard {
   absl::Status Count(absl::Status status) const;
   template <typename T>
   absl::StatusOr<T> Count(absl::StatusOr<T> value) const {
-    if (!value.ok()) Count(value.status());
+    if (!value.ok()) Count(value.status()).IgnoreError();  // counted; the caller returns `value`
     return value;
   }
 

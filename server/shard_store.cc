@@ -232,6 +232,7 @@ absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manife
       read_options.verify_checksums = true;
       read_options.fill_cache = false;
       std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read_options));
+      std::vector<float> row;  // reused: one row at a time
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
         absl::string_view table;
         uint64_t key = 0;
@@ -239,7 +240,7 @@ absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manife
         if (!ParseRowKey(it->key(), &table, &key) || value.size() % sizeof(float) != 0) {
           return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: malformed row in %s", name, s, dir));
         }
-        std::vector<float> row(value.size() / sizeof(float));
+        row.resize(value.size() / sizeof(float));
         std::memcpy(row.data(), value.data(), value.size());
         absl::StatusOr<bool> taken = sink(table, key, row);
         if (!taken.ok()) {

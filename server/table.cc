@@ -139,7 +139,7 @@ void Table::GrowIndexLocked(Stripe& s) {
   s.index.swap(index);
 }
 
-float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
+float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key, bool initialize) {
   // Keep the index at most 3/4 full.
   if ((static_cast<size_t>(s.rows) + 1) * 4 > s.index.size() * 3) GrowIndexLocked(s);
   const size_t mask = s.index.size() - 1;
@@ -164,9 +164,11 @@ float* Table::FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) {
   s.index[i] = id + 1;
   float* row = RowLocked(s, id);
   std::memcpy(row, &key, sizeof(key));
-  float* values = row + kKeyFloats;
-  init_.Fill(key, values, dim_);
-  optimizer_->InitSlots(values, values + dim_);
+  if (initialize) {
+    float* values = row + kKeyFloats;
+    init_.Fill(key, values, dim_);
+    optimizer_->InitSlots(values, values + dim_);
+  }
   return row;
 }
 
@@ -286,14 +288,21 @@ void Table::ForEachRow(const std::function<void(uint64_t, const float*, const fl
 absl::Status Table::ForEachDirtyRow(
     const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const {
   const size_t floats = stored_floats();
+  std::vector<std::pair<uint64_t, uint32_t>> dirty;  // (key, row id): visited in key order
   for (int si = 0; si < kStripes; ++si) {
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
     if (s.num_dirty == 0) continue;
+    dirty.clear();
+    dirty.reserve(s.num_dirty);
     for (uint32_t id = 0; id < s.rows; ++id) {
-      if (!s.dirty[id]) continue;
-      const float* r = RowLocked(s, id);
-      absl::Status status = fn(RowKey(r), absl::MakeConstSpan(r + kKeyFloats, floats));
+      if (s.dirty[id]) dirty.emplace_back(RowKey(RowLocked(s, id)), id);
+    }
+    // Stripes are consecutive key slices, so sorting each one gives key order overall: a sorted store (RocksDB)
+    // takes rows in key order about three times faster than in insertion order.
+    std::sort(dirty.begin(), dirty.end());
+    for (const auto& [key, id] : dirty) {
+      absl::Status status = fn(key, absl::MakeConstSpan(RowLocked(s, id) + kKeyFloats, floats));
       if (!status.ok()) return status;
     }
   }
@@ -346,19 +355,21 @@ absl::Status Table::LoadRow(uint64_t key, absl::Span<const float> row) {
   }
   Stripe& s = stripes_[StripeOf(key)];
   absl::MutexLock lock(&s.mu);
-  float* r = FindOrCreateLocked(s, Mix64(key), key);
+  float* r = FindOrCreateLocked(s, Mix64(key), key, /*initialize=*/false);  // every float is overwritten
   std::memcpy(r + kKeyFloats, row.data(), sizeof(float) * row.size());
   return absl::OkStatus();
 }
 
-uint64_t Table::Fingerprint() const {
+uint64_t Table::Fingerprint() const { return HashCombine(Hash64(config_.SerializeAsString()), RowsFingerprint()); }
+
+uint64_t Table::RowsFingerprint() const {
   uint64_t sum = 0;
   const size_t bytes = sizeof(float) * (dim_ + slot_floats());
   ForEachRow([&](uint64_t key, const float* values, const float*) {
     // values and slots are contiguous.
     sum += HashCombine(key, Hash64(absl::string_view(reinterpret_cast<const char*>(values), bytes)));
   });
-  return HashCombine(Hash64(config_.SerializeAsString()), sum);
+  return sum;
 }
 
 }  // namespace kestrel

@@ -81,8 +81,9 @@ class Table {
   uint64_t raw_bytes() const;
 
   // Checkpoint support. Every row written since the last ClearDirty() (by Push or LoadRow) is dirty.
-  // Calls fn(key, row) for each dirty row, where row holds dim() values followed by slot_floats() floats of
-  // optimizer state, stripe by stripe under the stripe's shared lock; stops at the first error fn returns.
+  // Calls fn(key, row) for each dirty row in key order, where row holds dim() values followed by slot_floats()
+  // floats of optimizer state, stripe by stripe under the stripe's shared lock; stops at the first error fn
+  // returns.
   absl::Status ForEachDirtyRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
   uint64_t num_dirty() const;
   void ClearDirty();
@@ -98,6 +99,9 @@ class Table {
 
   // Order-independent fingerprint of every stored row (key, values and optimizer state).
   uint64_t Fingerprint() const;
+  // The rows' part of it: a sum over rows, so the sums of a table's shards on several servers add up to the
+  // whole table's, whatever the partition.
+  uint64_t RowsFingerprint() const;
   // Calls fn(key, values, slots) for every stored row, stripe by stripe, under the stripe's shared lock.
   void ForEachRow(const std::function<void(uint64_t, const float*, const float*)>& fn) const;
 
@@ -128,8 +132,10 @@ class Table {
   }
   // Returns the row id of `key` or -1.
   int64_t FindLocked(const Stripe& s, uint64_t hash, uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
-  // Returns the row of `key`, creating and initializing it when absent, and marks it dirty (callers write it).
-  float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Returns the row of `key`, creating it when absent (with initial values and optimizer state when
+  // `initialize`; else the caller writes every float), and marks it dirty (callers write it).
+  float* FindOrCreateLocked(Stripe& s, uint64_t hash, uint64_t key, bool initialize = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   void GrowIndexLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Calls visit(i) for each request position i of stripe `si` in order, prefetching ahead (see table.cc).
   template <typename Visit>
