@@ -131,6 +131,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
         response->set_clock(clocks_->ClockOf(registration->rank));
         if (auto state = coordinator_->StateFor(registration->rank, response->clock())) *response->mutable_state() = *state;
       }
+      response->set_rollbacks(coordinator_->status().rollbacks);
       coordinator_->Wake();
       if (registration->state != JobState::kForming) {
         std::vector<std::function<void()>> waits;
@@ -258,7 +259,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     response->set_incarnation(request->incarnation());
     FillView(response->mutable_view());
     response->set_clock(clocks_->ClockOf(request->rank()));
-    if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
+ if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
+    response->set_rollbacks(coordinator_->status().rollbacks);
     KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
                << response->view().generation() << ")";
   }

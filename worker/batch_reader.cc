@@ -15,17 +15,18 @@ int DenseInputsOf(const DataConfig& data, const ModelConfig& model) {
 
 absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(const DataConfig& data, const ModelConfig& model,
                                                                const std::vector<std::string>& files,
-                                                               const ReaderOptions& options) {
+                                                               const ReaderOptions& options,
+                                                               const ReaderPosition& start) {
   if (files.empty()) return absl::InvalidArgumentError("no data files given");
   std::unique_ptr<BatchReader> reader(new BatchReader());
   reader->fields_ = SlotsOf(data);
   reader->dense_dim_ = DenseInputsOf(data, model);
   if (data.format() == DataConfig::LIBSVM) {
-    auto r = OpenLibsvmReader(files, options);
+    auto r = OpenLibsvmReader(files, options, start);
     if (!r.ok()) return r.status();
     reader->libsvm_ = std::move(r).value();
   } else {
-    auto r = OpenCriteoReader(files, options);
+    auto r = OpenCriteoReader(files, options, start);
     if (!r.ok()) return r.status();
     reader->criteo_ = std::move(r).value();
   }

@@ -22,9 +22,11 @@ int DenseInputsOf(const DataConfig& data, const ModelConfig& model);
 
 class BatchReader {
  public:
+  // `start`: where to continue (a position() saved earlier with the same files and options).
   static absl::StatusOr<std::unique_ptr<BatchReader>> Open(const DataConfig& data, const ModelConfig& model,
                                                            const std::vector<std::string>& files,
-                                                           const ReaderOptions& options);
+                                                           const ReaderOptions& options,
+                                                           const ReaderPosition& start = {});
 
   // Replaces `batch` with up to `size` next examples (with `append`, adds them until it holds `size`);
   // returns how many examples the batch holds (fewer than `size` at the end of the data).

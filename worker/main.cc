@@ -31,6 +31,8 @@
 #include "worker/scheduler_gate.h"
 #include "worker/trainer.h"
 
+ABSL_FLAG(absl::Duration, recovery_timeout, absl::Minutes(10),
+          "How long a worker whose training stopped waits for the job to roll back and rejoins before giving up.");
 ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.proto). Required.");
 ABSL_FLAG(std::string, scheduler, "", "host:port of kestrel_scheduler (cluster mode).");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
@@ -98,9 +100,8 @@ int RunCluster(const JobConfig& job, Backend* backend) {
     return 1;
   }
   const int rank = reg->rank();
-  const uint64_t generation = reg->view().generation();
   SetLogIdentity(absl::StrCat("worker[", rank, "]"));
-  KLOG(Info) << "registered as worker " << rank << " (generation " << generation << ", " << reg->clock()
+  KLOG(Info) << "registered as worker " << rank << " (generation " << reg->view().generation() << ", " << reg->clock()
              << " iterations already done)";
   Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, rank, reg->incarnation(),
                           absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
@@ -126,38 +127,76 @@ int RunCluster(const JobConfig& job, Backend* backend) {
     KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
     return 1;
   }
-  PsClientOptions ps_options;
-  ps_options.job_id = absl::GetFlag(FLAGS_job_id);
-  ps_options.worker_rank = rank;
-  ps_options.bsp_pushes = view.consistency() == "bsp";
-  std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
-  absl::StatusOr<std::unique_ptr<PsClient>> client = NewGrpcPsClient(ps_options, *partition, servers);
-  if (!client.ok()) {
-    KLOG(Error) << "cannot create the parameter-server client: " << client.status();
-    return 1;
-  }
-  (*client)->SetGeneration(generation);
-  std::unique_ptr<ClockGate> gate = NewSchedulerGate(scheduler.get(), rank, generation);
+  uint64_t generation = reg->view().generation();  // stamped on requests; a rejoin moves it
+  uint64_t rollbacks = reg->rollbacks();
+  int64_t clock = reg->clock();
+  WorkerState state = reg->state();
+  // Each pass trains from (clock, state); a rollback (a server died and every server restored the last
+  // checkpoint) ends the pass with an error, and the worker rejoins and continues from the checkpoint.
+  while (true) {
+    PsClientOptions ps_options;
+    ps_options.job_id = absl::GetFlag(FLAGS_job_id);
+    ps_options.worker_rank = rank;
+    ps_options.bsp_pushes = view.consistency() == "bsp";
+    std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
+    absl::StatusOr<std::unique_ptr<PsClient>> client = NewGrpcPsClient(ps_options, *partition, servers);
+    if (!client.ok()) {
+      KLOG(Error) << "cannot create the parameter-server client: " << client.status();
+      return 1;
+    }
+    (*client)->SetGeneration(generation);
+    std::unique_ptr<ClockGate> gate = NewSchedulerGate(scheduler.get(), rank, generation, rollbacks);
 
-  TrainerOptions options;
-  options.job = job;
-  options.rank = rank;
-  options.num_workers = view.num_workers();
-  options.partition = *partition;
-  options.start_clock = reg->clock();
-  options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
-  options.evaluate = rank == 0;
-  options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
-  KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
-             << view.consistency() << (view.consistency() == "ssp" ? absl::StrCat("(", view.staleness(), ")") : "");
-  Trainer trainer(options, client->get(), gate.get(), backend);
-  absl::StatusOr<TrainResult> result = trainer.Run();
-  if (!result.ok()) {
-    KLOG(Error) << "training failed: " << result.status();
-    return 1;
+    TrainerOptions options;
+    options.job = job;
+    options.rank = rank;
+    options.num_workers = view.num_workers();
+    options.partition = *partition;
+    options.start_clock = clock;
+    options.start_state = state;
+    options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
+    options.evaluate = rank == 0;
+    options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
+    KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
+               << view.consistency() << (view.consistency() == "ssp" ? absl::StrCat("(", view.staleness(), ")") : "")
+               << " from clock " << clock << " (generation " << generation << ")";
+    absl::StatusOr<TrainResult> result;
+    {
+      Trainer trainer(options, client->get(), gate.get(), backend);
+      result = trainer.Run();
+    }
+    if (result.ok()) {
+      Report(*result);
+      return 0;
+    }
+    // Did the job roll back? Ask until it has (the scheduler may not have noticed the dead server yet), it is
+    // clear it has not (the job runs on without a rollback: the error was this worker's own), or time runs out.
+    KLOG(Warning) << "training stopped: " << result.status() << "; asking the scheduler whether the job rolls back";
+    const absl::Time give_up = absl::Now() + absl::GetFlag(FLAGS_recovery_timeout);
+    const absl::Time grace = absl::Now() + absl::Milliseconds(3 * view.heartbeat_interval_ms());
+    absl::StatusOr<RegisterResponse> rejoined;
+    while (true) {
+      rejoined = scheduler->Rejoin(rank, reg->incarnation());
+      if (rejoined.ok() && rejoined->rollbacks() > rollbacks) break;
+      if (absl::IsFailedPrecondition(rejoined.status())) {
+        KLOG(Error) << "the scheduler refused this worker: " << rejoined.status();
+        return 3;
+      }
+      const bool running = rejoined.ok() && rejoined->view().job_state() == "running";
+      if ((running && absl::Now() > grace) || absl::Now() > give_up) {
+        KLOG(Error) << "training failed: " << result.status();
+        return 1;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    rollbacks = rejoined->rollbacks();
+    view = rejoined->view();
+    generation = view.generation();
+    clock = rejoined->clock();
+    state = rejoined->state();
+    KLOG(Info) << "the job rolled back to clock " << clock << "; continuing from there (generation " << generation
+               << ")";
   }
-  Report(*result);
-  return 0;
 }
 
 int Run() {

@@ -8,24 +8,24 @@ namespace {
 
 class SchedulerGate final : public ClockGate {
  public:
-  SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, absl::Duration poll)
-      : client_(client), rank_(rank), generation_(generation), poll_(poll) {}
+  SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, uint64_t rollbacks, absl::Duration poll)
+      : client_(client), rank_(rank), generation_(generation), rollbacks_(rollbacks), poll_(poll) {}
 
   absl::Status WaitToStart(int64_t clock) override {
     return client_->WaitToStart(rank_, clock, generation_).status();
   }
-  absl::Status Advance(int64_t finished, bool done) override {
-    return client_->Advance(rank_, finished, generation_, done).status();
+  absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
+    return client_->Advance(rank_, finished, generation_, done, &state).status();
   }
   absl::Status WaitAllFinished(int64_t iterations) override {
     while (true) {
       absl::StatusOr<DescribeResponse> d = client_->Describe();
       if (!d.ok()) return d.status();
       if (d->min_clock() >= iterations || d->view().job_state() == "finished") return absl::OkStatus();
-      if (d->view().job_state() == "recovering") {
+      if (d->rollbacks() > rollbacks_) {
         return absl::AbortedError(absl::StrFormat(
-            "the job is recovering from a failure (generation %d) while worker %d waits for the others to finish",
-            d->view().generation(), rank_));
+            "the job rolled back to checkpoint %s (clock %d) while worker %d waited for the others to finish",
+            d->latest_checkpoint(), d->latest_checkpoint_clock(), rank_));
       }
       absl::SleepFor(poll_);
     }
@@ -35,14 +35,15 @@ class SchedulerGate final : public ClockGate {
   SchedulerClient* const client_;
   const int rank_;
   const uint64_t generation_;
+  const uint64_t rollbacks_;
   const absl::Duration poll_;
 };
 
 }  // namespace
 
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
-                                            absl::Duration poll) {
-  return std::make_unique<SchedulerGate>(client, rank, generation, poll);
+                                            uint64_t rollbacks, absl::Duration poll) {
+  return std::make_unique<SchedulerGate>(client, rank, generation, rollbacks, poll);
 }
 
 }  // namespace kestrel

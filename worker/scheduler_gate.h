@@ -10,9 +10,11 @@
 
 namespace kestrel {
 
-// `generation`: the job generation this worker registered at. `poll`: how often WaitAllFinished asks.
+// `generation`: the job generation this worker registered (or rejoined) at; `rollbacks`: the job's rollback
+// count then. WaitAllFinished polls every `poll` and fails with ABORTED once the job has rolled back since
+// (a server died: continue from the checkpoint); a recovery from a worker's death just waits.
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
-                                            absl::Duration poll = absl::Milliseconds(20));
+                                            uint64_t rollbacks, absl::Duration poll = absl::Milliseconds(20));
 
 }  // namespace kestrel
 

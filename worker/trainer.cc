@@ -60,7 +60,7 @@ namespace {
 class SingleWorkerGate final : public ClockGate {
  public:
   absl::Status WaitToStart(int64_t) override { return absl::OkStatus(); }
-  absl::Status Advance(int64_t, bool) override { return absl::OkStatus(); }
+  absl::Status Advance(int64_t, bool, const WorkerState&) override { return absl::OkStatus(); }
   absl::Status WaitAllFinished(int64_t) override { return absl::OkStatus(); }
 };
 
@@ -69,7 +69,28 @@ struct StepData {
   explicit StepData(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
   PreparedBatch batch;
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
+  ReaderPosition after;               // the reader right after this batch
 };
+
+WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
+  WorkerState state;
+  state.set_clock(clock);
+  ReaderPositionProto* r = state.mutable_reader();
+  r->set_file(p.file);
+  r->set_byte_offset(p.byte_offset);
+  r->set_file_line(p.file_line);
+  r->set_global_line(p.global_line);
+  return state;
+}
+
+ReaderPosition PositionOf(const ReaderPositionProto& r) {
+  ReaderPosition p;
+  p.file = r.file();
+  p.byte_offset = r.byte_offset();
+  p.file_line = r.file_line();
+  p.global_line = r.global_line();
+  return p;
+}
 
 // A bounded queue of prepared batches between the reader thread and the training loop, and the free list that
 // recycles them (with their pinned buffers) once trained.
@@ -219,7 +240,20 @@ class Trainer::Impl {
     reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
     const int64_t per_epoch = total_per_epoch_;
     std::unique_ptr<BatchReader> reader;
-    for (int64_t it = 0; it < total; ++it) {
+    int64_t first = 0;
+    const int64_t start = options_.start_clock;
+    if (start > 0 && start < total && start % per_epoch != 0 && options_.start_state.clock() == start &&
+        options_.start_state.has_reader()) {
+      // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch.
+      auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options,
+                                      PositionOf(options_.start_state.reader()));
+      if (!opened.ok()) return queue_->Fail(opened.status());
+      reader = std::move(opened).value();
+      first = start;
+      KLOG(Info) << "worker " << options_.rank << " resumes its reader at line "
+                 << options_.start_state.reader().global_line() << " for iteration " << start;
+    }
+    for (int64_t it = first; it < total; ++it) {
       if (it % per_epoch == 0) {  // a new epoch starts from the beginning of the data
         auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options);
         if (!opened.ok()) return queue_->Fail(opened.status());
@@ -240,6 +274,7 @@ class Trainer::Impl {
         return queue_->Fail(absl::DataLossError(absl::StrFormat(
             "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it)));
       }
+      step->after = reader->position();
       if (it < options_.start_clock) {  // done before this worker was replaced
         queue_->Recycle(std::move(step));
         continue;
@@ -284,7 +319,7 @@ class Trainer::Impl {
     TrainResult result;
     const int64_t start = options_.start_clock;
     if (start >= total) {
-      KESTREL_RETURN_IF_ERROR(gate_->Advance(total, /*done=*/true));
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(total, /*done=*/true, options_.start_state));
     }
     absl::Duration training;  // excludes evaluations
     absl::Time window_start = absl::Now();
@@ -311,7 +346,7 @@ class Trainer::Impl {
       if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
       client_->SetClock(clock);
       if (absl::Status pushed = Push(*current); !pushed.ok()) return Annotate(pushed, clock, "pushing");
-      KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last));
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateAt(clock + 1, current->after)));
       ++result.steps;
       result.examples += batch.batch.size;
       window_examples += batch.batch.size;
@@ -354,9 +389,9 @@ class Trainer::Impl {
         "{\"kind\":\"done\",\"worker\":%d,\"steps\":%d,\"examples\":%d,\"seconds\":%.3f,"
         "\"examples_per_second\":%.1f}",
         options_.rank, result.steps, result.examples, result.seconds, result.examples_per_second));
+    // The final model: every worker's last push is in (and no rollback can undo it any more).
+    KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
     if (options_.evaluate) {
-      // The final model: every worker's last push is in.
-      KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
       KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(total));
     }
     return result;

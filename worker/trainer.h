@@ -13,6 +13,9 @@
 // by max_steps, so BSP barriers always complete. Worker `rank` of `num_workers` reads the training lines
 // whose index is rank modulo num_workers.
 //
+// Every worker waits at the end until all have finished (a rollback in the meantime makes Run() fail with the
+// gate's error, so the caller can rejoin and continue from the checkpoint).
+//
 // Evaluation (when `evaluate`): every eval_every_steps and at the end, on the test files: logloss, exact AUC,
 // examples/s, and a fingerprint of every prediction's bits (equal fingerprints: identical models on the test
 // data). Progress lines go to the log; records (one JSON object per line) to metrics_path.
@@ -27,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/partition.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
 #include "worker/ps_client.h"
@@ -40,7 +44,8 @@ class ClockGate {
   // Blocks until iteration `clock` may start.
   virtual absl::Status WaitToStart(int64_t clock) = 0;
   // This worker has finished `finished` iterations (their pushes acknowledged); `done`: it has no more.
-  virtual absl::Status Advance(int64_t finished, bool done) = 0;
+  // `state`: where its reader is now (the scheduler keeps it for checkpoints and replacements).
+  virtual absl::Status Advance(int64_t finished, bool done, const WorkerState& state) = 0;
   // Blocks until every worker has finished `iterations` iterations (before the final evaluation).
   virtual absl::Status WaitAllFinished(int64_t iterations) = 0;
 };
@@ -54,6 +59,9 @@ struct TrainerOptions {
   int num_workers = 1;         // Default: 1.
   Partition partition = *Partition::Uniform(1);  // the servers' partition (groups keys by server)
   int64_t start_clock = 0;     // iterations already done (a replacement worker continues there). Default: 0.
+  // Where this rank's reader was at start_clock (from the scheduler or a checkpoint); without a reader position
+  // the worker re-reads its epoch from the start and skips the batches before start_clock. Default: none.
+  WorkerState start_state;
   bool prefetch_pulls = false; // see the class comment. Default: false.
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
