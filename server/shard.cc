@@ -269,7 +269,27 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
         "pulling %d rows of dim %d from table '%s' would answer %d bytes, above the limit of %d: split the request",
         keys.size(), table->dim(), name, floats * sizeof(float), options_.max_response_bytes));
   }
-  table->Pull(keys, alloc(floats));
+  float* out = alloc(floats);
+  if (options_.bsp_workers > 0 && ctx.worker_rank >= 0) {
+    absl::ReaderMutexLock lock(&undo_mu_);
+    table->Pull(keys, out);
+    // A pull for a clock already applied here: answer the rows as they were before it (see the class comment).
+    auto it = undo_.find(name);
+    if (it != undo_.end() && it->second.clock == ctx.clock) {
+      const Undo& undo = it->second;
+      const size_t dim = table->dim();
+      size_t j = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {  // both sorted (dense block keys: look each up)
+        if (table->config().kind() == TableConfig::DENSE) j = 0;
+        while (j < undo.keys.size() && undo.keys[j] < keys[i]) ++j;
+        if (j < undo.keys.size() && undo.keys[j] == keys[i]) {
+          std::memcpy(out + i * dim, undo.values.data() + j * dim, sizeof(float) * dim);
+        }
+      }
+    }
+  } else {
+    table->Pull(keys, out);
+  }
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();
@@ -298,7 +318,15 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
     part.grads = grads;
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
     if (batch.has_value()) {
-      table->Push(batch->keys, batch->grads.data());
+      {
+        absl::MutexLock lock(&undo_mu_);
+        Undo& undo = undo_[table->config().name()];
+        undo.clock = batch->clock;
+        undo.keys = batch->keys;
+        undo.values.resize(batch->keys.size() * static_cast<size_t>(table->dim()));
+        table->Pull(undo.keys, undo.values.data());
+        table->Push(batch->keys, batch->grads.data());
+      }
       AggregatorFor(*table)->Applied(batch->clock);
     }
   } else if (ctx.worker_rank < 0 || ctx.request_id == 0) {
@@ -349,6 +377,10 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
   {
     absl::MutexLock lock(&bsp_mu_);
     aggregators_.clear();  // buffered pushes belong to the timeline being rolled back
+  }
+  {
+    absl::MutexLock lock(&undo_mu_);
+    undo_.clear();
   }
   std::vector<Table*> all;
   for (const TableConfig& config : DescribeTables()) all.push_back(const_cast<Table*>(FindTable(config.name())));

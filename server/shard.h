@@ -9,6 +9,10 @@
 // answer above max_response_bytes (InvalidArgument); too many tables (ResourceExhausted). In BSP mode
 // (ShardOptions::bsp_workers) a push is validated whole, then buffered until its clock is complete; otherwise
 // a worker's push whose request id was already applied (a retry) is acknowledged without applying it again.
+// In BSP the shard also keeps the previous values of the rows the last applied clock changed: a worker's pull
+// for iteration c that arrives after clock c was applied (only a replacement of a worker that died after
+// pushing c does that) is answered with the rows as they were before c, so the replacement recomputes
+// exactly the gradients its predecessor pushed, and its repeated pushes are recognized as repeats.
 //
 // Checkpoints. Exclusive() runs a function while no request is being served (every request holds a shared
 // lock on the shard's state for its validation and table work), so a checkpoint sees one consistent cut.
@@ -211,6 +215,15 @@ class Shard {
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);
+  // BSP: by table, the rows the last applied clock changed, as they were before it. Held exclusively while a
+  // clock is applied, shared by worker pulls.
+  struct Undo {
+    int64_t clock = -1;
+    std::vector<uint64_t> keys;  // sorted, unique
+    std::vector<float> values;   // keys.size() * dim, before the clock
+  };
+  mutable absl::Mutex undo_mu_;
+  absl::flat_hash_map<std::string, Undo> undo_ ABSL_GUARDED_BY(undo_mu_);
 
   mutable std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
       rejected_requests_{0};

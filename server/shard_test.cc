@@ -380,5 +380,38 @@ TEST(ShardDenseTest, BlocksAreRoutedAndValidated) {
   }
 }
 
+TEST(ShardBspTest, PullForAnAppliedClockSeesTheWeightsFromBeforeIt) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.bsp_workers = 2;
+  auto shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
+  ASSERT_TRUE(shard->CreateTable(Ctx(), Sparse("emb", 2)).ok());
+  const std::vector<uint64_t> keys = {3, 9, 27};
+  const auto worker = [](int rank, int64_t clock) {
+    RequestContext ctx = Ctx();
+    ctx.worker_rank = rank;
+    ctx.clock = clock;
+    return ctx;
+  };
+  std::string before, after, replayed, current;
+  ASSERT_TRUE(shard->Pull(worker(0, 0), "emb", keys, 2, &before).ok());
+  const std::vector<float> grads(keys.size() * 2, 1.0f);
+  ASSERT_TRUE(shard->Push(worker(0, 0), "emb", keys, grads, 2).ok());
+  ASSERT_TRUE(shard->Push(worker(1, 0), "emb", {keys[0]}, {2.0f, 2.0f}, 2).ok());  // completes clock 0
+  ASSERT_TRUE(shard->Pull(worker(0, 1), "emb", keys, 2, &after).ok());
+  EXPECT_NE(after, before);
+  // Worker 0 died after pushing clock 0; its replacement pulls for iteration 0 again and sees what it saw then.
+  ASSERT_TRUE(shard->Pull(worker(0, 0), "emb", keys, 2, &replayed).ok());
+  EXPECT_EQ(replayed, before);
+  // Its identical push is recognized as a repeat and not applied again.
+  ASSERT_TRUE(shard->Push(worker(0, 0), "emb", keys, grads, 2).ok());
+  ASSERT_TRUE(shard->Pull(worker(0, 1), "emb", keys, 2, &current).ok());
+  EXPECT_EQ(current, after);
+  // Tools (rank -1) always read the current weights.
+  RequestContext tool = Ctx();
+  ASSERT_TRUE(shard->Pull(tool, "emb", keys, 2, &current).ok());
+  EXPECT_EQ(current, after);
+}
+
 }  // namespace
 }  // namespace kestrel

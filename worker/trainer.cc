@@ -286,6 +286,9 @@ class Trainer::Impl {
 
   absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock) {
     KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
+    // Without prefetching (BSP), pulls carry their iteration: a server that already applied it (this worker
+    // replaces one that died after pushing) answers the weights from before it.
+    if (!options_.prefetch_pulls) client_->SetClock(clock);
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<StepData> step, queue_->Pop());
     KESTREL_RETURN_IF_ERROR(Pull(step.get()));
     return step;
@@ -404,6 +407,7 @@ class Trainer::Impl {
 
   absl::StatusOr<EvalResult> Evaluate(int64_t step) {
     KESTREL_RETURN_IF_ERROR(Init());
+    client_->SetClock(step);  // iterations done: reads the current weights
     const JobConfig& job = options_.job;
     const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
     ReaderOptions reader_options;

@@ -1,0 +1,330 @@
+// Recovery end to end on loopback: real kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes
+// train LR in BSP with a fixed data order, checkpointing every few clocks. A reference run goes uninterrupted;
+// then runs where a server or a worker is killed with SIGKILL at a random moment (and restarted with the same
+// rank, as a launcher would), and runs where a process dies inside each phase of checkpointing (explicit
+// fault-injection points) and the job is restarted with --resume. Every run must finish with parameters
+// bitwise identical to the reference: the same full-table fingerprints (values and optimizer state of every
+// row, summed over the servers) and the same predictions on every test example.
+//
+// KESTREL_RECOVERY_TRIALS (default 2) sets the number of random kill trials per role; scripts/recovery_soak.sh
+// runs many more.
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/records.h"
+#include "tests/server_process.h"
+#include "worker/data/datagen.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kServers = 2;
+constexpr int kWorkers = 2;
+
+std::string TmpDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
+}
+
+// What a finished job leaves: worker 0's last evaluation and the servers' full-table fingerprints.
+struct Outcome {
+  std::string eval_fingerprint;
+  std::string logloss;
+  std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
+  std::string describe;
+};
+
+std::optional<std::string> LastEvalField(const std::string& path, const std::string& field) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
+  }
+  if (last.empty()) return std::nullopt;
+  return RecordField(last, field);
+}
+
+// One job: its processes and how to (re)start each.
+class Job {
+ public:
+  Job(std::string dir, std::string data) : dir_(std::move(dir)), data_(std::move(data)) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    config_ = dir_ + "/job.pbtxt";
+    std::ofstream(config_) << "model { type: LOGISTIC_REGRESSION }\n"
+                           << "data { format: CRITEO train_files: '" << data_ << "/train.tsv' test_files: '" << data_
+                           << "/test.tsv' }\n"
+                           << "train { batch_size: 128 epochs: 2 log_every_steps: 100 }\n";
+  }
+
+  std::string checkpoints() const { return dir_ + "/ckpt"; }
+
+  // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT.
+  absl::Status StartScheduler(bool resume, const std::string& fault = "") {
+    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", kServers),
+                                     absl::StrCat("--num_workers=", kWorkers), "--consistency=bsp",
+                                     "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
+                                     "--checkpoint_every_clocks=50", "--keep_checkpoints=2"};
+    if (resume) args.push_back("--resume");
+    auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, dir_, absl::StrCat("scheduler", ++starts_));
+    if (!p.ok()) return p.status();
+    scheduler_.emplace(std::move(p).value());
+    return absl::OkStatus();
+  }
+
+  absl::Status StartServer(int s, const std::string& fault = "") {
+    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_shards=", kServers),
+                                     absl::StrCat("--shard_index=", s), absl::StrCat("--bsp_workers=", kWorkers),
+                                     "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints()};
+    auto p = StartWithFault(fault, "server/kestrel_server", args, dir_, absl::StrCat("server", s, "_", ++starts_));
+    if (!p.ok()) return p.status();
+    servers_[s].emplace(std::move(p).value());
+    return absl::OkStatus();
+  }
+
+  absl::Status StartWorker(int w) {
+    auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"),
+                                  {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(),
+                                   absl::StrCat("--rank=", w), "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl"},
+                                  dir_, absl::StrCat("worker", w, "_", ++starts_));
+    if (!p.ok()) return p.status();
+    workers_[w].emplace(std::move(p).value());
+    return absl::OkStatus();
+  }
+
+  absl::Status StartAll(bool resume, const std::string& scheduler_fault = "", const std::string& server_fault = "") {
+    if (absl::Status s = StartScheduler(resume, scheduler_fault); !s.ok()) return s;
+    for (int s = 0; s < kServers; ++s) {
+      if (absl::Status st = StartServer(s, s == 1 ? server_fault : ""); !st.ok()) return st;
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      if (absl::Status st = StartWorker(w); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+  void Kill(std::optional<ServerProcess>& p) {
+    if (p.has_value()) (void)p->Stop(SIGKILL);
+    p.reset();
+  }
+  void KillAll() {
+    for (auto& w : workers_) Kill(w);
+    for (auto& s : servers_) Kill(s);
+    Kill(scheduler_);
+  }
+
+  std::optional<ServerProcess>& server(int s) { return servers_[s]; }
+  std::optional<ServerProcess>& worker(int w) { return workers_[w]; }
+  std::optional<ServerProcess>& scheduler() { return scheduler_; }
+
+  // Waits for both workers to exit 0, then reads the outcome from worker 0's records and the servers.
+  absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
+    for (int w = 0; w < kWorkers; ++w) {
+      absl::StatusOr<int> code = workers_[w]->Wait(timeout);
+      if (!code.ok() || *code != 0) {
+        return absl::InternalError(absl::StrCat("worker ", w, " ended with ",
+                                                code.ok() ? absl::StrCat("exit code ", *code) : code.status().ToString(),
+                                                "; see ", workers_[w]->log_path()));
+      }
+    }
+    Outcome out;
+    auto fingerprint = LastEvalField(dir_ + "/metrics.jsonl", "fingerprint");
+    if (!fingerprint) return absl::NotFoundError("no eval record");
+    out.eval_fingerprint = *fingerprint;
+    out.logloss = *LastEvalField(dir_ + "/metrics.jsonl", "logloss");
+    for (int s = 0; s < kServers; ++s) {
+      auto stub = ParameterServer::NewStub(
+          grpc::CreateChannel(servers_[s]->address(), grpc::InsecureChannelCredentials()));
+      StatsRequest request;
+      request.mutable_header()->set_job_id("rec");
+      request.mutable_header()->set_worker_rank(-1);
+      request.set_fingerprints(true);
+      StatsResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      grpc::Status status = stub->Stats(&context, request, &response);
+      if (!status.ok()) return absl::UnavailableError(status.error_message());
+      for (const TableDescription& t : response.tables()) out.tables[t.config().name()] += t.fingerprint();
+    }
+    return out;
+  }
+
+  // The clock of the newest committed checkpoint, or -1.
+  int64_t LatestCheckpointClock() const {
+    std::ifstream latest(checkpoints() + "/LATEST");
+    std::string name;
+    if (!std::getline(latest, name)) return -1;
+    std::ifstream manifest(checkpoints() + "/" + name + "/MANIFEST");
+    std::string line;
+    while (std::getline(manifest, line)) {
+      if (line.rfind("clock: ", 0) == 0) {
+        int64_t clock = -1;
+        if (absl::SimpleAtoi(line.substr(7), &clock)) return clock;
+      }
+    }
+    return -1;
+  }
+
+ private:
+  // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork).
+  static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
+                                                      const std::vector<std::string>& args, const std::string& dir,
+                                                      const std::string& name) {
+    if (!fault.empty()) setenv("KESTREL_FAULT_POINT", fault.c_str(), 1);
+    auto p = ServerProcess::Start(RunfilePath(binary), args, dir, name);
+    unsetenv("KESTREL_FAULT_POINT");
+    return p;
+  }
+
+  const std::string dir_;
+  const std::string data_;
+  std::string config_;
+  int starts_ = 0;
+  std::optional<ServerProcess> scheduler_;
+  std::optional<ServerProcess> servers_[kServers];
+  std::optional<ServerProcess> workers_[kWorkers];
+};
+
+bool Equal(const Outcome& a, const Outcome& b) {
+  return a.eval_fingerprint == b.eval_fingerprint && a.logloss == b.logloss && a.tables == b.tables;
+}
+
+std::string Describe(const Outcome& o) {
+  std::string s = absl::StrCat("predictions ", o.eval_fingerprint, " logloss ", o.logloss);
+  for (const auto& [name, f] : o.tables) absl::StrAppend(&s, " ", name, "=", absl::Hex(f));
+  return s;
+}
+
+// Waits for a random point of the run: no checkpoint yet, or after the first few, plus up to 300 ms. Returns
+// how long it waited.
+absl::Duration RandomMoment(const Job& job, std::mt19937& rng) {
+  const absl::Time start = absl::Now();
+  const int64_t after = 50 * std::uniform_int_distribution<int>(0, 6)(rng);
+  while (after > 0 && job.LatestCheckpointClock() < after && absl::Now() - start < absl::Seconds(60)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+  return absl::Now() - start;
+}
+
+int Trials() {
+  const char* env = std::getenv("KESTREL_RECOVERY_TRIALS");
+  int n = 2;
+  if (env != nullptr && !absl::SimpleAtoi(env, &n)) n = 2;
+  return std::max(n, 1);
+}
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(TmpDir() + "/recovery_data");
+    fs::create_directories(*data_);
+    ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
+    Job job(TmpDir() + "/recovery_reference", *data_);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    auto outcome = job.Finish();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    ASSERT_FALSE(outcome->tables.empty());
+    reference_ = new Outcome(*outcome);
+    std::printf("reference: %s (last checkpoint at clock %lld)\n", Describe(*reference_).c_str(),
+                static_cast<long long>(job.LatestCheckpointClock()));
+    job.KillAll();
+  }
+
+  void ExpectReference(const absl::StatusOr<Outcome>& outcome, const std::string& what) {
+    ASSERT_TRUE(outcome.ok()) << what << ": " << outcome.status();
+    EXPECT_TRUE(Equal(*outcome, *reference_)) << what << ": " << Describe(*outcome) << "\n reference: "
+                                               << Describe(*reference_);
+  }
+
+  static std::string* data_;
+  static Outcome* reference_;
+};
+std::string* RecoveryTest::data_ = nullptr;
+Outcome* RecoveryTest::reference_ = nullptr;
+
+TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < Trials(); ++trial) {
+    Job job(absl::StrCat(TmpDir(), "/recovery_server_", trial), *data_);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    const int victim = trial % kServers;
+    const absl::Duration delay = RandomMoment(job, rng);
+    const int64_t clock = job.LatestCheckpointClock();
+    job.Kill(job.server(victim));
+    ASSERT_TRUE(job.StartServer(victim).ok());
+    ExpectReference(job.Finish(), absl::StrCat("trial ", trial, ": server ", victim, " killed after ",
+                                               absl::FormatDuration(delay), " (last checkpoint at clock ", clock, ")"));
+    job.KillAll();
+  }
+}
+
+TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < Trials(); ++trial) {
+    Job job(absl::StrCat(TmpDir(), "/recovery_worker_", trial), *data_);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    const int victim = (trial + 1) % kWorkers;
+    const absl::Duration delay = RandomMoment(job, rng);
+    job.Kill(job.worker(victim));
+    ASSERT_TRUE(job.StartWorker(victim).ok());
+    ExpectReference(job.Finish(), absl::StrCat("trial ", trial, ": worker ", victim, " killed after ",
+                                               absl::FormatDuration(delay)));
+    job.KillAll();
+  }
+}
+
+// A process dies inside each phase of a checkpoint; the job restarts from what is committed and ends the same.
+TEST_F(RecoveryTest, DeathInEveryCheckpointPhaseRestoresACompleteCheckpoint) {
+  struct Fault {
+    std::string point;
+    bool scheduler;  // the scheduler dies (else server 1, which is then replaced)
+  };
+  // @2: the second checkpoint, so a complete one exists to fall back to.
+  const std::vector<Fault> faults = {
+      {"server.checkpoint.rows_written@2", false},    {"server.checkpoint.snapshot_cut@2", false},
+      {"scheduler.checkpoint.shards_written@2", true}, {"scheduler.checkpoint.manifest_written@2", true},
+      {"scheduler.checkpoint.committed@2", true},
+  };
+  for (const Fault& fault : faults) {
+    SCOPED_TRACE(fault.point);
+    Job job(absl::StrCat(TmpDir(), "/recovery_fault_", fault.point.substr(0, fault.point.find('@'))), *data_);
+    absl::Status started =
+        job.StartAll(/*resume=*/false, fault.scheduler ? fault.point : "", fault.scheduler ? "" : fault.point);
+    ASSERT_TRUE(started.ok()) << started;
+    std::optional<ServerProcess>& dying = fault.scheduler ? job.scheduler() : job.server(1);
+    absl::StatusOr<int> code = dying->Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.ok()) << "the fault point was never reached: " << code.status();
+    EXPECT_EQ(*code, 128 + SIGKILL);
+    const int64_t committed = job.LatestCheckpointClock();
+    EXPECT_EQ(committed, fault.point.rfind("scheduler.checkpoint.committed", 0) == 0 ? 100 : 50)
+        << "LATEST names the newest complete checkpoint";
+    if (fault.scheduler) {
+      // The scheduler is gone: restart the whole job from the checkpoint directory.
+      job.KillAll();
+      ASSERT_TRUE(job.StartAll(/*resume=*/true).ok());
+    } else {
+      dying.reset();
+      ASSERT_TRUE(job.StartServer(1).ok());
+    }
+    ExpectReference(job.Finish(), fault.point);
+    job.KillAll();
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
