@@ -240,6 +240,7 @@ class RecoveryTest : public ::testing::Test {
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     ASSERT_FALSE(outcome->tables.empty());
     reference_ = new Outcome(*outcome);
+    reference_checkpoints_ = new std::string(job.checkpoints());
     std::printf("reference: %s (last checkpoint at clock %lld)\n", Describe(*reference_).c_str(),
                 static_cast<long long>(job.LatestCheckpointClock()));
     job.KillAll();
@@ -253,9 +254,107 @@ class RecoveryTest : public ::testing::Test {
 
   static std::string* data_;
   static Outcome* reference_;
+  static std::string* reference_checkpoints_;  // the reference job's checkpoint directory
 };
 std::string* RecoveryTest::data_ = nullptr;
 Outcome* RecoveryTest::reference_ = nullptr;
+std::string* RecoveryTest::reference_checkpoints_ = nullptr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Damages `path` one way: "flip" a byte in its middle, "truncate" it by a byte, or "delete" it.
+void Damage(const std::string& path, const std::string& how) {
+  if (how == "delete") {
+    fs::remove(path);
+  } else if (how == "truncate") {
+    fs::resize_file(path, fs::file_size(path) - 1);
+  } else {
+    std::string contents = ReadAll(path);
+    contents[contents.size() / 2] ^= 0x20;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+  }
+}
+
+// Every kind of checkpoint file, damaged every way: a server resuming from it refuses to start (exit 2) and
+// its log names the file (and, for a shard's files, the shard). Nothing is ever silently re-initialized.
+TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
+  const std::string work = TmpDir() + "/recovery_corruption";
+  const std::string copy = work + "/ckpt";
+  fs::remove_all(work);
+  fs::create_directories(work);
+  fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
+  std::string latest = ReadAll(copy + "/LATEST");
+  latest = latest.substr(0, latest.find('\n'));
+  const std::string shard_dir = copy + "/" + latest + "/shard-0000";
+  std::vector<std::pair<std::string, std::string>> files = {{"LATEST", copy + "/LATEST"},
+                                                            {"MANIFEST", copy + "/" + latest + "/MANIFEST"}};
+  for (const char* kind : {"CURRENT", "MANIFEST-", "OPTIONS-", ".sst"}) {
+    for (const auto& entry : fs::directory_iterator(shard_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find(kind) != std::string::npos) {
+        files.emplace_back(kind, entry.path().string());
+        break;
+      }
+    }
+  }
+  ASSERT_EQ(files.size(), 6u) << "every kind of file is present";
+  int runs = 0;
+  for (const auto& [kind, path] : files) {
+    for (const std::string how : {"flip", "truncate", "delete"}) {
+      SCOPED_TRACE(absl::StrCat(how, " ", kind, " (", path, ")"));
+      fs::remove_all(copy);
+      fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
+      Damage(path, how);
+      auto server = ServerProcess::Spawn(
+          RunfilePath("server/kestrel_server"),
+          {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--port=0", "--checkpoint_dir=" + copy, "--resume"},
+          work, absl::StrCat("server_", ++runs));
+      ASSERT_TRUE(server.ok()) << server.status();
+      absl::StatusOr<int> code = server->Wait(absl::Seconds(30));
+      ASSERT_TRUE(code.ok()) << "the server started serving from a damaged checkpoint";
+      EXPECT_EQ(*code, 2);
+      const std::string log = ReadAll(server->log_path());
+      EXPECT_NE(log.find(path), std::string::npos) << log;
+      if (kind != "LATEST" && kind != "MANIFEST") EXPECT_NE(log.find("shard 0"), std::string::npos) << log;
+    }
+  }
+  // The undamaged copy loads, and the scheduler path refuses a damaged shard too (exit 2, file and shard named).
+  fs::remove_all(copy);
+  fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
+  auto good = ServerProcess::Start(RunfilePath("server/kestrel_server"),
+                                   {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--checkpoint_dir=" + copy,
+                                    "--resume"},
+                                   work, "server_good");
+  ASSERT_TRUE(good.ok()) << good.status();
+  (void)good->Stop(SIGTERM);
+  const std::string sst = files.back().second;
+  fs::remove(sst);
+  auto scheduler = ServerProcess::Start(
+      RunfilePath("scheduler/kestrel_scheduler"),
+      {"--job_id=rec", "--num_servers=2", "--num_workers=2", "--consistency=asp", "--checkpoint_dir=" + copy,
+       "--resume"},
+      work,
+      "scheduler");
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::vector<ServerProcess> servers;
+  for (int s = 0; s < kServers; ++s) {
+    auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"),
+                                       {"--job_id=rec", "--num_shards=2", absl::StrCat("--shard_index=", s),
+                                        "--scheduler=" + scheduler->address(), "--checkpoint_dir=" + copy},
+                                       work, absl::StrCat("cluster_server", s));
+    ASSERT_TRUE(server.ok()) << server.status();
+    servers.push_back(std::move(server).value());
+  }
+  absl::StatusOr<int> code = scheduler->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the scheduler went on with a damaged checkpoint";
+  EXPECT_EQ(*code, 2);
+  const std::string log = ReadAll(scheduler->log_path());
+  EXPECT_NE(log.find(sst), std::string::npos) << log;
+  EXPECT_NE(log.find("shard 0"), std::string::npos) << log;
+}
 
 TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
   std::mt19937 rng(std::random_device{}());
