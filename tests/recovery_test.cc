@@ -74,12 +74,13 @@ class Job {
   std::string checkpoints() const { return dir_ + "/ckpt"; }
 
   // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT.
-  absl::Status StartScheduler(bool resume, const std::string& fault = "") {
+  absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0) {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", kServers),
                                      absl::StrCat("--num_workers=", kWorkers), "--consistency=bsp",
                                      "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2"};
     if (resume) args.push_back("--resume");
+    if (port != 0) args.push_back(absl::StrCat("--port=", port));  // after the default --port=0: it wins
     auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, dir_, absl::StrCat("scheduler", ++starts_));
     if (!p.ok()) return p.status();
     scheduler_.emplace(std::move(p).value());
@@ -131,9 +132,42 @@ class Job {
   std::optional<ServerProcess>& worker(int w) { return workers_[w]; }
   std::optional<ServerProcess>& scheduler() { return scheduler_; }
 
+  // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
+  // (kestrel local, Kubernetes) would, until both workers have exited 0.
+  absl::Status Supervise(absl::Duration timeout = absl::Minutes(3)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    int done = 0;
+    bool finished[kWorkers] = {false};
+    while (done < kWorkers) {
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("the job did not finish under supervision");
+      for (int s = 0; s < kServers; ++s) {
+        absl::StatusOr<int> code = servers_[s]->Wait(absl::ZeroDuration());
+        if (!code.ok()) continue;
+        if (*code != 3) return absl::InternalError(absl::StrCat("server ", s, " exited with ", *code));
+        if (absl::Status st = StartServer(s); !st.ok()) return st;
+      }
+      for (int w = 0; w < kWorkers; ++w) {
+        if (finished[w]) continue;
+        absl::StatusOr<int> code = workers_[w]->Wait(absl::ZeroDuration());
+        if (!code.ok()) continue;
+        if (*code == 0) {
+          finished[w] = true;
+          ++done;
+          continue;
+        }
+        if (*code != 3) return absl::InternalError(absl::StrCat("worker ", w, " exited with ", *code, "; see ",
+                                                                workers_[w]->log_path()));
+        if (absl::Status st = StartWorker(w); !st.ok()) return st;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    workers_finished_ = true;
+    return absl::OkStatus();
+  }
+
   // Waits for both workers to exit 0, then reads the outcome from worker 0's records and the servers.
   absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
-    for (int w = 0; w < kWorkers; ++w) {
+    for (int w = 0; w < kWorkers && !workers_finished_; ++w) {
       absl::StatusOr<int> code = workers_[w]->Wait(timeout);
       if (!code.ok() || *code != 0) {
         return absl::InternalError(absl::StrCat("worker ", w, " ended with ",
@@ -194,6 +228,7 @@ class Job {
   const std::string data_;
   std::string config_;
   int starts_ = 0;
+  bool workers_finished_ = false;  // Supervise() saw both exit 0
   std::optional<ServerProcess> scheduler_;
   std::optional<ServerProcess> servers_[kServers];
   std::optional<ServerProcess> workers_[kWorkers];
@@ -276,6 +311,26 @@ void Damage(const std::string& path, const std::string& how) {
     contents[contents.size() / 2] ^= 0x20;
     std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
   }
+}
+
+// The scheduler is killed; a new one starts at the same address with --resume. It rebuilds the job from the
+// latest manifest and from the members registering again: the old servers and workers are refused (exit 3)
+// and restarted by the supervisor, every server restores the checkpoint, and the job ends as the reference.
+TEST_F(RecoveryTest, RestartedSchedulerRebuildsTheJobFromTheManifest) {
+  std::mt19937 rng(std::random_device{}());
+  Job job(TmpDir() + "/recovery_scheduler", *data_);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  const int port = job.scheduler()->port();
+  const absl::Duration delay = RandomMoment(job, rng);
+  job.Kill(job.scheduler());
+  const int64_t clock = job.LatestCheckpointClock();
+  absl::Status restarted = job.StartScheduler(/*resume=*/true, "", port);
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  absl::Status supervised = job.Supervise();
+  ASSERT_TRUE(supervised.ok()) << supervised;
+  ExpectReference(job.Finish(), absl::StrCat("scheduler killed after ", absl::FormatDuration(delay),
+                                             " (last checkpoint at clock ", clock, ")"));
+  job.KillAll();
 }
 
 // Every kind of checkpoint file, damaged every way: a server resuming from it refuses to start (exit 2) and

@@ -87,12 +87,13 @@ absl::StatusOr<int> ServerProcess::Stop(int signal, absl::Duration timeout) {
 absl::StatusOr<int> ServerProcess::Wait(absl::Duration timeout) {
   if (pid_ <= 0) return absl::FailedPreconditionError("process is not running");
   const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
+  while (true) {  // at least one look, so a zero timeout polls
     int wstatus;
     if (::waitpid(pid_, &wstatus, WNOHANG) == pid_) {
       pid_ = -1;
       return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
     }
+    if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(10));
   }
   return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit in time"));
