@@ -278,6 +278,24 @@ TEST_F(CoordinatorTest, RequestedCheckpointCutsAtTheNextBoundary) {
   EXPECT_EQ((*layout_->ReadLatest())->reason(), "requested");
 }
 
+TEST_F(CoordinatorTest, TimedCheckpointCutsAtTheNextBoundaryAfterTheInterval) {
+  CheckpointOptions options;
+  options.every = absl::Milliseconds(100);
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  // The workers pause at clock 3 longer than the interval: the cut lands there.
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().committed == 1; }));
+  EXPECT_EQ(coordinator_->status().latest_clock, 3);
+  EXPECT_EQ((*layout_->ReadLatest())->reason(), "every 100ms");
+  ASSERT_TRUE(RunAll(3, 6).ok());
+  coordinator_.reset();
+  for (int s = 0; s < kServers; ++s) {
+    servers_->Replace(s);
+    ASSERT_TRUE(servers_->Restore(s, "", "ckpt-00000001", 1).ok());
+  }
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(3));
+}
+
 TEST_F(CoordinatorTest, FailedShardAbandonsTheCheckpointAndTheJobGoesOn) {
   CheckpointOptions options;
   options.every_clocks = 2;

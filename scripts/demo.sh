@@ -26,13 +26,13 @@ cleanup() { kill "${pids[@]}" 2>/dev/null || true; }
 trap cleanup EXIT
 "$BIN/scheduler/kestrel_scheduler" --host=127.0.0.1 --port=0 --port_file="$OUT/scheduler.port" \
   --num_servers=2 --num_workers=2 --consistency="$CONSISTENCY" --staleness="$STALENESS" \
-  2>"$OUT/scheduler.log" &
+  --checkpoint_dir="$OUT/ckpt" --checkpoint_every_clocks=100 2>"$OUT/scheduler.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$OUT/scheduler.port" ] && break; sleep 0.1; done
 SCHED="127.0.0.1:$(cat "$OUT/scheduler.port")"
 for s in 0 1; do
   "$BIN/server/kestrel_server" --host=127.0.0.1 --port=0 --num_shards=2 --shard_index=$s \
-    --bsp_workers=$BSP_WORKERS --scheduler="$SCHED" 2>"$OUT/server$s.log" &
+    --bsp_workers=$BSP_WORKERS --scheduler="$SCHED" --checkpoint_dir="$OUT/ckpt" 2>"$OUT/server$s.log" &
   pids+=($!)
 done
 workers=()
@@ -47,4 +47,7 @@ for p in "${workers[@]}"; do wait "$p" || status=1; done
 echo "planted ground truth:"
 cat "$OUT/data/truth.txt"
 grep '"kind":"eval"' "$OUT/metrics.jsonl" | tail -1
+sleep 1  # the scheduler cuts the final checkpoint once every worker is done
+echo "checkpoints committed (in $OUT/ckpt):"
+grep -h "committed at clock" "$OUT/scheduler.log" | sed 's/^.*checkpoint /  checkpoint /'
 exit $status
