@@ -44,13 +44,13 @@ absl::Status FsyncPath(const std::string& path, int flags) {
   return absl::OkStatus();
 }
 
-// `body` followed by its checksum line.
-std::string WithChecksum(absl::string_view body) {
+}  // namespace
+
+std::string WithChecksumLine(absl::string_view body) {
   return absl::StrFormat("%s%s%08x size=%d\n", body, kChecksumPrefix, Crc32c(body), body.size());
 }
 
-// The body of a file written by WithChecksum, after checking it. DataLoss naming `path` otherwise.
-absl::StatusOr<std::string> VerifiedBody(const std::string& path, const std::string& contents) {
+absl::StatusOr<std::string> VerifyChecksumLine(const std::string& path, const std::string& contents) {
   const size_t at = absl::string_view(contents).rfind(kChecksumPrefix);
   if (at == std::string::npos || (at != 0 && contents[at - 1] != '\n') || contents.empty() ||
       contents.back() != '\n') {
@@ -76,6 +76,8 @@ absl::StatusOr<std::string> VerifiedBody(const std::string& path, const std::str
   }
   return body;
 }
+
+namespace {
 
 // Parses "ckpt-<digits>" to its sequence.
 std::optional<uint64_t> SequenceOf(absl::string_view name) {
@@ -202,11 +204,11 @@ absl::Status CheckpointLayout::WriteManifest(const CheckpointManifest& manifest)
     return absl::InternalError("cannot print the checkpoint manifest");
   }
   const std::string name = CheckpointName(manifest.sequence());
-  return WriteFileAtomically(ManifestPath(name), WithChecksum(text));
+  return WriteFileAtomically(ManifestPath(name), WithChecksumLine(text));
 }
 
 absl::Status CheckpointLayout::MoveLatest(absl::string_view name) const {
-  return WriteFileAtomically(LatestPath(), WithChecksum(absl::StrCat(name, "\n")));
+  return WriteFileAtomically(LatestPath(), WithChecksumLine(absl::StrCat(name, "\n")));
 }
 
 absl::StatusOr<CheckpointManifest> CheckpointLayout::ReadManifest(absl::string_view name) const {
@@ -216,7 +218,7 @@ absl::StatusOr<CheckpointManifest> CheckpointLayout::ReadManifest(absl::string_v
     return absl::DataLossError(absl::StrCat("checkpoint ", name, " has no manifest: ", contents.status().message()));
   }
   if (!contents.ok()) return contents.status();
-  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifiedBody(path, *contents));
+  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifyChecksumLine(path, *contents));
   CheckpointManifest manifest;
   if (!google::protobuf::TextFormat::ParseFromString(body, &manifest)) {
     return absl::DataLossError(absl::StrCat(path, ": not a valid manifest"));
@@ -248,7 +250,7 @@ absl::StatusOr<std::optional<CheckpointManifest>> CheckpointLayout::ReadLatest()
     return std::optional<CheckpointManifest>();  // nothing was ever committed here
   }
   if (!contents.ok()) return contents.status();
-  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifiedBody(path, *contents));
+  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifyChecksumLine(path, *contents));
   absl::string_view name = body;
   if (!absl::ConsumeSuffix(&name, "\n") || !SequenceOf(name)) {
     return absl::DataLossError(absl::StrCat(path, ": does not name a checkpoint"));

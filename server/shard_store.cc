@@ -199,28 +199,37 @@ absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manife
     KLOG(Info) << "shard " << shard_ << ": reset to the job's beginning (no checkpoint)";
     return Reset();
   }
-  const std::string name = CheckpointLayout::CheckpointName(manifest->sequence());
-  absl::StatusOr<Partition> old = Partition::Parse(manifest->partition());
+  absl::Status restored = LoadCheckpoint(layout_, *manifest, shard, min_worker_generation);
+  // Whatever happened, the working store no longer mirrors the tables: start it afresh (every row is dirty).
+  absl::Status reset = Reset();
+  KESTREL_RETURN_IF_ERROR(restored);
+  return reset;
+}
+
+absl::Status ShardStore::LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
+                                        Shard& shard, uint64_t min_worker_generation) {
+  const std::string name = CheckpointLayout::CheckpointName(manifest.sequence());
+  absl::StatusOr<Partition> old = Partition::Parse(manifest.partition());
   if (!old.ok()) {
     return absl::DataLossError(absl::StrCat("checkpoint ", name, ": bad partition in its manifest: ", old.status().message()));
   }
-  if (manifest->shards_size() != old->num_servers()) {
+  if (manifest.shards_size() != old->num_servers()) {
     return absl::DataLossError(absl::StrFormat("checkpoint %s: its manifest lists %d shards for a %d-server partition",
-                                               name, manifest->shards_size(), old->num_servers()));
+                                               name, manifest.shards_size(), old->num_servers()));
   }
   // Every file of every shard this server reads is checked before anything changes.
   std::vector<int> sources;
   for (int s = 0; s < old->num_servers(); ++s) {
     if (!Overlaps(old->RangesOf(s), shard.ranges())) continue;
-    KESTREL_RETURN_IF_ERROR(layout_.VerifyShard(*manifest, s));
+    KESTREL_RETURN_IF_ERROR(layout.VerifyShard(manifest, s));
     sources.push_back(s);
   }
-  const std::vector<TableConfig> tables(manifest->tables().begin(), manifest->tables().end());
+  const std::vector<TableConfig> tables(manifest.tables().begin(), manifest.tables().end());
   uint64_t loaded = 0, read = 0;
   const absl::Time start = absl::Now();
   absl::Status restored = shard.Restore(tables, min_worker_generation, [&](Shard::RowSink sink) -> absl::Status {
     for (int s : sources) {
-      const std::string dir = layout_.ShardDir(name, s);
+      const std::string dir = layout.ShardDir(name, s);
       rocksdb::Options options;
       options.info_log = std::make_shared<NullLogger>();
       options.paranoid_checks = true;
@@ -254,12 +263,9 @@ absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manife
     }
     return absl::OkStatus();
   });
-  // Whatever happened, the working store no longer mirrors the tables: start it afresh (every row is dirty).
-  absl::Status reset = Reset();
   KESTREL_RETURN_IF_ERROR(restored);
-  KESTREL_RETURN_IF_ERROR(reset);
-  KLOG(Info) << absl::StrFormat("shard %d: restored checkpoint %s (clock %d): %d rows from %d shard(s) (%d read) in %.3f s",
-                                shard_, name, manifest->clock(), loaded, sources.size(), read,
+  KLOG(Info) << absl::StrFormat("shard %d: loaded checkpoint %s (clock %d): %d rows from %d shard(s) (%d read) in %.3f s",
+                                shard.shard_index(), name, manifest.clock(), loaded, sources.size(), read,
                                 absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }

@@ -59,6 +59,11 @@ class ShardStore {
   absl::Status Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
                        uint64_t min_worker_generation);
 
+  // Loads the checkpoint `manifest` describes into `shard` (as Restore does) without any working store: for
+  // tools that read a checkpoint (export) while the job may still be writing new ones.
+  static absl::Status LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
+                                     Shard& shard, uint64_t min_worker_generation);
+
   int shard_index() const { return shard_; }
   const CheckpointLayout& layout() const { return layout_; }
 

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
+
+#include "common/hash.h"
 
 namespace kestrel {
 
@@ -40,6 +43,16 @@ double ExactAuc(absl::Span<const float> scores, absl::Span<const float> labels) 
   const double negatives = n - positives;
   if (positives == 0 || negatives == 0) return 0.5;
   return (positive_rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
+}
+
+uint64_t PredictionFingerprint(absl::Span<const float> predictions) {
+  uint64_t h = 0;
+  for (float p : predictions) {
+    uint32_t bits;
+    std::memcpy(&bits, &p, sizeof(bits));
+    h = HashCombine(h, bits);
+  }
+  return h;
 }
 
 }  // namespace kestrel

@@ -2,6 +2,8 @@
 #ifndef KESTREL_WORKER_METRICS_H_
 #define KESTREL_WORKER_METRICS_H_
 
+#include <cstdint>
+
 #include "absl/types/span.h"
 
 namespace kestrel {
@@ -12,6 +14,9 @@ double LogLoss(absl::Span<const float> probabilities, absl::Span<const float> la
 // Exact ROC AUC: the probability that a random positive scores above a random negative, ties counting half
 // (the Mann-Whitney statistic, by sorting: O(n log n)). 0.5 when one class is absent.
 double ExactAuc(absl::Span<const float> scores, absl::Span<const float> labels);
+
+// Hash of every prediction's float bits, in order: equal fingerprints mean bitwise-identical predictions.
+uint64_t PredictionFingerprint(absl::Span<const float> predictions);
 
 }  // namespace kestrel
 

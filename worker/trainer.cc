@@ -405,22 +405,22 @@ class Trainer::Impl {
                                                        what, status.message()));
   }
 
-  absl::StatusOr<EvalResult> Evaluate(int64_t step) {
+  // One probability per example of `files` (at most `limit`; 0: all), in file order, and the labels.
+  absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
+                     std::vector<float>* labels) {
     KESTREL_RETURN_IF_ERROR(Init());
-    client_->SetClock(step);  // iterations done: reads the current weights
     const JobConfig& job = options_.job;
-    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
     ReaderOptions reader_options;
     reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
                              BatchReader::Open(job.data(), job.model(), files, reader_options));
-    const absl::Time start = absl::Now();
-    const int64_t limit = job.train().eval_max_examples();
     StepData step_data(backend_);
-    std::vector<float> probs, labels, batch_probs;
-    while (limit == 0 || static_cast<int64_t>(probs.size()) < limit) {
+    std::vector<float> batch_probs;
+    probs->clear();
+    labels->clear();
+    while (limit == 0 || static_cast<int64_t>(probs->size()) < limit) {
       int64_t want = job.train().batch_size();
-      if (limit > 0) want = std::min<int64_t>(want, limit - static_cast<int64_t>(probs.size()));
+      if (limit > 0) want = std::min<int64_t>(want, limit - static_cast<int64_t>(probs->size()));
       KESTREL_ASSIGN_OR_RETURN(const int64_t got, reader->Fill(want, &step_data.batch.batch));
       if (got == 0) break;
       step_data.batch.Prepare(options_.partition);
@@ -431,9 +431,20 @@ class Trainer::Impl {
                                                            step_data.dense.data()},
                                          nullptr, batch_probs.data())
                                   .status());
-      probs.insert(probs.end(), batch_probs.begin(), batch_probs.end());
-      labels.insert(labels.end(), step_data.batch.batch.labels.begin(), step_data.batch.batch.labels.end());
+      probs->insert(probs->end(), batch_probs.begin(), batch_probs.end());
+      labels->insert(labels->end(), step_data.batch.batch.labels.begin(), step_data.batch.batch.labels.end());
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<EvalResult> Evaluate(int64_t step) {
+    KESTREL_RETURN_IF_ERROR(Init());
+    client_->SetClock(step);  // iterations done: reads the current weights
+    const JobConfig& job = options_.job;
+    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
+    const absl::Time start = absl::Now();
+    std::vector<float> probs, labels;
+    KESTREL_RETURN_IF_ERROR(Score(files, job.train().eval_max_examples(), &probs, &labels));
     if (probs.empty()) return absl::FailedPreconditionError("the test files hold no examples");
     EvalResult r;
     r.step = step;
@@ -442,13 +453,7 @@ class Trainer::Impl {
     r.auc = ExactAuc(probs, labels);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     r.examples_per_second = seconds > 0 ? r.examples / seconds : 0;
-    uint64_t h = 0;
-    for (float p : probs) {
-      uint32_t bits;
-      std::memcpy(&bits, &p, sizeof(bits));
-      h = HashCombine(h, bits);
-    }
-    r.fingerprint = h;
+    r.fingerprint = PredictionFingerprint(probs);
     KLOG(Info) << absl::StrFormat("eval at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s", step,
                                   r.examples, r.logloss, r.auc, r.examples_per_second);
     records_.Write(absl::StrFormat(
@@ -474,5 +479,9 @@ Trainer::Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Back
 Trainer::~Trainer() = default;
 absl::StatusOr<TrainResult> Trainer::Run() { return impl_->Run(); }
 absl::StatusOr<EvalResult> Trainer::Evaluate(int64_t step) { return impl_->Evaluate(step); }
+absl::Status Trainer::Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
+                            std::vector<float>* labels) {
+  return impl_->Score(files, limit, probs, labels);
+}
 
 }  // namespace kestrel

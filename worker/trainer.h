@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/partition.h"
@@ -95,6 +96,10 @@ class Trainer {
   absl::StatusOr<TrainResult> Run();
   // Evaluates the current model on the test files.
   absl::StatusOr<EvalResult> Evaluate(int64_t step);
+  // Scores the examples of `files` with the current model (what Evaluate does, without the metrics): one
+  // probability per example in file order (at most `limit`; 0: all) and the examples' labels.
+  absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
+                     std::vector<float>* labels);
 
  private:
   class Impl;

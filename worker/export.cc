@@ -1,0 +1,174 @@
+#include "worker/export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checkpoint_layout.h"
+#include "common/crc32c.h"
+#include "common/logging.h"
+#include "common/partition.h"
+#include "common/status.h"
+#include "google/protobuf/text_format.h"
+#include "server/shard_store.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kModelFile[] = "MODEL";
+
+std::string FileOf(const TableConfig& config) {
+  return config.name() + (config.kind() == TableConfig::DENSE ? ".dense" : ".rows");
+}
+
+absl::Status WriteBytes(std::ofstream& out, const void* data, size_t bytes, const std::string& path) {
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// Writes one table's file; returns its entry for MODEL.
+absl::StatusOr<ExportedTable> WriteTable(const Table& table, const std::string& dir) {
+  const TableConfig& config = table.config();
+  ExportedTable entry;
+  *entry.mutable_config() = config;
+  entry.set_file(FileOf(config));
+  const std::string path = dir + "/" + entry.file();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot create ", path));
+  const int dim = table.dim();
+  if (config.kind() == TableConfig::DENSE) {
+    const uint64_t blocks = table.num_blocks();
+    std::vector<uint64_t> keys(blocks);
+    for (uint64_t b = 0; b < blocks; ++b) keys[b] = Partition::DenseBlockKey(config.name(), b);
+    std::vector<float> values(blocks * dim);
+    table.Pull(keys, values.data());  // blocks never pushed read as their initial value, as in training
+    KESTREL_RETURN_IF_ERROR(WriteBytes(out, values.data(), sizeof(float) * config.dense_size(), path));
+    entry.set_rows(blocks);
+  } else {
+    std::vector<std::pair<uint64_t, const float*>> rows;
+    table.ForEachRow([&](uint64_t key, const float* values, const float*) { rows.emplace_back(key, values); });
+    // The pointers stay valid: nothing writes the table while it is exported.
+    std::sort(rows.begin(), rows.end());
+    for (const auto& [key, values] : rows) {
+      KESTREL_RETURN_IF_ERROR(WriteBytes(out, &key, sizeof(key), path));
+      KESTREL_RETURN_IF_ERROR(WriteBytes(out, values, sizeof(float) * dim, path));
+    }
+    entry.set_rows(rows.size());
+  }
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  KESTREL_ASSIGN_OR_RETURN(const FileCrc crc, Crc32cOfFile(path));
+  entry.set_size(crc.size);
+  entry.set_crc32c(crc.crc);
+  return entry;
+}
+
+}  // namespace
+
+absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
+  if (options.checkpoint_dir.empty() || options.out_dir.empty()) {
+    return absl::InvalidArgumentError("export needs a checkpoint directory and an output directory");
+  }
+  const CheckpointLayout layout(options.checkpoint_dir);
+  CheckpointManifest manifest;
+  if (options.checkpoint.empty()) {
+    KESTREL_ASSIGN_OR_RETURN(std::optional<CheckpointManifest> latest, layout.ReadLatest());
+    if (!latest.has_value()) {
+      return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", options.checkpoint_dir));
+    }
+    manifest = *std::move(latest);
+  } else {
+    KESTREL_ASSIGN_OR_RETURN(manifest, layout.ReadManifest(options.checkpoint));
+  }
+  ShardOptions shard_options;
+  shard_options.job_id = manifest.job_id();
+  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, *Partition::Uniform(1)));
+  KESTREL_RETURN_IF_ERROR(ShardStore::LoadCheckpoint(layout, manifest, *shard, /*min_worker_generation=*/0));
+
+  std::error_code error;
+  fs::create_directories(options.out_dir, error);
+  if (error) return absl::UnavailableError(absl::StrCat("cannot create ", options.out_dir, ": ", error.message()));
+  const std::string model_path = options.out_dir + "/" + kModelFile;
+  if (fs::exists(model_path)) {
+    return absl::AlreadyExistsError(absl::StrCat(options.out_dir, " already holds an export (", kModelFile, ")"));
+  }
+  ExportedModel model;
+  model.set_format_version(1);
+  model.set_checkpoint(CheckpointLayout::CheckpointName(manifest.sequence()));
+  model.set_clock(manifest.clock());
+  model.set_job_id(manifest.job_id());
+  *model.mutable_job() = options.job;
+  for (const TableConfig& config : shard->DescribeTables()) {
+    KESTREL_ASSIGN_OR_RETURN(ExportedTable entry, WriteTable(*shard->FindTable(config.name()), options.out_dir));
+    *model.add_tables() = std::move(entry);
+  }
+  std::string text;
+  if (!google::protobuf::TextFormat::PrintToString(model, &text)) return absl::InternalError("cannot print MODEL");
+  KESTREL_RETURN_IF_ERROR(WriteFileAtomically(model_path, WithChecksumLine(text)));  // last: the export exists
+  KLOG(Info) << "exported " << model.checkpoint() << " (clock " << model.clock() << ", " << model.tables_size()
+             << " tables) to " << options.out_dir;
+  return model;
+}
+
+absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
+  const std::string model_path = dir + "/" + kModelFile;
+  KESTREL_ASSIGN_OR_RETURN(const std::string contents, ReadWholeFile(model_path));
+  KESTREL_ASSIGN_OR_RETURN(const std::string body, VerifyChecksumLine(model_path, contents));
+  LoadedExport loaded;
+  if (!google::protobuf::TextFormat::ParseFromString(body, &loaded.model) ||
+      loaded.model.format_version() != 1) {
+    return absl::DataLossError(absl::StrCat(model_path, ": not a version-1 Kestrel export"));
+  }
+  std::vector<TableConfig> serving;
+  for (const ExportedTable& t : loaded.model.tables()) {
+    const std::string path = dir + "/" + t.file();
+    KESTREL_ASSIGN_OR_RETURN(const FileCrc crc, Crc32cOfFile(path));
+    if (crc.size != t.size() || crc.crc != t.crc32c()) {
+      return absl::DataLossError(absl::StrFormat("%s: %d bytes with crc32c %08x, MODEL says %d bytes, %08x", path,
+                                                 crc.size, crc.crc, t.size(), t.crc32c()));
+    }
+    TableConfig config = t.config();
+    config.clear_optimizer();  // serving: plain rows, no optimizer state
+    serving.push_back(config);
+  }
+  ShardOptions shard_options;
+  shard_options.job_id = loaded.model.job_id();
+  KESTREL_ASSIGN_OR_RETURN(loaded.shard, Shard::Create(shard_options, *Partition::Uniform(1)));
+  KESTREL_RETURN_IF_ERROR(loaded.shard->Restore(serving, 0, [&](Shard::RowSink sink) -> absl::Status {
+    for (int i = 0; i < loaded.model.tables_size(); ++i) {
+      const TableConfig& config = serving[i];
+      const int dim = config.dim();
+      KESTREL_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(dir + "/" + loaded.model.tables(i).file()));
+      std::vector<float> row(dim);
+      if (config.kind() == TableConfig::DENSE) {
+        const uint64_t blocks = Partition::DenseBlockCount(config.dense_size(), dim);
+        for (uint64_t b = 0; b < blocks; ++b) {
+          std::fill(row.begin(), row.end(), 0.0f);
+          const size_t begin = b * dim * sizeof(float);
+          std::memcpy(row.data(), bytes.data() + begin, std::min(bytes.size() - begin, dim * sizeof(float)));
+          KESTREL_RETURN_IF_ERROR(sink(config.name(), Partition::DenseBlockKey(config.name(), b), row).status());
+        }
+      } else {
+        const size_t record = sizeof(uint64_t) + dim * sizeof(float);
+        for (size_t at = 0; at + record <= bytes.size(); at += record) {
+          uint64_t key;
+          std::memcpy(&key, bytes.data() + at, sizeof(key));
+          std::memcpy(row.data(), bytes.data() + at + sizeof(key), dim * sizeof(float));
+          KESTREL_RETURN_IF_ERROR(sink(config.name(), key, row).status());
+        }
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return loaded;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,50 @@
+// kestrel_export: a committed checkpoint → a serving artifact (worker/export.h).
+//
+//   kestrel_export --checkpoint_dir=/ckpt/ctr --config=job.pbtxt --out=/models/ctr-v1 [--checkpoint=ckpt-00000007]
+//
+// Exit codes: 0 exported, 1 failed (I/O), 2 bad flags, config or checkpoint (a damaged checkpoint is named).
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "google/protobuf/text_format.h"
+#include "common/checkpoint_layout.h"
+#include "worker/export.h"
+
+ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root of the job (required).");
+ABSL_FLAG(std::string, checkpoint, "", "Checkpoint to export, e.g. ckpt-00000007. Default: the latest committed.");
+ABSL_FLAG(std::string, config, "", "The job config it was trained with (protobuf text format; required).");
+ABSL_FLAG(std::string, out, "", "Export directory to create (required; must not hold an export).");
+
+namespace kestrel {
+namespace {
+
+int Run() {
+  SetLogIdentity("export");
+  ExportOptions options;
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  options.out_dir = absl::GetFlag(FLAGS_out);
+  absl::StatusOr<std::string> text = ReadWholeFile(absl::GetFlag(FLAGS_config));
+  if (!text.ok() || !google::protobuf::TextFormat::ParseFromString(*text, &options.job)) {
+    KLOG(Error) << "--config: cannot read a JobConfig from '" << absl::GetFlag(FLAGS_config) << "'";
+    return 2;
+  }
+  absl::StatusOr<ExportedModel> model = ExportCheckpoint(options);
+  if (!model.ok()) {
+    KLOG(Error) << "export failed: " << model.status();
+    return absl::IsUnavailable(model.status()) ? 1 : 2;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Kestrel export: a committed checkpoint to a serving artifact.");
+  absl::ParseCommandLine(argc, argv);
+  return kestrel::Run();
+}
