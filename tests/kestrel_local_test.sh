@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `kestrel local` end to end (the README's main job, shortened): a local cluster of 1 scheduler, 2 servers and
+# 2 workers trains DeepFM on generated data to within 0.03 of the planted optimum AUC and commits checkpoints;
+# its final checkpoint, exported, scores the test file exactly as the trainer's own evaluation did.
+# Then the same job again, with a server killed (SIGKILL) after the first checkpoint: the supervisor restarts
+# it, every server restores the checkpoint, the workers rejoin, and the job finishes with the same AUC.
+set -euo pipefail
+
+runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
+export KESTREL_BIN="$runfiles"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+kestrel=("$runfiles/scripts/kestrel")
+
+"$runfiles/worker/data/kestrel_datagen" --small --out_dir="$tmp/data" 2>/dev/null
+cat >"$tmp/job.pbtxt" <<'JOB'
+model { type: DEEPFM embedding_dim: 8 hidden: [64, 32] }
+data { format: CRITEO }
+train { batch_size: 256 epochs: 2 log_every_steps: 50 }
+JOB
+
+summary_field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ''))" "$1" "$2"; }
+check_auc() {
+  python3 - "$1" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ok"], s
+assert s["auc"] > s["optimum_auc"] - 0.03, f"AUC {s['auc']} vs optimum {s['optimum_auc']}"
+assert s["checkpoints_committed"] >= 1, s
+print(f"AUC {s['auc']:.4f} (optimum {s['optimum_auc']:.4f}), {s['checkpoints_committed']} checkpoints, restarts {s['restarts']}")
+PY
+}
+
+echo "== the main job, shortened"
+"${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/plain" \
+  --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms
+check_auc "$tmp/plain/summary.json"
+
+echo "== export the final checkpoint and score the test file with it: the trainer's own evaluation, bit for bit"
+"${kestrel[@]}" export --no_build --checkpoint_dir="$tmp/plain/ckpt" --config="$tmp/job.pbtxt" --out="$tmp/model"
+"${kestrel[@]}" predict --no_build --model="$tmp/model" --input="$tmp/data/test.tsv" --output="$tmp/scores.txt" \
+  >"$tmp/predict.json"
+python3 - "$tmp/plain/summary.json" "$tmp/predict.json" "$tmp/scores.txt" <<'PY'
+import json, sys
+trained = json.load(open(sys.argv[1]))
+predicted = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+scores = open(sys.argv[3]).read().split()
+assert len(scores) == predicted["examples"] == 10000, (len(scores), predicted)
+assert predicted["fingerprint"] == trained["fingerprint"], (predicted, trained)
+assert abs(predicted["auc"] - trained["auc"]) < 1e-6 and abs(predicted["logloss"] - trained["logloss"]) < 1e-6
+print(f"predict: {predicted['examples']} scores, fingerprint {predicted['fingerprint']} = the trainer's evaluation")
+PY
+
+echo "== a server killed mid-run"
+"${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/killed" \
+  --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
+local_pid=$!
+for _ in $(seq 600); do
+  grep -q "committed at clock" "$tmp/killed/scheduler.log" 2>/dev/null && break
+  sleep 0.05
+done
+grep -q "committed at clock" "$tmp/killed/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
+victim=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['server 1'])" "$tmp/killed/pids.json")
+kill -9 "$victim"
+echo "killed server 1 (pid $victim)"
+wait "$local_pid"
+check_auc "$tmp/killed/summary.json"
+restarts=$(summary_field "$tmp/killed/summary.json" restarts)
+[[ "$restarts" == *"server 1"* ]] || { echo "server 1 was not restarted: $restarts"; exit 1; }
+grep -q "every server restored" "$tmp/killed/scheduler.log" || { echo "no rollback in the scheduler log"; exit 1; }
+echo "PASS"
