@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
+#include "scheduler/scheduler_metrics.h"
 
 namespace kestrel {
 namespace {
@@ -228,6 +229,7 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
   absl::StatusOr<uint64_t> sequence = layout_.NextSequence();
   if (!sequence.ok()) {
     KLOG(Error) << "checkpoint at clock " << clock << " not taken: " << sequence.status();
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
     return false;
   }
   const std::string name = CheckpointLayout::CheckpointName(*sequence);
@@ -249,6 +251,7 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
     if (!answer.ok()) {
       KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (nothing committed): "
                     << answer.status();
+      SchedulerMetrics::Get().checkpoints_failed().Increment();
       return false;
     }
     rows += answer->rows();
@@ -287,6 +290,7 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
   if (status.ok()) status = layout_.MoveLatest(name);
   if (!status.ok()) {
     KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (not committed): " << status;
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
     return false;
   }
   CrashPoint("scheduler.checkpoint.committed");
@@ -296,6 +300,8 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
     status_.latest_clock = clock;
     ++status_.committed;
   }
+  SchedulerMetrics::Get().checkpoints_committed().Increment();
+  SchedulerMetrics::Get().checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
   KLOG(Info) << absl::StrFormat(
       "checkpoint %s committed at clock %d (%s): %d rows, %d changed rows (%.1f MB) written, %.3f s", name, clock,
       reason, rows, rows_written, bytes_written / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
@@ -355,6 +361,7 @@ bool CheckpointCoordinator::Restore() {
     }
     if (!resume_from_) ++status_.rollbacks;
   }
+  if (!resume_from_) SchedulerMetrics::Get().rollbacks().Increment();
   resume_from_.reset();
   last_checkpoint_ = absl::Now();
   last_checkpoint_clock_ = clock;

@@ -19,7 +19,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cluster_env.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "scheduler/scheduler_service.h"
@@ -28,8 +30,12 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7000, "Port to listen on; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file once serving.");
 ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
-ABSL_FLAG(int, num_servers, 1, "Parameter servers the job needs (>= 1).");
-ABSL_FLAG(int, num_workers, 1, "Workers the job needs (>= 1).");
+ABSL_FLAG(int, num_servers, -1,
+          "Parameter servers the job needs (>= 1). -1: from the environment (KESTREL_NUM_SERVERS, TF_CONFIG, "
+          "DMLC_NUM_SERVER), else 1.");
+ABSL_FLAG(int, num_workers, -1,
+          "Workers the job needs (>= 1). -1: from the environment (KESTREL_NUM_WORKERS, TF_CONFIG, "
+          "DMLC_NUM_WORKER), else 1.");
 ABSL_FLAG(int, ranges_per_shard, 1, "Key ranges per server in the uniform partition handed to members.");
 ABSL_FLAG(std::string, consistency, "bsp",
           "bsp: iteration c starts once every worker finished c-1; ssp: once the slowest finished c-s-1 "
@@ -48,12 +54,31 @@ ABSL_FLAG(bool, resume, false,
           "Continue the job from the latest committed checkpoint in --checkpoint_dir (a new job when there is "
           "none). Without it, a directory holding checkpoints is refused.");
 ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://<--host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "see --metrics_port_file), N that port.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 
 namespace kestrel {
 namespace {
 
 int Run() {
   SetLogIdentity("scheduler");
+  {  // The job's shape: explicit flags first, then the launcher's environment (common/cluster_env.h).
+    ExplicitSettings flags;
+    flags.num_servers = absl::GetFlag(FLAGS_num_servers);
+    flags.num_workers = absl::GetFlag(FLAGS_num_workers);
+    absl::StatusOr<ClusterIdentity> id =
+        ResolveClusterIdentity(ClusterRole::kScheduler, flags, ProcessEnvironment(), ProcessHostname());
+    if (!id.ok()) {
+      KLOG(Error) << "cannot tell the job's shape: " << id.status();
+      return 2;
+    }
+    absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
+    absl::SetFlag(&FLAGS_num_workers, id->num_workers > 0 ? id->num_workers : 1);
+    if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "job shape: " << id->DebugString();
+  }
   SchedulerOptions options;
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.membership.num_servers = absl::GetFlag(FLAGS_num_servers);
@@ -90,6 +115,17 @@ int Run() {
   };
 
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
+
+  // scheduler/scheduler_metrics.h lists the metrics.
+  MetricsServerOptions metrics_options;
+  metrics_options.host = absl::GetFlag(FLAGS_host);
+  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);
+  if (!metrics.ok()) {
+    KLOG(Error) << "--metrics_port: " << metrics.status();
+    return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
+  }
 
   SchedulerServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));

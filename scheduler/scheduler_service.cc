@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "scheduler/scheduler_metrics.h"
 
 namespace kestrel {
 namespace {
@@ -32,7 +33,9 @@ const char* ConsistencyName(ConsistencyPolicy::Mode mode) {
   return "unknown";
 }
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const RpcMetrics::Call& call,
+                                const absl::Status& status) {
+  call.End(status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -74,6 +77,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
         if (raw->options_.on_fatal) raw->options_.on_fatal(status);
       });
   service->clocks_->SetListener([raw] { raw->coordinator_->Wake(); });
+  service->metrics_hook_ = ScrapeHook([raw] {
+    const CheckpointStatus checkpoints = raw->coordinator_->status();
+    SchedulerMetrics::Get().Refresh(*raw->membership_, *raw->clocks_,
+                                    checkpoints.latest.empty() ? std::nullopt
+                                                               : std::optional<int64_t>(checkpoints.latest_clock));
+  });
   return service;
 }
 
@@ -84,7 +93,14 @@ SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std:
     : options_(options),
       membership_(std::move(membership)),
       clocks_(std::move(clocks)),
-      partition_(std::move(partition)) {}
+      partition_(std::move(partition)),
+      register_rpc_(SchedulerMetrics::Get().rpc().method("Register")),
+      heartbeat_rpc_(SchedulerMetrics::Get().rpc().method("Heartbeat")),
+      wait_to_start_rpc_(SchedulerMetrics::Get().rpc().method("WaitToStart")),
+      advance_rpc_(SchedulerMetrics::Get().rpc().method("Advance")),
+      describe_rpc_(SchedulerMetrics::Get().rpc().method("Describe")),
+      rejoin_rpc_(SchedulerMetrics::Get().rpc().method("Rejoin")),
+      request_checkpoint_rpc_(SchedulerMetrics::Get().rpc().method("RequestCheckpoint")) {}
 
 absl::Status SchedulerServiceImpl::CheckJob(const std::string& job_id) const {
   if (job_id == options_.job_id) return absl::OkStatus();
@@ -118,6 +134,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerContext* context,
                                                          const RegisterRequest* request,
                                                          RegisterResponse* response) {
+  const RpcMetrics::Call call = register_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     auto registration =
@@ -149,12 +166,13 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
                  << JobStateName(registration->state) << ")";
     }
   }
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerContext* context,
                                                           const HeartbeatRequest* request,
                                                           HeartbeatResponse* response) {
+  const RpcMetrics::Call call = heartbeat_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     auto generation =
@@ -166,27 +184,31 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       for (uint64_t g : membership_->WorkerGenerations()) response->add_worker_generations(g);
     }
   }
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServerContext* context,
                                                             const WaitToStartRequest* request,
                                                             WaitToStartResponse* response) {
+  const RpcMetrics::Call call = wait_to_start_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
-  if (!status.ok()) return Reply(context, status);
+  if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
-  auto wait = [this, reactor, request, response] {
-    clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response](absl::Status s) {
+  auto wait = [this, reactor, request, response, call] {
+    clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response, call](absl::Status s) {
       if (s.ok()) response->set_min_clock(clocks_->MinClock());
+      call.End(s);
       reactor->Finish(ToGrpcStatus(s));
     });
   };
   {
     absl::MutexLock lock(&forming_mu_);
     if (shutting_down_.load()) {
-      reactor->Finish(ToGrpcStatus(absl::UnavailableError("the scheduler is shutting down")));
+      const absl::Status unavailable = absl::UnavailableError("the scheduler is shutting down");
+      call.End(unavailable);
+      reactor->Finish(ToGrpcStatus(unavailable));
       return reactor;
     }
     if (membership_->state() == JobState::kForming) {
@@ -202,6 +224,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
+  const RpcMetrics::Call call = advance_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
   if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
@@ -217,12 +240,13 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
     }
   }
   if (status.ok()) response->set_min_clock(clocks_->MinClock());
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerContext* context,
                                                          const DescribeRequest* request,
                                                          DescribeResponse* response) {
+  const RpcMetrics::Call call = describe_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     FillView(response->mutable_view());
@@ -241,11 +265,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_checkpoints_committed(checkpoints.committed);
     response->set_rollbacks(checkpoints.rollbacks);
   }
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerContext* context,
                                                        const RejoinRequest* request, RegisterResponse* response) {
+  const RpcMetrics::Call call = rejoin_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   // Only the live holder of the rank may rejoin (this also counts as its heartbeat).
   if (status.ok()) {
@@ -264,19 +289,20 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
                << response->view().generation() << ")";
   }
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestCheckpoint(grpc::CallbackServerContext* context,
                                                                   const RequestCheckpointRequest* request,
                                                                   RequestCheckpointResponse* response) {
+  const RpcMetrics::Call call = request_checkpoint_rpc_.Begin();
   absl::Status status = CheckJob(request->job_id());
   if (status.ok()) {
     absl::StatusOr<int64_t> clock = coordinator_->Request();
     status = clock.status();
     if (status.ok()) response->set_clock(*clock);
   }
-  return Reply(context, status);
+  return Reply(context, call, status);
 }
 
 void SchedulerServiceImpl::ExpireSilent(absl::Time now) {

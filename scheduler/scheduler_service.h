@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/checkpoint_coordinator.h"
@@ -42,7 +43,8 @@ struct SchedulerOptions {
   std::function<void(absl::Status)> on_fatal;
 };
 
-// Thread-safe.
+// Every call is counted and timed, and the job's state is read at every metrics scrape
+// (scheduler/scheduler_metrics.h). Thread-safe.
 class SchedulerServiceImpl final : public Scheduler::CallbackService {
  public:
   static absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> Create(const SchedulerOptions& options);
@@ -91,6 +93,10 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
   absl::Mutex forming_mu_;
   std::vector<std::function<void()>> forming_waits_ ABSL_GUARDED_BY(forming_mu_);
+  // Per-method call counts and latencies (kestrel_scheduler_requests_total, ..._request_duration_seconds).
+  RpcMetrics::Method &register_rpc_, &heartbeat_rpc_, &wait_to_start_rpc_, &advance_rpc_, &describe_rpc_,
+      &rejoin_rpc_, &request_checkpoint_rpc_;
+  ScrapeHook metrics_hook_;  // last: unregistered first, while the members above are still in use
 };
 
 struct SchedulerServerOptions {

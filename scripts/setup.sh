@@ -4,9 +4,10 @@
 set -euo pipefail
 
 PACKAGES=(
-  bazel-bootstrap g++ git pkg-config python3 ca-certificates
+  bazel-bootstrap g++ git pkg-config python3 ca-certificates python3-yaml shellcheck
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus-cpp-dev prometheus
 )
 
 missing=()

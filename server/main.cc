@@ -21,10 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/cluster_env.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/partition.h"
 #include "common/process_setup.h"
 #include "server/ps_service.h"
+#include "server/server_metrics.h"
 #include "scheduler/scheduler_client.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
@@ -35,8 +38,13 @@ ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_f
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server is serving.");
 ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
-ABSL_FLAG(int, shard_index, 0, "This server's index in [0, num_shards).");
-ABSL_FLAG(int, num_shards, 1, "Number of servers the key space is split across.");
+ABSL_FLAG(int, shard_index, -1,
+          "This server's index in [0, num_shards). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
+ABSL_FLAG(int, num_shards, -1,
+          "Number of servers the key space is split across. -1: from the environment (KESTREL_NUM_SERVERS, "
+          "TF_CONFIG, DMLC_NUM_SERVER), else 1.");
+ABSL_FLAG(int, rank_offset, 0,
+          "MPI / Slurm MPMD launches: subtracted from the launcher's global rank to give this server's index.");
 ABSL_FLAG(int, ranges_per_shard, 1,
           "Key ranges per server: the key space is cut into num_shards * ranges_per_shard equal ranges, dealt "
           "round-robin.");
@@ -67,6 +75,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(bool, resume, false,
           "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
           "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://<--host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "see --metrics_port_file), N that port.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
           "handler already running still finishes its table work).");
@@ -75,6 +88,23 @@ namespace kestrel {
 namespace {
 
 int Run() {
+  {  // Identity: explicit flags first, then the environment the launcher gives (common/cluster_env.h).
+    ExplicitSettings flags;
+    flags.rank = absl::GetFlag(FLAGS_shard_index);
+    flags.num_servers = absl::GetFlag(FLAGS_num_shards);
+    flags.scheduler = absl::GetFlag(FLAGS_scheduler);
+    flags.rank_offset = absl::GetFlag(FLAGS_rank_offset);
+    absl::StatusOr<ClusterIdentity> id =
+        ResolveClusterIdentity(ClusterRole::kServer, flags, ProcessEnvironment(), ProcessHostname());
+    if (!id.ok()) {
+      KLOG(Error) << "cannot tell which server this is: " << id.status();
+      return 2;
+    }
+    absl::SetFlag(&FLAGS_shard_index, id->rank >= 0 ? id->rank : 0);
+    absl::SetFlag(&FLAGS_num_shards, id->num_servers > 0 ? id->num_servers : 1);
+    absl::SetFlag(&FLAGS_scheduler, id->scheduler);
+    if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "identity: " << id->DebugString();
+  }
   const int index = absl::GetFlag(FLAGS_shard_index);
   SetLogIdentity(absl::StrCat("server[", index, "]"));
   absl::StatusOr<Partition> partition = absl::GetFlag(FLAGS_partition).empty()
@@ -106,6 +136,17 @@ int Run() {
     return 2;
   }
 
+  // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
+  MetricsServerOptions metrics_options;
+  metrics_options.host = absl::GetFlag(FLAGS_host);
+  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);
+  if (!metrics.ok()) {
+    KLOG(Error) << "--metrics_port: " << metrics.status();
+    return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
+  }
+
   std::unique_ptr<ShardStore> store;
   if (const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
     const CheckpointLayout layout(dir);
@@ -119,7 +160,9 @@ int Run() {
       absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
       absl::Status restored = latest.status();
       if (latest.ok() && latest->has_value()) {
+        const absl::Time start = absl::Now();
         restored = store->Restore(*latest, **shard, /*min_worker_generation=*/0);
+        if (restored.ok()) ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
       } else if (latest.ok()) {
         KLOG(Info) << "no checkpoint in " << dir << ": starting empty";
       }

@@ -10,25 +10,47 @@
 #include "common/thread_pool.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/ps_handlers.h"
+#include "server/server_metrics.h"
 
 namespace kestrel {
 
+PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
+    : shard_(shard),
+      pool_(pool),
+      store_(store),
+      pull_rpc_(ServerMetrics::Get().rpc().method("Pull")),
+      push_rpc_(ServerMetrics::Get().rpc().method("Push")),
+      pull_dense_rpc_(ServerMetrics::Get().rpc().method("PullDense")),
+      push_dense_rpc_(ServerMetrics::Get().rpc().method("PushDense")),
+      create_table_rpc_(ServerMetrics::Get().rpc().method("CreateTable")),
+      describe_tables_rpc_(ServerMetrics::Get().rpc().method("DescribeTables")),
+      stats_rpc_(ServerMetrics::Get().rpc().method("Stats")),
+      checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
+      restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
+      admin_(1),
+      stats_hook_([shard] { ServerMetrics::Get().Refresh(*shard); }) {}
+
 // Runs `work` on the handler pool (or inline on gRPC's callback thread without one) and finishes the call
-// with its status. Handlers do CPU work only; nothing in them waits on other calls.
-grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context,
+// with its status, counted and timed in `rpc`. Handlers do CPU work only; nothing in them waits on other calls.
+grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                              std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const RpcMetrics::Call call = rpc.Begin();
+  auto finish = [reactor, call](const absl::Status& status) {
+    call.End(status);
+    reactor->Finish(ToGrpcStatus(status));
+  };
   if (pool_ == nullptr) {
-    reactor->Finish(ToGrpcStatus(work()));
+    finish(work());
   } else {
-    pool_->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+    pool_->Schedule([finish, work = std::move(work)] { finish(work()); });
   }
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-  return Run(context, [this, request, response]() -> absl::Status {
+  return Run(context, pull_rpc_, [this, request, response]() -> absl::Status {
     PullRequest parsed;
     grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
     grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
@@ -46,52 +68,61 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
-  return Run(context, [=] { return HandlePush(*shard_, *request, response); });
+  return Run(context, push_rpc_, [=] { return HandlePush(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* context,
                                                    const PullRequest* request, PullResponse* response) {
-  return Run(context, [=] { return HandlePullDense(*shard_, *request, response); });
+  return Run(context, pull_dense_rpc_, [=] { return HandlePullDense(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,
                                                    const PushRequest* request, PushResponse* response) {
-  return Run(context, [=] { return HandlePushDense(*shard_, *request, response); });
+  return Run(context, push_dense_rpc_, [=] { return HandlePushDense(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateTable(grpc::CallbackServerContext* context,
                                                      const CreateTableRequest* request,
                                                      CreateTableResponse* response) {
-  return Run(context, [=] { return HandleCreateTable(*shard_, *request, response); });
+  return Run(context, create_table_rpc_, [=] { return HandleCreateTable(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerContext* context,
                                                         const DescribeTablesRequest* request,
                                                         DescribeTablesResponse* response) {
-  return Run(context, [=] { return HandleDescribeTables(*shard_, *request, response); });
+  return Run(context, describe_tables_rpc_, [=] { return HandleDescribeTables(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                                StatsResponse* response) {
-  return Run(context, [=] { return HandleStats(*shard_, *request, response); });
+  return Run(context, stats_rpc_, [=] { return HandleStats(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext* context,
                                                     const CheckpointShardRequest* request,
                                                     CheckpointShardResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  admin_.Schedule([this, reactor, request, response] {
+  const RpcMetrics::Call call = checkpoint_rpc_.Begin();
+  admin_.Schedule([this, reactor, request, response, call] {
     absl::Status status = shard_->CheckJob(ContextOf(request->header()));
     if (status.ok() && store_ == nullptr) {
       status = absl::FailedPreconditionError(absl::StrFormat(
           "server %d was started without --checkpoint_dir: it cannot write checkpoints", shard_->shard_index()));
     }
     if (status.ok()) {
+      const absl::Time start = absl::Now();
       absl::StatusOr<ShardCheckpoint> written = store_->Checkpoint(*shard_, request->name());
       status = written.status();
-      if (written.ok()) *response->mutable_shard() = *std::move(written);
+      if (written.ok()) {
+        ServerMetrics& metrics = ServerMetrics::Get();
+        metrics.checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+        metrics.checkpoint_written_rows().Increment(static_cast<double>(written->rows_written()));
+        metrics.checkpoint_written_bytes().Increment(static_cast<double>(written->bytes_written()));
+        *response->mutable_shard() = *std::move(written);
+      }
     }
     if (!status.ok()) KLOG(Warning) << "checkpoint " << request->name() << " failed: " << status;
+    call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
@@ -100,8 +131,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* context,
                                                  const RestoreShardRequest* request, RestoreShardResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  admin_.Schedule([this, reactor, request, response] {
+  const RpcMetrics::Call call = restore_rpc_.Begin();
+  admin_.Schedule([this, reactor, request, response, call] {
     absl::Status status = shard_->CheckJob(ContextOf(request->header()));
+    const absl::Time start = absl::Now();
     if (status.ok()) {
       if (store_ != nullptr) {
         std::optional<CheckpointManifest> manifest;
@@ -120,6 +153,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
       }
     }
     if (status.ok()) {
+      ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
       uint64_t rows = 0;
       for (const TableStats& table : shard_->Stats().tables) rows += table.rows;
       response->set_rows(rows);
@@ -127,6 +161,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
       KLOG(Error) << "restoring " << (request->name().empty() ? "empty tables" : request->name())
                   << " failed: " << status;
     }
+    call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;

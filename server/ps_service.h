@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "common/metrics.h"
 #include "common/thread_pool.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
@@ -26,13 +27,13 @@ namespace kestrel {
 // the pool. Handlers run on `pool` when given, else inline on gRPC's callback threads; either way they do CPU
 // work only and never wait for other calls. Pull, the hot read, is served from raw buffers: the rows are
 // written straight into the response slice (common/pull_wire.h). The checkpoint admin calls (Checkpoint,
-// Restore: seconds of disk work) run one at a time on their own thread, never on a gRPC thread.
+// Restore: seconds of disk work) run one at a time on their own thread, never on a gRPC thread. Every call is
+// counted and timed, and the shard's statistics are read at every metrics scrape (server/server_metrics.h).
 class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
   // (a rollback without checkpoints) works.
-  PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store = nullptr)
-      : shard_(shard), pool_(pool), store_(store), admin_(1) {}
+  PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store = nullptr);
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
@@ -54,12 +55,17 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<P
                                     RestoreShardResponse* response) override;
 
  private:
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, std::function<absl::Status()> work);
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                std::function<absl::Status()> work);
 
   Shard* const shard_;
   ThreadPool* const pool_;
   ShardStore* const store_;
+  // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
+  RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
+      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_;
   ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order
+  ScrapeHook stats_hook_;  // last: unregistered first, while shard_ is still in use
 };
 
 struct PsServerOptions {

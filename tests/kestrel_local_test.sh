@@ -35,6 +35,41 @@ echo "== the main job, shortened"
   --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms
 check_auc "$tmp/plain/summary.json"
 
+echo "== the workers' TensorBoard event files read back (TFRecord framing, masked CRC-32C, Event protos)"
+python3 - "$tmp/plain/tensorboard" <<'PY'
+import glob, struct, sys
+POLY = 0x82F63B78
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (POLY if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+files = glob.glob(sys.argv[1] + "/worker*/events.out.tfevents.*")
+assert len(files) == 2, files
+tags = set()
+for path in files:
+    data, at, records = open(path, "rb").read(), 0, 0
+    while at < len(data):
+        header = data[at:at + 8]
+        (length,) = struct.unpack("<Q", header)
+        assert struct.unpack("<I", data[at + 8:at + 12])[0] == masked(header), f"{path}: bad length crc"
+        body = data[at + 12:at + 12 + length]
+        assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == masked(body), f"{path}: bad crc"
+        for tag in (b"train/logloss", b"train/examples_per_second", b"eval/auc", b"eval/logloss", b"brain.Event:2"):
+            if tag in body:
+                tags.add(tag.decode())
+        at += 16 + length
+        records += 1
+    assert records > 3, (path, records)
+assert {"train/logloss", "eval/auc", "brain.Event:2"} <= tags, tags
+print(f"TensorBoard: {len(files)} event files, tags {sorted(tags)}")
+PY
+
 echo "== export the final checkpoint and score the test file with it: the trainer's own evaluation, bit for bit"
 "${kestrel[@]}" export --no_build --checkpoint_dir="$tmp/plain/ckpt" --config="$tmp/job.pbtxt" --out="$tmp/model"
 "${kestrel[@]}" predict --no_build --model="$tmp/model" --input="$tmp/data/test.tsv" --output="$tmp/scores.txt" \

@@ -27,6 +27,7 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   trainer_options.job = job;
   trainer_options.partition = partition;
   trainer_options.metrics_path = options.metrics_path;
+  trainer_options.observer = options.observer;
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
   return trainer.Run();
 }

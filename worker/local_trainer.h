@@ -3,6 +3,7 @@
 #ifndef KESTREL_WORKER_LOCAL_TRAINER_H_
 #define KESTREL_WORKER_LOCAL_TRAINER_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,7 @@ namespace kestrel {
 struct LocalTrainingOptions {
   int num_shards = 1;          // in-process servers. Default: 1.
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
+  std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
 };
 
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,

@@ -7,6 +7,8 @@
 // from it, heartbeats, and trains its shard of the data (worker/trainer.h); worker 0 also evaluates and writes
 // the evaluation records. Exit codes: 0 trained, 1 training failed, 2 bad flags or config, 3 the scheduler
 // declared this worker dead or superseded.
+//
+// With --metrics_port it serves Prometheus metrics (the process's, listed at WorkerMetrics below).
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -21,7 +23,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/cluster_env.h"
 #include "common/logging.h"
+#include "worker/tensorboard.h"
+#include "common/metrics.h"
 #include "common/process_setup.h"
 #include "google/protobuf/text_format.h"
 #include "scheduler/scheduler_client.h"
@@ -37,7 +42,12 @@ ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.
 ABSL_FLAG(std::string, scheduler, "", "host:port of kestrel_scheduler (cluster mode).");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
 ABSL_FLAG(int, local_shards, 1, "--local: in-process server shards.");
-ABSL_FLAG(int, rank, -1, "Worker rank to take; -1: any free rank.");
+ABSL_FLAG(int, rank, -1,
+          "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else any free rank.");
+ABSL_FLAG(std::string, tensorboard_dir, "",
+          "Write TensorBoard event files (loss, AUC, examples/s by step) under <dir>/worker<rank>/. Default: none.");
+ABSL_FLAG(int, rank_offset, 0,
+          "MPI / Slurm MPMD launches: subtracted from the launcher's global rank to give this worker's rank.");
 ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request carries.");
 ABSL_FLAG(std::string, device, "auto", "Compute backend: auto (CUDA when a GPU is present), cpu, cuda, cuda:N.");
 ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (override data.train_files).");
@@ -45,9 +55,118 @@ ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override dat
 ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluation records to this file.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
           "How long to retry registering and to wait for every server to join.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://0.0.0.0:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "see --metrics_port_file), N that port.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 
 namespace kestrel {
 namespace {
+
+// The worker's Prometheus metrics (common/metrics.h):
+//   kestrel_worker_examples_total          counter  training examples processed (counted at every log window)
+//   kestrel_worker_examples_per_second     gauge    training throughput over the last log window
+//   kestrel_worker_train_logloss           gauge    mean training logloss over the last log window
+//   kestrel_worker_eval_auc                gauge    AUC of the last evaluation (worker 0, or --local)
+//   kestrel_worker_eval_logloss            gauge    logloss of the last evaluation
+//   kestrel_worker_clock                   gauge    iterations this worker has finished
+//   kestrel_worker_rejoins_total           counter  rejoins after the job rolled back to a checkpoint
+// With --tensorboard_dir the same figures also go to a TensorBoard event file. Thread-safe.
+class WorkerMetrics {
+ public:
+  WorkerMetrics()
+      : examples_(NewCounter("kestrel_worker_examples_total", "Training examples this worker has processed.")),
+        examples_per_second_(NewGauge("kestrel_worker_examples_per_second",
+                                      "Training examples per second over the last log window.")),
+        train_logloss_(NewGauge("kestrel_worker_train_logloss", "Mean training logloss over the last log window.")),
+        eval_auc_(NewGauge("kestrel_worker_eval_auc", "AUC of the last evaluation on the test files.")),
+        eval_logloss_(NewGauge("kestrel_worker_eval_logloss", "Logloss of the last evaluation on the test files.")),
+        clock_(NewGauge("kestrel_worker_clock", "Iterations this worker has finished.")),
+        rejoins_(NewCounter("kestrel_worker_rejoins_total",
+                            "Times this worker rejoined the job after it rolled back to a checkpoint.")) {}
+
+  // Also writes the figures as TensorBoard scalars (train/logloss, train/examples_per_second, eval/auc,
+  // eval/logloss by step) to <dir>/worker<rank>/ (worker/tensorboard.h). Empty `dir`: no event file.
+  absl::Status OpenTensorBoard(const std::string& dir, int rank) {
+    if (dir.empty()) return absl::OkStatus();
+    auto writer = EventWriter::Open(absl::StrCat(dir, "/worker", rank), absl::StrCat("worker", rank));
+    if (!writer.ok()) return writer.status();
+    absl::MutexLock lock(&tensorboard_mu_);
+    tensorboard_ = std::move(writer).value();
+    return absl::OkStatus();
+  }
+
+  // The Trainer's observer (TrainerOptions::observer).
+  void Observe(const TrainerEvent& event) {
+    switch (event.kind) {
+      case TrainerEvent::Kind::kTrain:
+        examples_.Increment(static_cast<double>(event.examples));
+        examples_per_second_.Set(event.examples_per_second);
+        train_logloss_.Set(event.logloss);
+        clock_.Set(static_cast<double>(event.step));
+        WriteScalars(event.step, {{"train/logloss", static_cast<float>(event.logloss)},
+                                  {"train/examples_per_second", static_cast<float>(event.examples_per_second)}});
+        break;
+      case TrainerEvent::Kind::kEval:
+        eval_auc_.Set(event.auc);
+        eval_logloss_.Set(event.logloss);
+        WriteScalars(event.step, {{"eval/auc", static_cast<float>(event.auc)},
+                                  {"eval/logloss", static_cast<float>(event.logloss)}});
+        break;
+      case TrainerEvent::Kind::kDone:
+        break;
+    }
+  }
+  std::function<void(const TrainerEvent&)> Observer() {
+    return [this](const TrainerEvent& event) { Observe(event); };
+  }
+
+  void WriteScalars(int64_t step, std::vector<TensorBoardScalar> scalars) {
+    absl::MutexLock lock(&tensorboard_mu_);
+    if (tensorboard_ == nullptr) return;
+    absl::Status written = tensorboard_->AddScalars(step, scalars);
+    if (written.ok()) written = tensorboard_->Flush();
+    if (!written.ok()) {
+      KLOG(Warning) << "TensorBoard events are no longer written: " << written;
+      tensorboard_.reset();
+    }
+  }
+
+  prometheus::Gauge& clock() { return clock_; }
+  prometheus::Counter& rejoins() { return rejoins_; }
+
+
+ private:
+  absl::Mutex tensorboard_mu_;
+  std::unique_ptr<EventWriter> tensorboard_ ABSL_GUARDED_BY(tensorboard_mu_);
+  prometheus::Counter& examples_;
+  prometheus::Gauge& examples_per_second_;
+  prometheus::Gauge& train_logloss_;
+  prometheus::Gauge& eval_auc_;
+  prometheus::Gauge& eval_logloss_;
+  prometheus::Gauge& clock_;
+  prometheus::Counter& rejoins_;
+};
+
+// Passes every call to `gate` and exports the clock this worker has reached after each iteration. As
+// thread-safe as `gate` is.
+class MeteredGate final : public ClockGate {
+ public:
+  MeteredGate(std::unique_ptr<ClockGate> gate, prometheus::Gauge* clock) : gate_(std::move(gate)), clock_(clock) {}
+
+  absl::Status WaitToStart(int64_t clock) override { return gate_->WaitToStart(clock); }
+  absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
+    absl::Status status = gate_->Advance(finished, done, state);
+    if (status.ok()) clock_->Set(static_cast<double>(finished));
+    return status;
+  }
+  absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
+
+ private:
+  const std::unique_ptr<ClockGate> gate_;
+  prometheus::Gauge* const clock_;
+};
 
 absl::StatusOr<JobConfig> LoadConfig() {
   const std::string path = absl::GetFlag(FLAGS_config);
@@ -82,7 +201,7 @@ void Report(const TrainResult& r) {
       r.steps, r.examples, r.seconds, r.examples_per_second, r.eval.logloss, r.eval.auc, r.eval.fingerprint);
 }
 
-int RunCluster(const JobConfig& job, Backend* backend) {
+int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   SchedulerClientOptions scheduler_options;
   scheduler_options.job_id = absl::GetFlag(FLAGS_job_id);
   std::unique_ptr<SchedulerClient> scheduler =
@@ -100,6 +219,10 @@ int RunCluster(const JobConfig& job, Backend* backend) {
     return 1;
   }
   const int rank = reg->rank();
+  if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), rank); !tb.ok()) {
+    KLOG(Error) << "--tensorboard_dir: " << tb;
+    return 1;
+  }
   SetLogIdentity(absl::StrCat("worker[", rank, "]"));
   KLOG(Info) << "registered as worker " << rank << " (generation " << reg->view().generation() << ", " << reg->clock()
              << " iterations already done)";
@@ -145,7 +268,9 @@ int RunCluster(const JobConfig& job, Backend* backend) {
       return 1;
     }
     (*client)->SetGeneration(generation);
-    std::unique_ptr<ClockGate> gate = NewSchedulerGate(scheduler.get(), rank, generation, rollbacks);
+    metrics.clock().Set(static_cast<double>(clock));
+    std::unique_ptr<ClockGate> gate = std::make_unique<MeteredGate>(
+        NewSchedulerGate(scheduler.get(), rank, generation, rollbacks), &metrics.clock());
 
     TrainerOptions options;
     options.job = job;
@@ -157,6 +282,7 @@ int RunCluster(const JobConfig& job, Backend* backend) {
     options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
     options.evaluate = rank == 0;
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
+    options.observer = metrics.Observer();
     KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
                << view.consistency() << (view.consistency() == "ssp" ? absl::StrCat("(", view.staleness(), ")") : "")
                << " from clock " << clock << " (generation " << generation << ")";
@@ -189,6 +315,7 @@ int RunCluster(const JobConfig& job, Backend* backend) {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
+    metrics.rejoins().Increment();
     rollbacks = rejoined->rollbacks();
     view = rejoined->view();
     generation = view.generation();
@@ -201,6 +328,21 @@ int RunCluster(const JobConfig& job, Backend* backend) {
 
 int Run() {
   SetLogIdentity("worker");
+  if (!absl::GetFlag(FLAGS_local)) {  // identity: explicit flags first, then the launcher's environment
+    ExplicitSettings flags;
+    flags.rank = absl::GetFlag(FLAGS_rank);
+    flags.scheduler = absl::GetFlag(FLAGS_scheduler);
+    flags.rank_offset = absl::GetFlag(FLAGS_rank_offset);
+    absl::StatusOr<ClusterIdentity> id =
+        ResolveClusterIdentity(ClusterRole::kWorker, flags, ProcessEnvironment(), ProcessHostname());
+    if (!id.ok()) {
+      KLOG(Error) << "cannot tell which worker this is: " << id.status();
+      return 2;
+    }
+    absl::SetFlag(&FLAGS_rank, id->rank);
+    absl::SetFlag(&FLAGS_scheduler, id->scheduler);
+    if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "identity: " << id->DebugString();
+  }
   absl::StatusOr<JobConfig> job = LoadConfig();
   if (!job.ok()) {
     KLOG(Error) << job.status();
@@ -212,10 +354,24 @@ int Run() {
     return 2;
   }
   KLOG(Info) << "compute backend: " << (*backend)->name();
+  MetricsServerOptions metrics_options;
+  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
+  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::Start(metrics_options);
+  if (!metrics_server.ok()) {
+    KLOG(Error) << "--metrics_port: " << metrics_server.status();
+    return absl::IsInvalidArgument(metrics_server.status()) ? 2 : 1;
+  }
+  WorkerMetrics metrics;
   if (absl::GetFlag(FLAGS_local)) {
+    if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), 0); !tb.ok()) {
+      KLOG(Error) << "--tensorboard_dir: " << tb;
+      return 1;
+    }
     LocalTrainingOptions options;
     options.num_shards = absl::GetFlag(FLAGS_local_shards);
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
+    options.observer = metrics.Observer();
     absl::StatusOr<TrainResult> result = TrainInProcess(*job, backend->get(), options);
     if (!result.ok()) {
       KLOG(Error) << "training failed: " << result.status();
@@ -228,7 +384,7 @@ int Run() {
     KLOG(Error) << "give --scheduler=host:port (or --local)";
     return 2;
   }
-  return RunCluster(*job, backend->get());
+  return RunCluster(*job, backend->get(), metrics);
 }
 
 }  // namespace

@@ -373,6 +373,7 @@ class Trainer::Impl {
             "{\"kind\":\"train\",\"worker\":%d,\"step\":%d,\"steps\":%d,\"logloss\":%.6f,"
             "\"examples_per_second\":%.1f}",
             options_.rank, done, total, result.train_logloss, rate));
+        Notify({TrainerEvent::Kind::kTrain, done, window_examples, result.train_logloss, 0, rate});
         window_start = now;
         window_examples = 0;
         window_loss = 0;
@@ -392,6 +393,8 @@ class Trainer::Impl {
         "{\"kind\":\"done\",\"worker\":%d,\"steps\":%d,\"examples\":%d,\"seconds\":%.3f,"
         "\"examples_per_second\":%.1f}",
         options_.rank, result.steps, result.examples, result.seconds, result.examples_per_second));
+    Notify({TrainerEvent::Kind::kDone, result.steps, result.examples, result.train_logloss, 0,
+            result.examples_per_second});
     // The final model: every worker's last push is in (and no rollback can undo it any more).
     KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
     if (options_.evaluate) {
@@ -460,7 +463,12 @@ class Trainer::Impl {
         "{\"kind\":\"eval\",\"worker\":%d,\"step\":%d,\"examples\":%d,\"logloss\":%.6f,\"auc\":%.6f,"
         "\"examples_per_second\":%.1f,\"fingerprint\":\"%016x\"}",
         options_.rank, step, r.examples, r.logloss, r.auc, r.examples_per_second, r.fingerprint));
+    Notify({TrainerEvent::Kind::kEval, step, r.examples, r.logloss, r.auc, r.examples_per_second});
     return r;
+  }
+
+  void Notify(const TrainerEvent& event) {
+    if (options_.observer) options_.observer(event);
   }
 
   TrainerOptions options_;

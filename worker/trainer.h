@@ -25,6 +25,7 @@
 #define KESTREL_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,17 @@ class ClockGate {
 // A gate that never waits: a single worker.
 std::unique_ptr<ClockGate> NewSingleWorkerGate();
 
+// One train, eval or done record, as the Trainer writes to metrics_path, for TrainerOptions::observer.
+struct TrainerEvent {
+  enum class Kind { kTrain, kEval, kDone };
+  Kind kind = Kind::kTrain;
+  int64_t step = 0;       // iterations done (kDone: iterations this worker ran)
+  int64_t examples = 0;   // kTrain: examples of the log window; kEval: test examples; kDone: all trained
+  double logloss = 0;     // kTrain, kDone: mean over the (last) log window; kEval: on the test files
+  double auc = 0;         // kEval only
+  double examples_per_second = 0;
+};
+
 struct TrainerOptions {
   JobConfig job;               // defaults of unset fields applied by the Trainer
   int rank = 0;                // this worker. Default: 0.
@@ -67,6 +79,9 @@ struct TrainerOptions {
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
+  // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
+  // block. Default: none.
+  std::function<void(const TrainerEvent&)> observer;
 };
 
 struct EvalResult {

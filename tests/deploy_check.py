@@ -1,0 +1,809 @@
+#!/usr/bin/env python3
+"""Checks Kestrel's deployment files (deploy/) for structure, cross-references and the binaries' real flags.
+
+Run by tests/deploy_test.sh (Bazel sh_test //tests:deploy_test), which finds the files in the runfiles:
+
+  deploy_check.py --deploy DIR --bin DIR [--scripts DIR] [--self FILE]
+
+DIR for --deploy is a writable copy of deploy/ (kustomize refuses symlinks that leave a kustomization's
+directory, and runfiles are symlinks); --bin holds scheduler/kestrel_scheduler, server/kestrel_server and
+worker/kestrel_worker. Every group of checks is one JUnit test case (written to $XML_OUTPUT_FILE when set); a
+group whose tool is missing (kubectl, shellcheck) is skipped with the reason. Exit 1 when any check fails.
+Python 3 standard library plus PyYAML (Debian: python3-yaml).
+"""
+import argparse
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+try:
+    import yaml
+except ImportError:  # reported as skips by the groups that need it
+    yaml = None
+
+BINARIES = {
+    "kestrel_scheduler": "scheduler/kestrel_scheduler",
+    "kestrel_server": "server/kestrel_server",
+    "kestrel_worker": "worker/kestrel_worker",
+}
+OVERLAYS = ["base", "overlays/cpu", "overlays/gpu"]
+SCHEDULER_NAME = "kestrel-scheduler"
+SERVER_NAME = "kestrel-server"
+WORKER_NAME = "kestrel-worker"
+CONTRACT_ENV = ["KESTREL_SCHEDULER", "KESTREL_NUM_SERVERS", "KESTREL_NUM_WORKERS"]
+
+
+class Skip(Exception):
+    pass
+
+
+class Case:
+    def __init__(self, name):
+        self.name = name
+        self.errors = []
+        self.skipped = None
+        self.seconds = 0.0
+
+    def check(self, cond, message):
+        if not cond:
+            self.errors.append(message)
+        return cond
+
+
+# ---------------------------------------------------------------------------------------------- flags
+
+
+def parse_helpfull(text):
+    """Flag names listed by an Abseil binary's --helpfull ("    --name (description); default: ...")."""
+    return set(re.findall(r"^\s+--([A-Za-z0-9_]+) \(", text, re.M))
+
+
+def flag_items(argv):
+    """(name, value or None) of every --flag in argv (after the program name)."""
+    items = []
+    for arg in argv[1:]:
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg[2:].partition("=")
+        items.append((name, value if eq else None))
+    return items
+
+
+def check_flags(case, where, argv, helpfull):
+    """Every --flag in argv is one the binary argv[0] accepts; no flag twice."""
+    binary = os.path.basename(argv[0]) if argv else ""
+    if not case.check(binary in helpfull, f"{where}: runs '{argv[0] if argv else ''}', not a Kestrel binary"):
+        return
+    known = helpfull[binary]
+    seen = set()
+    for name, _ in flag_items(argv):
+        base = name[2:] if name.startswith("no") and name[2:] in known else name
+        case.check(base in known, f"{where}: {binary} does not accept --{name} (not in its --helpfull)")
+        case.check(name not in seen, f"{where}: --{name} given twice")
+        seen.add(name)
+
+
+def flag(argv, name):
+    for n, v in flag_items(argv):
+        if n == name:
+            return v if v is not None else True
+    return None
+
+
+def launcher_env(case, bin_dir):
+    """The Kubernetes manifests give servers no --shard_index and workers no --rank, and every process its
+    counts and scheduler through KESTREL_*: the binaries must resolve their identity from the environment
+    (common/cluster_env). Heuristic: the variable names it reads are string constants in each binary."""
+    for name, rel in BINARIES.items():
+        with open(os.path.join(bin_dir, rel), "rb") as f:
+            data = f.read()
+        missing = [v.decode() for v in (b"KESTREL_NUM_SERVERS", b"KESTREL_NUM_WORKERS", b"KESTREL_SCHEDULER",
+                                         b"JOB_COMPLETION_INDEX", b"SLURM_PROCID") if v not in data]
+        case.check(not missing, f"{name} does not resolve its identity from the environment (common/cluster_env "
+                   f"not linked: no {', '.join(missing)} in the binary); the Kubernetes manifests rely on it")
+
+
+# ----------------------------------------------------------------------------------------- kubernetes
+
+
+def expand(text, env):
+    """Kubernetes' $(VAR) expansion in command/args/env: defined names replaced, $$ escapes, others kept."""
+
+    def sub(m):
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", sub, text)
+
+
+class Render:
+    def __init__(self, name, docs):
+        self.name = name
+        self.docs = [d for d in docs if d]
+        self.by_kind = {}
+        for d in self.docs:
+            self.by_kind.setdefault(d.get("kind"), []).append(d)
+
+    def get(self, kind, name):
+        for d in self.by_kind.get(kind, []):
+            if d["metadata"]["name"] == name:
+                return d
+        return None
+
+    def configmap(self, name):
+        return self.get("ConfigMap", name)
+
+    def workloads(self):
+        """(kind/name, pod template) of every StatefulSet and Job."""
+        out = []
+        for kind in ("StatefulSet", "Job", "Deployment", "DaemonSet"):
+            for d in self.by_kind.get(kind, []):
+                out.append((f"{kind}/{d['metadata']['name']}", d, d["spec"]["template"]))
+        return out
+
+    def container_env(self, workload_name, container):
+        """The container's environment as the kubelet builds it (envFrom, then env), downward API faked."""
+        env, errors = {}, []
+        for source in container.get("envFrom", []) or []:
+            ref = source.get("configMapRef")
+            if ref:
+                cm = self.configmap(ref["name"])
+                if cm is None:
+                    errors.append(f"envFrom names ConfigMap {ref['name']}, which is not in the render")
+                else:
+                    prefix = source.get("prefix", "")
+                    env.update({prefix + k: str(v) for k, v in (cm.get("data") or {}).items()})
+        for var in container.get("env", []) or []:
+            if "value" in var:
+                env[var["name"]] = expand(str(var["value"]), env)
+            elif "valueFrom" in var:
+                vf = var["valueFrom"]
+                if "configMapKeyRef" in vf:
+                    ref = vf["configMapKeyRef"]
+                    cm = self.configmap(ref["name"])
+                    if cm is None or ref["key"] not in (cm.get("data") or {}):
+                        errors.append(f"env {var['name']} refers to missing ConfigMap key {ref['name']}/{ref['key']}")
+                    else:
+                        env[var["name"]] = str(cm["data"][ref["key"]])
+                elif "fieldRef" in vf:
+                    field = vf["fieldRef"]["fieldPath"]
+                    env[var["name"]] = {"metadata.name": f"{workload_name}-0"}.get(field, f"<{field}>")
+                else:
+                    env[var["name"]] = f"<{var['name']}>"
+        return env, errors
+
+
+def render_kustomize(kubectl, deploy_dir, overlay):
+    path = os.path.join(deploy_dir, "k8s", overlay)
+    proc = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {path} failed: {proc.stderr.strip()}")
+    return Render(overlay, list(yaml.safe_load_all(proc.stdout)))
+
+
+def pod_containers(template):
+    return template["spec"].get("containers", []) or []
+
+
+def argv_of(container):
+    return list(container.get("command", []) or []) + list(container.get("args", []) or [])
+
+
+def labels_match(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def named_port(container, name):
+    for p in container.get("ports", []) or []:
+        if p.get("name") == name:
+            return p.get("containerPort")
+    return None
+
+
+def resolve_target_port(template, target):
+    if isinstance(target, int):
+        return target
+    for c in pod_containers(template):
+        port = named_port(c, target)
+        if port is not None:
+            return port
+    return None
+
+
+class K8s:
+    """The three renders, each workload's containers with their expanded argv and environment."""
+
+    def __init__(self, renders):
+        self.renders = renders
+
+    def containers(self, render):
+        """(where, workload doc, template, container, env, expanded argv, env errors)."""
+        out = []
+        for where, doc, template in render.workloads():
+            for c in pod_containers(template):
+                env, errors = render.container_env(doc["metadata"]["name"], c)
+                argv = [expand(a, env) for a in argv_of(c)]
+                out.append((f"{render.name}: {where} container {c['name']}", doc, template, c, env, argv, errors))
+        return out
+
+    def one(self, render, kind, name):
+        doc = render.get(kind, name)
+        if doc is None:
+            return None, None, None, None
+        template = doc["spec"]["template"]
+        c = pod_containers(template)[0]
+        env, _ = render.container_env(name, c)
+        return doc, template, c, [expand(a, env) for a in argv_of(c)]
+
+
+def k8s_kinds(case, k8s):
+    for r in k8s.renders:
+        counts = {kind: len(docs) for kind, docs in r.by_kind.items()}
+        for kind, want in (("StatefulSet", 2), ("Job", 1), ("Service", 2), ("PersistentVolumeClaim", 1),
+                           ("ConfigMap", 1)):
+            case.check(counts.get(kind, 0) >= want, f"{r.name}: {counts.get(kind, 0)} {kind}, want >= {want}")
+        case.check(counts.get("StatefulSet", 0) == 2, f"{r.name}: want exactly 2 StatefulSets")
+        for kind, name in (("StatefulSet", SCHEDULER_NAME), ("StatefulSet", SERVER_NAME), ("Job", WORKER_NAME),
+                           ("Service", SCHEDULER_NAME), ("Service", SERVER_NAME)):
+            case.check(r.get(kind, name) is not None, f"{r.name}: no {kind} {name}")
+        for d in r.docs:
+            case.check("namespace" not in d["metadata"],
+                       f"{r.name}: {d['kind']}/{d['metadata']['name']} sets a namespace (the base is namespace-agnostic)")
+        images = {c.get("image") for _, _, t in r.workloads() for c in pod_containers(t)}
+        case.check(len(images) == 1, f"{r.name}: containers use several images {sorted(images)}")
+
+
+def k8s_services(case, k8s):
+    for r in k8s.renders:
+        for svc_name, sts_name in ((SCHEDULER_NAME, SCHEDULER_NAME), (SERVER_NAME, SERVER_NAME)):
+            svc, sts = r.get("Service", svc_name), r.get("StatefulSet", sts_name)
+            if svc is None or sts is None:
+                case.errors.append(f"{r.name}: Service or StatefulSet {svc_name} missing")
+                continue
+            template = sts["spec"]["template"]
+            labels = template["metadata"].get("labels", {})
+            selector = svc["spec"].get("selector", {})
+            case.check(labels_match(selector, labels),
+                       f"{r.name}: Service {svc_name} selector {selector} does not select {sts_name}'s pods {labels}")
+            case.check(labels_match(sts["spec"]["selector"].get("matchLabels", {}), labels),
+                       f"{r.name}: StatefulSet {sts_name} selector does not match its pod labels")
+            case.check(sts["spec"].get("serviceName") == svc_name,
+                       f"{r.name}: StatefulSet {sts_name} serviceName {sts['spec'].get('serviceName')} != {svc_name}")
+            # Only this workload's pods are selected.
+            for where, doc, t in r.workloads():
+                if doc is not sts:
+                    case.check(not labels_match(selector, t["metadata"].get("labels", {})),
+                               f"{r.name}: Service {svc_name} also selects {where}'s pods")
+            # Every service port reaches a container port of the same number (the --port the binary listens on).
+            c = pod_containers(template)[0]
+            argv = argv_of(c)
+            for p in svc["spec"].get("ports", []):
+                target = resolve_target_port(template, p.get("targetPort", p["port"]))
+                case.check(target is not None,
+                           f"{r.name}: Service {svc_name} port {p.get('name')} targets {p.get('targetPort')}, "
+                           f"not a container port of {sts_name}")
+                case.check(target == p["port"],
+                           f"{r.name}: Service {svc_name} port {p['port']} forwards to container port {target}")
+                if p.get("name") == "grpc":
+                    case.check(str(flag(argv, "port")) == str(p["port"]),
+                               f"{r.name}: Service {svc_name} grpc port {p['port']} != {sts_name} --port={flag(argv, 'port')}")
+        server_svc = r.get("Service", SERVER_NAME)
+        if server_svc is not None:
+            case.check(server_svc["spec"].get("clusterIP") == "None",
+                       f"{r.name}: Service {SERVER_NAME} is not headless (clusterIP: None)")
+            case.check(server_svc["spec"].get("publishNotReadyAddresses") is True,
+                       f"{r.name}: Service {SERVER_NAME} should publish not-ready addresses (servers register "
+                       "before they are ready)")
+
+
+def k8s_ports_probes(case, k8s):
+    for r in k8s.renders:
+        for name in (SCHEDULER_NAME, SERVER_NAME):
+            doc, template, c, argv = k8s.one(r, "StatefulSet", name)
+            if doc is None:
+                continue
+            port = flag(argv, "port")
+            grpc_port = named_port(c, "grpc")
+            case.check(port is not None and str(port) == str(grpc_port),
+                       f"{r.name}: {name} --port={port} but its container port 'grpc' is {grpc_port}")
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                p = c.get(probe)
+                if not case.check(p is not None, f"{r.name}: {name} has no {probe}"):
+                    continue
+                case.check("grpc" in p, f"{r.name}: {name} {probe} is not a grpc probe (grpc.health.v1)")
+                case.check(str((p.get("grpc") or {}).get("port")) == str(port),
+                           f"{r.name}: {name} {probe} checks port {(p.get('grpc') or {}).get('port')}, --port={port}")
+        # Workers serve no gRPC: a gRPC probe there would kill them.
+        doc, template, c, argv = k8s.one(r, "Job", WORKER_NAME)
+        if doc is not None:
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                case.check("grpc" not in (c.get(probe) or {}), f"{r.name}: worker has a grpc {probe}")
+
+
+def k8s_env(case, k8s):
+    for r in k8s.renders:
+        sched_svc = r.get("Service", SCHEDULER_NAME)
+        sched_port = None
+        if sched_svc is not None:
+            sched_port = next((p["port"] for p in sched_svc["spec"]["ports"] if p.get("name") == "grpc"), None)
+        want = f"{SCHEDULER_NAME}:{sched_port}"
+        for where, doc, template, c, env, argv, errors in k8s.containers(r):
+            for e in errors:
+                case.errors.append(f"{where}: {e}")
+            for name in CONTRACT_ENV:
+                case.check(name in env, f"{where}: no {name} in the environment")
+            case.check(env.get("KESTREL_SCHEDULER") == want,
+                       f"{where}: KESTREL_SCHEDULER={env.get('KESTREL_SCHEDULER')}, want {want} (the scheduler Service)")
+            for a in argv:
+                case.check("$(" not in a, f"{where}: '{a}' refers to a variable the container does not define")
+            sched = flag(argv, "scheduler")
+            if sched is not None:
+                case.check(sched == want, f"{where}: --scheduler={sched}, want {want}")
+            adv = flag(argv, "advertise_host")
+            if adv is not None:
+                sts = r.get("StatefulSet", SERVER_NAME)
+                service = sts["spec"].get("serviceName") if sts else None
+                case.check(adv.endswith("." + str(service)) and r.get("Service", str(service)) is not None,
+                           f"{where}: --advertise_host={adv} is not <pod>.<headless service {service}>")
+
+
+def k8s_counts(case, k8s):
+    for r in k8s.renders:
+        sched, _, _, sched_argv = k8s.one(r, "StatefulSet", SCHEDULER_NAME)
+        server, _, server_c, server_argv = k8s.one(r, "StatefulSet", SERVER_NAME)
+        job, _, worker_c, worker_argv = k8s.one(r, "Job", WORKER_NAME)
+        if not (sched and server and job):
+            case.errors.append(f"{r.name}: scheduler, server or worker workload missing")
+            continue
+        env, _ = r.container_env(SERVER_NAME, server_c)
+        num_servers, num_workers = env.get("KESTREL_NUM_SERVERS"), env.get("KESTREL_NUM_WORKERS")
+        case.check(sched["spec"].get("replicas") == 1, f"{r.name}: scheduler replicas {sched['spec'].get('replicas')} != 1")
+        case.check(str(server["spec"].get("replicas")) == str(num_servers),
+                   f"{r.name}: server replicas {server['spec'].get('replicas')} != KESTREL_NUM_SERVERS {num_servers}")
+        spec = job["spec"]
+        case.check(spec.get("completionMode") == "Indexed", f"{r.name}: worker Job is not completionMode: Indexed")
+        case.check(str(spec.get("completions")) == str(num_workers) == str(spec.get("parallelism")),
+                   f"{r.name}: Job completions {spec.get('completions')} / parallelism {spec.get('parallelism')} "
+                   f"!= KESTREL_NUM_WORKERS {num_workers}")
+        restart = spec["template"]["spec"].get("restartPolicy")
+        case.check(restart in ("Never", "OnFailure"), f"{r.name}: worker restartPolicy {restart}")
+        case.check((spec.get("backoffLimit") or 0) > 0, f"{r.name}: worker Job backoffLimit must let failed pods be replaced")
+        for rule in (spec.get("podFailurePolicy") or {}).get("rules", []):
+            codes = (rule.get("onExitCodes") or {}).get("values", [])
+            case.check(not (rule.get("action") == "FailJob" and 3 in codes),
+                       f"{r.name}: podFailurePolicy fails the Job on exit 3 (superseded workers must be replaced)")
+        for argv, name, want in ((sched_argv, "num_servers", num_servers), (sched_argv, "num_workers", num_workers),
+                                 (server_argv, "num_shards", num_servers), (server_argv, "bsp_workers", num_workers)):
+            value = flag(argv, name)
+            if value is not None:
+                case.check(str(value) == str(want), f"{r.name}: --{name}={value}, want {want}")
+        if flag(sched_argv, "consistency") in (None, "bsp"):
+            case.check(flag(server_argv, "bsp_workers") is not None,
+                       f"{r.name}: BSP scheduler but the servers have no --bsp_workers")
+        # One pod template for every replica: a fixed index would give them all the same one.
+        case.check(flag(server_argv, "shard_index") is None,
+                   f"{r.name}: servers pass --shard_index (the StatefulSet ordinal gives it)")
+        case.check(flag(worker_argv, "rank") is None, f"{r.name}: workers pass --rank (the Job completion index gives it)")
+
+
+def volume_mounts(template, container):
+    """mountPath -> (volume dict, readOnly) for the container."""
+    volumes = {v["name"]: v for v in template["spec"].get("volumes", []) or []}
+    out = {}
+    for m in container.get("volumeMounts", []) or []:
+        out[m["mountPath"]] = (volumes.get(m["name"]), bool(m.get("readOnly")), m)
+    return out
+
+
+def under(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def k8s_checkpoints(case, k8s):
+    for r in k8s.renders:
+        dirs = {}
+        for name in (SCHEDULER_NAME, SERVER_NAME):
+            doc, template, c, argv = k8s.one(r, "StatefulSet", name)
+            if doc is None:
+                continue
+            ckpt = flag(argv, "checkpoint_dir")
+            if not case.check(isinstance(ckpt, str) and ckpt, f"{r.name}: {name} has no --checkpoint_dir"):
+                continue
+            dirs[name] = ckpt
+            mounts = volume_mounts(template, c)
+            hits = [(path, vol, ro) for path, (vol, ro, _) in mounts.items() if under(ckpt, path)]
+            if not case.check(hits, f"{r.name}: {name} --checkpoint_dir={ckpt} is on no mounted volume"):
+                continue
+            path, vol, ro = max(hits, key=lambda h: len(h[0]))
+            claim = ((vol or {}).get("persistentVolumeClaim") or {}).get("claimName")
+            pvc = r.get("PersistentVolumeClaim", claim) if claim else None
+            case.check(pvc is not None, f"{r.name}: {name} mounts {path} from {vol}, not a PVC of the render")
+            case.check(not ro, f"{r.name}: {name} mounts the checkpoint volume read-only")
+            if pvc is not None:
+                case.check("ReadWriteMany" in pvc["spec"].get("accessModes", []),
+                           f"{r.name}: PVC {claim} is not ReadWriteMany (scheduler and servers share it)")
+            dirs[name + " claim"] = claim
+        if len(dirs) == 4:
+            case.check(dirs[SCHEDULER_NAME] == dirs[SERVER_NAME],
+                       f"{r.name}: scheduler --checkpoint_dir={dirs[SCHEDULER_NAME]} != servers' {dirs[SERVER_NAME]}")
+            case.check(dirs[SCHEDULER_NAME + " claim"] == dirs[SERVER_NAME + " claim"],
+                       f"{r.name}: scheduler and servers mount different checkpoint volumes")
+        _, _, _, sched_argv = k8s.one(r, "StatefulSet", SCHEDULER_NAME)
+        if sched_argv:
+            case.check(flag(sched_argv, "resume") is True,
+                       f"{r.name}: the scheduler lacks --resume (a restarted scheduler must continue the job)")
+
+
+def k8s_job_config(case, k8s, deploy_dir):
+    with open(os.path.join(deploy_dir, "jobs", "deepfm.pbtxt")) as f:
+        deepfm = f.read()
+    with open(os.path.join(deploy_dir, "k8s", "base", "job.pbtxt")) as f:
+        case.check(f.read() == deepfm, "deploy/k8s/base/job.pbtxt differs from deploy/jobs/deepfm.pbtxt (copy it again)")
+    for r in k8s.renders:
+        doc, template, c, argv = k8s.one(r, "Job", WORKER_NAME)
+        if doc is None:
+            continue
+        config = flag(argv, "config")
+        case.check(argv[:2] == ["kestrel_worker", "--config=/config/job.pbtxt"],
+                   f"{r.name}: worker command starts {argv[:2]}, want kestrel_worker --config=/config/job.pbtxt")
+        mounts = volume_mounts(template, c)
+        found = False
+        for path, (vol, _, mount) in mounts.items():
+            if not isinstance(config, str) or not under(config, path) or not (vol or {}).get("configMap"):
+                continue
+            key = config[len(path.rstrip("/")) + 1:]
+            cm = r.configmap(vol["configMap"]["name"])
+            if case.check(cm is not None, f"{r.name}: worker mounts ConfigMap {vol['configMap']['name']}, not in the render"):
+                data = cm.get("data") or {}
+                if case.check(key in data, f"{r.name}: ConfigMap {cm['metadata']['name']} has no key {key} (--config={config})"):
+                    found = True
+                    case.check(data[key] == deepfm, f"{r.name}: the job ConfigMap is not deploy/jobs/deepfm.pbtxt")
+        case.check(found, f"{r.name}: worker --config={config} is not a file of a mounted ConfigMap")
+        for name in ("train_files", "test_files"):
+            for path in str(flag(argv, name) or "").split(","):
+                case.check(path and any(under(path, m) for m in mounts),
+                           f"{r.name}: worker --{name} file '{path}' is on no mounted volume")
+
+
+def k8s_prometheus(case, k8s):
+    for r in k8s.renders:
+        for where, doc, template, c, env, argv, _ in k8s.containers(r):
+            ann = template["metadata"].get("annotations", {}) or {}
+            port = flag(argv, "metrics_port")
+            case.check(port is not None, f"{where}: no --metrics_port")
+            case.check(ann.get("prometheus.io/scrape") == "true", f"{where}: pod lacks prometheus.io/scrape: \"true\"")
+            case.check(str(ann.get("prometheus.io/port")) == str(port),
+                       f"{where}: prometheus.io/port {ann.get('prometheus.io/port')} != --metrics_port={port}")
+            case.check(ann.get("prometheus.io/path", "/metrics") == "/metrics", f"{where}: prometheus.io/path is not /metrics")
+            case.check(str(named_port(c, "metrics")) == str(port),
+                       f"{where}: container port 'metrics' {named_port(c, 'metrics')} != --metrics_port={port}")
+
+
+def k8s_resources(case, k8s):
+    for r in k8s.renders:
+        for where, doc, template, c, env, argv, _ in k8s.containers(r):
+            res = c.get("resources") or {}
+            for kind in ("requests", "limits"):
+                for what in ("cpu", "memory"):
+                    case.check(what in (res.get(kind) or {}), f"{where}: no {kind}.{what}")
+
+
+def k8s_flags(case, k8s, helpfull):
+    for r in k8s.renders:
+        for where, doc, template, c, env, argv, _ in k8s.containers(r):
+            case.check(bool(c.get("command")) and not os.path.dirname(c["command"][0]),
+                       f"{where}: command must start with the binary's name")
+            check_flags(case, where, argv, helpfull)
+
+
+def k8s_devices(case, k8s):
+    for r in k8s.renders:
+        doc, template, c, argv = k8s.one(r, "Job", WORKER_NAME)
+        if doc is None:
+            continue
+        limits = (c.get("resources") or {}).get("limits") or {}
+        device = flag(argv, "device")
+        for where, d, t, other, _, _, _ in k8s.containers(r):
+            if other is not c:
+                case.check("nvidia.com/gpu" not in ((other.get("resources") or {}).get("limits") or {}),
+                           f"{where}: asks for a GPU (only workers use one)")
+        if r.name.endswith("gpu"):
+            case.check(int(limits.get("nvidia.com/gpu", 0)) >= 1, f"{r.name}: workers have no nvidia.com/gpu limit")
+            case.check(device == "cuda" or str(device).startswith("cuda:"), f"{r.name}: workers run --device={device}")
+            spec = template["spec"]
+            case.check(spec.get("nodeSelector") or spec.get("tolerations") or spec.get("affinity"),
+                       f"{r.name}: no node selector / toleration / affinity for GPU nodes")
+        elif r.name.endswith("cpu"):
+            case.check(device == "cpu", f"{r.name}: workers run --device={device}, want cpu")
+            case.check("nvidia.com/gpu" not in limits, f"{r.name}: CPU workers ask for a GPU")
+
+
+# ---------------------------------------------------------------------------------------- slurm, mpi
+
+
+def parse_ranks(field, total):
+    if field == "*":
+        return None
+    ranks = []
+    for part in field.split(","):
+        lo, _, hi = part.partition("-")
+        ranks.extend(range(int(lo), int(hi or lo) + 1))
+    return ranks
+
+
+def expand_multi_prog(text, total):
+    """task id -> argv of an srun --multi-prog configuration (%t: task id, %o: offset within its line)."""
+    tasks, claimed_star = {}, []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = shlex.split(line)
+        ranks = parse_ranks(fields[0], total)
+        if ranks is None:
+            ranks = [t for t in range(total) if t not in tasks]
+        for offset, task in enumerate(ranks):
+            if task in tasks:
+                raise ValueError(f"task {task} appears on two lines")
+            tasks[task] = [a.replace("%t", str(task)).replace("%o", str(offset)) for a in fields[1:]]
+    return tasks
+
+
+def check_layout(case, where, argvs, num_servers, num_workers, scheduler_host=None):
+    """argvs: global rank -> argv. Rank 0 scheduler, 1..S servers, S+1..S+W workers, all consistent."""
+    total = 1 + num_servers + num_workers
+    case.check(sorted(argvs) == list(range(total)), f"{where}: tasks {sorted(argvs)}, want 0..{total - 1}")
+    roles = {}
+    for rank, argv in sorted(argvs.items()):
+        want = "kestrel_scheduler" if rank == 0 else "kestrel_server" if rank <= num_servers else "kestrel_worker"
+        got = os.path.basename(argv[0]) if argv else ""
+        case.check(got == want, f"{where}: task {rank} runs {got}, want {want}")
+        roles.setdefault(got, []).append(argv)
+    sched = (roles.get("kestrel_scheduler") or [[]])[0]
+    servers, workers = roles.get("kestrel_server", []), roles.get("kestrel_worker", [])
+    case.check([flag(a, "shard_index") for a in servers] == [str(i) for i in range(num_servers)],
+               f"{where}: server --shard_index values {[flag(a, 'shard_index') for a in servers]}")
+    case.check([flag(a, "rank") for a in workers] == [str(i) for i in range(num_workers)],
+               f"{where}: worker --rank values {[flag(a, 'rank') for a in workers]}")
+    case.check(flag(sched, "num_servers") == str(num_servers) and flag(sched, "num_workers") == str(num_workers),
+               f"{where}: scheduler --num_servers/--num_workers {flag(sched, 'num_servers')}/{flag(sched, 'num_workers')}")
+    case.check(flag(sched, "resume") is True, f"{where}: scheduler lacks --resume")
+    address = f"{scheduler_host}:{flag(sched, 'port')}" if scheduler_host else None
+    for a in servers:
+        case.check(flag(a, "num_shards") == str(num_servers), f"{where}: server --num_shards={flag(a, 'num_shards')}")
+        case.check(flag(a, "bsp_workers") == str(num_workers), f"{where}: server --bsp_workers={flag(a, 'bsp_workers')}")
+        case.check(flag(a, "checkpoint_dir") == flag(sched, "checkpoint_dir"),
+                   f"{where}: server --checkpoint_dir={flag(a, 'checkpoint_dir')} != scheduler's")
+    for a in servers + workers:
+        case.check(flag(a, "job_id") == flag(sched, "job_id"), f"{where}: --job_id differs from the scheduler's")
+        if address:
+            case.check(flag(a, "scheduler") == address, f"{where}: --scheduler={flag(a, 'scheduler')}, want {address}")
+    outs = [flag(a, "metrics_out") for a in workers]
+    case.check(len(set(outs)) == len(outs), f"{where}: workers share a --metrics_out file")
+
+
+def slurm(case, deploy_dir, helpfull):
+    sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
+    for num_servers, num_workers in ((2, 4), (1, 1), (3, 8)):
+        total = 1 + num_servers + num_workers
+        env = dict(os.environ, SLURM_NTASKS=str(total), NUM_SERVERS=str(num_servers), SCHEDULER_HOST="node-a",
+                   SLURM_SUBMIT_DIR=os.path.dirname(deploy_dir), SLURM_JOB_ID="123", TRAIN_FILES="/d/train.tsv",
+                   TEST_FILES="/d/test.tsv", KESTREL_BIN="/opt/kestrel/bin", KESTREL_RENDER_ONLY="1",
+                   KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"))
+        proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=60)
+        where = f"slurm {num_servers} servers {num_workers} workers"
+        if not case.check(proc.returncode == 0, f"{where}: rendering failed: {proc.stderr.strip()}"):
+            continue
+        try:
+            tasks = expand_multi_prog(proc.stdout, total)
+        except ValueError as e:
+            case.errors.append(f"{where}: {e}")
+            continue
+        for task, argv in sorted(tasks.items()):
+            check_flags(case, f"{where} task {task}", argv, helpfull)
+        check_layout(case, where, tasks, num_servers, num_workers, scheduler_host="node-a")
+    with open(os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf")) as f:
+        text = f.read()
+    case.check("--shard_index=%o" in text and "--rank=%o" in text,
+               "kestrel.multi-prog.conf: servers/workers must get --shard_index=%o / --rank=%o")
+
+
+def mpi(case, deploy_dir, helpfull):
+    script = os.path.join(deploy_dir, "mpi", "run_mpmd.sh")
+    for num_servers, num_workers in ((2, 4), (1, 1), (3, 8)):
+        where = f"mpi {num_servers} servers {num_workers} workers"
+        base = dict(os.environ, NUM_SERVERS=str(num_servers), NUM_WORKERS=str(num_workers), JOB_ID="ctr",
+                    CONFIG="/jobs/deepfm.pbtxt", TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv",
+                    CKPT_DIR="/shared/ckpt", CKPT_EVERY_CLOCKS="100", OUT_DIR="/shared/out", DEVICE="cpu",
+                    SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000", METRICS_PORT="9100",
+                    KESTREL_BIN="/opt/kestrel/bin", KESTREL_ECHO="1")
+        argvs = {}
+        for rank in range(1 + num_servers + num_workers):
+            role = "scheduler" if rank == 0 else "server" if rank <= num_servers else "worker"
+            proc = subprocess.run(["bash", script, "launch", role], env=dict(base, OMPI_COMM_WORLD_RANK=str(rank)),
+                                  capture_output=True, text=True, timeout=60)
+            if case.check(proc.returncode == 0, f"{where}: rank {rank} ({role}) failed: {proc.stderr.strip()}"):
+                argvs[rank] = proc.stdout.splitlines()
+                check_flags(case, f"{where} rank {rank}", argvs[rank], helpfull)
+        # A rank outside its role's range is refused (contexts out of order).
+        proc = subprocess.run(["bash", script, "launch", "server"], env=dict(base, OMPI_COMM_WORLD_RANK="0"),
+                              capture_output=True, text=True, timeout=60)
+        case.check(proc.returncode != 0, f"{where}: world rank 0 accepted as a server")
+        check_layout(case, where, argvs, num_servers, num_workers, scheduler_host="host-a")
+        ports = [flag(a, "metrics_port") for a in argvs.values()]
+        case.check(len(set(ports)) == len(ports), f"{where}: processes share a --metrics_port")
+        # The launcher's command line: three app contexts in order, -np 1, S, W.
+        env = dict(os.environ, TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv", MPIRUN="true")
+        proc = subprocess.run(["bash", script, "--dry-run", "-s", str(num_servers), "-w", str(num_workers)], env=env,
+                              capture_output=True, text=True, timeout=60)
+        if case.check(proc.returncode == 0, f"{where}: --dry-run failed: {proc.stderr.strip()}"):
+            line = [l for l in proc.stdout.splitlines() if not l.startswith("#")][0]
+            contexts = re.findall(r"-np (\d+) \S+ launch (\w+)", line)
+            case.check(contexts == [("1", "scheduler"), (str(num_servers), "server"), (str(num_workers), "worker")],
+                       f"{where}: launcher app contexts {contexts}")
+
+
+# ----------------------------------------------------------------------------------------- shellcheck
+
+
+def is_shell_script(path):
+    """*.sh, *.sbatch, or a file whose #! line runs sh or bash."""
+    if not os.path.isfile(path):
+        return False
+    if path.endswith((".sh", ".sbatch")):
+        return True
+    with open(path, "rb") as f:
+        first = f.readline()
+    return bool(re.match(rb"#!\s*\S*/(env\s+)?(ba)?sh\b", first))
+
+
+def shellcheck(case, deploy_dir, scripts_dir, self_script):
+    tool = find_tool("shellcheck")
+    if not tool:
+        raise Skip("shellcheck is not installed (apt-get install shellcheck)")
+    files = sorted(p for p in glob.glob(os.path.join(deploy_dir, "**", "*"), recursive=True) if is_shell_script(p))
+    if scripts_dir:
+        files += sorted(p for p in glob.glob(os.path.join(scripts_dir, "*")) if is_shell_script(p))
+    else:
+        case.errors.append("scripts/ not found: its scripts were not checked")
+    if self_script:
+        files.append(self_script)
+    case.check(len(files) >= 3, f"only {len(files)} scripts found")
+    proc = subprocess.run([tool, "-S", "warning", "-f", "gcc"] + files, capture_output=True, text=True, timeout=120)
+    for line in proc.stdout.splitlines():
+        case.errors.append(line.replace(deploy_dir, "deploy"))
+    case.check(proc.returncode == 0 or proc.stdout, f"shellcheck failed: {proc.stderr.strip()}")
+    print(f"  shellcheck: {len(files)} scripts")
+
+
+# ----------------------------------------------------------------------------------------------- main
+
+
+def find_tool(name):
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/local/bin", "/bin"]:
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def write_xml(cases, path):
+    suite = ET.Element("testsuite", name="deploy_test", tests=str(len(cases)),
+                       failures=str(sum(1 for c in cases if c.errors)),
+                       skipped=str(sum(1 for c in cases if c.skipped and not c.errors)))
+    for c in cases:
+        tc = ET.SubElement(suite, "testcase", name=c.name, classname="deploy_test", time=f"{c.seconds:.3f}")
+        if c.errors:
+            failure = ET.SubElement(tc, "failure", message=f"{len(c.errors)} problem(s)")
+            failure.text = "\n".join(c.errors)
+        elif c.skipped:
+            ET.SubElement(tc, "skipped", message=c.skipped)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--deploy", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--scripts", default="")
+    ap.add_argument("--self", default="")
+    args = ap.parse_args()
+    deploy_dir = os.path.abspath(args.deploy)
+
+    cases = []
+    state = {}
+
+    def run(name, fn, *fargs):
+        case = Case(name)
+        start = time.time()
+        try:
+            fn(case, *fargs)
+        except Skip as s:
+            case.skipped = str(s)
+        except Exception as e:  # a crash in a check is a failure of that group, not of the others
+            case.errors.append(f"{type(e).__name__}: {e}")
+        case.seconds = time.time() - start
+        cases.append(case)
+        status = "FAIL" if case.errors else "SKIP" if case.skipped else "PASS"
+        print(f"[{status}] {name}" + (f" ({case.skipped})" if case.skipped and not case.errors else ""))
+        for e in case.errors[:60]:
+            print(f"    {e}")
+        if len(case.errors) > 60:
+            print(f"    ... {len(case.errors) - 60} more")
+
+    def helpfull_case(case):
+        flags = {}
+        for name, rel in BINARIES.items():
+            path = os.path.join(args.bin, rel)
+            proc = subprocess.run([path, "--helpfull"], capture_output=True, text=True, timeout=60)
+            parsed = parse_helpfull(proc.stdout + proc.stderr)
+            if case.check(len(parsed) > 5, f"{name} --helpfull listed {len(parsed)} flags (exit {proc.returncode})"):
+                flags[name] = parsed
+        state["helpfull"] = flags
+        print("  flags: " + "; ".join(f"{n}: {len(f)}" for n, f in flags.items()))
+
+    def need_helpfull():
+        if len(state.get("helpfull", {})) != len(BINARIES):
+            raise Skip("the binaries' --helpfull could not be read")
+        return state["helpfull"]
+
+    def render_case(case):
+        if yaml is None:
+            raise Skip("PyYAML is missing (apt-get install python3-yaml)")
+        kubectl = find_tool("kubectl")
+        if not kubectl:
+            raise Skip("kubectl is not installed (kubectl kustomize renders the manifests offline)")
+        renders = []
+        for overlay in OVERLAYS:
+            try:
+                renders.append(render_kustomize(kubectl, deploy_dir, overlay))
+            except RuntimeError as e:
+                case.errors.append(str(e))
+        if len(renders) == len(OVERLAYS):
+            state["k8s"] = K8s(renders)
+            print("  rendered: " + ", ".join(f"{r.name} ({len(r.docs)} objects)" for r in renders))
+
+    def with_k8s(fn, *extra):
+        def wrapped(case):
+            if "k8s" not in state:
+                raise Skip("the manifests were not rendered")
+            fn(case, state["k8s"], *extra)
+        return wrapped
+
+    run("binaries_helpfull", helpfull_case)
+    run("binaries_read_launcher_env", launcher_env, args.bin)
+    run("k8s_render", render_case)
+    run("k8s_kinds", with_k8s(k8s_kinds))
+    run("k8s_services", with_k8s(k8s_services))
+    run("k8s_ports_and_probes", with_k8s(k8s_ports_probes))
+    run("k8s_env_and_scheduler_address", with_k8s(k8s_env))
+    run("k8s_counts_and_indexing", with_k8s(k8s_counts))
+    run("k8s_checkpoint_volume", with_k8s(k8s_checkpoints))
+    run("k8s_job_config", with_k8s(k8s_job_config, deploy_dir))
+    run("k8s_prometheus", with_k8s(k8s_prometheus))
+    run("k8s_resources", with_k8s(k8s_resources))
+    run("k8s_devices", with_k8s(k8s_devices))
+    run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case))
+    run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
+    run("mpi_mpmd", lambda case: mpi(case, deploy_dir, need_helpfull()))
+    run("shellcheck", shellcheck, deploy_dir, args.scripts, args.self)
+
+    xml_path = os.environ.get("XML_OUTPUT_FILE")
+    if xml_path:
+        write_xml(cases, xml_path)
+    failed = [c.name for c in cases if c.errors]
+    skipped = [c.name for c in cases if c.skipped and not c.errors]
+    print(f"{len(cases) - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped"
+          + (f" (failed: {', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
