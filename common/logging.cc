@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -13,16 +15,22 @@ std::string& Identity() {
   return *identity;
 }
 
+std::atomic<uint64_t> generation{0};
+
 }  // namespace
 
 void SetLogIdentity(absl::string_view identity) { Identity() = std::string(identity); }
+
+void SetLogGeneration(uint64_t g) { generation.store(g, std::memory_order_relaxed); }
 
 LogMessage::LogMessage(LogSeverity severity, const char* file, int line) {
   const char tag = severity == LogSeverity::kInfo ? 'I' : severity == LogSeverity::kWarning ? 'W' : 'E';
   absl::string_view base(file);
   if (auto slash = base.rfind('/'); slash != absl::string_view::npos) base.remove_prefix(slash + 1);
   stream_ << tag << absl::FormatTime("%m%d %H:%M:%E6S", absl::Now(), absl::LocalTimeZone()) << ' '
-          << Identity() << ' ' << base << ':' << line << "] ";
+          << Identity();
+  if (const uint64_t g = generation.load(std::memory_order_relaxed); g != 0) stream_ << " g" << g;
+  stream_ << ' ' << base << ':' << line << "] ";
 }
 
 LogMessage::~LogMessage() {

@@ -242,6 +242,7 @@ int Run() {
                   << " (must be the worker count in BSP, 0 otherwise)";
       return 2;
     }
+    SetLogGeneration(registration->view().generation());
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
                << " (incarnation " << registration->incarnation() << ", generation "
                << registration->view().generation() << ")";
@@ -256,6 +257,7 @@ int Run() {
         },
         [shard_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
           if (answer.generation() != last) {
+            SetLogGeneration(answer.generation());
             KLOG(Info) << "shard " << index << " sees job generation " << answer.generation() << " ("
                        << answer.job_state() << ")";
             last = answer.generation();

@@ -219,6 +219,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     return 1;
   }
   const int rank = reg->rank();
+  SetLogGeneration(reg->view().generation());
   if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), rank); !tb.ok()) {
     KLOG(Error) << "--tensorboard_dir: " << tb;
     return 1;
@@ -319,6 +320,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     rollbacks = rejoined->rollbacks();
     view = rejoined->view();
     generation = view.generation();
+    SetLogGeneration(generation);
     clock = rejoined->clock();
     state = rejoined->state();
     KLOG(Info) << "the job rolled back to clock " << clock << "; continuing from there (generation " << generation
