@@ -216,6 +216,17 @@ class CoordinatorTest : public ::testing::Test {
     return reference.Fingerprint();
   }
 
+  // Runs a job that checkpoints every `every` clocks up to clock `to`, waits for its checkpoint at `cut`, and
+  // stops its scheduler (the servers stay). Wrap calls in ASSERT_NO_FATAL_FAILURE.
+  void RunThenStopScheduler(int64_t every, int64_t to, int64_t cut) {
+    CheckpointOptions options;
+    options.every_clocks = every;
+    ASSERT_TRUE(StartScheduler(options).ok());
+    ASSERT_TRUE(RunAll(0, to).ok());
+    ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == cut; }));
+    coordinator_.reset();
+  }
+
   bool WaitFor(const std::function<bool()>& condition) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (!condition()) {
@@ -346,12 +357,9 @@ TEST_F(CoordinatorTest, ServerDeathRollsEveryServerBackToTheLatestCheckpoint) {
 }
 
 TEST_F(CoordinatorTest, ResumeRestoresTheLatestCheckpointOntoNewServers) {
+  ASSERT_NO_FATAL_FAILURE(RunThenStopScheduler(/*every=*/2, /*to=*/5, /*cut=*/4));
   CheckpointOptions options;
   options.every_clocks = 2;
-  ASSERT_TRUE(StartScheduler(options).ok());
-  ASSERT_TRUE(RunAll(0, 5).ok());
-  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 4; }));
-  coordinator_.reset();
 
   // Everything restarts: new servers, a new scheduler. Without --resume the directory is refused.
   for (int s = 0; s < kServers; ++s) servers_->Replace(s);
@@ -369,12 +377,8 @@ TEST_F(CoordinatorTest, ResumeRestoresTheLatestCheckpointOntoNewServers) {
 }
 
 TEST_F(CoordinatorTest, ResumeFromADamagedCheckpointIsRefusedByName) {
+  ASSERT_NO_FATAL_FAILURE(RunThenStopScheduler(/*every=*/2, /*to=*/3, /*cut=*/2));
   CheckpointOptions options;
-  options.every_clocks = 2;
-  ASSERT_TRUE(StartScheduler(options).ok());
-  ASSERT_TRUE(RunAll(0, 3).ok());
-  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 2; }));
-  coordinator_.reset();
   const std::string manifest = layout_->ManifestPath("ckpt-00000001");
   fs::resize_file(manifest, fs::file_size(manifest) - 10);
   options.resume = true;
@@ -384,12 +388,9 @@ TEST_F(CoordinatorTest, ResumeFromADamagedCheckpointIsRefusedByName) {
 }
 
 TEST_F(CoordinatorTest, DamagedShardFileStopsTheRestoreWithItsName) {
+  ASSERT_NO_FATAL_FAILURE(RunThenStopScheduler(/*every=*/2, /*to=*/3, /*cut=*/2));
   CheckpointOptions options;
   options.every_clocks = 2;
-  ASSERT_TRUE(StartScheduler(options).ok());
-  ASSERT_TRUE(RunAll(0, 3).ok());
-  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 2; }));
-  coordinator_.reset();
   const CheckpointManifest m = **layout_->ReadLatest();
   const std::string sst = layout_->ShardDir("ckpt-00000001", 1) + "/" + m.shards(1).files(0).name();
   fs::remove(sst);
