@@ -2,8 +2,9 @@
 # `kestrel local` end to end (the README's main job, shortened): a local cluster of 1 scheduler, 2 servers and
 # 2 workers trains DeepFM on generated data to within 0.03 of the planted optimum AUC and commits checkpoints;
 # its final checkpoint, exported, scores the test file exactly as the trainer's own evaluation did.
-# Then the same job again, with a server killed (SIGKILL) after the first checkpoint: the supervisor restarts
-# it, every server restores the checkpoint, the workers rejoin, and the job finishes with the same AUC.
+# Then the same job again, once with a server and once with the scheduler killed (SIGKILL) after the first
+# checkpoint: the supervisor restarts it (the scheduler with --resume on its address; the members it refuses
+# are restarted too), every server restores the checkpoint, and the job ends with the same predictions.
 set -euo pipefail
 
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
@@ -85,21 +86,33 @@ assert abs(predicted["auc"] - trained["auc"]) < 1e-6 and abs(predicted["logloss"
 print(f"predict: {predicted['examples']} scores, fingerprint {predicted['fingerprint']} = the trainer's evaluation")
 PY
 
-echo "== a server killed mid-run"
-"${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/killed" \
-  --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
-local_pid=$!
-for _ in $(seq 600); do
-  grep -q "committed at clock" "$tmp/killed/scheduler.log" 2>/dev/null && break
-  sleep 0.05
-done
-grep -q "committed at clock" "$tmp/killed/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
-victim=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['server 1'])" "$tmp/killed/pids.json")
-kill -9 "$victim"
-echo "killed server 1 (pid $victim)"
-wait "$local_pid"
-check_auc "$tmp/killed/summary.json"
-restarts=$(summary_field "$tmp/killed/summary.json" restarts)
-[[ "$restarts" == *"server 1"* ]] || { echo "server 1 was not restarted: $restarts"; exit 1; }
-grep -q "every server restored" "$tmp/killed/scheduler.log" || { echo "no rollback in the scheduler log"; exit 1; }
+# Runs the job again with `victim` (a key of pids.json) killed with SIGKILL after the first checkpoint; the
+# supervisor restarts it and the job must end with the plain run's predictions, bit for bit (BSP).
+run_with_kill() {
+  local name=$1 victim=$2
+  echo "== $victim killed mid-run"
+  "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
+    --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
+  local local_pid=$!
+  for _ in $(seq 600); do
+    grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -q "committed at clock" "$tmp/$name/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
+  local pid
+  pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/$name/pids.json" "$victim")
+  kill -9 "$pid"
+  echo "killed $victim (pid $pid)"
+  wait "$local_pid"
+  check_auc "$tmp/$name/summary.json"
+  local restarts
+  restarts=$(summary_field "$tmp/$name/summary.json" restarts)
+  [[ "$restarts" == *"$victim"* ]] || { echo "$victim was not restarted: $restarts"; exit 1; }
+  [[ "$(summary_field "$tmp/$name/summary.json" fingerprint)" == "$(summary_field "$tmp/plain/summary.json" fingerprint)" ]] ||
+    { echo "$name: predictions differ from the uninterrupted run"; exit 1; }
+}
+
+run_with_kill killed_server "server 1"
+grep -q "every server restored" "$tmp/killed_server/scheduler.log" || { echo "no rollback in the scheduler log"; exit 1; }
+run_with_kill killed_scheduler "scheduler"
 echo "PASS"
