@@ -78,7 +78,62 @@ bool Overlaps(const std::vector<KeyRange>& a, const std::vector<KeyRange>& b) {
   return false;
 }
 
+// Opens a checkpoint's shard directory read-only (no LOG file written into it).
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenSnapshot(const std::string& dir, const std::string& where) {
+  rocksdb::Options options;
+  options.info_log = std::make_shared<NullLogger>();
+  options.paranoid_checks = true;
+  rocksdb::DB* raw = nullptr;
+  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &raw), absl::StrCat(where, ": cannot open")));
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
+
+rocksdb::ReadOptions SnapshotReadOptions() {
+  rocksdb::ReadOptions read_options;
+  read_options.verify_checksums = true;
+  read_options.fill_cache = false;
+  return read_options;
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointTableReader>> CheckpointTableReader::Open(
+    const CheckpointLayout& layout, const CheckpointManifest& manifest, int shard, absl::string_view table) {
+  const std::string name = CheckpointLayout::CheckpointName(manifest.sequence());
+  const std::string dir = layout.ShardDir(name, shard);
+  std::unique_ptr<CheckpointTableReader> reader(new CheckpointTableReader());
+  reader->where_ = absl::StrFormat("checkpoint %s, shard %d (%s)", name, shard, dir);
+  reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
+  KESTREL_ASSIGN_OR_RETURN(reader->db_, OpenSnapshot(dir, reader->where_));
+  reader->it_.reset(reader->db_->NewIterator(SnapshotReadOptions()));
+  reader->it_->Seek(reader->prefix_);
+  KESTREL_RETURN_IF_ERROR(reader->Load());
+  return reader;
+}
+
+CheckpointTableReader::~CheckpointTableReader() {
+  it_.reset();  // before the DB it reads
+}
+
+absl::Status CheckpointTableReader::Load() {
+  valid_ = false;
+  if (!it_->Valid()) return FromRocks(it_->status(), absl::StrCat(where_, ": reading"));
+  if (!it_->key().starts_with(prefix_)) return absl::OkStatus();  // past the table
+  absl::string_view table;
+  const rocksdb::Slice value = it_->value();
+  if (!ParseRowKey(it_->key(), &table, &key_) || value.size() % sizeof(float) != 0) {
+    return absl::DataLossError(absl::StrCat(where_, ": malformed row"));
+  }
+  row_.resize(value.size() / sizeof(float));
+  std::memcpy(row_.data(), value.data(), value.size());
+  valid_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointTableReader::Next() {
+  it_->Next();
+  return Load();
+}
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Open(const CheckpointLayout& layout, int shard) {
   std::unique_ptr<ShardStore> store(new ShardStore(layout, shard));
@@ -230,17 +285,9 @@ absl::Status ShardStore::LoadCheckpoint(const CheckpointLayout& layout, const Ch
   absl::Status restored = shard.Restore(tables, min_worker_generation, [&](Shard::RowSink sink) -> absl::Status {
     for (int s : sources) {
       const std::string dir = layout.ShardDir(name, s);
-      rocksdb::Options options;
-      options.info_log = std::make_shared<NullLogger>();
-      options.paranoid_checks = true;
-      rocksdb::DB* raw = nullptr;
-      KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &raw),
-                                        absl::StrFormat("checkpoint %s, shard %d: cannot open %s", name, s, dir)));
-      std::unique_ptr<rocksdb::DB> db(raw);
-      rocksdb::ReadOptions read_options;
-      read_options.verify_checksums = true;
-      read_options.fill_cache = false;
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read_options));
+      KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db,
+                               OpenSnapshot(dir, absl::StrFormat("checkpoint %s, shard %d (%s)", name, s, dir)));
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(SnapshotReadOptions()));
       std::vector<float> row;  // reused: one row at a time
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
         absl::string_view table;

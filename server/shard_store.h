@@ -26,18 +26,53 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/checkpoint_layout.h"
 #include "proto/checkpoint.pb.h"
 #include "server/shard.h"
 
 namespace rocksdb {
 class DB;
+class Iterator;
 }  // namespace rocksdb
 
 namespace kestrel {
+
+// Reads the rows of one table from one server's part of a committed checkpoint, in key order, straight from
+// its RocksDB (read-only; nothing is loaded into memory beyond the current row). For tools that stream a
+// checkpoint (kestrel_export) instead of loading it. Verify the shard first (CheckpointLayout::VerifyShard).
+// Thread-compatible.
+class CheckpointTableReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<CheckpointTableReader>> Open(const CheckpointLayout& layout,
+                                                                     const CheckpointManifest& manifest, int shard,
+                                                                     absl::string_view table);
+  ~CheckpointTableReader();
+
+  // Whether the reader is on a row; key() and row() (values then optimizer slots) describe it.
+  bool Valid() const { return valid_; }
+  uint64_t key() const { return key_; }
+  absl::Span<const float> row() const { return row_; }
+  // Moves to the next row of the table; DataLoss naming the file for a malformed row or a read error.
+  absl::Status Next();
+
+ private:
+  CheckpointTableReader() = default;
+  // Decodes the iterator's current entry, or ends the table.
+  absl::Status Load();
+
+  std::string where_;   // "checkpoint X, shard N (dir)" for errors
+  std::string prefix_;  // table name + '\0'
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+  bool valid_ = false;
+  uint64_t key_ = 0;
+  std::vector<float> row_;
+};
 
 class ShardStore {
  public:

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <queue>
 #include <fstream>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_layout.h"
@@ -15,6 +18,7 @@
 #include "common/partition.h"
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
+#include "server/initializer.h"
 #include "server/shard_store.h"
 
 namespace kestrel {
@@ -34,34 +38,70 @@ absl::Status WriteBytes(std::ofstream& out, const void* data, size_t bytes, cons
   return absl::OkStatus();
 }
 
-// Writes one table's file; returns its entry for MODEL.
-absl::StatusOr<ExportedTable> WriteTable(const Table& table, const std::string& dir) {
-  const TableConfig& config = table.config();
+// Writes one table's file, streamed from every shard of the checkpoint (merged in key order); returns its
+// entry for MODEL. Only the current row of each shard is in memory (dense tensors: the whole tensor).
+absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const CheckpointManifest& manifest,
+                                         const TableConfig& config, const std::string& dir) {
   ExportedTable entry;
   *entry.mutable_config() = config;
   entry.set_file(FileOf(config));
   const std::string path = dir + "/" + entry.file();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::UnavailableError(absl::StrCat("cannot create ", path));
-  const int dim = table.dim();
+  const int dim = config.dim();
+  std::vector<std::unique_ptr<CheckpointTableReader>> readers;
+  for (int s = 0; s < manifest.shards_size(); ++s) {
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointTableReader> reader,
+                             CheckpointTableReader::Open(layout, manifest, s, config.name()));
+    readers.push_back(std::move(reader));
+  }
   if (config.kind() == TableConfig::DENSE) {
-    const uint64_t blocks = table.num_blocks();
-    std::vector<uint64_t> keys(blocks);
-    for (uint64_t b = 0; b < blocks; ++b) keys[b] = Partition::DenseBlockKey(config.name(), b);
+    const uint64_t blocks = Partition::DenseBlockCount(config.dense_size(), dim);
+    absl::flat_hash_map<uint64_t, uint64_t> block_of;  // block key -> block index
     std::vector<float> values(blocks * dim);
-    table.Pull(keys, values.data());  // blocks never pushed read as their initial value, as in training
+    KESTREL_ASSIGN_OR_RETURN(const Initializer init, Initializer::Create(config.initializer(), config.seed()));
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const uint64_t key = Partition::DenseBlockKey(config.name(), b);
+      block_of[key] = b;
+      init.Fill(key, values.data() + b * dim, dim);  // a block never pushed reads as its initial value
+    }
+    for (auto& reader : readers) {
+      while (reader->Valid()) {
+        auto it = block_of.find(reader->key());
+        if (it == block_of.end() || reader->row().size() < static_cast<size_t>(dim)) {
+          return absl::DataLossError(absl::StrFormat("checkpoint row 0x%016x is not a block of dense table '%s'",
+                                                     reader->key(), config.name()));
+        }
+        std::memcpy(values.data() + it->second * dim, reader->row().data(), sizeof(float) * dim);
+        KESTREL_RETURN_IF_ERROR(reader->Next());
+      }
+    }
     KESTREL_RETURN_IF_ERROR(WriteBytes(out, values.data(), sizeof(float) * config.dense_size(), path));
     entry.set_rows(blocks);
   } else {
-    std::vector<std::pair<uint64_t, const float*>> rows;
-    table.ForEachRow([&](uint64_t key, const float* values, const float*) { rows.emplace_back(key, values); });
-    // The pointers stay valid: nothing writes the table while it is exported.
-    std::sort(rows.begin(), rows.end());
-    for (const auto& [key, values] : rows) {
-      KESTREL_RETURN_IF_ERROR(WriteBytes(out, &key, sizeof(key), path));
-      KESTREL_RETURN_IF_ERROR(WriteBytes(out, values, sizeof(float) * dim, path));
+    // Each shard's rows come in key order; a heap merges them (shards may own interleaved ranges).
+    using Head = std::pair<uint64_t, size_t>;  // (key, reader)
+    std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+    for (size_t r = 0; r < readers.size(); ++r) {
+      if (readers[r]->Valid()) heads.emplace(readers[r]->key(), r);
     }
-    entry.set_rows(rows.size());
+    uint64_t rows = 0;
+    while (!heads.empty()) {
+      const size_t r = heads.top().second;
+      heads.pop();
+      CheckpointTableReader& reader = *readers[r];
+      if (reader.row().size() < static_cast<size_t>(dim)) {
+        return absl::DataLossError(absl::StrFormat("table '%s': a checkpoint row has %d floats, dim is %d",
+                                                   config.name(), reader.row().size(), dim));
+      }
+      const uint64_t key = reader.key();
+      KESTREL_RETURN_IF_ERROR(WriteBytes(out, &key, sizeof(key), path));
+      KESTREL_RETURN_IF_ERROR(WriteBytes(out, reader.row().data(), sizeof(float) * dim, path));  // values only
+      ++rows;
+      KESTREL_RETURN_IF_ERROR(reader.Next());
+      if (reader.Valid()) heads.emplace(reader.key(), r);
+    }
+    entry.set_rows(rows);
   }
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
@@ -88,10 +128,7 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   } else {
     KESTREL_ASSIGN_OR_RETURN(manifest, layout.ReadManifest(options.checkpoint));
   }
-  ShardOptions shard_options;
-  shard_options.job_id = manifest.job_id();
-  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, *Partition::Uniform(1)));
-  KESTREL_RETURN_IF_ERROR(ShardStore::LoadCheckpoint(layout, manifest, *shard, /*min_worker_generation=*/0));
+  for (int s = 0; s < manifest.shards_size(); ++s) KESTREL_RETURN_IF_ERROR(layout.VerifyShard(manifest, s));
 
   std::error_code error;
   fs::create_directories(options.out_dir, error);
@@ -106,8 +143,8 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   model.set_clock(manifest.clock());
   model.set_job_id(manifest.job_id());
   *model.mutable_job() = options.job;
-  for (const TableConfig& config : shard->DescribeTables()) {
-    KESTREL_ASSIGN_OR_RETURN(ExportedTable entry, WriteTable(*shard->FindTable(config.name()), options.out_dir));
+  for (const TableConfig& config : manifest.tables()) {
+    KESTREL_ASSIGN_OR_RETURN(ExportedTable entry, WriteTable(layout, manifest, config, options.out_dir));
     *model.add_tables() = std::move(entry);
   }
   std::string text;

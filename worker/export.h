@@ -35,7 +35,9 @@ struct ExportOptions {
   std::string out_dir;
 };
 
-// Verifies and loads the checkpoint (every server's shard) and writes the export. Returns its MODEL.
+// Verifies every server's part of the checkpoint, then streams each table into the export (the servers'
+// rows merged in key order; memory holds one row per server, or one dense tensor), whatever the size of the
+// tables. Returns its MODEL.
 absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options);
 
 // An export loaded into one in-process shard (Partition::Uniform(1), job id "serve"), every table configured
