@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<CheckpointTableReader>> CheckpointTableReader::Op
   const std::string dir = layout.ShardDir(name, shard);
   std::unique_ptr<CheckpointTableReader> reader(new CheckpointTableReader());
   reader->where_ = absl::StrFormat("checkpoint %s, shard %d (%s)", name, shard, dir);
-  reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
+  if (!table.empty()) reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
   KESTREL_ASSIGN_OR_RETURN(reader->db_, OpenSnapshot(dir, reader->where_));
   reader->it_.reset(reader->db_->NewIterator(SnapshotReadOptions()));
   reader->it_->Seek(reader->prefix_);
@@ -119,9 +119,8 @@ absl::Status CheckpointTableReader::Load() {
   valid_ = false;
   if (!it_->Valid()) return FromRocks(it_->status(), absl::StrCat(where_, ": reading"));
   if (!it_->key().starts_with(prefix_)) return absl::OkStatus();  // past the table
-  absl::string_view table;
   const rocksdb::Slice value = it_->value();
-  if (!ParseRowKey(it_->key(), &table, &key_) || value.size() % sizeof(float) != 0) {
+  if (!ParseRowKey(it_->key(), &table_, &key_) || value.size() % sizeof(float) != 0) {
     return absl::DataLossError(absl::StrCat(where_, ": malformed row"));
   }
   row_.resize(value.size() / sizeof(float));
@@ -284,29 +283,16 @@ absl::Status ShardStore::LoadCheckpoint(const CheckpointLayout& layout, const Ch
   const absl::Time start = absl::Now();
   absl::Status restored = shard.Restore(tables, min_worker_generation, [&](Shard::RowSink sink) -> absl::Status {
     for (int s : sources) {
-      const std::string dir = layout.ShardDir(name, s);
-      KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db,
-                               OpenSnapshot(dir, absl::StrFormat("checkpoint %s, shard %d (%s)", name, s, dir)));
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(SnapshotReadOptions()));
-      std::vector<float> row;  // reused: one row at a time
-      for (it->SeekToFirst(); it->Valid(); it->Next()) {
-        absl::string_view table;
-        uint64_t key = 0;
-        const rocksdb::Slice value = it->value();
-        if (!ParseRowKey(it->key(), &table, &key) || value.size() % sizeof(float) != 0) {
-          return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: malformed row in %s", name, s, dir));
-        }
-        row.resize(value.size() / sizeof(float));
-        std::memcpy(row.data(), value.data(), value.size());
-        absl::StatusOr<bool> taken = sink(table, key, row);
+      KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointTableReader> reader,
+                               CheckpointTableReader::Open(layout, manifest, s, /*table=*/""));
+      for (; reader->Valid(); ++read) {
+        absl::StatusOr<bool> taken = sink(reader->table(), reader->key(), reader->row());
         if (!taken.ok()) {
-          return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d (%s): %s", name, s, dir,
-                                                     taken.status().message()));
+          return absl::DataLossError(absl::StrCat(reader->where(), ": ", taken.status().message()));
         }
-        ++read;
         loaded += *taken;
+        KESTREL_RETURN_IF_ERROR(reader->Next());
       }
-      KESTREL_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrFormat("checkpoint %s, shard %d: reading %s", name, s, dir)));
     }
     return absl::OkStatus();
   });

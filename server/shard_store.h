@@ -45,7 +45,7 @@ namespace kestrel {
 // Reads the rows of one table from one server's part of a committed checkpoint, in key order, straight from
 // its RocksDB (read-only; nothing is loaded into memory beyond the current row). For tools that stream a
 // checkpoint (kestrel_export) instead of loading it. Verify the shard first (CheckpointLayout::VerifyShard).
-// Thread-compatible.
+// `table` "" reads every table's rows (table by table). Thread-compatible.
 class CheckpointTableReader {
  public:
   static absl::StatusOr<std::unique_ptr<CheckpointTableReader>> Open(const CheckpointLayout& layout,
@@ -55,10 +55,13 @@ class CheckpointTableReader {
 
   // Whether the reader is on a row; key() and row() (values then optimizer slots) describe it.
   bool Valid() const { return valid_; }
+  absl::string_view table() const { return table_; }  // valid until Next()
   uint64_t key() const { return key_; }
   absl::Span<const float> row() const { return row_; }
   // Moves to the next row of the table; DataLoss naming the file for a malformed row or a read error.
   absl::Status Next();
+  // "checkpoint X, shard N (dir)", for errors.
+  const std::string& where() const { return where_; }
 
  private:
   CheckpointTableReader() = default;
@@ -66,10 +69,11 @@ class CheckpointTableReader {
   absl::Status Load();
 
   std::string where_;   // "checkpoint X, shard N (dir)" for errors
-  std::string prefix_;  // table name + '\0'
+  std::string prefix_;  // table name + '\0'; "" for every table
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<rocksdb::Iterator> it_;
   bool valid_ = false;
+  absl::string_view table_;
   uint64_t key_ = 0;
   std::vector<float> row_;
 };
