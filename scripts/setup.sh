@@ -8,6 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev prometheus
+  libopenblas-openmp-dev libeigen3-dev libdnnl-dev
 )
 
 missing=()
