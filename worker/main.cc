@@ -50,6 +50,9 @@ ABSL_FLAG(int, rank_offset, 0,
           "MPI / Slurm MPMD launches: subtracted from the launcher's global rank to give this worker's rank.");
 ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request carries.");
 ABSL_FLAG(std::string, device, "auto", "Compute backend: auto (CUDA when a GPU is present), cpu, cuda, cuda:N.");
+ABSL_FLAG(int, compute_threads, 0,
+          "CPU backend: compute threads (GEMMs and every kernel). 0: the cores this process may use. For a fixed "
+          "count results are bitwise repeatable.");
 ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (override data.train_files).");
 ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override data.test_files).");
 ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluation records to this file.");
@@ -350,7 +353,8 @@ int Run() {
     KLOG(Error) << job.status();
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Backend>> backend = NewBackend(absl::GetFlag(FLAGS_device));
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      NewBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads));
   if (!backend.ok()) {
     KLOG(Error) << backend.status();
     return 2;

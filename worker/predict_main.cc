@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, model, "", "Export directory made by kestrel_export (requ
 ABSL_FLAG(std::string, input, "", "Comma-separated data files in the model's format (required).");
 ABSL_FLAG(std::string, output, "", "Where to write one probability per line. Default: none (figures only).");
 ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu, cuda, cuda:N or auto.");
+ABSL_FLAG(int, compute_threads, 0,
+          "CPU backend: compute threads (GEMMs and every kernel). 0: the cores this process may use. For a fixed "
+          "count results are bitwise repeatable.");
 ABSL_FLAG(int64_t, max_examples, 0, "Score at most this many examples (0: all).");
 
 namespace kestrel {
@@ -44,7 +47,8 @@ int Run() {
     KLOG(Error) << "give --input";
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Backend>> backend = NewBackend(absl::GetFlag(FLAGS_device));
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      NewBackend(absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_threads));
   if (!backend.ok()) {
     KLOG(Error) << backend.status();
     return 2;

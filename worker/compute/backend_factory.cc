@@ -8,11 +8,16 @@
 
 namespace kestrel {
 
-absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& device) {
-  if (device == "cpu") return NewCpuBackend();
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& device, int compute_threads) {
+  if (compute_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--compute_threads must be >= 0, got ", compute_threads));
+  }
+  CpuBackendOptions cpu;
+  cpu.threads = compute_threads;
+  if (device == "cpu") return NewCpuBackend(cpu);
   if (device == "auto") {
     if (CudaBuilt() && CudaDeviceCount() > 0) return NewCudaBackend(0);
-    return NewCpuBackend();
+    return NewCpuBackend(cpu);
   }
   if (device == "cuda") return NewCudaBackend(0);
   if (device.rfind("cuda:", 0) == 0) {

@@ -1,4 +1,12 @@
-// The reference backend: plain loops over kernel_math.h on the calling thread. Deterministic.
+// The CPU backend. GEMMs go through OpenBLAS (its OpenMP build, cblas_sgemm); every other op is a loop over its
+// kernel_math.h element function whose output elements are split across `threads` OpenMP threads by a fixed
+// (static) partition, so each output element is still computed by one thread in one order: the non-GEMM ops
+// give the same bits at any thread count, and for a fixed thread count the whole backend is bitwise
+// repeatable (OpenBLAS partitions a GEMM's output, never its inner sum, by a rule fixed by the shape and the
+// thread count).
+//
+// The reference mode (CpuGemm::kReference, one thread) keeps the hand-written GEMM loops: the tests compare
+// every op of the fast backend against it.
 #ifndef KESTREL_WORKER_COMPUTE_CPU_BACKEND_H_
 #define KESTREL_WORKER_COMPUTE_CPU_BACKEND_H_
 
@@ -8,7 +16,26 @@
 
 namespace kestrel {
 
-std::unique_ptr<Backend> NewCpuBackend();
+enum class CpuGemm {
+  kBlas,       // OpenBLAS cblas_sgemm (bench/results/gemm_bench.md: why OpenBLAS)
+  kReference,  // the hand-written loops (summing each element over k in order, like kernel::GemmElement)
+};
+
+struct CpuBackendOptions {
+  // Compute threads of every op (OpenMP threads, shared with OpenBLAS). Default: 0, the cores this process
+  // may use (DefaultComputeThreads()).
+  int threads = 0;
+  // Default: kBlas.
+  CpuGemm gemm = CpuGemm::kBlas;
+};
+
+std::unique_ptr<Backend> NewCpuBackend(const CpuBackendOptions& options = {});
+
+// The tests' reference: one thread, hand-written GEMM loops.
+std::unique_ptr<Backend> NewReferenceCpuBackend();
+
+// The number of CPUs this process may run on (its affinity mask), at least 1.
+int DefaultComputeThreads();
 
 }  // namespace kestrel
 
