@@ -1,6 +1,7 @@
 // End to end on loopback: a real kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes (CPU
 // backend) train LR and DeepFM on the small generated set in BSP, SSP(2) and ASP. Each run's final test AUC is
-// within 0.02 of the planted Bayes-optimal AUC, and two BSP runs produce bitwise-identical predictions.
+// within 0.02 of the planted Bayes-optimal AUC, and two BSP runs produce bitwise-identical predictions, also at
+// a realistic model size with multi-threaded compute.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -53,15 +54,18 @@ class TrainClusterTest : public ::testing::Test {
   }
 
   // Runs one job on a fresh cluster and returns worker 0's final evaluation.
+  // `model_fields`: more ModelConfig fields (text format); `batch_size`: per worker; `compute_threads`: each
+  // worker's --compute_threads.
   absl::StatusOr<Eval> RunJob(const std::string& name, const std::string& model, const std::string& consistency,
-                              int staleness) {
+                              int staleness, const std::string& model_fields = "", int batch_size = 256,
+                              int compute_threads = 1) {
     const std::string dir = absl::StrCat(TmpDir(), "/", name);
     std::filesystem::create_directories(dir);
     const std::string config = dir + "/job.pbtxt";
-    std::ofstream(config) << "model { type: " << model << " }\n"
+    std::ofstream(config) << "model { type: " << model << " " << model_fields << " }\n"
                           << "data { format: CRITEO train_files: '" << *data_ << "/train.tsv' test_files: '"
                           << *data_ << "/test.tsv' }\n"
-                          << "train { batch_size: 256 epochs: 2 log_every_steps: 100 }\n";
+                          << "train { batch_size: " << batch_size << " epochs: 2 log_every_steps: 100 }\n";
     auto scheduler = ServerProcess::Start(
         RunfilePath("scheduler/kestrel_scheduler"),
         {"--job_id=e2e", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
@@ -83,7 +87,8 @@ class TrainClusterTest : public ::testing::Test {
       auto worker = ServerProcess::Spawn(
           RunfilePath("worker/kestrel_worker"),
           {"--job_id=e2e", "--config=" + config, "--scheduler=" + scheduler->address(), absl::StrCat("--rank=", w),
-           "--device=cpu", "--metrics_out=" + dir + "/metrics.jsonl"},
+           "--device=cpu", absl::StrCat("--compute_threads=", compute_threads),
+           "--metrics_out=" + dir + "/metrics.jsonl"},
           dir, absl::StrCat("worker", w));
       if (!worker.ok()) return worker.status();
       workers.push_back(std::move(worker).value());
@@ -131,6 +136,20 @@ TEST_F(TrainClusterTest, LrAndDeepFmReachTheBayesAucInEveryModeAndBspIsBitwiseRe
     EXPECT_EQ(again->fingerprint, bsp[model].fingerprint) << model;
     EXPECT_EQ(again->logloss, bsp[model].logloss) << model;
   }
+}
+
+// The realistic size (embedding dim 16, MLP 256-128, 4096 examples per worker per step) on the OpenBLAS
+// backend with 2 compute threads per worker: two BSP runs still give bitwise-identical predictions.
+TEST_F(TrainClusterTest, DeepFmAtARealisticSizeIsBitwiseRepeatableInBsp) {
+  const std::string fields = "embedding_dim: 16 hidden: [256, 128]";
+  absl::StatusOr<Eval> first = RunJob("deepfm_real_bsp", "DEEPFM", "bsp", 0, fields, 4096, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Eval> again = RunJob("deepfm_real_bsp_again", "DEEPFM", "bsp", 0, fields, 4096, 2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(first->fingerprint.empty());
+  EXPECT_EQ(again->fingerprint, first->fingerprint);
+  EXPECT_EQ(again->logloss, first->logloss);
+  EXPECT_GT(first->auc, truth_->bayes_auc - 0.05);
 }
 
 }  // namespace
