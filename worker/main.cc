@@ -75,6 +75,8 @@ namespace {
 //   kestrel_worker_eval_logloss            gauge    logloss of the last evaluation
 //   kestrel_worker_clock                   gauge    iterations this worker has finished
 //   kestrel_worker_rejoins_total           counter  rejoins after the job rolled back to a checkpoint
+//   kestrel_worker_phase_seconds_total{phase}  counter  training time by phase: read, batch, pull, compute,
+//                                                      push, wait (PhaseTimes; counted at every log window)
 // With --tensorboard_dir the same figures also go to a TensorBoard event file. Thread-safe.
 class WorkerMetrics {
  public:
@@ -87,7 +89,12 @@ class WorkerMetrics {
         eval_logloss_(NewGauge("kestrel_worker_eval_logloss", "Logloss of the last evaluation on the test files.")),
         clock_(NewGauge("kestrel_worker_clock", "Iterations this worker has finished.")),
         rejoins_(NewCounter("kestrel_worker_rejoins_total",
-                            "Times this worker rejoined the job after it rolled back to a checkpoint.")) {}
+                            "Times this worker rejoined the job after it rolled back to a checkpoint.")) {
+    const char* help = "Training time by phase (read, batch, pull, compute, push, wait), in seconds.";
+    for (const char* phase : {"read", "batch", "pull", "compute", "push", "wait"}) {
+      phase_seconds_.push_back(&NewCounter("kestrel_worker_phase_seconds_total", help, {{"phase", phase}}));
+    }
+  }
 
   // Also writes the figures as TensorBoard scalars (train/logloss, train/examples_per_second, eval/auc,
   // eval/logloss by step) to <dir>/worker<rank>/ (worker/tensorboard.h). Empty `dir`: no event file.
@@ -104,6 +111,7 @@ class WorkerMetrics {
   void Observe(const TrainerEvent& event) {
     switch (event.kind) {
       case TrainerEvent::Kind::kTrain:
+        AddPhases(event.phases);
         examples_.Increment(static_cast<double>(event.examples));
         examples_per_second_.Set(event.examples_per_second);
         train_logloss_.Set(event.logloss);
@@ -118,7 +126,20 @@ class WorkerMetrics {
                                   {"eval/logloss", static_cast<float>(event.logloss)}});
         break;
       case TrainerEvent::Kind::kDone:
+        AddPhases(event.phases);
         break;
+    }
+  }
+
+  // Adds what `since_start` (a Run's phase times so far) has beyond what was already counted.
+  void AddPhases(const PhaseTimes& since_start) {
+    const double now[] = {since_start.read, since_start.batch, since_start.pull,
+                          since_start.compute, since_start.push, since_start.wait};
+    absl::MutexLock lock(&phases_mu_);
+    if (now[3] < counted_[3]) std::fill(std::begin(counted_), std::end(counted_), 0.0);  // a new Run()
+    for (size_t i = 0; i < phase_seconds_.size(); ++i) {
+      if (now[i] > counted_[i]) phase_seconds_[i]->Increment(now[i] - counted_[i]);
+      counted_[i] = std::max(counted_[i], now[i]);
     }
   }
   std::function<void(const TrainerEvent&)> Observer() {
@@ -150,6 +171,9 @@ class WorkerMetrics {
   prometheus::Gauge& eval_logloss_;
   prometheus::Gauge& clock_;
   prometheus::Counter& rejoins_;
+  std::vector<prometheus::Counter*> phase_seconds_;  // in PhaseTimes order
+  absl::Mutex phases_mu_;
+  double counted_[6] ABSL_GUARDED_BY(phases_mu_) = {};
 };
 
 // Passes every call to `gate` and exports the clock this worker has reached after each iteration. As
@@ -202,6 +226,11 @@ void Report(const TrainResult& r) {
       "finished: %d iterations, %d examples in %.2f s (%.0f examples/s); test logloss %.5f AUC %.5f "
       "(fingerprint %016x)",
       r.steps, r.examples, r.seconds, r.examples_per_second, r.eval.logloss, r.eval.auc, r.eval.fingerprint);
+  const PhaseTimes& p = r.phases;
+  KLOG(Info) << absl::StrFormat(
+      "time by phase: read %.2f s, batch %.2f s (reader thread, overlapped); pull %.2f s, compute %.2f s, "
+      "push %.2f s, wait %.2f s",
+      p.read, p.batch, p.pull, p.compute, p.push, p.wait);
 }
 
 int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -47,12 +49,21 @@ absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers
 
 }  // namespace
 
-absl::StatusOr<int64_t> IterationsOf(const JobConfig& job_in, int num_workers) {
-  const JobConfig job = JobWithDefaults(job_in);
-  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers));
+namespace {
+
+// All iterations, given the iterations per epoch.
+int64_t TotalIterations(const JobConfig& job, int64_t per_epoch) {
   int64_t total = per_epoch * job.train().epochs();
   if (job.train().max_steps() > 0) total = std::min(total, job.train().max_steps());
   return total;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> IterationsOf(const JobConfig& job_in, int num_workers) {
+  const JobConfig job = JobWithDefaults(job_in);
+  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers));
+  return TotalIterations(job, per_epoch);
 }
 
 namespace {
@@ -169,6 +180,47 @@ class RecordWriter {
 
 }  // namespace
 
+// PhaseTimes accumulated by the reader thread, the training loop and the prefetching thread. Thread-safe.
+class PhaseClock {
+ public:
+  enum Phase { kRead, kBatch, kPull, kCompute, kPush, kWait, kPhases };
+
+  // Adds the time from its construction to its destruction to one phase.
+  class Scope {
+   public:
+    Scope(PhaseClock* clock, Phase phase) : clock_(clock), phase_(phase), start_(absl::Now()) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() { clock_->Add(phase_, absl::Now() - start_); }
+
+   private:
+    PhaseClock* const clock_;
+    const Phase phase_;
+    const absl::Time start_;
+  };
+
+  void Add(Phase phase, absl::Duration d) {
+    nanos_[phase].fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_relaxed);
+  }
+  PhaseTimes Get() const {
+    auto seconds = [this](Phase p) { return nanos_[p].load(std::memory_order_relaxed) * 1e-9; };
+    PhaseTimes t;
+    t.read = seconds(kRead);
+    t.batch = seconds(kBatch);
+    t.pull = seconds(kPull);
+    t.compute = seconds(kCompute);
+    t.push = seconds(kPush);
+    t.wait = seconds(kWait);
+    return t;
+  }
+  void Reset() {
+    for (auto& n : nanos_) n.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<int64_t>, kPhases> nanos_{};
+};
+
 std::unique_ptr<ClockGate> NewSingleWorkerGate() { return std::make_unique<SingleWorkerGate>(); }
 
 class Trainer::Impl {
@@ -260,6 +312,7 @@ class Trainer::Impl {
         reader = std::move(opened).value();
       }
       std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
+      absl::optional<PhaseClock::Scope> reading(absl::in_place, &phases_, PhaseClock::kRead);
       auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch);
       if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
         // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
@@ -275,22 +328,32 @@ class Trainer::Impl {
             "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it)));
       }
       step->after = reader->position();
+      reading.reset();
       if (it < options_.start_clock) {  // done before this worker was replaced
         queue_->Recycle(std::move(step));
         continue;
       }
-      step->batch.Prepare(options_.partition);
+      {
+        PhaseClock::Scope batching(&phases_, PhaseClock::kBatch);
+        step->batch.Prepare(options_.partition);
+      }
       if (!queue_->Push(std::move(step))) return;
     }
   }
 
   absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock) {
-    KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
-    // Without prefetching (BSP), pulls carry their iteration: a server that already applied it (this worker
-    // replaces one that died after pushing) answers the weights from before it.
-    if (!options_.prefetch_pulls) client_->SetClock(clock);
-    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<StepData> step, queue_->Pop());
-    KESTREL_RETURN_IF_ERROR(Pull(step.get()));
+    absl::StatusOr<std::unique_ptr<StepData>> step;
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
+      // Without prefetching (BSP), pulls carry their iteration: a server that already applied it (this worker
+      // replaces one that died after pushing) answers the weights from before it.
+      if (!options_.prefetch_pulls) client_->SetClock(clock);
+      step = queue_->Pop();
+      if (!step.ok()) return step.status();
+    }
+    PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
+    KESTREL_RETURN_IF_ERROR(Pull(step->get()));
     return step;
   }
 
@@ -298,7 +361,8 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(Init());
     const JobConfig& job = options_.job;
     KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers));
-    KESTREL_ASSIGN_OR_RETURN(const int64_t total, IterationsOf(job, options_.num_workers));
+    const int64_t total = TotalIterations(job, total_per_epoch_);
+    phases_.Reset();
     const int64_t batch_size = job.train().batch_size();
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
                << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for " << total
@@ -344,18 +408,34 @@ class Trainer::Impl {
       KESTREL_RETURN_IF_ERROR(grad_emb_.Reserve(unique * model_->embedding_dim()));
       KESTREL_RETURN_IF_ERROR(grad_dense_.Reserve(model_->dense_size()));
       ModelGrads grads{grad_wide_.data(), grad_emb_.data(), grad_dense_.data()};
-      absl::StatusOr<double> loss =
-          model_->Step(batch, {current->wide.data(), current->emb.data(), current->dense.data()}, &grads, nullptr);
+      absl::StatusOr<double> loss;
+      {
+        PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
+        loss = model_->Step(batch, {current->wide.data(), current->emb.data(), current->dense.data()}, &grads,
+                            nullptr);
+      }
       if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
       client_->SetClock(clock);
-      if (absl::Status pushed = Push(*current); !pushed.ok()) return Annotate(pushed, clock, "pushing");
-      KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateAt(clock + 1, current->after)));
+      {
+        PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
+        if (absl::Status pushed = Push(*current); !pushed.ok()) return Annotate(pushed, clock, "pushing");
+      }
+      {
+        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+        KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateAt(clock + 1, current->after)));
+      }
       ++result.steps;
       result.examples += batch.batch.size;
       window_examples += batch.batch.size;
       window_loss += *loss;
       if (!last) {
-        absl::StatusOr<std::unique_ptr<StepData>> fetched = options_.prefetch_pulls ? next.get() : Fetch(clock + 1);
+        absl::StatusOr<std::unique_ptr<StepData>> fetched;
+        if (options_.prefetch_pulls) {
+          PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+          fetched = next.get();
+        } else {
+          fetched = Fetch(clock + 1);
+        }
         if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
         queue_->Recycle(std::move(current));
         current = std::move(fetched).value();
@@ -373,7 +453,7 @@ class Trainer::Impl {
             "{\"kind\":\"train\",\"worker\":%d,\"step\":%d,\"steps\":%d,\"logloss\":%.6f,"
             "\"examples_per_second\":%.1f}",
             options_.rank, done, total, result.train_logloss, rate));
-        Notify({TrainerEvent::Kind::kTrain, done, window_examples, result.train_logloss, 0, rate});
+        Notify({TrainerEvent::Kind::kTrain, done, window_examples, result.train_logloss, 0, rate, phases_.Get()});
         window_start = now;
         window_examples = 0;
         window_loss = 0;
@@ -389,12 +469,13 @@ class Trainer::Impl {
     training += absl::Now() - t0;
     result.seconds = absl::ToDoubleSeconds(training);
     result.examples_per_second = result.seconds > 0 ? result.examples / result.seconds : 0;
+    result.phases = phases_.Get();  // training only, like `seconds`
     records_.Write(absl::StrFormat(
         "{\"kind\":\"done\",\"worker\":%d,\"steps\":%d,\"examples\":%d,\"seconds\":%.3f,"
         "\"examples_per_second\":%.1f}",
         options_.rank, result.steps, result.examples, result.seconds, result.examples_per_second));
     Notify({TrainerEvent::Kind::kDone, result.steps, result.examples, result.train_logloss, 0,
-            result.examples_per_second});
+            result.examples_per_second, result.phases});
     // The final model: every worker's last push is in (and no rollback can undo it any more).
     KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
     if (options_.evaluate) {
@@ -480,6 +561,7 @@ class Trainer::Impl {
   std::unique_ptr<BatchQueue> queue_;
   int64_t total_per_epoch_ = 1;
   HostArray<float> grad_wide_, grad_emb_, grad_dense_;
+  PhaseClock phases_;
 };
 
 Trainer::Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)

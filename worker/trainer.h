@@ -55,6 +55,20 @@ class ClockGate {
 // A gate that never waits: a single worker.
 std::unique_ptr<ClockGate> NewSingleWorkerGate();
 
+// Where a worker's training time went: seconds summed over its iterations. `read` (reading and parsing lines)
+// and `batch` (key batching: dedup, sort, segments) run on the reader thread, overlapped with the rest; `pull`,
+// `compute` (forward + backward), `push` and `wait` are the training loop's (pulls prefetched in ASP/SSP
+// overlap too). `wait`: blocked on the clock gate (the consistency mode's barrier, the final all-finished
+// barrier) or on the reader.
+struct PhaseTimes {
+  double read = 0;
+  double batch = 0;
+  double pull = 0;
+  double compute = 0;
+  double push = 0;
+  double wait = 0;
+};
+
 // One train, eval or done record, as the Trainer writes to metrics_path, for TrainerOptions::observer.
 struct TrainerEvent {
   enum class Kind { kTrain, kEval, kDone };
@@ -64,6 +78,7 @@ struct TrainerEvent {
   double logloss = 0;     // kTrain, kDone: mean over the (last) log window; kEval: on the test files
   double auc = 0;         // kEval only
   double examples_per_second = 0;
+  PhaseTimes phases;      // kTrain, kDone: since the start of Run()
 };
 
 struct TrainerOptions {
@@ -99,6 +114,7 @@ struct TrainResult {
   double seconds = 0;    // training wall time (evaluations excluded)
   double examples_per_second = 0;
   double train_logloss = 0;  // mean over the last log window
+  PhaseTimes phases;         // where the training time went
   EvalResult eval;           // the final evaluation (when evaluate)
 };
 

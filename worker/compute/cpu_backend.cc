@@ -181,10 +181,7 @@ class CpuBackend final : public Backend {
     const int64_t positions_total = segments > 0 ? offsets[segments] : 0;
     ParallelFor(segments, std::max<int64_t>(1, positions_total / std::max<int64_t>(segments, 1)) * dim,
                 [=](int64_t u) {
-                  for (int d = 0; d < dim; ++d) {
-                    grad_rows[u * dim + d] =
-                        kernel::SegmentSumElement(dx, values, offsets, positions, dim, group, u, d);
-                  }
+                  kernel::SegmentSumRow(dx, values, offsets, positions, dim, group, u, grad_rows + u * dim);
                 });
     return absl::OkStatus();
   }

@@ -5,6 +5,8 @@
 // GEMMs within float rounding, and every op bitwise repeatable.
 #include "worker/compute/cpu_backend.h"
 
+#include "worker/compute/kernel_math.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -380,6 +382,31 @@ TEST(CpuBackendRealisticTest, EveryOpMatchesTheReferenceAndRepeatsBitForBit) {
       }
     }
   }
+}
+
+// The CPU backend walks each segment's rows once (kernel::SegmentSumRow); the CUDA backend computes one element
+// at a time (kernel::SegmentSumElement). Both must give the same bits.
+TEST(CpuBackendRealisticTest, SegmentSumRowHasTheBitsOfSegmentSumElement) {
+  std::mt19937 rng(5);
+  const int dim = 16, segments = 300, count = 6000;
+  std::vector<float> dx = Random(count * dim, &rng), values = Random(count, &rng);
+  std::vector<uint32_t> offsets = {0}, positions;
+  for (int u = 0; u < segments; ++u) {
+    for (int p = u; p < count; p += segments) positions.push_back(static_cast<uint32_t>(p));
+    offsets.push_back(static_cast<uint32_t>(positions.size()));
+  }
+  std::unique_ptr<Backend> backend = NewCpuBackend();
+  std::vector<float> got(segments * dim), want(segments * dim);
+  ASSERT_TRUE(
+      backend->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(), dim, 1, segments, got.data())
+          .ok());
+  for (int u = 0; u < segments; ++u) {
+    for (int d = 0; d < dim; ++d) {
+      want[u * dim + d] = kernel::SegmentSumElement(dx.data(), values.data(), offsets.data(), positions.data(), dim,
+                                                    1, u, d);
+    }
+  }
+  EXPECT_TRUE(SameBits(got, want));
 }
 
 }  // namespace

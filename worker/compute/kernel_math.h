@@ -162,6 +162,19 @@ KESTREL_HD inline float SegmentSumElement(const float* dx, const float* values, 
   return s;
 }
 
+// SegmentSumElement for all dim elements of segment u at once, out[d] for d < dim: the same products added in
+// the same order for every d (so the same bits), walking each position's row once instead of dim times.
+KESTREL_HD inline void SegmentSumRow(const float* dx, const float* values, const uint32_t* offsets,
+                                     const uint32_t* positions, int dim, int group, int64_t u, float* out) {
+  for (int d = 0; d < dim; ++d) out[d] = 0.0f;
+  for (uint32_t j = offsets[u]; j < offsets[u + 1]; ++j) {
+    const uint32_t p = positions[j];
+    const float v = values[p];
+    const float* row = dx + static_cast<int64_t>(p / group) * dim;
+    for (int d = 0; d < dim; ++d) out[d] += v * row[d];
+  }
+}
+
 }  // namespace kernel
 }  // namespace kestrel
 
