@@ -156,26 +156,17 @@ std::string CommandMarkdown(const Machine& m) {
   return s;
 }
 
-std::string JsonEscape(const std::string& in) {
-  std::string out;
-  for (char c : in) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string MachineJson(const Machine& m) {
-  return absl::StrCat("{\"nproc\": ", m.nproc, ", \"cpu\": \"", JsonEscape(m.cpu), "\", \"memory\": \"",
-                      JsonEscape(m.memory), "\", \"kernel\": \"", JsonEscape(m.kernel), "\", \"date\": \"",
-                      JsonEscape(m.date), "\", \"git_commit\": \"", JsonEscape(m.commit), "\", \"command\": \"",
-                      JsonEscape(m.command), "\", \"invocation\": \"", JsonEscape(m.invocation), "\"}");
+MachineReport MachineReportOf(const Machine& m) {
+  MachineReport r;
+  r.set_nproc(m.nproc);
+  r.set_cpu(m.cpu);
+  r.set_memory(m.memory);
+  r.set_kernel(m.kernel);
+  r.set_date(m.date);
+  r.set_git_commit(m.commit);
+  r.set_command(m.command);
+  r.set_invocation(m.invocation);
+  return r;
 }
 
 }  // namespace bench

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bench/bench.pb.h"
 
 namespace kestrel {
 namespace bench {
@@ -68,14 +69,8 @@ std::string MachineMarkdown(const Machine& m, const std::string& load_start);
 // "Command:" and a code block with `m.invocation` (if any) and `m.command`, followed by a blank line.
 std::string CommandMarkdown(const Machine& m);
 
-// ---------------------------------------------------------------------------------------------------------
-// JSON.
-
-// `in` escaped for a JSON string literal (without the quotes).
-std::string JsonEscape(const std::string& in);
-
-// `m` as one JSON object on one line: nproc, cpu, memory, kernel, date, git_commit, command, invocation.
-std::string MachineJson(const Machine& m);
+// `m` for a JSON report (bench/bench.proto; print it with common/json.h).
+MachineReport MachineReportOf(const Machine& m);
 
 }  // namespace bench
 }  // namespace kestrel

@@ -47,7 +47,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
+#include "bench/bench.pb.h"
 #include "bench/bench_util.h"
+#include "common/json.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "common/status.h"
@@ -540,34 +542,41 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
 
 std::string Json(const Machine& m, int servers, int runs, double min_seconds, const std::vector<Row>& rows,
                  const std::vector<MemoryRow>& memory, int memory_dim, double total_seconds) {
-  auto figures = [](const Figures& f) {
-    if (!f.measured) return std::string("null");
-    return absl::StrFormat(
-        "{\"keys_per_s\": %.0f, \"mb_per_s\": %.1f, \"p50_ms\": %.4f, \"p99_ms\": %.4f, \"calls\": %d}", f.keys_per_s,
-        f.mb_per_s, f.p50_ms, f.p99_ms, f.calls);
+  auto set_figures = [](const Figures& f, bench::PsBenchReport::Figures* out) {
+    out->set_keys_per_s(f.keys_per_s);
+    out->set_mb_per_s(f.mb_per_s);
+    out->set_p50_ms(f.p50_ms);
+    out->set_p99_ms(f.p99_ms);
+    out->set_calls(f.calls);
   };
-  std::string s = "{\n";
-  absl::StrAppend(&s, "  \"machine\": ", bench::MachineJson(m), ",\n");
-  absl::StrAppend(&s, "  \"servers\": ", servers, ", \"runs\": ", runs, ", \"min_seconds\": ", min_seconds,
-                  ", \"total_seconds\": ", absl::StrFormat("%.1f", total_seconds), ",\n");
-  absl::StrAppend(&s, "  \"throughput\": [\n");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    absl::StrAppend(&s, absl::StrFormat("    {\"keys\": %d, \"dim\": %d, \"clients\": %d, \"op\": \"%s\", "
-                                        "\"network\": %s, \"in_process\": %s, \"ratio\": %.4f}%s\n",
-                                        r.keys, r.dim, r.clients, r.op, figures(r.net), figures(r.local), r.ratio(),
-                                        i + 1 < rows.size() ? "," : ""));
+  bench::PsBenchReport report;
+  *report.mutable_machine() = bench::MachineReportOf(m);
+  report.set_servers(servers);
+  report.set_runs(runs);
+  report.set_min_seconds(min_seconds);
+  report.set_total_seconds(total_seconds);
+  for (const Row& r : rows) {
+    bench::PsBenchReport::Throughput* t = report.add_throughput();
+    t->set_keys(r.keys);
+    t->set_dim(r.dim);
+    t->set_clients(r.clients);
+    t->set_op(r.op);
+    if (r.net.measured) set_figures(r.net, t->mutable_network());
+    if (r.local.measured) set_figures(r.local, t->mutable_in_process());
+    t->set_ratio(r.ratio());
   }
-  absl::StrAppend(&s, "  ],\n  \"memory\": [\n");
-  for (size_t i = 0; i < memory.size(); ++i) {
-    const MemoryRow& mr = memory[i];
-    absl::StrAppend(&s, absl::StrFormat("    {\"optimizer\": \"%s\", \"dim\": %d, \"rows\": %d, \"memory_bytes\": "
-                                        "%d, \"raw_bytes\": %d, \"insert_rows_per_s\": %.0f}%s\n",
-                                        mr.optimizer, memory_dim, mr.rows, mr.memory_bytes, mr.raw_bytes,
-                                        mr.insert_rows_per_s, i + 1 < memory.size() ? "," : ""));
+  for (const MemoryRow& mr : memory) {
+    bench::PsBenchReport::Memory* out = report.add_memory();
+    out->set_optimizer(mr.optimizer);
+    out->set_dim(memory_dim);
+    out->set_rows(mr.rows);
+    out->set_memory_bytes(mr.memory_bytes);
+    out->set_raw_bytes(mr.raw_bytes);
+    out->set_insert_rows_per_s(mr.insert_rows_per_s);
   }
-  absl::StrAppend(&s, "  ]\n}\n");
-  return s;
+  ToJsonOptions options;
+  options.multiline = true;
+  return ToJson(report, options) + "\n";
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 
 Trains each model with `kestrel_worker --local` on the first 80% of a generated train.tsv and scores it on
 the held-out last 20% of the same file (the test split is never looked at), at the size users run
-(embedding dim 16, MLP 256-128, batch 4096, one epoch). The sweep is coordinate-wise, because the tables'
-optimizers interact little: the wide optimizer on LR, then the embedding learning rate on FM and DeepFM, then
-the dense (MLP) learning rate on DeepFM and DLRM; every model is also run with the chosen defaults and with
-the previous defaults. Writes a markdown table (bench/results/sweep_defaults.md by default).
+(embedding dim 16, MLP 256-128, batch 4096, one epoch). The sweep is coordinate-wise (one table at a time, the others at their
+current choice): the wide optimizer on LR (every model keeps it), then per model the embedding learning rate
+and the dense (bias and MLP) learning rate; ties go to the previous default. Every model is then run with its
+chosen and with the previous defaults. Writes a markdown table (bench/results/sweep_defaults.md by default).
 
     bench/sweep_defaults.py --bin "$(bazel info -c opt bazel-bin)" --data /tmp/kestrel_sweep
 """
@@ -90,26 +90,27 @@ def main():
         rows.append((model, label, dict(settings), cache[key][0], cache[key][1]))
         return cache[key][0]
 
-    def best(model, candidates, base, field):
-        scored = [(trial(model, label, dict(base, **{field: value})), value) for label, value in candidates]
-        return max(scored)[1]
+    def choose(model, base, candidates, field):
+        """The best candidate for `model` (the first listed wins a tie: list the previous default first)."""
+        scores = [(trial(model, label, dict(base, **{field: value})), -i, value)
+                  for i, (label, value) in enumerate(candidates)]
+        return max(scores)[2]
 
-    base = dict(OLD_DEFAULTS)
-    # 1. The wide table, on LR.
-    wide = best("LOGISTIC_REGRESSION",
-                [("wide FTRL %g" % lr, FTRL % lr) for lr in (0.05, 0.1)] +
-                [("wide Adagrad %g" % lr, WIDE_ADAGRAD % lr) for lr in (0.02, 0.05, 0.1)], base, "wide")
-    base["wide"] = wide
-    # 2. The embedding table, on FM and DeepFM (the best for DeepFM wins; FM is reported beside it).
-    emb_candidates = [("emb Adagrad %g" % lr, EMB % lr) for lr in (0.005, 0.01, 0.02, 0.05)]
-    best("FM", emb_candidates, base, "emb")
-    base["emb"] = best("DEEPFM", emb_candidates, base, "emb")
-    # 3. The dense tensor (MLP), on DeepFM and DLRM.
-    dense_candidates = [("dense Adam %g" % lr, DENSE % lr) for lr in (0.0005, 0.001, 0.002, 0.004)]
-    best("DLRM", dense_candidates, base, "dense")
-    base["dense"] = best("DEEPFM", dense_candidates, base, "dense")
-    # 4. Every model with the chosen and with the previous defaults.
-    for model in ("LOGISTIC_REGRESSION", "FM", "DEEPFM", "DLRM"):
+    emb_lrs = (0.05, 0.002, 0.005, 0.01, 0.02, 0.1)
+    dense_lrs = (0.001, 0.0005, 0.002, 0.004, 0.008, 0.016)
+    # 1. The wide table, on LR (the only table LR has); every model keeps LR's choice.
+    wide = choose("LOGISTIC_REGRESSION", OLD_DEFAULTS,
+                  [("wide FTRL %g" % lr, FTRL % lr) for lr in (0.05, 0.1, 0.2)] +
+                  [("wide Adagrad %g" % lr, WIDE_ADAGRAD % lr) for lr in (0.05, 0.1, 0.2)], "wide")
+    chosen = {"LOGISTIC_REGRESSION": dict(OLD_DEFAULTS, wide=wide)}
+    # 2. Per model: the embedding learning rate, then the dense (bias and MLP) learning rate.
+    for model in ("FM", "DEEPFM", "DLRM"):
+        base = dict(OLD_DEFAULTS, wide=wide)
+        base["emb"] = choose(model, base, [("emb Adagrad %g" % lr, EMB % lr) for lr in emb_lrs], "emb")
+        base["dense"] = choose(model, base, [("dense Adam %g" % lr, DENSE % lr) for lr in dense_lrs], "dense")
+        chosen[model] = base
+    # 3. Every model with its chosen and with the previous defaults.
+    for model, base in chosen.items():
         trial(model, "chosen defaults", base)
         trial(model, "previous defaults", OLD_DEFAULTS)
 
@@ -129,8 +130,12 @@ def main():
         out.write("| model | setting | held-out AUC | logloss | AUC below the model's best |\n|---|---|---:|---:|---:|\n")
         for model, label, _, auc, logloss in rows:
             out.write("| %s | %s | %.5f | %.5f | %.5f |\n" % (model, label, auc, logloss, best_auc[model] - auc))
-        out.write("\nChosen defaults: `%s`, `%s`, `%s`.\n" % (base["wide"], base["emb"], base["dense"]))
-    print("chosen:", base)
+        out.write("\nChosen defaults:\n\n")
+        for model, base in chosen.items():
+            out.write("- %s: `%s`, `%s`, `%s` (held-out AUC %.5f; best of its sweep %.5f)\n" % (
+                model, base["wide"], base["emb"], base["dense"], cache[(model, tuple(sorted(base.items())))][0],
+                best_auc[model]))
+    print("chosen:", chosen)
     return 0
 
 

@@ -60,11 +60,6 @@ std::string JobText(const std::string& data) {
       absl::GetFlag(FLAGS_model), data, data, absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_epochs));
 }
 
-double NumberField(const std::string& line, const std::string& name) {
-  double value = 0;
-  return absl::SimpleAtod(RecordField(line, name), &value) ? value : 0;
-}
-
 // Examples/s of one in-process run (training time only).
 absl::StatusOr<double> InProcess(const std::string& data) {
   JobConfig job;
@@ -114,13 +109,9 @@ absl::StatusOr<double> Cluster(const Binaries& bin, const std::string& data, con
   for (int w = 0; w < 2; ++w) {
     KESTREL_ASSIGN_OR_RETURN(int code, workers[w].Wait(absl::Minutes(10)));
     if (code != 0) return absl::InternalError(absl::StrCat("worker ", w, " exited with ", code, "; see ", dir));
-    std::ifstream in(absl::StrCat(dir, "/metrics", w, ".jsonl"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.find("\"kind\":\"done\"") == std::string::npos) continue;
-      examples += NumberField(line, "examples");
-      seconds = std::max(seconds, NumberField(line, "seconds"));
-    }
+    KESTREL_ASSIGN_OR_RETURN(Record done, LastRecord(absl::StrCat(dir, "/metrics", w, ".jsonl"), "done"));
+    examples += done.examples();
+    seconds = std::max(seconds, done.seconds());
   }
   if (seconds <= 0) return absl::InternalError(absl::StrCat("no done records in ", dir));
   return examples / seconds;

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,8 +16,12 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
 #include "common/status.h"
+#include "google/protobuf/struct.pb.h"
+#include "proto/tf_config.pb.h"
 
 namespace kestrel {
 namespace {
@@ -87,298 +93,64 @@ struct Layer {
 };
 
 // ----------------------------------------------------------------------------------------------------------
-// A minimal JSON reader for TF_CONFIG: the full grammar (RFC 8259), no extensions, bounded nesting.
-
-struct Json {
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
-  Type type = Type::kNull;
-  bool boolean = false;
-  std::string text;               // kString: the decoded string; kNumber: the literal as written
-  std::vector<Json> items;        // kArray: the elements; kObject: the values, parallel to `keys`
-  std::vector<std::string> keys;  // kObject: the keys, in order, unique
-
-  // The member `key` of an object, nullptr when absent.
-  const Json* Find(absl::string_view key) const {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] == key) return &items[i];
-    }
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(absl::string_view text) : text_(text) {}
-
-  absl::Status Parse(Json* out) {
-    KESTREL_RETURN_IF_ERROR(ParseValue(0, out));
-    SkipSpace();
-    if (pos_ != text_.size()) return Error("unexpected text after the JSON value");
-    return absl::OkStatus();
-  }
-
- private:
-  static constexpr int kMaxDepth = 32;
-
-  absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG is not valid JSON: ", what, " at offset ", pos_));
-  }
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  void SkipSpace() {
-    while (!AtEnd() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-  bool Consume(char c) {
-    if (AtEnd() || text_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  bool AtDigit() const { return !AtEnd() && absl::ascii_isdigit(static_cast<unsigned char>(text_[pos_])); }
-
-  absl::Status ParseValue(int depth, Json* out) {
-    if (depth > kMaxDepth) return Error("nesting deeper than 32 levels");
-    SkipSpace();
-    if (AtEnd()) return Error("unexpected end of input");
-    const char c = text_[pos_];
-    if (c == '{') return ParseObject(depth, out);
-    if (c == '[') return ParseArray(depth, out);
-    if (c == '"') {
-      out->type = Json::Type::kString;
-      return ParseString(&out->text);
-    }
-    if (c == '-' || absl::ascii_isdigit(static_cast<unsigned char>(c))) return ParseNumber(out);
-    if (ParseLiteral("true")) {
-      out->type = Json::Type::kBool;
-      out->boolean = true;
-      return absl::OkStatus();
-    }
-    if (ParseLiteral("false")) {
-      out->type = Json::Type::kBool;
-      return absl::OkStatus();
-    }
-    if (ParseLiteral("null")) {
-      out->type = Json::Type::kNull;
-      return absl::OkStatus();
-    }
-    return Error(absl::StrCat("unexpected character ", Quote(text_.substr(pos_, 1))));
-  }
-
-  bool ParseLiteral(absl::string_view literal) {
-    if (text_.substr(pos_, literal.size()) != literal) return false;
-    pos_ += literal.size();
-    return true;
-  }
-
-  absl::Status ParseObject(int depth, Json* out) {
-    ++pos_;  // '{'
-    out->type = Json::Type::kObject;
-    SkipSpace();
-    if (Consume('}')) return absl::OkStatus();
-    while (true) {
-      SkipSpace();
-      if (AtEnd() || text_[pos_] != '"') return Error("expected a string key");
-      std::string key;
-      KESTREL_RETURN_IF_ERROR(ParseString(&key));
-      if (out->Find(key) != nullptr) return Error(absl::StrCat("duplicate key ", Quote(key)));
-      SkipSpace();
-      if (!Consume(':')) return Error("expected ':'");
-      Json value;
-      KESTREL_RETURN_IF_ERROR(ParseValue(depth + 1, &value));
-      out->keys.push_back(std::move(key));
-      out->items.push_back(std::move(value));
-      SkipSpace();
-      if (Consume(',')) continue;
-      if (Consume('}')) return absl::OkStatus();
-      return Error("expected ',' or '}'");
-    }
-  }
-
-  absl::Status ParseArray(int depth, Json* out) {
-    ++pos_;  // '['
-    out->type = Json::Type::kArray;
-    SkipSpace();
-    if (Consume(']')) return absl::OkStatus();
-    while (true) {
-      Json value;
-      KESTREL_RETURN_IF_ERROR(ParseValue(depth + 1, &value));
-      out->items.push_back(std::move(value));
-      SkipSpace();
-      if (Consume(',')) continue;
-      if (Consume(']')) return absl::OkStatus();
-      return Error("expected ',' or ']'");
-    }
-  }
-
-  absl::Status ParseHex4(uint32_t* out) {
-    if (text_.size() - pos_ < 4) return Error("truncated \\u escape");
-    uint32_t value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      value <<= 4;
-      if (c >= '0' && c <= '9') {
-        value |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        value |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        value |= c - 'A' + 10;
-      } else {
-        return Error("invalid \\u escape");
-      }
-    }
-    *out = value;
-    return absl::OkStatus();
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  absl::Status ParseString(std::string* out) {
-    ++pos_;  // '"'
-    while (true) {
-      if (AtEnd()) return Error("unterminated string");
-      const char c = text_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return absl::OkStatus();
-      }
-      if (static_cast<unsigned char>(c) < 0x20) return Error("control character in a string");
-      ++pos_;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (AtEnd()) return Error("unterminated string");
-      const char escape = text_[pos_++];
-      switch (escape) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(escape);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          KESTREL_RETURN_IF_ERROR(ParseHex4(&cp));
-          if (cp >= 0xDC00 && cp <= 0xDFFF) return Error("unpaired surrogate in \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!ParseLiteral("\\u")) return Error("unpaired surrogate in \\u escape");
-            uint32_t low = 0;
-            KESTREL_RETURN_IF_ERROR(ParseHex4(&low));
-            if (low < 0xDC00 || low > 0xDFFF) return Error("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          AppendUtf8(cp, out);
-          break;
-        }
-        default:
-          --pos_;
-          return Error(absl::StrCat("invalid escape \\", Quote(absl::string_view(&escape, 1))));
-      }
-    }
-  }
-
-  absl::Status ParseNumber(Json* out) {
-    const size_t start = pos_;
-    Consume('-');
-    if (Consume('0')) {
-      // JSON forbids leading zeros.
-    } else if (AtDigit()) {
-      while (AtDigit()) ++pos_;
-    } else {
-      return Error("invalid number");
-    }
-    if (Consume('.')) {
-      if (!AtDigit()) return Error("invalid number");
-      while (AtDigit()) ++pos_;
-    }
-    if (Consume('e') || Consume('E')) {
-      if (!Consume('+')) Consume('-');
-      if (!AtDigit()) return Error("invalid number");
-      while (AtDigit()) ++pos_;
-    }
-    out->type = Json::Type::kNumber;
-    out->text = std::string(text_.substr(start, pos_ - start));
-    return absl::OkStatus();
-  }
-
-  absl::string_view text_;
-  size_t pos_ = 0;
-};
-
-// ----------------------------------------------------------------------------------------------------------
 // The sources.
 
 absl::Status InvalidTfConfig(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG ", what));
 }
 
-// cluster.<key> as a list of addresses; nullopt when `cluster` or the key is absent (or null).
-absl::StatusOr<std::optional<std::vector<std::string>>> TfConfigAddresses(const Json* cluster,
-                                                                          absl::string_view key) {
-  if (cluster == nullptr) return std::nullopt;
-  const Json* list = cluster->Find(key);
-  if (list == nullptr || list->type == Json::Type::kNull) return std::nullopt;
-  if (list->type != Json::Type::kArray) {
+// An address from TF_CONFIG's cluster: a non-empty string without spaces or control characters.
+bool IsAddress(const google::protobuf::Value& value) {
+  if (value.kind_case() != google::protobuf::Value::kStringValue || value.string_value().empty()) return false;
+  for (char c : value.string_value()) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == '\x7f') return false;
+  }
+  return true;
+}
+
+// cluster.<key> as a list of addresses; nullopt when the key is absent (or null).
+absl::StatusOr<std::optional<std::vector<std::string>>> TfConfigAddresses(const TfConfig& config,
+                                                                          const std::string& key) {
+  const auto it = config.cluster().find(key);
+  if (it == config.cluster().end() || it->second.kind_case() == google::protobuf::Value::kNullValue ||
+      it->second.kind_case() == google::protobuf::Value::KIND_NOT_SET) {
+    return std::nullopt;
+  }
+  if (it->second.kind_case() != google::protobuf::Value::kListValue) {
     return InvalidTfConfig(absl::StrCat("cluster.", key, " must be an array of \"host:port\" strings"));
   }
   std::vector<std::string> addresses;
-  for (const Json& item : list->items) {
-    if (item.type != Json::Type::kString || item.text.empty()) {
-      return InvalidTfConfig(absl::StrCat("cluster.", key, " must be an array of non-empty \"host:port\" strings"));
+  for (const google::protobuf::Value& item : it->second.list_value().values()) {
+    if (!IsAddress(item)) {
+      return InvalidTfConfig(absl::StrCat("cluster.", key, "[", addresses.size(),
+                                          "] is not a \"host:port\" string (non-empty, no spaces or control "
+                                          "characters)"));
     }
-    addresses.push_back(item.text);
+    addresses.push_back(item.string_value());
   }
   return addresses;
 }
 
-// Kubeflow TFJob's TF_CONFIG: {"cluster": {"chief": [...], "ps": [...], "worker": [...]},
-//                              "task": {"type": "ps", "index": 0}}.
+// Kubeflow TFJob's TF_CONFIG (proto/tf_config.proto): {"cluster": {"chief": [...], "ps": [...], "worker": [...]},
+//                                                     "task": {"type": "ps", "index": 0}}.
 absl::StatusOr<std::optional<Layer>> FromTfConfig(const EnvLookup& env) {
   std::optional<std::string> raw = Get(env, "TF_CONFIG");
   if (!raw.has_value() || absl::StripAsciiWhitespace(*raw).empty()) return std::nullopt;
-  Json root;
-  KESTREL_RETURN_IF_ERROR(JsonParser(*raw).Parse(&root));
-  if (root.type != Json::Type::kObject) return InvalidTfConfig("must be a JSON object");
+  TfConfig config;
+  FromJsonOptions options;
+  options.ignore_unknown_fields = true;  // TensorFlow's "environment", "rpc_layer", ...
+  if (absl::Status parsed = FromJson(*raw, &config, options); !parsed.ok()) {
+    return InvalidTfConfig(absl::StrCat(R"(is not valid JSON of the form {"cluster": {"<type>": ["<host:port>", ...], )"
+                                        R"(...}, "task": {"type": "<type>", "index": <n>}}: )",
+                                        parsed.message()));
+  }
 
   Layer layer;
   layer.source = "TF_CONFIG";
-  const Json* cluster = root.Find("cluster");
-  if (cluster != nullptr && cluster->type == Json::Type::kNull) cluster = nullptr;
-  if (cluster != nullptr && cluster->type != Json::Type::kObject) return InvalidTfConfig("cluster must be an object");
-  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> ps, TfConfigAddresses(cluster, "ps"));
-  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> workers, TfConfigAddresses(cluster, "worker"));
-  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> chief, TfConfigAddresses(cluster, "chief"));
-  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> master, TfConfigAddresses(cluster, "master"));
+  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> ps, TfConfigAddresses(config, "ps"));
+  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> workers, TfConfigAddresses(config, "worker"));
+  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> chief, TfConfigAddresses(config, "chief"));
+  KESTREL_ASSIGN_OR_RETURN(std::optional<std::vector<std::string>> master, TfConfigAddresses(config, "master"));
   if (ps.has_value()) {
     layer.num_servers = static_cast<int>(ps->size());
     layer.num_servers_origin = absl::StrCat("TF_CONFIG cluster.ps (", ps->size(), " entries)");
@@ -395,41 +167,43 @@ absl::StatusOr<std::optional<Layer>> FromTfConfig(const EnvLookup& env) {
     layer.scheduler_origin = "TF_CONFIG cluster.master[0]";
   }
 
-  const Json* task = root.Find("task");
-  if (task == nullptr || task->type == Json::Type::kNull) return layer;
-  if (task->type != Json::Type::kObject) return InvalidTfConfig("task must be an object");
-  const Json* type = task->Find("type");
-  if (type == nullptr || type->type != Json::Type::kString) return InvalidTfConfig("task.type must be a string");
+  if (!config.has_task()) return layer;
+  const std::string& type = config.task().type();
+  if (type.empty()) return InvalidTfConfig("task.type must be a non-empty string");
   const std::optional<std::vector<std::string>>* peers = nullptr;
-  if (type->text == "ps") {
+  if (type == "ps") {
     layer.role = ClusterRole::kServer;
     peers = &ps;
-  } else if (type->text == "worker") {
+  } else if (type == "worker") {
     layer.role = ClusterRole::kWorker;
     peers = &workers;
-  } else if (type->text == "chief") {
+  } else if (type == "chief") {
     layer.role = ClusterRole::kScheduler;
     peers = &chief;
-  } else if (type->text == "master") {
+  } else if (type == "master") {
     layer.role = ClusterRole::kScheduler;
     peers = &master;
   } else {
-    return InvalidTfConfig(absl::StrCat("task.type=", Quote(type->text),
-                                        " is not a Kestrel role (expected ps, worker, chief or master)"));
+    return InvalidTfConfig(
+        absl::StrCat("task.type=", Quote(type), " is not a Kestrel role (expected ps, worker, chief or master)"));
   }
-  layer.role_origin = absl::StrCat("TF_CONFIG task.type=", type->text);
+  layer.role_origin = absl::StrCat("TF_CONFIG task.type=", type);
 
   int index = 0;  // TensorFlow's default when task.index is absent
-  const Json* index_json = task->Find("index");
-  if (index_json != nullptr) {
-    const bool integer = index_json->type == Json::Type::kNumber &&
-                         index_json->text.find_first_not_of("0123456789") == std::string::npos;
-    if (!integer) return InvalidTfConfig("task.index must be a non-negative integer");
-    KESTREL_ASSIGN_OR_RETURN(index, ParseNonNegative("TF_CONFIG task.index", index_json->text));
+  if (config.task().has_index()) {
+    const google::protobuf::Value& value = config.task().index();
+    const double number = value.number_value();
+    if (value.kind_case() != google::protobuf::Value::kNumberValue || !(number >= 0) || number != std::floor(number)) {
+      return InvalidTfConfig("task.index must be a non-negative integer");
+    }
+    if (number > std::numeric_limits<int>::max()) {
+      return InvalidTfConfig(absl::StrFormat("task.index=%.0f is out of range", number));
+    }
+    index = static_cast<int>(number);
   }
   if (peers->has_value() && index >= static_cast<int>((*peers)->size())) {
     return InvalidTfConfig(absl::StrCat("task.index=", index, " is not below the ", (*peers)->size(),
-                                        " entries of cluster.", type->text));
+                                        " entries of cluster.", type));
   }
   layer.rank = index;
   layer.rank_origin = absl::StrCat("TF_CONFIG task.index=", index);

@@ -3,8 +3,8 @@
 //   kestrel_ctl status --scheduler=host:port [--job_id=ctr]      job state, members, clocks, checkpoints
 //   kestrel_ctl checkpoint --scheduler=host:port                 cut a checkpoint at the next clock boundary
 //
-// `status` prints one JSON object (for scripts, e.g. `kestrel status`). Exit codes: 0 answered, 1 the
-// scheduler could not be reached or refused, 2 bad usage.
+// Each prints one JSON object (proto/ctl.proto: CtlStatus, CtlCheckpoint), for scripts, e.g. `kestrel status`.
+// Exit codes: 0 answered, 1 the scheduler could not be reached or refused, 2 bad usage.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,10 +12,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/json.h"
+#include "proto/ctl.pb.h"
 #include "scheduler/scheduler_client.h"
 
 ABSL_FLAG(std::string, scheduler, "localhost:7000", "host:port of kestrel_scheduler.");
@@ -31,22 +30,28 @@ int Status(SchedulerClient& client) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", d.status().ToString().c_str());
     return 1;
   }
-  std::vector<std::string> members;
-  for (const MemberStatus& m : d->members()) {
-    members.push_back(absl::StrFormat(R"({"role":"%s","rank":%d,"address":"%s","alive":%s,"clock":%d})",
-                                      m.role() == ROLE_SERVER ? "server" : "worker", m.rank(), m.address(),
-                                      m.alive() ? "true" : "false", m.clock()));
-  }
   const ClusterView& v = d->view();
-  std::printf("%s\n",
-              absl::StrFormat(
-                  R"({"job_state":"%s","generation":%d,"servers":%d,"workers":%d,"consistency":"%s","staleness":%d,)"
-                  R"("min_clock":%d,"latest_checkpoint":"%s","latest_checkpoint_clock":%d,"checkpoints_committed":%d,)"
-                  R"("rollbacks":%d,"members":[%s]})",
-                  v.job_state(), v.generation(), v.num_servers(), v.num_workers(), v.consistency(), v.staleness(),
-                  d->min_clock(), d->latest_checkpoint(), d->latest_checkpoint_clock(), d->checkpoints_committed(),
-                  d->rollbacks(), absl::StrJoin(members, ","))
-                  .c_str());
+  CtlStatus status;
+  status.set_job_state(v.job_state());
+  status.set_generation(v.generation());
+  status.set_servers(v.num_servers());
+  status.set_workers(v.num_workers());
+  status.set_consistency(v.consistency());
+  status.set_staleness(v.staleness());
+  status.set_min_clock(d->min_clock());
+  status.set_latest_checkpoint(d->latest_checkpoint());
+  status.set_latest_checkpoint_clock(d->latest_checkpoint_clock());
+  status.set_checkpoints_committed(d->checkpoints_committed());
+  status.set_rollbacks(d->rollbacks());
+  for (const MemberStatus& m : d->members()) {
+    CtlStatus::Member* member = status.add_members();
+    member->set_role(m.role() == ROLE_SERVER ? "server" : "worker");
+    member->set_rank(m.rank());
+    member->set_address(m.address());
+    member->set_alive(m.alive());
+    member->set_clock(m.clock());
+  }
+  std::printf("%s\n", ToJson(status).c_str());
   return 0;
 }
 
@@ -56,7 +61,9 @@ int Checkpoint(SchedulerClient& client) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", clock.status().ToString().c_str());
     return 1;
   }
-  std::printf("{\"checkpoint_at_clock\":%lld}\n", static_cast<long long>(*clock));
+  CtlCheckpoint answer;
+  answer.set_checkpoint_at_clock(*clock);
+  std::printf("%s\n", ToJson(answer).c_str());
   return 0;
 }
 

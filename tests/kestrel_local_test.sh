@@ -33,7 +33,7 @@ PY
 
 echo "== the main job, shortened"
 "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/plain" \
-  --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms
+  --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms
 check_auc "$tmp/plain/summary.json"
 
 echo "== the workers' TensorBoard event files read back (TFRecord framing, masked CRC-32C, Event protos)"
@@ -73,7 +73,10 @@ PY
 
 echo "== export the final checkpoint and score the test file with it: the trainer's own evaluation, bit for bit"
 "${kestrel[@]}" export --no_build --checkpoint_dir="$tmp/plain/ckpt" --config="$tmp/job.pbtxt" --out="$tmp/model"
-"${kestrel[@]}" predict --no_build --model="$tmp/model" --input="$tmp/data/test.tsv" --output="$tmp/scores.txt" \
+# The workers computed with 1 thread each; OpenBLAS splits a GEMM by the thread count, so the same count
+# reproduces their evaluation bit for bit.
+"${kestrel[@]}" predict --no_build --compute_threads=1 --model="$tmp/model" --input="$tmp/data/test.tsv" \
+  --output="$tmp/scores.txt" \
   >"$tmp/predict.json"
 python3 - "$tmp/plain/summary.json" "$tmp/predict.json" "$tmp/scores.txt" <<'PY'
 import json, sys
@@ -92,7 +95,7 @@ run_with_kill() {
   local name=$1 victim=$2
   echo "== $victim killed mid-run"
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
-    --device=cpu --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
+    --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
   local local_pid=$!
   for _ in $(seq 600); do
     grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break

@@ -1,21 +1,23 @@
-// Reading the workers' JSON-lines records (worker/trainer.h: one flat object per line) in tests and benchmarks.
+// Reading the workers' JSON-lines records (proto/records.proto, written by worker/records.h) in tests and
+// benchmarks: each line parsed by protobuf's JSON parser into a Record.
 #ifndef KESTREL_TESTS_RECORDS_H_
 #define KESTREL_TESTS_RECORDS_H_
 
 #include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/records.pb.h"
 
 namespace kestrel {
 
-// The raw value of field `name` in one record line (quotes removed from strings), or "" when absent.
-inline std::string RecordField(const std::string& line, const std::string& name) {
-  const std::string tag = "\"" + name + "\":";
-  const size_t at = line.find(tag);
-  if (at == std::string::npos) return "";
-  std::string value = line.substr(at + tag.size());
-  value = value.substr(0, value.find_first_of(",}"));
-  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
-  return value;
-}
+// Every record of a JSON-lines file, in order. NotFound when the file cannot be opened; InvalidArgument
+// (naming the file) for a line that is not a Record.
+absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path);
+
+// The last record of `kind` ("train", "eval", "done") in a file; NotFound when there is none.
+absl::StatusOr<Record> LastRecord(const std::string& path, absl::string_view kind);
 
 }  // namespace kestrel
 

@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -43,20 +44,10 @@ std::string TmpDir() {
 // What a finished job leaves: worker 0's last evaluation and the servers' full-table fingerprints.
 struct Outcome {
   std::string eval_fingerprint;
-  std::string logloss;
+  double logloss = 0;
   std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
   std::string describe;
 };
-
-std::optional<std::string> LastEvalField(const std::string& path, const std::string& field) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
-  }
-  if (last.empty()) return std::nullopt;
-  return RecordField(last, field);
-}
 
 // One job: its processes and how to (re)start each.
 class Job {
@@ -176,10 +167,10 @@ class Job {
       }
     }
     Outcome out;
-    auto fingerprint = LastEvalField(dir_ + "/metrics.jsonl", "fingerprint");
-    if (!fingerprint) return absl::NotFoundError("no eval record");
-    out.eval_fingerprint = *fingerprint;
-    out.logloss = *LastEvalField(dir_ + "/metrics.jsonl", "logloss");
+    absl::StatusOr<Record> eval = LastRecord(dir_ + "/metrics.jsonl", "eval");
+    if (!eval.ok()) return eval.status();
+    out.eval_fingerprint = eval->fingerprint();
+    out.logloss = eval->logloss();
     for (int s = 0; s < kServers; ++s) {
       auto stub = ParameterServer::NewStub(
           grpc::CreateChannel(servers_[s]->address(), grpc::InsecureChannelCredentials()));
@@ -239,7 +230,7 @@ bool Equal(const Outcome& a, const Outcome& b) {
 }
 
 std::string Describe(const Outcome& o) {
-  std::string s = absl::StrCat("predictions ", o.eval_fingerprint, " logloss ", o.logloss);
+  std::string s = absl::StrCat("predictions ", o.eval_fingerprint, " logloss ", absl::StrFormat("%.17g", o.logloss));
   for (const auto& [name, f] : o.tables) absl::StrAppend(&s, " ", name, "=", absl::Hex(f));
   return s;
 }

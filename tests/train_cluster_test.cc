@@ -6,7 +6,6 @@
 #include <fstream>
 #include <map>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -22,29 +21,6 @@ std::string TmpDir() {
   return tmp != nullptr ? tmp : "/tmp";
 }
 
-struct Eval {
-  double auc = 0;
-  double logloss = 0;
-  std::string fingerprint;
-};
-
-// The last "eval" record of a metrics file.
-absl::StatusOr<Eval> LastEval(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"eval\"") != std::string::npos) last = line;
-  }
-  if (last.empty()) return absl::NotFoundError(absl::StrCat("no eval record in ", path));
-  Eval e;
-  if (!absl::SimpleAtod(RecordField(last, "auc"), &e.auc) ||
-      !absl::SimpleAtod(RecordField(last, "logloss"), &e.logloss)) {
-    return absl::DataLossError(absl::StrCat("bad eval record in ", path, ": ", last));
-  }
-  e.fingerprint = RecordField(last, "fingerprint");
-  return e;
-}
-
 class TrainClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -56,9 +32,9 @@ class TrainClusterTest : public ::testing::Test {
   // Runs one job on a fresh cluster and returns worker 0's final evaluation.
   // `model_fields`: more ModelConfig fields (text format); `batch_size`: per worker; `compute_threads`: each
   // worker's --compute_threads.
-  absl::StatusOr<Eval> RunJob(const std::string& name, const std::string& model, const std::string& consistency,
-                              int staleness, const std::string& model_fields = "", int batch_size = 256,
-                              int compute_threads = 1) {
+  absl::StatusOr<Record> RunJob(const std::string& name, const std::string& model, const std::string& consistency,
+                                int staleness, const std::string& model_fields = "", int batch_size = 256,
+                                int compute_threads = 1) {
     const std::string dir = absl::StrCat(TmpDir(), "/", name);
     std::filesystem::create_directories(dir);
     const std::string config = dir + "/job.pbtxt";
@@ -101,7 +77,7 @@ class TrainClusterTest : public ::testing::Test {
                                                 "; see ", workers[w].log_path()));
       }
     }
-    return LastEval(dir + "/metrics.jsonl");
+    return LastRecord(dir + "/metrics.jsonl", "eval");
   }
 
   static std::string* data_;
@@ -116,25 +92,25 @@ TEST_F(TrainClusterTest, LrAndDeepFmReachTheBayesAucInEveryModeAndBspIsBitwiseRe
     int staleness;
   };
   const std::vector<Mode> modes = {{"bsp", 0}, {"ssp", 2}, {"asp", 0}};
-  std::map<std::string, Eval> bsp;
+  std::map<std::string, Record> bsp;
   for (const std::string model : {"LOGISTIC_REGRESSION", "DEEPFM"}) {
     for (const Mode& mode : modes) {
       const std::string name = absl::StrCat(model, "_", mode.consistency, mode.staleness);
-      absl::StatusOr<Eval> eval = RunJob(name, model, mode.consistency, mode.staleness);
+      absl::StatusOr<Record> eval = RunJob(name, model, mode.consistency, mode.staleness);
       ASSERT_TRUE(eval.ok()) << eval.status();
-      RecordProperty(name + "_auc", absl::StrCat(eval->auc));
-      std::printf("%-26s AUC %.5f (Bayes %.5f)  logloss %.5f (Bayes %.5f)\n", name.c_str(), eval->auc,
-                  truth_->bayes_auc, eval->logloss, truth_->bayes_logloss);
-      EXPECT_GT(eval->auc, truth_->bayes_auc - 0.02) << name;
+      RecordProperty(name + "_auc", absl::StrCat(eval->auc()));
+      std::printf("%-26s AUC %.5f (Bayes %.5f)  logloss %.5f (Bayes %.5f)\n", name.c_str(), eval->auc(),
+                  truth_->bayes_auc, eval->logloss(), truth_->bayes_logloss);
+      EXPECT_GT(eval->auc(), truth_->bayes_auc - 0.02) << name;
       if (mode.consistency == "bsp") bsp[model] = *eval;
     }
   }
   // BSP again: bitwise the same predictions on all 10000 test examples.
   for (const std::string model : {"LOGISTIC_REGRESSION", "DEEPFM"}) {
-    absl::StatusOr<Eval> again = RunJob(model + "_bsp_again", model, "bsp", 0);
+    absl::StatusOr<Record> again = RunJob(model + "_bsp_again", model, "bsp", 0);
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ(again->fingerprint, bsp[model].fingerprint) << model;
-    EXPECT_EQ(again->logloss, bsp[model].logloss) << model;
+    EXPECT_EQ(again->fingerprint(), bsp[model].fingerprint()) << model;
+    EXPECT_EQ(again->logloss(), bsp[model].logloss()) << model;
   }
 }
 
@@ -142,14 +118,14 @@ TEST_F(TrainClusterTest, LrAndDeepFmReachTheBayesAucInEveryModeAndBspIsBitwiseRe
 // backend with 2 compute threads per worker: two BSP runs still give bitwise-identical predictions.
 TEST_F(TrainClusterTest, DeepFmAtARealisticSizeIsBitwiseRepeatableInBsp) {
   const std::string fields = "embedding_dim: 16 hidden: [256, 128]";
-  absl::StatusOr<Eval> first = RunJob("deepfm_real_bsp", "DEEPFM", "bsp", 0, fields, 4096, 2);
+  absl::StatusOr<Record> first = RunJob("deepfm_real_bsp", "DEEPFM", "bsp", 0, fields, 4096, 2);
   ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<Eval> again = RunJob("deepfm_real_bsp_again", "DEEPFM", "bsp", 0, fields, 4096, 2);
+  absl::StatusOr<Record> again = RunJob("deepfm_real_bsp_again", "DEEPFM", "bsp", 0, fields, 4096, 2);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_FALSE(first->fingerprint.empty());
-  EXPECT_EQ(again->fingerprint, first->fingerprint);
-  EXPECT_EQ(again->logloss, first->logloss);
-  EXPECT_GT(first->auc, truth_->bayes_auc - 0.05);
+  EXPECT_FALSE(first->fingerprint().empty());
+  EXPECT_EQ(again->fingerprint(), first->fingerprint());
+  EXPECT_EQ(again->logloss(), first->logloss());
+  EXPECT_GT(first->auc(), truth_->bayes_auc - 0.05);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //
 // Writes one probability per example, in file order ("%.9g": the float round-trips exactly), and prints the
 // examples' logloss, AUC and prediction fingerprint (the trainer's evaluation prints the same figures for the
-// same model and rows). Exit codes: 0 scored, 1 failed, 2 bad flags or a damaged export (named).
+// same model and rows) as one JSON line, a Record of kind "predict" (proto/records.proto). Exit codes: 0
+// scored, 1 failed, 2 bad flags or a damaged export (named).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,7 +14,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/partition.h"
@@ -21,6 +21,7 @@
 #include "worker/export.h"
 #include "worker/local_ps_client.h"
 #include "worker/metrics.h"
+#include "worker/records.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, model, "", "Export directory made by kestrel_export (required).");
@@ -80,12 +81,15 @@ int Run() {
       return 1;
     }
   }
-  std::printf("%s\n", absl::StrFormat("{\"kind\":\"predict\",\"examples\":%d,\"logloss\":%.6f,\"auc\":%.6f,"
-                                      "\"fingerprint\":\"%016x\",\"checkpoint\":\"%s\",\"clock\":%d}",
-                                      probs.size(), LogLoss(probs, labels), ExactAuc(probs, labels),
-                                      PredictionFingerprint(probs), loaded->model.checkpoint(),
-                                      loaded->model.clock())
-                          .c_str());
+  Record record;
+  record.set_kind("predict");
+  record.set_examples(probs.size());
+  record.set_logloss(LogLoss(probs, labels));
+  record.set_auc(ExactAuc(probs, labels));
+  record.set_fingerprint(FingerprintHex(PredictionFingerprint(probs)));
+  record.set_checkpoint(loaded->model.checkpoint());
+  record.set_clock(loaded->model.clock());
+  std::printf("%s\n", RecordJson(record).c_str());
   return 0;
 }
 

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <future>
 #include <thread>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "worker/batch_reader.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
+#include "worker/records.h"
 
 namespace kestrel {
 
@@ -160,22 +160,6 @@ class BatchQueue {
   std::vector<std::unique_ptr<StepData>> free_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// Appends one JSON object per line to a file.
-class RecordWriter {
- public:
-  explicit RecordWriter(const std::string& path) {
-    if (!path.empty()) out_.open(path, std::ios::app);
-  }
-  void Write(const std::string& json) {
-    if (!out_.is_open()) return;
-    out_ << json << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
 };
 
 }  // namespace
@@ -449,10 +433,14 @@ class Trainer::Impl {
         result.train_logloss = window_loss / std::max<int64_t>(window_examples, 1);
         KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
                                       done, total, result.train_logloss, rate);
-        records_.Write(absl::StrFormat(
-            "{\"kind\":\"train\",\"worker\":%d,\"step\":%d,\"steps\":%d,\"logloss\":%.6f,"
-            "\"examples_per_second\":%.1f}",
-            options_.rank, done, total, result.train_logloss, rate));
+        Record record;
+        record.set_kind("train");
+        record.set_worker(options_.rank);
+        record.set_step(done);
+        record.set_steps(total);
+        record.set_logloss(result.train_logloss);
+        record.set_examples_per_second(rate);
+        records_.Write(record);
         Notify({TrainerEvent::Kind::kTrain, done, window_examples, result.train_logloss, 0, rate, phases_.Get()});
         window_start = now;
         window_examples = 0;
@@ -470,10 +458,21 @@ class Trainer::Impl {
     result.seconds = absl::ToDoubleSeconds(training);
     result.examples_per_second = result.seconds > 0 ? result.examples / result.seconds : 0;
     result.phases = phases_.Get();  // training only, like `seconds`
-    records_.Write(absl::StrFormat(
-        "{\"kind\":\"done\",\"worker\":%d,\"steps\":%d,\"examples\":%d,\"seconds\":%.3f,"
-        "\"examples_per_second\":%.1f}",
-        options_.rank, result.steps, result.examples, result.seconds, result.examples_per_second));
+    Record record;
+    record.set_kind("done");
+    record.set_worker(options_.rank);
+    record.set_steps(result.steps);
+    record.set_examples(result.examples);
+    record.set_seconds(result.seconds);
+    record.set_examples_per_second(result.examples_per_second);
+    PhaseSeconds* phases = record.mutable_phases();
+    phases->set_read(result.phases.read);
+    phases->set_batch(result.phases.batch);
+    phases->set_pull(result.phases.pull);
+    phases->set_compute(result.phases.compute);
+    phases->set_push(result.phases.push);
+    phases->set_wait(result.phases.wait);
+    records_.Write(record);
     Notify({TrainerEvent::Kind::kDone, result.steps, result.examples, result.train_logloss, 0,
             result.examples_per_second, result.phases});
     // The final model: every worker's last push is in (and no rollback can undo it any more).
@@ -540,10 +539,16 @@ class Trainer::Impl {
     r.fingerprint = PredictionFingerprint(probs);
     KLOG(Info) << absl::StrFormat("eval at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s", step,
                                   r.examples, r.logloss, r.auc, r.examples_per_second);
-    records_.Write(absl::StrFormat(
-        "{\"kind\":\"eval\",\"worker\":%d,\"step\":%d,\"examples\":%d,\"logloss\":%.6f,\"auc\":%.6f,"
-        "\"examples_per_second\":%.1f,\"fingerprint\":\"%016x\"}",
-        options_.rank, step, r.examples, r.logloss, r.auc, r.examples_per_second, r.fingerprint));
+    Record record;
+    record.set_kind("eval");
+    record.set_worker(options_.rank);
+    record.set_step(step);
+    record.set_examples(r.examples);
+    record.set_logloss(r.logloss);
+    record.set_auc(r.auc);
+    record.set_examples_per_second(r.examples_per_second);
+    record.set_fingerprint(FingerprintHex(r.fingerprint));
+    records_.Write(record);
     Notify({TrainerEvent::Kind::kEval, step, r.examples, r.logloss, r.auc, r.examples_per_second});
     return r;
   }

@@ -93,7 +93,7 @@ struct TrainerOptions {
   bool prefetch_pulls = false; // see the class comment. Default: false.
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
-  std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
+  std::string metrics_path;    // JSON-lines records (proto/records.proto); empty: none. Default: none.
   // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
   // block. Default: none.
   std::function<void(const TrainerEvent&)> observer;

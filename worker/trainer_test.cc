@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +14,7 @@
 #include "worker/data/datagen.h"
 #include "worker/local_trainer.h"
 #include "worker/metrics.h"
+#include "worker/records.h"
 
 namespace kestrel {
 namespace {
@@ -79,15 +81,33 @@ TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
   EXPECT_EQ(result->eval.examples, 1000);
   std::ifstream in(records);
   std::string line;
-  int train = 0, eval = 0, done = 0;
+  std::vector<Record> train, eval, done;
   while (std::getline(in, line)) {
-    train += line.find("\"kind\":\"train\"") != std::string::npos;
-    eval += line.find("\"kind\":\"eval\"") != std::string::npos;
-    done += line.find("\"kind\":\"done\"") != std::string::npos;
+    absl::StatusOr<Record> record = ParseRecord(line);
+    ASSERT_TRUE(record.ok()) << record.status();
+    if (record->kind() == "train") train.push_back(*record);
+    if (record->kind() == "eval") eval.push_back(*record);
+    if (record->kind() == "done") done.push_back(*record);
   }
-  EXPECT_EQ(train, 4);  // steps 5, 10, 15, 20
-  EXPECT_EQ(eval, 2);   // step 10 and the final one
-  EXPECT_EQ(done, 1);
+  ASSERT_EQ(train.size(), 4u);  // steps 5, 10, 15, 20
+  EXPECT_EQ(train[3].step(), 20);
+  EXPECT_EQ(train[3].steps(), 20);
+  EXPECT_TRUE(train[3].has_worker() && train[3].has_logloss() && train[3].has_examples_per_second());
+  ASSERT_EQ(eval.size(), 2u);  // step 10 and the final one
+  EXPECT_EQ(eval[0].step(), 10);
+  EXPECT_EQ(eval[1].examples(), result->eval.examples);
+  EXPECT_EQ(eval[1].auc(), result->eval.auc);
+  EXPECT_EQ(eval[1].fingerprint(), FingerprintHex(result->eval.fingerprint));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].steps(), result->steps);
+  EXPECT_EQ(done[0].examples(), result->examples);
+  EXPECT_EQ(done[0].seconds(), result->seconds);
+  // The per-phase training times, every one present (0 when a phase took no time).
+  const PhaseSeconds& phases = done[0].phases();
+  EXPECT_TRUE(phases.has_read() && phases.has_batch() && phases.has_pull() && phases.has_compute() &&
+              phases.has_push() && phases.has_wait());
+  EXPECT_EQ(phases.compute(), result->phases.compute);
+  EXPECT_EQ(phases.wait(), result->phases.wait);
 }
 
 TEST_F(TrainerTest, TooLittleDataOrMalformedLinesAreClearErrors) {

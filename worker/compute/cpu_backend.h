@@ -1,9 +1,8 @@
 // The CPU backend. GEMMs go through OpenBLAS (its OpenMP build, cblas_sgemm); every other op is a loop over its
 // kernel_math.h element function whose output elements are split across `threads` OpenMP threads by a fixed
 // (static) partition, so each output element is still computed by one thread in one order: the non-GEMM ops
-// give the same bits at any thread count, and for a fixed thread count the whole backend is bitwise
-// repeatable (OpenBLAS partitions a GEMM's output, never its inner sum, by a rule fixed by the shape and the
-// thread count).
+// give the same bits at any thread count. OpenBLAS's GEMM results depend on the thread count (its blocking
+// follows it) but not on timing, so for a fixed thread count the whole backend is bitwise repeatable.
 //
 // The reference mode (CpuGemm::kReference, one thread) keeps the hand-written GEMM loops: the tests compare
 // every op of the fast backend against it.

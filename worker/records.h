@@ -1,0 +1,50 @@
+// The workers' JSON-lines records (proto/records.proto): one Record per line, written and read with protobuf's
+// JSON printer and parser (common/json.h; field names as in the proto: "kind", "worker", "step", ...).
+//
+//   RecordWriter out("metrics.jsonl");
+//   Record r;
+//   r.set_kind("eval");
+//   r.set_auc(0.79);
+//   out.Write(r);  // {"kind":"eval","auc":0.79}
+//
+//   absl::StatusOr<Record> back = ParseRecord(line);
+#ifndef KESTREL_WORKER_RECORDS_H_
+#define KESTREL_WORKER_RECORDS_H_
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/records.pb.h"
+
+namespace kestrel {
+
+// `record` as one line of JSON, without the newline: only its set fields, in field-number order, with the
+// proto field names.
+std::string RecordJson(const Record& record);
+
+// One line of JSON back into a Record. InvalidArgument (naming the line) when it is not JSON or has a field
+// of the wrong type or one that proto/records.proto does not define.
+absl::StatusOr<Record> ParseRecord(absl::string_view line);
+
+// A fingerprint (worker/metrics.h PredictionFingerprint) as a record writes it: 16 lowercase hex digits.
+std::string FingerprintHex(uint64_t fingerprint);
+
+// Appends one record per line to a file, flushing each. Not thread-safe.
+class RecordWriter {
+ public:
+  // `path` empty: Write does nothing. The file is opened for appending (created when absent); a file that
+  // cannot be opened is not an error (the records are an aid, not the result).
+  explicit RecordWriter(const std::string& path);
+
+  void Write(const Record& record);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_RECORDS_H_
