@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench/run_*.sh scripts (source it): the commit and command line a report records.
 #
 #   bench_commit          -> short hash of HEAD, "-dirty" when tracked files changed, or "unknown"

@@ -150,10 +150,9 @@ std::string MachineMarkdown(const Machine& m, const std::string& load_start) {
 }
 
 std::string CommandMarkdown(const Machine& m) {
-  std::string s = "Command:\n\n```\n";
-  if (!m.invocation.empty()) absl::StrAppend(&s, m.invocation, "\n");
-  absl::StrAppend(&s, m.command, "\n```\n\n");
-  return s;
+  // The script a reader runs; the binary's own command line (with this machine's build paths) only when the
+  // binary was started by hand.
+  return absl::StrCat("Command:\n\n```\n", m.invocation.empty() ? m.command : m.invocation, "\n```\n\n");
 }
 
 MachineReport MachineReportOf(const Machine& m) {

@@ -1,17 +1,23 @@
-// train_bench: training throughput (examples/s) of the full cluster on loopback, 1 kestrel_scheduler +
-// 2 kestrel_server + 2 kestrel_worker processes (BSP and ASP), against the single-process trainer on
-// in-process tables (worker/local_trainer.h): the same model, data, batch size and CPU backend.
+// train_bench: training throughput (examples/s) and test AUC / logloss of the full cluster on loopback,
+// 1 kestrel_scheduler + 2 kestrel_server + 2 kestrel_worker processes (BSP and ASP), against the single-process
+// trainer on in-process tables (worker/local_trainer.h) and against PyTorch on the CPU (bench/torch_peer.py:
+// 1 process x 2 threads, and DDP over gloo with 2 processes x 1 thread): the same model, data, per-table
+// optimizers and global batch (the cluster's two workers and the two DDP processes take batch_size / 2 each).
 //
-// Each run measures every configuration once (in-process, cluster BSP, cluster ASP), so foreign load on a
-// shared machine spoils one run, not one configuration; the report gives medians over runs and the ratios
-// cluster / in-process measured within each run (their median). Figures count training time only (the
-// evaluation is excluded); the cluster's examples/s is both workers' examples over the slower worker's time.
+// Each run measures every configuration of every model once, so foreign load on a shared machine spoils one
+// run, not one configuration; the report gives medians over runs and the ratios to PyTorch 1x2 and to the
+// in-process trainer measured within each run (their median). Figures count training time only (parsing the
+// peer's data and every evaluation are excluded); the cluster's examples/s is both workers' examples over the
+// slower worker's time, the DDP peer's all processes' examples over the training wall time.
 //
-//   bench/run_train_bench.sh [--model=DEEPFM|LOGISTIC_REGRESSION|FM|WIDE_AND_DEEP] [--runs=3]
+//   bench/run_train_bench.sh [demo|realistic|all] [--models=LOGISTIC_REGRESSION,DEEPFM,DLRM] [--runs=3] ...
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,11 +25,16 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
@@ -32,11 +43,29 @@
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/datagen.h"
 #include "worker/local_trainer.h"
+#include "worker/model.h"
 
-ABSL_FLAG(std::string, model, "DEEPFM", "Model type (proto/job.proto ModelConfig.Type).");
+ABSL_FLAG(std::string, models, "DEEPFM", "Comma list of model types (proto/job.proto ModelConfig.Type).");
 ABSL_FLAG(int, runs, 3, "Runs; each measures every configuration once.");
-ABSL_FLAG(int, batch_size, 256, "Examples per worker per iteration.");
+ABSL_FLAG(int, embedding_dim, 8, "model.embedding_dim.");
+ABSL_FLAG(std::string, hidden, "64,32", "model.hidden: the MLP widths, a comma list.");
+ABSL_FLAG(int, batch_size, 512,
+          "Examples per step: of the one in-process worker and of PyTorch 1x2; the cluster's two workers and "
+          "the two DDP processes take batch_size / 2 each.");
 ABSL_FLAG(int, epochs, 1, "Passes over the training data per measurement.");
+ABSL_FLAG(int64_t, train_rows, 200000, "Generated training rows (kestrel_datagen, made once in work_dir).");
+ABSL_FLAG(int64_t, test_rows, 50000, "Generated test rows.");
+ABSL_FLAG(int, max_vocab, 50000, "Largest vocabulary of a generated categorical field.");
+ABSL_FLAG(std::string, wide_optimizer, "",
+          "Text-format OptimizerConfig of the wide table for every model, e.g. 'type: ADAGRAD learning_rate: "
+          "0.1' (default: the job default, worker/model.h WithDefaults). PyTorch has no FTRL: with an FTRL wide "
+          "table the peer rows are left out.");
+ABSL_FLAG(int, eval_max_examples, 0, "Evaluate on the first N test examples (0: all), Kestrel and the peer.");
+ABSL_FLAG(bool, peer, true, "Also measure the PyTorch peer (bench/torch_peer.py): 1 process x 2 threads, DDP 2 x 1.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with Debian's python3-torch, to run the peer.");
+ABSL_FLAG(std::string, torch_peer, "bench/torch_peer.py", "The peer script.");
+ABSL_FLAG(std::string, size_label, "", "Names the model size in the report's title (e.g. demo, realistic).");
+ABSL_FLAG(bool, append, false, "Append the report to --output instead of replacing it.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
 ABSL_FLAG(std::string, output, "bench/results/train_bench.md", "Markdown report ('' for none).");
 ABSL_FLAG(std::string, scheduler_binary, "", "kestrel_scheduler (default: found next to this binary).");
@@ -52,32 +81,69 @@ struct Binaries {
   std::string scheduler, server, worker;
 };
 
-std::string JobText(const std::string& data) {
-  return absl::StrFormat(
-      "model { type: %s }\n"
-      "data { format: CRITEO train_files: '%s/train.tsv' test_files: '%s/test.tsv' }\n"
-      "train { batch_size: %d epochs: %d log_every_steps: 1000000 eval_max_examples: 1000 }\n",
-      absl::GetFlag(FLAGS_model), data, data, absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_epochs));
+// One measurement of one configuration: training throughput and the final evaluation on the test file.
+struct Figures {
+  double examples_per_second = 0;
+  double auc = 0;
+  double logloss = 0;
+};
+
+// The model of the benchmark's jobs (unset fields take the job defaults, worker/model.h WithDefaults).
+absl::StatusOr<ModelConfig> ModelOf(const std::string& type_name) {
+  ModelConfig model;
+  ModelConfig::Type type;
+  if (!ModelConfig::Type_Parse(type_name, &type)) {
+    return absl::InvalidArgumentError(absl::StrCat("--models: unknown model type '", type_name, "'"));
+  }
+  model.set_type(type);
+  model.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipWhitespace())) {
+    int width = 0;
+    if (!absl::SimpleAtoi(w, &width)) return absl::InvalidArgumentError(absl::StrCat("--hidden: bad width '", w, "'"));
+    model.add_hidden(width);
+  }
+  const std::string wide = absl::GetFlag(FLAGS_wide_optimizer);
+  if (!wide.empty() && !google::protobuf::TextFormat::ParseFromString(wide, model.mutable_wide_optimizer())) {
+    return absl::InvalidArgumentError(absl::StrCat("--wide_optimizer is not a text-format OptimizerConfig: ", wide));
+  }
+  return model;
 }
 
-// Examples/s of one in-process run (training time only).
-absl::StatusOr<double> InProcess(const std::string& data) {
+// The job of one worker (batch: its examples per step).
+JobConfig JobOf(const std::string& data, const ModelConfig& model, int batch) {
   JobConfig job;
-  if (!google::protobuf::TextFormat::ParseFromString(JobText(data), &job)) {
-    return absl::InvalidArgumentError("bad job text");
-  }
+  *job.mutable_model() = model;
+  job.mutable_data()->set_format(DataConfig::CRITEO);
+  job.mutable_data()->add_train_files(data + "/train.tsv");
+  job.mutable_data()->add_test_files(data + "/test.tsv");
+  job.mutable_train()->set_batch_size(batch);
+  job.mutable_train()->set_epochs(absl::GetFlag(FLAGS_epochs));
+  job.mutable_train()->set_log_every_steps(1000000);
+  job.mutable_train()->set_eval_max_examples(absl::GetFlag(FLAGS_eval_max_examples));
+  return job;
+}
+
+std::string JobText(const JobConfig& job) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job, &text);
+  return text;
+}
+
+// One in-process run (training time only).
+absl::StatusOr<Figures> InProcess(const JobConfig& job) {
   std::unique_ptr<Backend> backend = NewCpuBackend();
   KESTREL_ASSIGN_OR_RETURN(TrainResult r, TrainInProcess(job, backend.get()));
-  return r.examples_per_second;
+  return Figures{r.examples_per_second, r.eval.auc, r.eval.logloss};
 }
 
-// Examples/s of one cluster run: both workers' examples over the slower worker's training time.
-absl::StatusOr<double> Cluster(const Binaries& bin, const std::string& data, const std::string& consistency,
-                               const std::string& dir) {
+// One cluster run: examples/s = both workers' examples over the slower worker's training time; worker 0's
+// evaluation. Each worker gets compute_threads compute threads.
+absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const std::string& consistency,
+                                int compute_threads, const std::string& dir) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/job.pbtxt";
-  std::ofstream(config) << JobText(data);
+  std::ofstream(config) << JobText(job);
   KESTREL_ASSIGN_OR_RETURN(
       ServerProcess scheduler,
       ServerProcess::Start(bin.scheduler,
@@ -101,6 +167,7 @@ absl::StatusOr<double> Cluster(const Binaries& bin, const std::string& data, con
         ServerProcess::Spawn(bin.worker,
                              {"--job_id=bench", "--config=" + config, "--scheduler=" + scheduler.address(),
                               absl::StrCat("--rank=", w), "--device=cpu",
+                              absl::StrCat("--compute_threads=", compute_threads),
                               absl::StrCat("--metrics_out=", dir, "/metrics", w, ".jsonl")},
                              dir, absl::StrCat("worker", w)));
     workers.push_back(std::move(worker));
@@ -114,7 +181,95 @@ absl::StatusOr<double> Cluster(const Binaries& bin, const std::string& data, con
     seconds = std::max(seconds, done.seconds());
   }
   if (seconds <= 0) return absl::InternalError(absl::StrCat("no done records in ", dir));
-  return examples / seconds;
+  KESTREL_ASSIGN_OR_RETURN(Record eval, LastRecord(absl::StrCat(dir, "/metrics0.jsonl"), "eval"));
+  return Figures{examples / seconds, eval.auc(), eval.logloss()};
+}
+
+// The peer's flags for a model (job defaults applied): sizes, embedding initializer and every table's optimizer.
+// A 0 optimizer field means the server's default (server/optimizer.cc), which the peer resolves the same way.
+// Empty, with *unsupported saying why, when PyTorch cannot train the same model (FTRL).
+std::vector<std::string> PeerModelFlags(const ModelConfig& m, std::string* unsupported) {
+  const InitializerConfig& init = m.embedding_initializer();
+  if (init.type() != InitializerConfig::NORMAL || init.mean() != 0) {
+    *unsupported = "the peer initializes embeddings with NORMAL(0, stddev) only";
+    return {};
+  }
+  std::vector<std::string> flags = {
+      "--model=" + absl::AsciiStrToLower(ModelConfig::Type_Name(m.type())),
+      absl::StrCat("--embedding_dim=", m.embedding_dim()), "--hidden=" + absl::StrJoin(m.hidden(), ","),
+      "--bottom_hidden=" + absl::StrJoin(m.bottom_hidden(), ","),
+      absl::StrFormat("--emb_init_stddev=%.9g", init.stddev() == 0 ? 0.01f : init.stddev())};
+  if (m.no_dense_inputs()) flags.push_back("--no_dense_inputs");
+  const std::pair<const char*, const OptimizerConfig*> tables[] = {
+      {"wide", &m.wide_optimizer()}, {"emb", &m.embedding_optimizer()}, {"dense", &m.dense_optimizer()}};
+  for (const auto& [table, c] : tables) {
+    if (c->type() == OptimizerConfig::FTRL) {
+      *unsupported = absl::StrCat("PyTorch has no FTRL (the ", table, " table's optimizer)");
+      return {};
+    }
+    flags.push_back(absl::StrCat("--", table, "_opt=", absl::AsciiStrToLower(OptimizerConfig::Type_Name(c->type()))));
+    flags.push_back(absl::StrFormat("--%s_lr=%.9g", table, c->learning_rate()));
+    flags.push_back(absl::StrFormat("--%s_initial_accumulator=%.9g", table, c->initial_accumulator()));
+    flags.push_back(absl::StrFormat("--%s_epsilon=%.9g", table, c->epsilon()));
+    flags.push_back(absl::StrFormat("--%s_beta1=%.9g", table, c->beta1()));
+    flags.push_back(absl::StrFormat("--%s_beta2=%.9g", table, c->beta2()));
+  }
+  return flags;
+}
+
+// One run of the PyTorch peer (bench/torch_peer.py): `processes` > 1 runs DDP (gloo), `batch` examples per
+// process per step. Its JSON line is parsed with protobuf's JSON parser into *result; its stderr goes to
+// <dir>/peer.log.
+absl::StatusOr<Figures> Peer(const std::string& data, const std::vector<std::string>& model_flags, int processes,
+                             int threads, int batch, const std::string& dir, bench::TorchPeerResult* result) {
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/peer.log";
+  std::vector<std::string> args = {"timeout",
+                                   "3600",
+                                   bench::UserPath(absl::GetFlag(FLAGS_python)),
+                                   bench::UserPath(absl::GetFlag(FLAGS_torch_peer)),
+                                   "--train=" + data + "/train.tsv",
+                                   "--test=" + data + "/test.tsv",
+                                   absl::StrCat("--batch_size=", batch),
+                                   absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+                                   absl::StrCat("--eval_max_examples=", absl::GetFlag(FLAGS_eval_max_examples)),
+                                   absl::StrCat("--threads=", threads),
+                                   absl::StrCat("--ddp=", processes)};
+  args.insert(args.end(), model_flags.begin(), model_flags.end());
+  std::string command;
+  for (const std::string& a : args) absl::StrAppend(&command, command.empty() ? "" : " ", bench::ShellQuote(a));
+  absl::StrAppend(&command, " 2>", bench::ShellQuote(log));
+  const std::string out = bench::RunCommand(command);
+  const std::string line = out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
+  if (line.empty()) {
+    return absl::InternalError(absl::StrCat("the PyTorch peer printed no result (",
+                                            bench::FirstLineWith(log, "torch_peer:"), "); see ", log, " and ",
+                                            command));
+  }
+  absl::Status parsed = FromJson(line, result);
+  if (!parsed.ok())
+    return absl::InternalError(absl::StrCat("the PyTorch peer's line '", line, "': ", parsed.message()));
+  return Figures{result->examples_per_second(), result->auc(), result->logloss()};
+}
+
+// <work>/data-<train>-<test>-<vocab>: kestrel_datagen's files, generated once (a stamp file records the
+// options they were made with; other options make the directory again).
+absl::StatusOr<std::string> GeneratedData(const std::string& work) {
+  DatagenOptions options;
+  options.train_rows = absl::GetFlag(FLAGS_train_rows);
+  options.test_rows = absl::GetFlag(FLAGS_test_rows);
+  options.max_vocab = absl::GetFlag(FLAGS_max_vocab);
+  const std::string dir =
+      absl::StrCat(work, "/data-", options.train_rows, "-", options.test_rows, "-", options.max_vocab);
+  const std::string stamp = dir + "/generated.txt";
+  const std::string want = absl::StrCat("seed ", options.seed, " train_rows ", options.train_rows, " test_rows ",
+                                        options.test_rows, " max_vocab ", options.max_vocab);
+  if (bench::FirstLineWith(stamp, "seed ") == want) return dir;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  KESTREL_RETURN_IF_ERROR(GenerateCriteoData(options, dir).status());
+  KESTREL_RETURN_IF_ERROR(bench::WriteFile(stamp, want + "\n"));
+  return dir;
 }
 
 double Median(std::vector<double> v) {
@@ -142,72 +297,204 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string work = absl::GetFlag(FLAGS_work_dir);
-  const std::string data = work + "/data";
-  std::filesystem::create_directories(data);
-  absl::StatusOr<DatagenTruth> truth = GenerateCriteoData(SmallDatagenOptions(), data);
-  if (!truth.ok()) {
-    std::fprintf(stderr, "datagen: %s\n", truth.status().ToString().c_str());
+  std::filesystem::create_directories(work);
+  absl::StatusOr<std::string> generated = GeneratedData(work);
+  if (!generated.ok()) {
+    std::fprintf(stderr, "datagen: %s\n", generated.status().ToString().c_str());
     return 1;
   }
-  std::map<std::string, std::vector<double>> rate, ratio;
+  const std::string data = *generated;
+  const bool peer = absl::GetFlag(FLAGS_peer);
+  if (peer && bench::RunCommand(bench::ShellQuote(bench::UserPath(absl::GetFlag(FLAGS_python))) +
+                                " -c 'import torch; print(torch.__version__)' 2>/dev/null")
+                  .empty()) {
+    std::fprintf(stderr,
+                 "--peer: %s cannot import torch (apt-get install -y --no-install-recommends python3-torch "
+                 "libopenblas0-openmp, or pass --peer=false)\n",
+                 absl::GetFlag(FLAGS_python).c_str());
+    return 2;
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int nproc = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 2;
+  const int half_threads = std::max(1, nproc / 2);  // per cluster worker / DDP process, as `kestrel local` gives
+  const int batch = absl::GetFlag(FLAGS_batch_size);
+  const int half_batch = std::max(1, batch / 2);
+  auto threads_text = [](int n) { return absl::StrCat(n, n == 1 ? " thread" : " threads"); };
+
+  // Every configuration of every model, in the order measured and reported.
+  struct Config {
+    std::string key, name;
+  };
+  const std::vector<Config> configs = {
+      {"in-process", absl::StrFormat("Kestrel in-process, 1 process × %s", threads_text(nproc))},
+      {"bsp", absl::StrFormat("Kestrel cluster BSP, 2 servers + 2 workers × %s, %d per worker",
+                              threads_text(half_threads), half_batch)},
+      {"asp", absl::StrFormat("Kestrel cluster ASP, 2 servers + 2 workers × %s, %d per worker",
+                              threads_text(half_threads), half_batch)},
+      {"torch", absl::StrFormat("PyTorch, 1 process × %s", threads_text(nproc))},
+      {"ddp",
+       absl::StrFormat("PyTorch DDP (gloo), 2 processes × %s, %d per process", threads_text(half_threads), half_batch)},
+  };
+  struct ModelRuns {
+    ModelConfig model;     // as the jobs give it
+    ModelConfig resolved;  // job defaults applied
+    std::vector<std::string> peer_flags;
+    std::string peer_unsupported;                                   // why the peer rows are left out
+    std::map<std::string, std::vector<Figures>> figures;            // by config key, one per run
+    std::map<std::string, std::vector<double>> vs_torch, vs_local;  // ratios within each run
+  };
+  std::vector<ModelRuns> models;
+  for (absl::string_view type : absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace())) {
+    absl::StatusOr<ModelConfig> model = ModelOf(std::string(absl::StripAsciiWhitespace(type)));
+    if (!model.ok()) {
+      std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+      return 2;
+    }
+    ModelRuns m;
+    m.model = *model;
+    m.resolved = WithDefaults(*model);
+    m.peer_flags = PeerModelFlags(m.resolved, &m.peer_unsupported);
+    if (!peer) m.peer_unsupported = "--peer=false";
+    models.push_back(std::move(m));
+  }
+  bench::TorchPeerResult peer_info;  // of the last PyTorch 1-process run: its BLAS and version
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
-    absl::StatusOr<double> local = InProcess(data);
-    if (!local.ok()) {
-      std::fprintf(stderr, "in-process run failed: %s\n", local.status().ToString().c_str());
-      return 1;
-    }
-    rate["in-process"].push_back(*local);
-    std::printf("run %d: in-process %.0f examples/s\n", r, *local);
-    for (const std::string consistency : {"bsp", "asp"}) {
-      absl::StatusOr<double> cluster = Cluster(bin, data, consistency, absl::StrCat(work, "/", consistency));
-      if (!cluster.ok()) {
-        std::fprintf(stderr, "cluster run failed: %s\n", cluster.status().ToString().c_str());
-        return 1;
+    for (ModelRuns& m : models) {
+      const std::string type = ModelConfig::Type_Name(m.model.type());
+      std::map<std::string, Figures> run;
+      for (const Config& c : configs) {
+        const bool is_peer = c.key == "torch" || c.key == "ddp";
+        if (is_peer && !m.peer_unsupported.empty()) continue;
+        const std::string dir = absl::StrCat(work, "/", c.key);
+        absl::StatusOr<Figures> f =
+            c.key == "in-process" ? InProcess(JobOf(data, m.model, batch))
+            : c.key == "torch"    ? Peer(data, m.peer_flags, 1, nproc, batch, dir, &peer_info)
+            : c.key == "ddp"      ? [&] {
+                bench::TorchPeerResult unused;
+                return Peer(data, m.peer_flags, 2, half_threads, half_batch, dir, &unused);
+              }()
+                                  : Cluster(bin, JobOf(data, m.model, half_batch), c.key, half_threads, dir);
+        if (!f.ok()) {
+          std::fprintf(stderr, "%s, %s failed: %s\n", type.c_str(), c.name.c_str(), f.status().ToString().c_str());
+          return 1;
+        }
+        run[c.key] = *f;
+        m.figures[c.key].push_back(*f);
+        std::printf("run %d: %s, %s: %.0f examples/s, test AUC %.5f, logloss %.5f\n", r, type.c_str(), c.name.c_str(),
+                    f->examples_per_second, f->auc, f->logloss);
+        std::fflush(stdout);
       }
-      rate[consistency].push_back(*cluster);
-      ratio[consistency].push_back(*cluster / *local);
-      std::printf("run %d: cluster %s %.0f examples/s (%.2fx in-process)\n", r, consistency.c_str(), *cluster,
-                  *cluster / *local);
+      for (const auto& [key, f] : run) {
+        m.vs_local[key].push_back(f.examples_per_second / run["in-process"].examples_per_second);
+        if (run.count("torch") > 0) {
+          m.vs_torch[key].push_back(f.examples_per_second / run["torch"].examples_per_second);
+        }
+      }
     }
-    std::fflush(stdout);
   }
 
   const bench::Machine machine =
       bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
-  std::string md = "# Kestrel train_bench: training throughput, 2 servers + 2 workers vs. in-process\n\n";
+  const std::string hidden = absl::StrReplaceAll(absl::GetFlag(FLAGS_hidden), {{",", "-"}, {" ", ""}});
+  const std::string label = absl::GetFlag(FLAGS_size_label);
+  std::string md = absl::StrFormat(
+      "# Kestrel train_bench%s: dim %d, MLP %s, batch %d, %d train rows — Kestrel (in-process, 2 servers + 2 "
+      "workers) vs. PyTorch\n\n",
+      label.empty() ? "" : ", " + label + " size", absl::GetFlag(FLAGS_embedding_dim), hidden, batch,
+      absl::GetFlag(FLAGS_train_rows));
   absl::StrAppend(&md, "## Machine\n\n", bench::MachineMarkdown(machine, load_start));
   absl::StrAppend(&md, absl::StrFormat("| Bench runtime | %.0f s |\n\n", absl::ToDoubleSeconds(absl::Now() - start)),
                   bench::CommandMarkdown(machine));
+  const int64_t eval_examples =
+      absl::GetFlag(FLAGS_eval_max_examples) > 0
+          ? std::min<int64_t>(absl::GetFlag(FLAGS_eval_max_examples), absl::GetFlag(FLAGS_test_rows))
+          : absl::GetFlag(FLAGS_test_rows);
   absl::StrAppend(
       &md, "## Setup\n\n",
-      absl::StrFormat("- Model %s, CPU backend, batch %d examples per worker, %d epoch(s) of the small generated "
-                      "set (%d train rows; kestrel_datagen --small).\n",
-                      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_epochs),
-                      SmallDatagenOptions().train_rows),
-      "- In-process: one Trainer on in-process Shards (worker/local_trainer.h), the same code path minus the "
-      "network and the scheduler.\n",
-      "- Cluster: kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes on 127.0.0.1; each worker "
-      "trains on half the data, so the cluster does the same total work.\n",
-      absl::StrFormat("- Medians of %d runs; each run measures the three configurations in turn. Ratio = cluster / "
-                      "in-process within a run, median over runs. Training time only (evaluation excluded).\n\n",
-                      absl::GetFlag(FLAGS_runs)),
-      "## Results\n\n| Configuration | examples/s (median) | ratio to in-process (median) | runs |\n|---|---|---|---|\n");
-  auto runs_text = [](const std::vector<double>& v) {
+      absl::StrFormat("- Data: `kestrel_datagen --train_rows %d --test_rows %d --max_vocab %d` (seed 1); %d epoch(s) "
+                      "in file order; test AUC and logloss on %d test examples.\n",
+                      absl::GetFlag(FLAGS_train_rows), absl::GetFlag(FLAGS_test_rows), absl::GetFlag(FLAGS_max_vocab),
+                      absl::GetFlag(FLAGS_epochs), eval_examples),
+      absl::StrFormat("- Models: embedding dim %d, MLP %s (DLRM: bottom MLP %s), CPU backend; %d examples per step "
+                      "in every configuration (the cluster's 2 workers and the 2 DDP processes take %d each; BSP "
+                      "servers apply (1/2)·Σ of the 2 workers' pushes and DDP averages the 2 processes' gradients, "
+                      "so those two make the same updates, the sparse rows' steps half those of one process with the "
+                      "whole batch).\n",
+                      absl::GetFlag(FLAGS_embedding_dim), hidden,
+                      models.empty() ? "" : absl::StrJoin(models[0].resolved.bottom_hidden(), "-"), batch, half_batch),
+      "- Kestrel in-process: one Trainer on in-process Shards (worker/local_trainer.h), the same code path minus "
+      "the network and the scheduler.\n",
+      absl::StrFormat(
+          "- Cluster: kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes on 127.0.0.1, each worker "
+          "training on half the lines (index mod 2) with %s "
+          "(--compute_threads, as `kestrel local` gives each of 2 workers), the servers' handlers inline.\n",
+          threads_text(half_threads)),
+      "- PyTorch (bench/torch_peer.py, CPU): the same network, initial distributions, per-table optimizers and data "
+      "order; nn.Embedding(sparse=True) tables, the batch's summed loss for the sparse gradients and its mean for "
+      "the dense ones. Its examples/s excludes parsing the files (cached as .npy) and the evaluation.\n",
+      peer_info.has_blas()
+          ? absl::StrFormat("- PyTorch %s on %s (%d threads read back from the library; a 4096×512·512×256 matmul "
+                            "ran at %.0f GFLOP/s in the last 1-process run).\n",
+                            peer_info.torch(), peer_info.blas(), peer_info.blas_threads(), peer_info.matmul_gflops())
+          : "",
+      absl::StrFormat("- Medians of %d runs; each run measures every configuration of every model in turn. Ratios "
+                      "are taken within a run (examples/s of the row / of the reference), median over runs.\n\n",
+                      absl::GetFlag(FLAGS_runs)));
+  auto optimizer_text = [](const OptimizerConfig& c) {
+    std::string text;
+    google::protobuf::TextFormat::Printer printer;
+    printer.SetSingleLineMode(true);
+    printer.PrintToString(c, &text);
+    return std::string(absl::StripAsciiWhitespace(text));
+  };
+  auto runs_text = [](const std::vector<Figures>& v) {
     std::string s;
-    for (double x : v) absl::StrAppend(&s, s.empty() ? "" : ", ", absl::StrFormat("%.0f", x));
+    for (const Figures& f : v) {
+      absl::StrAppend(&s, s.empty() ? "" : ", ", absl::StrFormat("%.0f", f.examples_per_second));
+    }
     return s;
   };
-  absl::StrAppend(&md, absl::StrFormat("| in-process, 1 worker | %.0f | 1.00 | %s |\n", Median(rate["in-process"]),
-                                       runs_text(rate["in-process"])));
-  for (const std::string consistency : {"bsp", "asp"}) {
-    absl::StrAppend(&md, absl::StrFormat("| cluster %s, 2 servers + 2 workers | %.0f | %.2f | %s |\n", consistency,
-                                         Median(rate[consistency]), Median(ratio[consistency]),
-                                         runs_text(rate[consistency])));
+  auto median_of = [](const std::vector<Figures>& v, double Figures::*field) {
+    std::vector<double> x;
+    for (const Figures& f : v) x.push_back(f.*field);
+    return Median(x);
+  };
+  for (ModelRuns& m : models) {
+    absl::StrAppend(
+        &md, absl::StrFormat("## %s%s\n\n", ModelConfig::Type_Name(m.model.type()), label.empty() ? "" : ", " + label),
+        absl::StrFormat("Optimizers: wide `%s`; embeddings %s; dense `%s`.%s\n\n",
+                        optimizer_text(m.resolved.wide_optimizer()),
+                        m.resolved.type() == ModelConfig::LOGISTIC_REGRESSION
+                            ? "none"
+                            : "`" + optimizer_text(m.resolved.embedding_optimizer()) + "`",
+                        optimizer_text(m.resolved.dense_optimizer()),
+                        m.peer_unsupported.empty() ? "" : " PyTorch left out: " + m.peer_unsupported + "."),
+        absl::StrFormat("| Configuration | examples/s (median) | test AUC | test logloss | vs PyTorch 1×%d "
+                        "| vs Kestrel in-process | examples/s per run |\n|---|---:|---:|---:|---:|---:|---|\n",
+                        nproc));
+    for (const Config& c : configs) {
+      const std::vector<Figures>& f = m.figures[c.key];
+      if (f.empty()) continue;
+      absl::StrAppend(
+          &md, absl::StrFormat("| %s | %.0f | %.5f | %.5f | %s | %.2f | %s |\n", c.name,
+                               median_of(f, &Figures::examples_per_second), median_of(f, &Figures::auc),
+                               median_of(f, &Figures::logloss),
+                               m.vs_torch[c.key].empty() ? "—" : absl::StrFormat("%.2f", Median(m.vs_torch[c.key])),
+                               Median(m.vs_local[c.key]), runs_text(f)));
+    }
+    absl::StrAppend(&md, "\n");
   }
   std::printf("\n%s", md.c_str());
   const std::string output = absl::GetFlag(FLAGS_output);
   if (!output.empty()) {
-    absl::Status written = bench::WriteFile(bench::UserPath(output), md);
+    std::string previous;
+    if (absl::GetFlag(FLAGS_append)) {
+      std::ifstream in(bench::UserPath(output));
+      previous.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!previous.empty()) previous += "\n";
+    }
+    absl::Status written = bench::WriteFile(bench::UserPath(output), previous + md);
     if (!written.ok()) {
       std::fprintf(stderr, "%s\n", written.ToString().c_str());
       return 1;
@@ -220,7 +507,8 @@ int Main(int argc, char** argv) {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Kestrel training throughput: cluster on loopback vs. in-process trainer.");
+  absl::SetProgramUsageMessage(
+      "Kestrel training throughput and test AUC: cluster on loopback vs. in-process trainer vs. PyTorch (CPU).");
   absl::ParseCommandLine(argc, argv);
   return kestrel::Main(argc, argv);
 }

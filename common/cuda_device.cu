@@ -55,6 +55,31 @@ std::string DescribeCudaDevices() {
   return out;
 }
 
+namespace {
+
+// The self-check on `stream`: fills *d_out (allocated here; the caller frees it) and compares it on the host.
+absl::Status RunSelfCheck(int device, int n, cudaStream_t stream, float** d_out) {
+  cudaError_t e = cudaMalloc(d_out, sizeof(float) * n);
+  if (e != cudaSuccess) {
+    *d_out = nullptr;
+    return CudaError(e, "cudaMalloc");
+  }
+  if (absl::Status launched = LaunchSelfCheck(*d_out, n, stream); !launched.ok()) return launched;
+  std::vector<float> host(n);
+  e = cudaMemcpyAsync(host.data(), *d_out, sizeof(float) * n, cudaMemcpyDeviceToHost, stream);
+  if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync");
+  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) return CudaError(e, "cudaStreamSynchronize");
+  for (int i = 0; i < n; ++i) {
+    if (host[i] != SelfCheckValue(i)) {
+      return absl::InternalError("device " + std::to_string(device) + " computed a wrong value at " +
+                                 std::to_string(i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckCudaDevice(int device, int n) {
   if (device < 0 || device >= CudaDeviceCount()) {
     return absl::FailedPreconditionError("no CUDA device " + std::to_string(device) + " (" +
@@ -65,28 +90,10 @@ absl::Status CheckCudaDevice(int device, int n) {
   cudaStream_t stream;
   if ((e = cudaStreamCreate(&stream)) != cudaSuccess) return CudaError(e, "cudaStreamCreate");
   float* d_out = nullptr;
-  absl::Status status;
-  std::vector<float> host(n);
-  if ((e = cudaMalloc(&d_out, sizeof(float) * n)) != cudaSuccess) {
-    status = CudaError(e, "cudaMalloc");
-  } else {
-    status = LaunchSelfCheck(d_out, n, stream);
-    if (status.ok() && (e = cudaMemcpyAsync(host.data(), d_out, sizeof(float) * n, cudaMemcpyDeviceToHost,
-                                            stream)) != cudaSuccess) {
-      status = CudaError(e, "cudaMemcpyAsync");
-    }
-    if (status.ok() && (e = cudaStreamSynchronize(stream)) != cudaSuccess) {
-      status = CudaError(e, "cudaStreamSynchronize");
-    }
-    for (int i = 0; status.ok() && i < n; ++i) {
-      if (host[i] != SelfCheckValue(i)) {
-        status = absl::InternalError("device " + std::to_string(device) + " computed a wrong value at " +
-                                     std::to_string(i));
-      }
-    }
-    cudaFree(d_out);
-  }
-  cudaStreamDestroy(stream);
+  const absl::Status status = RunSelfCheck(device, n, stream, &d_out);
+  // Teardown errors cannot change the verdict; the check's own status is the answer.
+  if (d_out != nullptr) (void)cudaFree(d_out);
+  (void)cudaStreamDestroy(stream);
   return status;
 }
 
