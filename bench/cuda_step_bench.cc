@@ -3,7 +3,10 @@
 // machine from the GPU bundle (scripts/gpu_bundle.sh //bench:cuda_step_bench, then scripts/gpu_check.sh);
 // without a GPU it says so and exits 0. Prints a markdown report on stdout (gpu_check.sh saves it).
 //
-//   cuda_step_bench [--model=DEEPFM] [--batch=4096] [--steps=50] [--runs=3]
+// Each configuration of --configs (embedding dim / MLP widths / batch) is one row: the demo size and the sizes
+// users run (dim 16-64, MLP 256-128 and 1024-512-256, batch 4096-16384). The CPU backend uses every core here.
+//
+//   cuda_step_bench [--model=DEEPFM] [--configs="8/64,32/4096;16/256,128/4096;..."] [--steps=50] [--runs=3]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,7 +14,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/cuda_device.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/compute/cuda_backend.h"
@@ -19,7 +25,9 @@
 #include "worker/synthetic_batch.h"
 
 ABSL_FLAG(std::string, model, "DEEPFM", "Model type (proto/job.proto ModelConfig.Type).");
-ABSL_FLAG(int, batch, 4096, "Examples per step.");
+ABSL_FLAG(std::string, configs,
+          "8/64,32/4096;16/256,128/4096;16/256,128/16384;64/1024,512,256/4096;64/1024,512,256/16384",
+          "Semicolon-separated embedding_dim/hidden widths/batch configurations, one report row each.");
 ABSL_FLAG(int, steps, 50, "Timed steps per run (after 3 warm-up steps).");
 ABSL_FLAG(int, runs, 3, "Runs; medians are reported.");
 
@@ -53,34 +61,16 @@ double OpSeconds(Backend& backend, int calls, Op op) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
 }
 
-int Main() {
-  if (CudaDeviceCount() == 0) {
-    std::printf("cuda_step_bench: no GPU here (%s); nothing measured\n", DescribeCudaDevices().c_str());
-    return 0;
-  }
-  absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
-  if (!cuda.ok()) {
-    std::printf("cuda_step_bench: no CUDA backend (%s)\n", cuda.status().ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<Backend> cpu = NewCpuBackend();
-  ModelConfig config;
-  ModelConfig::Type type;
-  if (!ModelConfig::Type_Parse(absl::GetFlag(FLAGS_model), &type)) {
-    std::fprintf(stderr, "unknown --model\n");
-    return 2;
-  }
-  config.set_type(type);
-  const int batch_size = absl::GetFlag(FLAGS_batch);
+// Measures one configuration and prints its report row. False when device buffers cannot be allocated.
+bool MeasureRow(const ModelConfig& config, int batch_size, Backend& cpu, Backend& be) {
   const PreparedBatch batch = SyntheticCriteoBatch(batch_size, 1e5);
-  auto cpu_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cpu.get());
-  auto cuda_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, cuda->get());
+  auto cpu_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, &cpu);
+  auto cuda_model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, &be);
   const size_t unique = batch.keys.num_unique();
   const int dim = cpu_model->embedding_dim();
   std::vector<float> wide(unique, 0.01f), emb(unique * dim, 0.01f), dense(cpu_model->dense_size(), 0.01f);
 
   std::vector<double> cpu_s, cuda_s, ratio, gather_gbs, segment_gbs;
-  Backend& be = **cuda;
   const int64_t positions = int64_t{batch_size} * kCriteoFields;
   DeviceArray<float> rows(&be), x(&be), values(&be), out(&be);
   DeviceArray<uint32_t> index(&be), offsets(&be), seg_positions(&be);
@@ -88,7 +78,7 @@ int Main() {
       !out.Reserve(unique * dim).ok() || !index.Reserve(positions).ok() || !offsets.Reserve(unique + 1).ok() ||
       !seg_positions.Reserve(positions).ok()) {
     std::fprintf(stderr, "cannot allocate device buffers\n");
-    return 1;
+    return false;
   }
   (void)be.CopyToDevice(rows.data(), emb.data(), unique * dim * sizeof(float));
   (void)be.CopyToDevice(values.data(), batch.batch.values.data(), positions * sizeof(float));
@@ -99,6 +89,7 @@ int Main() {
   // value per position); the segment sum reads each position's gradient row once and writes the unique rows.
   const double gather_bytes = positions * (dim * 8.0 + 8.0);
   const double segment_bytes = positions * (dim * 4.0 + 8.0) + unique * dim * 4.0;
+  // The CPU runs a tenth of the steps (at least 1): its step is up to seconds long at the largest sizes.
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     const double c = StepSeconds(*cpu_model, batch, wide, emb, dense, std::max(1, absl::GetFlag(FLAGS_steps) / 10));
     const double g = StepSeconds(*cuda_model, batch, wide, emb, dense, absl::GetFlag(FLAGS_steps));
@@ -114,16 +105,55 @@ int Main() {
     gather_gbs.push_back(gather_bytes / tg / 1e9);
     segment_gbs.push_back(segment_bytes / ts / 1e9);
   }
+  std::string widths;
+  for (int h : config.hidden()) absl::StrAppend(&widths, widths.empty() ? "" : "-", h);
+  std::printf("| %d | %s | %d | %zu | %.2f ms | %.3f ms | %.1fx | %.0f | %.0f | %.0f |\n", dim, widths.c_str(),
+              batch_size, unique, Median(cpu_s) * 1e3, Median(cuda_s) * 1e3, Median(ratio),
+              batch_size / Median(cuda_s), Median(gather_gbs), Median(segment_gbs));
+  std::fflush(stdout);
+  return true;
+}
+
+int Main() {
+  if (CudaDeviceCount() == 0) {
+    std::printf("cuda_step_bench: no GPU here (%s); nothing measured\n", DescribeCudaDevices().c_str());
+    return 0;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
+  if (!cuda.ok()) {
+    std::printf("cuda_step_bench: no CUDA backend (%s)\n", cuda.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<Backend> cpu = NewCpuBackend();
+  ModelConfig::Type type;
+  if (!ModelConfig::Type_Parse(absl::GetFlag(FLAGS_model), &type)) {
+    std::fprintf(stderr, "unknown --model\n");
+    return 2;
+  }
   std::printf("# Kestrel cuda_step_bench\n\n%s\n\n", DescribeCudaDevices().c_str());
-  std::printf("Model %s, batch %d x %d fields (%zu unique keys), embedding dim %d; medians of %d runs.\n\n",
-              absl::GetFlag(FLAGS_model).c_str(), batch_size, kCriteoFields, unique, dim, absl::GetFlag(FLAGS_runs));
-  std::printf("| figure | value |\n|---|---|\n");
-  std::printf("| CPU backend step | %.3f ms |\n| CUDA backend step (host params in, host grads out) | %.3f ms |\n",
-              Median(cpu_s) * 1e3, Median(cuda_s) * 1e3);
-  std::printf("| speed-up CUDA / CPU (median of per-run ratios) | %.1fx |\n", Median(ratio));
-  std::printf("| CUDA examples/s | %.0f |\n", batch_size / Median(cuda_s));
-  std::printf("| Gather effective bandwidth | %.0f GB/s |\n| SegmentSum effective bandwidth | %.0f GB/s |\n",
-              Median(gather_gbs), Median(segment_gbs));
+  std::printf("Model %s, %d fields, CPU backend on %s; medians of %d runs, ratios within each run.\n\n",
+              absl::GetFlag(FLAGS_model).c_str(), kCriteoFields, cpu->name().c_str(), absl::GetFlag(FLAGS_runs));
+  std::printf("| dim | MLP | batch | unique keys | CPU step | CUDA step | CUDA / CPU speed-up | CUDA examples/s | "
+              "Gather GB/s | SegmentSum GB/s |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_configs), ';', absl::SkipEmpty())) {
+    const std::vector<std::string> parts = absl::StrSplit(spec, '/');
+    ModelConfig config;
+    config.set_type(type);
+    int dim = 0, batch_size = 0;
+    bool ok = parts.size() == 3 && absl::SimpleAtoi(parts[0], &dim) && absl::SimpleAtoi(parts[2], &batch_size) &&
+              dim > 0 && batch_size > 0;
+    for (absl::string_view w : absl::StrSplit(parts.size() == 3 ? parts[1] : "", ',')) {
+      int width = 0;
+      ok = ok && absl::SimpleAtoi(w, &width) && width > 0;
+      config.add_hidden(width);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad --configs entry '%s': expected dim/w1,w2,.../batch\n", std::string(spec).c_str());
+      return 2;
+    }
+    config.set_embedding_dim(dim);
+    if (!MeasureRow(config, batch_size, *cpu, **cuda)) return 1;
+  }
   return 0;
 }
 
