@@ -73,7 +73,7 @@ PY
 
 echo "== export the final checkpoint and score the test file with it: the trainer's own evaluation, bit for bit"
 "${kestrel[@]}" export --no_build --checkpoint_dir="$tmp/plain/ckpt" --config="$tmp/job.pbtxt" --out="$tmp/model"
-# The workers computed with 1 thread each; OpenBLAS splits a GEMM by the thread count, so the same count
+# The workers computed with 1 thread each; the GEMM library blocks by the thread count, so the same count
 # reproduces their evaluation bit for bit.
 "${kestrel[@]}" predict --no_build --compute_threads=1 --model="$tmp/model" --input="$tmp/data/test.tsv" \
   --output="$tmp/scores.txt" \

@@ -114,7 +114,7 @@ TEST_F(TrainClusterTest, LrAndDeepFmReachTheBayesAucInEveryModeAndBspIsBitwiseRe
   }
 }
 
-// The realistic size (embedding dim 16, MLP 256-128, 4096 examples per worker per step) on the OpenBLAS
+// The realistic size (embedding dim 16, MLP 256-128, 4096 examples per worker per step) on the oneDNN
 // backend with 2 compute threads per worker: two BSP runs still give bitwise-identical predictions.
 TEST_F(TrainClusterTest, DeepFmAtARealisticSizeIsBitwiseRepeatableInBsp) {
   const std::string fields = "embedding_dim: 16 hidden: [256, 128]";

@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, ModelGpuTest,
                          [](const auto& info) { return ModelConfig::Type_Name(info.param); });
 
 // The sizes users run: batch 4096, embedding dim 16 with MLP 256-128 and dim 64 with MLP 1024-512-256. The
-// MLP's sums run over up to 4096 examples and 2509 inputs, in a different order in cuBLAS and OpenBLAS: 1e-4.
+// MLP's sums run over up to 4096 examples and 2509 inputs, in a different order in cuBLAS and oneDNN: 1e-4.
 class ModelGpuRealisticTest : public ::testing::TestWithParam<std::tuple<ModelConfig::Type, int>> {};
 
 TEST_P(ModelGpuRealisticTest, TrainingStepMatchesTheCpuBackend) {

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include <openblas-openmp/cblas.h>
+#include "dnnl.h"
 
 #include "absl/strings/str_cat.h"
 #include "worker/compute/kernel_math.h"
@@ -30,7 +30,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override {
-    return gemm_ == CpuGemm::kReference ? "cpu-reference" : absl::StrCat("cpu (", threads_, " threads, OpenBLAS)");
+    return gemm_ == CpuGemm::kReference ? "cpu-reference" : absl::StrCat("cpu (", threads_, " threads, oneDNN)");
   }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
@@ -124,10 +124,13 @@ class CpuBackend final : public Backend {
       for (int64_t e = 0; e < int64_t{m} * n; ++e) c[e] = beta == 0.0f ? 0.0f : beta * c[e];
       return absl::OkStatus();
     }
-    // The OpenMP build of OpenBLAS runs on as many threads as the calling thread's OpenMP setting allows.
+    // oneDNN (OpenMP threading) runs on as many threads as the calling thread's OpenMP setting allows.
     omp_set_num_threads(threads_);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-                alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
+                                            trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    if (status != dnnl_success) {
+      return absl::InternalError(absl::StrCat("dnnl_sgemm(", m, "x", n, "x", k, ") failed with status ", status));
+    }
     return absl::OkStatus();
   }
   absl::Status BiasActivation(float* x, const float* bias, int64_t rows, int cols, bool relu) override {

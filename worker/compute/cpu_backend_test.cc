@@ -1,6 +1,6 @@
 // Every op of the CPU backend (and so every kernel_math.h function) against a naive reference written
-// independently here, on random inputs, for the reference mode and the OpenBLAS backend at several thread
-// counts; then every op of the OpenBLAS backend against the reference mode at a realistic size (DeepFM with 39
+// independently here, on random inputs, for the reference mode and the oneDNN-backed backend at several thread
+// counts; then every op of the oneDNN-backed backend against the reference mode at a realistic size (DeepFM with 39
 // slots of dim 16, MLP 256-128, 1024 examples): the element kernels bit for bit at any thread count, the
 // GEMMs within float rounding, and every op bitwise repeatable.
 #include "worker/compute/cpu_backend.h"
@@ -34,7 +34,7 @@ void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, 
   }
 }
 
-// 0: the reference mode; N > 0: OpenBLAS with N threads.
+// 0: the reference mode; N > 0: oneDNN GEMMs and N threads.
 class CpuBackendTest : public ::testing::TestWithParam<int> {
  protected:
   static std::unique_ptr<Backend> Make(int threads) {
