@@ -1,5 +1,6 @@
 // KeyBatch::Build (sort + dedup + split by owner, done once per batch on every worker) on training-like
-// batches, against the previous algorithm (std::sort of (key, position) pairs), in one run.
+// batches, against the two earlier algorithms (std::sort of all (key, position) pairs; the stable radix sort
+// of all pairs, before the hash dedup that now sorts only the unique keys), in one run.
 //
 //   bench/run_micro_bench.sh key_batch_bench        (writes bench/results/key_batch_bench.md)
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "benchmark/benchmark.h"
 #include "common/key_batch.h"
 #include "common/partition.h"
+#include "worker/data/datagen.h"
 
 namespace kestrel {
 namespace {
@@ -30,6 +32,30 @@ std::vector<uint64_t> TrainingBatch(int samples) {
   return keys;
 }
 
+// The 26 categorical keys of `samples` rows of kestrel_datagen's training split at the realistic size
+// (vocabularies up to 100k, Zipf 1.1: bench/run_train_bench.sh realistic).
+std::vector<uint64_t> DatagenBatch(int samples) {
+  DatagenOptions options;
+  options.max_vocab = 100000;
+  const PlantedModel model(options);
+  std::vector<uint64_t> keys;
+  keys.reserve(samples * 26);
+  CriteoExample example;
+  for (int s = 0; s < samples; ++s) {
+    model.Draw(/*split=*/0, s, &example);
+    for (uint32_t field = 0; field < 26; ++field) {
+      keys.push_back(Partition::FieldFeatureKey(field, example.categories[field]));
+    }
+  }
+  return keys;
+}
+
+// range(0) examples; range(1): 0 the Zipf-over-1e6 batch, 1 kestrel_datagen's.
+std::vector<uint64_t> BatchOf(const benchmark::State& state) {
+  const int samples = static_cast<int>(state.range(0));
+  return state.range(1) == 0 ? TrainingBatch(samples) : DatagenBatch(samples);
+}
+
 // The previous KeyBatch sort: std::sort of (key, position) pairs, then dedup.
 void StdSortDedup(const std::vector<uint64_t>& keys, std::vector<std::pair<uint64_t, uint32_t>>* sorted,
                   std::vector<uint64_t>* unique, std::vector<uint32_t>* inverse) {
@@ -44,8 +70,23 @@ void StdSortDedup(const std::vector<uint64_t>& keys, std::vector<std::pair<uint6
   }
 }
 
+// The radix-sort Build before the hash dedup: every (key, position) pair sorted, then dedup.
+void RadixSortAllDedup(const std::vector<uint64_t>& keys, std::vector<std::pair<uint64_t, uint32_t>>* sorted,
+                       std::vector<std::pair<uint64_t, uint32_t>>* scratch, std::vector<uint64_t>* unique,
+                       std::vector<uint32_t>* inverse) {
+  sorted->resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) (*sorted)[i] = {keys[i], static_cast<uint32_t>(i)};
+  KeyBatch::SortByKey(sorted, scratch);
+  unique->clear();
+  inverse->resize(keys.size());
+  for (const auto& [key, pos] : *sorted) {
+    if (unique->empty() || unique->back() != key) unique->push_back(key);
+    (*inverse)[pos] = static_cast<uint32_t>(unique->size() - 1);
+  }
+}
+
 void BM_KeyBatchBuild(benchmark::State& state) {
-  const auto keys = TrainingBatch(static_cast<int>(state.range(0)));
+  const auto keys = BatchOf(state);
   const Partition partition = *Partition::Uniform(4);
   KeyBatch batch;
   for (auto _ : state) {
@@ -57,7 +98,7 @@ void BM_KeyBatchBuild(benchmark::State& state) {
 }
 
 void BM_PreviousStdSort(benchmark::State& state) {
-  const auto keys = TrainingBatch(static_cast<int>(state.range(0)));
+  const auto keys = BatchOf(state);
   std::vector<std::pair<uint64_t, uint32_t>> sorted;
   std::vector<uint64_t> unique;
   std::vector<uint32_t> inverse;
@@ -66,10 +107,25 @@ void BM_PreviousStdSort(benchmark::State& state) {
     benchmark::DoNotOptimize(unique.data());
   }
   state.SetItemsProcessed(state.iterations() * keys.size());
+  state.counters["unique_fraction"] = static_cast<double>(unique.size()) / keys.size();
 }
 
-BENCHMARK(BM_KeyBatchBuild)->Arg(512)->Arg(4096)->Arg(32768)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_PreviousStdSort)->Arg(512)->Arg(4096)->Arg(32768)->Unit(benchmark::kMicrosecond);
+void BM_PreviousRadixSortAll(benchmark::State& state) {
+  const auto keys = BatchOf(state);
+  std::vector<std::pair<uint64_t, uint32_t>> sorted, scratch;
+  std::vector<uint64_t> unique;
+  std::vector<uint32_t> inverse;
+  for (auto _ : state) {
+    RadixSortAllDedup(keys, &sorted, &scratch, &unique, &inverse);
+    benchmark::DoNotOptimize(unique.data());
+  }
+  state.SetItemsProcessed(state.iterations() * keys.size());
+  state.counters["unique_fraction"] = static_cast<double>(unique.size()) / keys.size();
+}
+
+BENCHMARK(BM_KeyBatchBuild)->ArgsProduct({{512, 4096, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PreviousRadixSortAll)->ArgsProduct({{512, 4096, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PreviousStdSort)->ArgsProduct({{512, 4096, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kestrel

@@ -2,7 +2,7 @@
 # Builds and runs one Google Benchmark binary of bench/ (medians of 5 repetitions) and writes
 # bench/results/NAME.md with the machine described. Extra arguments go to the benchmark.
 #
-#   bench/run_micro_bench.sh key_batch_bench   # KeyBatch::Build vs the previous std::sort algorithm
+#   bench/run_micro_bench.sh key_batch_bench   # KeyBatch::Build vs the earlier radix and std::sort algorithms
 #   bench/run_micro_bench.sh bsp_push_bench    # Shard::Push applied on arrival vs BSP aggregation
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

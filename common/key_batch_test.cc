@@ -137,6 +137,26 @@ TEST(KeyBatchTest, RandomBatchesWithDuplicatesMatchReference) {
   }
 }
 
+// Build dedups by hashing after a batch with many repeats and sorts every key after one with few; both ways
+// must give the same batch, whatever came before.
+TEST(KeyBatchTest, BothDedupWaysMatchReferenceInAnyOrder) {
+  const Partition p = MustUniform(3, 2);
+  const std::vector<uint64_t> repeats = RandomKeys(5000, 300, 11);      // ~6% unique
+  const std::vector<uint64_t> distinct = RandomKeys(5000, 1u << 30, 12);  // nearly all unique, unsorted
+  const std::vector<uint64_t> half = RandomKeys(4000, 2000, 13);
+  KeyBatch batch;
+  for (const std::vector<uint64_t>* keys : {&repeats, &distinct, &distinct, &repeats, &half, &distinct, &half}) {
+    batch.Build(*keys, p);
+    ExpectAllCorrect(batch, *keys, p);
+    KeyBatch fresh;  // what a batch with no history builds
+    fresh.Build(*keys, p);
+    EXPECT_EQ(std::vector<uint64_t>(batch.unique_keys().begin(), batch.unique_keys().end()),
+              std::vector<uint64_t>(fresh.unique_keys().begin(), fresh.unique_keys().end()));
+    EXPECT_EQ(std::vector<uint32_t>(batch.inverse().begin(), batch.inverse().end()),
+              std::vector<uint32_t>(fresh.inverse().begin(), fresh.inverse().end()));
+  }
+}
+
 TEST(KeyBatchTest, NonUniformPartition) {
   auto p = Partition::Parse(
       "0x0-0x3fffffffffffffff:2,0x4000000000000000-0x9fffffffffffffff:0,"

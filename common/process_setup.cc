@@ -4,7 +4,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace kestrel {
@@ -15,6 +18,14 @@ void TuneMallocForLargeBuffers() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+}
+
+void PreferPassiveOpenMpWaiting(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0) != 0) return;
+  execv("/proc/self/exe", argv);
+  // Not reached unless execv failed (no /proc, say): go on with the spinning default.
+  std::fprintf(stderr, "kestrel: could not re-execute with OMP_WAIT_POLICY=passive; OpenMP threads spin\n");
 }
 
 namespace {

@@ -14,6 +14,17 @@ namespace kestrel {
 // Call once at the start of main(), before other threads run.
 void TuneMallocForLargeBuffers();
 
+// Makes idle OpenMP threads sleep instead of spin, for binaries that compute on the CPU backend (workers,
+// predict, benchmarks). libgomp's default keeps a thread that finished its part of a parallel loop spinning for
+// ~300k iterations; on a machine with as many cores as compute threads it then takes the core from the
+// reader, pull and push threads between kernels (DeepFM at dim 16, MLP 256-128, batch 4096 on 2 cores: ~9%
+// fewer examples/s, LR 2x slower; bench/results/train_bench.md). libgomp reads its settings once, when it is
+// loaded, so when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set this re-executes the binary
+// (/proc/self/exe, same argv and environment) with OMP_WAIT_POLICY=passive; a value the user set is kept.
+// Call first in main(), before any thread starts. Returns only when no re-execution was needed or it failed
+// (then the process continues with libgomp's defaults).
+void PreferPassiveOpenMpWaiting(char** argv);
+
 // Blocks SIGTERM and SIGINT in the calling thread and every thread it starts later, so that
 // WaitForShutdownSignal() receives them. Call at the start of main(), before starting gRPC.
 void BlockShutdownSignals();

@@ -426,6 +426,7 @@ int Run() {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
+  kestrel::PreferPassiveOpenMpWaiting(argv);
   absl::SetProgramUsageMessage("Kestrel training worker: trains a sparse recommendation model.");
   absl::ParseCommandLine(argc, argv);
   return kestrel::Run();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/partition.h"
+#include "common/process_setup.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/export.h"
 #include "worker/local_ps_client.h"
@@ -97,6 +98,7 @@ int Run() {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
+  kestrel::PreferPassiveOpenMpWaiting(argv);
   absl::SetProgramUsageMessage("Kestrel predict: scores data files with an exported model.");
   absl::ParseCommandLine(argc, argv);
   return kestrel::Run();
