@@ -228,7 +228,7 @@ void Report(const TrainResult& r) {
       r.steps, r.examples, r.seconds, r.examples_per_second, r.eval.logloss, r.eval.auc, r.eval.fingerprint);
   const PhaseTimes& p = r.phases;
   KLOG(Info) << absl::StrFormat(
-      "time by phase: read %.2f s, batch %.2f s (reader thread, overlapped); pull %.2f s, compute %.2f s, "
+      "time by phase: read %.2f s, batch %.2f s (reader threads, overlapped); pull %.2f s, compute %.2f s, "
       "push %.2f s, wait %.2f s",
       p.read, p.batch, p.pull, p.compute, p.push, p.wait);
 }

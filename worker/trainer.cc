@@ -103,7 +103,7 @@ ReaderPosition PositionOf(const ReaderPositionProto& r) {
   return p;
 }
 
-// A bounded queue of prepared batches between the reader thread and the training loop, and the free list that
+// A bounded queue of batches between two of the reader, preparer and training threads, and the free list that
 // recycles them (with their pinned buffers) once trained.
 class BatchQueue {
  public:
@@ -164,7 +164,7 @@ class BatchQueue {
 
 }  // namespace
 
-// PhaseTimes accumulated by the reader thread, the training loop and the prefetching thread. Thread-safe.
+// PhaseTimes accumulated by the reader, preparer, training and prefetching threads. Thread-safe.
 class PhaseClock {
  public:
   enum Phase { kRead, kBatch, kPull, kCompute, kPush, kWait, kPhases };
@@ -266,8 +266,34 @@ class Trainer::Impl {
     return status;
   }
 
-  // The reader thread: fills the queue with prepared batches for iterations [start_clock, total).
+  // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
+  // prepares them), then closes it.
   void ReadBatches(int64_t total) {
+    if (absl::Status status = ReadBatchesUntilError(total); !status.ok()) {
+      filled_->Fail(std::move(status));
+    } else {
+      filled_->Close();
+    }
+  }
+
+  // The preparer thread: key-batches (dedup, sort, segments) what the reader filled, into queue_, in order.
+  void PrepareBatches() {
+    while (true) {
+      absl::StatusOr<std::unique_ptr<StepData>> step = filled_->Pop();
+      if (!step.ok()) {
+        if (!absl::IsCancelled(step.status())) queue_->Fail(step.status());  // Cancelled: all read, or stopped
+        return;
+      }
+      {
+        PhaseClock::Scope batching(&phases_, PhaseClock::kBatch);
+        (*step)->batch.Prepare(options_.partition);
+      }
+      if (!queue_->Push(std::move(step).value())) return;
+    }
+  }
+
+  // ReadBatches' loop; an error ends it. OK also when filled_ was closed under it.
+  absl::Status ReadBatchesUntilError(int64_t total) {
     const JobConfig& job = options_.job;
     const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
     ReaderOptions reader_options;
@@ -283,7 +309,7 @@ class Trainer::Impl {
       // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch.
       auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options,
                                       PositionOf(options_.start_state.reader()));
-      if (!opened.ok()) return queue_->Fail(opened.status());
+      if (!opened.ok()) return opened.status();
       reader = std::move(opened).value();
       first = start;
       KLOG(Info) << "worker " << options_.rank << " resumes its reader at line "
@@ -292,7 +318,7 @@ class Trainer::Impl {
     for (int64_t it = first; it < total; ++it) {
       if (it % per_epoch == 0) {  // a new epoch starts from the beginning of the data
         auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options);
-        if (!opened.ok()) return queue_->Fail(opened.status());
+        if (!opened.ok()) return opened.status();
         reader = std::move(opened).value();
       }
       std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
@@ -302,14 +328,14 @@ class Trainer::Impl {
         // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
         // (the next epoch starts afresh anyway), so every worker still runs the same number of iterations.
         auto reopened = BatchReader::Open(job.data(), job.model(), files, reader_options);
-        if (!reopened.ok()) return queue_->Fail(reopened.status());
+        if (!reopened.ok()) return reopened.status();
         reader = std::move(reopened).value();
         filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true);
       }
-      if (!filled.ok()) return queue_->Fail(filled.status());
+      if (!filled.ok()) return filled.status();
       if (*filled < job.train().batch_size()) {
-        return queue_->Fail(absl::DataLossError(absl::StrFormat(
-            "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it)));
+        return absl::DataLossError(absl::StrFormat(
+            "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it));
       }
       step->after = reader->position();
       reading.reset();
@@ -317,12 +343,9 @@ class Trainer::Impl {
         queue_->Recycle(std::move(step));
         continue;
       }
-      {
-        PhaseClock::Scope batching(&phases_, PhaseClock::kBatch);
-        step->batch.Prepare(options_.partition);
-      }
-      if (!queue_->Push(std::move(step))) return;
+      if (!filled_->Push(std::move(step))) return absl::OkStatus();  // stopped
     }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock) {
@@ -357,15 +380,21 @@ class Trainer::Impl {
     // before this future's destructor waits for it.
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
     queue_ = std::make_unique<BatchQueue>(3);
+    filled_ = std::make_unique<BatchQueue>(2);
     std::thread reader([this, total] { ReadBatches(total); });
+    std::thread preparer([this] { PrepareBatches(); });
     struct JoinReader {
+      BatchQueue* filled;
       BatchQueue* queue;
-      std::thread* thread;
+      std::thread* reader;
+      std::thread* preparer;
       ~JoinReader() {
+        filled->Close();
         queue->Close();
-        thread->join();
+        reader->join();
+        preparer->join();
       }
-    } join_reader{queue_.get(), &reader};
+    } join_reader{filled_.get(), queue_.get(), &reader, &preparer};
 
     TrainResult result;
     const int64_t start = options_.start_clock;
@@ -563,7 +592,8 @@ class Trainer::Impl {
   Backend* backend_;
   RecordWriter records_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<BatchQueue> queue_;
+  std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
+  std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
   int64_t total_per_epoch_ = 1;
   HostArray<float> grad_wide_, grad_emb_, grad_dense_;
   PhaseClock phases_;

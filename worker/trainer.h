@@ -5,9 +5,10 @@
 // Per iteration c (a clock):
 //   gate.WaitToStart(c) -> pull the batch's unique rows and the dense tensor -> Model::Step (forward +
 //   backward on the Backend) -> push the gradients -> gate.Advance(c + 1).
-// A reader thread reads and prepares (dedups, sorts, segments) the next batches while the current one
-// computes. With prefetch_pulls (ASP, or SSP with staleness >= 1, where reading one clock earlier is
-// allowed), the next iteration's permission and pulls also run during the current one's compute and push.
+// A reader thread reads and parses the next batches and a preparer thread key-batches them (dedup, sort,
+// segments), both while the current one computes. With prefetch_pulls (ASP, or SSP with staleness >= 1, where
+// reading one clock earlier is allowed), the next iteration's permission and pulls also run during the current
+// one's compute and push.
 //
 // Steps: every worker runs the same number of iterations, epochs * floor(min shard size / batch_size) capped
 // by max_steps, so BSP barriers always complete. Worker `rank` of `num_workers` reads the training lines
@@ -55,8 +56,9 @@ class ClockGate {
 // A gate that never waits: a single worker.
 std::unique_ptr<ClockGate> NewSingleWorkerGate();
 
-// Where a worker's training time went: seconds summed over its iterations. `read` (reading and parsing lines)
-// and `batch` (key batching: dedup, sort, segments) run on the reader thread, overlapped with the rest; `pull`,
+// Where a worker's training time went: seconds summed over its iterations. `read` (reading and parsing lines,
+// on the reader thread) and `batch` (key batching: dedup, sort, segments, on the preparer thread) overlap the
+// rest; `pull`,
 // `compute` (forward + backward), `push` and `wait` are the training loop's (pulls prefetched in ASP/SSP
 // overlap too). `wait`: blocked on the clock gate (the consistency mode's barrier, the final all-finished
 // barrier) or on the reader.
