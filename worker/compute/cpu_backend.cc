@@ -21,6 +21,8 @@ namespace {
 // Below this many element operations an op runs on the calling thread alone: a parallel region costs a few
 // microseconds.
 constexpr int64_t kParallelWork = 1 << 15;
+// Row kernels keep dim floats of scratch on the stack up to this dim (model.embedding_dim is at most 1024).
+constexpr int kMaxRowScratch = 1024;
 
 class CpuBackend final : public Backend {
  public:
@@ -63,15 +65,21 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status FieldSum(const float* x, int64_t examples, int fields, int dim, float* sum) override {
-    ParallelFor(examples, int64_t{fields} * dim, [=](int64_t n) {
-      for (int d = 0; d < dim; ++d) sum[n * dim + d] = kernel::FieldSumElement(x, fields, dim, n, d);
-    });
+    ParallelFor(examples, int64_t{fields} * dim,
+                [=](int64_t n) { kernel::FieldSumRow(x, fields, dim, n, sum + n * dim); });
     return absl::OkStatus();
   }
   absl::Status FmForward(const float* x, const float* sum, int64_t examples, int fields, int dim,
                          float* out) override {
-    ParallelFor(examples, int64_t{fields} * dim,
-                [=](int64_t n) { out[n] = kernel::FmInteraction(x, sum, fields, dim, n); });
+    if (dim > kMaxRowScratch) {
+      ParallelFor(examples, int64_t{fields} * dim,
+                  [=](int64_t n) { out[n] = kernel::FmInteraction(x, sum, fields, dim, n); });
+      return absl::OkStatus();
+    }
+    ParallelFor(examples, int64_t{fields} * dim, [=](int64_t n) {
+      float squares[kMaxRowScratch];
+      out[n] = kernel::FmInteractionRows(x, sum, fields, dim, n, squares);
+    });
     return absl::OkStatus();
   }
   absl::Status FmBackward(const float* x, const float* sum, const float* g, int64_t examples, int fields, int dim,

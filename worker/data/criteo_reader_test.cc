@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,6 +53,47 @@ TEST(CriteoReaderTest, ParsesValuesAndMissingColumns) {
   EXPECT_EQ(e.categories[3], kMissingValue);
   ASSERT_TRUE(ParseCriteoLine(Line(0, 1, "") + "\r", &e).ok()) << "CRLF line endings";
   EXPECT_EQ(e.categories[0], kMissingValue);
+}
+
+// The parser's fast paths accept and read exactly what absl::SimpleAtoi / SimpleHexAtoi do.
+TEST(CriteoReaderTest, NumbersParseAsAbslDoes) {
+  for (const std::string integer : {"0", "-0", "42", "-42", "+42", " 7", "7 ", "007", "123456789012345678",
+                                    "1234567890123456789", "-9223372036854775808", "9223372036854775808",
+                                    "99999999999999999999", "12a", "-", "+", "1.5", "0x10"}) {
+    SCOPED_TRACE(integer);
+    std::string line = "1\t" + integer;
+    for (int j = 1; j < 13; ++j) line += "\t1";
+    for (int f = 0; f < 26; ++f) line += "\tab";
+    int64_t expected = 0;
+    const bool valid = absl::SimpleAtoi(integer, &expected);
+    CriteoExample e;
+    const absl::Status status = ParseCriteoLine(line, &e);
+    ASSERT_EQ(status.ok(), valid) << status;
+    if (valid) EXPECT_EQ(e.integers[0], expected);
+  }
+  for (const std::string token : {"0", "ab", "AB", "aB09", "ffffffffffffffff", "0x1f", "0X1F", "+1f", " 1f",
+                                  "1f ", "g1", "-1", "1.0", "fffffffffffffffff"}) {
+    SCOPED_TRACE(token);
+    std::string line = "0";
+    for (int j = 0; j < 13; ++j) line += "\t1";
+    line += "\t" + token;
+    for (int f = 1; f < 26; ++f) line += "\tab";
+    uint64_t expected = 0;
+    const bool valid = token.size() <= 16 && absl::SimpleHexAtoi(token, &expected);
+    CriteoExample e;
+    const absl::Status status = ParseCriteoLine(line, &e);
+    ASSERT_EQ(status.ok(), valid) << status;
+    if (valid) EXPECT_EQ(e.categories[0], expected);
+  }
+}
+
+TEST(CriteoReaderTest, ColumnCountsAreCounted) {
+  CriteoExample e;
+  std::string line = Line(1, 2, "aa");
+  EXPECT_THAT(ParseCriteoLine(line + "\t", &e).message(), HasSubstr("found 41"));
+  EXPECT_THAT(ParseCriteoLine(line + "\tx\ty", &e).message(), HasSubstr("found 42"));
+  EXPECT_THAT(ParseCriteoLine(line.substr(0, line.rfind('\t')), &e).message(), HasSubstr("found 39"));
+  EXPECT_THAT(ParseCriteoLine("", &e).message(), HasSubstr("found 1"));
 }
 
 TEST(CriteoReaderTest, MalformedLinesNameFileAndLineOrAreSkipped) {
