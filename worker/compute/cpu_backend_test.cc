@@ -409,5 +409,26 @@ TEST(CpuBackendRealisticTest, SegmentSumRowHasTheBitsOfSegmentSumElement) {
   EXPECT_TRUE(SameBits(got, want));
 }
 
+// Likewise the CPU backend's field sums and FM terms walk each example's rows (kernel::FieldSumRow,
+// FmInteractionRows); the CUDA backend computes kernel::FieldSumElement and FmInteraction.
+TEST(CpuBackendRealisticTest, FieldSumAndFmRowsHaveTheBitsOfTheElementKernels) {
+  std::mt19937 rng(6);
+  for (int dim : {1, 7, 16, 64}) {
+    SCOPED_TRACE(dim);
+    const int n = 300, fields = 39;
+    std::vector<float> x = Random(n * fields * dim, &rng);
+    std::unique_ptr<Backend> backend = NewCpuBackend();
+    std::vector<float> sum(n * dim), fm(n), want_sum(n * dim), want_fm(n);
+    ASSERT_TRUE(backend->FieldSum(x.data(), n, fields, dim, sum.data()).ok());
+    ASSERT_TRUE(backend->FmForward(x.data(), sum.data(), n, fields, dim, fm.data()).ok());
+    for (int e = 0; e < n; ++e) {
+      for (int d = 0; d < dim; ++d) want_sum[e * dim + d] = kernel::FieldSumElement(x.data(), fields, dim, e, d);
+    }
+    for (int e = 0; e < n; ++e) want_fm[e] = kernel::FmInteraction(x.data(), want_sum.data(), fields, dim, e);
+    EXPECT_TRUE(SameBits(sum, want_sum));
+    EXPECT_TRUE(SameBits(fm, want_fm));
+  }
+}
+
 }  // namespace
 }  // namespace kestrel
