@@ -1,20 +1,62 @@
 #include "worker/local_ps_client.h"
 
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/thread_pool.h"
 #include "server/ps_handlers.h"
 
 namespace kestrel {
 namespace {
 
+// Runs each request on the calling thread with one shard, on a pool of one thread per shard with more, so the
+// shards of one call work concurrently, as separate servers would.
 class LocalTransport final : public PsTransport {
  public:
-  explicit LocalTransport(std::vector<Shard*> shards) : shards_(std::move(shards)) {}
+  explicit LocalTransport(std::vector<Shard*> shards)
+      : shards_(std::move(shards)),
+        pool_(shards_.size() > 1 ? std::make_unique<ThreadPool>(static_cast<int>(shards_.size())) : nullptr) {}
+
+  // Rows go straight from the shard's table into `out` (no response message).
+  void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration,
+                std::function<void(absl::Status)> done) override {
+    Shard* shard = shards_[server];
+    Dispatch([shard, &request, out, floats, done = std::move(done)] {
+      std::vector<float> misfit;  // an answer of another size lands here and is refused
+      absl::Status status = HandlePullInto(*shard, request, [&](size_t n, int) -> float* {
+        if (n == floats) return out;
+        misfit.resize(n);
+        return misfit.data();
+      });
+      if (status.ok() && !misfit.empty()) {
+        status = absl::DataLossError(
+            absl::StrFormat("the pull answered %d values, expected %d", misfit.size(), floats));
+      }
+      done(std::move(status));
+    });
+  }
 
   int num_servers() const override { return static_cast<int>(shards_.size()); }
 
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
             google::protobuf::Message* response, absl::Duration,
             std::function<void(absl::Status)> done) override {
-    Shard& shard = *shards_[server];
+    Shard* shard = shards_[server];
+    Dispatch([this, shard, method, &request, response, done = std::move(done)] {
+      CallNow(*shard, method, request, response, done);
+    });
+  }
+
+ private:
+  void Dispatch(std::function<void()> task) {
+    if (pool_ == nullptr) return task();
+    pool_->Schedule(std::move(task));
+  }
+
+  static void CallNow(Shard& shard, PsMethod method, const google::protobuf::Message& request,
+                      google::protobuf::Message* response, const std::function<void(absl::Status)>& done) {
     switch (method) {
       case PsMethod::kPull:
         return done(HandlePull(shard, MessageAs<PullRequest>(request), MessageAs<PullResponse>(response)));
@@ -34,9 +76,8 @@ class LocalTransport final : public PsTransport {
     }
   }
 
- private:
-
   const std::vector<Shard*> shards_;
+  const std::unique_ptr<ThreadPool> pool_;  // null with one shard
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
-// An in-process PsClient over Shards, for tests: the same routing, splitting and scattering as the gRPC client,
-// and the server's own request handlers (server/ps_handlers.h), without a network. Deadlines are ignored.
+// An in-process PsClient over Shards (tests, kestrel_worker --local, the benchmarks' baseline): the same
+// routing, splitting and scattering as the gRPC client, and the server's own request handlers
+// (server/ps_handlers.h), without a network. Pulled rows go straight from the table into the caller's buffer.
+// With more than one shard, each has a thread, so one call's shards work concurrently. Deadlines are ignored.
 #ifndef KESTREL_WORKER_LOCAL_PS_CLIENT_H_
 #define KESTREL_WORKER_LOCAL_PS_CLIENT_H_
 
