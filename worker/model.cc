@@ -133,15 +133,23 @@ void Model::AddMlp(Mlp* mlp, int inputs, const std::vector<int>& widths, bool re
   for (auto& b : mlp->back) b = std::make_unique<DeviceArray<float>>(backend_);
 }
 
-absl::Status Model::MlpForward(Mlp& mlp, const float* input, int64_t n, const float** output) {
+absl::Status Model::MlpForward(Mlp& mlp, const MlpInput& in, int64_t n, const float** output) {
   Backend& be = *backend_;
   const float* params = buffers_->dense.data();
+  const float* input = in.input;
   for (size_t l = 0; l < mlp.layers.size(); ++l) {
     const Layer& layer = mlp.layers[l];
     DeviceArray<float>& out = *mlp.out[l];
     KESTREL_RETURN_IF_ERROR(out.Reserve(n * layer.outputs));
-    KESTREL_RETURN_IF_ERROR(be.Gemm(false, false, static_cast<int>(n), layer.outputs, layer.inputs, 1.0f, input,
+    const int extra = l == 0 ? in.extra_width : 0;
+    const int main = layer.inputs - extra;
+    KESTREL_RETURN_IF_ERROR(be.Gemm(false, false, static_cast<int>(n), layer.outputs, main, 1.0f, input,
                                     params + layer.weight_offset, 0.0f, out.data()));
+    if (extra > 0) {  // + extra · (the weight rows after the main input's)
+      KESTREL_RETURN_IF_ERROR(be.Gemm(false, false, static_cast<int>(n), layer.outputs, extra, 1.0f, in.extra,
+                                      params + layer.weight_offset + int64_t{main} * layer.outputs, 1.0f,
+                                      out.data()));
+    }
     KESTREL_RETURN_IF_ERROR(be.BiasActivation(out.data(), params + layer.bias_offset, n, layer.outputs,
                                               /*relu=*/l + 1 < mlp.layers.size() || mlp.relu_last));
     input = out.data();
@@ -150,7 +158,11 @@ absl::Status Model::MlpForward(Mlp& mlp, const float* input, int64_t n, const fl
   return absl::OkStatus();
 }
 
-absl::Status Model::MlpBackward(Mlp& mlp, const float* input, float* dout, int64_t n, float** dinput) {
+absl::Status Model::MlpBackward(Mlp& mlp, const MlpInput& in, float* dout, int64_t n, float** dinput,
+                                float* add_dinput_to) {
+  if (dinput != nullptr && in.extra_width > 0) {
+    return absl::InternalError("MlpBackward: dL/d(input) as a buffer needs a single input matrix");
+  }
   Backend& be = *backend_;
   const float* params = buffers_->dense.data();
   float* grads = buffers_->grad_dense.data();
@@ -162,11 +174,22 @@ absl::Status Model::MlpBackward(Mlp& mlp, const float* input, float* dout, int64
     if (l + 1 < static_cast<int>(mlp.layers.size()) || mlp.relu_last) {
       KESTREL_RETURN_IF_ERROR(be.ReluBackward(mlp.out[l]->data(), dout, n * layer.outputs));
     }
-    const float* layer_input = l == 0 ? input : mlp.out[l - 1]->data();
+    const float* layer_input = l == 0 ? in.input : mlp.out[l - 1]->data();
+    const int extra = l == 0 ? in.extra_width : 0;
+    const int main = layer.inputs - extra;
     // dW = input^T dout, db = column sums of dout, dinput = dout W^T.
-    KESTREL_RETURN_IF_ERROR(be.Gemm(true, false, layer.inputs, layer.outputs, static_cast<int>(n), 1.0f,
-                                    layer_input, dout, 0.0f, grads + layer.weight_offset));
+    KESTREL_RETURN_IF_ERROR(be.Gemm(true, false, main, layer.outputs, static_cast<int>(n), 1.0f, layer_input, dout,
+                                    0.0f, grads + layer.weight_offset));
+    if (extra > 0) {
+      KESTREL_RETURN_IF_ERROR(be.Gemm(true, false, extra, layer.outputs, static_cast<int>(n), 1.0f, in.extra,
+                                      dout, 0.0f, grads + layer.weight_offset + int64_t{main} * layer.outputs));
+    }
     KESTREL_RETURN_IF_ERROR(be.ColumnSum(dout, n, layer.outputs, grads + layer.bias_offset));
+    if (l == 0 && add_dinput_to != nullptr) {
+      KESTREL_RETURN_IF_ERROR(be.Gemm(false, true, static_cast<int>(n), main, layer.outputs, 1.0f, dout,
+                                      params + layer.weight_offset, 1.0f, add_dinput_to));
+      break;
+    }
     if (l == 0 && dinput == nullptr) break;
     float* next = mlp.back[l % 2]->data();
     KESTREL_RETURN_IF_ERROR(be.Gemm(false, true, static_cast<int>(n), layer.inputs, layer.outputs, 1.0f, dout,
@@ -175,6 +198,16 @@ absl::Status Model::MlpBackward(Mlp& mlp, const float* input, float* dout, int64
   }
   if (dinput != nullptr) *dinput = dout;
   return absl::OkStatus();
+}
+
+Model::MlpInput Model::DeepInput() const {
+  MlpInput in;
+  in.input = buffers_->x.data();
+  if (dense_dim_ > 0) {
+    in.extra = buffers_->dense_in.data();
+    in.extra_width = dense_dim_;
+  }
+  return in;
 }
 
 Model::~Model() = default;
@@ -293,17 +326,12 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
   if (dlrm_) {
     KESTREL_RETURN_IF_ERROR(DlrmForward(b, &deep_out));
   } else if (deep_) {
-    const int emb_width = fields_ * dim_;
-    const int width = emb_width + dense_dim_;
-    KESTREL_RETURN_IF_ERROR(buf.in0.Reserve(n * width));
-    KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.x.data(), emb_width, buf.in0.data(), width, n, emb_width, false));
+    // The MLP reads the embeddings and the dense inputs where they are: its input is [x | dense inputs].
     if (dense_dim_ > 0) {
       KESTREL_RETURN_IF_ERROR(buf.dense_in.Reserve(n * dense_dim_));
       KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.dense_in.data(), b.dense.data(), n * dense_dim_ * sizeof(float)));
-      KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.dense_in.data(), dense_dim_, buf.in0.data() + emb_width, width, n,
-                                           dense_dim_, false));
     }
-    KESTREL_RETURN_IF_ERROR(MlpForward(top_, buf.in0.data(), n, &deep_out));
+    KESTREL_RETURN_IF_ERROR(MlpForward(top_, DeepInput(), n, &deep_out));
   }
   return be.LogitLoss(buf.dense.data(), buf.wide_out.data(), fm_ ? buf.fm_out.data() : nullptr, deep_out,
                       buf.labels.data(), n, /*scale=*/1.0f, buf.prob.data(), buf.loss.data(),
@@ -338,12 +366,8 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
     if (dlrm_) {
       KESTREL_RETURN_IF_ERROR(DlrmBackward(n));
     } else if (deep_) {
-      float* dinput = nullptr;
-      KESTREL_RETURN_IF_ERROR(MlpBackward(top_, buf.in0.data(), buf.dlogit.data(), n, &dinput));
-      // dL/d(MLP input): its embedding columns add to the FM gradient.
-      const int emb_width = fields_ * dim_;
-      KESTREL_RETURN_IF_ERROR(
-          be.CopyBlock(dinput, emb_width + dense_dim_, buf.dx.data(), emb_width, n, emb_width, /*accumulate=*/true));
+      // dL/d(MLP input): its embedding columns add to the FM gradient (zeros without FM).
+      KESTREL_RETURN_IF_ERROR(MlpBackward(top_, DeepInput(), buf.dlogit.data(), n, nullptr, buf.dx.data()));
     }
     KESTREL_RETURN_IF_ERROR(be.SegmentSum(buf.dx.data(), buf.values.data(), buf.offsets.data(), buf.positions.data(),
                                           dim_, 1, unique, buf.grad_emb.data()));
@@ -370,7 +394,7 @@ absl::Status Model::DlrmForward(const Batch& b, const float** deep_out) {
   if (bottom_) {
     KESTREL_RETURN_IF_ERROR(buf.dense_in.Reserve(n * dense_dim_));
     KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.dense_in.data(), b.dense.data(), n * dense_dim_ * sizeof(float)));
-    KESTREL_RETURN_IF_ERROR(MlpForward(bottom_mlp_, buf.dense_in.data(), n, &bottom));
+    KESTREL_RETURN_IF_ERROR(MlpForward(bottom_mlp_, {buf.dense_in.data()}, n, &bottom));
     KESTREL_RETURN_IF_ERROR(buf.vectors.Reserve(n * m * dim_));
     KESTREL_RETURN_IF_ERROR(be.CopyBlock(bottom, dim_, buf.vectors.data(), m * dim_, n, dim_, false));
     KESTREL_RETURN_IF_ERROR(
@@ -383,7 +407,7 @@ absl::Status Model::DlrmForward(const Batch& b, const float** deep_out) {
   KESTREL_RETURN_IF_ERROR(buf.in0.Reserve(n * width));
   if (bottom_) KESTREL_RETURN_IF_ERROR(be.CopyBlock(bottom, dim_, buf.in0.data(), width, n, dim_, false));
   KESTREL_RETURN_IF_ERROR(be.CopyBlock(buf.pairs.data(), pairs, buf.in0.data() + lead, width, n, pairs, false));
-  return MlpForward(top_, buf.in0.data(), n, deep_out);
+  return MlpForward(top_, {buf.in0.data()}, n, deep_out);
 }
 
 absl::Status Model::DlrmBackward(int64_t n) {
@@ -395,7 +419,7 @@ absl::Status Model::DlrmBackward(int64_t n) {
   const int lead = bottom_ ? dim_ : 0;
   const int width = lead + pairs;
   float* dinput = nullptr;
-  KESTREL_RETURN_IF_ERROR(MlpBackward(top_, buf.in0.data(), buf.dlogit.data(), n, &dinput));
+  KESTREL_RETURN_IF_ERROR(MlpBackward(top_, {buf.in0.data()}, buf.dlogit.data(), n, &dinput));
   KESTREL_RETURN_IF_ERROR(buf.dpairs.Reserve(n * pairs));
   KESTREL_RETURN_IF_ERROR(be.CopyBlock(dinput + lead, width, buf.dpairs.data(), pairs, n, pairs, false));
   KESTREL_RETURN_IF_ERROR(buf.dvectors.Reserve(n * m * dim_));
@@ -410,7 +434,7 @@ absl::Status Model::DlrmBackward(int64_t n) {
   KESTREL_RETURN_IF_ERROR(be.CopyBlock(dinput, width, buf.dbottom.data(), dim_, n, dim_, false));
   KESTREL_RETURN_IF_ERROR(
       be.CopyBlock(buf.dvectors.data(), m * dim_, buf.dbottom.data(), dim_, n, dim_, /*accumulate=*/true));
-  return MlpBackward(bottom_mlp_, buf.dense_in.data(), buf.dbottom.data(), n, nullptr);
+  return MlpBackward(bottom_mlp_, {buf.dense_in.data()}, buf.dbottom.data(), n, nullptr);
 }
 
 }  // namespace kestrel

@@ -99,11 +99,23 @@ class Model {
 
   // Lays out an MLP of `widths` over `inputs` inputs at the end of the dense tensor.
   void AddMlp(Mlp* mlp, int inputs, const std::vector<int>& widths, bool relu_last);
-  // Forward over `input` ([n, inputs]); *output points at the last layer's activations.
-  absl::Status MlpForward(Mlp& mlp, const float* input, int64_t n, const float** output);
-  // Backward given dout = dL/d(output) (overwritten); writes the weight and bias gradients into grad_dense and,
-  // when dinput is not null, points it at dL/d(input) ([n, inputs], valid until the next call).
-  absl::Status MlpBackward(Mlp& mlp, const float* input, float* dout, int64_t n, float** dinput);
+  // The first layer's input is one matrix [n, inputs], or two side by side: `input` [n, inputs - extra_width]
+  // and `extra` [n, extra_width] (the first layer's weight rows in that order), so callers need not copy
+  // them into one. extra_width 0: `extra` is unused.
+  struct MlpInput {
+    const float* input = nullptr;
+    const float* extra = nullptr;
+    int extra_width = 0;
+  };
+  // Forward; *output points at the last layer's activations.
+  absl::Status MlpForward(Mlp& mlp, const MlpInput& in, int64_t n, const float** output);
+  // Backward given dout = dL/d(output) (overwritten); writes the weight and bias gradients into grad_dense.
+  // dL/d(input) (not of `extra`): with `dinput`, points it at a buffer of it ([n, inputs], valid until the
+  // next call; extra_width must be 0); with `add_dinput_to`, adds it to that [n, inputs - extra_width].
+  absl::Status MlpBackward(Mlp& mlp, const MlpInput& in, float* dout, int64_t n, float** dinput,
+                           float* add_dinput_to = nullptr);
+  // DeepFM's and Wide&Deep's MLP input: [Buffers::x | Buffers::dense_in].
+  MlpInput DeepInput() const;
   absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
   absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
   // DLRM's deep part (after the embeddings are gathered into Buffers::x).
