@@ -313,6 +313,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     options.start_clock = clock;
     options.start_state = state;
     options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
+    options.overlap_pushes = view.consistency() == "asp";
     options.evaluate = rank == 0;
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.observer = metrics.Observer();

@@ -75,6 +75,12 @@ class SingleWorkerGate final : public ClockGate {
   absl::Status WaitAllFinished(int64_t) override { return absl::OkStatus(); }
 };
 
+// One step's gradients, as Model::Step writes them and Push sends them (pinned when the backend is CUDA).
+struct GradBuffers {
+  explicit GradBuffers(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
+  HostArray<float> wide, emb, dense;
+};
+
 // A batch and the parameters pulled for it.
 struct StepData {
   explicit StepData(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
@@ -211,7 +217,8 @@ class Trainer::Impl {
  public:
   Impl(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)
       : options_(std::move(options)), client_(client), gate_(gate), backend_(backend),
-        records_(options_.metrics_path), grad_wide_(backend), grad_emb_(backend), grad_dense_(backend) {
+        records_(options_.metrics_path),
+        grads_{std::make_unique<GradBuffers>(backend), std::make_unique<GradBuffers>(backend)} {
     options_.job = JobWithDefaults(options_.job);
   }
 
@@ -247,23 +254,34 @@ class Trainer::Impl {
     return status;
   }
 
-  absl::Status Push(const StepData& step) {
+  absl::Status Push(const StepData& step, const GradBuffers& g) {
     const absl::Span<const uint64_t> keys = step.batch.keys.unique_keys();
     const int dim = model_->embedding_dim();
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
       emb = std::async(std::launch::async,
-                       [&] { return client_->Push(kEmbeddingTable, keys, dim, grad_emb_.data()); });
+                       [&] { return client_->Push(kEmbeddingTable, keys, dim, g.emb.data()); });
     }
-    absl::Status status = client_->Push(kWideTable, keys, 1, grad_wide_.data());
+    absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data());
     absl::Status dense =
-        client_->PushDense(kDenseTable, absl::MakeConstSpan(grad_dense_.data(), model_->dense_size()));
+        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), model_->dense_size()));
     if (status.ok()) status = dense;
     if (emb.valid()) {
       absl::Status e = emb.get();
       if (status.ok()) status = e;
     }
     return status;
+  }
+
+  // Pushes iteration `clock`'s gradients, then tells the gate it is done.
+  absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last) {
+    client_->SetClock(clock);
+    {
+      PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
+      if (absl::Status pushed = Push(step, g); !pushed.ok()) return Annotate(pushed, clock, "pushing");
+    }
+    PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+    return gate_->Advance(clock + 1, last, StateAt(clock + 1, step.after));
   }
 
   // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
@@ -374,7 +392,8 @@ class Trainer::Impl {
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
                << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for " << total
                << " iterations of " << batch_size << " examples (" << total_per_epoch_ << " per epoch), from "
-               << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "");
+               << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "")
+               << (options_.prefetch_pulls && options_.overlap_pushes ? ", overlapping pushes" : "");
 
     // Declared before the reader's guard, so on an early return the queue is closed (ending a pending Fetch)
     // before this future's destructor waits for it.
@@ -406,6 +425,21 @@ class Trainer::Impl {
     int64_t window_examples = 0;
     double window_loss = 0;
     std::unique_ptr<StepData> current;
+    // With overlap_pushes (ASP) the push of iteration c (and its Advance) runs while c + 1 computes, into the
+    // other gradient buffers; `pushed` holds c's batch until then.
+    const bool overlap_push = options_.prefetch_pulls && options_.overlap_pushes;
+    std::unique_ptr<StepData> pushed;
+    std::future<absl::Status> pushing;
+    auto finish_push = [&]() -> absl::Status {
+      if (!pushing.valid()) return absl::OkStatus();
+      absl::Status status;
+      {
+        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+        status = pushing.get();
+      }
+      queue_->Recycle(std::move(pushed));
+      return status;
+    };
     absl::Time t0 = absl::Now();
     if (start < total) {
       KESTREL_ASSIGN_OR_RETURN(current, Fetch(start));
@@ -417,10 +451,11 @@ class Trainer::Impl {
       }
       const PreparedBatch& batch = current->batch;
       const size_t unique = batch.keys.num_unique();
-      KESTREL_RETURN_IF_ERROR(grad_wide_.Reserve(unique));
-      KESTREL_RETURN_IF_ERROR(grad_emb_.Reserve(unique * model_->embedding_dim()));
-      KESTREL_RETURN_IF_ERROR(grad_dense_.Reserve(model_->dense_size()));
-      ModelGrads grads{grad_wide_.data(), grad_emb_.data(), grad_dense_.data()};
+      GradBuffers& g = *grads_[overlap_push ? clock % 2 : 0];
+      KESTREL_RETURN_IF_ERROR(g.wide.Reserve(unique));
+      KESTREL_RETURN_IF_ERROR(g.emb.Reserve(unique * model_->embedding_dim()));
+      KESTREL_RETURN_IF_ERROR(g.dense.Reserve(model_->dense_size()));
+      ModelGrads grads{g.wide.data(), g.emb.data(), g.dense.data()};
       absl::StatusOr<double> loss;
       {
         PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
@@ -428,17 +463,17 @@ class Trainer::Impl {
                             nullptr);
       }
       if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
-      client_->SetClock(clock);
-      {
-        PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
-        if (absl::Status pushed = Push(*current); !pushed.ok()) return Annotate(pushed, clock, "pushing");
-      }
-      {
-        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-        KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateAt(clock + 1, current->after)));
+      if (overlap_push) {
+        KESTREL_RETURN_IF_ERROR(finish_push());  // c - 1's, whose buffers c + 1 will fill
+        pushed = std::move(current);
+        pushing = std::async(std::launch::async, [this, step = pushed.get(), &g, clock, last] {
+          return PushAndAdvance(*step, g, clock, last);
+        });
+      } else {
+        KESTREL_RETURN_IF_ERROR(PushAndAdvance(*current, g, clock, last));
       }
       ++result.steps;
-      result.examples += batch.batch.size;
+      result.examples += batch.batch.size;  // (the batch lives on in `pushed` while it is pushed)
       window_examples += batch.batch.size;
       window_loss += *loss;
       if (!last) {
@@ -450,7 +485,7 @@ class Trainer::Impl {
           fetched = Fetch(clock + 1);
         }
         if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
-        queue_->Recycle(std::move(current));
+        if (current != nullptr) queue_->Recycle(std::move(current));  // (pushing: moved to `pushed`)
         current = std::move(fetched).value();
       }
 
@@ -477,12 +512,14 @@ class Trainer::Impl {
       }
       if (options_.evaluate && !last && job.train().eval_every_steps() > 0 &&
           done % job.train().eval_every_steps() == 0) {
+        KESTREL_RETURN_IF_ERROR(finish_push());  // evaluate the model with this worker's pushes in
         training += absl::Now() - t0;
         KESTREL_RETURN_IF_ERROR(Evaluate(done).status());
         t0 = absl::Now();
         window_start = t0;
       }
     }
+    KESTREL_RETURN_IF_ERROR(finish_push());
     training += absl::Now() - t0;
     result.seconds = absl::ToDoubleSeconds(training);
     result.examples_per_second = result.seconds > 0 ? result.examples / result.seconds : 0;
@@ -595,7 +632,7 @@ class Trainer::Impl {
   std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
   int64_t total_per_epoch_ = 1;
-  HostArray<float> grad_wide_, grad_emb_, grad_dense_;
+  std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
   PhaseClock phases_;
 };
 

@@ -8,7 +8,10 @@
 // A reader thread reads and parses the next batches and a preparer thread key-batches them (dedup, sort,
 // segments), both while the current one computes. With prefetch_pulls (ASP, or SSP with staleness >= 1, where
 // reading one clock earlier is allowed), the next iteration's permission and pulls also run during the current
-// one's compute and push.
+// one's compute and push. With overlap_pushes (ASP), each push and its gate.Advance also run during the next
+// iteration's compute, into a second set of gradient buffers; the push of c - 1 is acknowledged before c's
+// starts. (Not under SSP: there the next pulls may wait for this worker's own Advance, and a failed push would
+// leave them waiting.)
 //
 // Steps: every worker runs the same number of iterations, epochs * floor(min shard size / batch_size) capped
 // by max_steps, so BSP barriers always complete. Worker `rank` of `num_workers` reads the training lines
@@ -93,6 +96,7 @@ struct TrainerOptions {
   // the worker re-reads its epoch from the start and skips the batches before start_clock. Default: none.
   WorkerState start_state;
   bool prefetch_pulls = false; // see the class comment. Default: false.
+  bool overlap_pushes = false; // see the class comment; needs prefetch_pulls. Default: false.
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
   std::string metrics_path;    // JSON-lines records (proto/records.proto); empty: none. Default: none.
