@@ -1,0 +1,31 @@
+// Test certificates: a throwaway CA and leaf certificates signed by it, made with Debian's `openssl` command
+// (EC P-256, valid one day). Leaves carry SANs for 127.0.0.1 and localhost, so clients dialling loopback verify
+// the server, and a SPIFFE-style URI naming their job, role and rank.
+#ifndef KESTREL_COMMON_TESTING_CERTS_H_
+#define KESTREL_COMMON_TESTING_CERTS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tls.h"
+
+namespace kestrel {
+
+class TestingCa {
+ public:
+  // A new CA in `dir` (created), named `name` (also the files' prefix).
+  static absl::StatusOr<TestingCa> Create(const std::string& dir, const std::string& name);
+
+  // A leaf signed by this CA with SAN URI spiffe://kestrel/<job>/<role>/<rank>: the TlsConfig that presents
+  // it and trusts this CA.
+  absl::StatusOr<TlsConfig> Issue(const std::string& job, const std::string& role, int rank) const;
+
+  const std::string& ca_file() const { return ca_file_; }
+
+ private:
+  std::string dir_, name_, ca_file_, ca_key_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_COMMON_TESTING_CERTS_H_
