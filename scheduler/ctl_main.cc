@@ -14,6 +14,8 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "common/json.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "proto/ctl.pb.h"
 #include "scheduler/scheduler_client.h"
 
@@ -80,6 +82,13 @@ int main(int argc, char** argv) {
   kestrel::SchedulerClientOptions options;
   options.job_id = absl::GetFlag(FLAGS_job_id);
   options.rpc_deadline = absl::GetFlag(FLAGS_timeout);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      kestrel::MakeChannelCredentials(kestrel::TlsConfigFromFlags());
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "kestrel_ctl: %s\n", credentials.status().ToString().c_str());
+    return 2;
+  }
+  options.credentials = *credentials;
   std::unique_ptr<kestrel::SchedulerClient> client =
       kestrel::NewGrpcSchedulerClient(absl::GetFlag(FLAGS_scheduler), options);
   const std::string command = args[1];

@@ -21,6 +21,8 @@
 #include "absl/time/time.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "common/metrics.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
@@ -129,6 +131,7 @@ int Run() {
 
   SchedulerServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  options.tls = TlsConfigFromFlags();
   auto server = SchedulerServer::Start(server_options, options);
   if (!server.ok()) {
     KLOG(Error) << server.status();
@@ -139,7 +142,8 @@ int Run() {
                : 1;
   }
   KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
-             << (*server)->port() << ": " << options.membership.num_servers << " servers, "
+             << (*server)->port() << " (" << DescribeTransport(options.tls) << "): " << options.membership.num_servers
+             << " servers, "
              << options.membership.num_workers << " workers, " << mode
              << (mode == "ssp" ? absl::StrCat("(", options.consistency.staleness, ")") : "") << ", heartbeat every "
              << absl::FormatDuration(options.membership.heartbeat_interval);

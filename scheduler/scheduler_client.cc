@@ -12,7 +12,8 @@ class GrpcSchedulerClient final : public SchedulerClient {
  public:
   GrpcSchedulerClient(const std::string& address, const SchedulerClientOptions& options)
       : options_(options),
-        stub_(Scheduler::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+        stub_(Scheduler::NewStub(grpc::CreateChannel(
+            address, options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials()))) {}
 
   absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
                                             int requested_rank) override {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/scheduler.pb.h"
 
 namespace kestrel {
@@ -42,6 +43,8 @@ struct SchedulerClientOptions {
   absl::Duration rpc_deadline = absl::Seconds(10);
   // Deadline of WaitToStart (a worker may wait long for a slow peer). Default: 10 min.
   absl::Duration wait_deadline = absl::Minutes(10);
+  // The channel's credentials (common/tls.h MakeChannelCredentials). Default: null, plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& address,

@@ -8,6 +8,7 @@
 #include "common/hash.h"
 #include "common/logging.h"
 #include "common/partition.h"
+#include "common/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "scheduler/scheduler_metrics.h"
 
@@ -60,7 +61,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   std::unique_ptr<SchedulerServiceImpl> service(new SchedulerServiceImpl(
       options, std::move(membership).value(), std::move(clocks).value(), partition->ToString()));
   SchedulerServiceImpl* raw = service.get();
-  service->admin_ = NewGrpcShardAdmin(options.job_id, options.admin_deadline);
+  KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> admin_credentials,
+                           MakeChannelCredentials(options.tls));
+  service->admin_ = NewGrpcShardAdmin(options.job_id, options.admin_deadline, std::move(admin_credentials));
   ClusterView view;
   service->FillView(&view);
   JobDescription job;
@@ -336,8 +339,10 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   server->service_ = std::move(service).value();
   grpc::EnableDefaultHealthCheckService(true);
+  KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           MakeServerCredentials(options.tls, server_options.address));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(server_options.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(server_options.address, std::move(credentials), &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

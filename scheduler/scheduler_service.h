@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/checkpoint_coordinator.h"
@@ -38,6 +39,9 @@ struct SchedulerOptions {
   CheckpointOptions checkpoint;
   // Deadline of each server's Checkpoint / Restore call. Default: 10 min.
   absl::Duration admin_deadline = absl::Minutes(10);
+  // Mutual TLS for the scheduler's listener and its calls to the servers (common/tls.h). Default: none:
+  // plaintext, and a listener on a non-loopback address is refused unless tls.insecure.
+  TlsConfig tls;
   // Called (on the coordinator's thread) when the job cannot continue safely, e.g. the checkpoint to restore is
   // damaged: the scheduler must exit non-zero. Default: none (logged only).
   std::function<void(absl::Status)> on_fatal;

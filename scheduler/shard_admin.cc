@@ -14,7 +14,8 @@ namespace {
 
 class GrpcShardAdmin final : public ShardAdmin {
  public:
-  GrpcShardAdmin(std::string job_id, absl::Duration deadline) : job_id_(std::move(job_id)), deadline_(deadline) {}
+  GrpcShardAdmin(std::string job_id, absl::Duration deadline, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : job_id_(std::move(job_id)), deadline_(deadline), credentials_(std::move(credentials)) {}
 
   absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
                                              int64_t clock) override {
@@ -58,21 +59,24 @@ class GrpcShardAdmin final : public ShardAdmin {
     absl::MutexLock lock(&mu_);
     auto& stub = stubs_[address];
     if (stub == nullptr) {
-      stub = ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      stub = ParameterServer::NewStub(grpc::CreateChannel(address, credentials_));
     }
     return stub.get();
   }
 
   const std::string job_id_;
   const absl::Duration deadline_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline) {
-  return std::make_unique<GrpcShardAdmin>(job_id, deadline);
+std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline,
+                                              std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return std::make_unique<GrpcShardAdmin>(job_id, deadline, std::move(credentials));
 }
 
 }  // namespace kestrel

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/checkpoint.pb.h"
 
 namespace kestrel {
@@ -26,8 +27,10 @@ class ShardAdmin {
                                uint64_t min_worker_generation) = 0;
 };
 
-// Over gRPC (ParameterServer.Checkpoint / Restore); each call has `deadline`. Channels are cached by address.
-std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline);
+// Over gRPC (ParameterServer.Checkpoint / Restore); each call has `deadline`. Channels are cached by address
+// and use `credentials` (null: plaintext).
+std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline,
+                                              std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace kestrel
 

@@ -23,6 +23,8 @@
 #include "absl/time/time.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "common/metrics.h"
 #include "common/partition.h"
 #include "common/process_setup.h"
@@ -179,20 +181,28 @@ int Run() {
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
+  const TlsConfig tls = TlsConfigFromFlags();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials = MakeChannelCredentials(tls);
+  if (!channel_credentials.ok()) {
+    KLOG(Error) << channel_credentials.status();
+    return 2;
+  }
   PsServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   server_options.threads = threads;
   server_options.max_message_bytes = max_message_bytes;
+  server_options.tls = tls;
   auto server = PsServer::Start(server_options, shard->get(), store.get());
   if (!server.ok()) {
     KLOG(Error) << server.status();
-    return 1;
+    return absl::IsFailedPrecondition(server.status()) || absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
   std::vector<std::string> ranges;
   for (const KeyRange& r : (*shard)->ranges()) ranges.push_back(r.ToString());
   KLOG(Info) << "serving job '" << shard_options.job_id << "' shard " << index << " of "
              << (*shard)->partition().num_servers() << " on " << absl::GetFlag(FLAGS_host) << ":"
-             << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ");
+             << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ") << ", "
+             << DescribeTransport(tls);
 
   if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
     KLOG(Error) << "--port_file: " << written;
@@ -206,6 +216,7 @@ int Run() {
   if (const std::string address = absl::GetFlag(FLAGS_scheduler); !address.empty()) {
     SchedulerClientOptions client_options;
     client_options.job_id = shard_options.job_id;
+    client_options.credentials = *channel_credentials;
     scheduler = NewGrpcSchedulerClient(address, client_options);
     std::string host = absl::GetFlag(FLAGS_advertise_host);
     if (host.empty()) host = absl::GetFlag(FLAGS_host);

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/grpc_status.h"
 #include "common/pull_wire.h"
+#include "common/status.h"
 #include "common/thread_pool.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/ps_handlers.h"
@@ -175,8 +176,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads);
   server->service_ = std::make_unique<PsServiceImpl>(shard, server->pool_.get(), store);
 
+  KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           MakeServerCredentials(options.tls, options.address));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.address, std::move(credentials), &server->port_);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);

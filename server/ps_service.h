@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "common/metrics.h"
 #include "common/thread_pool.h"
+#include "common/tls.h"
 #include "proto/ps.grpc.pb.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
@@ -76,6 +77,8 @@ struct PsServerOptions {
   int threads = 0;
   // Largest message accepted or sent. Default: 64 MiB.
   int max_message_bytes = 64 << 20;
+  // Mutual TLS (common/tls.h). Default: none: plaintext, refused on a non-loopback address unless insecure.
+  TlsConfig tls;
 };
 
 // A started gRPC server for one Shard, with the standard gRPC health service (grpc.health.v1.Health) reporting

@@ -16,7 +16,8 @@ namespace {
 // Carries requests with the stubs' callback API: no thread blocks per in-flight request.
 class GrpcTransport final : public PsTransport {
  public:
-  GrpcTransport(const PsClientOptions& options, const std::vector<std::string>& addresses)
+  GrpcTransport(const PsClientOptions& options, const std::vector<std::string>& addresses,
+                const std::shared_ptr<grpc::ChannelCredentials>& credentials)
       : channels_per_server_(std::max(1, options.channels_per_server)) {
     static std::atomic<int> next_client_id{0};
     const int client_id = next_client_id.fetch_add(1, std::memory_order_relaxed);
@@ -29,7 +30,7 @@ class GrpcTransport final : public PsTransport {
         // subchannels between channels with identical arguments).
         args.SetInt("kestrel.channel", static_cast<int>(i) * channels_per_server_ + c);
         args.SetInt("kestrel.client", client_id);
-        auto channel = grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(), args);
+        auto channel = grpc::CreateCustomChannel(addresses[i], credentials, args);
         stubs_.push_back(ParameterServer::NewStub(channel));
         generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
       }
@@ -169,12 +170,14 @@ class GrpcTransport final : public PsTransport {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> NewGrpcPsClient(const PsClientOptions& options, Partition partition,
-                                                          const std::vector<std::string>& server_addresses) {
+                                                          const std::vector<std::string>& server_addresses,
+                                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (static_cast<int>(server_addresses.size()) != partition.num_servers()) {
     return absl::InvalidArgumentError(absl::StrFormat("%d server addresses for a %d-server partition",
                                                       server_addresses.size(), partition.num_servers()));
   }
-  return NewPsClient(options, std::move(partition), std::make_unique<GrpcTransport>(options, server_addresses));
+  return NewPsClient(options, std::move(partition), std::make_unique<GrpcTransport>(
+      options, server_addresses, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()));
 }
 
 }  // namespace kestrel

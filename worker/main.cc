@@ -25,6 +25,8 @@
 #include "absl/time/clock.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "worker/tensorboard.h"
 #include "common/metrics.h"
 #include "common/process_setup.h"
@@ -234,8 +236,15 @@ void Report(const TrainResult& r) {
 }
 
 int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(TlsConfigFromFlags());
+  if (!credentials.ok()) {
+    KLOG(Error) << credentials.status();
+    return 2;
+  }
   SchedulerClientOptions scheduler_options;
   scheduler_options.job_id = absl::GetFlag(FLAGS_job_id);
+  scheduler_options.credentials = *credentials;
   std::unique_ptr<SchedulerClient> scheduler =
       NewGrpcSchedulerClient(absl::GetFlag(FLAGS_scheduler), scheduler_options);
   const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
@@ -295,7 +304,8 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     ps_options.worker_rank = rank;
     ps_options.bsp_pushes = view.consistency() == "bsp";
     std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
-    absl::StatusOr<std::unique_ptr<PsClient>> client = NewGrpcPsClient(ps_options, *partition, servers);
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        NewGrpcPsClient(ps_options, *partition, servers, *credentials);
     if (!client.ok()) {
       KLOG(Error) << "cannot create the parameter-server client: " << client.status();
       return 1;

@@ -1,0 +1,149 @@
+// Kestrel's processes over mutual TLS: a scheduler, two servers and two workers train a job with certificates
+// of one CA; the servers refuse clients without a certificate of that CA; a listener on a non-loopback address
+// without TLS is refused unless --insecure.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing_certs.h"
+#include "common/tls.h"
+#include "gtest/gtest.h"
+#include "tests/records.h"
+#include "tests/server_process.h"
+#include "worker/data/datagen.h"
+#include "worker/grpc_ps_client.h"
+
+namespace kestrel {
+namespace {
+
+std::string TmpDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
+}
+
+std::vector<std::string> TlsFlags(const TlsConfig& tls) {
+  return {"--tls_ca=" + tls.ca_file, "--tls_cert=" + tls.cert_file, "--tls_key=" + tls.key_file};
+}
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
+  const std::string dir = TmpDir() + "/tls_cluster";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), dir).ok());
+  absl::StatusOr<TestingCa> ca = TestingCa::Create(dir + "/certs", "job-ca");
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  absl::StatusOr<TestingCa> other_ca = TestingCa::Create(dir + "/certs", "other-ca");
+  ASSERT_TRUE(other_ca.ok()) << other_ca.status();
+
+  const std::string config = dir + "/job.pbtxt";
+  std::ofstream(config) << "model { type: LOGISTIC_REGRESSION }\n"
+                        << "data { format: CRITEO train_files: '" << dir << "/train.tsv' test_files: '" << dir
+                        << "/test.tsv' }\n"
+                        << "train { batch_size: 256 epochs: 1 log_every_steps: 100 }\n";
+  absl::StatusOr<TlsConfig> scheduler_tls = ca->Issue("tls", "scheduler", 0);
+  ASSERT_TRUE(scheduler_tls.ok()) << scheduler_tls.status();
+  auto scheduler = ServerProcess::Start(
+      RunfilePath("scheduler/kestrel_scheduler"),
+      Concat({"--job_id=tls", "--num_servers=2", "--num_workers=2", "--consistency=bsp", "--heartbeat_interval=1s"},
+             TlsFlags(*scheduler_tls)),
+      dir, "scheduler");
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::vector<ServerProcess> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<TlsConfig> tls = ca->Issue("tls", "server", s);
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    auto server = ServerProcess::Start(
+        RunfilePath("server/kestrel_server"),
+        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s), "--bsp_workers=2",
+                "--scheduler=" + scheduler->address()},
+               TlsFlags(*tls)),
+        dir, absl::StrCat("server", s));
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_NE(ReadFile(server->log_path()).find("mutual TLS"), std::string::npos);
+    addresses.push_back(server->address());
+    servers.push_back(std::move(server).value());
+  }
+  std::vector<ServerProcess> workers;
+  for (int w = 0; w < 2; ++w) {
+    absl::StatusOr<TlsConfig> tls = ca->Issue("tls", "worker", w);
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    auto worker = ServerProcess::Spawn(
+        RunfilePath("worker/kestrel_worker"),
+        Concat({"--job_id=tls", "--config=" + config, "--scheduler=" + scheduler->address(),
+                absl::StrCat("--rank=", w), "--device=cpu", "--compute_threads=1",
+                "--metrics_out=" + dir + "/metrics.jsonl"},
+               TlsFlags(*tls)),
+        dir, absl::StrCat("worker", w));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(std::move(worker).value());
+  }
+  for (int w = 0; w < 2; ++w) {
+    absl::StatusOr<int> code = workers[w].Wait(absl::Minutes(4));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0) << ReadFile(workers[w].log_path());
+  }
+  absl::StatusOr<Record> eval = LastRecord(dir + "/metrics.jsonl", "eval");
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_GT(eval->auc(), 0.7);
+
+  // The servers, still up, answer a client of the job's CA and refuse the rest.
+  TableConfig table;
+  table.set_name("probe");
+  table.set_kind(TableConfig::SPARSE);
+  table.set_dim(1);
+  PsClientOptions options;
+  options.job_id = "tls";
+  options.rpc_deadline = absl::Seconds(3);
+  auto connect = [&](std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    return (*NewGrpcPsClient(options, *Partition::Uniform(2), addresses, std::move(credentials)))
+        ->CreateTable(table);
+  };
+  absl::StatusOr<TlsConfig> admin = ca->Issue("tls", "admin", 0);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_TRUE(connect(*MakeChannelCredentials(*admin)).ok());
+  EXPECT_EQ(connect(grpc::InsecureChannelCredentials()).code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<TlsConfig> stranger = other_ca->Issue("tls", "admin", 0);
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
+  EXPECT_EQ(connect(*MakeChannelCredentials(*stranger)).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(TlsClusterTest, PlaintextOnANonLoopbackAddressNeedsInsecure) {
+  const std::string dir = TmpDir() + "/tls_refusal";
+  std::filesystem::create_directories(dir);
+  auto refused = ServerProcess::Spawn(RunfilePath("server/kestrel_server"),
+                                      {"--job_id=x", "--host=0.0.0.0", "--port=0"}, dir, "refused");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::StatusOr<int> code = refused->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2);
+  const std::string log = ReadFile(refused->log_path());
+  EXPECT_NE(log.find("refusing to listen on 0.0.0.0:0 without TLS"), std::string::npos) << log;
+  EXPECT_NE(log.find("--insecure"), std::string::npos) << log;
+
+  auto allowed = ServerProcess::Spawn(RunfilePath("server/kestrel_server"),
+                                      {"--job_id=x", "--host=0.0.0.0", "--port=0", "--insecure",
+                                       "--port_file=" + dir + "/allowed.port"},
+                                      dir, "allowed");
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  bool listening = false;
+  for (int i = 0; i < 200 && !listening; ++i) {
+    listening = std::filesystem::exists(dir + "/allowed.port");
+    if (!listening) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(listening) << ReadFile(allowed->log_path());
+}
+
+}  // namespace
+}  // namespace kestrel
