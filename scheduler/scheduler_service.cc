@@ -134,14 +134,50 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_config_fingerprint(fingerprint);
 }
 
+namespace {
+
+// Who may call what: members register and heartbeat; workers run the clock; an admin (kestrel_ctl) requests
+// checkpoints; anyone of the job may read its description.
+constexpr PeerRoles kMemberRoles = RolesOf({PeerRole::kWorker, PeerRole::kServer});
+constexpr PeerRoles kWorkerRoles = RolesOf({PeerRole::kWorker});
+constexpr PeerRoles kDescribeRoles = RolesOf({PeerRole::kWorker, PeerRole::kServer, PeerRole::kAdmin});
+constexpr PeerRoles kCheckpointRoles = RolesOf({PeerRole::kAdmin});
+
+}  // namespace
+
+absl::Status SchedulerServiceImpl::CheckCaller(grpc::CallbackServerContext* context, const std::string& job_id,
+                                               PeerRoles allowed, const char* method,
+                                               std::optional<MemberRole> claimed_role, std::optional<int> claimed_rank,
+                                               std::optional<PeerIdentity>* caller) const {
+  KESTREL_RETURN_IF_ERROR(CheckJob(job_id));
+  KESTREL_ASSIGN_OR_RETURN(std::optional<PeerIdentity> identity,
+                           AuthorizePeer(context->auth_context().get(), options_.job_id, allowed, method));
+  if (identity.has_value() && (identity->role == PeerRole::kWorker || identity->role == PeerRole::kServer)) {
+    const MemberRole role = identity->role == PeerRole::kServer ? ROLE_SERVER : ROLE_WORKER;
+    if (claimed_role.has_value() && *claimed_role != role) {
+      return absl::PermissionDeniedError(absl::StrCat(method, " claims another role than the certificate's (",
+                                                      PeerRoleName(identity->role), ")"));
+    }
+    if (claimed_rank.has_value()) KESTREL_RETURN_IF_ERROR(CheckClaimedRank(identity, *claimed_rank, method));
+  }
+  if (caller != nullptr) *caller = std::move(identity);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerContext* context,
                                                          const RegisterRequest* request,
                                                          RegisterResponse* response) {
   const RpcMetrics::Call call = register_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  // With a certificate, "any free rank" (-1) means the certificate's rank.
+  const std::optional<PeerIdentity> peer =
+      AuthorizePeer(context->auth_context().get(), options_.job_id, kMemberRoles, "Register").value_or(std::nullopt);
+  const int requested_rank =
+      request->requested_rank() == -1 && peer.has_value() ? peer->rank : request->requested_rank();
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kMemberRoles, "Register", request->role(), requested_rank);
   if (status.ok()) {
     auto registration =
-        membership_->Register(RoleOf(request->role()), request->address(), request->requested_rank(), MonotonicNow());
+        membership_->Register(RoleOf(request->role()), request->address(), requested_rank, MonotonicNow());
     status = registration.status();
     if (status.ok()) {
       response->set_rank(registration->rank);
@@ -176,7 +212,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
                                                           const HeartbeatRequest* request,
                                                           HeartbeatResponse* response) {
   const RpcMetrics::Call call = heartbeat_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kMemberRoles, "Heartbeat", request->role(), request->rank());
   if (status.ok()) {
     auto generation =
         membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow());
@@ -194,7 +231,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
                                                             const WaitToStartRequest* request,
                                                             WaitToStartResponse* response) {
   const RpcMetrics::Call call = wait_to_start_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, request->rank());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -228,7 +266,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
   const RpcMetrics::Call call = advance_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kWorkerRoles, "Advance", std::nullopt, request->rank());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
   if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
     coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
@@ -250,7 +289,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
                                                          const DescribeRequest* request,
                                                          DescribeResponse* response) {
   const RpcMetrics::Call call = describe_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kDescribeRoles, "Describe", std::nullopt, std::nullopt);
   if (status.ok()) {
     FillView(response->mutable_view());
     for (const Member& m : membership_->Members()) {
@@ -274,7 +314,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerContext* context,
                                                        const RejoinRequest* request, RegisterResponse* response) {
   const RpcMetrics::Call call = rejoin_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kWorkerRoles, "Rejoin", std::nullopt, request->rank());
   // Only the live holder of the rank may rejoin (this also counts as its heartbeat).
   if (status.ok()) {
     status = membership_->Heartbeat(Role::kWorker, request->rank(), request->incarnation(), MonotonicNow()).status();
@@ -299,7 +340,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestCheckpoint(grpc::Callback
                                                                   const RequestCheckpointRequest* request,
                                                                   RequestCheckpointResponse* response) {
   const RpcMetrics::Call call = request_checkpoint_rpc_.Begin();
-  absl::Status status = CheckJob(request->job_id());
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kCheckpointRoles, "RequestCheckpoint", std::nullopt, std::nullopt);
   if (status.ok()) {
     absl::StatusOr<int64_t> clock = coordinator_->Request();
     status = clock.status();

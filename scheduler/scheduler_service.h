@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics.h"
+#include "common/peer_identity.h"
 #include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -85,6 +87,11 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
                        std::unique_ptr<ClockTable> clocks, std::string partition);
   absl::Status CheckJob(const std::string& job_id) const;
+  // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
+  // workers and servers the member role (none: a worker-only call) and rank (none: no rank) the request claims. On success *caller is the identity (none on a plaintext listener).
+  absl::Status CheckCaller(grpc::CallbackServerContext* context, const std::string& job_id, PeerRoles allowed,
+                           const char* method, std::optional<MemberRole> claimed_role, std::optional<int> claimed_rank,
+                           std::optional<PeerIdentity>* caller = nullptr) const;
   void FillView(ClusterView* view) const;
 
   const SchedulerOptions options_;

@@ -14,6 +14,15 @@
 #include "server/server_metrics.h"
 
 namespace kestrel {
+namespace {
+
+// Who may call what (common/peer_identity.h): workers move rows and create their tables; the scheduler
+// checkpoints and restores; an admin (kestrel_ctl, tools) reads descriptions and statistics.
+constexpr PeerRoles kDataRoles = RolesOf({PeerRole::kWorker});
+constexpr PeerRoles kReadRoles = RolesOf({PeerRole::kWorker, PeerRole::kScheduler, PeerRole::kAdmin});
+constexpr PeerRoles kAdminRoles = RolesOf({PeerRole::kScheduler});
+
+}  // namespace
 
 PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
     : shard_(shard),
@@ -34,30 +43,35 @@ PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
 // Runs `work` on the handler pool (or inline on gRPC's callback thread without one) and finishes the call
 // with its status, counted and timed in `rpc`. Handlers do CPU work only; nothing in them waits on other calls.
 grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
-                                             std::function<absl::Status()> work) {
+                                             PeerRoles allowed, const char* method,
+                                             std::function<absl::Status(const Caller&)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = rpc.Begin();
   auto finish = [reactor, call](const absl::Status& status) {
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   };
-  if (pool_ == nullptr) {
-    finish(work());
+  absl::StatusOr<Caller> caller = AuthorizePeer(context->auth_context().get(), shard_->job_id(), allowed, method);
+  if (!caller.ok()) {
+    finish(shard_->Count(caller.status()));
+  } else if (pool_ == nullptr) {
+    finish(work(*caller));
   } else {
-    pool_->Schedule([finish, work = std::move(work)] { finish(work()); });
+    pool_->Schedule([finish, work = std::move(work), caller = *std::move(caller)] { finish(work(caller)); });
   }
   return reactor;
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-  return Run(context, pull_rpc_, [this, request, response]() -> absl::Status {
+  return Run(context, pull_rpc_, kDataRoles, "Pull", [this, request, response](const Caller& caller) -> absl::Status {
     PullRequest parsed;
     grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
     grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
     if (!status.ok()) {
       return shard_->Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
     }
+    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
     PullResponseWriter writer;
     absl::Status handled = HandlePullInto(*shard_, parsed, [&writer](size_t floats, int dim) {
       return writer.Allocate(floats, dim);
@@ -69,34 +83,48 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
-  return Run(context, push_rpc_, [=] { return HandlePush(*shard_, *request, response); });
+  return Run(context, push_rpc_, kDataRoles, "Push", [=](const Caller& caller) {
+    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the Push")));
+    return HandlePush(*shard_, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* context,
                                                    const PullRequest* request, PullResponse* response) {
-  return Run(context, pull_dense_rpc_, [=] { return HandlePullDense(*shard_, *request, response); });
+  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense", [=](const Caller& caller) {
+    KESTREL_RETURN_IF_ERROR(
+        shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PullDense")));
+    return HandlePullDense(*shard_, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,
                                                    const PushRequest* request, PushResponse* response) {
-  return Run(context, push_dense_rpc_, [=] { return HandlePushDense(*shard_, *request, response); });
+  return Run(context, push_dense_rpc_, kDataRoles, "PushDense", [=](const Caller& caller) {
+    KESTREL_RETURN_IF_ERROR(
+        shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
+    return HandlePushDense(*shard_, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateTable(grpc::CallbackServerContext* context,
                                                      const CreateTableRequest* request,
                                                      CreateTableResponse* response) {
-  return Run(context, create_table_rpc_, [=] { return HandleCreateTable(*shard_, *request, response); });
+  return Run(context, create_table_rpc_, kDataRoles, "CreateTable",
+             [=](const Caller&) { return HandleCreateTable(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerContext* context,
                                                         const DescribeTablesRequest* request,
                                                         DescribeTablesResponse* response) {
-  return Run(context, describe_tables_rpc_, [=] { return HandleDescribeTables(*shard_, *request, response); });
+  return Run(context, describe_tables_rpc_, kReadRoles, "DescribeTables",
+             [=](const Caller&) { return HandleDescribeTables(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                                StatsResponse* response) {
-  return Run(context, stats_rpc_, [=] { return HandleStats(*shard_, *request, response); });
+  return Run(context, stats_rpc_, kReadRoles, "Stats",
+             [=](const Caller&) { return HandleStats(*shard_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext* context,
@@ -104,8 +132,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
                                                     CheckpointShardResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = checkpoint_rpc_.Begin();
-  admin_.Schedule([this, reactor, request, response, call] {
-    absl::Status status = shard_->CheckJob(ContextOf(request->header()));
+  const absl::Status allowed =
+      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Checkpoint").status();
+  admin_.Schedule([this, reactor, request, response, call, allowed] {
+    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
     if (status.ok() && store_ == nullptr) {
       status = absl::FailedPreconditionError(absl::StrFormat(
           "server %d was started without --checkpoint_dir: it cannot write checkpoints", shard_->shard_index()));
@@ -133,8 +163,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
                                                  const RestoreShardRequest* request, RestoreShardResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = restore_rpc_.Begin();
-  admin_.Schedule([this, reactor, request, response, call] {
-    absl::Status status = shard_->CheckJob(ContextOf(request->header()));
+  const absl::Status allowed =
+      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Restore").status();
+  admin_.Schedule([this, reactor, request, response, call, allowed] {
+    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
     const absl::Time start = absl::Now();
     if (status.ok()) {
       if (store_ != nullptr) {

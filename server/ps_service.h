@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "common/metrics.h"
+#include "common/peer_identity.h"
 #include "common/thread_pool.h"
 #include "common/tls.h"
 #include "proto/ps.grpc.pb.h"
@@ -56,8 +57,11 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<P
                                     RestoreShardResponse* response) override;
 
  private:
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
-                                std::function<absl::Status()> work);
+  // The caller's identity (none on a plaintext listener), or an error; see common/peer_identity.h.
+  using Caller = std::optional<PeerIdentity>;
+  // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work`.
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc, PeerRoles allowed,
+                                const char* method, std::function<absl::Status(const Caller&)> work);
 
   Shard* const shard_;
   ThreadPool* const pool_;

@@ -14,6 +14,8 @@
 #include "tests/server_process.h"
 #include "worker/data/datagen.h"
 #include "worker/grpc_ps_client.h"
+#include "proto/ps.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 
 namespace kestrel {
 namespace {
@@ -98,25 +100,71 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_GT(eval->auc(), 0.7);
 
-  // The servers, still up, answer a client of the job's CA and refuse the rest.
+  // Two more servers of the job (no scheduler, no BSP): only a worker of this job, under its own rank, may move
+  // rows; only the scheduler may restore; nobody without a certificate of the job's CA gets in.
+  addresses.clear();
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<TlsConfig> tls = ca->Issue("tls", "server", s);
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    auto server = ServerProcess::Start(
+        RunfilePath("server/kestrel_server"),
+        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s)}, TlsFlags(*tls)), dir,
+        absl::StrCat("probe", s));
+    ASSERT_TRUE(server.ok()) << server.status();
+    addresses.push_back(server->address());
+    servers.push_back(std::move(server).value());
+  }
   TableConfig table;
   table.set_name("probe");
   table.set_kind(TableConfig::SPARSE);
   table.set_dim(1);
-  PsClientOptions options;
-  options.job_id = "tls";
-  options.rpc_deadline = absl::Seconds(3);
-  auto connect = [&](std::shared_ptr<grpc::ChannelCredentials> credentials) {
-    return (*NewGrpcPsClient(options, *Partition::Uniform(2), addresses, std::move(credentials)))
-        ->CreateTable(table);
+  auto client = [&](const absl::StatusOr<TlsConfig>& tls, int rank) {
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    PsClientOptions options;
+    options.job_id = "tls";
+    options.worker_rank = rank;
+    options.rpc_deadline = absl::Seconds(3);
+    return *NewGrpcPsClient(options, *Partition::Uniform(2), addresses, *MakeChannelCredentials(*tls));
   };
-  absl::StatusOr<TlsConfig> admin = ca->Issue("tls", "admin", 0);
-  ASSERT_TRUE(admin.ok()) << admin.status();
-  EXPECT_TRUE(connect(*MakeChannelCredentials(*admin)).ok());
-  EXPECT_EQ(connect(grpc::InsecureChannelCredentials()).code(), absl::StatusCode::kUnavailable);
-  absl::StatusOr<TlsConfig> stranger = other_ca->Issue("tls", "admin", 0);
-  ASSERT_TRUE(stranger.ok()) << stranger.status();
-  EXPECT_EQ(connect(*MakeChannelCredentials(*stranger)).code(), absl::StatusCode::kUnavailable);
+  const uint64_t key = 42;
+  const float grad = 1.0f;
+  float row = 0;
+  absl::Status status = client(ca->Issue("tls", "worker", 1), 1)->CreateTable(table);
+  EXPECT_TRUE(status.ok()) << status;
+  status = client(ca->Issue("tls", "worker", 1), 1)->Push("probe", {&key, 1}, 1, &grad);
+  EXPECT_TRUE(status.ok()) << status;
+  status = client(ca->Issue("tls", "worker", 1), 0)->Push("probe", {&key, 1}, 1, &grad);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  status = client(ca->Issue("tls", "admin", 0), -1)->Pull("probe", {&key, 1}, 1, &row);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  status = client(ca->Issue("other-job", "worker", 1), 1)->Pull("probe", {&key, 1}, 1, &row);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_EQ(status.message().find("other-job"), std::string::npos) << status;
+  status = client(other_ca->Issue("tls", "worker", 1), 1)->Pull("probe", {&key, 1}, 1, &row);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  {
+    PsClientOptions options;
+    options.job_id = "tls";
+    options.rpc_deadline = absl::Seconds(3);
+    status = (*NewGrpcPsClient(options, *Partition::Uniform(2), addresses, grpc::InsecureChannelCredentials()))
+                 ->Pull("probe", {&key, 1}, 1, &row);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  }
+  // A worker asking a server to restore (wipe) its shard.
+  absl::StatusOr<TlsConfig> worker_tls = ca->Issue("tls", "worker", 0);
+  ASSERT_TRUE(worker_tls.ok());
+  auto stub = ParameterServer::NewStub(grpc::CreateChannel(addresses[0], *MakeChannelCredentials(*worker_tls)));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  RestoreShardRequest restore;
+  restore.mutable_header()->set_job_id("tls");
+  RestoreShardResponse restored;
+  const grpc::Status refused = stub->Restore(&context, restore, &restored);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
+  EXPECT_EQ(refused.error_message(), "a worker may not call Restore");
+  // The row the worker pushed is still there (the refused calls changed nothing).
+  EXPECT_TRUE(client(ca->Issue("tls", "worker", 1), 1)->Pull("probe", {&key, 1}, 1, &row).ok());
+  EXPECT_NE(row, 0.0f);
 }
 
 TEST(TlsClusterTest, PlaintextOnANonLoopbackAddressNeedsInsecure) {
