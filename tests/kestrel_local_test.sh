@@ -36,6 +36,11 @@ echo "== the main job, shortened"
   --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms
 check_auc "$tmp/plain/summary.json"
 
+echo "== over mutual TLS by default: every listener says so"
+for log in "$tmp/plain/scheduler.log" "$tmp/plain/server0.log" "$tmp/plain/server1.log"; do
+  grep -q "mutual TLS" "$log" || { echo "$log: not serving over mutual TLS"; exit 1; }
+done
+
 echo "== the workers' TensorBoard event files read back (TFRecord framing, masked CRC-32C, Event protos)"
 python3 - "$tmp/plain/tensorboard" <<'PY'
 import glob, struct, sys
