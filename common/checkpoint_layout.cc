@@ -159,6 +159,16 @@ std::string CheckpointLayout::CheckpointName(uint64_t sequence) {
   return absl::StrFormat("%s%08d", kCheckpointPrefix, sequence);
 }
 
+absl::Status CheckpointLayout::CheckName(absl::string_view name) {
+  const std::optional<uint64_t> sequence = SequenceOf(name);
+  if (!sequence || *sequence == 0 || *sequence > kMaxSequence || CheckpointName(*sequence) != name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a checkpoint name is ckpt-<sequence> as the scheduler makes it (8 or more digits, sequence 1 to ",
+        kMaxSequence, "); got a name of ", name.size(), " characters that is not"));
+  }
+  return absl::OkStatus();
+}
+
 std::string CheckpointLayout::ShardDirName(int shard) { return absl::StrFormat("shard-%04d", shard); }
 
 std::string CheckpointLayout::CheckpointDir(absl::string_view name) const { return absl::StrCat(root_, "/", name); }
@@ -185,7 +195,8 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointLayout::
   }
   for (const fs::directory_entry& entry : it) {
     const std::string name = entry.path().filename().string();
-    if (std::optional<uint64_t> sequence = SequenceOf(name); sequence && entry.is_directory()) {
+    if (std::optional<uint64_t> sequence = SequenceOf(name);
+        sequence && entry.is_directory() && CheckName(name).ok()) {
       dirs.emplace_back(*sequence, name);
     }
   }
@@ -212,6 +223,7 @@ absl::Status CheckpointLayout::MoveLatest(absl::string_view name) const {
 }
 
 absl::StatusOr<CheckpointManifest> CheckpointLayout::ReadManifest(absl::string_view name) const {
+  KESTREL_RETURN_IF_ERROR(CheckName(name));
   const std::string path = ManifestPath(name);
   absl::StatusOr<std::string> contents = ReadWholeFile(path);
   if (absl::IsNotFound(contents.status())) {

@@ -56,6 +56,11 @@ class CheckpointLayout {
 
   // "ckpt-00000007" for sequence 7.
   static std::string CheckpointName(uint64_t sequence);
+  // Sequences stay at or below this (a checkpoint a second for 30,000 years), so the next never wraps.
+  static constexpr uint64_t kMaxSequence = 1'000'000'000'000;
+  // OK only for a name CheckpointName makes, of a sequence in [1, kMaxSequence]: every name that becomes a path
+  // (from the scheduler, the network or LATEST) is checked first. InvalidArgument otherwise, without echoing it.
+  static absl::Status CheckName(absl::string_view name);
   // "shard-0003" for server rank 3.
   static std::string ShardDirName(int shard);
 

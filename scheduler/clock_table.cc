@@ -67,6 +67,11 @@ absl::Status ClockTable::Advance(int rank, int64_t finished) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "worker %d has finished %d iterations; its clock cannot go back to %d", rank, current, finished));
     }
+    if (finished > current + 1) {  // one iteration at a time: a jump would release barriers nobody reached
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "worker %d has finished %d iterations; it may report %d next, not %d", rank, current, current + 1,
+          finished));
+    }
     clocks_[rank] = finished;
     auto it = clock_counts_.find(current);
     if (--it->second == 0) clock_counts_.erase(it);

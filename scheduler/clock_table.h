@@ -70,8 +70,9 @@ class ClockTable {
   // the wait is cancelled (CancelAll's status).
   void WaitToStart(int rank, int64_t clock, Callback done);
 
-  // Worker `rank` has finished `finished` iterations. Clocks only move forward: repeating the current value
-  // is a no-op (retries are safe), going back is FailedPrecondition. Runs the callbacks this allows.
+  // Worker `rank` has finished `finished` iterations. Clocks only move forward, one iteration at a time:
+  // repeating the current value is a no-op (retries are safe), going back is FailedPrecondition, skipping
+  // ahead (more than current + 1) InvalidArgument. Runs the callbacks this allows.
   absl::Status Advance(int rank, int64_t finished);
 
   // Fails every waiting (and held) request with `status` (e.g. Aborted when the job rolls back); returns how many.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <queue>
 #include <random>
 #include <thread>
@@ -17,6 +18,14 @@ std::unique_ptr<ClockTable> Make(int workers, ConsistencyPolicy policy) {
   auto table = ClockTable::Create(workers, policy);
   EXPECT_TRUE(table.ok()) << table.status();
   return std::move(table).value();
+}
+
+// Advances `rank` one iteration at a time to `clock` (as a worker does).
+absl::Status AdvanceTo(ClockTable& table, int rank, int64_t clock) {
+  for (int64_t c = table.ClockOf(rank) + 1; c <= clock; ++c) {
+    if (absl::Status s = table.Advance(rank, c); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 // Asks for `clock` and reports whether the answer came at once (and with which status).
@@ -73,13 +82,30 @@ TEST(ClockTableTest, ValidatesRanksAndClocks) {
   EXPECT_EQ(Start(*table, -1, 0)->status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Start(*table, 0, -1)->status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(table->Advance(5, 1).code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(table->Advance(0, 3).ok());
+  for (int64_t c = 1; c <= 3; ++c) ASSERT_TRUE(table->Advance(0, c).ok());
   EXPECT_TRUE(table->Advance(0, 3).ok()) << "repeating the current clock is a no-op";
   EXPECT_EQ(table->Advance(0, 2).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(table->ClockOf(0), 3);
   EXPECT_EQ(table->MinClock(), 0);
   EXPECT_FALSE(ClockTable::Create(0, ConsistencyPolicy::Bsp()).ok());
   EXPECT_FALSE(ClockTable::Create(2, ConsistencyPolicy::Ssp(-1)).ok());
+}
+
+// A rogue (or buggy) worker that reports a clock far ahead must not release a BSP barrier for the others.
+TEST(ClockTableTest, ClocksMoveOneIterationAtATime) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  ASSERT_TRUE(table->Advance(0, 1).ok());
+  auto waiting = Start(*table, 0, 1);  // worker 0 waits for worker 1 to finish iteration 0
+  EXPECT_FALSE(waiting->answered);
+  for (int64_t jump : {int64_t{2}, int64_t{3}, int64_t{1000000}, std::numeric_limits<int64_t>::max()}) {
+    absl::Status status = table->Advance(1, jump);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << jump;
+    EXPECT_NE(status.message().find("may report 1 next"), std::string::npos) << status;
+  }
+  EXPECT_EQ(table->ClockOf(1), 0);
+  EXPECT_FALSE(waiting->answered) << "the barrier held";
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  EXPECT_TRUE(waiting->answered && waiting->status.ok());
 }
 
 TEST(ClockTableTest, CancelAllFailsEveryWaiter) {
@@ -192,13 +218,13 @@ TEST(ClockTableTest, HoldStopsEveryWorkerAtTheCut) {
   auto table = Make(2, ConsistencyPolicy::Asp());
   table->SetHold(3);
   for (int64_t c = 0; c < 3; ++c) ASSERT_TRUE(Start(*table, 0, c)->answered);
-  ASSERT_TRUE(table->Advance(0, 3).ok());
+  ASSERT_TRUE(AdvanceTo(*table, 0, 3).ok());
   auto held = Start(*table, 0, 3);
   EXPECT_FALSE(held->answered) << "iteration 3 is held";
   EXPECT_EQ(table->MaxPermitted(), 2);
   EXPECT_FALSE(table->AllAt(3));
   ASSERT_TRUE(Start(*table, 1, 0)->answered);
-  ASSERT_TRUE(table->Advance(1, 3).ok());
+  ASSERT_TRUE(AdvanceTo(*table, 1, 3).ok());
   EXPECT_TRUE(table->AllAt(3));
   EXPECT_EQ(table->num_waiting(), 1u);
   table->SetHold(ClockTable::kNoHold);
@@ -225,8 +251,8 @@ TEST(ClockTableTest, ReleasedHoldStillObeysTheConsistencyPolicy) {
 
 TEST(ClockTableTest, ResetRollsEveryClockBackAndFailsWaits) {
   auto table = Make(2, ConsistencyPolicy::Bsp());
-  ASSERT_TRUE(table->Advance(0, 5).ok());
-  ASSERT_TRUE(table->Advance(1, 4).ok());
+  ASSERT_TRUE(AdvanceTo(*table, 0, 5).ok());
+  ASSERT_TRUE(AdvanceTo(*table, 1, 4).ok());
   auto waiting = Start(*table, 0, 5);
   table->SetHold(5);
   auto held = Start(*table, 1, 5);

@@ -109,7 +109,11 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
   const uint64_t generation = w1.view().generation();
 
   // SSP(1): worker 0 may start iterations 0 and 1 while worker 1 sits at 0; iteration 2 must wait.
+  ASSERT_TRUE(Advance(w0.rank(), 1, generation).ok());
   ASSERT_TRUE(Advance(w0.rank(), 2, generation).ok());
+  // A report that skips iterations is refused (it would release waits nobody earned).
+  EXPECT_EQ(Advance(w1.rank(), 2, generation).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server_->service().clocks().ClockOf(w1.rank()), 0);
   auto wait = StartWait(w0.rank(), 2, generation);
   ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
   EXPECT_FALSE(wait->answered.HasBeenNotified());

@@ -162,6 +162,7 @@ absl::Status ShardStore::Reset() {
 }
 
 absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::string_view name) {
+  KESTREL_RETURN_IF_ERROR(CheckpointLayout::CheckName(name));
   if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
   ShardCheckpoint answer;
   answer.set_shard(shard_);

@@ -211,6 +211,29 @@ TEST_F(ShardStoreTest, RestoreReproducesValuesAndOptimizerState) {
   EXPECT_EQ(RowsWritten(next), emb.second + mlp.second);
 }
 
+TEST_F(ShardStoreTest, CheckpointNamesThatAreNotTheSchedulersAreRefusedAndWriteNothing) {
+  Cluster c = MakeCluster(1, *layout_);
+  Train(c, RandomKeys(1000, 1), 7);
+  const uint64_t before = c.shards[0]->Fingerprint();
+  const std::string outside = absl::StrCat(::testing::TempDir(), "/escaped_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(outside);
+  for (const std::string& name :
+       {std::string("../../../tmp/x"), "../" + fs::path(outside).filename().string(), std::string(""),
+        std::string("ckpt-"), std::string("ckpt-7"), std::string("ckpt-00000000"), std::string("ckpt-0000007x"),
+        std::string("ckpt-18446744073709551615"), std::string("ckpt-1000000000001"), std::string("/etc"),
+        std::string("ckpt-00000007/../../x"), std::string("LATEST")}) {
+    absl::StatusOr<ShardCheckpoint> written = c.stores[0]->Checkpoint(*c.shards[0], name);
+    EXPECT_EQ(written.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(layout_->ReadManifest(name).status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  EXPECT_FALSE(fs::exists(outside));
+  EXPECT_FALSE(layout_->ReadLatest()->has_value()) << "nothing was committed";
+  EXPECT_EQ(c.shards[0]->Fingerprint(), before);
+  // The largest sequence is still a name, and so is an ordinary one.
+  EXPECT_TRUE(CheckpointLayout::CheckName(CheckpointLayout::CheckpointName(CheckpointLayout::kMaxSequence)).ok());
+  EXPECT_TRUE(c.stores[0]->Checkpoint(*c.shards[0], "ckpt-00000007").ok());
+}
+
 TEST_F(ShardStoreTest, IncrementalCheckpointWritesOnlyChangedRows) {
   Cluster c = MakeCluster(2, *layout_);
   const std::vector<uint64_t> keys = RandomKeys(50000, 1);
