@@ -174,7 +174,10 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   DescribeRequest describe;
   describe.set_job_id("other");
   DescribeResponse view;
-  EXPECT_EQ(stub_->Describe(Context().get(), describe, &view).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  const grpc::Status refused = stub_->Describe(Context().get(), describe, &view);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // Neither job id appears: the whole message is fixed text.
+  EXPECT_EQ(refused.error_message(), "the request's job id is not the one this scheduler runs (check --job_id)");
 
   Register(ROLE_SERVER, "127.0.0.1:1");
   const RegisterResponse w0 = Register(ROLE_WORKER, "");

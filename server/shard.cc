@@ -63,8 +63,9 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
         absl::StrFormat("worker rank %d is not below %d", ctx.worker_rank, kMaxWorkers));
   }
   if (ctx.job_id != options_.job_id) {
-    return absl::FailedPreconditionError(absl::StrFormat("request for job '%s' reached shard %d of job '%s'",
-                                                         Clip(ctx.job_id), shard_index(), options_.job_id));
+    // Neither job id is echoed: a caller probing for the job's name learns nothing.
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the request's job id is not the one shard %d serves (check --job_id)", shard_index()));
   }
   if (ctx.worker_rank >= 0) {
     const auto generations = std::atomic_load(&worker_generations_);

@@ -109,11 +109,15 @@ TEST_F(ShardTest, RejectsUnknownTable) {
   ExpectRejected(shard_->Push(Ctx(), "nope", keys_, grads_, 0), absl::StatusCode::kNotFound, "does not exist");
 }
 
-TEST_F(ShardTest, RejectsWrongJob) {
-  ExpectRejected(shard_->Push(Ctx("other"), "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
-                 "job 'other'");
-  ExpectRejected(shard_->CreateTable(Ctx("other"), Sparse("t2", 2)).status(), absl::StatusCode::kFailedPrecondition,
-                 "job 'other'");
+TEST_F(ShardTest, RejectsWrongJobWithoutEchoingAnyJobId) {
+  const absl::Status pushed = shard_->Push(Ctx("other"), "emb", keys_, grads_, 0);
+  ExpectRejected(pushed, absl::StatusCode::kFailedPrecondition, "job id is not the one shard 1 serves");
+  const absl::Status created = shard_->CreateTable(Ctx("other"), Sparse("t2", 2)).status();
+  ExpectRejected(created, absl::StatusCode::kFailedPrecondition, "job id is not the one shard 1 serves");
+  for (const absl::Status& s : {pushed, created}) {
+    EXPECT_EQ(s.message().find("other"), std::string::npos) << s;
+    EXPECT_EQ(s.message().find("'job'"), std::string::npos) << s;
+  }
 }
 
 TEST_F(ShardTest, RejectsWrongDimension) {
