@@ -48,9 +48,18 @@ absl::Status Write(Shard& shard, bool dense, const PushRequest& request, PushRes
                            shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &key_scratch)));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
                            shard.Count(UnpackView<float>(request.values(), "values", &value_scratch)));
+  // part/parts: which of the sender's requests for (table, clock) this is. Checked on every server, BSP or not,
+  // so a malformed pair never reaches a buffer; the count is bounded so a sender cannot make a BSP server
+  // buffer an unbounded number of parts.
+  const int parts = std::max(1, request.parts());
+  if (request.part() < 0 || request.parts() < 0 || request.part() >= parts || parts > kMaxPushParts) {
+    return shard.Count(absl::InvalidArgumentError(absl::StrFormat(
+        "push part %d of %d: a part is in [0, parts) and parts in [1, %d]", request.part(), request.parts(),
+        kMaxPushParts)));
+  }
   RequestContext ctx = ContextOf(request.header());
   ctx.part = request.part();
-  ctx.parts = std::max(1, request.parts());
+  ctx.parts = parts;
   KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, request.dim())
                                 : shard.Push(ctx, request.table(), ids, grads, request.dim()));
   response->set_rows_updated(ids.size());

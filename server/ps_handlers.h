@@ -18,6 +18,9 @@ namespace kestrel {
 // The Shard's view of a request header (the job id refers into `header`).
 RequestContext ContextOf(const RequestHeader& header);
 
+// Most requests one push may be split into (PushRequest.parts): 1024 requests of up to 64 MiB each.
+inline constexpr int kMaxPushParts = 1024;
+
 absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
 // HandlePull writing the rows where `alloc(floats, dim)` says, once the request is validated (the gRPC edge
 // writes them straight into the response buffer, see common/pull_wire.h).

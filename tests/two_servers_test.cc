@@ -106,6 +106,41 @@ TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("belongs to shard 1"));
 
+  // Malformed part/parts are refused on a server without BSP too, and change nothing.
+  auto fingerprint = [&]() -> uint64_t {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    StatsRequest stats_request;
+    stats_request.mutable_header()->set_job_id("it");
+    stats_request.set_fingerprints(true);
+    StatsResponse stats_response;
+    EXPECT_TRUE(stub->Stats(&c, stats_request, &stats_response).ok());
+    uint64_t f = 0;
+    for (const TableDescription& t : stats_response.tables()) f ^= t.fingerprint() * 31 + t.rows();
+    return f;
+  };
+  const uint64_t before = fingerprint();
+  const uint64_t own = 1;  // in server 0's half of the key space
+  const std::vector<float> grad(16, 1.0f);
+  for (const auto& [part, parts] : std::vector<std::pair<int, int>>{{5, 2}, {1, 1}, {-1, 2}, {0, -3},
+                                                                    {0, 1025}, {0, 2000000000}}) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    PushRequest push;
+    push.mutable_header()->set_job_id("it");
+    push.set_table("emb");
+    push.set_dim(16);
+    push.set_keys(std::string(reinterpret_cast<const char*>(&own), sizeof(own)));
+    push.set_values(std::string(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float)));
+    push.set_part(part);
+    push.set_parts(parts);
+    PushResponse pushed;
+    const grpc::Status refused = stub->Push(&c, push, &pushed);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << part << " of " << parts;
+    EXPECT_THAT(refused.error_message(), HasSubstr("a part is in [0, parts)"));
+  }
+  EXPECT_EQ(fingerprint(), before);
+
   // Clean shutdown on SIGTERM.
   for (auto& server : servers_) {
     auto code = server.Stop(SIGTERM);
