@@ -177,6 +177,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Metric
   if (options.io_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the metrics server's I/O timeout must be positive");
   }
+  if (options.handler_threads < 1 || options.handler_threads > 64 || options.max_waiting < 0 ||
+      options.max_waiting > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("the metrics server needs 1 to 64 handler threads and 0 to 4096 "
+                                                   "waiting connections, got ", options.handler_threads, " and ",
+                                                   options.max_waiting));
+  }
   const std::string host(absl::StripSuffix(absl::StripPrefix(options.host, "["), "]"));
   const std::string address = absl::StrCat(absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host, ":",
                                            options.port);
@@ -224,6 +230,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Metric
   for (int synchronous : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&blocked, synchronous);
   pthread_sigmask(SIG_BLOCK, &blocked, &previous);
   MetricsServer* raw = server.get();
+  server->max_waiting_ = static_cast<size_t>(options.max_waiting);
+  for (int h = 0; h < options.handler_threads; ++h) server->handlers_.emplace_back([raw] { raw->Handle(); });
   server->thread_ = std::thread([raw] { raw->Serve(); });
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 
@@ -240,6 +248,12 @@ MetricsServer::~MetricsServer() {
     if (write(stop_fd_, &one, sizeof(one)) != sizeof(one)) KLOG(Error) << "cannot stop the metrics server";
     thread_.join();
   }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& h : handlers_) h.join();
+  for (int connection : waiting_) close(connection);
   if (stop_fd_ >= 0) close(stop_fd_);
   if (listen_fd_ >= 0) close(listen_fd_);
 }
@@ -256,6 +270,27 @@ void MetricsServer::Serve() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (connection < 0) continue;  // the client went away, or out of descriptors: try again at the next poll
+    absl::MutexLock lock(&mu_);
+    if (waiting_.size() >= max_waiting_) {
+      close(connection);  // every handler busy and the queue full: refuse rather than pile up descriptors
+    } else {
+      waiting_.push_back(connection);
+    }
+  }
+}
+
+void MetricsServer::Handle() {
+  while (true) {
+    int connection = -1;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](MetricsServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stopping_ || !s->waiting_.empty(); },
+          this));
+      if (stopping_) return;
+      connection = waiting_.front();
+      waiting_.pop_front();
+    }
     Answer(connection);
     close(connection);
   }

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -157,8 +158,9 @@ class RpcMetrics {
 };
 
 struct MetricsServerOptions {
-  // Address to listen on. Default: "0.0.0.0" (every interface).
-  std::string host = "0.0.0.0";
+  // Address to listen on. Default: "127.0.0.1" (this machine only; a Prometheus elsewhere needs
+  // --metrics_host=0.0.0.0 or the pod's address).
+  std::string host = "127.0.0.1";
   // -1: no server (Start returns null); 0: any free port (logged, and written to port_file); N in [1, 65535]:
   // that port. Default: -1.
   int port = -1;
@@ -167,12 +169,17 @@ struct MetricsServerOptions {
   std::string port_file;
   // How long one connection may take to send its request and read the answer; then it is closed. Default: 5 s.
   absl::Duration io_timeout = absl::Seconds(5);
+  // Connections answered at once (one thread each), and accepted connections waiting for one; a connection
+  // beyond both is closed at once. Defaults: 4 and 64.
+  int handler_threads = 4;
+  int max_waiting = 64;
 };
 
 // Serves MetricsText() at http://host:port/metrics (HTTP/1.0 and 1.1, one request per connection; other paths
-// are 404, other methods 405). One thread answers the scrapes one at a time (Prometheus scrapes a target every
-// few seconds; a client that stalls holds it for at most io_timeout). The thread blocks every asynchronous
-// signal, so the server may be started before or after BlockShutdownSignals(). Thread-safe.
+// are 404, other methods 405). One thread accepts; handler_threads answer concurrently, each connection for at
+// most io_timeout, so idle or stalled clients cannot hold scrapes up; past max_waiting queued connections, new
+// ones are closed unanswered. The threads block every asynchronous signal, so the server may be started before
+// or after BlockShutdownSignals(). Thread-safe.
 class MetricsServer {
  public:
   // Null (and OK) when options.port is -1. InvalidArgument for a port outside [-1, 65535] or a timeout <= 0;
@@ -190,13 +197,19 @@ class MetricsServer {
  private:
   MetricsServer() = default;
   void Serve();
+  void Handle();
   void Answer(int connection);
 
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd: readable once the destructor asks the thread to stop
   absl::Duration io_timeout_;
+  size_t max_waiting_ = 64;
   int port_ = 0;
   std::thread thread_;
+  std::vector<std::thread> handlers_;
+  absl::Mutex mu_;
+  std::deque<int> waiting_ ABSL_GUARDED_BY(mu_);  // accepted connections for the handlers
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kestrel

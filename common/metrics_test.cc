@@ -171,6 +171,35 @@ TEST(MetricsServerTest, AStalledClientHoldsTheServerForOneTimeoutAtMost) {
   close(stalled);
 }
 
+// Idle connections (one short of every handler) do not hold up a scrape: others answer it at once, long before
+// the idle ones time out. A single-threaded server would keep the scrape waiting for all of them.
+TEST(MetricsServerTest, IdleConnectionsDoNotBlockScrapes) {
+  MetricsServerOptions options;
+  EXPECT_EQ(options.host, "127.0.0.1") << "loopback by default";
+  options.port = 0;
+  options.io_timeout = absl::Seconds(20);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> idle;
+  for (int i = 0; i + 1 < options.handler_threads; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // let the handlers pick the idle ones up
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> body = HttpGet("127.0.0.1", (*server)->port(), "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the scrape waited for idle connections";
+  for (int fd : idle) close(fd);
+  options.handler_threads = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(MetricsServer::Start(options).status()));
+}
+
 TEST(ScrapeHookTest, RunsBeforeEveryScrapeUntilReset) {
   std::unique_ptr<MetricsServer> server = StartOnFreePort();
   ASSERT_NE(server, nullptr);

@@ -22,6 +22,7 @@
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
+#include "common/metrics_flags.h"
 #include "common/tls_flags.h"
 #include "common/metrics.h"
 #include "common/process_setup.h"
@@ -57,7 +58,7 @@ ABSL_FLAG(bool, resume, false,
           "none). Without it, a directory holding checkpoints is refused.");
 ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
           "see --metrics_port_file), N that port.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
@@ -120,7 +121,7 @@ int Run() {
 
   // scheduler/scheduler_metrics.h lists the metrics.
   MetricsServerOptions metrics_options;
-  metrics_options.host = absl::GetFlag(FLAGS_host);
+  metrics_options.host = MetricsHostFromFlags();
   metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
   metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);

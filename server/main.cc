@@ -24,6 +24,7 @@
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
+#include "common/metrics_flags.h"
 #include "common/tls_flags.h"
 #include "common/metrics.h"
 #include "common/partition.h"
@@ -78,7 +79,7 @@ ABSL_FLAG(bool, resume, false,
           "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
           "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
           "see --metrics_port_file), N that port.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
@@ -140,7 +141,7 @@ int Run() {
 
   // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
   MetricsServerOptions metrics_options;
-  metrics_options.host = absl::GetFlag(FLAGS_host);
+  metrics_options.host = MetricsHostFromFlags();
   metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
   metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);

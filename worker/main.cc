@@ -26,6 +26,7 @@
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
+#include "common/metrics_flags.h"
 #include "common/tls_flags.h"
 #include "worker/tensorboard.h"
 #include "common/metrics.h"
@@ -61,7 +62,7 @@ ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluati
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
           "How long to retry registering and to wait for every server to join.");
 ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://0.0.0.0:<port>/metrics: -1 off (default), 0 any free port (logged, "
+          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
           "see --metrics_port_file), N that port.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
@@ -401,6 +402,7 @@ int Run() {
   }
   KLOG(Info) << "compute backend: " << (*backend)->name();
   MetricsServerOptions metrics_options;
+  metrics_options.host = MetricsHostFromFlags();
   metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
   metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::Start(metrics_options);

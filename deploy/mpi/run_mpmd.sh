@@ -80,18 +80,18 @@ launch() {
       cmd=("$KESTREL_BIN/kestrel_scheduler" --job_id="$JOB_ID" --port="$SCHEDULER_PORT"
         --num_servers="$NUM_SERVERS" --num_workers="$NUM_WORKERS" --consistency=bsp
         --checkpoint_dir="$CKPT_DIR" --checkpoint_every_clocks="$CKPT_EVERY_CLOCKS" --keep_checkpoints=3 --resume
-        --metrics_port="$metrics_port" --insecure)  # plaintext on the hosts' network: an explicit opt-out
+        --metrics_port="$metrics_port" --metrics_host=0.0.0.0 --insecure)  # plaintext on the hosts' network: an explicit opt-out
       ;;
     server)
       # --port=0: a free port (several servers may share a host); the server registers its real address.
       cmd=("$KESTREL_BIN/kestrel_server" --job_id="$JOB_ID" --port=0 --num_shards="$NUM_SERVERS"
         --shard_index="$index" --bsp_workers="$NUM_WORKERS" --scheduler="$scheduler" --scheduler_timeout=5m
-        --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --insecure)
+        --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --metrics_host=0.0.0.0 --insecure)
       ;;
     worker)
       cmd=("$KESTREL_BIN/kestrel_worker" --config="$CONFIG" --job_id="$JOB_ID" --scheduler="$scheduler"
         --scheduler_timeout=10m --rank="$index" --device="$DEVICE" --train_files="$TRAIN_FILES"
-        --test_files="$TEST_FILES" --metrics_out="$OUT_DIR/worker-$index.jsonl" --metrics_port="$metrics_port")
+        --test_files="$TEST_FILES" --metrics_out="$OUT_DIR/worker-$index.jsonl" --metrics_port="$metrics_port" --metrics_host=0.0.0.0)
       ;;
   esac
   if [ "${KESTREL_ECHO:-0}" = 1 ]; then
