@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
+#include "common/status.h"
 
 namespace kestrel {
 
@@ -49,7 +50,7 @@ int ChunkShift(int row_floats) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config, KeyRange span) {
+absl::Status Table::CheckShape(const TableConfig& config) {
   if (!ValidTableName(config.name())) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table name '%s' must be 1-64 characters of [A-Za-z0-9_.-]", config.name()));
@@ -67,6 +68,11 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config, 
     return absl::InvalidArgumentError(
         absl::StrFormat("sparse table '%s' must not set dense_size", config.name()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableConfig& config, KeyRange span) {
+  KESTREL_RETURN_IF_ERROR(CheckShape(config));
   auto init = Initializer::Create(config.initializer(), config.seed());
   if (!init.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("table '%s': %s", config.name(), init.status().message()));

@@ -51,6 +51,10 @@ class Table {
   // Largest dense tensor, in floats (2^36, 256 GiB).
   static constexpr uint64_t kMaxDenseSize = uint64_t{1} << 36;
 
+  // InvalidArgument unless the name (1-64 characters of [A-Za-z0-9_.-]), dim ([1, kMaxDim]) and kind /
+  // dense_size ([1, kMaxDenseSize] for dense tables, 0 for sparse ones) are valid: what every table, and every
+  // table read from a file (manifests, exports), must satisfy before it is used or allocated.
+  static absl::Status CheckShape(const TableConfig& config);
   // Validates the config (name, dim, initializer, optimizer) and builds an empty table for keys in `span`
   // (the owning shard's first to last key; keys outside it work, all in the first or last stripe).
   static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config,

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
 #include "server/initializer.h"
+#include "server/table.h"
 #include "server/shard_store.h"
 
 namespace kestrel {
@@ -30,6 +31,29 @@ constexpr char kModelFile[] = "MODEL";
 
 std::string FileOf(const TableConfig& config) {
   return config.name() + (config.kind() == TableConfig::DENSE ? ".dense" : ".rows");
+}
+
+// A table of an export (from MODEL) and its file's size, checked before the file is opened or anything is
+// allocated for it: a valid shape (Table::CheckShape: the name can only make a file name in the export's
+// directory, dim and sizes bounded), the file named as the exporter names it, and a size its shape explains.
+absl::Status CheckExportedTable(const ExportedTable& t) {
+  const TableConfig& config = t.config();
+  if (absl::Status shape = Table::CheckShape(config); !shape.ok()) {
+    return absl::DataLossError(absl::StrCat("MODEL lists a table that cannot be: ", shape.message()));
+  }
+  if (t.file() != FileOf(config)) {
+    return absl::DataLossError(absl::StrFormat("MODEL names table '%s''s file '%s', expected '%s'", config.name(),
+                                               t.file().substr(0, 80), FileOf(config)));
+  }
+  const uint64_t dim = static_cast<uint64_t>(config.dim());
+  const bool fits = config.kind() == TableConfig::DENSE
+                        ? t.size() == config.dense_size() * sizeof(float)
+                        : t.size() % (sizeof(uint64_t) + dim * sizeof(float)) == 0;
+  if (!fits) {
+    return absl::DataLossError(absl::StrFormat("MODEL says table '%s' takes %d bytes, which its shape cannot explain",
+                                               config.name(), t.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteBytes(std::ofstream& out, const void* data, size_t bytes, const std::string& path) {
@@ -143,6 +167,12 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   model.set_clock(manifest.clock());
   model.set_job_id(manifest.job_id());
   *model.mutable_job() = options.job;
+  for (const TableConfig& config : manifest.tables()) {  // names become file names: checked first
+    if (absl::Status shape = Table::CheckShape(config); !shape.ok()) {
+      return absl::DataLossError(absl::StrCat("the checkpoint's manifest lists a table that cannot be: ",
+                                              shape.message()));
+    }
+  }
   for (const TableConfig& config : manifest.tables()) {
     KESTREL_ASSIGN_OR_RETURN(ExportedTable entry, WriteTable(layout, manifest, config, options.out_dir));
     *model.add_tables() = std::move(entry);
@@ -166,6 +196,7 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
   }
   std::vector<TableConfig> serving;
   for (const ExportedTable& t : loaded.model.tables()) {
+    KESTREL_RETURN_IF_ERROR(CheckExportedTable(t));
     const std::string path = dir + "/" + t.file();
     KESTREL_ASSIGN_OR_RETURN(const FileCrc crc, Crc32cOfFile(path));
     if (crc.size != t.size() || crc.crc != t.crc32c()) {
@@ -190,6 +221,7 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
         for (uint64_t b = 0; b < blocks; ++b) {
           std::fill(row.begin(), row.end(), 0.0f);
           const size_t begin = b * dim * sizeof(float);
+          if (begin >= bytes.size()) break;  // (CheckExportedTable: the file holds dense_size floats)
           std::memcpy(row.data(), bytes.data() + begin, std::min(bytes.size() - begin, dim * sizeof(float)));
           KESTREL_RETURN_IF_ERROR(sink(config.name(), Partition::DenseBlockKey(config.name(), b), row).status());
         }

@@ -9,6 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/crc32c.h"
+#include "google/protobuf/text_format.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
@@ -131,6 +133,57 @@ TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
   EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(absl::StrContains(damaged.status().message(), "emb.rows")) << damaged.status();
   EXPECT_EQ(ExportCheckpoint(options).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+// A MODEL written by someone else: every table is checked against its shape and its file before anything is
+// opened or allocated; a hostile one is DataLoss, never a crash, a read past a buffer or a file elsewhere.
+TEST(ExportTest, HostileModelFilesAreRefusedBeforeTheyAreUsed) {
+  const std::string dir = ::testing::TempDir() + "/hostile_export";
+  struct Case {
+    std::string what;
+    std::string name;
+    int dim;
+    bool dense;
+    uint64_t dense_size;
+    std::string file;
+    size_t bytes;
+  };
+  const std::vector<Case> cases = {
+      {"a name with ../", "../escape", 2, false, 0, "../escape.rows", 24},
+      {"dim 0", "emb", 0, false, 0, "emb.rows", 16},
+      {"a huge dim", "emb", 1 << 30, false, 0, "emb.rows", 16},
+      {"another file than the table's", "emb", 2, false, 0, "other.rows", 16},
+      {"a short sparse file", "emb", 2, false, 0, "emb.rows", 15},
+      {"a short dense file", "mlp", 4, true, 10, "mlp.dense", 36},
+      {"a dense size of 0", "mlp", 4, true, 0, "mlp.dense", 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    fs::remove_all(dir);
+    fs::create_directories(dir + "/sub");
+    const std::string file = dir + "/sub/" + c.file;  // the file exists where MODEL says, so only checks refuse it
+    fs::create_directories(fs::path(file).parent_path());
+    { std::ofstream(file, std::ios::binary) << std::string(c.bytes, '\x01'); }
+    ExportedModel model;
+    model.set_format_version(1);
+    model.set_job_id("job");
+    ExportedTable* t = model.add_tables();
+    t->mutable_config()->set_name(c.name);
+    t->mutable_config()->set_dim(c.dim);
+    if (c.dense) {
+      t->mutable_config()->set_kind(TableConfig::DENSE);
+      t->mutable_config()->set_dense_size(c.dense_size);
+    }
+    t->set_file(c.file);
+    const FileCrc crc = *Crc32cOfFile(file);
+    t->set_size(crc.size);
+    t->set_crc32c(crc.crc);
+    std::string text;
+    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(model, &text));
+    ASSERT_TRUE(WriteFileAtomically(dir + "/sub/MODEL", WithChecksumLine(text)).ok());
+    absl::StatusOr<LoadedExport> loaded = LoadExport(dir + "/sub");
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+  }
 }
 
 }  // namespace
