@@ -79,10 +79,16 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
                                                     rank, m.address));
   }
   const bool replacement = m.rank != -1;
+  const uint64_t previous_incarnation = m.incarnation;
   m.role = role;
   m.rank = rank;
   m.address = std::string(address);
-  m.incarnation = next_incarnation_++;
+  // Unguessable, so nobody can heartbeat for another member's registration (a dead server kept "alive" would
+  // never be rolled back): 64 bits from the kernel's generator (std::random_device reads /dev/urandom), never 0
+  // and never a previous one of this rank.
+  do {
+    m.incarnation = (uint64_t{random_()} << 32) | random_();
+  } while (m.incarnation == 0 || m.incarnation == previous_incarnation);
   m.last_heartbeat = now;
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
@@ -103,8 +109,8 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, uint64_t inc
   Member& m = ranks[rank];
   if (m.incarnation != incarnation) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s rank %d incarnation %d was superseded by incarnation %d: this process must stop", RoleName(role),
-        rank, incarnation, m.incarnation));
+        "%s rank %d incarnation %d was superseded by a newer registration: this process must stop",
+        RoleName(role), rank, incarnation));
   }
   if (!m.alive) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -120,7 +121,7 @@ class Membership {
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
-  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
 };

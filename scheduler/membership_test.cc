@@ -1,6 +1,7 @@
 #include "scheduler/membership.h"
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -53,7 +54,7 @@ TEST(MembershipTest, RefusesTakenRanksAndBadRegistrations) {
 
 TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
   auto m = Make(1, 2);
-  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
   auto w0 = *m->Register(Role::kWorker, "", -1, kStart);
   auto w1 = *m->Register(Role::kWorker, "", -1, kStart);
   // Everyone heartbeats every second; worker 1 stops after t = 1 s.
@@ -61,7 +62,7 @@ TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
   for (int step = 1; step <= 40; ++step) {
     const absl::Time now = kStart + absl::Milliseconds(250) * step;  // the scheduler checks every interval / 4
     if (step % 4 == 0) {
-      ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, 1, now).ok());
+      ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
       ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
       if (now <= kStart + absl::Seconds(1)) ASSERT_TRUE(m->Heartbeat(Role::kWorker, 1, w1.incarnation, now).ok());
     }
@@ -83,9 +84,19 @@ TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
 
 TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   auto m = Make(1, 1);
-  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
   auto old = *m->Register(Role::kWorker, "", -1, kStart);
-  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, 1, kStart + absl::Seconds(2)).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, kStart + absl::Seconds(2)).ok());
+  // Incarnations cannot be guessed from others: small numbers and neighbours of a known one are refused, and
+  // the refusal does not reveal the right one.
+  for (uint64_t guess : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, old.incarnation + 1,
+                         old.incarnation - 1}) {
+    if (guess == server.incarnation) continue;
+    absl::StatusOr<uint64_t> refused = m->Heartbeat(Role::kServer, 0, guess, kStart + absl::Seconds(2));
+    EXPECT_FALSE(refused.ok()) << guess;
+    EXPECT_EQ(refused.status().message().find(absl::StrCat(server.incarnation)), std::string::npos)
+        << refused.status();
+  }
   ASSERT_EQ(m->ExpireSilent(kStart + absl::Seconds(2)).size(), 1u);  // the worker went silent
   // The dead incarnation is told to re-register.
   auto stale = m->Heartbeat(Role::kWorker, 0, old.incarnation, kStart + absl::Seconds(2));
