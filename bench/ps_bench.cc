@@ -53,6 +53,8 @@
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "common/status.h"
+#include "common/testing_certs.h"
+#include "common/tls.h"
 #include "proto/table.pb.h"
 #include "server/shard.h"
 #include "tests/server_process.h"
@@ -82,6 +84,9 @@ ABSL_FLAG(bool, network, true,
           "Measure the network path (false: in-process only, e.g. for profiling the table; servers still start).");
 ABSL_FLAG(bool, in_process, true,
           "Also measure the in-process path (false: network only, e.g. for profiling the network path).");
+ABSL_FLAG(bool, tls, true,
+          "Also measure the network path over mutual TLS (a second set of servers and clients with certificates of "
+          "a throwaway CA, runs interleaved with the plaintext ones): the report gains the mTLS / plaintext ratio.");
 ABSL_FLAG(int64_t, memory_rows, 1000000, "Rows of the memory-per-row tables (0 skips that section).");
 ABSL_FLAG(int, memory_dim, 16, "Dim of the memory-per-row tables.");
 
@@ -215,6 +220,7 @@ struct Row {
   int clients = 0;
   std::string op;  // "pull" | "push"
   Figures net, local;
+  Figures tls;  // the network path over mutual TLS (--tls)
   bool has_ratio() const { return net.measured && local.measured && local.keys_per_s > 0; }
   double ratio() const { return has_ratio() ? net.keys_per_s / local.keys_per_s : 0; }
 };
@@ -291,6 +297,8 @@ class Bench {
         client_counts_(std::move(client_counts)),
         op_names_(std::move(op_names)) {}
 
+  // Whether runs measure the in-process path too (--in_process; the mTLS bench measures the network only).
+  void set_in_process(bool measure) { in_process_ = measure; }
   uint64_t net_keys_pulled() const { return net_keys_pulled_.load(); }
   uint64_t net_keys_pushed() const { return net_keys_pushed_.load(); }
 
@@ -337,7 +345,7 @@ class Bench {
           if (!n.ok()) return WithContext(n.status(), "network " + what);
           cell.net.push_back(*n);
         }
-        if (absl::GetFlag(FLAGS_in_process)) {
+        if (in_process_) {
           absl::StatusOr<Sample> l = Measure(cell.clients, c->keys.size(), min_seconds, LocalOp(*c, pull));
           if (!l.ok()) return WithContext(l.status(), "in-process " + what);
           cell.local.push_back(*l);
@@ -403,6 +411,7 @@ class Bench {
   }
 
   const std::vector<std::unique_ptr<PsClient>> clients_;
+  bool in_process_ = absl::GetFlag(FLAGS_in_process);
   Shard* const shard_;
   const std::vector<int64_t> client_counts_;
   const std::vector<std::string> op_names_;
@@ -581,6 +590,31 @@ std::string Json(const Machine& m, int servers, int runs, double min_seconds, co
 
 // ---------------------------------------------------------------------------------------------------------
 
+// The mTLS section of the report (--tls): the network path over mutual TLS against plaintext, per row, from
+// the same run.
+std::string TlsSection(const std::vector<Row>& rows) {
+  std::vector<double> ratios;
+  std::string table;
+  for (const Row& r : rows) {
+    if (!r.net.measured || !r.tls.measured || r.net.keys_per_s <= 0) continue;
+    const double ratio = r.tls.keys_per_s / r.net.keys_per_s;
+    ratios.push_back(ratio);
+    absl::StrAppend(&table, absl::StrFormat("| %d | %d | %d | %s | %.2f | %.2f | %.2f |\n", r.keys, r.dim, r.clients,
+                                            r.op, r.net.keys_per_s / 1e6, r.tls.keys_per_s / 1e6, ratio));
+  }
+  if (ratios.empty()) return "";
+  std::sort(ratios.begin(), ratios.end());
+  return absl::StrCat(
+      "\n## Mutual TLS against plaintext (same run)\n\n"
+      "The network path again, against a second set of kestrel_server processes started with --tls_ca, --tls_cert "
+      "and --tls_key (certificates of a throwaway CA), the clients presenting a worker's certificate; its runs "
+      "interleave with the plaintext ones; medians over runs. mTLS / plaintext: median ",
+      absl::StrFormat("%.2f", ratios[ratios.size() / 2]), ", lowest ", absl::StrFormat("%.2f", ratios.front()),
+      ".\n\n| keys | dim | clients | op | plaintext M keys/s | mTLS M keys/s | mTLS / plaintext |\n"
+      "|---:|---:|---:|---|---:|---:|---:|\n",
+      table);
+}
+
 absl::Status StopServers(std::vector<ServerProcess>* servers) {
   absl::Status first;
   for (size_t i = 0; i < servers->size(); ++i) {
@@ -662,6 +696,28 @@ absl::Status RunBench(int argc, char** argv) {
     servers.push_back(std::move(p));
   }
   std::printf("servers: %s (logs in %s)\n", absl::StrJoin(addresses, " ").c_str(), work_dir.c_str());
+  // The same servers over mutual TLS: certificates of a throwaway CA (the openssl command), one per server and
+  // one worker's for the clients.
+  std::vector<std::string> tls_addresses;
+  std::shared_ptr<grpc::ChannelCredentials> tls_credentials;
+  if (absl::GetFlag(FLAGS_tls)) {
+    KESTREL_ASSIGN_OR_RETURN(TestingCa ca, TestingCa::Create(work_dir + "/certs", "ps-bench-ca"));
+    for (int i = 0; i < num_servers; ++i) {
+      KESTREL_ASSIGN_OR_RETURN(TlsConfig tls, ca.Issue(kJob, "server", i));
+      std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
+                                       absl::StrCat("--job_id=", kJob), "--tls_ca=" + tls.ca_file,
+                                       "--tls_cert=" + tls.cert_file, "--tls_key=" + tls.key_file};
+      if (absl::GetFlag(FLAGS_server_threads) > 0)
+        args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
+      KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
+                               ServerProcess::Start(server_binary, args, work_dir, absl::StrCat("tls_server", i)));
+      tls_addresses.push_back(p.address());
+      servers.push_back(std::move(p));
+    }
+    KESTREL_ASSIGN_OR_RETURN(TlsConfig worker, ca.Issue(kJob, "worker", 0));
+    KESTREL_ASSIGN_OR_RETURN(tls_credentials, MakeChannelCredentials(worker));
+    std::printf("mTLS servers: %s\n", absl::StrJoin(tls_addresses, " ").c_str());
+  }
 
   std::vector<Row> rows;
   std::vector<MemoryRow> memory;
@@ -686,17 +742,43 @@ absl::Status RunBench(int argc, char** argv) {
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, local_partition));
 
     Bench bench(std::move(clients), shard.get(), client_counts, op_names);
+    std::mt19937_64 tls_rng = rng;  // the mTLS bench gets the same keys and gradients
     for (int64_t k : key_counts) {
       for (int64_t d : dims) KESTREL_RETURN_IF_ERROR(bench.AddConfig(k, static_cast<int>(d), rng));
+    }
+    // The mTLS clients (as worker 0, whose certificate they present) and a shard of their own for AddConfig.
+    std::unique_ptr<Shard> tls_shard;
+    std::unique_ptr<Bench> tls_bench;
+    if (!tls_addresses.empty()) {
+      PsClientOptions tls_options = options;
+      tls_options.worker_rank = 0;
+      std::vector<std::unique_ptr<PsClient>> tls_clients;
+      for (int c = 0; c < max_clients; ++c) {
+        KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                                 NewGrpcPsClient(tls_options, partition, tls_addresses, tls_credentials));
+        tls_clients.push_back(std::move(client));
+      }
+      KESTREL_ASSIGN_OR_RETURN(tls_shard, Shard::Create(shard_options, local_partition));
+      tls_bench = std::make_unique<Bench>(std::move(tls_clients), tls_shard.get(), client_counts, op_names);
+      tls_bench->set_in_process(false);
+      for (int64_t k : key_counts) {
+        for (int64_t d : dims) KESTREL_RETURN_IF_ERROR(tls_bench->AddConfig(k, static_cast<int>(d), tls_rng));
+      }
     }
     for (int r = 0; r < runs; ++r) {
       const Clock::time_point run_start = Clock::now();
       KESTREL_RETURN_IF_ERROR(bench.Run(r, min_seconds));
+      if (tls_bench != nullptr) KESTREL_RETURN_IF_ERROR(WithContext(tls_bench->Run(r, min_seconds), "mTLS"));
       std::printf("run %d of %d done in %.0f s\n", r + 1, runs,
                   std::chrono::duration<double>(Clock::now() - run_start).count());
       std::fflush(stdout);
     }
     rows = bench.Rows();
+    if (tls_bench != nullptr) {
+      const std::vector<Row> tls_rows = tls_bench->Rows();
+      for (size_t i = 0; i < rows.size() && i < tls_rows.size(); ++i) rows[i].tls = tls_rows[i].net;
+      tls_shard.reset();
+    }
     std::printf("medians over %d runs:\n", runs);
     for (const Row& r : rows) PrintRow(r);
     KESTREL_RETURN_IF_ERROR(CheckServerCounters(*stats_client, bench.net_keys_pulled(), bench.net_keys_pushed()));
@@ -717,8 +799,9 @@ absl::Status RunBench(int argc, char** argv) {
   std::filesystem::remove_all(work_dir, ignored);  // the servers' logs and port files; kept on failure
 
   const double total_seconds = std::chrono::duration<double>(Clock::now() - bench_start).count();
-  const std::string md = Markdown(machine, load_start, num_servers, runs, min_seconds, server_binary, rows, memory,
+  std::string md = Markdown(machine, load_start, num_servers, runs, min_seconds, server_binary, rows, memory,
                                   absl::GetFlag(FLAGS_memory_dim), total_seconds);
+  md += TlsSection(rows);
   std::printf("\n%s", md.c_str());
   const std::string output = UserPath(absl::GetFlag(FLAGS_output));
   if (!output.empty()) {
