@@ -483,8 +483,8 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
   absl::StrAppend(&s, "| Bench runtime | ", absl::StrFormat("%.0f s", total_seconds), " |\n\n");
   absl::StrAppend(&s, bench::CommandMarkdown(m));
   absl::StrAppend(&s, "## Setup\n\n");
-  absl::StrAppend(&s, "- Network: ", servers, " kestrel_server process(es) (", server_binary,
-                  ") on 127.0.0.1, Partition::Uniform(", servers,
+  absl::StrAppend(&s, "- Network: ", servers, " kestrel_server process(es) (",
+                  std::filesystem::path(server_binary).filename().string(), ") on 127.0.0.1, Partition::Uniform(", servers,
                   "); each client thread has its own PsClient (NewGrpcPsClient; a call is split into requests of at "
                   "most ",
                   request_bytes, " bytes, up to ", PsClientOptions().max_inflight_per_server,
