@@ -55,6 +55,19 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
         "every worker pushes every table once per clock",
         older, missing, part.worker, part.clock));
   }
+  // Only the clock being collected is buffered: BSP's barrier means no worker pushes c + 1 before every worker
+  // pushed c (and c was applied), so a part of any other clock is refused, not kept (a sender cannot pile up
+  // clocks, descending or ahead).
+  if (!pending_.empty() && pending_.begin()->first != part.clock) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "clock %d is being collected; worker %d's push for clock %d is refused (BSP pushes one clock at a time)",
+        pending_.begin()->first, part.worker, part.clock));
+  }
+  if (applied_through_ >= 0 && part.clock > applied_through_ + 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "clock %d was applied last; worker %d's push for clock %d skips ahead (BSP pushes one clock at a time)",
+        applied_through_, part.worker, part.clock));
+  }
   PendingClock& pending = pending_[part.clock];
   if (pending.workers.empty()) pending.workers.resize(num_workers_);
   WorkerParts& w = pending.workers[part.worker];

@@ -8,7 +8,9 @@
 // on this server, and pushes each table once per clock. A part that arrives again with the same contents (a
 // retry, a restarted worker) is ignored; different contents are refused (InvalidArgument), as are parts for a
 // clock already applied that are not such repeats, and parts of a clock while an earlier one still misses
-// some worker's push (FailedPrecondition, naming the workers). A repeat of a clock that is being applied is
+// some worker's push (FailedPrecondition, naming the workers). Only the clock being collected is buffered:
+// parts of another clock, or of one past the next after the last applied, are refused (FailedPrecondition),
+// so no sender can make a server hold many clocks. A repeat of a clock that is being applied is
 // answered Unavailable (retry), so nothing is acknowledged before it is in the table.
 //
 // Thread-safe. Owns copies of buffered gradients.

@@ -157,6 +157,24 @@ TEST(BspAggregatorTest, ASkippedClockIsReportedNotLost) {
       << refused.status();
 }
 
+// Only the clock being collected is buffered: pushes of other clocks (descending, or skipping ahead) are
+// refused, so nobody can make a server hold many clocks.
+TEST(BspAggregatorTest, OnlyTheClockBeingCollectedIsBuffered) {
+  BspAggregator agg(2, kDim);
+  OwnedPart w0{0, 0, 1, {1}, std::vector<float>(kDim, 1.0f)};
+  OwnedPart w1{1, 0, 1, {2}, std::vector<float>(kDim, 1.0f)};
+  ASSERT_TRUE(agg.Add(View(w0, 1000)).ok());  // the first clock this server sees may be any (a restore)
+  for (int64_t clock : {999, 998, 1001, 5000}) {
+    EXPECT_EQ(agg.Add(View(w1, clock)).status().code(), absl::StatusCode::kFailedPrecondition) << clock;
+  }
+  EXPECT_EQ(agg.pending_clocks(), 1u);
+  absl::StatusOr<std::optional<BspAggregator::Batch>> done = agg.Add(View(w1, 1000));
+  ASSERT_TRUE(done.ok() && done->has_value()) << done.status();
+  agg.Applied(1000);
+  EXPECT_EQ(agg.Add(View(w0, 1002)).status().code(), absl::StatusCode::kFailedPrecondition) << "skips 1001";
+  EXPECT_TRUE(agg.Add(View(w0, 1001)).ok());
+}
+
 TEST(BspAggregatorTest, RejectsMalformedParts) {
   BspAggregator agg(2, kDim);
   OwnedPart bad_worker{2, 0, 1, {1}, std::vector<float>(kDim)};
