@@ -123,8 +123,13 @@ grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                                StatsResponse* response) {
-  return Run(context, stats_rpc_, kReadRoles, "Stats",
-             [=](const Caller&) { return HandleStats(*shard_, *request, response); });
+  return Run(context, stats_rpc_, kReadRoles, "Stats", [=](const Caller& caller) {
+    // Fingerprints read every row of every table: an admin's (or the scheduler's) request, not a worker's.
+    if (request->fingerprints() && caller.has_value() && caller->role == PeerRole::kWorker) {
+      return shard_->Count(absl::PermissionDeniedError("a worker may not ask for fingerprints (admins only)"));
+    }
+    return HandleStats(*shard_, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext* context,

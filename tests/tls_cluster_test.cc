@@ -162,6 +162,24 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
   const grpc::Status refused = stub->Restore(&context, restore, &restored);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
   EXPECT_EQ(refused.error_message(), "a worker may not call Restore");
+  // Stats: counts for a worker, fingerprints (every row read) for an admin only.
+  {
+    absl::StatusOr<TlsConfig> admin_tls = ca->Issue("tls", "admin", 0);
+    ASSERT_TRUE(admin_tls.ok());
+    for (const auto& [tls, allowed] : std::vector<std::pair<TlsConfig, bool>>{{*worker_tls, false},
+                                                                               {*admin_tls, true}}) {
+      auto stats_stub = ParameterServer::NewStub(grpc::CreateChannel(addresses[0], *MakeChannelCredentials(tls)));
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      StatsRequest stats;
+      stats.mutable_header()->set_job_id("tls");
+      stats.set_fingerprints(true);
+      StatsResponse answer;
+      const grpc::Status got = stats_stub->Stats(&c, stats, &answer);
+      EXPECT_EQ(got.ok(), allowed) << got.error_message();
+      if (!allowed) EXPECT_EQ(got.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    }
+  }
   // The row the worker pushed is still there (the refused calls changed nothing).
   EXPECT_TRUE(client(ca->Issue("tls", "worker", 1), 1)->Pull("probe", {&key, 1}, 1, &row).ok());
   EXPECT_NE(row, 0.0f);
