@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/pull_wire.h"
 #include "common/status.h"
+#include "grpcpp/resource_quota.h"
 #include "common/thread_pool.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/ps_handlers.h"
@@ -218,6 +219,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, std::move(credentials), &server->port_);
   builder.RegisterService(server->service_.get());
+  if (options.memory_quota_bytes < (int64_t{64} << 20) || options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the server's memory quota must be at least 64 MiB and its concurrent streams at least 1, got ",
+        options.memory_quota_bytes, " bytes and ", options.max_concurrent_streams));
+  }
+  grpc::ResourceQuota quota("kestrel_server");
+  quota.Resize(static_cast<size_t>(options.memory_quota_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   server->server_ = builder.BuildAndStart();

@@ -83,6 +83,11 @@ struct PsServerOptions {
   int max_message_bytes = 64 << 20;
   // Mutual TLS (common/tls.h). Default: none: plaintext, refused on a non-loopback address unless insecure.
   TlsConfig tls;
+  // Bounds on what clients can make the server hold: memory of gRPC's buffers for all connections (a
+  // grpc::ResourceQuota; beyond it new calls wait or fail with RESOURCE_EXHAUSTED) and concurrent calls per
+  // connection. Defaults: 4 GiB and 64.
+  int64_t memory_quota_bytes = int64_t{4} << 30;
+  int max_concurrent_streams = 64;
 };
 
 // A started gRPC server for one Shard, with the standard gRPC health service (grpc.health.v1.Health) reporting

@@ -227,5 +227,35 @@ TEST_P(PsClientTest, OversizeMessagesAreRejectedWhole) {
 INSTANTIATE_TEST_SUITE_P(Transports, PsClientTest, ::testing::Values(Transport::kLocal, Transport::kGrpc),
                          [](const auto& info) { return info.param == Transport::kGrpc ? "Grpc" : "Local"; });
 
+TEST(PsServerOptionsTest, QuotaAndStreamBoundsAreValidated) {
+  ShardOptions shard_options;
+  shard_options.job_id = "job";
+  std::unique_ptr<Shard> shard = *Shard::Create(shard_options, *Partition::Uniform(1));
+  PsServerOptions options;
+  options.address = "127.0.0.1:0";
+  options.memory_quota_bytes = 1;
+  EXPECT_EQ(PsServer::Start(options, shard.get()).status().code(), absl::StatusCode::kInvalidArgument);
+  options.memory_quota_bytes = PsServerOptions().memory_quota_bytes;
+  options.max_concurrent_streams = 0;
+  EXPECT_EQ(PsServer::Start(options, shard.get()).status().code(), absl::StatusCode::kInvalidArgument);
+  options.max_concurrent_streams = 2;  // a small cap still serves (streams beyond it wait on the client)
+  absl::StatusOr<std::unique_ptr<PsServer>> server = PsServer::Start(options, shard.get());
+  ASSERT_TRUE(server.ok()) << server.status();
+  PsClientOptions client_options;
+  client_options.job_id = "job";
+  auto client = *NewGrpcPsClient(client_options, *Partition::Uniform(1),
+                                 {absl::StrCat("127.0.0.1:", (*server)->port())});
+  TableConfig table;
+  table.set_name("t");
+  table.set_dim(2);
+  EXPECT_TRUE(client->CreateTable(table).ok());
+  std::vector<uint64_t> keys(5000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = Partition::FeatureKey(i);
+  std::sort(keys.begin(), keys.end());
+  std::vector<float> rows(keys.size() * 2);
+  EXPECT_TRUE(client->Pull("t", keys, 2, rows.data()).ok());
+  (*server)->Shutdown();
+}
+
 }  // namespace
 }  // namespace kestrel
