@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/status.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "scheduler/scheduler_metrics.h"
 
@@ -375,6 +376,11 @@ void SchedulerServiceImpl::CancelWaits() {
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const SchedulerServerOptions& server_options,
                                                                         const SchedulerOptions& options) {
+  if (server_options.memory_quota_bytes < (int64_t{16} << 20) || server_options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the scheduler's memory quota must be at least 16 MiB and its concurrent streams at least 1, got ",
+        server_options.memory_quota_bytes, " bytes and ", server_options.max_concurrent_streams));
+  }
   auto service = SchedulerServiceImpl::Create(options);
   if (!service.ok()) return service.status();
   if (absl::Status started = (*service)->StartCoordinator(); !started.ok()) return started;
@@ -383,7 +389,11 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
   grpc::EnableDefaultHealthCheckService(true);
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, server_options.address));
+  grpc::ResourceQuota quota("kestrel_scheduler");
+  quota.Resize(static_cast<size_t>(server_options.memory_quota_bytes));
   grpc::ServerBuilder builder;
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, server_options.max_concurrent_streams);
   builder.AddListeningPort(server_options.address, std::move(credentials), &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();

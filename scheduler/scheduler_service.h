@@ -113,6 +113,10 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 struct SchedulerServerOptions {
   // Address to listen on. Default: "0.0.0.0:7000". Port 0 picks a free port.
   std::string address = "0.0.0.0:7000";
+  // Bounds on what clients can make the scheduler hold: gRPC's buffer memory (a grpc::ResourceQuota) and
+  // concurrent calls per connection (pending WaitToStart calls included). Defaults: 256 MiB and 256.
+  int64_t memory_quota_bytes = int64_t{256} << 20;
+  int max_concurrent_streams = 256;
 };
 
 // A started scheduler: the gRPC server (with the standard health service) plus the thread that declares

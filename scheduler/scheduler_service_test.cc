@@ -190,5 +190,19 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   server_->Wait();
 }
 
+TEST(SchedulerServerOptionsTest, QuotaAndStreamBoundsAreValidated) {
+  SchedulerOptions options;
+  options.job_id = kJob;
+  options.membership.num_servers = 1;
+  options.membership.num_workers = 1;
+  SchedulerServerOptions server_options;
+  server_options.address = "127.0.0.1:0";
+  server_options.memory_quota_bytes = 1024;
+  EXPECT_EQ(SchedulerServer::Start(server_options, options).status().code(), absl::StatusCode::kInvalidArgument);
+  server_options.memory_quota_bytes = SchedulerServerOptions().memory_quota_bytes;
+  server_options.max_concurrent_streams = -1;
+  EXPECT_EQ(SchedulerServer::Start(server_options, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kestrel
