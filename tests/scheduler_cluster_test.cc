@@ -205,10 +205,15 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
     ASSERT_TRUE(r.ok()) << r.status();
     generations.push_back(r->view().generation());
   }
-  std::vector<int64_t> clocks(kWorkers, 0);  // where each rank is now (the rollback reset them)
-  absl::StatusOr<DescribeResponse> now = admin->Describe();
-  ASSERT_TRUE(now.ok()) << now.status();
-  for (const MemberStatus& m : now->members()) {
+  // Where each rank is now: once the job runs again, the rollback has reset the clocks to its checkpoint.
+  std::vector<int64_t> clocks(kWorkers, 0);
+  const uint64_t rollbacks_before = done.rollbacks();
+  const DescribeResponse now = DescribeUntil(*admin, [&](const DescribeResponse& d) {
+    return d.rollbacks() > rollbacks_before && d.view().job_state() == "running";
+  });
+  ASSERT_GT(now.rollbacks(), rollbacks_before);
+  ASSERT_EQ(now.view().job_state(), "running");
+  for (const MemberStatus& m : now.members()) {
     if (m.role() == ROLE_WORKER && m.rank() >= 0 && m.rank() < kWorkers) clocks[m.rank()] = m.clock();
   }
   for (int w = 0; w < kWorkers; ++w) {  // one iteration at a time, as workers report them; done with the last
