@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev prometheus
   libopenblas-openmp-dev libeigen3-dev libdnnl-dev
+  python3-grpcio python3-protobuf
 )
 
 missing=()
