@@ -4,7 +4,7 @@
 
 namespace kestrel {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, size_t max_queued) : max_queued_(max_queued) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Work(); });
 }
 
@@ -19,6 +19,13 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::Schedule(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
   queue_.push_back(std::move(task));
+}
+
+bool ThreadPool::TrySchedule(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  if (queue_.size() >= max_queued_) return false;
+  queue_.push_back(std::move(task));
+  return true;
 }
 
 void ThreadPool::Work() {

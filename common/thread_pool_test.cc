@@ -3,6 +3,8 @@
 #include <atomic>
 #include <set>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -35,6 +37,21 @@ TEST(ThreadPoolTest, UsesSeveralThreads) {
     }
   }
   EXPECT_EQ(ids.size(), 2u);
+}
+
+TEST(ThreadPoolTest, TryScheduleRefusesBeyondTheBound) {
+  absl::Notification release;
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(1, /*max_queued=*/2);
+    ASSERT_TRUE(pool.TrySchedule([&] { release.WaitForNotification(); ++ran; }));  // occupies the thread
+    absl::SleepFor(absl::Milliseconds(50));  // let it start, so the queue is empty again
+    EXPECT_TRUE(pool.TrySchedule([&] { ++ran; }));
+    EXPECT_TRUE(pool.TrySchedule([&] { ++ran; }));
+    EXPECT_FALSE(pool.TrySchedule([&] { ++ran; })) << "two are waiting: the third is refused";
+    release.Notify();
+  }
+  EXPECT_EQ(ran.load(), 3);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
       stats_rpc_(ServerMetrics::Get().rpc().method("Stats")),
       checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
-      admin_(1),
+      admin_(1, /*max_queued=*/16),
       stats_hook_([shard] { ServerMetrics::Get().Refresh(*shard); }) {}
 
 // Runs `work` on the handler pool (or inline on gRPC's callback thread without one) and finishes the call
@@ -57,8 +57,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* contex
     finish(shard_->Count(caller.status()));
   } else if (pool_ == nullptr) {
     finish(work(*caller));
-  } else {
-    pool_->Schedule([finish, work = std::move(work), caller = *std::move(caller)] { finish(work(caller)); });
+  } else if (!pool_->TrySchedule(
+                 [finish, work = std::move(work), caller = *std::move(caller)] { finish(work(caller)); })) {
+    finish(shard_->Count(absl::UnavailableError(absl::StrCat(
+        "the server is busy: ", kMaxQueuedCalls, " calls are waiting for a handler thread; retry"))));
   }
   return reactor;
 }
@@ -140,7 +142,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
   const RpcMetrics::Call call = checkpoint_rpc_.Begin();
   const absl::Status allowed =
       AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Checkpoint").status();
-  admin_.Schedule([this, reactor, request, response, call, allowed] {
+  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
     absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
     if (status.ok() && store_ == nullptr) {
       status = absl::FailedPreconditionError(absl::StrFormat(
@@ -162,6 +164,12 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   });
+  if (!queued) {  // a flood of admin calls: refused, not queued without bound
+    const absl::Status busy =
+        shard_->Count(absl::UnavailableError("too many checkpoint and restore calls are waiting; retry"));
+    call.End(busy);
+    reactor->Finish(ToGrpcStatus(busy));
+  }
   return reactor;
 }
 
@@ -171,7 +179,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
   const RpcMetrics::Call call = restore_rpc_.Begin();
   const absl::Status allowed =
       AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Restore").status();
-  admin_.Schedule([this, reactor, request, response, call, allowed] {
+  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
     absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
     const absl::Time start = absl::Now();
     if (status.ok()) {
@@ -203,6 +211,12 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   });
+  if (!queued) {  // a flood of admin calls: refused, not queued without bound
+    const absl::Status busy =
+        shard_->Count(absl::UnavailableError("too many checkpoint and restore calls are waiting; retry"));
+    call.End(busy);
+    reactor->Finish(ToGrpcStatus(busy));
+  }
   return reactor;
 }
 
@@ -211,7 +225,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
   std::unique_ptr<PsServer> server(new PsServer());
 
   grpc::EnableDefaultHealthCheckService(true);
-  if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads);
+  if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads, kMaxQueuedCalls);
   server->service_ = std::make_unique<PsServiceImpl>(shard, server->pool_.get(), store);
 
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,

@@ -69,9 +69,13 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<P
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
       &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_;
-  ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order
+  ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order (at most 16 waiting)
   ScrapeHook stats_hook_;  // last: unregistered first, while shard_ is still in use
 };
+
+// Most calls waiting for a handler thread (PsServerOptions::threads > 0); beyond it calls are answered
+// UNAVAILABLE at once, so a flood of requests cannot grow the server's queue without bound.
+inline constexpr size_t kMaxQueuedCalls = 4096;
 
 struct PsServerOptions {
   // Address to listen on. Default: "0.0.0.0:7100". Port 0 picks a free port (see PsServer::port()).
