@@ -297,7 +297,8 @@ class Bench {
         client_counts_(std::move(client_counts)),
         op_names_(std::move(op_names)) {}
 
-  // Whether runs measure the in-process path too (--in_process; the mTLS bench measures the network only).
+  // Whether AddConfig and runs cover the in-process path too (--in_process; the mTLS bench measures the network
+  // only, and may have no shard). Set before AddConfig.
   void set_in_process(bool measure) { in_process_ = measure; }
   uint64_t net_keys_pulled() const { return net_keys_pulled_.load(); }
   uint64_t net_keys_pushed() const { return net_keys_pushed_.load(); }
@@ -316,10 +317,12 @@ class Bench {
     KESTREL_RETURN_IF_ERROR(WithContext(clients_[0]->Push(c->name, c->keys, dim, c->grads.data()),
                                         "network pre-populating push " + c->name));
     net_keys_pushed_ += c->keys.size();
-    KESTREL_RETURN_IF_ERROR(
-        WithContext(shard_->CreateTable(ctx_, config).status(), "in-process CreateTable " + c->name));
-    KESTREL_RETURN_IF_ERROR(
-        WithContext(shard_->Push(ctx_, c->name, c->keys, c->grads, dim), "in-process pre-populating push " + c->name));
+    if (in_process_) {
+      KESTREL_RETURN_IF_ERROR(
+          WithContext(shard_->CreateTable(ctx_, config).status(), "in-process CreateTable " + c->name));
+      KESTREL_RETURN_IF_ERROR(WithContext(shard_->Push(ctx_, c->name, c->keys, c->grads, dim),
+                                          "in-process pre-populating push " + c->name));
+    }
     const int max_threads = static_cast<int>(*std::max_element(client_counts_.begin(), client_counts_.end()));
     c->pulled.assign(max_threads, std::vector<float>(c->keys.size() * dim));
     c->local_values.resize(max_threads);
@@ -484,7 +487,8 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
   absl::StrAppend(&s, bench::CommandMarkdown(m));
   absl::StrAppend(&s, "## Setup\n\n");
   absl::StrAppend(&s, "- Network: ", servers, " kestrel_server process(es) (",
-                  std::filesystem::path(server_binary).filename().string(), ") on 127.0.0.1, Partition::Uniform(", servers,
+                  std::filesystem::path(server_binary).filename().string(),
+                  ") on 127.0.0.1, Partition::Uniform(", servers,
                   "); each client thread has its own PsClient (NewGrpcPsClient; a call is split into requests of at "
                   "most ",
                   request_bytes, " bytes, up to ", PsClientOptions().max_inflight_per_server,
@@ -684,17 +688,26 @@ absl::Status RunBench(int argc, char** argv) {
   if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string work_dir = dir_template;
   std::vector<ServerProcess> servers;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < num_servers; ++i) {
-    std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
-                                     absl::StrCat("--job_id=", kJob)};
-    if (absl::GetFlag(FLAGS_server_threads) > 0)
-      args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
-    KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
-                             ServerProcess::Start(server_binary, args, work_dir, absl::StrCat("server", i)));
-    addresses.push_back(p.address());
-    servers.push_back(std::move(p));
-  }
+  // Starts num_servers servers named <name><i>, server i with extra_args(i) too; returns their addresses.
+  using Args = absl::StatusOr<std::vector<std::string>>;
+  auto start_servers = [&](const std::string& name, const std::function<Args(int)>& extra_args) -> Args {
+    std::vector<std::string> started;
+    for (int i = 0; i < num_servers; ++i) {
+      std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
+                                       absl::StrCat("--job_id=", kJob)};
+      if (absl::GetFlag(FLAGS_server_threads) > 0)
+        args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
+      KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> extra, extra_args(i));
+      args.insert(args.end(), extra.begin(), extra.end());
+      KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
+                               ServerProcess::Start(server_binary, args, work_dir, absl::StrCat(name, i)));
+      started.push_back(p.address());
+      servers.push_back(std::move(p));
+    }
+    return started;
+  };
+  KESTREL_ASSIGN_OR_RETURN(const std::vector<std::string> addresses,
+                           start_servers("server", [](int) -> Args { return std::vector<std::string>(); }));
   std::printf("servers: %s (logs in %s)\n", absl::StrJoin(addresses, " ").c_str(), work_dir.c_str());
   // The same servers over mutual TLS: certificates of a throwaway CA (the openssl command), one per server and
   // one worker's for the clients.
@@ -702,18 +715,10 @@ absl::Status RunBench(int argc, char** argv) {
   std::shared_ptr<grpc::ChannelCredentials> tls_credentials;
   if (absl::GetFlag(FLAGS_tls)) {
     KESTREL_ASSIGN_OR_RETURN(TestingCa ca, TestingCa::Create(work_dir + "/certs", "ps-bench-ca"));
-    for (int i = 0; i < num_servers; ++i) {
-      KESTREL_ASSIGN_OR_RETURN(TlsConfig tls, ca.Issue(kJob, "server", i));
-      std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
-                                       absl::StrCat("--job_id=", kJob), "--tls_ca=" + tls.ca_file,
-                                       "--tls_cert=" + tls.cert_file, "--tls_key=" + tls.key_file};
-      if (absl::GetFlag(FLAGS_server_threads) > 0)
-        args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));
-      KESTREL_ASSIGN_OR_RETURN(ServerProcess p,
-                               ServerProcess::Start(server_binary, args, work_dir, absl::StrCat("tls_server", i)));
-      tls_addresses.push_back(p.address());
-      servers.push_back(std::move(p));
-    }
+    KESTREL_ASSIGN_OR_RETURN(tls_addresses, start_servers("tls_server", [&](int i) -> Args {
+                               KESTREL_ASSIGN_OR_RETURN(TlsConfig tls, ca.Issue(kJob, "server", i));
+                               return TestingCa::Flags(tls);
+                             }));
     KESTREL_ASSIGN_OR_RETURN(TlsConfig worker, ca.Issue(kJob, "worker", 0));
     KESTREL_ASSIGN_OR_RETURN(tls_credentials, MakeChannelCredentials(worker));
     std::printf("mTLS servers: %s\n", absl::StrJoin(tls_addresses, " ").c_str());
@@ -746,8 +751,7 @@ absl::Status RunBench(int argc, char** argv) {
     for (int64_t k : key_counts) {
       for (int64_t d : dims) KESTREL_RETURN_IF_ERROR(bench.AddConfig(k, static_cast<int>(d), rng));
     }
-    // The mTLS clients (as worker 0, whose certificate they present) and a shard of their own for AddConfig.
-    std::unique_ptr<Shard> tls_shard;
+    // The mTLS clients (as worker 0, whose certificate they present); network only, so no in-process shard.
     std::unique_ptr<Bench> tls_bench;
     if (!tls_addresses.empty()) {
       PsClientOptions tls_options = options;
@@ -758,8 +762,7 @@ absl::Status RunBench(int argc, char** argv) {
                                  NewGrpcPsClient(tls_options, partition, tls_addresses, tls_credentials));
         tls_clients.push_back(std::move(client));
       }
-      KESTREL_ASSIGN_OR_RETURN(tls_shard, Shard::Create(shard_options, local_partition));
-      tls_bench = std::make_unique<Bench>(std::move(tls_clients), tls_shard.get(), client_counts, op_names);
+      tls_bench = std::make_unique<Bench>(std::move(tls_clients), /*shard=*/nullptr, client_counts, op_names);
       tls_bench->set_in_process(false);
       for (int64_t k : key_counts) {
         for (int64_t d : dims) KESTREL_RETURN_IF_ERROR(tls_bench->AddConfig(k, static_cast<int>(d), tls_rng));
@@ -777,7 +780,6 @@ absl::Status RunBench(int argc, char** argv) {
     if (tls_bench != nullptr) {
       const std::vector<Row> tls_rows = tls_bench->Rows();
       for (size_t i = 0; i < rows.size() && i < tls_rows.size(); ++i) rows[i].tls = tls_rows[i].net;
-      tls_shard.reset();
     }
     std::printf("medians over %d runs:\n", runs);
     for (const Row& r : rows) PrintRow(r);

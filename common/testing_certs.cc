@@ -32,6 +32,10 @@ absl::StatusOr<TestingCa> TestingCa::Create(const std::string& dir, const std::s
   return ca;
 }
 
+std::vector<std::string> TestingCa::Flags(const TlsConfig& tls) {
+  return {"--tls_ca=" + tls.ca_file, "--tls_cert=" + tls.cert_file, "--tls_key=" + tls.key_file};
+}
+
 absl::StatusOr<TlsConfig> TestingCa::Issue(const std::string& job, const std::string& role, int rank) const {
   const std::string base = absl::StrCat(dir_, "/", name_, "-", job, "-", role, "-", rank);
   const std::string ext = base + ".ext";

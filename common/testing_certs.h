@@ -5,6 +5,7 @@
 #define KESTREL_COMMON_TESTING_CERTS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tls.h"
@@ -21,6 +22,9 @@ class TestingCa {
   absl::StatusOr<TlsConfig> Issue(const std::string& job, const std::string& role, int rank) const;
 
   const std::string& ca_file() const { return ca_file_; }
+
+  // The command-line flags (common/tls_flags.h) that make a Kestrel binary use `tls`.
+  static std::vector<std::string> Flags(const TlsConfig& tls);
 
  private:
   std::string dir_, name_, ca_file_, ca_key_;

@@ -169,13 +169,13 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
                                                          const RegisterRequest* request,
                                                          RegisterResponse* response) {
   const RpcMetrics::Call call = register_rpc_.Begin();
-  // With a certificate, "any free rank" (-1) means the certificate's rank.
-  const std::optional<PeerIdentity> peer =
-      AuthorizePeer(context->auth_context().get(), options_.job_id, kMemberRoles, "Register").value_or(std::nullopt);
-  const int requested_rank =
-      request->requested_rank() == -1 && peer.has_value() ? peer->rank : request->requested_rank();
+  std::optional<PeerIdentity> peer;
   absl::Status status =
-      CheckCaller(context, request->job_id(), kMemberRoles, "Register", request->role(), requested_rank);
+      CheckCaller(context, request->job_id(), kMemberRoles, "Register", request->role(), std::nullopt, &peer);
+  // With a certificate, "any free rank" (-1) means the certificate's rank, and any other must be it.
+  int requested_rank = request->requested_rank();
+  if (status.ok() && peer.has_value() && requested_rank == -1) requested_rank = peer->rank;
+  if (status.ok()) status = CheckClaimedRank(peer, requested_rank, "Register");
   if (status.ok()) {
     auto registration =
         membership_->Register(RoleOf(request->role()), request->address(), requested_rank, MonotonicNow());

@@ -94,7 +94,7 @@ def main():
 
     # Wrong credentials: none, another CA's, another job's; and every right-CA role outside an RPC's list.
     wrong = [("no certificate", None, None), ("another CA", other_ca, "worker-0"),
-             ("another job", other_job, "worker-0")]
+             ("another job", other_job, "worker-0")]  # same CA, another job: refused by the job check
     roles = ["worker", "server", "scheduler", "admin"]
     refused = accepted_wrong = right_ok = right_refused = 0
     before = fingerprint()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The credential matrix over a live mutual-TLS cluster (tests/credential_matrix.py): a scheduler and a server
 # with certificates of the job's CA (`kestrel certs`), driven by Python grpcio with stubs generated from proto/
-# by protoc and grpc_python_plugin. Every wrong credential (none, another CA's, another job's, a role an RPC does
-# not allow) must be refused with the tables unchanged, every right one must get through.
+# by protoc and grpc_python_plugin. Every wrong credential (none, another CA's, another job's from the same CA,
+# a role an RPC does not allow) must be refused with the tables unchanged, every right one must get through.
 set -euo pipefail
 
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
@@ -22,7 +22,7 @@ kestrel="$runfiles/scripts/kestrel"
 job=mx
 "$kestrel" certs --job "$job" --out "$tmp/certs" --servers 1 --workers 1 >/dev/null
 "$kestrel" certs --job "$job" --out "$tmp/other_ca" --servers 1 --workers 1 >/dev/null
-"$kestrel" certs --job other --out "$tmp/other_job" --servers 1 --workers 1 >/dev/null
+"$kestrel" certs --job other --out "$tmp/other_job" --servers 1 --workers 1 --ca "$tmp/certs" >/dev/null  # same CA
 tls() { echo "--tls_ca=$tmp/certs/ca.pem --tls_cert=$tmp/certs/$1.pem --tls_key=$tmp/certs/$1.key"; }
 
 wait_port() {

@@ -25,10 +25,6 @@ std::string TmpDir() {
   return tmp != nullptr ? tmp : "/tmp";
 }
 
-std::vector<std::string> TlsFlags(const TlsConfig& tls) {
-  return {"--tls_ca=" + tls.ca_file, "--tls_cert=" + tls.cert_file, "--tls_key=" + tls.key_file};
-}
-
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -58,7 +54,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
   auto scheduler = ServerProcess::Start(
       RunfilePath("scheduler/kestrel_scheduler"),
       Concat({"--job_id=tls", "--num_servers=2", "--num_workers=2", "--consistency=bsp", "--heartbeat_interval=1s"},
-             TlsFlags(*scheduler_tls)),
+             TestingCa::Flags(*scheduler_tls)),
       dir, "scheduler");
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   std::vector<ServerProcess> servers;
@@ -70,7 +66,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
         RunfilePath("server/kestrel_server"),
         Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s), "--bsp_workers=2",
                 "--scheduler=" + scheduler->address()},
-               TlsFlags(*tls)),
+               TestingCa::Flags(*tls)),
         dir, absl::StrCat("server", s));
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_NE(ReadFile(server->log_path()).find("mutual TLS"), std::string::npos);
@@ -86,7 +82,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
         Concat({"--job_id=tls", "--config=" + config, "--scheduler=" + scheduler->address(),
                 absl::StrCat("--rank=", w), "--device=cpu", "--compute_threads=1",
                 "--metrics_out=" + dir + "/metrics.jsonl"},
-               TlsFlags(*tls)),
+               TestingCa::Flags(*tls)),
         dir, absl::StrCat("worker", w));
     ASSERT_TRUE(worker.ok()) << worker.status();
     workers.push_back(std::move(worker).value());
@@ -108,7 +104,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
     ASSERT_TRUE(tls.ok()) << tls.status();
     auto server = ServerProcess::Start(
         RunfilePath("server/kestrel_server"),
-        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s)}, TlsFlags(*tls)), dir,
+        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s)}, TestingCa::Flags(*tls)), dir,
         absl::StrCat("probe", s));
     ASSERT_TRUE(server.ok()) << server.status();
     addresses.push_back(server->address());
