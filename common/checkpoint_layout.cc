@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -280,8 +282,23 @@ absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, i
   if (entry.files().empty()) {
     return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest lists no files for shard %d", name, shard));
   }
+  // Restore and export open ShardDir(name, shard), whatever the manifest says: it must say exactly that.
+  if (entry.dir() != ShardDirName(shard)) {
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest puts shard %d in '%s', not in %s", name,
+                                               shard, absl::CEscape(entry.dir().substr(0, 64)), ShardDirName(shard)));
+  }
+  const std::string dir = ShardDir(name, shard);
+  std::set<std::string> listed;
   for (const CheckpointFile& file : entry.files()) {
-    const std::string path = absl::StrCat(CheckpointDir(name), "/", entry.dir(), "/", file.name());
+    const std::string& base = file.name();
+    if (base.empty() || base.size() > 255 || base == "." || base == ".." ||
+        base.find('/') != std::string::npos ||
+        base.find('\0') != std::string::npos || !listed.insert(base).second) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint %s, shard %d: the manifest lists '%s', not a file name of its own (empty, a path or repeated)",
+          name, shard, absl::CEscape(base.substr(0, 64))));
+    }
+    const std::string path = absl::StrCat(dir, "/", base);
     absl::StatusOr<FileCrc> crc = Crc32cOfFile(path);
     if (!crc.ok()) {
       return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: file %s: %s", name, shard, path,
@@ -296,6 +313,17 @@ absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, i
           "checkpoint %s, shard %d: file %s is corrupt (crc32c %08x, the manifest says %08x)", name, shard, path,
           crc->crc, file.crc32c()));
     }
+  }
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (listed.count(it->path().filename().string()) == 0) {
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: %s is not in the manifest", name, shard,
+                                                 it->path().string()));
+    }
+  }
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrFormat("checkpoint %s, shard %d: cannot list %s: %s", name, shard, dir, error.message()));
   }
   return absl::OkStatus();
 }

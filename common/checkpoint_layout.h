@@ -88,7 +88,9 @@ class CheckpointLayout {
   // checkpoint whose manifest is missing or damaged: never a silent fresh start.
   absl::StatusOr<std::optional<CheckpointManifest>> ReadLatest() const;
 
-  // Checks that every file the manifest lists for shard `shard` is present with its recorded size and CRC-32C.
+  // Checks the directory restore and export open for shard `shard` (ShardDir: the manifest's `dir` must name
+  // exactly it, and its file names must be plain names): every file the manifest lists is present with its
+  // recorded size and CRC-32C, and nothing else is there (RocksDB would read any file CURRENT names).
   // DataLoss (or NotFound) naming the file and the shard otherwise.
   absl::Status VerifyShard(const CheckpointManifest& manifest, int shard) const;
 

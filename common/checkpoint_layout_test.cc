@@ -173,6 +173,38 @@ TEST_F(CheckpointLayoutTest, DamagedShardFilesAreNamedWithTheirShard) {
   }
 }
 
+TEST_F(CheckpointLayoutTest, VerifiesExactlyTheDirectoryRestoreOpens) {
+  CheckpointLayout layout(root_);
+  const CheckpointManifest manifest = MakeCheckpoint(layout, 1);
+  const std::string dir = layout.ShardDir("ckpt-00000001", 0);
+  // A manifest that points the check at another directory (one an attacker filled with matching files) while
+  // restore opens the standard one: refused, whatever that other directory holds.
+  fs::create_directories(root_ + "/elsewhere");
+  fs::copy(dir, root_ + "/elsewhere", fs::copy_options::recursive);
+  for (const std::string& other : {std::string("../../elsewhere"), std::string("shard-0001"), std::string(""),
+                                   std::string("shard-0000/.")}) {
+    CheckpointManifest moved = manifest;
+    moved.mutable_shards(0)->set_dir(other);
+    absl::Status status = layout.VerifyShard(moved, 0);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << other;
+    EXPECT_TRUE(absl::StrContains(status.message(), "not in shard-0000")) << status;
+  }
+  // File names are names, not paths, and each is listed once.
+  for (const std::string& name : {std::string("../ckpt-00000001/shard-0000/CURRENT"), std::string("."),
+                                  std::string(".."), std::string(""), std::string("CURRENT")}) {
+    CheckpointManifest renamed = manifest;
+    renamed.mutable_shards(0)->mutable_files(0)->set_name(name);
+    EXPECT_EQ(layout.VerifyShard(renamed, 0).code(), absl::StatusCode::kDataLoss) << name;
+  }
+  // A file RocksDB could read that the manifest does not vouch for.
+  std::ofstream(dir + "/MANIFEST-000099", std::ios::binary) << "planted";
+  absl::Status planted = layout.VerifyShard(manifest, 0);
+  EXPECT_EQ(planted.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(planted.message(), "MANIFEST-000099 is not in the manifest")) << planted;
+  fs::remove(dir + "/MANIFEST-000099");
+  EXPECT_TRUE(layout.VerifyShard(manifest, 0).ok());
+}
+
 TEST_F(CheckpointLayoutTest, PruneKeepsTheNewestCommittedAndDropsAbandonedAttempts) {
   CheckpointLayout layout(root_);
   for (uint64_t s = 1; s <= 4; ++s) MakeCheckpoint(layout, s);

@@ -1,8 +1,12 @@
 #include "scheduler/membership.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include <openssl/crypto.h>
 
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace kestrel {
 
@@ -79,16 +83,17 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
                                                     rank, m.address));
   }
   const bool replacement = m.rank != -1;
-  const uint64_t previous_incarnation = m.incarnation;
   m.role = role;
   m.rank = rank;
   m.address = std::string(address);
-  // Unguessable, so nobody can heartbeat for another member's registration (a dead server kept "alive" would
-  // never be rolled back): 64 bits from the kernel's generator (std::random_device reads /dev/urandom), never 0
-  // and never a previous one of this rank.
-  do {
-    m.incarnation = (uint64_t{random_()} << 32) | random_();
-  } while (m.incarnation == 0 || m.incarnation == previous_incarnation);
+  // Unguessable, so nobody can heartbeat or advance for another member's registration (a dead server kept
+  // "alive" would never be rolled back): 128 bits from the kernel's generator (std::random_device reads
+  // /dev/urandom, 32 bits a call).
+  m.incarnation.resize(kIncarnationBytes);
+  for (size_t i = 0; i < kIncarnationBytes; i += 4) {
+    const uint32_t bits = random_();
+    std::memcpy(&m.incarnation[i], &bits, 4);
+  }
   m.last_heartbeat = now;
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
@@ -99,7 +104,23 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   return Registration{rank, m.incarnation, generation_, state_};
 }
 
-absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, uint64_t incarnation, absl::Time now) {
+absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view incarnation) {
+  if (incarnation.size() != kIncarnationBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the incarnation must be the %d bytes Register answered, got %d bytes", kIncarnationBytes, incarnation.size()));
+  }
+  // Neither incarnation is echoed, and the comparison takes the same time wherever they differ.
+  if (m.incarnation.size() != kIncarnationBytes ||
+      CRYPTO_memcmp(m.incarnation.data(), incarnation.data(), kIncarnationBytes) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s rank %d: not its current incarnation (superseded by a newer registration, or never issued): this "
+        "process must stop",
+        RoleName(m.role), m.rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<Member>& ranks = RanksLocked(role);
   if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
@@ -107,14 +128,10 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, uint64_t inc
         absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, ranks.size()));
   }
   Member& m = ranks[rank];
-  if (m.incarnation != incarnation) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s rank %d incarnation %d was superseded by a newer registration: this process must stop",
-        RoleName(role), rank, incarnation));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckIncarnation(m, incarnation));
   if (!m.alive) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s rank %d incarnation %d was declared dead: register again", RoleName(role), rank, incarnation));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s rank %d was declared dead: register again", RoleName(role), rank));
   }
   m.last_heartbeat = now;
   return generation_;
@@ -148,7 +165,7 @@ absl::StatusOr<JobState> Membership::MarkWorkerDone(int rank) {
   return state_;
 }
 
-absl::Status Membership::CheckWorker(int rank, uint64_t generation) const {
+absl::Status Membership::CheckWorker(int rank, absl::string_view incarnation, uint64_t generation) const {
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
     return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, workers_.size()));
@@ -158,10 +175,17 @@ absl::Status Membership::CheckWorker(int rank, uint64_t generation) const {
     return absl::FailedPreconditionError(
         absl::StrFormat("worker rank %d is not a live member (declared dead or never registered): register", rank));
   }
+  KESTREL_RETURN_IF_ERROR(CheckIncarnation(m, incarnation));
   if (generation < m.registered_generation) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "request of generation %d from worker rank %d, which registered again at generation %d: this process "
-        "was superseded",
+        "request of generation %d from worker rank %d, whose requests carry generation %d since it registered "
+        "again or the job rolled back: this process was superseded",
+        generation, rank, m.registered_generation));
+  }
+  if (generation != m.registered_generation) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request of generation %d from worker rank %d, ahead of the generation %d its requests carry: stamp the "
+        "generation Register or Rejoin answered",
         generation, rank, m.registered_generation));
   }
   return absl::OkStatus();

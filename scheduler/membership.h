@@ -1,13 +1,15 @@
 // Membership: who belongs to the job, who is alive, and the job generation. The scheduler's core (no gRPC).
 //
 // Servers and workers register with a role and a requested rank (or none) and receive a rank and an
-// incarnation (a unique id of that registration). They then heartbeat. A member silent for longer than
+// incarnation: 16 random bytes naming that registration, a secret between the member and the scheduler that
+// every later call (Heartbeat, CheckWorker) must present. They then heartbeat. A member silent for longer than
 // heartbeat_timeout is declared dead by ExpireSilent(); its replacement may register with the same rank.
 //
 // The job generation starts at 1 and increases whenever membership changes after a failure: when a member is
 // declared dead, and when a replacement joins. Each registration records the generation it produced; a
-// worker's requests carry it, and are refused (FailedPrecondition) once that rank has registered again or was
-// declared dead, so a revived zombie cannot act, while other members' failures do not disturb it.
+// worker's requests carry it and must match it exactly: they are refused (FailedPrecondition) once that rank
+// has registered again or was declared dead, so a revived zombie cannot act, while other members' failures do
+// not disturb it.
 //
 // Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
 // or its replacement has not yet rejoined, kRunning again once all are alive; kFinished once every worker
@@ -50,11 +52,14 @@ struct MembershipOptions {
   absl::Duration heartbeat_timeout = absl::Milliseconds(1500);
 };
 
+// The length of an incarnation, in bytes (128 random bits).
+inline constexpr size_t kIncarnationBytes = 16;
+
 struct Member {
   Role role = Role::kWorker;
   int rank = -1;
   std::string address;
-  uint64_t incarnation = 0;
+  std::string incarnation;  // kIncarnationBytes random bytes; "" before the first registration
   uint64_t registered_generation = 0;  // the job generation right after this registration
   absl::Time last_heartbeat;
   bool alive = false;
@@ -62,7 +67,7 @@ struct Member {
 
 struct Registration {
   int rank = -1;
-  uint64_t incarnation = 0;
+  std::string incarnation;
   uint64_t generation = 0;
   JobState state = JobState::kForming;
 };
@@ -76,9 +81,10 @@ class Membership {
   // InvalidArgument for a rank out of range or a server without an address.
   absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_rank, absl::Time now);
 
-  // Records a heartbeat and returns the current generation. FailedPrecondition when this incarnation was
-  // superseded by a newer registration of the rank or was declared dead (it must register again).
-  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, uint64_t incarnation, absl::Time now);
+  // Records a heartbeat and returns the current generation. InvalidArgument when `incarnation` is not
+  // kIncarnationBytes long; FailedPrecondition when it is not this rank's current incarnation (superseded by a
+  // newer registration, never issued) or the rank was declared dead (it must register again).
+  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now);
 
   // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
   std::vector<Member> ExpireSilent(absl::Time now);
@@ -86,10 +92,11 @@ class Membership {
   // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
   absl::StatusOr<JobState> MarkWorkerDone(int rank);
 
-  // FailedPrecondition when worker `rank` is not alive (declared dead: register again) or `generation` is
-  // older than its latest registration (a superseded incarnation). Deaths of other members do not matter.
-  absl::Status CheckWorker(int rank, uint64_t generation) const;
-  // By worker rank: the generation each rank last registered at (0: never).
+  // FailedPrecondition when worker `rank` is not alive (declared dead: register again), `incarnation` is not
+  // its current one or `generation` is not exactly the one its requests must carry (an older one: a superseded
+  // incarnation). Deaths of other members do not matter.
+  absl::Status CheckWorker(int rank, absl::string_view incarnation, uint64_t generation) const;
+  // By worker rank: the generation each rank's requests must carry (0: never registered).
   std::vector<uint64_t> WorkerGenerations() const;
 
   // The job rolls back to a checkpoint: a new generation that every worker rank is moved to (so requests of
@@ -114,6 +121,8 @@ class Membership {
     return role == Role::kServer ? servers_ : workers_;
   }
   bool AllAliveLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition unless `incarnation` is `m`'s (compared in constant time).
+  static absl::Status CheckIncarnation(const Member& m, absl::string_view incarnation);
 
   const MembershipOptions options_;
   mutable absl::Mutex mu_;

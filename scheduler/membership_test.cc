@@ -1,6 +1,7 @@
 #include "scheduler/membership.h"
 
 #include "gmock/gmock.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -87,16 +88,20 @@ TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
   auto old = *m->Register(Role::kWorker, "", -1, kStart);
   ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, kStart + absl::Seconds(2)).ok());
-  // Incarnations cannot be guessed from others: small numbers and neighbours of a known one are refused, and
-  // the refusal does not reveal the right one.
-  for (uint64_t guess : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, old.incarnation + 1,
-                         old.incarnation - 1}) {
-    if (guess == server.incarnation) continue;
+  // Incarnations are 128 random bits: distinct, and neither small numbers, neighbours of a known one, a
+  // truncated or an empty one is taken; the refusal does not reveal the right one.
+  ASSERT_EQ(server.incarnation.size(), kIncarnationBytes);
+  ASSERT_NE(server.incarnation, old.incarnation);
+  std::string neighbour = old.incarnation;
+  neighbour.back() ^= 1;
+  for (const std::string& guess : {std::string(16, '\0'), std::string(15, '\0') + "\1", neighbour,
+                                   server.incarnation.substr(0, 8), std::string(), server.incarnation + "x"}) {
     absl::StatusOr<uint64_t> refused = m->Heartbeat(Role::kServer, 0, guess, kStart + absl::Seconds(2));
-    EXPECT_FALSE(refused.ok()) << guess;
-    EXPECT_EQ(refused.status().message().find(absl::StrCat(server.incarnation)), std::string::npos)
-        << refused.status();
+    EXPECT_FALSE(refused.ok()) << absl::CEscape(guess);
+    EXPECT_EQ(refused.status().message().find(server.incarnation), std::string::npos) << refused.status();
   }
+  EXPECT_EQ(m->Heartbeat(Role::kServer, 0, server.incarnation.substr(0, 8), kStart).status().code(),
+            absl::StatusCode::kInvalidArgument);
   ASSERT_EQ(m->ExpireSilent(kStart + absl::Seconds(2)).size(), 1u);  // the worker went silent
   // The dead incarnation is told to re-register.
   auto stale = m->Heartbeat(Role::kWorker, 0, old.incarnation, kStart + absl::Seconds(2));
@@ -112,9 +117,15 @@ TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   EXPECT_EQ(zombie.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(zombie.status().message()), HasSubstr("superseded"));
   EXPECT_TRUE(m->Heartbeat(Role::kWorker, 0, fresh.incarnation, kStart + absl::Seconds(3)).ok());
-  // Per-worker checks: the old incarnation's generation is refused, the new one's accepted.
-  EXPECT_EQ(m->CheckWorker(0, old.generation).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(m->CheckWorker(0, fresh.generation).ok());
+  // Per-worker checks: the old incarnation is refused (even with the new generation), and so is the old
+  // generation; only exactly the new incarnation and generation are accepted: a generation from the future
+  // (which used to skip the check) is refused too.
+  EXPECT_EQ(m->CheckWorker(0, old.incarnation, fresh.generation).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->CheckWorker(0, fresh.incarnation, old.generation).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->CheckWorker(0, fresh.incarnation, fresh.generation + 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->CheckWorker(0, fresh.incarnation, ~uint64_t{0}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->CheckWorker(0, "", fresh.generation).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m->CheckWorker(0, fresh.incarnation, fresh.generation).ok());
   EXPECT_EQ(m->WorkerGenerations(), std::vector<uint64_t>{fresh.generation});
 }
 

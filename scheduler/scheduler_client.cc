@@ -26,7 +26,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, uint64_t incarnation) override {
+  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation) override {
     HeartbeatRequest request;
     request.set_job_id(options_.job_id);
     request.set_role(role);
@@ -36,26 +36,29 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) override {
+  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
+                                      const std::string& incarnation) override {
     WaitToStartRequest request;
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_clock(clock);
     request.set_generation(generation);
+    request.set_incarnation(incarnation);
     WaitToStartResponse response;
     auto result = Call(&Scheduler::Stub::WaitToStart, request, &response, options_.wait_deadline);
     if (!result.ok()) return result.status();
     return result->min_clock();
   }
 
-  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done,
-                                  const WorkerState* state) override {
+  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
+                                  bool done, const WorkerState* state) override {
     AdvanceRequest request;
     if (state != nullptr) *request.mutable_state() = *state;
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_finished(finished);
     request.set_generation(generation);
+    request.set_incarnation(incarnation);
     request.set_done(done);
     AdvanceResponse response;
     auto result = Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
@@ -70,7 +73,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<RegisterResponse> Rejoin(int rank, uint64_t incarnation) override {
+  absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) override {
     RejoinRequest request;
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
@@ -111,12 +114,23 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
   return std::make_unique<GrpcSchedulerClient>(address, options);
 }
 
-Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation,
+Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, std::string incarnation,
                          absl::Duration interval, std::function<void(absl::Status)> on_refused,
                          std::function<void(const HeartbeatResponse&)> on_answer)
-    : thread_([this, client, role, rank, incarnation, interval, on_refused = std::move(on_refused),
-               on_answer = std::move(on_answer)] {
-        while (!stop_.WaitForNotificationWithTimeout(interval)) {
+    : thread_([this, client, role, rank, incarnation = std::move(incarnation), interval,
+               on_refused = std::move(on_refused), on_answer = std::move(on_answer)] {
+        while (true) {
+          {
+            absl::MutexLock lock(&mu_);
+            mu_.AwaitWithTimeout(absl::Condition(
+                                     +[](Heartbeater* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+                                       return self->stop_ || self->soon_;
+                                     },
+                                     this),
+                                 interval);
+            if (stop_) return;
+            soon_ = false;
+          }
           auto response = client->Heartbeat(role, rank, incarnation);
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
@@ -130,8 +144,16 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, uin
         }
       }) {}
 
+void Heartbeater::BeatSoon() {
+  absl::MutexLock lock(&mu_);
+  soon_ = true;
+}
+
 Heartbeater::~Heartbeater() {
-  stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
   thread_.join();
 }
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/scheduler.pb.h"
@@ -21,17 +21,20 @@ class SchedulerClient {
   virtual ~SchedulerClient() = default;
   virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
                                                     int requested_rank) = 0;
-  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, uint64_t incarnation) = 0;
+  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation) = 0;
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
-  virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation) = 0;
+  // `generation` and `incarnation`: what Register (or Rejoin) answered this worker.
+  virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
+                                              const std::string& incarnation) = 0;
   // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
-  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, bool done = false,
+  virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,
+                                          const std::string& incarnation, bool done = false,
                                           const WorkerState* state = nullptr) = 0;
   virtual absl::StatusOr<DescribeResponse> Describe() = 0;
   // After a rollback: where live worker `rank` continues (clock, reader position, generation to stamp).
   // UNAVAILABLE while the rollback is in progress.
-  virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, uint64_t incarnation) = 0;
+  virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) = 0;
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
 };
@@ -52,18 +55,24 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 
 // Sends a heartbeat every `interval` from its own thread until destroyed. `on_refused` runs (once, on that
 // thread) when the scheduler refuses the heartbeat with FailedPrecondition: this member was declared dead or
-// superseded and must stop. Transient errors are logged and retried.
+// superseded and must stop. Transient errors are logged and retried. Thread-safe.
 class Heartbeater {
  public:
   // `on_answer` (optional) runs with every answered heartbeat (generation, worker generations).
-  Heartbeater(SchedulerClient* client, MemberRole role, int rank, uint64_t incarnation, absl::Duration interval,
+  Heartbeater(SchedulerClient* client, MemberRole role, int rank, std::string incarnation, absl::Duration interval,
               std::function<void(absl::Status)> on_refused,
               std::function<void(const HeartbeatResponse&)> on_answer = nullptr);
   ~Heartbeater();
 
+  // Sends the next heartbeat now instead of at the end of the interval (a server that met a worker generation
+  // it has not heard of yet learns it within one round trip). Never blocks.
+  void BeatSoon();
+
  private:
-  absl::Notification stop_;
-  std::thread thread_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool soon_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: started once the members above exist
 };
 
 }  // namespace kestrel

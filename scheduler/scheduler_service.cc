@@ -183,6 +183,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
     if (status.ok()) {
       response->set_rank(registration->rank);
       response->set_incarnation(registration->incarnation);
+      response->set_generation(registration->generation);
       FillView(response->mutable_view());
       if (request->role() == ROLE_WORKER) {
         response->set_clock(clocks_->ClockOf(registration->rank));
@@ -201,8 +202,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
         if (shutting_down_.load()) clocks_->CancelAll(absl::UnavailableError("the scheduler is shutting down"));
       }
       KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
-                 << (request->address().empty() ? context->peer() : request->address()) << " (incarnation "
-                 << registration->incarnation << ", generation " << registration->generation << ", job "
+                 << (request->address().empty() ? context->peer() : request->address()) << " (generation "
+                 << registration->generation << ", job "
                  << JobStateName(registration->state) << ")";
     }
   }
@@ -234,7 +235,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   const RpcMetrics::Call call = wait_to_start_rpc_.Begin();
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, request->rank());
-  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
+  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
@@ -269,7 +270,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
   const RpcMetrics::Call call = advance_rpc_.Begin();
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "Advance", std::nullopt, request->rank());
-  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->generation());
+  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
     coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
   }
@@ -327,12 +328,13 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
   if (status.ok()) {
     response->set_rank(request->rank());
     response->set_incarnation(request->incarnation());
+    response->set_generation(membership_->WorkerGenerations()[request->rank()]);
     FillView(response->mutable_view());
     response->set_clock(clocks_->ClockOf(request->rank()));
  if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
     response->set_rollbacks(coordinator_->status().rollbacks);
     KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
-               << response->view().generation() << ")";
+               << response->generation() << ")";
   }
   return Reply(context, call, status);
 }

@@ -1,6 +1,9 @@
 // The Scheduler service over real gRPC on loopback (in-process server).
 #include "scheduler/scheduler_service.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -48,12 +51,16 @@ class SchedulerServiceTest : public ::testing::Test {
     return response;
   }
 
-  grpc::Status Advance(int rank, int64_t finished, uint64_t generation) {
+  // An Advance of worker `w` (what its Register answered), with its generation and incarnation unless told
+  // otherwise.
+  grpc::Status Advance(const RegisterResponse& w, int64_t finished, std::optional<uint64_t> generation = std::nullopt,
+                       std::optional<std::string> incarnation = std::nullopt) {
     AdvanceRequest request;
     request.set_job_id(kJob);
-    request.set_rank(rank);
+    request.set_rank(w.rank());
     request.set_finished(finished);
-    request.set_generation(generation);
+    request.set_generation(generation.value_or(w.generation()));
+    request.set_incarnation(incarnation.value_or(w.incarnation()));
     AdvanceResponse response;
     return stub_->Advance(Context().get(), request, &response);
   }
@@ -66,12 +73,13 @@ class SchedulerServiceTest : public ::testing::Test {
     absl::Notification answered;
     std::unique_ptr<grpc::ClientContext> context;
   };
-  std::unique_ptr<PendingWait> StartWait(int rank, int64_t clock, uint64_t generation) {
+  std::unique_ptr<PendingWait> StartWait(const RegisterResponse& worker, int64_t clock) {
     auto wait = std::make_unique<PendingWait>();
     wait->request.set_job_id(kJob);
-    wait->request.set_rank(rank);
+    wait->request.set_rank(worker.rank());
     wait->request.set_clock(clock);
-    wait->request.set_generation(generation);
+    wait->request.set_generation(worker.generation());
+    wait->request.set_incarnation(worker.incarnation());
     wait->context = Context();
     PendingWait* w = wait.get();
     stub_->async()->WaitToStart(w->context.get(), &w->request, &w->response, [w](grpc::Status s) {
@@ -106,18 +114,26 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
   EXPECT_EQ(w1.view().consistency(), "ssp");
   EXPECT_NE(w1.view().config_fingerprint(), 0u);
   EXPECT_EQ(w1.view().config_fingerprint(), s.view().config_fingerprint());
-  const uint64_t generation = w1.view().generation();
 
   // SSP(1): worker 0 may start iterations 0 and 1 while worker 1 sits at 0; iteration 2 must wait.
-  ASSERT_TRUE(Advance(w0.rank(), 1, generation).ok());
-  ASSERT_TRUE(Advance(w0.rank(), 2, generation).ok());
+  ASSERT_TRUE(Advance(w0, 1).ok());
+  ASSERT_TRUE(Advance(w0, 2).ok());
   // A report that skips iterations is refused (it would release waits nobody earned).
-  EXPECT_EQ(Advance(w1.rank(), 2, generation).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Advance(w1, 2).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(server_->service().clocks().ClockOf(w1.rank()), 0);
-  auto wait = StartWait(w0.rank(), 2, generation);
+  auto wait = StartWait(w0, 2);
   ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
   EXPECT_FALSE(wait->answered.HasBeenNotified());
-  ASSERT_TRUE(Advance(w1.rank(), 1, generation).ok());
+  // Nobody but worker 1 itself can advance it: no incarnation, worker 0's, a made-up one, or a generation
+  // from the future (which used to pass) are all refused and leave its clock where it was.
+  EXPECT_EQ(Advance(w1, 1, std::nullopt, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Advance(w1, 1, std::nullopt, w0.incarnation()).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Advance(w1, 1, std::nullopt, std::string(16, 'x')).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Advance(w1, 1, ~uint64_t{0}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Advance(w1, 1, w1.generation() + 1).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server_->service().clocks().ClockOf(w1.rank()), 0);
+  EXPECT_FALSE(wait->answered.HasBeenNotified());
+  ASSERT_TRUE(Advance(w1, 1).ok());
   ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_TRUE(wait->status.ok()) << wait->status.error_message();
   EXPECT_EQ(wait->response.min_clock(), 1);
@@ -127,7 +143,7 @@ TEST_F(SchedulerServiceTest, NothingStartsBeforeTheJobHasFormed) {
   ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
   // Iteration 0 never waits on clocks, but the job is still forming.
-  auto wait = StartWait(w0.rank(), 0, w0.view().generation());
+  auto wait = StartWait(w0, 0);
   Register(ROLE_SERVER, "127.0.0.1:1");
   EXPECT_FALSE(wait->answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
   Register(ROLE_WORKER, "");  // the last member: the job starts
@@ -140,7 +156,7 @@ TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) 
   Register(ROLE_SERVER, "127.0.0.1:1");
   Register(ROLE_WORKER, "");
   const RegisterResponse w1 = Register(ROLE_WORKER, "");
-  const uint64_t generation = w1.view().generation();
+  const uint64_t generation = w1.generation();
   // Nobody heartbeats: every member is declared dead within 2 intervals, and the generation moves on.
   ASSERT_TRUE(Eventually([&] {
     for (const Member& m : server_->service().membership().Members()) {
@@ -156,7 +172,7 @@ TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) 
   EXPECT_GT(view.view().generation(), generation);
   for (const MemberStatus& m : view.members()) EXPECT_FALSE(m.alive()) << m.rank();
 
-  grpc::Status stale = Advance(w1.rank(), 1, generation);
+  grpc::Status stale = Advance(w1, 1);
   EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(stale.error_message().find("register"), std::string::npos) << stale.error_message();
 
@@ -182,7 +198,7 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   Register(ROLE_SERVER, "127.0.0.1:1");
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
   Register(ROLE_WORKER, "");
-  auto wait = StartWait(w0.rank(), 5, w0.view().generation());  // far ahead: must wait
+  auto wait = StartWait(w0, 5);  // far ahead: must wait
   ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
   server_->Shutdown();
   ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));

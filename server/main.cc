@@ -62,6 +62,10 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "not fit are refused with INVALID_ARGUMENT before any work.");
 ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
 ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
+ABSL_FLAG(int, max_push_workers, 256,
+          "Without --scheduler: the workers whose recent push ids this server remembers, so a retried push is "
+          "applied once (each up to 8192 ids; a push from one more worker is refused). With one, the job's "
+          "worker count. In [1, 1048576]; default 256.");
 ABSL_FLAG(int, bsp_workers, 0,
           "0: apply pushes on arrival (SSP/ASP). N > 0: BSP with N workers: each clock's pushes from all N are "
           "combined in rank order, averaged and applied once (clients must run with BSP pushes).");
@@ -121,15 +125,17 @@ int Run() {
   const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   const int threads = absl::GetFlag(FLAGS_threads);
   if (max_message_bytes < (1 << 20) || max_message_bytes > (1 << 30) || threads < 0 || threads > 1024 ||
-      absl::GetFlag(FLAGS_max_keys_per_request) < 1 || absl::GetFlag(FLAGS_max_tables) < 1) {
+      absl::GetFlag(FLAGS_max_keys_per_request) < 1 || absl::GetFlag(FLAGS_max_tables) < 1 ||
+      absl::GetFlag(FLAGS_max_push_workers) < 1 || absl::GetFlag(FLAGS_max_push_workers) > (1 << 20)) {
     KLOG(Error) << "bad flags: need --max_message_bytes in [1 MiB, 1 GiB], --threads in [0, 1024], "
-                   "--max_keys_per_request >= 1 and --max_tables >= 1";
+                   "--max_keys_per_request >= 1, --max_tables >= 1 and --max_push_workers in [1, 1048576]";
     return 2;
   }
   ShardOptions shard_options;
   shard_options.max_response_bytes = static_cast<size_t>(max_message_bytes) - 4096;  // room for framing
   shard_options.max_tables = static_cast<size_t>(absl::GetFlag(FLAGS_max_tables));
   shard_options.bsp_workers = absl::GetFlag(FLAGS_bsp_workers);
+  shard_options.max_push_workers = static_cast<size_t>(absl::GetFlag(FLAGS_max_push_workers));
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
   shard_options.shard_index = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
@@ -256,8 +262,7 @@ int Run() {
     }
     SetLogGeneration(registration->view().generation());
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
-               << " (incarnation " << registration->incarnation() << ", generation "
-               << registration->view().generation() << ")";
+               << " (generation " << registration->view().generation() << ")";
     Shard* shard_ptr = shard->get();
     heartbeater = std::make_unique<Heartbeater>(
         scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
@@ -274,14 +279,20 @@ int Run() {
                        << answer.job_state() << ")";
             last = answer.generation();
           }
-          shard_ptr->SetWorkerGenerations({answer.worker_generations().begin(), answer.worker_generations().end()});
+          shard_ptr->SetJobView(answer.generation(),
+                                {answer.worker_generations().begin(), answer.worker_generations().end()});
         });
+    // A worker generation the shard has not heard of (a worker that just registered or rejoined): ask now.
+    Heartbeater* beat = heartbeater.get();
+    shard_ptr->SetGenerationListener([beat] { beat->BeatSoon(); });
+    beat->BeatSoon();  // the first view now, not an interval from now
   }
 
   const int signal_number = WaitForShutdownSignal();
   KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
+  (*shard)->SetGenerationListener(nullptr);  // before the heartbeater it points to goes
   heartbeater.reset();
   const ShardStats stats = (*shard)->Stats();
   KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests

@@ -181,6 +181,11 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
       AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Restore").status();
   const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
     absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
+    if (status.ok()) {
+      // The scheduler moves the job's generation before it asks for the restore; this server hears of it
+      // within a heartbeat (it asks at once).
+      status = shard_->Count(shard_->CheckRestoreGeneration(request->min_worker_generation(), absl::Seconds(5)));
+    }
     const absl::Time start = absl::Now();
     if (status.ok()) {
       if (store_ != nullptr) {

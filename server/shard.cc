@@ -46,7 +46,10 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
 }
 
 Shard::Shard(const ShardOptions& options, Partition partition)
-    : options_(options), partition_(std::move(partition)), ranges_(partition_.RangesOf(options.shard_index)) {
+    : options_(options),
+      partition_(std::move(partition)),
+      ranges_(partition_.RangesOf(options.shard_index)),
+      recent_requests_(RecentRequests::kDefaultWindow, options.max_push_workers) {
   absl::MutexLock lock(&mu_);
   table_maps_.push_back(std::make_unique<TableMap>());
   tables_.store(table_maps_.back().get(), std::memory_order_release);
@@ -67,23 +70,80 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
     return absl::FailedPreconditionError(
         absl::StrFormat("the request's job id is not the one shard %d serves (check --job_id)", shard_index()));
   }
-  if (ctx.worker_rank >= 0) {
-    const auto generations = std::atomic_load(&worker_generations_);
-    if (generations != nullptr && static_cast<size_t>(ctx.worker_rank) < generations->size() &&
-        ctx.generation < (*generations)[ctx.worker_rank]) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "request of generation %d from worker rank %d reached shard %d, but that rank registered again at "
-          "generation %d: the sender was superseded (a worker stamps the generation it registered at)",
-          ctx.generation, ctx.worker_rank, shard_index(), (*generations)[ctx.worker_rank]));
-    }
+  if (ctx.worker_rank < 0) return absl::OkStatus();
+  const uint64_t rolled_back_before = min_worker_generation_.load(std::memory_order_acquire);
+  if (ctx.generation < rolled_back_before) {
+    return absl::AbortedError(absl::StrFormat(
+        "request of generation %d from worker rank %d reached shard %d after the job rolled back to a checkpoint "
+        "at generation %d: resume from the checkpoint",
+        ctx.generation, ctx.worker_rank, shard_index(), rolled_back_before));
+  }
+  const std::shared_ptr<const JobView> view = std::atomic_load(&job_view_);
+  if (view == nullptr) return absl::OkStatus();  // no scheduler (yet): unchecked
+  if (static_cast<size_t>(ctx.worker_rank) >= view->worker_generations.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not one of the job's %d workers",
+                                                      ctx.worker_rank, view->worker_generations.size()));
+  }
+  const uint64_t expected = view->worker_generations[ctx.worker_rank];
+  if (ctx.generation < expected) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "request of generation %d from worker rank %d reached shard %d, but that rank's requests carry generation "
+        "%d since it registered again: the sender was superseded",
+        ctx.generation, ctx.worker_rank, shard_index(), expected));
+  }
+  if (ctx.generation > expected) {
+    TellGenerationListener();
+    return absl::UnavailableError(absl::StrFormat(
+        "request of generation %d from worker rank %d reached shard %d, which knows generation %d for that rank: "
+        "it has not heard of the newer one from the scheduler yet; retry",
+        ctx.generation, ctx.worker_rank, shard_index(), expected));
   }
   return absl::OkStatus();
 }
 
-void Shard::SetWorkerGenerations(std::vector<uint64_t> generations) {
-  std::atomic_store(&worker_generations_,
-                    std::shared_ptr<const std::vector<uint64_t>>(
-                        std::make_shared<std::vector<uint64_t>>(std::move(generations))));
+void Shard::SetJobView(uint64_t job_generation, std::vector<uint64_t> worker_generations) {
+  if (!worker_generations.empty()) recent_requests_.SetMaxWorkers(worker_generations.size());
+  auto view = std::make_shared<JobView>();
+  view->job_generation = job_generation;
+  view->worker_generations = std::move(worker_generations);
+  std::atomic_store(&job_view_, std::shared_ptr<const JobView>(std::move(view)));
+  absl::MutexLock lock(&view_mu_);
+  job_generation_ = std::max(job_generation_, job_generation);
+}
+
+void Shard::SetGenerationListener(std::function<void()> listener) {
+  absl::MutexLock lock(&view_mu_);
+  generation_listener_ = std::move(listener);
+}
+
+void Shard::TellGenerationListener() const {
+  absl::MutexLock lock(&view_mu_);
+  if (generation_listener_) generation_listener_();
+}
+
+absl::Status Shard::CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const {
+  if (min_worker_generation == 0) return absl::OkStatus();
+  absl::MutexLock lock(&view_mu_);
+  if (job_generation_ < min_worker_generation && generation_listener_) {  // without a scheduler, nothing to wait for
+    generation_listener_();
+    struct Reached {
+      const Shard* shard;
+      uint64_t generation;
+    } reached{this, min_worker_generation};
+    view_mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Reached* r) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // held: Await's contract
+                                    return r->shard->job_generation_ >= r->generation;
+                                  },
+                                  &reached),
+                              wait);
+  }
+  if (job_generation_ < min_worker_generation) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_worker_generation %d is ahead of the job's generation %d (as shard %d heard it from the scheduler%s)",
+        min_worker_generation, job_generation_, shard_index(),
+        generation_listener_ ? "" : "; it runs without one, so only 0 is valid"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Shard::CreateTable(const RequestContext& ctx, const TableConfig& config) {
@@ -131,12 +191,6 @@ const Table* Shard::FindTable(absl::string_view name) const {
 absl::StatusOr<Table*> Shard::LookupTable(const RequestContext& ctx, absl::string_view name,
                                           TableConfig::Kind kind, int expected_dim) const {
   KESTREL_RETURN_IF_ERROR(CheckJob(ctx));
-  if (ctx.worker_rank >= 0 && ctx.generation < min_worker_generation_.load(std::memory_order_acquire)) {
-    return absl::AbortedError(absl::StrFormat(
-        "request of generation %d from worker rank %d reached shard %d after the job rolled back to a checkpoint "
-        "at generation %d: resume from the checkpoint",
-        ctx.generation, ctx.worker_rank, shard_index(), min_worker_generation_.load()));
-  }
   const TableMap& tables = *tables_.load(std::memory_order_acquire);
   auto it = tables.find(name);
   if (it == tables.end()) {
@@ -343,6 +397,11 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
             absl::StrFormat("push %d of worker %d is being applied; retry", ctx.request_id, ctx.worker_rank));
       case RecentRequests::Seen::kApplied:  // a retry of a push already applied
         break;
+      case RecentRequests::Seen::kNoRoom:
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "shard %d remembers the pushes of %d workers (the job's; without a scheduler --max_push_workers): "
+            "worker %d is one too many",
+            shard_index(), recent_requests_.max_workers(), ctx.worker_rank));
     }
   }
   push_requests_.fetch_add(1, std::memory_order_relaxed);

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
 #include "proto/table.pb.h"
@@ -52,7 +54,9 @@ struct RequestContext {
   int32_t worker_rank = -1;  // -1: a tool, not a worker
   int64_t clock = 0;
   uint64_t request_id = 0;
-  uint64_t generation = 0;  // the job generation the sender knows; 0 = unchecked
+  // Workers: the generation the scheduler answered this worker's registration (or rejoin) with; checked exactly
+  // once the shard has heard from the scheduler (SetJobView), unchecked before.
+  uint64_t generation = 0;
   // BSP pushes: this request is part `part` of `parts` the worker sends this shard for (table, clock).
   int part = 0;
   int parts = 1;
@@ -74,6 +78,10 @@ struct ShardOptions {
   // 0..N-1 are combined in rank order, averaged and applied once all have arrived (server/bsp_aggregator.h);
   // a duplicate part is applied once. Default: 0.
   int bsp_workers = 0;
+  // SSP/ASP: the workers whose recent push ids the shard remembers (so a retried push is applied once), each
+  // up to RecentRequests' window. Once the shard hears from the scheduler, the job's worker count replaces it;
+  // a push from a worker beyond it is refused (ResourceExhausted) rather than forgetting another's. Default: 256.
+  size_t max_push_workers = 256;
 };
 
 
@@ -141,12 +149,24 @@ class Shard {
     return value;
   }
 
-  // FailedPrecondition when the request names another job than this shard's, or comes from a worker whose
-  // rank has registered again since (its generation is older than the rank's registration: a revived zombie).
+  // FailedPrecondition when the request names another job than this shard's. Once the shard has heard from
+  // the scheduler (SetJobView), a worker's request must carry exactly the generation the scheduler holds for
+  // its rank: an older one comes from a superseded incarnation (a revived zombie: FailedPrecondition) or from
+  // before a rollback (Aborted); a newer one is one this shard has not heard of yet (Unavailable: retry; the
+  // generation listener is told, so the shard asks the scheduler at once); a rank beyond the job's workers is
+  // InvalidArgument.
   absl::Status CheckJob(const RequestContext& ctx) const;
-  // By worker rank, the generation each rank last registered at (from the scheduler's heartbeat answers).
-  // Until it is set, worker requests are not checked.
-  void SetWorkerGenerations(std::vector<uint64_t> generations);
+  // What the scheduler's latest heartbeat answer said: the job generation and, by worker rank, the generation
+  // each rank's requests carry. Until the first call, worker requests are not checked (a server without a
+  // scheduler).
+  void SetJobView(uint64_t job_generation, std::vector<uint64_t> worker_generations);
+  // `listener` (may be null) runs, on a request thread, whenever a request or a restore carries a generation
+  // this shard has not heard of: it must not block (the server asks its heartbeat thread to beat now).
+  void SetGenerationListener(std::function<void()> listener);
+  // A restore that would refuse worker generations below `min_worker_generation` must not be ahead of the
+  // job: waits up to `wait` for the scheduler's view to reach it, then InvalidArgument (a bogus generation
+  // would lock every worker out until the server restarts). A shard without a scheduler only takes 0.
+  absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const;
 
   // Runs `fn` with every table (sorted by name) while no request is in progress and none can start.
   absl::Status Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn);
@@ -211,7 +231,15 @@ class Shard {
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
 
-  std::shared_ptr<const std::vector<uint64_t>> worker_generations_;  // atomic_load/store; null: no scheduler
+  struct JobView {
+    uint64_t job_generation = 0;
+    std::vector<uint64_t> worker_generations;  // by worker rank
+  };
+  std::shared_ptr<const JobView> job_view_;  // atomic_load/store; null: no word from a scheduler yet
+  mutable absl::Mutex view_mu_;              // lets CheckRestoreGeneration wait for a newer view
+  uint64_t job_generation_ ABSL_GUARDED_BY(view_mu_) = 0;
+  std::function<void()> generation_listener_ ABSL_GUARDED_BY(view_mu_);
+  void TellGenerationListener() const;
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);

@@ -1,10 +1,12 @@
 #include "server/shard.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/packed.h"
@@ -252,12 +254,12 @@ TEST(ShardLimitsTest, DenseSizeIsBoundedAndBlocksCountedWithoutOverflow) {
 
 TEST_F(ShardTest, RefusesSupersededWorkers) {
   // Worker 0 registered at generation 1; worker 1 was replaced and registered again at generation 5.
-  shard_->SetWorkerGenerations({1, 5});
+  shard_->SetJobView(5, {1, 5});
   RequestContext ctx = Ctx();
   ctx.worker_rank = 1;
   ctx.generation = 4;  // the old incarnation of rank 1: a revived zombie
   ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
-                 "worker rank 1 reached shard 1, but that rank registered again at generation 5");
+                 "worker rank 1 reached shard 1, but that rank's requests carry generation 5");
   ctx.generation = 0;  // a worker that does not stamp its generation
   ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kFailedPrecondition,
                  "superseded");
@@ -270,6 +272,56 @@ TEST_F(ShardTest, RefusesSupersededWorkers) {
   ctx.generation = 0;
   std::string values;
   EXPECT_TRUE(shard_->Pull(ctx, "emb", keys_, 0, &values).ok());
+}
+
+TEST_F(ShardTest, GenerationsMustMatchExactly) {
+  shard_->SetJobView(5, {1, 5});
+  int asked = 0;
+  shard_->SetGenerationListener([&asked] { ++asked; });
+  RequestContext ctx = Ctx();
+  ctx.worker_rank = 1;
+  // A generation far ahead used to skip the zombie check. Now it is one the shard has not heard of: refused
+  // (retry), and the shard asks the scheduler at once.
+  for (uint64_t ahead : {uint64_t{6}, ~uint64_t{0}}) {
+    ctx.generation = ahead;
+    ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kUnavailable,
+                   "has not heard of the newer one");
+    std::string values;
+    EXPECT_EQ(shard_->Pull(ctx, "emb", keys_, 0, &values).code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_EQ(asked, 4);
+  // A rank the job does not have.
+  ctx.worker_rank = 2;
+  ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kInvalidArgument,
+                 "worker rank 2 is not one of the job's 2 workers");
+  // Once the scheduler says rank 1 registered again at 6, that generation works and 5 is a zombie's.
+  shard_->SetJobView(6, {1, 6});
+  ctx.worker_rank = 1;
+  ctx.generation = 6;
+  EXPECT_TRUE(shard_->Push(ctx, "emb", keys_, grads_, 0).ok());
+  ctx.generation = 5;
+  EXPECT_EQ(shard_->Push(ctx, "emb", keys_, grads_, 0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ShardTest, RestoreGenerationCannotRunAheadOfTheJob) {
+  // Without a scheduler, a restore may only take 0: anything else would lock every worker out.
+  EXPECT_TRUE(shard_->CheckRestoreGeneration(0, absl::ZeroDuration()).ok());
+  absl::Status status = shard_->CheckRestoreGeneration(~uint64_t{0}, absl::Milliseconds(10));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "runs without one")) << status;
+  // With one: up to the job's generation; a newer one waits for the scheduler's word, asking for it.
+  std::atomic<int> asked{0};
+  shard_->SetGenerationListener([&asked] { ++asked; });
+  shard_->SetJobView(7, {7, 7});
+  EXPECT_TRUE(shard_->CheckRestoreGeneration(7, absl::ZeroDuration()).ok());
+  EXPECT_EQ(shard_->CheckRestoreGeneration(1000, absl::Milliseconds(10)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_GE(asked.load(), 1);
+  std::thread heard([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    shard_->SetJobView(8, {8, 8});  // the heartbeat answer after the scheduler's rollback
+  });
+  EXPECT_TRUE(shard_->CheckRestoreGeneration(8, absl::Seconds(30)).ok());
+  heard.join();
 }
 
 TEST(ShardIdempotenceTest, RetriedPushIsAppliedOnce) {
@@ -295,6 +347,31 @@ TEST(ShardIdempotenceTest, RetriedPushIsAppliedOnce) {
   const uint64_t before = shard->Fingerprint();
   ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
   EXPECT_NE(shard->Fingerprint(), before);
+}
+
+TEST(ShardIdempotenceTest, RememberedWorkersAreBounded) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.max_push_workers = 2;
+  auto shard = *Shard::Create(options, *Partition::Uniform(1));
+  TableConfig c = Sparse("emb", 2);
+  ASSERT_TRUE(shard->CreateTable(Ctx(), c).ok());
+  const std::vector<uint64_t> keys = {10};
+  const std::vector<float> grads(2, 1.0f);
+  RequestContext ctx = Ctx();
+  ctx.request_id = 5;
+  for (int rank : {0, 1}) {
+    ctx.worker_rank = rank;
+    ASSERT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
+  }
+  const uint64_t before = shard->Fingerprint();
+  ctx.worker_rank = 2;  // one more sender than the shard remembers: refused, nothing applied
+  const absl::Status refused = shard->Push(ctx, "emb", keys, grads, 2);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_EQ(shard->Fingerprint(), before);
+  shard->SetJobView(1, {1, 1, 1});  // the scheduler: the job has 3 workers
+  ctx.generation = 1;
+  EXPECT_TRUE(shard->Push(ctx, "emb", keys, grads, 2).ok());
 }
 
 TEST(ShardPlacementTest, InitialValueDoesNotDependOnOwner) {

@@ -61,11 +61,11 @@ SCHEDULER = [
         address="127.0.0.1:1", requested_rank=0), {"worker", "server"}),
     ("Heartbeat", lambda role: scheduler_pb2.HeartbeatRequest(
         job_id=job, role=scheduler_pb2.ROLE_SERVER if role == "server" else scheduler_pb2.ROLE_WORKER, rank=0,
-        incarnation=1), {"worker", "server"}),
+        incarnation=bytes(16)), {"worker", "server"}),
     ("WaitToStart", lambda role: scheduler_pb2.WaitToStartRequest(job_id=job, rank=0, clock=0), {"worker"}),
     ("Advance", lambda role: scheduler_pb2.AdvanceRequest(job_id=job, rank=0, finished=0), {"worker"}),
     ("Describe", lambda role: scheduler_pb2.DescribeRequest(job_id=job), {"worker", "server", "admin"}),
-    ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, rank=0, incarnation=1), {"worker"}),
+    ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, rank=0, incarnation=bytes(16)), {"worker"}),
     ("RequestCheckpoint", lambda role: scheduler_pb2.RequestCheckpointRequest(job_id=job), {"admin"}),
 ]
 

@@ -80,7 +80,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
 
   std::atomic<int> errors{0}, violations{0};
   std::atomic<int64_t> paused_clock{-1}, max_start_during_pause{-1};
-  std::atomic<uint64_t> generation{0};
+  std::vector<std::string> incarnations(kWorkers);  // each written by its worker's thread before the join
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&, w] {
@@ -90,25 +90,25 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
         ++errors;
         return;
       }
+      incarnations[w] = reg->incarnation();
       Heartbeater heartbeat(client.get(), ROLE_WORKER, reg->rank(), reg->incarnation(), kInterval / 2,
                             [&](absl::Status) { ++errors; });
       // Wait for the servers to be in the view, then use them for real traffic.
       DescribeResponse view = DescribeUntil(*client, [](const DescribeResponse& d) {
         return d.view().job_state() == "running";
       });
-      generation = view.view().generation();
       PsClientOptions ps_options;
       ps_options.job_id = kJob;
       ps_options.worker_rank = w;
       auto ps = *NewGrpcPsClient(ps_options, *Partition::Uniform(2),
                                  {view.view().server_addresses(0), view.view().server_addresses(1)});
-      ps->SetGeneration(reg->view().generation());  // the generation this worker registered at
+      ps->SetGeneration(reg->generation());  // the generation this worker's requests carry
       TableConfig table;
       table.set_name("emb");
       table.set_dim(4);
       if (!ps->CreateTable(table).ok()) ++errors;
       for (int64_t c = 0; c < kIterations; ++c) {
-        auto min_clock = client->WaitToStart(w, c, view.view().generation());
+        auto min_clock = client->WaitToStart(w, c, reg->generation(), reg->incarnation());
         if (!min_clock.ok()) {
           ++errors;
           return;
@@ -130,7 +130,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
           absl::SleepFor(absl::Milliseconds(1200));
           paused_clock = -1;
         }
-        if (!client->Advance(w, c + 1, view.view().generation()).ok()) ++errors;
+        if (!client->Advance(w, c + 1, reg->generation(), reg->incarnation()).ok()) ++errors;
       }
     });
   }
@@ -161,7 +161,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
     }
     return true;
   });
-  auto stale = admin->Advance(0, kIterations, old_generation);
+  auto stale = admin->Advance(0, kIterations, old_generation, incarnations[0]);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
   const std::vector<uint64_t> key = {5};  // owned by server 0
   const std::vector<float> grad(4, 1.0f);
@@ -199,11 +199,11 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
 
   // The worker threads have ended (declared dead), so replacements of ranks 1 and 2 join like rank 0's did and
   // every rank reports its last iteration: the job is finished.
-  std::vector<uint64_t> generations = {replacement_worker->view().generation()};
+  std::vector<std::string> replacements = {replacement_worker->incarnation()};
   for (int w = 1; w < kWorkers; ++w) {
     auto r = admin->Register(ROLE_WORKER, "", w);
     ASSERT_TRUE(r.ok()) << r.status();
-    generations.push_back(r->view().generation());
+    replacements.push_back(r->incarnation());
   }
   // Where each rank is now: once the job runs again, the rollback has reset the clocks to its checkpoint.
   std::vector<int64_t> clocks(kWorkers, 0);
@@ -216,9 +216,16 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   for (const MemberStatus& m : now.members()) {
     if (m.role() == ROLE_WORKER && m.rank() >= 0 && m.rank() < kWorkers) clocks[m.rank()] = m.clock();
   }
+  // The generation each rank's requests carry now (the rollback moved them): what a rejoin answers.
+  std::vector<uint64_t> generations;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto rejoined = admin->Rejoin(w, replacements[w]);
+    ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+    generations.push_back(rejoined->generation());
+  }
   for (int w = 0; w < kWorkers; ++w) {  // one iteration at a time, as workers report them; done with the last
     for (int64_t c = std::min<int64_t>(clocks[w] + 1, kIterations); c <= kIterations; ++c) {
-      auto status = admin->Advance(w, c, generations[w], /*done=*/c == kIterations).status();
+      auto status = admin->Advance(w, c, generations[w], replacements[w], /*done=*/c == kIterations).status();
       EXPECT_TRUE(status.ok()) << status;
     }
   }

@@ -158,6 +158,20 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
   const grpc::Status refused = stub->Restore(&context, restore, &restored);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
   EXPECT_EQ(refused.error_message(), "a worker may not call Restore");
+  // The scheduler's certificate may restore, but not to a generation ahead of the job: that would lock every
+  // worker out until the server restarts. Refused before anything is wiped.
+  {
+    absl::StatusOr<TlsConfig> scheduler_tls = ca->Issue("tls", "scheduler", 0);
+    ASSERT_TRUE(scheduler_tls.ok());
+    auto admin = ParameterServer::NewStub(grpc::CreateChannel(addresses[0], *MakeChannelCredentials(*scheduler_tls)));
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    restore.set_min_worker_generation(~uint64_t{0});
+    const grpc::Status ahead = admin->Restore(&c, restore, &restored);
+    EXPECT_EQ(ahead.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ahead.error_message();
+    EXPECT_NE(ahead.error_message().find("ahead of the job's generation"), std::string::npos)
+        << ahead.error_message();
+  }
   // Stats: counts for a worker, fingerprints (every row read) for an admin only.
   {
     absl::StatusOr<TlsConfig> admin_tls = ca->Issue("tls", "admin", 0);

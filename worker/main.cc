@@ -261,13 +261,13 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     return 1;
   }
   const int rank = reg->rank();
-  SetLogGeneration(reg->view().generation());
+  SetLogGeneration(reg->generation());
   if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), rank); !tb.ok()) {
     KLOG(Error) << "--tensorboard_dir: " << tb;
     return 1;
   }
   SetLogIdentity(absl::StrCat("worker[", rank, "]"));
-  KLOG(Info) << "registered as worker " << rank << " (generation " << reg->view().generation() << ", " << reg->clock()
+  KLOG(Info) << "registered as worker " << rank << " (generation " << reg->generation() << ", " << reg->clock()
              << " iterations already done)";
   Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, rank, reg->incarnation(),
                           absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
@@ -293,7 +293,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
     return 1;
   }
-  uint64_t generation = reg->view().generation();  // stamped on requests; a rejoin moves it
+  uint64_t generation = reg->generation();  // stamped on every request, exactly; a rejoin moves it
   uint64_t rollbacks = reg->rollbacks();
   int64_t clock = reg->clock();
   WorkerState state = reg->state();
@@ -314,7 +314,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     (*client)->SetGeneration(generation);
     metrics.clock().Set(static_cast<double>(clock));
     std::unique_ptr<ClockGate> gate = std::make_unique<MeteredGate>(
-        NewSchedulerGate(scheduler.get(), rank, generation, rollbacks), &metrics.clock());
+        NewSchedulerGate(scheduler.get(), rank, generation, reg->incarnation(), rollbacks), &metrics.clock());
 
     TrainerOptions options;
     options.job = job;
@@ -363,7 +363,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     metrics.rejoins().Increment();
     rollbacks = rejoined->rollbacks();
     view = rejoined->view();
-    generation = view.generation();
+    generation = rejoined->generation();
     SetLogGeneration(generation);
     clock = rejoined->clock();
     state = rejoined->state();

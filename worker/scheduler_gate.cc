@@ -8,14 +8,20 @@ namespace {
 
 class SchedulerGate final : public ClockGate {
  public:
-  SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, uint64_t rollbacks, absl::Duration poll)
-      : client_(client), rank_(rank), generation_(generation), rollbacks_(rollbacks), poll_(poll) {}
+  SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, std::string incarnation, uint64_t rollbacks,
+                absl::Duration poll)
+      : client_(client),
+        rank_(rank),
+        generation_(generation),
+        incarnation_(std::move(incarnation)),
+        rollbacks_(rollbacks),
+        poll_(poll) {}
 
   absl::Status WaitToStart(int64_t clock) override {
-    return client_->WaitToStart(rank_, clock, generation_).status();
+    return client_->WaitToStart(rank_, clock, generation_, incarnation_).status();
   }
   absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
-    return client_->Advance(rank_, finished, generation_, done, &state).status();
+    return client_->Advance(rank_, finished, generation_, incarnation_, done, &state).status();
   }
   absl::Status WaitAllFinished(int64_t iterations) override {
     while (true) {
@@ -35,6 +41,7 @@ class SchedulerGate final : public ClockGate {
   SchedulerClient* const client_;
   const int rank_;
   const uint64_t generation_;
+  const std::string incarnation_;
   const uint64_t rollbacks_;
   const absl::Duration poll_;
 };
@@ -42,8 +49,8 @@ class SchedulerGate final : public ClockGate {
 }  // namespace
 
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
-                                            uint64_t rollbacks, absl::Duration poll) {
-  return std::make_unique<SchedulerGate>(client, rank, generation, rollbacks, poll);
+                                            std::string incarnation, uint64_t rollbacks, absl::Duration poll) {
+  return std::make_unique<SchedulerGate>(client, rank, generation, std::move(incarnation), rollbacks, poll);
 }
 
 }  // namespace kestrel

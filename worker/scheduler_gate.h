@@ -10,11 +10,12 @@
 
 namespace kestrel {
 
-// `generation`: the job generation this worker registered (or rejoined) at; `rollbacks`: the job's rollback
+// `generation` and `incarnation`: what the scheduler answered this worker's Register (or Rejoin); `rollbacks`: the job's rollback
 // count then. WaitAllFinished polls every `poll` and fails with ABORTED once the job has rolled back since
 // (a server died: continue from the checkpoint); a recovery from a worker's death just waits.
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
-                                            uint64_t rollbacks, absl::Duration poll = absl::Milliseconds(20));
+                                            std::string incarnation, uint64_t rollbacks,
+                                            absl::Duration poll = absl::Milliseconds(20));
 
 }  // namespace kestrel
 
