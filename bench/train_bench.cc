@@ -38,6 +38,8 @@
 #include "common/logging.h"
 #include "common/process_setup.h"
 #include "common/status.h"
+#include "common/testing_certs.h"
+#include "common/tls.h"
 #include "google/protobuf/text_format.h"
 #include "tests/records.h"
 #include "tests/server_process.h"
@@ -65,6 +67,9 @@ ABSL_FLAG(int, eval_max_examples, 0, "Evaluate on the first N test examples (0: 
 ABSL_FLAG(bool, peer, true, "Also measure the PyTorch peer (bench/torch_peer.py): 1 process x 2 threads, DDP 2 x 1.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "Python with Debian's python3-torch, to run the peer.");
 ABSL_FLAG(std::string, torch_peer, "bench/torch_peer.py", "The peer script.");
+ABSL_FLAG(bool, mtls, true,
+          "Also run the cluster BSP configuration over mutual TLS (certificates of a throwaway CA) and report its "
+          "examples/s against plaintext BSP within each run.");
 ABSL_FLAG(std::string, size_label, "", "Names the model size in the report's title (e.g. demo, realistic).");
 ABSL_FLAG(bool, append, false, "Append the report to --output instead of replacing it.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
@@ -139,38 +144,47 @@ absl::StatusOr<Figures> InProcess(const JobConfig& job) {
 
 // One cluster run: examples/s = both workers' examples over the slower worker's training time; worker 0's
 // evaluation. Each worker gets compute_threads compute threads.
+// With `ca`, every process runs over mutual TLS with a certificate of that CA for its role and rank.
 absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const std::string& consistency,
-                                int compute_threads, const std::string& dir) {
+                                int compute_threads, const std::string& dir, const TestingCa* ca) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/job.pbtxt";
   std::ofstream(config) << JobText(job);
+  auto with_tls = [ca](std::vector<std::string> args, const char* role,
+                       int rank) -> absl::StatusOr<std::vector<std::string>> {
+    if (ca == nullptr) return args;
+    KESTREL_ASSIGN_OR_RETURN(TlsConfig tls, ca->Issue("bench", role, rank));
+    for (std::string& flag : TestingCa::Flags(tls)) args.push_back(std::move(flag));
+    return args;
+  };
   KESTREL_ASSIGN_OR_RETURN(
-      ServerProcess scheduler,
-      ServerProcess::Start(bin.scheduler,
-                           {"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency},
-                           dir, "scheduler"));
+      std::vector<std::string> scheduler_args,
+      with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency},
+               "scheduler", 0));
+  KESTREL_ASSIGN_OR_RETURN(ServerProcess scheduler,
+                           ServerProcess::Start(bin.scheduler, scheduler_args, dir, "scheduler"));
   std::vector<ServerProcess> servers;
   for (int s = 0; s < 2; ++s) {
-    KESTREL_ASSIGN_OR_RETURN(
-        ServerProcess server,
-        ServerProcess::Start(bin.server,
-                             {"--job_id=bench", "--num_shards=2", absl::StrCat("--shard_index=", s),
-                              absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
-                              "--scheduler=" + scheduler.address()},
-                             dir, absl::StrCat("server", s)));
+    KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> args,
+                             with_tls({"--job_id=bench", "--num_shards=2", absl::StrCat("--shard_index=", s),
+                                       absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
+                                       "--scheduler=" + scheduler.address()},
+                                      "server", s));
+    KESTREL_ASSIGN_OR_RETURN(ServerProcess server,
+                             ServerProcess::Start(bin.server, args, dir, absl::StrCat("server", s)));
     servers.push_back(std::move(server));
   }
   std::vector<ServerProcess> workers;
   for (int w = 0; w < 2; ++w) {
-    KESTREL_ASSIGN_OR_RETURN(
-        ServerProcess worker,
-        ServerProcess::Spawn(bin.worker,
-                             {"--job_id=bench", "--config=" + config, "--scheduler=" + scheduler.address(),
-                              absl::StrCat("--rank=", w), "--device=cpu",
-                              absl::StrCat("--compute_threads=", compute_threads),
-                              absl::StrCat("--metrics_out=", dir, "/metrics", w, ".jsonl")},
-                             dir, absl::StrCat("worker", w)));
+    KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> args,
+                             with_tls({"--job_id=bench", "--config=" + config, "--scheduler=" + scheduler.address(),
+                                       absl::StrCat("--rank=", w), "--device=cpu",
+                                       absl::StrCat("--compute_threads=", compute_threads),
+                                       absl::StrCat("--metrics_out=", dir, "/metrics", w, ".jsonl")},
+                                      "worker", w));
+    KESTREL_ASSIGN_OR_RETURN(ServerProcess worker,
+                             ServerProcess::Spawn(bin.worker, args, dir, absl::StrCat("worker", w)));
     workers.push_back(std::move(worker));
   }
   double examples = 0, seconds = 0;
@@ -339,6 +353,8 @@ int Main(int argc, char** argv) {
                               threads_text(half_threads), half_batch)},
       {"asp", absl::StrFormat("Kestrel cluster ASP, 2 servers + 2 workers × %s, %d per worker",
                               threads_text(half_threads), half_batch)},
+      {"bsp-mtls", absl::StrFormat("Kestrel cluster BSP over mutual TLS, 2 servers + 2 workers × %s, %d per worker",
+                                   threads_text(half_threads), half_batch)},
       {"torch", absl::StrFormat("PyTorch, 1 process × %s", threads_text(nproc))},
       {"ddp",
        absl::StrFormat("PyTorch DDP (gloo), 2 processes × %s, %d per process", threads_text(half_threads), half_batch)},
@@ -350,6 +366,7 @@ int Main(int argc, char** argv) {
     std::string peer_unsupported;                                   // why the peer rows are left out
     std::map<std::string, std::vector<Figures>> figures;            // by config key, one per run
     std::map<std::string, std::vector<double>> vs_torch, vs_local;  // ratios within each run
+    std::vector<double> mtls_vs_plaintext;                          // cluster BSP, within each run
   };
   std::vector<ModelRuns> models;
   for (absl::string_view type : absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace())) {
@@ -365,6 +382,10 @@ int Main(int argc, char** argv) {
     if (!peer) m.peer_unsupported = "--peer=false";
     models.push_back(std::move(m));
   }
+  // The mTLS cluster's certificates: a throwaway CA (the openssl command), one certificate per process.
+  const bool mtls = absl::GetFlag(FLAGS_mtls);
+  absl::StatusOr<TestingCa> ca = absl::FailedPreconditionError("--mtls=false");
+  if (mtls) ca = TestingCa::Create(work + "/ca", "bench");
   bench::TorchPeerResult peer_info;  // of the last PyTorch 1-process run: its BLAS and version
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     for (ModelRuns& m : models) {
@@ -373,6 +394,7 @@ int Main(int argc, char** argv) {
       for (const Config& c : configs) {
         const bool is_peer = c.key == "torch" || c.key == "ddp";
         if (is_peer && !m.peer_unsupported.empty()) continue;
+        if (c.key == "bsp-mtls" && !mtls) continue;
         const std::string dir = absl::StrCat(work, "/", c.key);
         absl::StatusOr<Figures> f =
             c.key == "in-process" ? InProcess(JobOf(data, m.model, batch))
@@ -381,7 +403,11 @@ int Main(int argc, char** argv) {
                 bench::TorchPeerResult unused;
                 return Peer(data, m.peer_flags, 2, half_threads, half_batch, dir, &unused);
               }()
-                                  : Cluster(bin, JobOf(data, m.model, half_batch), c.key, half_threads, dir);
+            : c.key == "bsp-mtls" ? (ca.ok() ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads,
+                                                       dir, &*ca)
+                                             : absl::StatusOr<Figures>(ca.status()))
+                                  : Cluster(bin, JobOf(data, m.model, half_batch), c.key, half_threads, dir,
+                                            /*ca=*/nullptr);
         if (!f.ok()) {
           std::fprintf(stderr, "%s, %s failed: %s\n", type.c_str(), c.name.c_str(), f.status().ToString().c_str());
           return 1;
@@ -391,6 +417,9 @@ int Main(int argc, char** argv) {
         std::printf("run %d: %s, %s: %.0f examples/s, test AUC %.5f, logloss %.5f\n", r, type.c_str(), c.name.c_str(),
                     f->examples_per_second, f->auc, f->logloss);
         std::fflush(stdout);
+      }
+      if (run.count("bsp-mtls") > 0 && run.count("bsp") > 0) {
+        m.mtls_vs_plaintext.push_back(run["bsp-mtls"].examples_per_second / run["bsp"].examples_per_second);
       }
       for (const auto& [key, f] : run) {
         m.vs_local[key].push_back(f.examples_per_second / run["in-process"].examples_per_second);
@@ -435,7 +464,8 @@ int Main(int argc, char** argv) {
       absl::StrFormat(
           "- Cluster: kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes on 127.0.0.1, each worker "
           "training on half the lines (index mod 2) with %s "
-          "(--compute_threads, as `kestrel local` gives each of 2 workers), the servers' handlers inline.\n",
+          "(--compute_threads, as `kestrel local` gives each of 2 workers), the servers' handlers inline; plaintext "
+          "gRPC, and again (BSP) over mutual TLS with certificates of a throwaway CA, as `kestrel local` runs.\n",
           threads_text(half_threads)),
       "- PyTorch (bench/torch_peer.py, CPU): the same network, initial distributions, per-table optimizers and data "
       "order; nn.Embedding(sparse=True) tables, the batch's summed loss for the sparse gradients and its mean for "
@@ -492,6 +522,14 @@ int Main(int argc, char** argv) {
                                median_of(f, &Figures::logloss),
                                m.vs_torch[c.key].empty() ? "—" : absl::StrFormat("%.2f", Median(m.vs_torch[c.key])),
                                Median(m.vs_local[c.key]), runs_text(f)));
+    }
+    if (!m.mtls_vs_plaintext.empty()) {
+      absl::StrAppend(&md, absl::StrFormat("\nCluster BSP over mutual TLS / plaintext (within each run): median "
+                                           "%.2f (%s).\n",
+                                           Median(m.mtls_vs_plaintext),
+                                           absl::StrJoin(m.mtls_vs_plaintext, ", ", [](std::string* out, double x) {
+                                             absl::StrAppend(out, absl::StrFormat("%.2f", x));
+                                           })));
     }
     absl::StrAppend(&md, "\n");
   }
