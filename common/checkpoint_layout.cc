@@ -53,9 +53,10 @@ std::string WithChecksumLine(absl::string_view body) {
 }
 
 absl::StatusOr<std::string> VerifyChecksumLine(const std::string& path, const std::string& contents) {
+  // The last checksum prefix starts the line (the body may contain the prefix, and need not end with a newline:
+  // the recorded size says where it ends).
   const size_t at = absl::string_view(contents).rfind(kChecksumPrefix);
-  if (at == std::string::npos || (at != 0 && contents[at - 1] != '\n') || contents.empty() ||
-      contents.back() != '\n') {
+  if (at == std::string::npos || contents.empty() || contents.back() != '\n') {
     return absl::DataLossError(
         absl::StrCat(path, ": no checksum line at its end (truncated or not written by Kestrel)"));
   }

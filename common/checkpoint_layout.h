@@ -42,7 +42,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 // hold different configs of one table. The answers' own table lists are dropped (the manifest keeps one).
 absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_servers, CheckpointManifest* manifest);
 
-// `body` followed by the checksum line MANIFEST and LATEST end with ("# crc32c=<8 hex> size=<n>\n").
+// `body` (any bytes) followed by the checksum line MANIFEST and LATEST end with ("# crc32c=<8 hex> size=<n>\n").
 std::string WithChecksumLine(absl::string_view body);
 // The body of `contents` (read from `path`) after checking its checksum line; DataLoss naming `path` if it is
 // missing, malformed or does not match (a truncated or altered file).

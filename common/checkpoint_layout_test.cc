@@ -231,5 +231,23 @@ TEST_F(CheckpointLayoutTest, AtomicWriteReplacesWholeFile) {
   EXPECT_FALSE(WriteFileAtomically(root_ + "/no/such/dir/file", "x").ok());
 }
 
+// Found by //server:checkpoint_fuzz: a body that did not end with a newline was framed by WithChecksumLine but
+// refused by VerifyChecksumLine. Every body round-trips; a damaged or truncated frame is still refused.
+TEST(ChecksumLineTest, EveryBodyRoundTrips) {
+  for (const std::string body : {std::string(), std::string("ckpt-00000001\n"), std::string("no newline"),
+                                 std::string(1, '\0'), std::string("# crc32c=00000000 size=0"),
+                                 std::string("a\n# crc32c=12345678 size=3\nb")}) {
+    SCOPED_TRACE(body);
+    const std::string framed = WithChecksumLine(body);
+    absl::StatusOr<std::string> verified = VerifyChecksumLine("f", framed);
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    EXPECT_EQ(*verified, body);
+    EXPECT_EQ(VerifyChecksumLine("f", framed.substr(1)).status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(VerifyChecksumLine("f", "x" + framed).status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(VerifyChecksumLine("f", framed.substr(0, framed.size() - 1)).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -102,11 +102,24 @@ size_t ClockTable::CancelAll(absl::Status status) {
   return cancelled.size() + held.size();
 }
 
+void ClockTable::HoldWaitersLocked() {
+  for (auto w = waiting_.begin(); w != waiting_.end();) {
+    if (w->second.clock >= hold_) {
+      held_.emplace(w->second.clock, std::move(w->second.done));
+      w = waiting_.erase(w);
+    } else {
+      ++w;
+    }
+  }
+}
+
 void ClockTable::SetHold(int64_t hold) {
   std::vector<Callback> runnable;
   {
     absl::MutexLock lock(&mu_);
+    const bool lowered = hold < hold_;
     hold_ = hold;
+    if (lowered) HoldWaitersLocked();
     auto end = held_.lower_bound(hold);
     std::vector<std::pair<int64_t, Callback>> released;
     for (auto h = held_.begin(); h != end; ++h) released.emplace_back(h->first, std::move(h->second));
@@ -123,7 +136,10 @@ int64_t ClockTable::hold() const {
 
 int64_t ClockTable::HoldAtEarliest() {
   absl::MutexLock lock(&mu_);
-  hold_ = std::min(hold_, max_permitted_ + 1);
+  if (max_permitted_ + 1 < hold_) {
+    hold_ = max_permitted_ + 1;
+    HoldWaitersLocked();
+  }
   return hold_;
 }
 

@@ -114,6 +114,9 @@ class ClockTable {
   };
   // Queues or answers (into `runnable`) a request that is not held.
   void AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the hold was lowered: moves the waiting requests it now stops into held_, so that no Advance
+  // releases them past the hold (only raising the hold does, through AdmitLocked).
+  void HoldWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ConsistencyPolicy policy_;
   const size_t clocks_size_;

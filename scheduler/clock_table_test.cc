@@ -249,6 +249,34 @@ TEST(ClockTableTest, ReleasedHoldStillObeysTheConsistencyPolicy) {
   EXPECT_TRUE(second->answered);
 }
 
+// Found by //scheduler:scheduler_fuzz: a request already waiting on the policy when the hold was lowered below
+// its clock was released by the next Advance, starting an iteration past the checkpoint's cut.
+TEST(ClockTableTest, LoweredHoldStopsRequestsAlreadyWaiting) {
+  for (const bool at_earliest : {true, false}) {
+    SCOPED_TRACE(at_earliest ? "HoldAtEarliest" : "SetHold");
+    auto table = Make(2, ConsistencyPolicy::Bsp());
+    ASSERT_TRUE(AdvanceTo(*table, 0, 5).ok());
+    ASSERT_TRUE(AdvanceTo(*table, 1, 4).ok());
+    ASSERT_TRUE(Start(*table, 1, 4)->answered);
+    auto waiting = Start(*table, 0, 5);  // BSP: waits for worker 1 to finish iteration 4
+    EXPECT_FALSE(waiting->answered);
+    if (at_earliest) {
+      EXPECT_EQ(table->HoldAtEarliest(), 5);
+    } else {
+      table->SetHold(5);
+    }
+    ASSERT_TRUE(table->Advance(1, 5).ok());
+    EXPECT_FALSE(waiting->answered) << "iteration 5 started past the hold at 5";
+    EXPECT_TRUE(table->AllAt(5));
+    EXPECT_EQ(table->MaxPermitted(), 4);
+    EXPECT_EQ(table->num_waiting(), 1u);
+    table->SetHold(ClockTable::kNoHold);
+    EXPECT_TRUE(waiting->answered);
+    EXPECT_TRUE(waiting->status.ok());
+    EXPECT_EQ(table->MaxPermitted(), 5);
+  }
+}
+
 TEST(ClockTableTest, ResetRollsEveryClockBackAndFailsWaits) {
   auto table = Make(2, ConsistencyPolicy::Bsp());
   ASSERT_TRUE(AdvanceTo(*table, 0, 5).ok());

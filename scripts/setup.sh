@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Kestrel's build, tests and benchmarks need. Idempotent: does nothing when all
 # are present. Debian 12 (bookworm); needs root (or sudo) only when something is missing.
+# Extra package names given as arguments are installed too (scripts/fuzz.sh adds clang-14 and its fuzzer runtime).
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +11,7 @@ PACKAGES=(
   prometheus-cpp-dev prometheus
   libopenblas-openmp-dev libeigen3-dev libdnnl-dev
   python3-grpcio python3-protobuf
+  "$@"
 )
 
 missing=()
