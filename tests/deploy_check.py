@@ -7,17 +7,23 @@ Run by tests/deploy_test.sh (Bazel sh_test //tests:deploy_test), which finds the
 
 DIR for --deploy is a writable copy of deploy/ (kustomize refuses symlinks that leave a kustomization's
 directory, and runfiles are symlinks); --bin holds scheduler/kestrel_scheduler, server/kestrel_server and
-worker/kestrel_worker. Every group of checks is one JUnit test case (written to $XML_OUTPUT_FILE when set); a
-group whose tool is missing (kubectl, shellcheck) is skipped with the reason. Exit 1 when any check fails.
+worker/kestrel_worker; --scripts is scripts/ (its shell scripts are shellchecked, its kestrel makes the
+certificates the TLS groups inspect, with the openssl command). Every group of checks is one JUnit test case
+(written to $XML_OUTPUT_FILE when set); a group whose tool is missing (kubectl, shellcheck, openssl) is skipped
+with the reason. Exit 1 when any check fails.
 Python 3 standard library plus PyYAML (Debian: python3-yaml).
 """
 import argparse
+import base64
 import glob
 import os
 import re
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 
@@ -36,6 +42,13 @@ SCHEDULER_NAME = "kestrel-scheduler"
 SERVER_NAME = "kestrel-server"
 WORKER_NAME = "kestrel-worker"
 CONTRACT_ENV = ["KESTREL_SCHEDULER", "KESTREL_NUM_SERVERS", "KESTREL_NUM_WORKERS"]
+TLS_FLAGS = ("tls_ca", "tls_cert", "tls_key")
+# Each role's TLS Secret (mounted at /tls) and the keys `kestrel k8s-secrets` names a process's files by: the
+# scheduler's, the server pods' names, and worker-<Job completion index>.
+TLS_SECRETS = {SCHEDULER_NAME: "kestrel-tls-scheduler", SERVER_NAME: "kestrel-tls-server",
+               WORKER_NAME: "kestrel-tls-worker"}
+COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+PLAINTEXT_COMPONENT = "components/plaintext"
 
 
 class Skip(Exception):
@@ -173,7 +186,8 @@ class Render:
                         env[var["name"]] = str(cm["data"][ref["key"]])
                 elif "fieldRef" in vf:
                     field = vf["fieldRef"]["fieldPath"]
-                    env[var["name"]] = {"metadata.name": f"{workload_name}-0"}.get(field, f"<{field}>")
+                    env[var["name"]] = {"metadata.name": f"{workload_name}-0",
+                                        COMPLETION_INDEX_FIELD: "0"}.get(field, f"<{field}>")
                 else:
                     env[var["name"]] = f"<{var['name']}>"
         return env, errors
@@ -303,6 +317,8 @@ def k8s_services(case, k8s):
 
 
 def k8s_ports_probes(case, k8s):
+    """The gRPC ports speak mutual TLS, which Kubernetes' grpc probes cannot: startup and readiness are TCP
+    connections to --port, liveness GET /metrics on --metrics_port (reachable: not on loopback)."""
     for r in k8s.renders:
         for name in (SCHEDULER_NAME, SERVER_NAME):
             doc, template, c, argv = k8s.one(r, "StatefulSet", name)
@@ -312,13 +328,27 @@ def k8s_ports_probes(case, k8s):
             grpc_port = named_port(c, "grpc")
             case.check(port is not None and str(port) == str(grpc_port),
                        f"{r.name}: {name} --port={port} but its container port 'grpc' is {grpc_port}")
-            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            metrics_port = flag(argv, "metrics_port")
+            for probe, kind in (("startupProbe", "tcpSocket"), ("readinessProbe", "tcpSocket"),
+                                ("livenessProbe", "httpGet")):
                 p = c.get(probe)
                 if not case.check(p is not None, f"{r.name}: {name} has no {probe}"):
                     continue
-                case.check("grpc" in p, f"{r.name}: {name} {probe} is not a grpc probe (grpc.health.v1)")
-                case.check(str((p.get("grpc") or {}).get("port")) == str(port),
-                           f"{r.name}: {name} {probe} checks port {(p.get('grpc') or {}).get('port')}, --port={port}")
+                case.check("grpc" not in p, f"{r.name}: {name} {probe} is a grpc probe on a mutual-TLS port (it "
+                           "connects without a certificate and always fails)")
+                if not case.check(kind in p, f"{r.name}: {name} {probe} is not a {kind} probe"):
+                    continue
+                target = resolve_target_port(template, p[kind].get("port"))
+                if kind == "tcpSocket":
+                    case.check(str(target) == str(port), f"{r.name}: {name} {probe} connects to port {target}, "
+                               f"--port={port}")
+                else:
+                    case.check(p[kind].get("path") == "/metrics" and str(target) == str(metrics_port),
+                               f"{r.name}: {name} {probe} gets {p[kind].get('path')} on port {target}, want "
+                               f"/metrics on --metrics_port={metrics_port}")
+                    host = flag(argv, "metrics_host")
+                    case.check(isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1"),
+                               f"{r.name}: {name} --metrics_host={host}: the kubelet's probe cannot reach loopback")
         # Workers serve no gRPC: a gRPC probe there would kill them.
         doc, template, c, argv = k8s.one(r, "Job", WORKER_NAME)
         if doc is not None:
@@ -502,6 +532,240 @@ def k8s_flags(case, k8s, helpfull):
             check_flags(case, where, argv, helpfull)
 
 
+def replica_env(render, workload_name, container, index):
+    """The container's environment in replica `index`: the pod name (kestrel-server-N) and the Job completion
+    index that the downward API gives each pod."""
+    env, _ = render.container_env(workload_name, container)
+    for var in container.get("env", []) or []:
+        field = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field == "metadata.name":
+            env[var["name"]] = f"{workload_name}-{index}"
+        elif field == COMPLETION_INDEX_FIELD:
+            env[var["name"]] = str(index)
+    return env
+
+
+def tls_workloads(render):
+    """(name, workload doc, template, container, replica count) of the scheduler, the servers and the workers."""
+    out = []
+    for kind, name in (("StatefulSet", SCHEDULER_NAME), ("StatefulSet", SERVER_NAME), ("Job", WORKER_NAME)):
+        doc = render.get(kind, name)
+        if doc is not None:
+            count = doc["spec"].get("replicas", 1) if kind == "StatefulSet" else doc["spec"].get("completions", 1)
+            out.append((name, doc, doc["spec"]["template"], pod_containers(doc["spec"]["template"])[0], int(count)))
+    return out
+
+
+def k8s_tls(case, k8s):
+    """Mutual TLS by default: every scheduler, server and worker container passes --tls_ca/--tls_cert/--tls_key
+    (in args, which components/plaintext replaces; never --insecure), files of its role's Secret mounted
+    read-only and readable by the pod's user only, each replica its own certificate: scheduler-0.pem,
+    kestrel-server-<ordinal>.pem, worker-<completion index>.pem (what `kestrel k8s-secrets` writes)."""
+    k8s.secret_keys = {}
+    for r in k8s.renders:
+        found = tls_workloads(r)
+        case.check(len(found) == 3, f"{r.name}: scheduler, server or worker workload missing")
+        for name, doc, template, c, count in found:
+            where = f"{r.name}: {name}"
+            env, _ = r.container_env(name, c)
+            argv = [expand(a, env) for a in argv_of(c)]
+            case.check(flag(argv, "insecure") is None, f"{where} passes --insecure: the base must run mutual TLS")
+            in_args = sorted(n for n, _ in flag_items([""] + list(c.get("args") or [])))
+            case.check(in_args == sorted(TLS_FLAGS), f"{where}: args has {in_args}, want exactly the TLS flags "
+                       f"{sorted(TLS_FLAGS)} (components/plaintext replaces args)")
+            paths = {f: flag(argv, f) for f in TLS_FLAGS}
+            if not case.check(all(isinstance(v, str) and v for v in paths.values()), f"{where}: TLS flags {paths}"):
+                continue
+            mounts = volume_mounts(template, c)
+            hits = [(mp, vol, ro) for mp, (vol, ro, _) in mounts.items() if all(under(v, mp) for v in paths.values())]
+            if not case.check(hits, f"{where}: the TLS files {sorted(paths.values())} are not on one mounted volume"):
+                continue
+            mount_path, vol, ro = max(hits, key=lambda h: len(h[0]))
+            secret = (vol or {}).get("secret") or {}
+            want_secret = TLS_SECRETS[name]
+            case.check(secret.get("secretName") == want_secret,
+                       f"{where}: the TLS files come from {vol}, want the Secret {want_secret}")
+            case.check(ro, f"{where}: the TLS Secret is mounted writable")
+            case.check(not secret.get("optional"), f"{where}: the TLS Secret is optional (a pod without it would "
+                       "start and fail instead of waiting for it)")
+            mode = secret.get("defaultMode", 0o644)
+            security = template["spec"].get("securityContext") or {}
+            case.check(mode & 0o007 == 0, f"{where}: TLS Secret defaultMode {oct(mode)} lets any user read the keys")
+            case.check(bool(mode & 0o040) and security.get("fsGroup") is not None,
+                       f"{where}: the Secret's files (root-owned, mode {oct(mode)}) are not readable by the pod's user "
+                       f"{security.get('runAsUser')}: give them group read and the pod an fsGroup")
+            rel = {f: v[len(mount_path.rstrip("/")) + 1:] for f, v in paths.items()}
+            case.check(rel["tls_ca"] == "ca.pem", f"{where}: --tls_ca={paths['tls_ca']}, want {mount_path}/ca.pem")
+            keys = k8s.secret_keys.setdefault(r.name, {}).setdefault(want_secret, {"ca.pem": None})
+            for index in range(count):
+                argv_i = [expand(a, replica_env(r, name, c, index)) for a in argv_of(c)]
+                stem = {SCHEDULER_NAME: "scheduler-0", SERVER_NAME: f"{SERVER_NAME}-{index}",
+                        WORKER_NAME: f"worker-{index}"}[name]
+                got = [str(flag(argv_i, f))[len(mount_path.rstrip("/")) + 1:] for f in ("tls_cert", "tls_key")]
+                case.check(got == [stem + ".pem", stem + ".key"],
+                           f"{where} replica {index}: certificate and key {got}, want {stem}.pem and {stem}.key")
+                keys[stem + ".pem"] = keys[stem + ".key"] = (name, index)
+            if name == WORKER_NAME:
+                var = next((v for v in c.get("env", []) or [] if v.get("name") == "JOB_COMPLETION_INDEX"), {})
+                field = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                case.check(field == COMPLETION_INDEX_FIELD,
+                           f"{where}: JOB_COMPLETION_INDEX is not the downward API's {COMPLETION_INDEX_FIELD}")
+
+
+def render_dir(kubectl, path, name):
+    proc = subprocess.run([kubectl, "kustomize", path], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {name} failed: {proc.stderr.strip()}")
+    return Render(name, list(yaml.safe_load_all(proc.stdout)))
+
+
+def k8s_plaintext(case, k8s, deploy_dir, helpfull):
+    """The documented opt-out: an overlay with components/plaintext runs the same commands with --insecure in
+    place of the TLS flags, and no TLS Secret volumes (which would keep the pods waiting)."""
+    kubectl = find_tool("kubectl")
+    base = next(r for r in k8s.renders if r.name == "overlays/cpu")
+    tmp = tempfile.mkdtemp(prefix="kestrel-plaintext-")
+    try:
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+            # kustomize takes only relative paths to other kustomizations.
+            f.write("resources:\n  - %s\ncomponents:\n  - %s\n" % (
+                os.path.relpath(os.path.join(deploy_dir, "k8s", "overlays", "cpu"), tmp),
+                os.path.relpath(os.path.join(deploy_dir, "k8s", PLAINTEXT_COMPONENT), tmp)))
+        r = render_dir(kubectl, tmp, "overlays/cpu + " + PLAINTEXT_COMPONENT)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    plain = {name: (c, template) for name, _, template, c, _ in tls_workloads(r)}
+    for name, _, _, c, _ in tls_workloads(base):
+        if not case.check(name in plain, f"{r.name}: {name} missing"):
+            continue
+        pc, template = plain[name]
+        env, _ = r.container_env(name, pc)
+        argv = [expand(a, env) for a in argv_of(pc)]
+        case.check(pc.get("command") == c.get("command"), f"{r.name}: {name}'s command differs from overlays/cpu's")
+        case.check(not any(flag(argv, f) for f in TLS_FLAGS), f"{r.name}: {name} still passes TLS flags")
+        if name != WORKER_NAME:  # listeners on the pod IP need the explicit opt-out
+            case.check(flag(argv, "insecure") is True, f"{r.name}: {name} lacks --insecure")
+        secrets = [v for v in template["spec"].get("volumes", []) or []
+                   if ((v.get("secret") or {}).get("secretName") in TLS_SECRETS.values())]
+        case.check(not secrets, f"{r.name}: {name} still mounts {secrets}")
+        case.check(not any(m.get("mountPath") == "/tls" for m in pc.get("volumeMounts", []) or []),
+                   f"{r.name}: {name} still mounts /tls")
+    for where, doc, template, c, env, argv, errors in K8s([r]).containers(r):
+        check_flags(case, where, argv, helpfull)
+        for e in errors:
+            case.errors.append(f"{where}: {e}")
+
+
+def cert_names(openssl, path):
+    """(URIs, DNS names) of a PEM certificate's subjectAltName."""
+    proc = subprocess.run([openssl, "x509", "-in", path, "-noout", "-ext", "subjectAltName"], capture_output=True,
+                          text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"openssl cannot read {path}: {proc.stderr.strip()}")
+    entries = [e.strip() for line in proc.stdout.splitlines()[1:] for e in line.split(",")]
+    return [e[4:] for e in entries if e.startswith("URI:")], [e[4:] for e in entries if e.startswith("DNS:")]
+
+
+def key_matches(openssl, cert, key):
+    a = subprocess.run([openssl, "x509", "-in", cert, "-noout", "-pubkey"], capture_output=True, timeout=30)
+    b = subprocess.run([openssl, "pkey", "-in", key, "-pubout"], capture_output=True, timeout=30)
+    return a.returncode == 0 and b.returncode == 0 and a.stdout == b.stdout
+
+
+def need_cli(kestrel_cli):
+    if not kestrel_cli or not os.path.isfile(kestrel_cli):
+        raise Skip("scripts/kestrel not found (it makes the certificates)")
+    openssl = find_tool("openssl")
+    if not openssl:
+        raise Skip("the openssl command is missing (kestrel certs uses it)")
+    return openssl
+
+
+def k8s_secrets_command(case, k8s, kestrel_cli):
+    """`kestrel certs` (with the names the manifests dial) + `kestrel k8s-secrets`: Secrets that parse, named as
+    the manifests mount them, holding exactly the keys they reference: ca.pem and each replica's certificate
+    (its role, rank and job in the SAN URI, the name it is dialled by among its DNS names) and matching key;
+    never the CA key or the admin's. Certificates without those names are refused."""
+    openssl = need_cli(kestrel_cli)
+    r = next(x for x in k8s.renders if x.name == "base")
+    wanted = getattr(k8s, "secret_keys", {}).get(r.name)
+    if not wanted:
+        raise Skip("k8s_tls found no TLS Secret keys to compare with")
+    found = {name: (c, count) for name, _, _, c, count in tls_workloads(r)}
+    env, _ = r.container_env(SERVER_NAME, found[SERVER_NAME][0])
+    job, servers, workers = env.get("KESTREL_JOB_ID"), found[SERVER_NAME][1], found[WORKER_NAME][1]
+    scheduler_host = env.get("KESTREL_SCHEDULER", "").rpartition(":")[0]
+    server_hosts = [flag([expand(a, replica_env(r, SERVER_NAME, found[SERVER_NAME][0], i))
+                          for a in argv_of(found[SERVER_NAME][0])], "advertise_host") for i in range(servers)]
+    tmp = tempfile.mkdtemp(prefix="kestrel-secrets-")
+    try:
+        def kestrel(*argv):
+            return subprocess.run([sys.executable, kestrel_cli] + list(argv), capture_output=True, text=True,
+                                  timeout=120)
+
+        certs = os.path.join(tmp, "certs")
+        made = kestrel("certs", "--job", job, "--out", certs, "--servers", str(servers), "--workers", str(workers),
+                       "--hosts", ",".join([scheduler_host] + server_hosts))
+        if not case.check(made.returncode == 0, f"kestrel certs failed: {made.stderr.strip()}"):
+            return
+        proc = kestrel("k8s-secrets", certs)
+        if not case.check(proc.returncode == 0, f"kestrel k8s-secrets failed: {proc.stderr.strip()}"):
+            return
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        secrets = {d.get("metadata", {}).get("name"): d for d in docs}
+        case.check(sorted(secrets) == sorted(wanted), f"k8s-secrets wrote Secrets {sorted(secrets)}, the manifests "
+                   f"mount {sorted(wanted)}")
+        with open(os.path.join(certs, "ca.key"), "rb") as f:
+            ca_key = f.read()
+        role_of = {v: k for k, v in TLS_SECRETS.items()}
+        for name, d in secrets.items():
+            case.check(d.get("apiVersion") == "v1" and d.get("kind") == "Secret" and d.get("type") == "Opaque",
+                       f"Secret {name}: apiVersion/kind/type {d.get('apiVersion')}/{d.get('kind')}/{d.get('type')}")
+            case.check("namespace" not in d.get("metadata", {}), f"Secret {name} sets a namespace")
+            data = d.get("data") or {}
+            if name not in wanted:
+                continue
+            case.check(set(data) == set(wanted[name]), f"Secret {name} holds {sorted(data)}, the manifests read "
+                       f"{sorted(wanted[name])}")
+            files = {}
+            for key, value in data.items():
+                content = base64.b64decode(value, validate=True)
+                case.check(ca_key not in content and "admin" not in key, f"Secret {name}: {key} is the CA key or the "
+                           "admin's: neither belongs in the cluster")
+                files[key] = os.path.join(tmp, f"{name}.{key}")
+                with open(files[key], "wb") as f:
+                    f.write(content)
+            if "ca.pem" in files:
+                with open(files["ca.pem"], "rb") as a, open(os.path.join(certs, "ca.pem"), "rb") as b:
+                    case.check(a.read() == b.read(), f"Secret {name}: ca.pem is not the job's CA")
+            for key, owner in wanted[name].items():
+                if owner is None or not key.endswith(".pem") or key not in files:
+                    continue
+                workload, index = owner
+                role = {SCHEDULER_NAME: "scheduler", SERVER_NAME: "server", WORKER_NAME: "worker"}[role_of[name]]
+                uris, dns = cert_names(openssl, files[key])
+                case.check(uris == [f"spiffe://kestrel/{job}/{role}/{index}"],
+                           f"Secret {name}: {key} names {uris}, want spiffe://kestrel/{job}/{role}/{index}")
+                host = {SCHEDULER_NAME: scheduler_host,
+                        SERVER_NAME: server_hosts[index] if role == "server" else None}.get(workload)
+                if host:
+                    case.check(host in dns, f"Secret {name}: {key} lacks DNS:{host}, the name it is dialled by")
+                stem = key[:-len(".pem")]
+                if stem + ".key" in files:
+                    case.check(key_matches(openssl, files[key], files[stem + ".key"]),
+                               f"Secret {name}: {stem}.key is not the key of {key}")
+        # Certificates without the Services' names would fail every handshake: refused up front.
+        other = os.path.join(tmp, "nohosts")
+        made = kestrel("certs", "--job", job, "--out", other, "--servers", str(servers), "--workers", str(workers))
+        if case.check(made.returncode == 0, f"kestrel certs failed: {made.stderr.strip()}"):
+            proc = kestrel("k8s-secrets", other)
+            case.check(proc.returncode == 2 and not proc.stdout and "kestrel-server-0.kestrel-server" in proc.stderr,
+                       f"k8s-secrets accepted certificates without the names the manifests dial (exit "
+                       f"{proc.returncode}): {proc.stderr.strip()}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def k8s_devices(case, k8s):
     for r in k8s.renders:
         doc, template, c, argv = k8s.one(r, "Job", WORKER_NAME)
@@ -587,16 +851,83 @@ def check_layout(case, where, argvs, num_servers, num_workers, scheduler_host=No
     case.check(len(set(outs)) == len(outs), f"{where}: workers share a --metrics_out file")
 
 
+def tls_stem(argv, rank, num_servers):
+    if rank == 0:
+        return "scheduler-0"
+    return f"server-{flag(argv, 'shard_index')}" if rank <= num_servers else f"worker-{flag(argv, 'rank')}"
+
+
+def check_tls(case, where, argvs, num_servers, certs_dir, insecure=False):
+    """argvs: global rank -> argv. By default every process has its own certificate from certs_dir
+    (<role>-<shard or rank>.pem/.key) and no --insecure; with the opt-out, --insecure and no TLS flags."""
+    for rank, argv in sorted(argvs.items()):
+        if insecure:
+            case.check(flag(argv, "insecure") is True and not any(flag(argv, f) for f in TLS_FLAGS),
+                       f"{where} task {rank}: the plaintext opt-out should pass --insecure and no TLS flags")
+            continue
+        stem = tls_stem(argv, rank, num_servers)
+        want = [os.path.join(certs_dir, n) for n in ("ca.pem", stem + ".pem", stem + ".key")]
+        got = [flag(argv, f) for f in TLS_FLAGS]
+        case.check(got == want, f"{where} task {rank}: TLS flags {got}, want {want}")
+        case.check(flag(argv, "insecure") is None, f"{where} task {rank}: --insecure by default")
+
+
+def check_generated_certs(case, where, openssl, certs_dir, job, argvs, num_servers, hosts):
+    """A launcher's own `kestrel certs` directory: private (0700, keys 0600), no CA key left, every process's
+    files present, each certificate naming its job, role and rank, the scheduler's and servers' every host name in
+    `hosts` and the workers' none."""
+    if not case.check(os.path.isdir(certs_dir), f"{where}: no certificates in {certs_dir}"):
+        return
+    case.check(stat.S_IMODE(os.stat(certs_dir).st_mode) & 0o077 == 0,
+               f"{where}: {certs_dir} is open to other users ({oct(stat.S_IMODE(os.stat(certs_dir).st_mode))})")
+    for name in os.listdir(certs_dir):
+        mode = stat.S_IMODE(os.stat(os.path.join(certs_dir, name)).st_mode)
+        if name.endswith(".key"):
+            case.check(mode & 0o077 == 0, f"{where}: {name} is readable by other users ({oct(mode)})")
+    case.check(not os.path.exists(os.path.join(certs_dir, "ca.key")),
+               f"{where}: the CA key stays in {certs_dir} (anyone with it could mint certificates for the job)")
+    for rank, argv in sorted(argvs.items()):
+        paths = [flag(argv, f) for f in TLS_FLAGS]
+        if not case.check(all(isinstance(p, str) and os.path.isfile(p) for p in paths),
+                          f"{where} task {rank}: TLS files {paths} do not exist"):
+            continue
+        role, _, index = tls_stem(argv, rank, num_servers).partition("-")
+        uris, dns = cert_names(openssl, paths[1])
+        case.check(uris == [f"spiffe://kestrel/{job}/{role}/{index}"],
+                   f"{where} task {rank}: certificate names {uris}, want spiffe://kestrel/{job}/{role}/{index}")
+        if role in ("scheduler", "server"):  # the listeners: named by every host a client may dial
+            missing = [h for h in hosts if h not in dns]
+            case.check(not missing, f"{where} task {rank}: certificate lacks DNS names {missing} (has {dns})")
+        else:  # workers only dial: a host name on their certificates would let one pass for a listener
+            case.check(not dns, f"{where} task {rank}: a {role}'s certificate names hosts {dns}")
+        case.check(key_matches(openssl, paths[1], paths[2]), f"{where} task {rank}: {paths[2]} is not {paths[1]}'s key")
+
+
+def fake_tools(directory, tools):
+    """Executables that stand in for srun, scontrol or mpirun: name -> shell body."""
+    os.makedirs(directory, exist_ok=True)
+    for name, body in tools.items():
+        path = os.path.join(directory, name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n" + body)
+        os.chmod(path, 0o755)
+
+
 def slurm(case, deploy_dir, helpfull):
     sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
-    for num_servers, num_workers in ((2, 4), (1, 1), (3, 8)):
+    default_certs = os.path.join(os.path.dirname(deploy_dir), "kestrel_out", "123", "certs")
+    for num_servers, num_workers, certs, insecure in ((2, 4, None, "0"), (1, 1, "/shared/certs", "0"),
+                                                      (3, 8, None, "0"), (2, 4, None, "1")):
         total = 1 + num_servers + num_workers
         env = dict(os.environ, SLURM_NTASKS=str(total), NUM_SERVERS=str(num_servers), SCHEDULER_HOST="node-a",
                    SLURM_SUBMIT_DIR=os.path.dirname(deploy_dir), SLURM_JOB_ID="123", TRAIN_FILES="/d/train.tsv",
                    TEST_FILES="/d/test.tsv", KESTREL_BIN="/opt/kestrel/bin", KESTREL_RENDER_ONLY="1",
-                   KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"))
+                   KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"), INSECURE=insecure)
+        env.pop("CERTS_DIR", None)
+        if certs:
+            env["CERTS_DIR"] = certs
         proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=60)
-        where = f"slurm {num_servers} servers {num_workers} workers"
+        where = f"slurm {num_servers} servers {num_workers} workers" + (" INSECURE=1" if insecure == "1" else "")
         if not case.check(proc.returncode == 0, f"{where}: rendering failed: {proc.stderr.strip()}"):
             continue
         try:
@@ -607,10 +938,130 @@ def slurm(case, deploy_dir, helpfull):
         for task, argv in sorted(tasks.items()):
             check_flags(case, f"{where} task {task}", argv, helpfull)
         check_layout(case, where, tasks, num_servers, num_workers, scheduler_host="node-a")
+        check_tls(case, where, tasks, num_servers, certs or default_certs, insecure=insecure == "1")
     with open(os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf")) as f:
         text = f.read()
     case.check("--shard_index=%o" in text and "--rank=%o" in text,
                "kestrel.multi-prog.conf: servers/workers must get --shard_index=%o / --rank=%o")
+    proc = subprocess.run(["bash", sbatch], env=dict(env, INSECURE="yes"), capture_output=True, text=True, timeout=60)
+    case.check(proc.returncode == 2, f"slurm: INSECURE=yes accepted (exit {proc.returncode}), want 2")
+
+
+def slurm_certs(case, deploy_dir, kestrel_cli):
+    """kestrel.sbatch without CERTS_DIR, under a fake srun/scontrol: a new CA and certificates for every task
+    under $OUT_DIR/certs, naming every node as Slurm names it and as its `hostname` says (what servers
+    advertise), the files each rendered task reads; a given CERTS_DIR with a key others can read, or lacking a
+    task's files, is refused."""
+    openssl = need_cli(kestrel_cli)
+    tmp = tempfile.mkdtemp(prefix="kestrel-slurm-")
+    try:
+        fake_tools(os.path.join(tmp, "bin"), {
+            "sleep": "exit 0\n",  # the script's polling, not this test's business
+            "scontrol": "printf 'node-a\\nnode-b\\n'\n",
+            "srun": 'for a in "$@"; do last="$a"; done\n'
+                    'if [ "$last" = hostname ]; then\n'
+                    '  printf \'node-a.cluster.example\\nnode-b.cluster.example\\n\'; exit 0\n'
+                    'fi\n'
+                    'while [ $# -gt 0 ]; do\n'
+                    '  [ "$1" = --multi-prog ] && cp "$2" "$FAKE_OUT/multi-prog.conf"; shift\n'
+                    'done\n',
+        })
+        num_servers, num_workers = 2, 3
+        total = 1 + num_servers + num_workers
+        env = dict(os.environ, PATH=os.path.join(tmp, "bin") + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+                   FAKE_OUT=tmp, SLURM_NTASKS=str(total), NUM_SERVERS=str(num_servers), SLURM_JOB_NODELIST="node-[a-b]",
+                   SLURM_JOB_ID="77", SLURM_SUBMIT_DIR=tmp, TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv",
+                   OUT_DIR=os.path.join(tmp, "out"), CKPT_DIR=os.path.join(tmp, "ckpt"), KESTREL_BIN="/opt/kestrel/bin",
+                   KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"),
+                   KESTREL_CLI=kestrel_cli, MAX_RESTARTS="0", FINAL_GRACE="0", JOB_ID="ctr", CERT_HOSTS="extra.example")
+        for name in ("SCHEDULER_HOST", "CERTS_DIR", "INSECURE", "KESTREL_RENDER_ONLY"):
+            env.pop(name, None)
+        sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
+        proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=120)
+        conf = os.path.join(tmp, "multi-prog.conf")
+        if not case.check(proc.returncode == 1 and os.path.exists(conf),
+                          f"slurm: the run under a fake srun exited {proc.returncode} without a step: "
+                          f"{proc.stderr.strip()}"):
+            return
+        with open(conf) as f:
+            tasks = expand_multi_prog(f.read(), total)
+        certs = os.path.join(tmp, "out", "certs")
+        check_tls(case, "slurm generated", tasks, num_servers, certs)
+        check_generated_certs(case, "slurm generated", openssl, certs, "ctr", tasks, num_servers,
+                              ["node-a", "node-b", "node-a.cluster.example", "node-b.cluster.example", "extra.example"])
+        # A CERTS_DIR of one's own must be complete and private.
+        given = dict(env, CERTS_DIR=certs)
+        os.chmod(os.path.join(certs, "worker-1.key"), 0o644)
+        proc = subprocess.run(["bash", sbatch], env=given, capture_output=True, text=True, timeout=60)
+        case.check(proc.returncode == 2 and "worker-1.key" in proc.stderr,
+                   f"slurm: a world-readable key in CERTS_DIR accepted (exit {proc.returncode}): {proc.stderr.strip()}")
+        os.remove(os.path.join(certs, "worker-2.pem"))
+        proc = subprocess.run(["bash", sbatch], env=given, capture_output=True, text=True, timeout=60)
+        case.check(proc.returncode == 2 and "worker-2.pem" in proc.stderr,
+                   f"slurm: CERTS_DIR without worker-2.pem accepted (exit {proc.returncode}): {proc.stderr.strip()}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mpi_argvs(case, where, script, env, num_servers, num_workers, helpfull):
+    """world rank -> argv that `run_mpmd.sh launch ROLE` execs on that rank (KESTREL_ECHO=1 in env)."""
+    argvs = {}
+    for rank in range(1 + num_servers + num_workers):
+        role = "scheduler" if rank == 0 else "server" if rank <= num_servers else "worker"
+        proc = subprocess.run(["bash", script, "launch", role], env=dict(env, OMPI_COMM_WORLD_RANK=str(rank)),
+                              capture_output=True, text=True, timeout=60)
+        if case.check(proc.returncode == 0, f"{where}: rank {rank} ({role}) failed: {proc.stderr.strip()}"):
+            argvs[rank] = proc.stdout.splitlines()
+            check_flags(case, f"{where} rank {rank}", argvs[rank], helpfull)
+    return argvs
+
+
+def mpi_certs(case, deploy_dir, kestrel_cli, helpfull):
+    """run_mpmd.sh without CERTS_DIR, under a fake mpirun: a new CA and certificates for every rank under
+    $OUT_DIR/certs, naming every host of the hostfile and each host as its `hostname` says (asked through the
+    launcher: what servers advertise); each rank's launch reads its own."""
+    openssl = need_cli(kestrel_cli)
+    tmp = tempfile.mkdtemp(prefix="kestrel-mpi-")
+    try:
+        fake_tools(os.path.join(tmp, "bin"), {
+            "sleep": "exit 0\n",  # the script's polling, not this test's business
+            "mpirun": 'case "$1" in --version) echo "mpirun (Open MPI) 4.1.4"; exit 0 ;; esac\n'
+                      'for a in "$@"; do last="$a"; done\n'
+                      'if [ "$last" = hostname ]; then printf \'host-a.example\\nhost-b.example\\n\'; exit 0; fi\n'
+                      'echo "$@" >"$FAKE_OUT/mpirun.args"\n',
+        })
+        hostfile = os.path.join(tmp, "hosts.txt")
+        with open(hostfile, "w") as f:
+            f.write("# Open MPI and Hydra syntax\nhost-a slots=4\nhost-b:4\n")
+        num_servers, num_workers = 2, 3
+        script = os.path.join(deploy_dir, "mpi", "run_mpmd.sh")
+        env = dict(os.environ, PATH=os.path.join(tmp, "bin") + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+                   MPIRUN=os.path.join(tmp, "bin", "mpirun"), FAKE_OUT=tmp, TRAIN_FILES="/d/train.tsv",
+                   TEST_FILES="/d/test.tsv", OUT_DIR=os.path.join(tmp, "out"), CKPT_DIR=os.path.join(tmp, "ckpt"),
+                   KESTREL_BIN="/opt/kestrel/bin", KESTREL_CLI=kestrel_cli, MAX_RESTARTS="0", FINAL_GRACE="0",
+                   JOB_ID="ctr")
+        for name in ("SCHEDULER_HOST", "CERTS_DIR", "INSECURE", "KESTREL_ECHO", "CERT_HOSTS"):
+            env.pop(name, None)
+        proc = subprocess.run(["bash", script, "-s", str(num_servers), "-w", str(num_workers), "--", "--hostfile",
+                               hostfile], env=env, capture_output=True, text=True, timeout=120)
+        if not case.check(proc.returncode == 1 and os.path.exists(os.path.join(tmp, "mpirun.args")),
+                          f"mpi: the run under a fake mpirun exited {proc.returncode} without a launch: "
+                          f"{proc.stderr.strip()}"):
+            return
+        with open(os.path.join(tmp, "mpirun.args")) as f:
+            forwarded = f.read().split()
+        case.check("CERTS_DIR" in forwarded and "INSECURE" in forwarded,
+                   "mpi: the launcher does not forward CERTS_DIR and INSECURE to the ranks")
+        certs = os.path.join(tmp, "out", "certs")
+        ranks = dict(env, NUM_SERVERS=str(num_servers), NUM_WORKERS=str(num_workers), CONFIG="/jobs/deepfm.pbtxt",
+                     CKPT_EVERY_CLOCKS="500", DEVICE="cpu", SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000",
+                     METRICS_PORT="9100", CERTS_DIR=certs, INSECURE="0", KESTREL_ECHO="1")
+        argvs = mpi_argvs(case, "mpi generated", script, ranks, num_servers, num_workers, helpfull)
+        check_tls(case, "mpi generated", argvs, num_servers, certs)
+        check_generated_certs(case, "mpi generated", openssl, certs, "ctr", argvs, num_servers,
+                              ["host-a", "host-b", "host-a.example", "host-b.example"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def mpi(case, deploy_dir, helpfull):
@@ -621,20 +1072,16 @@ def mpi(case, deploy_dir, helpfull):
                     CONFIG="/jobs/deepfm.pbtxt", TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv",
                     CKPT_DIR="/shared/ckpt", CKPT_EVERY_CLOCKS="100", OUT_DIR="/shared/out", DEVICE="cpu",
                     SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000", METRICS_PORT="9100",
-                    KESTREL_BIN="/opt/kestrel/bin", KESTREL_ECHO="1")
-        argvs = {}
-        for rank in range(1 + num_servers + num_workers):
-            role = "scheduler" if rank == 0 else "server" if rank <= num_servers else "worker"
-            proc = subprocess.run(["bash", script, "launch", role], env=dict(base, OMPI_COMM_WORLD_RANK=str(rank)),
-                                  capture_output=True, text=True, timeout=60)
-            if case.check(proc.returncode == 0, f"{where}: rank {rank} ({role}) failed: {proc.stderr.strip()}"):
-                argvs[rank] = proc.stdout.splitlines()
-                check_flags(case, f"{where} rank {rank}", argvs[rank], helpfull)
+                    KESTREL_BIN="/opt/kestrel/bin", KESTREL_ECHO="1", CERTS_DIR="/shared/certs", INSECURE="0")
+        argvs = mpi_argvs(case, where, script, base, num_servers, num_workers, helpfull)
         # A rank outside its role's range is refused (contexts out of order).
         proc = subprocess.run(["bash", script, "launch", "server"], env=dict(base, OMPI_COMM_WORLD_RANK="0"),
                               capture_output=True, text=True, timeout=60)
         case.check(proc.returncode != 0, f"{where}: world rank 0 accepted as a server")
         check_layout(case, where, argvs, num_servers, num_workers, scheduler_host="host-a")
+        check_tls(case, where, argvs, num_servers, "/shared/certs")
+        check_tls(case, where + " INSECURE=1", mpi_argvs(case, where, script, dict(base, INSECURE="1"), num_servers,
+                                                         num_workers, helpfull), num_servers, None, insecure=True)
         ports = [flag(a, "metrics_port") for a in argvs.values()]
         case.check(len(set(ports)) == len(ports), f"{where}: processes share a --metrics_port")
         # The launcher's command line: three app contexts in order, -np 1, S, W.
@@ -716,6 +1163,7 @@ def main():
     ap.add_argument("--self", default="")
     args = ap.parse_args()
     deploy_dir = os.path.abspath(args.deploy)
+    kestrel_cli = os.path.join(args.scripts, "kestrel") if args.scripts else ""
 
     cases = []
     state = {}
@@ -732,7 +1180,8 @@ def main():
         case.seconds = time.time() - start
         cases.append(case)
         status = "FAIL" if case.errors else "SKIP" if case.skipped else "PASS"
-        print(f"[{status}] {name}" + (f" ({case.skipped})" if case.skipped and not case.errors else ""))
+        print(f"[{status}] {name} ({case.seconds:.1f} s)"
+              + (f" ({case.skipped})" if case.skipped and not case.errors else ""))
         for e in case.errors[:60]:
             print(f"    {e}")
         if len(case.errors) > 60:
@@ -783,6 +1232,7 @@ def main():
     run("k8s_kinds", with_k8s(k8s_kinds))
     run("k8s_services", with_k8s(k8s_services))
     run("k8s_ports_and_probes", with_k8s(k8s_ports_probes))
+    run("k8s_mutual_tls", with_k8s(k8s_tls))
     run("k8s_env_and_scheduler_address", with_k8s(k8s_env))
     run("k8s_counts_and_indexing", with_k8s(k8s_counts))
     run("k8s_checkpoint_volume", with_k8s(k8s_checkpoints))
@@ -791,8 +1241,12 @@ def main():
     run("k8s_resources", with_k8s(k8s_resources))
     run("k8s_devices", with_k8s(k8s_devices))
     run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case))
+    run("k8s_plaintext_component", lambda case: with_k8s(k8s_plaintext, deploy_dir, need_helpfull())(case))
+    run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli))
     run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
+    run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli))
     run("mpi_mpmd", lambda case: mpi(case, deploy_dir, need_helpfull()))
+    run("mpi_generated_certs", lambda case: mpi_certs(case, deploy_dir, kestrel_cli, need_helpfull()))
     run("shellcheck", shellcheck, deploy_dir, args.scripts, args.self)
 
     xml_path = os.environ.get("XML_OUTPUT_FILE")

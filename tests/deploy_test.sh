@@ -3,7 +3,9 @@
 # Slurm multi-prog, MPI MPMD script) for structure and cross-references, and every flag they pass against the
 # real `--helpfull` of the three binaries; shellchecks the scripts under deploy/ and scripts/.
 # The checks are tests/deploy_check.py (one JUnit case per group; see there). Needs python3 with PyYAML,
-# kubectl (for `kubectl kustomize`, offline) and shellcheck; a group whose tool is missing is skipped.
+# kubectl (for `kubectl kustomize`, offline), shellcheck, and openssl with scripts/kestrel for the certificate
+# groups (`kestrel certs`, `kestrel k8s-secrets`, the Slurm and MPI scripts' own certificates); a group whose
+# tool is missing is skipped.
 set -euo pipefail
 
 # Runfiles: $TEST_SRCDIR/$TEST_WORKSPACE under `bazel test`, else relative to this script's directory.

@@ -32,6 +32,18 @@
 #                             free port, logged; -1: off)
 #   KESTREL_BIN               directory holding the binaries (default: where kestrel_scheduler is on PATH)
 #   MPIRUN                    the launcher (default mpirun); MAX_RESTARTS (default 3); FINAL_GRACE (default 15 s)
+#   CERTS_DIR                 mutual TLS: a `kestrel certs` directory every host sees (ca.pem and scheduler-0,
+#                             server-<shard>, worker-<rank> .pem/.key, keys readable by you only), made with
+#                             --hosts naming SCHEDULER_HOST and every host as `hostname` prints it there. Default: a
+#                             new CA and certificates made here at each start under $OUT_DIR/certs (the CA key
+#                             deleted once they are issued), naming the launcher's hosts as they report themselves
+#   CERT_HOSTS                more names for those certificates (comma list), e.g. other names of the hosts
+#   KESTREL_CLI               the kestrel command that makes them (default scripts/kestrel: python3 and openssl)
+#   INSECURE=1                plaintext, unauthenticated gRPC instead of mutual TLS (--insecure on every process)
+#
+# Transport: every process talks mutual TLS with its own certificate (--tls_ca/--tls_cert/--tls_key, the README's
+# Security section). The processes all run as you, so each can read every key: the certificates keep out other
+# users and anyone else on the network, not one process from another.
 #
 # The launcher ends the whole job when any process fails; this script then launches it again (up to
 # MAX_RESTARTS times) and, the scheduler always running with --resume, the job continues from its latest
@@ -43,7 +55,7 @@ ROOT="$(cd "$(dirname "$SELF")/../.." && pwd)"
 
 # The settings every rank needs (forwarded by the launcher).
 SETTINGS=(NUM_SERVERS NUM_WORKERS JOB_ID CONFIG TRAIN_FILES TEST_FILES CKPT_DIR CKPT_EVERY_CLOCKS OUT_DIR DEVICE
-  SCHEDULER_HOST SCHEDULER_PORT METRICS_PORT KESTREL_BIN)
+  SCHEDULER_HOST SCHEDULER_PORT METRICS_PORT KESTREL_BIN CERTS_DIR INSECURE)
 
 # launch ROLE: on one rank, exec the role's binary with explicit flags (KESTREL_ECHO=1: print them instead).
 launch() {
@@ -74,24 +86,30 @@ launch() {
   local metrics_port="$METRICS_PORT"
   [ "$METRICS_PORT" -le 0 ] || metrics_port=$((METRICS_PORT + world))
   local scheduler="$SCHEDULER_HOST:$SCHEDULER_PORT"
+  # Mutual TLS with this rank's own certificate; INSECURE=1, the explicit opt-out: plaintext.
+  local tls=(--insecure)
+  if [ "$INSECURE" != 1 ]; then
+    tls=(--tls_ca="$CERTS_DIR/ca.pem" --tls_cert="$CERTS_DIR/$role-$index.pem" --tls_key="$CERTS_DIR/$role-$index.key")
+  fi
   local cmd
   case "$role" in
     scheduler)
       cmd=("$KESTREL_BIN/kestrel_scheduler" --job_id="$JOB_ID" --port="$SCHEDULER_PORT"
         --num_servers="$NUM_SERVERS" --num_workers="$NUM_WORKERS" --consistency=bsp
         --checkpoint_dir="$CKPT_DIR" --checkpoint_every_clocks="$CKPT_EVERY_CLOCKS" --keep_checkpoints=3 --resume
-        --metrics_port="$metrics_port" --metrics_host=0.0.0.0 --insecure)  # plaintext on the hosts' network: an explicit opt-out
+        --metrics_port="$metrics_port" --metrics_host=0.0.0.0 "${tls[@]}")
       ;;
     server)
       # --port=0: a free port (several servers may share a host); the server registers its real address.
       cmd=("$KESTREL_BIN/kestrel_server" --job_id="$JOB_ID" --port=0 --num_shards="$NUM_SERVERS"
         --shard_index="$index" --bsp_workers="$NUM_WORKERS" --scheduler="$scheduler" --scheduler_timeout=5m
-        --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --metrics_host=0.0.0.0 --insecure)
+        --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --metrics_host=0.0.0.0 "${tls[@]}")
       ;;
     worker)
       cmd=("$KESTREL_BIN/kestrel_worker" --config="$CONFIG" --job_id="$JOB_ID" --scheduler="$scheduler"
         --scheduler_timeout=10m --rank="$index" --device="$DEVICE" --train_files="$TRAIN_FILES"
-        --test_files="$TEST_FILES" --metrics_out="$OUT_DIR/worker-$index.jsonl" --metrics_port="$metrics_port" --metrics_host=0.0.0.0)
+        --test_files="$TEST_FILES" --metrics_out="$OUT_DIR/worker-$index.jsonl" --metrics_port="$metrics_port" --metrics_host=0.0.0.0
+        "${tls[@]}")
       ;;
   esac
   if [ "${KESTREL_ECHO:-0}" = 1 ]; then
@@ -101,17 +119,15 @@ launch() {
   exec "${cmd[@]}"
 }
 
-# First host named by --hostfile/--machinefile/-f FILE or --host/-H a,b in the launcher's arguments.
-first_host() {
+# Every host named by --hostfile/--machinefile/-f FILE or --host/-H a,b in the launcher's arguments, in order.
+launcher_hosts() {
   while [ "$#" -gt 0 ]; do
     case "$1" in
       --hostfile | -hostfile | --machinefile | -machinefile | -f)
-        [ "$#" -ge 2 ] && awk '!/^[[:space:]]*(#|$)/ { sub(/:.*/, "", $1); print $1; exit }' "$2"
-        return 0
+        [ "$#" -lt 2 ] || awk '!/^[[:space:]]*(#|$)/ { sub(/:.*/, "", $1); print $1 }' "$2"
         ;;
       --host | -host | -H)
-        [ "$#" -ge 2 ] && printf '%s\n' "${2%%[:,]*}"
-        return 0
+        [ "$#" -lt 2 ] || tr ',' '\n' <<<"$2" | sed 's/:.*//'
         ;;
     esac
     shift
@@ -155,15 +171,23 @@ export OUT_DIR="$OUT_BASE/attempt-0"
 export DEVICE="${DEVICE:-auto}"
 export SCHEDULER_PORT="${SCHEDULER_PORT:-7000}"
 export METRICS_PORT="${METRICS_PORT:-9100}"
+mapfile -t hosts < <(launcher_hosts "${launcher_args[@]}")
 if [ -z "${SCHEDULER_HOST:-}" ]; then
-  SCHEDULER_HOST="$(first_host "${launcher_args[@]}")"
-  SCHEDULER_HOST="${SCHEDULER_HOST:-$(hostname)}"
+  SCHEDULER_HOST="${hosts[0]:-$(hostname)}"
 fi
 export SCHEDULER_HOST
 if [ -z "${KESTREL_BIN:-}" ]; then
   KESTREL_BIN="$(dirname "$(command -v kestrel_scheduler || echo /usr/local/bin/kestrel_scheduler)")"
 fi
 export KESTREL_BIN
+export INSECURE="${INSECURE:-0}"
+if [ "$INSECURE" != 0 ] && [ "$INSECURE" != 1 ]; then
+  echo "run_mpmd.sh: INSECURE=$INSECURE: 1 for plaintext gRPC, 0 (the default) for mutual TLS" >&2
+  exit 2
+fi
+CERTS_DIR_GIVEN="${CERTS_DIR:+1}"
+export CERTS_DIR="${CERTS_DIR:-$OUT_BASE/certs}"
+KESTREL_CLI="${KESTREL_CLI:-$ROOT/scripts/kestrel}"
 # The binaries' environment contract, for anything that reads it; every value is also passed as a flag.
 export KESTREL_SCHEDULER="$SCHEDULER_HOST:$SCHEDULER_PORT" KESTREL_NUM_SERVERS="$NUM_SERVERS"
 export KESTREL_NUM_WORKERS="$NUM_WORKERS"
@@ -190,7 +214,63 @@ if [ "$dry_run" = 1 ]; then
   exit 0
 fi
 
-mkdir -p "$CKPT_DIR"
+# The host names clients dial, for the certificates: SCHEDULER_HOST, each host's name as its servers advertise it
+# (its `hostname`, asked through the launcher with the same arguments and process count, so the same hosts),
+# the launcher's host list, this host's name and CERT_HOSTS.
+cert_hosts() {
+  {
+    printf '%s\n' "$SCHEDULER_HOST"
+    if ! "$MPIRUN" "${launcher_args[@]}" -np "$((1 + NUM_SERVERS + NUM_WORKERS))" hostname; then
+      echo "run_mpmd.sh: could not ask the hosts their names; the certificates name the launcher's host list" >&2
+    fi
+    printf '%s\n' "${hosts[@]}"
+    hostname
+    tr ',' '\n' <<<"${CERT_HOSTS:-}"
+  } | awk 'NF && !seen[$0]++' | paste -sd, -
+}
+
+# A new CA and a certificate per process in CERTS_DIR (replacing an earlier start's), keys readable by you only.
+make_certs() {
+  local names
+  names="$(cert_hosts)"
+  rm -rf -- "$CERTS_DIR"
+  (umask 077 && "$KESTREL_CLI" certs --job "$JOB_ID" --out "$CERTS_DIR" --servers "$NUM_SERVERS" \
+    --workers "$NUM_WORKERS" --hosts "$names" >/dev/null)
+  rm -f -- "$CERTS_DIR/ca.key"  # nothing else will be signed by this run's CA
+  echo "run_mpmd.sh: mutual TLS, a new CA and a certificate per process in $CERTS_DIR, for $names"
+}
+
+# Exits 2 unless CERTS_DIR holds every process's files and no key that others can read.
+check_certs() {
+  local name i missing=() names=(scheduler-0)
+  for ((i = 0; i < NUM_SERVERS; i++)); do names+=("server-$i"); done
+  for ((i = 0; i < NUM_WORKERS; i++)); do names+=("worker-$i"); done
+  [ -r "$CERTS_DIR/ca.pem" ] || missing+=(ca.pem)
+  for name in "${names[@]}"; do
+    [ -r "$CERTS_DIR/$name.pem" ] || missing+=("$name.pem")
+    [ -r "$CERTS_DIR/$name.key" ] || missing+=("$name.key")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "run_mpmd.sh: CERTS_DIR=$CERTS_DIR lacks ${missing[*]} (scripts/kestrel certs --job $JOB_ID" \
+      "--servers $NUM_SERVERS --workers $NUM_WORKERS --hosts ... makes them)" >&2
+    exit 2
+  fi
+  name="$(find "$CERTS_DIR/" -maxdepth 1 -name '*.key' -perm /077 -print -quit)"
+  if [ -n "$name" ]; then
+    echo "run_mpmd.sh: $name can be read by other users: chmod 600 $CERTS_DIR/*.key" >&2
+    exit 2
+  fi
+}
+
+mkdir -p "$CKPT_DIR" "$OUT_BASE"
+if [ "$INSECURE" = 1 ]; then
+  echo "run_mpmd.sh: INSECURE=1: plaintext, unauthenticated gRPC between the processes" >&2
+else
+  [ -n "$CERTS_DIR_GIVEN" ] || make_certs
+  check_certs
+  echo "run_mpmd.sh: as the job's admin: scripts/kestrel status --scheduler $KESTREL_SCHEDULER --job_id $JOB_ID" \
+    "--certs $CERTS_DIR"
+fi
 echo "run_mpmd.sh: job $JOB_ID, scheduler $KESTREL_SCHEDULER, $NUM_SERVERS servers, $NUM_WORKERS workers," \
   "checkpoints in $CKPT_DIR"
 MAX_RESTARTS="${MAX_RESTARTS:-3}"
