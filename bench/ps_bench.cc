@@ -76,6 +76,8 @@ ABSL_FLAG(std::string, server_binary, "",
 ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, handlers inline on gRPC's threads).");
 ABSL_FLAG(int64_t, max_request_bytes, 0,
           "PsClientOptions::max_request_bytes of the network clients (0: the library default, 2 MiB).");
+ABSL_FLAG(int, channels_per_server, 0,
+          "PsClientOptions::channels_per_server of the network clients (0: the library default).");
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");
 ABSL_FLAG(std::string, invocation, "", "The command that reproduces this run (run_ps_bench.sh passes its own).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the key windows and gradients.");
@@ -492,7 +494,10 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
                   "); each client thread has its own PsClient (NewGrpcPsClient; a call is split into requests of at "
                   "most ",
                   request_bytes, " bytes, up to ", PsClientOptions().max_inflight_per_server,
-                  " of them in flight per server).\n");
+                  " of them in flight per server, over ",
+                  absl::GetFlag(FLAGS_channels_per_server) > 0 ? absl::GetFlag(FLAGS_channels_per_server)
+                                                               : PsClientOptions().channels_per_server,
+                  " connections per server).\n");
   absl::StrAppend(&s,
                   "- In-process: Shard::Pull / Shard::Push on one Shard (Partition::Uniform(1)); with N clients, N "
                   "threads call the same Shard.\n");
@@ -734,6 +739,9 @@ absl::Status RunBench(int argc, char** argv) {
     options.job_id = kJob;
     if (absl::GetFlag(FLAGS_max_request_bytes) > 0) {
       options.max_request_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_request_bytes));
+    }
+    if (absl::GetFlag(FLAGS_channels_per_server) > 0) {
+      options.channels_per_server = absl::GetFlag(FLAGS_channels_per_server);
     }
     for (int c = 0; c < max_clients; ++c) {
       KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, NewGrpcPsClient(options, partition, addresses));
