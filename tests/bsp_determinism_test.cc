@@ -4,6 +4,7 @@
 //   - two runs with the same seed, data and N give bitwise identical weights;
 //   - N workers equal one worker with N x the batch (same samples, same order) within 1e-5 relative;
 //   - a push that arrives twice (a retry) is applied once.
+// Over mutual TLS (tests/test_cluster_tls.h): each server and worker thread presents its own role and rank.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,11 +15,13 @@
 #include "gtest/gtest.h"
 #include "scheduler/clock_table.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/grpc_ps_client.h"
 
 namespace kestrel {
 namespace {
 
+constexpr char kJob[] = "bsp";
 constexpr int kServers = 2;
 constexpr int kFeatures = 300;      // distinct feature ids
 constexpr int kPerSample = 6;       // features per sample
@@ -71,14 +74,24 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
   std::vector<ServerProcess> servers;
   std::vector<std::string> addresses;
   for (int s = 0; s < kServers; ++s) {
-    auto p = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                  {"--job_id=bsp", "--num_shards=2", "--shard_index=" + std::to_string(s),
-                                   "--bsp_workers=" + std::to_string(workers)},
-                                  dir, "bsp_server" + std::to_string(s));
+    auto args = TestClusterTls::Get().WithFlags({"--job_id=bsp", "--num_shards=2", "--shard_index=" + std::to_string(s),
+                                                 "--bsp_workers=" + std::to_string(workers)},
+                                                kJob, "server", s);
+    EXPECT_TRUE(args.ok()) << args.status();
+    if (!args.ok()) return {};
+    auto p = ServerProcess::Start(RunfilePath("server/kestrel_server"), *args, dir, "bsp_server" + std::to_string(s));
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return {};
     addresses.push_back(p->address());
     servers.push_back(std::move(p).value());
+  }
+  // Each worker's certificate, issued here: the threads below only use them.
+  std::vector<std::shared_ptr<grpc::ChannelCredentials>> credentials;
+  for (int r = 0; r < workers; ++r) {
+    auto c = TestClusterTls::Get().Credentials(kJob, "worker", r);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return {};
+    credentials.push_back(*c);
   }
   auto clocks = *ClockTable::Create(workers, ConsistencyPolicy::Bsp());
   std::vector<std::thread> threads;
@@ -89,7 +102,7 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
       options.job_id = "bsp";
       options.worker_rank = r;
       options.bsp_pushes = true;
-      auto client = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses);
+      auto client = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses, credentials[r]);
       if (!client->CreateTable(Weights()).ok()) ++errors;
       std::mt19937_64 delay(delay_seed * 31 + r);
       for (int c = 0; c < kIterations; ++c) {
@@ -125,9 +138,13 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(errors.load(), 0);
+  // Over mutual TLS only a worker may pull, under its own rank (a rank -1 tool has no certificate that allows
+  // it): the reader is worker 0 at the clock after the last, so the BSP servers answer the rows as they are.
   PsClientOptions options;
   options.job_id = "bsp";
-  auto reader = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses);
+  options.worker_rank = 0;
+  auto reader = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses, credentials[0]);
+  reader->SetClock(kIterations);
   std::vector<uint64_t> all;
   for (int f = 0; f < kFeatures; ++f) all.push_back(Partition::FeatureKey(f));
   std::vector<float> out(all.size());

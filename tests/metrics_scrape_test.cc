@@ -4,6 +4,8 @@
 //     registers and heartbeats but never advances, so the real worker trains to the end and then waits) exports
 //     the scheduler's membership, job state and clocks and the worker's examples, loss, AUC and clock.
 // Every scrape also passes `promtool check metrics` when Debian's prometheus package is installed.
+// The processes' gRPC runs over mutual TLS (tests/test_cluster_tls.h; each presents its own role and rank, the
+// test's clients a worker's); the metrics endpoints are plain HTTP, as Prometheus scrapes them.
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_client.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/data/datagen.h"
 #include "worker/grpc_ps_client.h"
 
@@ -27,6 +30,8 @@ namespace kestrel {
 namespace {
 
 using ::testing::Optional;
+
+constexpr char kJob[] = "metrics";
 
 std::string TmpDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -77,9 +82,10 @@ TEST(MetricsScrapeTest, ServerCountsRequestsByMethodAndCode) {
   const std::string dir = TmpDir() + "/server_only";
   std::filesystem::create_directories(dir);
   const std::string metrics_port_file = dir + "/server.metrics_port";
-  auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                     {"--job_id=metrics", "--metrics_port=0", "--metrics_port_file=" + metrics_port_file},
-                                     dir, "server");
+  auto server_args = TestClusterTls::Get().WithFlags(
+      {"--job_id=metrics", "--metrics_port=0", "--metrics_port_file=" + metrics_port_file}, kJob, "server", 0);
+  ASSERT_TRUE(server_args.ok()) << server_args.status();
+  auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"), *server_args, dir, "server");
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<int> metrics_port = ReadPortFile(metrics_port_file);
   ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
@@ -93,9 +99,12 @@ TEST(MetricsScrapeTest, ServerCountsRequestsByMethodAndCode) {
   EXPECT_THAT(before->Value("kestrel_server_requests_total", {{"method", "Pull"}, {"code", "OK"}}), Optional(0.0));
   EXPECT_THAT(before->Value("kestrel_server_keys_pulled_total"), Optional(0.0));
 
+  auto worker_credentials = TestClusterTls::Get().Credentials(kJob, "worker", 0);
+  ASSERT_TRUE(worker_credentials.ok()) << worker_credentials.status();
   PsClientOptions options;
   options.job_id = "metrics";
-  auto client = NewGrpcPsClient(options, *Partition::Uniform(1), {server->address()});
+  options.worker_rank = 0;  // its certificate's rank
+  auto client = NewGrpcPsClient(options, *Partition::Uniform(1), {server->address()}, *worker_credentials);
   ASSERT_TRUE(client.ok()) << client.status();
   TableConfig config;
   config.set_name("emb");
@@ -154,11 +163,13 @@ TEST(MetricsScrapeTest, SchedulerAndWorkerExportTheJobsProgress) {
                            "eval_max_examples: 500 }\n";
 
   const std::string scheduler_port_file = dir + "/scheduler.metrics_port";
-  auto scheduler = ServerProcess::Start(
-      RunfilePath("scheduler/kestrel_scheduler"),
-      {"--job_id=metrics", "--num_servers=1", "--num_workers=2", "--consistency=asp",
-       "--heartbeat_interval=500ms", "--metrics_port=0", "--metrics_port_file=" + scheduler_port_file},
-      dir, "scheduler");
+  auto scheduler_args = TestClusterTls::Get().WithFlags(
+      {"--job_id=metrics", "--num_servers=1", "--num_workers=2", "--consistency=asp", "--heartbeat_interval=500ms",
+       "--metrics_port=0", "--metrics_port_file=" + scheduler_port_file},
+      kJob, "scheduler", 0);
+  ASSERT_TRUE(scheduler_args.ok()) << scheduler_args.status();
+  auto scheduler =
+      ServerProcess::Start(RunfilePath("scheduler/kestrel_scheduler"), *scheduler_args, dir, "scheduler");
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   absl::StatusOr<int> scheduler_metrics = ReadPortFile(scheduler_port_file);
   ASSERT_TRUE(scheduler_metrics.ok()) << scheduler_metrics.status();
@@ -173,17 +184,21 @@ TEST(MetricsScrapeTest, SchedulerAndWorkerExportTheJobsProgress) {
   EXPECT_THAT(forming->Value("kestrel_scheduler_latest_checkpoint_clock"), Optional(-1.0));
 
   const std::string server_port_file = dir + "/server.metrics_port";
-  auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                     {"--job_id=metrics", "--scheduler=" + scheduler->address(), "--metrics_port=0",
-                                      "--metrics_port_file=" + server_port_file},
-                                     dir, "server");
+  auto server_args = TestClusterTls::Get().WithFlags({"--job_id=metrics", "--scheduler=" + scheduler->address(),
+                                                     "--metrics_port=0", "--metrics_port_file=" + server_port_file},
+                                                    kJob, "server", 0);
+  ASSERT_TRUE(server_args.ok()) << server_args.status();
+  auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"), *server_args, dir, "server");
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<int> server_metrics = ReadPortFile(server_port_file);
   ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
 
   // Worker 1 stands in: registered and alive, it never starts an iteration, so the job never finishes.
+  auto stand_in_credentials = TestClusterTls::Get().Credentials(kJob, "worker", 1);
+  ASSERT_TRUE(stand_in_credentials.ok()) << stand_in_credentials.status();
   SchedulerClientOptions client_options;
   client_options.job_id = "metrics";
+  client_options.credentials = *stand_in_credentials;
   std::unique_ptr<SchedulerClient> stand_in = NewGrpcSchedulerClient(scheduler->address(), client_options);
   absl::StatusOr<RegisterResponse> registered = stand_in->Register(ROLE_WORKER, "", 1);
   ASSERT_TRUE(registered.ok()) << registered.status();
@@ -191,11 +206,12 @@ TEST(MetricsScrapeTest, SchedulerAndWorkerExportTheJobsProgress) {
                           [](absl::Status) {});
 
   const std::string worker_port_file = dir + "/worker.metrics_port";
-  auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"),
-                                     {"--job_id=metrics", "--config=" + config, "--scheduler=" + scheduler->address(),
-                                      "--rank=0", "--device=cpu", "--metrics_port=0",
-                                      "--metrics_port_file=" + worker_port_file},
-                                     dir, "worker0");
+  auto worker_args = TestClusterTls::Get().WithFlags(
+      {"--job_id=metrics", "--config=" + config, "--scheduler=" + scheduler->address(), "--rank=0", "--device=cpu",
+       "--metrics_port=0", "--metrics_port_file=" + worker_port_file},
+      kJob, "worker", 0);
+  ASSERT_TRUE(worker_args.ok()) << worker_args.status();
+  auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *worker_args, dir, "worker0");
   ASSERT_TRUE(worker.ok()) << worker.status();
   absl::StatusOr<int> worker_metrics = ReadPortFile(worker_port_file);
   ASSERT_TRUE(worker_metrics.ok()) << worker_metrics.status() << "; see " << worker->log_path();

@@ -4,7 +4,9 @@
 // rank, as a launcher would), and runs where a process dies inside each phase of checkpointing (explicit
 // fault-injection points) and the job is restarted with --resume. Every run must finish with parameters
 // bitwise identical to the reference: the same full-table fingerprints (values and optimizer state of every
-// row, summed over the servers) and the same predictions on every test example.
+// row, summed over the servers) and the same predictions on every test example. Every process runs over mutual
+// TLS with the certificate of its role and rank, restarted ones too (tests/test_cluster_tls.h); the test reads
+// the fingerprints as an admin.
 //
 // KESTREL_RECOVERY_TRIALS (default 2) sets the number of random kill trials per role; scripts/recovery_soak.sh
 // runs many more.
@@ -26,6 +28,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "tests/records.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/data/datagen.h"
 
 namespace kestrel {
@@ -35,6 +38,7 @@ namespace fs = std::filesystem;
 
 constexpr int kServers = 2;
 constexpr int kWorkers = 2;
+constexpr char kJob[] = "rec";
 
 std::string TmpDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -72,7 +76,8 @@ class Job {
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2"};
     if (resume) args.push_back("--resume");
     if (port != 0) args.push_back(absl::StrCat("--port=", port));  // after the default --port=0: it wins
-    auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, dir_, absl::StrCat("scheduler", ++starts_));
+    auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, "scheduler", 0, dir_,
+                            absl::StrCat("scheduler", ++starts_));
     if (!p.ok()) return p.status();
     scheduler_.emplace(std::move(p).value());
     return absl::OkStatus();
@@ -82,17 +87,21 @@ class Job {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_shards=", kServers),
                                      absl::StrCat("--shard_index=", s), absl::StrCat("--bsp_workers=", kWorkers),
                                      "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints()};
-    auto p = StartWithFault(fault, "server/kestrel_server", args, dir_, absl::StrCat("server", s, "_", ++starts_));
+    auto p = StartWithFault(fault, "server/kestrel_server", args, "server", s, dir_,
+                            absl::StrCat("server", s, "_", ++starts_));
     if (!p.ok()) return p.status();
     servers_[s].emplace(std::move(p).value());
     return absl::OkStatus();
   }
 
   absl::Status StartWorker(int w) {
-    auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"),
-                                  {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(),
-                                   absl::StrCat("--rank=", w), "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl"},
-                                  dir_, absl::StrCat("worker", w, "_", ++starts_));
+    absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
+        {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(), absl::StrCat("--rank=", w),
+         "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl"},
+        kJob, "worker", w);
+    if (!args.ok()) return args.status();
+    auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir_,
+                                  absl::StrCat("worker", w, "_", ++starts_));
     if (!p.ok()) return p.status();
     workers_[w].emplace(std::move(p).value());
     return absl::OkStatus();
@@ -171,9 +180,12 @@ class Job {
     if (!eval.ok()) return eval.status();
     out.eval_fingerprint = eval->fingerprint();
     out.logloss = eval->logloss();
+    // Full-table fingerprints read every row: an admin's request.
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
+        TestClusterTls::Get().Credentials(kJob, "admin", 0);
+    if (!admin.ok()) return admin.status();
     for (int s = 0; s < kServers; ++s) {
-      auto stub = ParameterServer::NewStub(
-          grpc::CreateChannel(servers_[s]->address(), grpc::InsecureChannelCredentials()));
+      auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[s]->address(), *admin));
       StatsRequest request;
       request.mutable_header()->set_job_id("rec");
       request.mutable_header()->set_worker_rank(-1);
@@ -205,12 +217,16 @@ class Job {
   }
 
  private:
-  // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork).
+  // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork) and the
+  // certificate of `role` and `rank`.
   static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
-                                                      const std::vector<std::string>& args, const std::string& dir,
-                                                      const std::string& name) {
+                                                      std::vector<std::string> args, const std::string& role,
+                                                      int rank, const std::string& dir, const std::string& name) {
+    absl::StatusOr<std::vector<std::string>> with_tls =
+        TestClusterTls::Get().WithFlags(std::move(args), kJob, role, rank);
+    if (!with_tls.ok()) return with_tls.status();
     if (!fault.empty()) setenv("KESTREL_FAULT_POINT", fault.c_str(), 1);
-    auto p = ServerProcess::Start(RunfilePath(binary), args, dir, name);
+    auto p = ServerProcess::Start(RunfilePath(binary), *with_tls, dir, name);
     unsetenv("KESTREL_FAULT_POINT");
     return p;
   }
@@ -354,10 +370,12 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
       fs::remove_all(copy);
       fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
       Damage(path, how);
-      auto server = ServerProcess::Spawn(
-          RunfilePath("server/kestrel_server"),
+      auto args = TestClusterTls::Get().WithFlags(
           {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--port=0", "--checkpoint_dir=" + copy, "--resume"},
-          work, absl::StrCat("server_", ++runs));
+          kJob, "server", 0);
+      ASSERT_TRUE(args.ok()) << args.status();
+      auto server = ServerProcess::Spawn(RunfilePath("server/kestrel_server"), *args, work,
+                                         absl::StrCat("server_", ++runs));
       ASSERT_TRUE(server.ok()) << server.status();
       absl::StatusOr<int> code = server->Wait(absl::Seconds(30));
       ASSERT_TRUE(code.ok()) << "the server started serving from a damaged checkpoint";
@@ -370,27 +388,30 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
   // The undamaged copy loads, and the scheduler path refuses a damaged shard too (exit 2, file and shard named).
   fs::remove_all(copy);
   fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
-  auto good = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                   {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--checkpoint_dir=" + copy,
-                                    "--resume"},
-                                   work, "server_good");
+  auto good_args = TestClusterTls::Get().WithFlags(
+      {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--checkpoint_dir=" + copy, "--resume"}, kJob, "server", 0);
+  ASSERT_TRUE(good_args.ok()) << good_args.status();
+  auto good = ServerProcess::Start(RunfilePath("server/kestrel_server"), *good_args, work, "server_good");
   ASSERT_TRUE(good.ok()) << good.status();
   (void)good->Stop(SIGTERM);
   const std::string sst = files.back().second;
   fs::remove(sst);
-  auto scheduler = ServerProcess::Start(
-      RunfilePath("scheduler/kestrel_scheduler"),
+  auto scheduler_args = TestClusterTls::Get().WithFlags(
       {"--job_id=rec", "--num_servers=2", "--num_workers=2", "--consistency=asp", "--checkpoint_dir=" + copy,
        "--resume"},
-      work,
-      "scheduler");
+      kJob, "scheduler", 0);
+  ASSERT_TRUE(scheduler_args.ok()) << scheduler_args.status();
+  auto scheduler = ServerProcess::Start(RunfilePath("scheduler/kestrel_scheduler"), *scheduler_args, work, "scheduler");
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   std::vector<ServerProcess> servers;
   for (int s = 0; s < kServers; ++s) {
-    auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                       {"--job_id=rec", "--num_shards=2", absl::StrCat("--shard_index=", s),
-                                        "--scheduler=" + scheduler->address(), "--checkpoint_dir=" + copy},
-                                       work, absl::StrCat("cluster_server", s));
+    auto server_args = TestClusterTls::Get().WithFlags(
+        {"--job_id=rec", "--num_shards=2", absl::StrCat("--shard_index=", s), "--scheduler=" + scheduler->address(),
+         "--checkpoint_dir=" + copy},
+        kJob, "server", s);
+    ASSERT_TRUE(server_args.ok()) << server_args.status();
+    auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"), *server_args, work,
+                                       absl::StrCat("cluster_server", s));
     ASSERT_TRUE(server.ok()) << server.status();
     servers.push_back(std::move(server).value());
   }

@@ -5,6 +5,8 @@
 //   - a server killed with SIGKILL is declared dead (the 2-interval bound itself is proven with controlled
 //     time in scheduler/membership_test);
 //   - requests of the old generation are refused; a replacement server takes the dead rank.
+// Everything runs over mutual TLS (tests/test_cluster_tls.h): each process and each worker thread presents the
+// certificate of its own role and rank; the test reads the job's state as an admin.
 #include <signal.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_client.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/grpc_ps_client.h"
 
 namespace kestrel {
@@ -31,10 +34,35 @@ std::string TmpDir() {
 }
 
 absl::StatusOr<ServerProcess> StartServer(int index, const std::string& scheduler, const std::string& name) {
-  return ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                              {std::string("--job_id=") + kJob, "--num_shards=2",
-                               "--shard_index=" + std::to_string(index), "--scheduler=" + scheduler},
-                              TmpDir(), name);
+  absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
+      {std::string("--job_id=") + kJob, "--num_shards=2", "--shard_index=" + std::to_string(index),
+       "--scheduler=" + scheduler},
+      kJob, "server", index);
+  if (!args.ok()) return args.status();
+  return ServerProcess::Start(RunfilePath("server/kestrel_server"), *args, TmpDir(), name);
+}
+
+// Options for a scheduler client presenting the certificate of `role` and `rank`.
+SchedulerClientOptions SchedulerOptionsAs(const std::string& role, int rank) {
+  SchedulerClientOptions options;
+  options.job_id = kJob;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      TestClusterTls::Get().Credentials(kJob, role, rank);
+  EXPECT_TRUE(credentials.ok()) << credentials.status();
+  if (credentials.ok()) options.credentials = *credentials;
+  return options;
+}
+
+// A PsClient of worker `rank`, with that worker's certificate.
+std::unique_ptr<PsClient> PsClientAs(int rank, const std::vector<std::string>& addresses) {
+  PsClientOptions options;
+  options.job_id = kJob;
+  options.worker_rank = rank;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      TestClusterTls::Get().Credentials(kJob, "worker", rank);
+  EXPECT_TRUE(credentials.ok()) << credentials.status();
+  return *NewGrpcPsClient(options, *Partition::Uniform(2), addresses,
+                          credentials.ok() ? *credentials : nullptr);
 }
 
 // Polls Describe until `predicate` holds (up to `timeout`); returns the last answer.
@@ -61,12 +89,14 @@ bool ServerAlive(const DescribeResponse& d, int rank) {
 }
 
 TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
-  auto scheduler = ServerProcess::Start(
-      RunfilePath("scheduler/kestrel_scheduler"),
+  auto scheduler_args = TestClusterTls::Get().WithFlags(
       {std::string("--job_id=") + kJob, "--num_servers=2", "--num_workers=" + std::to_string(kWorkers),
        "--consistency=ssp", "--staleness=" + std::to_string(kStaleness),
        "--heartbeat_interval=" + absl::FormatDuration(kInterval)},
-      TmpDir(), "scheduler");
+      kJob, "scheduler", 0);
+  ASSERT_TRUE(scheduler_args.ok()) << scheduler_args.status();
+  auto scheduler =
+      ServerProcess::Start(RunfilePath("scheduler/kestrel_scheduler"), *scheduler_args, TmpDir(), "scheduler");
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   std::vector<ServerProcess> servers;
   for (int s = 0; s < 2; ++s) {
@@ -74,9 +104,15 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
     ASSERT_TRUE(server.ok()) << server.status();
     servers.push_back(std::move(server).value());
   }
-  SchedulerClientOptions options;
-  options.job_id = kJob;
-  auto admin = NewGrpcSchedulerClient(scheduler->address(), options);
+  // The admin reads the job (Describe); what only a worker may do (Register, Advance, Rejoin) the test does as
+  // that worker, with its certificate.
+  auto admin = NewGrpcSchedulerClient(scheduler->address(), SchedulerOptionsAs("admin", 0));
+  std::vector<SchedulerClientOptions> worker_options;
+  std::vector<std::unique_ptr<SchedulerClient>> as_worker;
+  for (int w = 0; w < kWorkers; ++w) {
+    worker_options.push_back(SchedulerOptionsAs("worker", w));
+    as_worker.push_back(NewGrpcSchedulerClient(scheduler->address(), worker_options.back()));
+  }
 
   std::atomic<int> errors{0}, violations{0};
   std::atomic<int64_t> paused_clock{-1}, max_start_during_pause{-1};
@@ -84,7 +120,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&, w] {
-      auto client = NewGrpcSchedulerClient(scheduler->address(), options);
+      auto client = NewGrpcSchedulerClient(scheduler->address(), worker_options[w]);
       auto reg = client->Register(ROLE_WORKER, "", w);
       if (!reg.ok()) {
         ++errors;
@@ -97,11 +133,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
       DescribeResponse view = DescribeUntil(*client, [](const DescribeResponse& d) {
         return d.view().job_state() == "running";
       });
-      PsClientOptions ps_options;
-      ps_options.job_id = kJob;
-      ps_options.worker_rank = w;
-      auto ps = *NewGrpcPsClient(ps_options, *Partition::Uniform(2),
-                                 {view.view().server_addresses(0), view.view().server_addresses(1)});
+      auto ps = PsClientAs(w, {view.view().server_addresses(0), view.view().server_addresses(1)});
       ps->SetGeneration(reg->generation());  // the generation this worker's requests carry
       TableConfig table;
       table.set_name("emb");
@@ -161,25 +193,19 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
     }
     return true;
   });
-  auto stale = admin->Advance(0, kIterations, old_generation, incarnations[0]);
+  auto stale = as_worker[0]->Advance(0, kIterations, old_generation, incarnations[0]);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
   const std::vector<uint64_t> key = {5};  // owned by server 0
   const std::vector<float> grad(4, 1.0f);
   // Another member's death does not disturb a worker: worker 1 (not replaced) still pushes to server 0.
-  PsClientOptions w1_options;
-  w1_options.job_id = kJob;
-  w1_options.worker_rank = 1;
-  auto w1 = *NewGrpcPsClient(w1_options, *Partition::Uniform(2), {servers[0].address(), "127.0.0.1:1"});
+  auto w1 = PsClientAs(1, {servers[0].address(), "127.0.0.1:1"});
   w1->SetGeneration(1);
   EXPECT_TRUE(w1->Push("emb", key, 4, grad.data()).ok());
   // Worker 0 is replaced; the surviving server learns it from its heartbeats and refuses the old incarnation.
-  auto replacement_worker = admin->Register(ROLE_WORKER, "", 0);
+  auto replacement_worker = as_worker[0]->Register(ROLE_WORKER, "", 0);
   ASSERT_TRUE(replacement_worker.ok()) << replacement_worker.status();
   EXPECT_EQ(replacement_worker->clock(), kIterations) << "a replacement continues from its rank's clock";
-  PsClientOptions zombie_options;
-  zombie_options.job_id = kJob;
-  zombie_options.worker_rank = 0;
-  auto zombie = *NewGrpcPsClient(zombie_options, *Partition::Uniform(2), {servers[0].address(), "127.0.0.1:1"});
+  auto zombie = PsClientAs(0, {servers[0].address(), "127.0.0.1:1"});
   zombie->SetGeneration(1);  // it registered at generation 1
   absl::Status refused;
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -201,7 +227,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   // every rank reports its last iteration: the job is finished.
   std::vector<std::string> replacements = {replacement_worker->incarnation()};
   for (int w = 1; w < kWorkers; ++w) {
-    auto r = admin->Register(ROLE_WORKER, "", w);
+    auto r = as_worker[w]->Register(ROLE_WORKER, "", w);
     ASSERT_TRUE(r.ok()) << r.status();
     replacements.push_back(r->incarnation());
   }
@@ -219,13 +245,13 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   // The generation each rank's requests carry now (the rollback moved them): what a rejoin answers.
   std::vector<uint64_t> generations;
   for (int w = 0; w < kWorkers; ++w) {
-    auto rejoined = admin->Rejoin(w, replacements[w]);
+    auto rejoined = as_worker[w]->Rejoin(w, replacements[w]);
     ASSERT_TRUE(rejoined.ok()) << rejoined.status();
     generations.push_back(rejoined->generation());
   }
   for (int w = 0; w < kWorkers; ++w) {  // one iteration at a time, as workers report them; done with the last
     for (int64_t c = std::min<int64_t>(clocks[w] + 1, kIterations); c <= kIterations; ++c) {
-      auto status = admin->Advance(w, c, generations[w], replacements[w], /*done=*/c == kIterations).status();
+      auto status = as_worker[w]->Advance(w, c, generations[w], replacements[w], /*done=*/c == kIterations).status();
       EXPECT_TRUE(status.ok()) << status;
     }
   }

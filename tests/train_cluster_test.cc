@@ -1,7 +1,8 @@
 // End to end on loopback: a real kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes (CPU
 // backend) train LR and DeepFM on the small generated set in BSP, SSP(2) and ASP. Each run's final test AUC is
 // within 0.02 of the planted Bayes-optimal AUC, and two BSP runs produce bitwise-identical predictions, also at
-// a realistic model size with multi-threaded compute.
+// a realistic model size with multi-threaded compute. Every process runs over mutual TLS with the certificate of
+// its role and rank (tests/test_cluster_tls.h).
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/records.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/data/datagen.h"
 
 namespace kestrel {
@@ -42,30 +44,34 @@ class TrainClusterTest : public ::testing::Test {
                           << "data { format: CRITEO train_files: '" << *data_ << "/train.tsv' test_files: '"
                           << *data_ << "/test.tsv' }\n"
                           << "train { batch_size: " << batch_size << " epochs: 2 log_every_steps: 100 }\n";
-    auto scheduler = ServerProcess::Start(
-        RunfilePath("scheduler/kestrel_scheduler"),
-        {"--job_id=e2e", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
-         absl::StrCat("--staleness=", staleness), "--heartbeat_interval=1s"},
-        dir, "scheduler");
+    TestClusterTls& tls = TestClusterTls::Get();
+    absl::StatusOr<std::vector<std::string>> args =
+        tls.WithFlags({"--job_id=e2e", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
+                       absl::StrCat("--staleness=", staleness), "--heartbeat_interval=1s"},
+                      "e2e", "scheduler", 0);
+    if (!args.ok()) return args.status();
+    auto scheduler = ServerProcess::Start(RunfilePath("scheduler/kestrel_scheduler"), *args, dir, "scheduler");
     if (!scheduler.ok()) return scheduler.status();
     std::vector<ServerProcess> servers;
     for (int s = 0; s < 2; ++s) {
-      auto server = ServerProcess::Start(
-          RunfilePath("server/kestrel_server"),
-          {"--job_id=e2e", "--num_shards=2", absl::StrCat("--shard_index=", s),
-           absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0), "--scheduler=" + scheduler->address()},
-          dir, absl::StrCat("server", s));
+      args = tls.WithFlags({"--job_id=e2e", "--num_shards=2", absl::StrCat("--shard_index=", s),
+                            absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
+                            "--scheduler=" + scheduler->address()},
+                           "e2e", "server", s);
+      if (!args.ok()) return args.status();
+      auto server = ServerProcess::Start(RunfilePath("server/kestrel_server"), *args, dir, absl::StrCat("server", s));
       if (!server.ok()) return server.status();
       servers.push_back(std::move(server).value());
     }
     std::vector<ServerProcess> workers;
     for (int w = 0; w < 2; ++w) {
-      auto worker = ServerProcess::Spawn(
-          RunfilePath("worker/kestrel_worker"),
-          {"--job_id=e2e", "--config=" + config, "--scheduler=" + scheduler->address(), absl::StrCat("--rank=", w),
-           "--device=cpu", absl::StrCat("--compute_threads=", compute_threads),
-           "--metrics_out=" + dir + "/metrics.jsonl"},
-          dir, absl::StrCat("worker", w));
+      args = tls.WithFlags({"--job_id=e2e", "--config=" + config, "--scheduler=" + scheduler->address(),
+                            absl::StrCat("--rank=", w), "--device=cpu",
+                            absl::StrCat("--compute_threads=", compute_threads),
+                            "--metrics_out=" + dir + "/metrics.jsonl"},
+                           "e2e", "worker", w);
+      if (!args.ok()) return args.status();
+      auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir, absl::StrCat("worker", w));
       if (!worker.ok()) return worker.status();
       workers.push_back(std::move(worker).value());
     }

@@ -1,4 +1,6 @@
-// Two real kestrel_server processes on loopback, driven through the gRPC API across both key ranges.
+// Two real kestrel_server processes on loopback, driven through the gRPC API across both key ranges, over
+// mutual TLS (tests/test_cluster_tls.h): the test's clients present worker 0's certificate, and an admin's
+// where they read fingerprints.
 #include <signal.h>
 
 #include <map>
@@ -10,6 +12,7 @@
 #include "proto/health.grpc.pb.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/server_process.h"
+#include "tests/test_cluster_tls.h"
 #include "worker/grpc_ps_client.h"
 
 namespace kestrel {
@@ -24,16 +27,25 @@ class TwoServersTest : public ::testing::Test {
     const char* tmp = std::getenv("TEST_TMPDIR");
     const std::string dir = tmp != nullptr ? tmp : "/tmp";
     for (int s = 0; s < 2; ++s) {
-      auto p = ServerProcess::Start(binary, {"--job_id=it", "--num_shards=2", "--shard_index=" + std::to_string(s)},
-                                    dir, "server" + std::to_string(s));
+      auto args = TestClusterTls::Get().WithFlags(
+          {"--job_id=it", "--num_shards=2", "--shard_index=" + std::to_string(s)}, "it", "server", s);
+      ASSERT_TRUE(args.ok()) << args.status();
+      auto p = ServerProcess::Start(binary, *args, dir, "server" + std::to_string(s));
       ASSERT_TRUE(p.ok()) << p.status();
       addresses_.push_back(p->address());
       servers_.push_back(std::move(p).value());
     }
+    auto worker = TestClusterTls::Get().Credentials("it", "worker", 0);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = *worker;
+    auto admin = TestClusterTls::Get().Credentials("it", "admin", 0);
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    admin_ = *admin;
     PsClientOptions options;
     options.job_id = "it";
+    options.worker_rank = 0;  // the rank of its certificate (a worker's rows may only move under its own rank)
     options.max_request_bytes = 64 << 10;
-    auto client = NewGrpcPsClient(options, *Partition::Uniform(2), addresses_);
+    auto client = NewGrpcPsClient(options, *Partition::Uniform(2), addresses_, worker_);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(client).value();
   }
@@ -41,11 +53,13 @@ class TwoServersTest : public ::testing::Test {
   std::vector<ServerProcess> servers_;
   std::vector<std::string> addresses_;
   std::unique_ptr<PsClient> client_;
+  std::shared_ptr<grpc::ChannelCredentials> worker_;  // worker 0's certificate
+  std::shared_ptr<grpc::ChannelCredentials> admin_;   // an admin's: may read fingerprints
 };
 
 TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
   for (const std::string& address : addresses_) {
-    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, worker_));
     for (const char* service : {"", "kestrel.ParameterServer"}) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -93,7 +107,7 @@ TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
   EXPECT_EQ((*stats)[0].rows() + (*stats)[1].rows(), first.size());
 
   // A key sent to the wrong server is refused with the owner named.
-  auto stub = ParameterServer::NewStub(grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
+  auto stub = ParameterServer::NewStub(grpc::CreateChannel(addresses_[0], worker_));  // requests claim rank 0
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   PullRequest request;
@@ -107,6 +121,7 @@ TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
   EXPECT_THAT(status.error_message(), HasSubstr("belongs to shard 1"));
 
   // Malformed part/parts are refused on a server without BSP too, and change nothing.
+  auto admin = ParameterServer::NewStub(grpc::CreateChannel(addresses_[0], admin_));
   auto fingerprint = [&]() -> uint64_t {
     grpc::ClientContext c;
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -114,7 +129,7 @@ TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
     stats_request.mutable_header()->set_job_id("it");
     stats_request.set_fingerprints(true);
     StatsResponse stats_response;
-    EXPECT_TRUE(stub->Stats(&c, stats_request, &stats_response).ok());
+    EXPECT_TRUE(admin->Stats(&c, stats_request, &stats_response).ok());
     uint64_t f = 0;
     for (const TableDescription& t : stats_response.tables()) f ^= t.fingerprint() * 31 + t.rows();
     return f;
