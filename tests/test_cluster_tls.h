@@ -1,5 +1,5 @@
-// Mutual TLS for the cross-process tests, so they run the way a real job does (issue 12: tests/ runs with
-// mutual TLS by default). One throwaway CA per test process (common/testing_certs.h) under $TEST_TMPDIR, made
+// Mutual TLS for the cross-process tests, so they run the way a real job does (every job runs over mutual TLS
+// by default). One throwaway CA per test process (common/testing_certs.h) under $TEST_TMPDIR, made
 // on first use; a leaf certificate per (job, role, rank), issued once and reused by every process and client of
 // that identity, so a test pays for a handful of openssl runs, not one per process it starts.
 //
