@@ -197,7 +197,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
         }
         if (status.ok()) status = store_->Restore(manifest, *shard_, request->min_worker_generation());
       } else if (request->name().empty()) {
-        status = shard_->Restore({}, request->min_worker_generation(), [](Shard::RowSink) { return absl::OkStatus(); });
+        status = shard_->Restore({}, request->min_worker_generation(), [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
       } else {
         status = absl::FailedPreconditionError(absl::StrFormat(
             "server %d was started without --checkpoint_dir: it cannot restore %s", shard_->shard_index(),

@@ -169,7 +169,10 @@ absl::StatusOr<bool> Shard::AddTable(const TableConfig& config) {
         "shard %d already holds %d tables, its limit (--max_tables)", shard_index(), current.size()));
   }
   auto next = std::make_unique<TableMap>(current);
+  Table* added = table->get();
   (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
+  if (config.capacity().max_disk_bytes() > 0) added->SetColdTier(cold_tier_);
+  ApplyBudgetsLocked(*next);
   table_maps_.push_back(std::move(next));
   tables_.store(table_maps_.back().get(), std::memory_order_release);
   return true;
@@ -316,6 +319,7 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
                          absl::FunctionRef<float*(size_t floats)> alloc) {
   absl::ReaderMutexLock state(&state_mu_);
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
+  KESTREL_RETURN_IF_ERROR(CheckTier());
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   const size_t floats = keys.size() * static_cast<size_t>(table->dim());
@@ -327,7 +331,7 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
   float* out = alloc(floats);
   if (options_.bsp_workers > 0 && ctx.worker_rank >= 0) {
     absl::ReaderMutexLock lock(&undo_mu_);
-    table->Pull(keys, out);
+    KESTREL_RETURN_IF_ERROR(table->Pull(keys, out, ctx.clock));
     // A pull for a clock already applied here: answer the rows as they were before it (see the class comment).
     auto it = undo_.find(name);
     if (it != undo_.end() && it->second.clock == ctx.clock) {
@@ -343,7 +347,7 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
       }
     }
   } else {
-    table->Pull(keys, out);
+    KESTREL_RETURN_IF_ERROR(table->Pull(keys, out, ctx.clock));
   }
   pull_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pulled_.fetch_add(keys.size(), std::memory_order_relaxed);
@@ -354,6 +358,7 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
                           absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) {
   absl::ReaderMutexLock state(&state_mu_);
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
+  KESTREL_RETURN_IF_ERROR(CheckTier());
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
@@ -379,19 +384,23 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
         undo.clock = batch->clock;
         undo.keys = batch->keys;
         undo.values.resize(batch->keys.size() * static_cast<size_t>(table->dim()));
-        table->Pull(undo.keys, undo.values.data());
-        table->Push(batch->keys, batch->grads.data());
+        absl::Status applied = table->Pull(undo.keys, undo.values.data(), batch->clock);
+        if (applied.ok()) applied = table->Push(batch->keys, batch->grads.data(), batch->clock);
+        KESTREL_RETURN_IF_ERROR(TierFailed(applied));
       }
       AggregatorFor(*table)->Applied(batch->clock);
     }
   } else if (ctx.worker_rank < 0 || ctx.request_id == 0) {
-    table->Push(keys, grads.data());  // tools: no idempotence
+    KESTREL_RETURN_IF_ERROR(TierFailed(table->Push(keys, grads.data(), ctx.clock)));  // tools: no idempotence
   } else {
     switch (recent_requests_.Begin(ctx.worker_rank, ctx.request_id)) {
-      case RecentRequests::Seen::kNew:
-        table->Push(keys, grads.data());
+      case RecentRequests::Seen::kNew: {
+        absl::Status applied = table->Push(keys, grads.data(), ctx.clock);
+        // On failure the push stays "in flight": the shard refuses everything until a restore anyway.
+        KESTREL_RETURN_IF_ERROR(TierFailed(applied));
         recent_requests_.Applied(ctx.worker_rank, ctx.request_id);
         break;
+      }
       case RecentRequests::Seen::kInFlight:  // the original is being applied: do not acknowledge yet
         return absl::UnavailableError(
             absl::StrFormat("push %d of worker %d is being applied; retry", ctx.request_id, ctx.worker_rank));
@@ -407,6 +416,64 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
   push_requests_.fetch_add(1, std::memory_order_relaxed);
   keys_pushed_.fetch_add(keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status Shard::CheckTier() const {
+  if (!tier_failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&tier_mu_);
+  return absl::FailedPreconditionError(tier_error_);
+}
+
+absl::Status Shard::TierFailed(absl::Status status) {
+  if (status.ok()) return status;
+  std::function<void(const absl::Status&)> listener;
+  std::string error;
+  {
+    absl::MutexLock lock(&tier_mu_);
+    if (!tier_failed_.load(std::memory_order_relaxed)) {
+      tier_error_ = absl::StrFormat(
+          "shard %d: its disk tier failed while applying a push (%s): it holds part of that push and refuses "
+          "requests until it is restored from a checkpoint",
+          shard_index(), status.ToString());
+      tier_failed_.store(true, std::memory_order_release);
+    }
+    listener = failure_listener_;
+    error = tier_error_;
+  }
+  if (listener) listener(status);
+  return absl::FailedPreconditionError(error);
+}
+
+void Shard::SetFailureListener(std::function<void(const absl::Status&)> listener) {
+  absl::MutexLock lock(&tier_mu_);
+  failure_listener_ = std::move(listener);
+}
+
+void Shard::SetColdTier(ColdTier* tier) {
+  absl::MutexLock lock(&mu_);
+  cold_tier_ = tier;
+  for (const auto& [name, table] : *tables_.load(std::memory_order_acquire)) {
+    table->SetColdTier(table->config().capacity().max_disk_bytes() > 0 ? tier : nullptr);
+  }
+}
+
+void Shard::ApplyBudgetsLocked(const TableMap& tables) {
+  // The server's budget is shared by the bounded tables in proportion to their row sizes (so they hold about
+  // as many rows each: a model's tables see the same keys); a table's own max_memory_bytes caps its share.
+  uint64_t total_row_floats = 0;
+  for (const auto& [name, table] : tables) {
+    if (table->bounded()) total_row_floats += table->stored_floats() + 2;
+  }
+  for (const auto& [name, table] : tables) {
+    if (!table->bounded()) continue;
+    uint64_t budget = table->config().capacity().max_memory_bytes();
+    if (options_.memory_budget_bytes > 0) {
+      const uint64_t share = static_cast<uint64_t>(static_cast<long double>(options_.memory_budget_bytes) *
+                                                   (table->stored_floats() + 2) / total_row_floats);
+      budget = budget == 0 ? share : std::min(budget, share);
+    }
+    table->SetMemoryBudget(budget);
+  }
 }
 
 BspAggregator* Shard::AggregatorFor(const Table& table) {
@@ -425,7 +492,7 @@ absl::Status Shard::Exclusive(absl::FunctionRef<absl::Status(const std::vector<T
 }
 
 absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
-                            absl::FunctionRef<absl::Status(RowSink sink)> load) {
+                            absl::FunctionRef<absl::Status(RowSink rows, SketchSink sketches)> load) {
   absl::MutexLock state(&state_mu_);
   for (const TableConfig& config : tables) {
     absl::StatusOr<bool> added = AddTable(config);
@@ -446,8 +513,7 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
   for (const TableConfig& config : DescribeTables()) all.push_back(const_cast<Table*>(FindTable(config.name())));
   for (Table* table : all) table->Clear();
   const TableMap& map = *tables_.load(std::memory_order_acquire);
-  absl::Status loaded = load([&](absl::string_view name, uint64_t key,
-                                 absl::Span<const float> row) -> absl::StatusOr<bool> {
+  auto rows = [&](absl::string_view name, uint64_t key, absl::Span<const float> row) -> absl::StatusOr<bool> {
     auto it = map.find(name);
     if (it == map.end()) {
       return absl::DataLossError(absl::StrFormat("the checkpoint holds rows of table '%s', which its manifest lacks",
@@ -456,7 +522,19 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
     if (partition_.OwnerOf(key) != shard_index()) return false;
     KESTREL_RETURN_IF_ERROR(it->second->LoadRow(key, row));
     return true;
-  });
+  };
+  auto sketches = [&](absl::string_view name, const AdmissionSketchState& state) -> absl::StatusOr<bool> {
+    auto it = map.find(name);
+    if (it == map.end()) {
+      return absl::DataLossError(
+          absl::StrFormat("the checkpoint holds an admission sketch of table '%s', which its manifest lacks", Clip(name)));
+    }
+    // Written for another key span (another partition): admission counts start afresh.
+    if (state.key_lo() != ranges_.front().first || state.key_hi() != ranges_.back().last) return false;
+    KESTREL_RETURN_IF_ERROR(it->second->LoadSketchState(state));
+    return true;
+  };
+  absl::Status loaded = load(rows, sketches);
   if (!loaded.ok()) {
     for (Table* table : all) table->Clear();
     restore_error_ = absl::StrFormat("shard %d failed to restore a checkpoint and holds no data: %s", shard_index(),
@@ -464,6 +542,11 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
     return loaded;
   }
   restore_error_.clear();
+  {
+    absl::MutexLock lock(&tier_mu_);
+    tier_failed_.store(false, std::memory_order_release);
+    tier_error_.clear();
+  }
   uint64_t floor = min_worker_generation_.load();
   while (floor < min_worker_generation && !min_worker_generation_.compare_exchange_weak(floor, min_worker_generation)) {
   }
@@ -479,7 +562,8 @@ ShardStats Shard::Stats() const {
   stats.rejected_requests = rejected_requests_.load(std::memory_order_relaxed);
   for (const TableConfig& config : DescribeTables()) {
     const Table* table = FindTable(config.name());
-    stats.tables.push_back({config, table->num_rows(), table->memory_bytes(), table->raw_bytes()});
+    stats.tables.push_back(
+        {config, table->num_rows(), table->memory_bytes(), table->raw_bytes(), table->tier_stats()});
   }
   return stats;
 }

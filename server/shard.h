@@ -82,6 +82,10 @@ struct ShardOptions {
   // up to RecentRequests' window. Once the shard hears from the scheduler, the job's worker count replaces it;
   // a push from a worker beyond it is refused (ResourceExhausted) rather than forgetting another's. Default: 256.
   size_t max_push_workers = 256;
+  // Bytes of memory the shard's bounded tables (those with a CapacityPolicy) may hold together, shared in
+  // proportion to their row sizes; a table's own max_memory_bytes caps its share. 0: only the tables' own
+  // budgets. Default: 0.
+  uint64_t memory_budget_bytes = 0;
 };
 
 
@@ -90,6 +94,7 @@ struct TableStats {
   uint64_t rows = 0;
   uint64_t memory_bytes = 0;
   uint64_t raw_bytes = 0;
+  TableTierStats tier;
 };
 
 struct ShardStats {
@@ -174,13 +179,24 @@ class Shard {
   // Receives one checkpointed row: returns whether this shard owns `key` and took the row.
   using RowSink = absl::FunctionRef<absl::StatusOr<bool>(absl::string_view table, uint64_t key,
                                                           absl::Span<const float> row)>;
+  // Receives a checkpointed admission sketch: returns whether it was written for this shard's key span (and
+  // was taken; other spans' are ignored, admission then starts afresh).
+  using SketchSink =
+      absl::FunctionRef<absl::StatusOr<bool>(absl::string_view table, const AdmissionSketchState& state)>;
   // Replaces the shard's state with a checkpoint's: creates the tables of `tables` that do not exist
   // (FailedPrecondition when one exists with another config), empties every table, drops buffered BSP pushes,
   // then lets `load` feed rows to the sink; rows of keys other shards own are ignored. From then on, worker
   // requests with a generation below `min_worker_generation` are refused (Aborted). If `load` fails, the shard
   // is left empty and refuses every request (FailedPrecondition) until a Restore succeeds.
   absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
-                       absl::FunctionRef<absl::Status(RowSink sink)> load);
+                       absl::FunctionRef<absl::Status(RowSink rows, SketchSink sketches)> load);
+
+  // Where bounded tables with a disk budget put the rows they move out of memory (null: none, the default;
+  // such tables then drop them). Must outlive the shard's use of it; set before serving.
+  void SetColdTier(ColdTier* tier);
+  // `listener` (may be null) runs once when a disk tier fails mid-push: the shard then refuses requests
+  // (FailedPrecondition) until a Restore. The server's listener exits, so the scheduler recovers the job.
+  void SetFailureListener(std::function<void(const absl::Status&)> listener);
 
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
@@ -214,6 +230,12 @@ class Shard {
 
   // Publishes a new table (CreateTable and Restore).
   absl::StatusOr<bool> AddTable(const TableConfig& config);
+  // Gives every bounded table of `tables` its memory budget (see ShardOptions::memory_budget_bytes).
+  void ApplyBudgetsLocked(const TableMap& tables) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK, or FailedPrecondition after a disk tier failed (until a Restore).
+  absl::Status CheckTier() const;
+  // Records a failed table update (a disk tier's), returns the error callers get; OK stays OK.
+  absl::Status TierFailed(absl::Status status);
 
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);
@@ -230,6 +252,12 @@ class Shard {
   mutable absl::Mutex mu_;  // serializes table publication
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
+  ColdTier* cold_tier_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  mutable absl::Mutex tier_mu_;
+  std::atomic<bool> tier_failed_{false};
+  std::string tier_error_ ABSL_GUARDED_BY(tier_mu_);
+  std::function<void(const absl::Status&)> failure_listener_ ABSL_GUARDED_BY(tier_mu_);
 
   struct JobView {
     uint64_t job_generation = 0;

@@ -15,7 +15,9 @@
 #include "common/partition.h"
 #include "common/status.h"
 #include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
+#include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 
@@ -42,6 +44,15 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what) {
   return absl::UnavailableError(message);
 }
 
+// Store keys below kTablesStart are metadata, not rows (table names start with [A-Za-z0-9_.-]).
+constexpr char kMetaPrefix = '\x01';
+constexpr absl::string_view kTablesStart = "\x02";
+// A table's admission sketch (AdmissionSketchState) is kept under kSketchPrefix + table name.
+const std::string& SketchPrefix() {
+  static const std::string* prefix = new std::string(std::string(1, kMetaPrefix) + std::string("sketch\0", 7));
+  return *prefix;
+}
+
 void AppendRowKey(absl::string_view table, uint64_t key, std::string* out) {
   out->assign(table.data(), table.size());
   out->push_back('\0');
@@ -66,6 +77,10 @@ rocksdb::Options LiveOptions() {
   options.write_buffer_size = 64 << 20;
   options.max_background_jobs = 2;
   options.keep_log_file_num = 2;
+  // The disk tier reads single rows, many of them absent: a Bloom filter answers most of those in memory.
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   return options;
 }
 
@@ -106,7 +121,7 @@ absl::StatusOr<std::unique_ptr<CheckpointTableReader>> CheckpointTableReader::Op
   if (!table.empty()) reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
   KESTREL_ASSIGN_OR_RETURN(reader->db_, OpenSnapshot(dir, reader->where_));
   reader->it_.reset(reader->db_->NewIterator(SnapshotReadOptions()));
-  reader->it_->Seek(reader->prefix_);
+  reader->it_->Seek(table.empty() ? rocksdb::Slice(kTablesStart.data(), kTablesStart.size()) : rocksdb::Slice(reader->prefix_));
   KESTREL_RETURN_IF_ERROR(reader->Load());
   return reader;
 }
@@ -168,13 +183,32 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
   answer.set_shard(shard_);
   answer.set_dir(CheckpointLayout::ShardDirName(shard_));
   const absl::Time start = absl::Now();
-  // Values and optimizer state of every changed row, with no request in between: one consistent cut.
+  absl::Time written;
+  const std::string dir = layout_.ShardDir(name, shard_);
+  auto snapshot = [&]() -> absl::Status {
+    std::error_code error;
+    fs::create_directories(fs::path(dir).parent_path(), error);
+    if (error) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
+    }
+    KESTREL_RETURN_IF_ERROR(
+        FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", shard_)));
+    rocksdb::Checkpoint* raw = nullptr;
+    KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
+    std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+    return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                     absl::StrFormat("shard %d: snapshot into %s", shard_, dir));
+  };
+  bool snapshot_taken = false;
+  // Values, optimizer state, meta, deletions and admission sketches, with no request in between: one cut.
   KESTREL_RETURN_IF_ERROR(shard.Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
     rocksdb::WriteOptions write_options;
     write_options.disableWAL = true;
     rocksdb::WriteBatch batch;
     std::string key;
-    uint64_t rows = 0, bytes = 0;
+    uint64_t rows = 0, bytes = 0, deleted = 0;
+    bool disk_tier = false;
     auto write = [&]() -> absl::Status {
       if (batch.Count() == 0) return absl::OkStatus();
       KESTREL_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch),
@@ -185,7 +219,16 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
     for (Table* table : tables) {
       *answer.add_tables() = table->config();
       answer.set_rows(answer.rows() + table->num_rows());
+      disk_tier |= table->config().capacity().max_disk_bytes() > 0;
       const std::string& table_name = table->config().name();
+      // Rows that left the table since the last checkpoint: a tombstone, not a resurrection on restore (written
+      // before the rows: a key that left and came back is a row again).
+      KESTREL_RETURN_IF_ERROR(table->ForEachTombstone([&](uint64_t k) -> absl::Status {
+        AppendRowKey(table_name, k, &key);
+        batch.Delete(key);
+        ++deleted;
+        return batch.GetDataSize() >= kBatchBytes ? write() : absl::OkStatus();
+      }));
       KESTREL_RETURN_IF_ERROR(table->ForEachDirtyRow([&](uint64_t k, absl::Span<const float> row) -> absl::Status {
         AppendRowKey(table_name, k, &key);
         const size_t row_bytes = row.size() * sizeof(float);
@@ -194,6 +237,14 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
         bytes += key.size() + row_bytes;
         return batch.GetDataSize() >= kBatchBytes ? write() : absl::OkStatus();
       }));
+      if (table->sketch_dirty()) {
+        std::optional<AdmissionSketchState> sketch = table->SketchState();
+        if (sketch.has_value()) {
+          const std::string value = sketch->SerializeAsString();
+          batch.Put(SketchPrefix() + table_name, value);
+          bytes += value.size();
+        }
+      }
     }
     KESTREL_RETURN_IF_ERROR(write());
     CrashPoint("server.checkpoint.rows_written");
@@ -201,21 +252,18 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
     for (Table* table : tables) table->ClearDirty();
     answer.set_rows_written(rows);
     answer.set_bytes_written(bytes);
+    answer.set_rows_deleted(deleted);
+    written = absl::Now();
+    if (disk_tier) {
+      // Pushes write rows moving to disk straight into the store: cut the snapshot before they resume.
+      KESTREL_RETURN_IF_ERROR(snapshot());
+      snapshot_taken = true;
+    }
     return absl::OkStatus();
   }));
-  const absl::Time written = absl::Now();
-
-  const std::string dir = layout_.ShardDir(name, shard_);
-  std::error_code error;
-  fs::create_directories(fs::path(dir).parent_path(), error);
-  if (error) return absl::UnavailableError(absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
-  KESTREL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", shard_)));
-  rocksdb::Checkpoint* raw = nullptr;
-  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
-  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  KESTREL_RETURN_IF_ERROR(FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
-                                    absl::StrFormat("shard %d: snapshot into %s", shard_, dir)));
+  if (!snapshot_taken) KESTREL_RETURN_IF_ERROR(snapshot());
   CrashPoint("server.checkpoint.snapshot_cut");
+  std::error_code error;
 
   // The snapshot's files, with checksums (an SST file's once: they are immutable).
   std::vector<std::string> files;
@@ -249,20 +297,25 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
 
 absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
                                  uint64_t min_worker_generation) {
+  // The working store is recreated inside the shard's exclusive section, before any row is loaded: rows a
+  // bounded table moves to disk while loading go to the new store, and no request sees the old one go.
+  auto reset = [this]() { return Reset(); };
   if (!manifest.has_value()) {
-    KESTREL_RETURN_IF_ERROR(shard.Restore({}, min_worker_generation, [](Shard::RowSink) { return absl::OkStatus(); }));
+    KESTREL_RETURN_IF_ERROR(shard.Restore({}, min_worker_generation,
+                                          [&](Shard::RowSink, Shard::SketchSink) { return reset(); }));
     KLOG(Info) << "shard " << shard_ << ": reset to the job's beginning (no checkpoint)";
-    return Reset();
+    return absl::OkStatus();
   }
-  absl::Status restored = LoadCheckpoint(layout_, *manifest, shard, min_worker_generation);
-  // Whatever happened, the working store no longer mirrors the tables: start it afresh (every row is dirty).
-  absl::Status reset = Reset();
-  KESTREL_RETURN_IF_ERROR(restored);
-  return reset;
+  return Load(layout_, *manifest, shard, min_worker_generation, reset);
 }
 
 absl::Status ShardStore::LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
                                         Shard& shard, uint64_t min_worker_generation) {
+  return Load(layout, manifest, shard, min_worker_generation, [] { return absl::OkStatus(); });
+}
+
+absl::Status ShardStore::Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
+                              uint64_t min_worker_generation, absl::FunctionRef<absl::Status()> before_rows) {
   const std::string name = CheckpointLayout::CheckpointName(manifest.sequence());
   absl::StatusOr<Partition> old = Partition::Parse(manifest.partition());
   if (!old.ok()) {
@@ -280,28 +333,114 @@ absl::Status ShardStore::LoadCheckpoint(const CheckpointLayout& layout, const Ch
     sources.push_back(s);
   }
   const std::vector<TableConfig> tables(manifest.tables().begin(), manifest.tables().end());
-  uint64_t loaded = 0, read = 0;
+  uint64_t loaded = 0, read = 0, sketches = 0;
   const absl::Time start = absl::Now();
-  absl::Status restored = shard.Restore(tables, min_worker_generation, [&](Shard::RowSink sink) -> absl::Status {
-    for (int s : sources) {
-      KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointTableReader> reader,
-                               CheckpointTableReader::Open(layout, manifest, s, /*table=*/""));
-      for (; reader->Valid(); ++read) {
-        absl::StatusOr<bool> taken = sink(reader->table(), reader->key(), reader->row());
-        if (!taken.ok()) {
-          return absl::DataLossError(absl::StrCat(reader->where(), ": ", taken.status().message()));
+  absl::Status restored = shard.Restore(
+      tables, min_worker_generation, [&](Shard::RowSink sink, Shard::SketchSink sketch_sink) -> absl::Status {
+        KESTREL_RETURN_IF_ERROR(before_rows());
+        for (int s : sources) {
+          KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointTableReader> reader,
+                                   CheckpointTableReader::Open(layout, manifest, s, /*table=*/""));
+          for (; reader->Valid(); ++read) {
+            absl::StatusOr<bool> taken = sink(reader->table(), reader->key(), reader->row());
+            if (!taken.ok()) {
+              return absl::DataLossError(absl::StrCat(reader->where(), ": ", taken.status().message()));
+            }
+            loaded += *taken;
+            KESTREL_RETURN_IF_ERROR(reader->Next());
+          }
+          KESTREL_RETURN_IF_ERROR(reader->ForEachSketch(
+              [&](absl::string_view table, const AdmissionSketchState& state) -> absl::Status {
+                absl::StatusOr<bool> taken = sketch_sink(table, state);
+                if (!taken.ok()) {
+                  return absl::DataLossError(absl::StrCat(reader->where(), ": ", taken.status().message()));
+                }
+                sketches += *taken;
+                return absl::OkStatus();
+              }));
         }
-        loaded += *taken;
-        KESTREL_RETURN_IF_ERROR(reader->Next());
-      }
-    }
-    return absl::OkStatus();
-  });
+        return absl::OkStatus();
+      });
   KESTREL_RETURN_IF_ERROR(restored);
-  KLOG(Info) << absl::StrFormat("shard %d: loaded checkpoint %s (clock %d): %d rows from %d shard(s) (%d read) in %.3f s",
-                                shard.shard_index(), name, manifest.clock(), loaded, sources.size(), read,
-                                absl::ToDoubleSeconds(absl::Now() - start));
+  KLOG(Info) << absl::StrFormat(
+      "shard %d: loaded checkpoint %s (clock %d): %d rows from %d shard(s) (%d read), %d admission sketch(es) in %.3f s",
+      shard.shard_index(), name, manifest.clock(), loaded, sources.size(), read, sketches,
+      absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+absl::Status ShardStore::Write(absl::string_view table, absl::Span<const uint64_t> keys,
+                               absl::Span<const float> rows) {
+  if (keys.empty()) return absl::OkStatus();
+  const size_t floats = rows.size() / keys.size();
+  rocksdb::WriteBatch batch;
+  std::string key;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    AppendRowKey(table, keys[i], &key);
+    batch.Put(key, rocksdb::Slice(reinterpret_cast<const char*>(rows.data() + i * floats), sizeof(float) * floats));
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;  // the working store never survives a crash (see the class comment)
+  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier write", shard_));
+}
+
+absl::Status ShardStore::Delete(absl::string_view table, absl::Span<const uint64_t> keys) {
+  if (keys.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  std::string key;
+  for (uint64_t k : keys) {
+    AppendRowKey(table, k, &key);
+    batch.Delete(key);
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;
+  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier delete", shard_));
+}
+
+absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+                              std::vector<uint8_t>* found) {
+  const size_t n = keys.size();
+  thread_local std::vector<std::string> stored_keys;
+  thread_local std::vector<rocksdb::Slice> slices;
+  stored_keys.resize(n);
+  slices.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    AppendRowKey(table, keys[i], &stored_keys[i]);
+    slices[i] = stored_keys[i];
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  rocksdb::ReadOptions read_options;
+  db_->MultiGet(read_options, db_->DefaultColumnFamily(), n, slices.data(), values.data(), statuses.data(),
+                /*sorted_input=*/false);
+  const size_t row_bytes = sizeof(float) * floats;
+  found->assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    KESTREL_RETURN_IF_ERROR(FromRocks(statuses[i], absl::StrFormat("shard %d: disk tier read", shard_)));
+    if (values[i].size() != row_bytes) {
+      return absl::DataLossError(absl::StrFormat("shard %d: disk tier row of table '%s' has %d bytes, expected %d",
+                                                 shard_, table, values[i].size(), row_bytes));
+    }
+    std::memcpy(rows + i * floats, values[i].data(), row_bytes);
+    (*found)[i] = 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointTableReader::ForEachSketch(
+    absl::FunctionRef<absl::Status(absl::string_view table, const AdmissionSketchState& state)> fn) {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(SnapshotReadOptions()));
+  const std::string& prefix = SketchPrefix();
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    AdmissionSketchState state;
+    if (!state.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError(absl::StrCat(where_, ": malformed admission sketch"));
+    }
+    const rocksdb::Slice key = it->key();
+    KESTREL_RETURN_IF_ERROR(fn(absl::string_view(key.data() + prefix.size(), key.size() - prefix.size()), state));
+  }
+  return FromRocks(it->status(), absl::StrCat(where_, ": reading admission sketches"));
 }
 
 }  // namespace kestrel

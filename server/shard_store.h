@@ -13,9 +13,16 @@
 // owns. The working store is then recreated empty and every row is dirty, so the next checkpoint writes all.
 //
 // Row encoding: key = table name, a zero byte, the key as 8 bytes big-endian (so a table's rows are contiguous
-// and in key order); value = dim values then the optimizer's slot floats, little-endian float32. The working
-// store is written without a WAL: after a crash it is discarded (Open() recreates it); the checkpoints are
-// what survives.
+// and in key order); value = dim values then the optimizer's slot floats, little-endian float32, then for
+// bounded tables the row's meta (last-push clock and push count, little-endian uint32 each; server/table.h).
+// Keys starting with byte 0x01 are metadata: "\x01sketch\0<table>" holds a bounded table's admission sketch
+// (AdmissionSketchState, proto/table.proto). The working store is written without a WAL: after a crash it is
+// discarded (Open() recreates it); the checkpoints are what survives.
+//
+// Bounded tables. A checkpoint deletes the rows that left a bounded table since the previous one (tombstones),
+// and the store doubles as the disk tier (ColdTier) of tables with a disk budget: rows they move out of memory
+// are written here between checkpoints, so with such a table the snapshot is cut inside the exclusive section
+// (pushes would otherwise write rows past the cut into it).
 //
 // Thread-compatible: one Checkpoint/Restore at a time (the server runs them on one admin thread).
 #ifndef KESTREL_SERVER_SHARD_STORE_H_
@@ -28,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -60,6 +68,9 @@ class CheckpointTableReader {
   absl::Span<const float> row() const { return row_; }
   // Moves to the next row of the table; DataLoss naming the file for a malformed row or a read error.
   absl::Status Next();
+  // Calls fn for each admission sketch the shard's checkpoint holds (bounded tables; by table name).
+  absl::Status ForEachSketch(
+      absl::FunctionRef<absl::Status(absl::string_view table, const AdmissionSketchState& state)> fn);
   // "checkpoint X, shard N (dir)", for errors.
   const std::string& where() const { return where_; }
 
@@ -78,12 +89,12 @@ class CheckpointTableReader {
   std::vector<float> row_;
 };
 
-class ShardStore {
+class ShardStore : public ColdTier {
  public:
   // Creates an empty working store for server `shard` under layout's root (deleting a previous one: its
   // contents are of an earlier life of this server).
   static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
-  ~ShardStore();
+  ~ShardStore() override;
 
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
@@ -106,8 +117,20 @@ class ShardStore {
   int shard_index() const { return shard_; }
   const CheckpointLayout& layout() const { return layout_; }
 
+  // ColdTier: bounded tables' rows moved out of memory live in the working store, under the same keys as
+  // checkpointed rows (so a checkpoint's snapshot holds them). Set it on the shard (Shard::SetColdTier);
+  // thread-safe, but not during Restore (which the shard runs exclusively anyway).
+  absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override;
+  absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+                    std::vector<uint8_t>* found) override;
+  absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override;
+
  private:
   ShardStore(const CheckpointLayout& layout, int shard);
+  // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
+  // the shard's exclusive section.
+  static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
+                           uint64_t min_worker_generation, absl::FunctionRef<absl::Status()> before_rows);
   // (Re)creates the empty working store.
   absl::Status Reset();
 

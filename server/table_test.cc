@@ -47,7 +47,7 @@ void ExpectInvalid(const TableConfig& config) {
 
 std::vector<float> Pull(const Table& table, const std::vector<uint64_t>& keys) {
   std::vector<float> out(keys.size() * table.dim(), std::nanf(""));
-  table.Pull(keys, out.data());
+  EXPECT_TRUE(table.Pull(keys, out.data()).ok());
   return out;
 }
 
@@ -152,7 +152,7 @@ TEST(TableTest, PushCreatesRowsAndPullReturnsUpdatedValues) {
   const auto table = MustCreate(config);
   const std::vector<uint64_t> keys = {3, 0, ~0ULL, 1ULL << 63, 42};
   const std::vector<float> grads = Grads(keys, 4);
-  table->Push(keys, grads.data());
+  EXPECT_TRUE(table->Push(keys, grads.data()).ok());
   EXPECT_EQ(table->num_rows(), keys.size());
 
   const std::vector<float> init = InitialRows(config, keys);
@@ -175,7 +175,7 @@ TEST(TableTest, PushCreatesRowsAndPullReturnsUpdatedValues) {
   EXPECT_EQ(table->num_rows(), keys.size());
 
   // A second push applies to the existing rows.
-  table->Push(keys, grads.data());
+  EXPECT_TRUE(table->Push(keys, grads.data()).ok());
   EXPECT_EQ(table->num_rows(), keys.size());
   for (size_t i = 0; i < expected.size(); ++i) expected[i] -= grads[i];
   EXPECT_EQ(Pull(*table, keys), expected);
@@ -191,10 +191,10 @@ TEST(TableTest, ManyKeysGrowStripesAndIndex) {
   // Push in batches of varying size, then push the first half again in one batch.
   for (size_t begin = 0, batch = 1; begin < kKeys; begin += batch, batch = batch * 2 + 1) {
     const size_t end = std::min(kKeys, begin + batch);
-    table->Push(absl::MakeConstSpan(keys).subspan(begin, end - begin), grads.data() + begin * kDim);
+    EXPECT_TRUE(table->Push(absl::MakeConstSpan(keys).subspan(begin, end - begin), grads.data() + begin * kDim).ok());
     ASSERT_EQ(table->num_rows(), end);
   }
-  table->Push(absl::MakeConstSpan(keys).subspan(0, kKeys / 2), grads.data());
+  EXPECT_TRUE(table->Push(absl::MakeConstSpan(keys).subspan(0, kKeys / 2), grads.data()).ok());
   EXPECT_EQ(table->num_rows(), kKeys);
 
   const std::vector<float> init = InitialRows(config, keys);
@@ -222,7 +222,7 @@ TEST(TableTest, ForEachRowVisitsEveryRowOnce) {
   const auto table = MustCreate(config);
   const std::vector<uint64_t> keys = Keys(5000);
   const std::vector<float> grads = Grads(keys, 2);
-  table->Push(keys, grads.data());
+  EXPECT_TRUE(table->Push(keys, grads.data()).ok());
   const std::vector<float> pulled = Pull(*table, keys);
   std::map<uint64_t, size_t> position;
   for (size_t i = 0; i < keys.size(); ++i) position[keys[i]] = i;
@@ -251,7 +251,7 @@ TEST(TableTest, FingerprintIsOrderIndependent) {
   const auto empty = MustCreate(config);
   const std::vector<uint64_t> keys = Keys(3000);
   const std::vector<float> grads = Grads(keys, 4);
-  a->Push(keys, grads.data());
+  EXPECT_TRUE(a->Push(keys, grads.data()).ok());
 
   std::vector<size_t> order(keys.size());
   std::iota(order.begin(), order.end(), 0);
@@ -263,8 +263,8 @@ TEST(TableTest, FingerprintIsOrderIndependent) {
     shuffled_grads.insert(shuffled_grads.end(), grads.begin() + i * 4, grads.begin() + (i + 1) * 4);
   }
   // In two batches of different size.
-  b->Push(absl::MakeConstSpan(shuffled_keys).subspan(0, 1000), shuffled_grads.data());
-  b->Push(absl::MakeConstSpan(shuffled_keys).subspan(1000), shuffled_grads.data() + 1000 * 4);
+  EXPECT_TRUE(b->Push(absl::MakeConstSpan(shuffled_keys).subspan(0, 1000), shuffled_grads.data()).ok());
+  EXPECT_TRUE(b->Push(absl::MakeConstSpan(shuffled_keys).subspan(1000), shuffled_grads.data() + 1000 * 4).ok());
 
   EXPECT_EQ(a->Fingerprint(), b->Fingerprint());
   EXPECT_NE(a->Fingerprint(), empty->Fingerprint());
@@ -272,15 +272,15 @@ TEST(TableTest, FingerprintIsOrderIndependent) {
   // One more push changes the values (and the accumulator) of one row.
   const std::vector<uint64_t> one = {keys[17]};
   const std::vector<float> g = {1, 0, 0, 0};
-  b->Push(one, g.data());
+  EXPECT_TRUE(b->Push(one, g.data()).ok());
   EXPECT_NE(a->Fingerprint(), b->Fingerprint());
 
   // A push that only creates a row (zero gradient) changes it too.
   const std::vector<uint64_t> fresh = {0x1234};
   const std::vector<float> zero(4, 0.0f);
-  a->Push(fresh, zero.data());
+  EXPECT_TRUE(a->Push(fresh, zero.data()).ok());
   const auto c = MustCreate(config);
-  c->Push(keys, grads.data());
+  EXPECT_TRUE(c->Push(keys, grads.data()).ok());
   EXPECT_NE(a->Fingerprint(), c->Fingerprint());
 }
 
@@ -291,8 +291,8 @@ TEST(TableTest, FingerprintDependsOnConfig) {
   const auto b = MustCreate(other);
   const std::vector<uint64_t> keys = Keys(10);
   const std::vector<float> grads = Grads(keys, 4);
-  a->Push(keys, grads.data());
-  b->Push(keys, grads.data());
+  EXPECT_TRUE(a->Push(keys, grads.data()).ok());
+  EXPECT_TRUE(b->Push(keys, grads.data()).ok());
   EXPECT_NE(a->Fingerprint(), b->Fingerprint());
 }
 
@@ -325,7 +325,7 @@ TEST(TableTest, ConcurrentPushesToOverlappingKeysSumExactly) {
         const size_t batch = round % 2 == 0 ? keys.size() : 37;
         for (size_t begin = 0; begin < keys.size(); begin += batch) {
           const size_t n = std::min(batch, keys.size() - begin);
-          table->Push(absl::MakeConstSpan(keys).subspan(begin, n), grads.data());
+          EXPECT_TRUE(table->Push(absl::MakeConstSpan(keys).subspan(begin, n), grads.data()).ok());
         }
       }
     });
@@ -366,7 +366,7 @@ TEST(TableTest, DirtyRowsAreThoseWrittenSinceClearDirty) {
   config.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
   const auto table = MustCreate(config);
   const std::vector<uint64_t> keys = Keys(1000);
-  table->Push(keys, Grads(keys, kDim).data());
+  EXPECT_TRUE(table->Push(keys, Grads(keys, kDim).data()).ok());
   EXPECT_EQ(table->num_dirty(), keys.size());
   table->ClearDirty();
   EXPECT_EQ(table->num_dirty(), 0u);
@@ -374,8 +374,8 @@ TEST(TableTest, DirtyRowsAreThoseWrittenSinceClearDirty) {
   // Pulls do not dirty rows; pushes of existing rows do, once each.
   Pull(*table, keys);
   const std::vector<uint64_t> some(keys.begin() + 10, keys.begin() + 20);
-  table->Push(some, Grads(some, kDim).data());
-  table->Push(some, Grads(some, kDim).data());
+  EXPECT_TRUE(table->Push(some, Grads(some, kDim).data()).ok());
+  EXPECT_TRUE(table->Push(some, Grads(some, kDim).data()).ok());
   std::map<uint64_t, std::vector<float>> dirty;
   ASSERT_TRUE(table->ForEachDirtyRow([&](uint64_t key, absl::Span<const float> row) {
                      EXPECT_TRUE(dirty.emplace(key, std::vector<float>(row.begin(), row.end())).second)
@@ -413,7 +413,7 @@ TEST(TableTest, LoadRowRestoresValuesAndOptimizerState) {
   config.mutable_optimizer()->set_type(OptimizerConfig::ADAM);
   const auto source = MustCreate(config);
   const std::vector<uint64_t> keys = Keys(5000);
-  for (int round = 0; round < 3; ++round) source->Push(keys, Grads(keys, kDim).data());
+  for (int round = 0; round < 3; ++round) EXPECT_TRUE(source->Push(keys, Grads(keys, kDim).data()).ok());
   const auto copy = MustCreate(config);
   source->ForEachRow([&](uint64_t key, const float* values, const float*) {
     ASSERT_TRUE(copy->LoadRow(key, absl::MakeConstSpan(values, source->stored_floats())).ok());
@@ -422,8 +422,8 @@ TEST(TableTest, LoadRowRestoresValuesAndOptimizerState) {
   EXPECT_EQ(copy->num_dirty(), keys.size());
   EXPECT_EQ(copy->Fingerprint(), source->Fingerprint());
   // Further identical pushes keep them identical: the Adam moments and step counts came along.
-  source->Push(keys, Grads(keys, kDim).data());
-  copy->Push(keys, Grads(keys, kDim).data());
+  EXPECT_TRUE(source->Push(keys, Grads(keys, kDim).data()).ok());
+  EXPECT_TRUE(copy->Push(keys, Grads(keys, kDim).data()).ok());
   EXPECT_EQ(copy->Fingerprint(), source->Fingerprint());
   // Loading over an existing row replaces it; a row of the wrong width is refused and changes nothing.
   const uint64_t before = copy->Fingerprint();
@@ -441,7 +441,7 @@ TEST(TableTest, MemoryOverheadIsBounded) {
   const auto table = MustCreate(SgdConfig(kDim));
   const std::vector<uint64_t> keys = Keys(100000);
   const std::vector<float> grads = Grads(keys, kDim);
-  table->Push(keys, grads.data());
+  EXPECT_TRUE(table->Push(keys, grads.data()).ok());
   ASSERT_EQ(table->num_rows(), keys.size());
   EXPECT_EQ(table->raw_bytes(), keys.size() * (8 + 4 * kDim));
   const double ratio = static_cast<double>(table->memory_bytes()) / table->raw_bytes();
@@ -469,7 +469,7 @@ TEST(TableChunkTest, WideRowsDoNotReserveMegabytesPerStripe) {
   for (uint64_t k = 0; k < 64; ++k) keys.push_back(Mix64(k));
   std::sort(keys.begin(), keys.end());
   std::vector<float> grads(keys.size() * 4096, 0.5f);
-  (*table)->Push(keys, grads.data());
+  EXPECT_TRUE((*table)->Push(keys, grads.data()).ok());
   EXPECT_EQ((*table)->num_rows(), 64u);
   EXPECT_LT((*table)->memory_bytes(), 4 * (*table)->raw_bytes() + (1 << 20))
       << "memory " << (*table)->memory_bytes() << " raw " << (*table)->raw_bytes();

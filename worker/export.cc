@@ -119,6 +119,11 @@ absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const C
                                                    config.name(), reader.row().size(), dim));
       }
       const uint64_t key = reader.key();
+      if (Table::Expired(config, reader.row(), manifest.clock())) {  // gone for training: not served either
+        KESTREL_RETURN_IF_ERROR(reader.Next());
+        if (reader.Valid()) heads.emplace(reader.key(), r);
+        continue;
+      }
       KESTREL_RETURN_IF_ERROR(WriteBytes(out, &key, sizeof(key), path));
       KESTREL_RETURN_IF_ERROR(WriteBytes(out, reader.row().data(), sizeof(float) * dim, path));  // values only
       ++rows;
@@ -205,12 +210,13 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
     }
     TableConfig config = t.config();
     config.clear_optimizer();  // serving: plain rows, no optimizer state
+    config.clear_capacity();   // nor bounds: every exported row is live
     serving.push_back(config);
   }
   ShardOptions shard_options;
   shard_options.job_id = loaded.model.job_id();
   KESTREL_ASSIGN_OR_RETURN(loaded.shard, Shard::Create(shard_options, *Partition::Uniform(1)));
-  KESTREL_RETURN_IF_ERROR(loaded.shard->Restore(serving, 0, [&](Shard::RowSink sink) -> absl::Status {
+  KESTREL_RETURN_IF_ERROR(loaded.shard->Restore(serving, 0, [&](Shard::RowSink sink, Shard::SketchSink) -> absl::Status {
     for (int i = 0; i < loaded.model.tables_size(); ++i) {
       const TableConfig& config = serving[i];
       const int dim = config.dim();
