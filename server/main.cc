@@ -13,6 +13,7 @@
 
 #include <atomic>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -61,6 +62,10 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in [1 MiB, 1 GiB] (default 64 MiB). Pulls whose answer would "
           "not fit are refused with INVALID_ARGUMENT before any work.");
 ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
+ABSL_FLAG(int64_t, memory_budget_mb, 0,
+          "MiB of memory this server's bounded tables (those whose config has a capacity policy) may hold "
+          "together, shared in proportion to their row sizes; a table's own max_memory_bytes caps its share. "
+          "0: only the tables' own budgets. Default: 0.");
 ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
 ABSL_FLAG(int, max_push_workers, 256,
           "Without --scheduler: the workers whose recent push ids this server remembers, so a retried push is "
@@ -139,6 +144,11 @@ int Run() {
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
   shard_options.shard_index = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
+  if (absl::GetFlag(FLAGS_memory_budget_mb) < 0 || absl::GetFlag(FLAGS_memory_budget_mb) > (int64_t{1} << 30)) {
+    KLOG(Error) << "bad flags: --memory_budget_mb must be in [0, 2^30]";
+    return 2;
+  }
+  shard_options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
   auto shard = Shard::Create(shard_options, *std::move(partition));
   if (!shard.ok()) {
     KLOG(Error) << "cannot create shard: " << shard.status();
@@ -165,6 +175,7 @@ int Run() {
       return 1;
     }
     store = std::move(opened).value();
+    (*shard)->SetColdTier(store.get());  // the disk tier of bounded tables with max_disk_bytes
     if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_scheduler).empty()) {
       absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
       absl::Status restored = latest.status();
@@ -184,6 +195,12 @@ int Run() {
     KLOG(Error) << "--resume needs --checkpoint_dir";
     return 2;
   }
+  // A disk tier that fails mid-push leaves a table holding part of it: exit, and let the scheduler restore the
+  // job from its last checkpoint (without one, the operator restarts with --resume).
+  (*shard)->SetFailureListener([index](const absl::Status& status) {
+    KLOG(Error) << "shard " << index << ": disk tier failed: " << status << "; exiting so the job is restored";
+    std::_Exit(3);
+  });
 
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below

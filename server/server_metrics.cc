@@ -19,6 +19,20 @@ ServerMetrics::ServerMetrics()
       table_rows_(GaugeFamily("kestrel_server_table_rows", "Rows (sparse rows or dense blocks) of each table.")),
       table_memory_bytes_(GaugeFamily("kestrel_server_table_memory_bytes",
                                       "Bytes each table holds in memory (arena chunks and hash index).")),
+      table_memory_budget_bytes_(GaugeFamily("kestrel_server_table_memory_budget_bytes",
+                                             "Memory budget of each bounded table on this server (0: unbounded).")),
+      table_disk_rows_(GaugeFamily("kestrel_server_table_disk_rows", "Rows of each bounded table in the disk tier.")),
+      table_admitted_(CounterFamily("kestrel_server_table_admitted_rows_total",
+                                    "Rows a bounded table created for keys it did not hold.")),
+      table_not_admitted_(CounterFamily("kestrel_server_table_not_admitted_keys_total",
+                                        "Pushed keys a bounded table did not admit yet (their gradients dropped).")),
+      table_evicted_(CounterFamily("kestrel_server_table_evicted_rows_total",
+                                   "Rows a bounded table removed, by reason: ttl (expired) or capacity (dropped).")),
+      table_tier_moves_(CounterFamily("kestrel_server_table_tier_moves_total",
+                                      "Rows a bounded table moved between memory and its disk tier, by destination.")),
+      table_pulled_keys_(CounterFamily("kestrel_server_table_pulled_keys_total",
+                                       "Keys pulled from a bounded table, by where the answer came from: memory, "
+                                       "disk, or initial (absent or expired).")),
       checkpoint_duration_(NewHistogram("kestrel_server_checkpoint_duration_seconds",
                                         "Time to write this server's part of a checkpoint (changed rows, RocksDB "
                                         "snapshot, checksums).",
@@ -40,6 +54,24 @@ void ServerMetrics::Refresh(const Shard& shard) {
   for (const TableStats& table : stats.tables) {
     table_rows_.Add({{"table", table.config.name()}}).Set(static_cast<double>(table.rows));
     table_memory_bytes_.Add({{"table", table.config.name()}}).Set(static_cast<double>(table.memory_bytes));
+    if (!table.config.has_capacity()) continue;
+    const std::string& name = table.config.name();
+    const TableTierStats& t = table.tier;
+    table_memory_budget_bytes_.Add({{"table", name}}).Set(static_cast<double>(t.memory_budget));
+    table_disk_rows_.Add({{"table", name}}).Set(static_cast<double>(t.disk_rows));
+    AdvanceCounterTo(table_admitted_.Add({{"table", name}}), static_cast<double>(t.admitted));
+    AdvanceCounterTo(table_not_admitted_.Add({{"table", name}}), static_cast<double>(t.not_admitted));
+    AdvanceCounterTo(table_evicted_.Add({{"table", name}, {"reason", "ttl"}}), static_cast<double>(t.expired));
+    AdvanceCounterTo(table_evicted_.Add({{"table", name}, {"reason", "capacity"}}),
+                     static_cast<double>(t.capacity_dropped));
+    AdvanceCounterTo(table_tier_moves_.Add({{"table", name}, {"to", "disk"}}), static_cast<double>(t.spilled));
+    AdvanceCounterTo(table_tier_moves_.Add({{"table", name}, {"to", "memory"}}), static_cast<double>(t.promoted));
+    AdvanceCounterTo(table_pulled_keys_.Add({{"table", name}, {"from", "memory"}}),
+                     static_cast<double>(t.pull_memory_hits));
+    AdvanceCounterTo(table_pulled_keys_.Add({{"table", name}, {"from", "disk"}}),
+                     static_cast<double>(t.pull_disk_hits));
+    AdvanceCounterTo(table_pulled_keys_.Add({{"table", name}, {"from", "initial"}}),
+                     static_cast<double>(t.pull_misses));
   }
 }
 

@@ -7,6 +7,14 @@
 //   kestrel_server_rejected_requests_total           counter    requests the shard refused (bad keys, job, ...)
 //   kestrel_server_table_rows{table}                 gauge      rows (sparse rows, dense blocks) of each table
 //   kestrel_server_table_memory_bytes{table}         gauge      bytes each table holds (arena chunks + index)
+//   kestrel_server_table_memory_budget_bytes{table}  gauge      a bounded table's memory budget (0: unbounded)
+//   kestrel_server_table_disk_rows{table}            gauge      a bounded table's rows in the disk tier
+//   kestrel_server_table_admitted_rows_total{table}  counter    rows created for new keys (bounded tables)
+//   kestrel_server_table_not_admitted_keys_total{table} counter pushed keys below admit_after (dropped)
+//   kestrel_server_table_evicted_rows_total{table,reason}  counter  rows removed: reason="ttl" or "capacity"
+//   kestrel_server_table_tier_moves_total{table,to}  counter    rows moved between tiers: to="disk" or "memory"
+//   kestrel_server_table_pulled_keys_total{table,from}  counter pulled keys of bounded tables answered from
+//                                                               "memory", "disk" or "initial" (absent)
 //   kestrel_server_checkpoint_duration_seconds       histogram  writing this server's part of a checkpoint
 //   kestrel_server_checkpoint_written_rows_total     counter    changed rows written by checkpoints
 //   kestrel_server_checkpoint_written_bytes_total    counter    bytes of those rows
@@ -47,6 +55,13 @@ class ServerMetrics {
   prometheus::Counter& rejected_requests_;
   prometheus::Family<prometheus::Gauge>& table_rows_;
   prometheus::Family<prometheus::Gauge>& table_memory_bytes_;
+  prometheus::Family<prometheus::Gauge>& table_memory_budget_bytes_;
+  prometheus::Family<prometheus::Gauge>& table_disk_rows_;
+  prometheus::Family<prometheus::Counter>& table_admitted_;
+  prometheus::Family<prometheus::Counter>& table_not_admitted_;
+  prometheus::Family<prometheus::Counter>& table_evicted_;
+  prometheus::Family<prometheus::Counter>& table_tier_moves_;
+  prometheus::Family<prometheus::Counter>& table_pulled_keys_;
   prometheus::Histogram& checkpoint_duration_;
   prometheus::Counter& checkpoint_written_rows_;
   prometheus::Counter& checkpoint_written_bytes_;

@@ -221,6 +221,7 @@ std::vector<TableConfig> Model::Tables() const {
   wide.set_seed(config_.seed());
   wide.mutable_initializer()->set_type(InitializerConfig::ZEROS);
   *wide.mutable_optimizer() = config_.wide_optimizer();
+  if (config_.has_sparse_capacity()) *wide.mutable_capacity() = config_.sparse_capacity();
   tables.push_back(wide);
   if (has_embedding()) {
     TableConfig emb;
@@ -230,6 +231,7 @@ std::vector<TableConfig> Model::Tables() const {
     emb.set_seed(config_.seed() + 1);
     *emb.mutable_initializer() = config_.embedding_initializer();
     *emb.mutable_optimizer() = config_.embedding_optimizer();
+    if (config_.has_sparse_capacity()) *emb.mutable_capacity() = config_.sparse_capacity();
     tables.push_back(emb);
   }
   TableConfig dense;
