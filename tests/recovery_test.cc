@@ -56,11 +56,16 @@ struct Outcome {
 // One job: its processes and how to (re)start each.
 class Job {
  public:
-  Job(std::string dir, std::string data) : dir_(std::move(dir)), data_(std::move(data)) {
+  // `bounded`: the model's sparse table admits keys on their second push, expires rows after 40 clocks and
+  // keeps about 1000 rows per server (server/table.h), so admission, expiry and eviction all happen.
+  Job(std::string dir, std::string data, bool bounded = false) : dir_(std::move(dir)), data_(std::move(data)) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     config_ = dir_ + "/job.pbtxt";
-    std::ofstream(config_) << "model { type: LOGISTIC_REGRESSION }\n"
+    std::ofstream(config_) << "model { type: LOGISTIC_REGRESSION "
+                           << (bounded ? "sparse_capacity { admit_after: 2 ttl_clocks: 40 max_memory_bytes: 65536 } "
+                                       : "")
+                           << "}\n"
                            << "data { format: CRITEO train_files: '" << data_ << "/train.tsv' test_files: '" << data_
                            << "/test.tsv' }\n"
                            << "train { batch_size: 128 epochs: 2 log_every_steps: 100 }\n";
@@ -288,6 +293,20 @@ class RecoveryTest : public ::testing::Test {
     job.KillAll();
   }
 
+  // The uninterrupted run of the bounded job (computed on first use).
+  static const Outcome& BoundedReference() {
+    if (bounded_reference_ == nullptr) {
+      Job job(TmpDir() + "/recovery_bounded_reference", *data_, /*bounded=*/true);
+      EXPECT_TRUE(job.StartAll(/*resume=*/false).ok());
+      auto outcome = job.Finish();
+      EXPECT_TRUE(outcome.ok()) << outcome.status();
+      bounded_reference_ = new Outcome(outcome.ok() ? *outcome : Outcome{});
+      std::printf("bounded reference: %s\n", Describe(*bounded_reference_).c_str());
+      job.KillAll();
+    }
+    return *bounded_reference_;
+  }
+
   void ExpectReference(const absl::StatusOr<Outcome>& outcome, const std::string& what) {
     ASSERT_TRUE(outcome.ok()) << what << ": " << outcome.status();
     EXPECT_TRUE(Equal(*outcome, *reference_)) << what << ": " << Describe(*outcome) << "\n reference: "
@@ -296,10 +315,12 @@ class RecoveryTest : public ::testing::Test {
 
   static std::string* data_;
   static Outcome* reference_;
+  static Outcome* bounded_reference_;
   static std::string* reference_checkpoints_;  // the reference job's checkpoint directory
 };
 std::string* RecoveryTest::data_ = nullptr;
 Outcome* RecoveryTest::reference_ = nullptr;
+Outcome* RecoveryTest::bounded_reference_ = nullptr;
 std::string* RecoveryTest::reference_checkpoints_ = nullptr;
 
 std::string ReadAll(const std::string& path) {
@@ -450,6 +471,38 @@ TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {
     ASSERT_TRUE(job.StartWorker(victim).ok());
     ExpectReference(job.Finish(), absl::StrCat("trial ", trial, ": worker ", victim, " killed after ",
                                                absl::FormatDuration(delay)));
+    job.KillAll();
+  }
+}
+
+// With bounded tables (admission, expiry, eviction; their sketches and tombstones in checkpoints), a killed
+// server or worker still leaves the job bitwise identical to the uninterrupted bounded run.
+TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
+  const Outcome& reference = BoundedReference();
+  ASSERT_FALSE(reference.tables.empty());
+  EXPECT_NE(reference.tables, reference_->tables) << "the bounds changed nothing";
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < Trials(); ++trial) {
+    Job job(absl::StrCat(TmpDir(), "/recovery_bounded_", trial), *data_, /*bounded=*/true);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    const absl::Duration delay = RandomMoment(job, rng);
+    const int64_t clock = job.LatestCheckpointClock();
+    std::string what;
+    if (trial % 2 == 0) {
+      job.Kill(job.server(trial / 2 % kServers));
+      ASSERT_TRUE(job.StartServer(trial / 2 % kServers).ok());
+      what = "server";
+    } else {
+      job.Kill(job.worker(1));
+      ASSERT_TRUE(job.StartWorker(1).ok());
+      what = "worker";
+    }
+    const absl::StatusOr<Outcome> outcome = job.Finish();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_TRUE(Equal(*outcome, reference))
+        << "trial " << trial << ": " << what << " killed after " << absl::FormatDuration(delay)
+        << " (last checkpoint at clock " << clock << "): " << Describe(*outcome) << "\n reference: "
+        << Describe(reference);
     job.KillAll();
   }
 }
