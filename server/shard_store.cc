@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/status.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
@@ -26,6 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The working store's block cache (the disk tier's reads), outside the tables' memory budgets.
+constexpr size_t kBlockCacheBytes = size_t{32} << 20;
 // Rows are flushed to RocksDB in write batches of about this many bytes.
 constexpr size_t kBatchBytes = size_t{8} << 20;
 
@@ -80,6 +83,9 @@ rocksdb::Options LiveOptions() {
   // The disk tier reads single rows, many of them absent: a Bloom filter answers most of those in memory.
   rocksdb::BlockBasedTableOptions table_options;
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // Point lookups: a hash index inside each data block, and a block cache for the blocks rows are read from.
+  table_options.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table_options.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   return options;
 }

@@ -356,7 +356,7 @@ bool Table::AdmitLocked(Stripe& s, uint64_t hash) {
   uint8_t* counters[kSketchDepth];
   uint32_t estimate = 255;
   for (int d = 0; d < kSketchDepth; ++d) {
-    counters[d] = &s.sketch[size_t{d} * sketch_width_ + ((h1 + d * h2) & mask)];
+    counters[d] = &s.sketch[static_cast<size_t>(d) * sketch_width_ + ((h1 + d * h2) & mask)];
     estimate = std::min<uint32_t>(estimate, *counters[d]);
   }
   const uint32_t next = std::min<uint32_t>(estimate + 1, 255);
@@ -446,17 +446,20 @@ absl::Status Table::Pull(absl::Span<const uint64_t> keys, float* out, int64_t cl
     return absl::OkStatus();
   }
   // Bounded: expired rows read as absent; rows on disk are read there (in place: pulls never move rows, so
-  // what memory holds depends only on pushes).
+  // what memory holds depends only on pushes), in one batch per request after the stripe locks are released.
+  // A push applied meanwhile could make such a row stale; under BSP none is (a clock's pushes are applied
+  // after every pull of that clock), under SSP/ASP the pull then sees the row as before that push.
   const bool has_cold = cold_.load(std::memory_order_acquire) != nullptr;
   thread_local std::vector<uint32_t> missing;
+  thread_local std::vector<uint64_t> missing_keys;
   thread_local std::vector<float> cold_rows;
   thread_local std::vector<uint8_t> found;
+  missing.clear();
   uint64_t memory_hits = 0, disk_hits = 0, misses = 0;
   for (int si = 0; si < kStripes; ++si) {
     if (scratch.bounds[si] == scratch.bounds[si + 1]) continue;
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
-    missing.clear();
     const bool disk = has_cold && s.disk_rows > 0;
     VisitStripeLocked(s, scratch, si, out, /*pushing=*/false, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       const int64_t row = FindLocked(s, scratch.hashes[i], keys[i]);
@@ -475,9 +478,15 @@ absl::Status Table::Pull(absl::Span<const uint64_t> keys, float* out, int64_t cl
       init_.Fill(keys[i], dst, dim_);
       ++misses;
     });
-    if (missing.empty()) continue;
-    KESTREL_RETURN_IF_ERROR(ReadColdLocked(s, keys, missing, &cold_rows, &found));
+  }
+  if (!missing.empty()) {
     const size_t floats = stored_floats();
+    missing_keys.clear();
+    for (uint32_t i : missing) missing_keys.push_back(keys[i]);
+    cold_rows.resize(missing.size() * floats);
+    found.assign(missing.size(), 0);
+    KESTREL_RETURN_IF_ERROR(cold_.load(std::memory_order_acquire)
+                                ->Read(config_.name(), missing_keys, static_cast<int>(floats), cold_rows.data(), &found));
     for (size_t j = 0; j < missing.size(); ++j) {
       const uint32_t i = missing[j];
       float* dst = out + static_cast<size_t>(i) * dim_;

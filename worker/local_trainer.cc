@@ -29,7 +29,9 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   trainer_options.metrics_path = options.metrics_path;
   trainer_options.observer = options.observer;
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
-  return trainer.Run();
+  absl::StatusOr<TrainResult> result = trainer.Run();
+  if (result.ok() && options.inspect) options.inspect(views);
+  return result;
 }
 
 }  // namespace kestrel

@@ -5,9 +5,11 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "server/shard.h"
 #include "worker/compute/backend.h"
 #include "worker/trainer.h"
 
@@ -17,6 +19,9 @@ struct LocalTrainingOptions {
   int num_shards = 1;          // in-process servers. Default: 1.
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
   std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
+  // Called with the in-process servers once training ended (e.g. to read their tables' statistics).
+  // Default: none.
+  std::function<void(const std::vector<Shard*>&)> inspect;
 };
 
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,

@@ -1,0 +1,503 @@
+// bounded_table_bench: what bounding a sparse table costs and buys (server/table.h, CapacityPolicy), measured
+// on the server's own core (Shard + ShardStore, RocksDB disk tier) in one process, all ratios from one run.
+//
+//   bench/run_bounded_table_bench.sh            # builds with -c opt, writes bench/results/bounded_tables.{md,svg}
+//
+// 1. Memory over time: a Zipf stream over a vocabulary that keeps growing (new ids arrive all the time, most of
+//    them seen once; --stream_keys pushes of --batch keys) goes through a table with a --budget_mb budget,
+//    admission after 2 pushes and a TTL; the table's accounted memory and the process's resident memory are
+//    sampled against the budget and plotted (SVG). The same stream through an unbounded table gives the
+//    growth the budget prevents.
+// 2. Hit ratios: a table of --rows rows (dim --dim, Adagrad) whose budget holds 100%, 90% or 50% of them in
+//    memory (the rest in the disk tier), against the same rows all in memory: pull and push keys/s of random
+//    --batch-key requests, runs interleaved, medians of --runs.
+// 3. Admission and eviction cost: pushes of a stream of new keys into (a) an unbounded table, (b) the same with
+//    admission after 2 pushes, (c) with a memory budget 1/4 of the stream (eviction on every push):
+//    nanoseconds per key.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
+#include "common/checkpoint_layout.h"
+#include "common/hash.h"
+#include "common/partition.h"
+#include "server/shard.h"
+#include "server/shard_store.h"
+#include "worker/compute/cpu_backend.h"
+#include "worker/local_trainer.h"
+
+ABSL_FLAG(std::string, output, "bench/results/bounded_tables.md", "Markdown report (the plot goes next to it, .svg).");
+ABSL_FLAG(std::string, dir, "/tmp/kestrel_bounded_bench", "Scratch directory for the RocksDB stores (deleted first).");
+ABSL_FLAG(int, dim, 16, "Embedding dim.");
+ABSL_FLAG(int, batch, 4096, "Keys per request.");
+ABSL_FLAG(int64_t, rows, 1000000, "Rows of the hit-ratio tables.");
+ABSL_FLAG(int, runs, 5, "Runs per hit-ratio figure (median).");
+ABSL_FLAG(double, min_seconds, 1.0, "Seconds per run.");
+ABSL_FLAG(int64_t, stream_pushes, 3000, "Pushes of the memory-over-time stream.");
+ABSL_FLAG(int, budget_mb, 64, "Memory budget of the memory-over-time table, MiB.");
+ABSL_FLAG(std::string, data_dir, "",
+          "A kestrel_datagen --large_vocab directory (train.tsv, test.tsv): part 4 trains LR and DeepFM on it with "
+          "admission after 1, 2 and 5 pushes and with a TTL, and reports test AUC and rows. Default: \"\" = skip.");
+ABSL_FLAG(std::string, git_commit, "", "Commit measured (default: git rev-parse).");
+ABSL_FLAG(std::string, invocation, "", "Command that reproduces the run (the wrapper script's).");
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+RequestContext Ctx(int64_t clock) {
+  RequestContext ctx;
+  ctx.job_id = "bench";
+  ctx.clock = clock;
+  return ctx;
+}
+
+TableConfig Emb(int dim, const CapacityPolicy* policy) {
+  TableConfig c;
+  c.set_name("emb");
+  c.set_dim(dim);
+  c.mutable_initializer()->set_type(InitializerConfig::NORMAL);
+  c.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+  if (policy != nullptr) *c.mutable_capacity() = *policy;
+  return c;
+}
+
+struct Server {
+  std::unique_ptr<Shard> shard;
+  std::unique_ptr<ShardStore> store;
+};
+
+Server MakeServer(const std::string& dir, int dim, const CapacityPolicy* policy) {
+  Server s;
+  ShardOptions options;
+  options.job_id = "bench";
+  options.max_keys_per_request = size_t{1} << 24;
+  s.shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
+  std::filesystem::remove_all(dir);
+  s.store = std::move(ShardStore::Open(CheckpointLayout(dir), 0)).value();
+  s.shard->SetColdTier(s.store.get());
+  if (!s.shard->CreateTable(Ctx(0), Emb(dim, policy)).ok()) std::abort();
+  return s;
+}
+
+void MustOk(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// A growing-vocabulary Zipf stream: batch b draws ranks from Zipf(1.05) over a window of ids that slides by
+// `drift` ids per batch, plus a share of ids never seen again.
+class Stream {
+ public:
+  Stream(int batch, uint64_t vocab, double drift, double new_rate)
+      : batch_(batch), vocab_(vocab), drift_(drift), new_rate_(new_rate), rng_(42) {
+    cdf_.resize(vocab);
+    double sum = 0;
+    for (uint64_t r = 0; r < vocab; ++r) cdf_[r] = (sum += std::pow(r + 1.0, -1.05));
+    for (double& c : cdf_) c /= sum;
+  }
+  std::vector<uint64_t> Next(int64_t b) {
+    std::uniform_real_distribution<double> u(0, 1);
+    std::vector<uint64_t> keys;
+    const uint64_t shift = static_cast<uint64_t>(b * drift_);
+    for (int i = 0; i < batch_; ++i) {
+      if (u(rng_) < new_rate_) {
+        keys.push_back(Mix64((uint64_t{1} << 62) + next_new_++));
+        continue;
+      }
+      const uint64_t rank = std::upper_bound(cdf_.begin(), cdf_.end(), u(rng_)) - cdf_.begin();
+      keys.push_back(Mix64(std::min(rank, vocab_ - 1) + shift));
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+  }
+
+ private:
+  const int batch_;
+  const uint64_t vocab_;
+  const double drift_, new_rate_;
+  std::mt19937_64 rng_;
+  std::vector<double> cdf_;
+  uint64_t next_new_ = 0;
+};
+
+std::vector<float> Grads(size_t n, int dim) {
+  std::vector<float> g(n * dim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 17) * 0.01f - 0.08f;
+  return g;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Sample {
+  int64_t push;
+  uint64_t distinct;  // distinct keys pushed so far
+  uint64_t bounded_bytes, bounded_rss, unbounded_bytes;
+};
+
+std::string Svg(const std::vector<Sample>& samples, uint64_t budget) {
+  const double w = 720, h = 360, left = 70, bottom = 40, top = 30, right = 20;
+  double ymax = budget * 1.5;
+  for (const Sample& s : samples) ymax = std::max<double>(ymax, std::max(s.bounded_rss, s.unbounded_bytes));
+  const double xmax = samples.back().push;
+  auto X = [&](double x) { return left + (w - left - right) * x / xmax; };
+  auto Y = [&](double y) { return h - bottom - (h - top - bottom) * y / ymax; };
+  std::string svg = absl::StrFormat(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' font-family='sans-serif' font-size='12'>\n"
+      "<rect width='100%%' height='100%%' fill='white'/>\n"
+      "<text x='%g' y='18'>Server memory while a growing-vocabulary stream is pushed (MiB)</text>\n",
+      w, h, left);
+  auto line = [&](auto value, const char* color, const char* label, int row) {
+    std::string points;
+    for (const Sample& s : samples) absl::StrAppend(&points, absl::StrFormat("%.1f,%.1f ", X(s.push), Y(value(s))));
+    absl::StrAppend(&svg, absl::StrFormat("<polyline fill='none' stroke='%s' stroke-width='2' points='%s'/>\n", color, points));
+    absl::StrAppend(&svg, absl::StrFormat("<text x='%g' y='%g' fill='%s'>%s</text>\n", left + 10, top + 16 * row, color, label));
+  };
+  line([](const Sample& s) { return static_cast<double>(s.unbounded_bytes); }, "#c0392b", "unbounded table", 1);
+  line([](const Sample& s) { return static_cast<double>(s.bounded_bytes); }, "#2471a3", "bounded table (accounted)", 2);
+  line([](const Sample& s) { return static_cast<double>(s.bounded_rss); }, "#7d3c98", "process RSS - baseline (bounded run)", 3);
+  absl::StrAppend(&svg, absl::StrFormat("<line x1='%g' x2='%g' y1='%.1f' y2='%.1f' stroke='black' stroke-dasharray='6,4'/>\n"
+                                        "<text x='%g' y='%.1f'>budget</text>\n",
+                                        left, w - right, Y(budget), Y(budget), w - right - 50, Y(budget) - 4));
+  absl::StrAppend(&svg, absl::StrFormat("<line x1='%g' x2='%g' y1='%g' y2='%g' stroke='black'/>\n", left, w - right, h - bottom, h - bottom));
+  absl::StrAppend(&svg, absl::StrFormat("<line x1='%g' x2='%g' y1='%g' y2='%g' stroke='black'/>\n", left, left, top, h - bottom));
+  for (int i = 0; i <= 4; ++i) {
+    const double y = ymax * i / 4;
+    absl::StrAppend(&svg, absl::StrFormat("<text x='5' y='%.1f'>%.0f</text>\n", Y(y) + 4, y / (1 << 20)));
+    const double x = xmax * i / 4;
+    absl::StrAppend(&svg, absl::StrFormat("<text x='%.1f' y='%g'>%.0f</text>\n", X(x) - 10, h - bottom + 16, x));
+  }
+  absl::StrAppend(&svg, absl::StrFormat("<text x='%g' y='%g'>pushes of %d keys</text>\n</svg>\n", w / 2 - 40, h - 5,
+                                        absl::GetFlag(FLAGS_batch)));
+  return svg;
+}
+
+int Main(int argc, char** argv) {
+  const std::string load_start = bench::LoadAverage();
+  const bench::Machine machine = bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
+  const std::string root = absl::GetFlag(FLAGS_dir);
+  const int dim = absl::GetFlag(FLAGS_dim);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  std::string md = "# Bounded tables: memory, hit ratios, admission and eviction cost\n\n";
+  absl::StrAppend(&md, bench::MachineMarkdown(machine, load_start), "\n\n", bench::CommandMarkdown(machine));
+
+  // ---- 1. Memory over time.
+  const uint64_t budget = static_cast<uint64_t>(absl::GetFlag(FLAGS_budget_mb)) << 20;
+  std::vector<Sample> samples;
+  TableTierStats final_stats;
+  uint64_t distinct = 0, unbounded_rows = 0;
+  {
+    CapacityPolicy policy;
+    policy.set_max_memory_bytes(budget);
+    policy.set_admit_after(2);
+    policy.set_ttl_clocks(500);
+    const int64_t pushes = absl::GetFlag(FLAGS_stream_pushes);
+    const uint64_t rss0 = ResidentBytes();
+    Server bounded = MakeServer(root + "/stream_bounded", dim, &policy);
+    Server unbounded = MakeServer(root + "/stream_unbounded", dim, nullptr);
+    Stream stream(batch, 2000000, /*drift=*/200, /*new_rate=*/0.3);
+    std::vector<uint64_t> seen_new;
+    for (int64_t p = 1; p <= pushes; ++p) {
+      const std::vector<uint64_t> keys = stream.Next(p);
+      const std::vector<float> g = Grads(keys.size(), dim);
+      MustOk(bounded.shard->Push(Ctx(p), "emb", keys, g, dim), "bounded push");
+      MustOk(unbounded.shard->Push(Ctx(p), "emb", keys, g, dim), "unbounded push");
+      if (p % std::max<int64_t>(1, pushes / 60) == 0 || p == pushes) {
+        const Table& b = *bounded.shard->FindTable("emb");
+        const Table& u = *unbounded.shard->FindTable("emb");
+        // RSS of the bounded run alone is not separable in one process: report RSS minus the unbounded table.
+        const uint64_t rss = ResidentBytes();
+        const uint64_t rss_bounded = rss > rss0 + u.memory_bytes() ? rss - rss0 - u.memory_bytes() : 0;
+        samples.push_back({p, u.num_rows(), b.memory_bytes(), rss_bounded, u.memory_bytes()});
+      }
+    }
+    final_stats = bounded.shard->FindTable("emb")->tier_stats();
+    distinct = unbounded.shard->FindTable("emb")->num_rows();
+    unbounded_rows = distinct;
+    uint64_t peak = 0, peak_rss = 0;
+    for (const Sample& s : samples) {
+      peak = std::max(peak, s.bounded_bytes);
+      peak_rss = std::max(peak_rss, s.bounded_rss);
+    }
+    const std::string svg_path = absl::StrCat(bench::UserPath(absl::GetFlag(FLAGS_output)).substr(
+                                                  0, bench::UserPath(absl::GetFlag(FLAGS_output)).size() - 3),
+                                              ".svg");
+    MustOk(bench::WriteFile(svg_path, Svg(samples, budget)), "writing the plot");
+    const Table& b = *bounded.shard->FindTable("emb");
+    absl::StrAppend(
+        &md, "## 1. Memory over time\n\n",
+        absl::StrFormat(
+            "%d pushes of %d keys (dim %d, Adagrad): Zipf(1.05) ranks over a 2M-id window sliding 200 ids per push, "
+            "30%% of keys new ids never seen again. Bounded table: budget %d MiB, admit_after 2, ttl_clocks 500.\n\n",
+            samples.back().push, batch, dim, budget >> 20),
+        "![memory over time](", std::filesystem::path(svg_path).filename().string(), ")\n\n",
+        "| | unbounded | bounded |\n|---|---|---|\n",
+        absl::StrFormat("| distinct keys pushed | %d | %d |\n", distinct, distinct),
+        absl::StrFormat("| rows at the end | %d | %d (%.1fx fewer) |\n", unbounded_rows, b.num_rows(),
+                        static_cast<double>(unbounded_rows) / std::max<uint64_t>(1, b.num_rows())),
+        absl::StrFormat("| table memory at the end (MiB) | %.1f | %.1f |\n", samples.back().unbounded_bytes / 1048576.0,
+                        samples.back().bounded_bytes / 1048576.0),
+        absl::StrFormat("| peak accounted memory / budget | | %.3f |\n", static_cast<double>(peak) / budget),
+        absl::StrFormat("| peak RSS growth (minus the unbounded table) / budget | | %.3f |\n",
+                        static_cast<double>(peak_rss) / budget),
+        absl::StrFormat("| admitted / not admitted (pushed keys) | | %d / %d |\n", final_stats.admitted,
+                        final_stats.not_admitted),
+        absl::StrFormat("| evicted: ttl / capacity | | %d / %d |\n\n", final_stats.expired,
+                        final_stats.capacity_dropped));
+    std::printf("memory: peak %.3f x budget, rows %llu vs %llu\n", static_cast<double>(peak) / budget,
+                static_cast<unsigned long long>(b.num_rows()), static_cast<unsigned long long>(
+                unbounded_rows));
+  }
+
+  // ---- 2. Hit ratios.
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int runs = absl::GetFlag(FLAGS_runs);
+  const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  std::vector<uint64_t> all(rows);
+  for (int64_t i = 0; i < rows; ++i) all[i] = Mix64(i);
+  std::sort(all.begin(), all.end());
+  Server reference = MakeServer(root + "/hit_reference", dim, nullptr);
+  auto load = [&](Server& s) {
+    for (int64_t i = 0; i < rows; i += 65536) {
+      const std::vector<uint64_t> keys(all.begin() + i, all.begin() + std::min<int64_t>(rows, i + 65536));
+      MustOk(s.shard->Push(Ctx(1), "emb", keys, Grads(keys.size(), dim), dim), "load");
+    }
+  };
+  load(reference);
+  const uint64_t all_memory = reference.shard->FindTable("emb")->memory_bytes();
+  struct Case {
+    double fraction;
+    Server server;
+  };
+  std::vector<Case> cases;
+  for (double fraction : {1.0, 0.9, 0.5}) {
+    // The budget that keeps `fraction` of the rows in memory (the rest on disk): calibrated on the loaded table,
+    // since the index grows in powers of two and eviction leaves 1/16 of a stripe free.
+    double budget_bytes = all_memory * (fraction < 1 ? fraction : 1.2);
+    for (int attempt = 0;; ++attempt) {
+      CapacityPolicy policy;
+      policy.set_max_memory_bytes(static_cast<uint64_t>(budget_bytes));
+      policy.set_max_disk_bytes(uint64_t{8} << 30);
+      Server server = MakeServer(absl::StrCat(root, "/hit_", fraction, "_", attempt), dim, &policy);
+      load(server);
+      const TableTierStats stats = server.shard->FindTable("emb")->tier_stats();
+      const double in_memory = 1.0 - static_cast<double>(stats.disk_rows) / rows;
+      if (fraction == 1.0 || std::abs(in_memory - fraction) < 0.01 || attempt == 4) {
+        MustOk(server.store->Checkpoint(*server.shard, "ckpt-00000001").status(), "flush");
+        cases.push_back({in_memory, std::move(server)});
+        break;
+      }
+      budget_bytes *= fraction / in_memory;
+    }
+  }
+  std::mt19937_64 rng(7);
+  auto random_batch = [&]() {
+    std::vector<uint64_t> keys(batch);
+    std::uniform_int_distribution<int64_t> pick(0, rows - 1);
+    for (uint64_t& k : keys) k = all[pick(rng)];
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+  };
+  int64_t clock = 2;
+  auto measure = [&](Server& s, bool push) {
+    const Clock::time_point start = Clock::now();
+    uint64_t keys_done = 0;
+    std::string values;
+    while (Seconds(start, Clock::now()) < min_seconds) {
+      const std::vector<uint64_t> keys = random_batch();
+      if (push) {
+        MustOk(s.shard->Push(Ctx(clock), "emb", keys, Grads(keys.size(), dim), dim), "push");
+      } else {
+        MustOk(s.shard->Pull(Ctx(clock), "emb", keys, dim, &values), "pull");
+      }
+      keys_done += keys.size();
+    }
+    ++clock;
+    return keys_done / Seconds(start, Clock::now());
+  };
+  absl::StrAppend(&md, "## 2. Throughput at memory hit ratios\n\n",
+                  absl::StrFormat("%d rows (dim %d, Adagrad) on one server; random requests of %d keys (uniform over "
+                                  "the rows, so the hit ratio is the share in memory); the rest of the rows in the "
+                                  "disk tier (RocksDB working store, OS page cache warm). Ratio: bounded / all-in-memory "
+                                  "table, medians of %d interleaved runs of %.1f s.\n\n",
+                                  rows, dim, batch, runs, min_seconds),
+                  "| in memory | measured hit ratio | pull keys/s | pull ratio | push keys/s | push ratio |\n"
+                  "|---|---|---|---|---|---|\n");
+  std::vector<std::vector<double>> pull(cases.size()), push(cases.size()), ref_pull(cases.size()), ref_push(cases.size());
+  std::vector<double> hit(cases.size());
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const TableTierStats before = cases[i].server.shard->FindTable("emb")->tier_stats();
+      ref_pull[i].push_back(measure(reference, false));
+      pull[i].push_back(measure(cases[i].server, false));
+      const TableTierStats after = cases[i].server.shard->FindTable("emb")->tier_stats();
+      const double memory_hits = after.pull_memory_hits - before.pull_memory_hits;
+      const double total = memory_hits + (after.pull_disk_hits - before.pull_disk_hits) +
+                           (after.pull_misses - before.pull_misses);
+      hit[i] = memory_hits / std::max(1.0, total);
+      if (r == 0) {
+        std::printf("case %zu: pulled keys from memory %.0f, disk %.0f, initial %.0f\n", i, memory_hits,
+                    static_cast<double>(after.pull_disk_hits - before.pull_disk_hits),
+                    static_cast<double>(after.pull_misses - before.pull_misses));
+      }
+    }
+  }
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      ref_push[i].push_back(measure(reference, true));
+      push[i].push_back(measure(cases[i].server, true));
+    }
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double p = Median(pull[i]), rp = Median(ref_pull[i]), q = Median(push[i]), rq = Median(ref_push[i]);
+    absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %.3f | %.3g | %.2f | %.3g | %.2f |\n", 100 * cases[i].fraction,
+                                         hit[i], p, p / rp, q, q / rq));
+    std::printf("in memory %.1f%%: hit %.3f, pull %.3g keys/s (ratio %.2f), push %.3g (ratio %.2f)\n",
+                100 * cases[i].fraction, hit[i], p, p / rp, q, q / rq);
+  }
+  absl::StrAppend(&md, "\n");
+
+  // ---- 3. Admission and eviction cost.
+  {
+    const int64_t pushes = 200;
+    auto cost = [&](const CapacityPolicy* policy, const std::string& name) {
+      Server s = MakeServer(root + "/cost_" + name, dim, policy);
+      std::vector<double> ns;
+      uint64_t next = 0;
+      for (int64_t p = 1; p <= pushes; ++p) {
+        std::vector<uint64_t> keys(batch);
+        for (uint64_t& k : keys) k = Mix64(next++);
+        std::sort(keys.begin(), keys.end());
+        const std::vector<float> g = Grads(keys.size(), dim);
+        const Clock::time_point start = Clock::now();
+        MustOk(s.shard->Push(Ctx(p), "emb", keys, g, dim), "cost push");
+        ns.push_back(Seconds(start, Clock::now()) * 1e9 / keys.size());
+      }
+      return Median(ns);
+    };
+    CapacityPolicy admission;
+    admission.set_admit_after(2);
+    CapacityPolicy eviction;
+    // A quarter of the stream's rows fit: once full, every push evicts.
+    eviction.set_max_memory_bytes(static_cast<uint64_t>(pushes) * batch * (8 + 4 * (2 * dim + 2)) / 4);
+    const double plain = cost(nullptr, "plain"), admit = cost(&admission, "admission"),
+                 evict = cost(&eviction, "eviction");
+    absl::StrAppend(&md, "## 3. Admission and eviction cost\n\n",
+                    absl::StrFormat("%d pushes of %d new keys each (dim %d); median ns per pushed key.\n\n", pushes,
+                                    batch, dim),
+                    "| table | ns/key | extra over unbounded |\n|---|---|---|\n",
+                    absl::StrFormat("| unbounded | %.0f | |\n", plain),
+                    absl::StrFormat("| admission after 2 pushes (every key counted, none admitted) | %.0f | %+.0f |\n",
+                                    admit, admit - plain),
+                    absl::StrFormat("| memory budget 1/4 of the stream (evicts 1/16 of a stripe when full) | %.0f | %+.0f |\n\n",
+                                    evict, evict - plain));
+    std::printf("cost: plain %.0f ns/key, admission %.0f, eviction %.0f\n", plain, admit, evict);
+  }
+  // ---- 4. AUC effect.
+  if (const std::string data = absl::GetFlag(FLAGS_data_dir); !data.empty()) {
+    absl::StrAppend(&md, "## 4. Test AUC and rows on a large-vocabulary set\n\n",
+                    "Data: `kestrel_datagen --large_vocab` in ", data,
+                    " (1M train rows, 100k test rows; ids drift and 5% of values are ids seen once). One epoch, "
+                    "batch 1024, in-process training (one server). Rows: the sparse tables' rows at the end.\n\n",
+                    "| model | policy | test AUC | AUC - unbounded | rows | rows cut |\n|---|---|---|---|---|---|\n");
+    struct Policy {
+      std::string name;
+      uint32_t admit_after;
+      int64_t ttl;
+    };
+    const std::vector<Policy> policies = {
+        {"unbounded", 0, 0}, {"admit after 1", 1, 0}, {"admit after 2", 2, 0}, {"admit after 5", 5, 0},
+        {"admit after 2, ttl 200 clocks", 2, 200}};
+    for (const std::string model : {"LOGISTIC_REGRESSION", "DEEPFM"}) {
+      double base_auc = 0;
+      uint64_t base_rows = 0;
+      for (const Policy& p : policies) {
+        JobConfig job;
+        ModelConfig::Type type;
+        ModelConfig::Type_Parse(model, &type);
+        job.mutable_model()->set_type(type);
+        if (type == ModelConfig::DEEPFM) {
+          job.mutable_model()->set_embedding_dim(16);
+          job.mutable_model()->add_hidden(256);
+          job.mutable_model()->add_hidden(128);
+        }
+        if (p.name != "unbounded") {
+          CapacityPolicy* c = job.mutable_model()->mutable_sparse_capacity();
+          c->set_admit_after(p.admit_after);
+          c->set_ttl_clocks(p.ttl);
+        }
+        job.mutable_data()->add_train_files(data + "/train.tsv");
+        job.mutable_data()->add_test_files(data + "/test.tsv");
+        job.mutable_train()->set_batch_size(1024);
+        job.mutable_train()->set_log_every_steps(100000);
+        uint64_t rows = 0;
+        LocalTrainingOptions options;
+        options.inspect = [&](const std::vector<Shard*>& shards) {
+          for (Shard* shard : shards) {
+            for (const TableStats& t : shard->Stats().tables) {
+              if (t.config.kind() == TableConfig::SPARSE) rows += t.rows;
+            }
+          }
+        };
+        std::unique_ptr<Backend> backend = NewCpuBackend();
+        absl::StatusOr<TrainResult> result = TrainInProcess(job, backend.get(), options);
+        MustOk(result.status(), "training");
+        const double auc = result->eval.auc;
+        if (p.name == "unbounded") {
+          base_auc = auc;
+          base_rows = rows;
+        }
+        absl::StrAppend(&md, absl::StrFormat("| %s | %s | %.4f | %+.4f | %d | %.2fx |\n", model, p.name, auc,
+                                             auc - base_auc, rows, static_cast<double>(base_rows) / rows));
+        std::printf("%s %s: auc %.4f (%+.4f), rows %llu\n", model.c_str(), p.name.c_str(), auc, auc - base_auc,
+                    static_cast<unsigned long long>(rows));
+        std::fflush(stdout);
+      }
+    }
+    absl::StrAppend(&md, "\n");
+  }
+  MustOk(bench::WriteFile(bench::UserPath(absl::GetFlag(FLAGS_output)), md), "writing the report");
+  std::filesystem::remove_all(root);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kestrel
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kestrel::Main(argc, argv);
+}
