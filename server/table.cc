@@ -369,9 +369,8 @@ bool Table::AdmitLocked(Stripe& s, uint64_t hash) {
   return next >= admit_after_;
 }
 
-absl::Status Table::ReadColdLocked(const Stripe& s, absl::Span<const uint64_t> keys,
-                                   const std::vector<uint32_t>& missing, std::vector<float>* rows,
-                                   std::vector<uint8_t>* found) const {
+absl::Status Table::ReadCold(absl::Span<const uint64_t> keys, const std::vector<uint32_t>& missing,
+                             std::vector<float>* rows, std::vector<uint8_t>* found) const {
   thread_local std::vector<uint64_t> cold_keys;
   cold_keys.clear();
   for (uint32_t i : missing) cold_keys.push_back(keys[i]);
@@ -451,7 +450,6 @@ absl::Status Table::Pull(absl::Span<const uint64_t> keys, float* out, int64_t cl
   // after every pull of that clock), under SSP/ASP the pull then sees the row as before that push.
   const bool has_cold = cold_.load(std::memory_order_acquire) != nullptr;
   thread_local std::vector<uint32_t> missing;
-  thread_local std::vector<uint64_t> missing_keys;
   thread_local std::vector<float> cold_rows;
   thread_local std::vector<uint8_t> found;
   missing.clear();
@@ -481,12 +479,7 @@ absl::Status Table::Pull(absl::Span<const uint64_t> keys, float* out, int64_t cl
   }
   if (!missing.empty()) {
     const size_t floats = stored_floats();
-    missing_keys.clear();
-    for (uint32_t i : missing) missing_keys.push_back(keys[i]);
-    cold_rows.resize(missing.size() * floats);
-    found.assign(missing.size(), 0);
-    KESTREL_RETURN_IF_ERROR(cold_.load(std::memory_order_acquire)
-                                ->Read(config_.name(), missing_keys, static_cast<int>(floats), cold_rows.data(), &found));
+    KESTREL_RETURN_IF_ERROR(ReadCold(keys, missing, &cold_rows, &found));
     for (size_t j = 0; j < missing.size(); ++j) {
       const uint32_t i = missing[j];
       float* dst = out + static_cast<size_t>(i) * dim_;
@@ -546,6 +539,13 @@ absl::Status Table::Push(absl::Span<const uint64_t> keys, const float* grads, in
       s.swept_at = clock;
     }
     // Pin the push's rows in memory (room made for new rows never evicts them) and find those to read from disk.
+    auto unpin = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // s.mu is held
+      for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
+        const uint32_t i = scratch.Position(o);
+        const int64_t id = FindLocked(s, scratch.hashes[i], keys[i]);
+        if (id >= 0) s.flags[id] &= ~kPinned;
+      }
+    };
     missing.clear();
     for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
       const uint32_t i = scratch.Position(o);
@@ -558,13 +558,9 @@ absl::Status Table::Push(absl::Span<const uint64_t> keys, const float* grads, in
     }
     found.assign(missing.size(), 0);
     if (!missing.empty()) {
-      absl::Status read = ReadColdLocked(s, keys, missing, &cold_rows, &found);
+      absl::Status read = ReadCold(keys, missing, &cold_rows, &found);
       if (!read.ok()) {
-        for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
-          const uint32_t i = scratch.Position(o);
-          const int64_t id = FindLocked(s, scratch.hashes[i], keys[i]);
-          if (id >= 0) s.flags[id] &= ~kPinned;
-        }
+        unpin();
         return read;
       }
     }
@@ -631,11 +627,7 @@ absl::Status Table::Push(absl::Span<const uint64_t> keys, const float* grads, in
       const Meta m = GetMeta(row);
       SetMeta(row, Meta{clock32, m.count == UINT32_MAX ? m.count : m.count + 1});
     }
-    for (uint32_t o = scratch.bounds[si]; o < scratch.bounds[si + 1]; ++o) {
-      const uint32_t i = scratch.Position(o);
-      const int64_t id = FindLocked(s, scratch.hashes[i], keys[i]);
-      if (id >= 0) s.flags[id] &= ~kPinned;
-    }
+    unpin();
     KESTREL_RETURN_IF_ERROR(status);
     if (!forget.empty()) KESTREL_RETURN_IF_ERROR(cold_.load(std::memory_order_acquire)->Delete(config_.name(), forget));
     // More new rows than the stripe had room for (all pinned): back under the cap now.

@@ -269,10 +269,9 @@ class Table {
   absl::Status SweepLocked(Stripe& s, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Counts one push of an absent key; returns whether it is admitted now.
   bool AdmitLocked(Stripe& s, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // The rows of a stripe, as stored on the cold tier, of the request positions `missing` (Read's contract).
-  absl::Status ReadColdLocked(const Stripe& s, absl::Span<const uint64_t> keys, const std::vector<uint32_t>& missing,
-                              std::vector<float>* rows, std::vector<uint8_t>* found) const
-      ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  // Reads the stored rows of the request positions `missing` from the cold tier (ColdTier::Read's contract).
+  absl::Status ReadCold(absl::Span<const uint64_t> keys, const std::vector<uint32_t>& missing,
+                        std::vector<float>* rows, std::vector<uint8_t>* found) const;
   // Calls visit(i) for each request position i of stripe `si` in order, prefetching ahead (see table.cc).
   template <typename Visit>
   void VisitStripeLocked(const Stripe& s, const Scratch& scratch, int si, const float* request_rows, bool pushing,
