@@ -15,6 +15,8 @@ namespace {
 
 // How often the coordinator looks when nothing wakes it.
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
+// Tries at the final checkpoint before the workers are let go without it.
+constexpr int kFinalAttempts = 3;
 
 bool Retriable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
@@ -177,8 +179,28 @@ std::vector<std::string> CheckpointCoordinator::ServerAddresses() const {
 void CheckpointCoordinator::Step() {
   const JobState state = membership_->state();
   // A server died: its rows since the last checkpoint are gone, so everyone rolls back to that checkpoint.
-  if (!membership_->rolling_back() && state != JobState::kForming && state != JobState::kFinished &&
-      membership_->AnyServerDead()) {
+  if (!membership_->rolling_back() && state != JobState::kForming && membership_->AnyServerDead()) {
+    if (state == JobState::kFinished) {
+      if (!membership_->AnyWorkerAlive()) return;  // every worker left: nobody reads the servers any more
+      bool settled, final_committed;
+      {
+        absl::MutexLock lock(&mu_);
+        settled = status_.final_model_settled;
+        final_committed = !status_.latest.empty() && status_.latest_clock == finished_clock_;
+      }
+      if (settled && !final_committed) {
+        failed_ = true;
+        on_fatal_(absl::DataLossError(
+            "a parameter server died after the job finished, and the final model is in no checkpoint (no "
+            "--checkpoint_dir, --final_checkpoint off, or it failed): that server's trained rows are lost"));
+        return;
+      }
+      KLOG(Warning) << "a parameter server died after the job finished: "
+                    << (final_committed ? "its replacement restores the final checkpoint"
+                                        : "the workers redo their last iterations from the last checkpoint");
+    }
+    final_attempts_ = 0;
+    next_final_attempt_ = absl::InfinitePast();
     const uint64_t generation = membership_->BeginRollback();
     rollback_generation_ = generation;
     clocks_->SetHold(0);
@@ -192,15 +214,37 @@ void CheckpointCoordinator::Step() {
     if (membership_->AllServersAlive()) Restore();
     return;
   }
-  if (options_.dir.empty()) return;
   if (state == JobState::kFinished) {
     const int64_t clock = clocks_->MinClock();
-    if (options_.final_checkpoint && last_checkpoint_clock_ != clock && clocks_->AllAt(clock)) {
-      last_checkpoint_clock_ = clock;  // one attempt: the servers may be leaving
-      TakeCheckpoint(clock, "final");
+    finished_clock_ = clock;
+    bool settled, committed;
+    {
+      absl::MutexLock lock(&mu_);
+      settled = status_.final_model_settled;
+      committed = !status_.latest.empty() && status_.latest_clock == clock;
     }
+    if (settled) return;
+    // Every worker waits for this before leaving, so the servers are all still there.
+    if (!options_.dir.empty() && options_.final_checkpoint && !committed) {
+      if (!clocks_->AllAt(clock) || absl::Now() < next_final_attempt_) return;
+      ++final_attempts_;
+      if (TakeCheckpoint(clock, "final")) {
+        last_checkpoint_clock_ = clock;
+      } else if (final_attempts_ < kFinalAttempts) {
+        // Far enough apart that a server which died meanwhile is declared dead (and rolled back) first.
+        next_final_attempt_ = absl::Now() + 2 * membership_->options().heartbeat_timeout;
+        return;
+      } else {
+        KLOG(Error) << "the final checkpoint failed " << final_attempts_
+                    << " times: the workers leave, and the model of clock " << clock
+                    << " is only in the servers' memory";
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    status_.final_model_settled = true;
     return;
   }
+  if (options_.dir.empty()) return;
   if (state != JobState::kRunning) return;
   bool requested;
   {
@@ -367,7 +411,13 @@ bool CheckpointCoordinator::Restore() {
   last_checkpoint_clock_ = clock;
   cut_ = NextScheduledCut(clock - 1);
   clocks_->SetHold(cut_);
-  membership_->EndRollback();
+  // The final checkpoint restored: every worker was done at it, so the job is finished again.
+  const bool finished = clock == finished_clock_;
+  {
+    absl::MutexLock lock(&mu_);
+    status_.final_model_settled = finished;
+  }
+  membership_->EndRollback(finished);
   KLOG(Info) << "every server restored " << (name.empty() ? "empty tables (no checkpoint yet)" : name)
              << ": the job continues from clock " << clock << " at generation " << generation;
   return true;

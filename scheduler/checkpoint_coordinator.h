@@ -16,6 +16,11 @@
 // latest committed checkpoint (or empty tables if there is none), the clocks are set to its clock and the
 // workers' reader positions to its own, and the job runs again; workers learn where to continue with Rejoin.
 // A dead worker alone needs no rollback: its replacement continues from its rank's clock and reader position.
+// After the job finished, a server death still rolls back while any worker has not left (Membership): before
+// the final checkpoint is committed the workers redo their last iterations; after it, the restarted server
+// restores that final checkpoint and the job is finished again (the evaluating worker reads it anew). Once
+// every worker has left, nobody needs the servers. A server lost after the job finished with its final model
+// in no checkpoint (none kept, or the final one failed) is fatal: the workers that left cannot redo it.
 //
 // Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
 // rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
@@ -76,6 +81,10 @@ struct CheckpointStatus {
   int64_t latest_clock = 0;
   uint64_t committed = 0;      // by this coordinator
   uint64_t rollbacks = 0;
+  // The job finished and its final model is committed (or there is no final checkpoint to wait for: no
+  // --checkpoint_dir, final_checkpoint off, or kFinalAttempts attempts failed). Workers leave only then, so a
+  // server lost before it can still be recovered by redoing iterations.
+  bool final_model_settled = false;
 };
 
 class CheckpointCoordinator {
@@ -138,6 +147,9 @@ class CheckpointCoordinator {
   int64_t last_checkpoint_clock_ = -1;
   bool failed_ = false;  // on_fatal ran: do nothing more
   uint64_t rollback_generation_ = 0;  // the generation BeginRollback made
+  int64_t finished_clock_ = -1;       // every worker's clock when the job finished (-1: not yet)
+  int final_attempts_ = 0;            // final checkpoints tried since the job (last) finished
+  absl::Time next_final_attempt_ = absl::InfinitePast();  // after a failed one
   std::thread thread_;
 };
 

@@ -356,6 +356,92 @@ TEST_F(CoordinatorTest, ServerDeathRollsEveryServerBackToTheLatestCheckpoint) {
   EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
 }
 
+// Every worker reports its last iteration; the job is finished.
+void MarkAllDone(Membership& membership) {
+  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(membership.MarkWorkerDone(w).ok());
+  ASSERT_EQ(membership.state(), JobState::kFinished);
+}
+
+// Server 1 falls silent (everyone else heartbeats) and is declared dead at `now`.
+void DeclareServer1Dead(Membership& membership, absl::Time& now) {
+  now += absl::Seconds(1);
+  for (const Member& m : membership.Members()) {
+    if (m.alive && !(m.role == Role::kServer && m.rank == 1)) {
+      ASSERT_TRUE(membership.Heartbeat(m.role, m.rank, m.incarnation, now).ok());
+    }
+  }
+  ASSERT_EQ(membership.ExpireSilent(now + absl::Milliseconds(600)).size(), 1u);
+}
+
+// After the last iteration the final checkpoint is committed before the model counts as settled (workers wait
+// for that to leave). A server lost while a worker still evaluates: its replacement restores the final
+// checkpoint, nothing is redone, and the job is finished again with the same tables.
+TEST_F(CoordinatorTest, ServerLostAfterTheFinalCheckpointRestoresIt) {
+  CheckpointOptions options;
+  options.every_clocks = 3;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 5).ok());
+  EXPECT_FALSE(coordinator_->status().final_model_settled);
+  ASSERT_NO_FATAL_FAILURE(MarkAllDone(*membership_));
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().final_model_settled; }));
+  EXPECT_EQ(coordinator_->status().latest_clock, 5) << "settled only with the final checkpoint committed";
+  ASSERT_TRUE(membership_->MarkWorkerLeft(1).ok());  // worker 0 still evaluates
+
+  ASSERT_NO_FATAL_FAILURE(DeclareServer1Dead(*membership_, now_));
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return membership_->rolling_back(); }));
+  EXPECT_EQ(membership_->state(), JobState::kRecovering);
+  servers_->Replace(1);
+  ASSERT_TRUE(membership_->Register(Role::kServer, servers_->Address(1), 1, now_).ok());
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return !membership_->rolling_back(); })) << fatal_;
+  EXPECT_EQ(membership_->state(), JobState::kFinished) << "the final checkpoint: every worker is done at it";
+  EXPECT_TRUE(coordinator_->status().final_model_settled);
+  EXPECT_TRUE(clocks_->AllAt(5));
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(5));
+  EXPECT_TRUE(fatal_.ok()) << fatal_;
+}
+
+// Once every worker has left, nobody reads the servers: a server that goes is not recovered.
+TEST_F(CoordinatorTest, ServerLeavingAfterEveryWorkerLeftIsNoFailure) {
+  CheckpointOptions options;
+  options.every_clocks = 3;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 4).ok());
+  ASSERT_NO_FATAL_FAILURE(MarkAllDone(*membership_));
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().final_model_settled; }));
+  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(membership_->MarkWorkerLeft(w).ok());
+  EXPECT_FALSE(membership_->AnyWorkerAlive());
+  ASSERT_NO_FATAL_FAILURE(DeclareServer1Dead(*membership_, now_));
+  coordinator_->Wake();
+  absl::SleepFor(absl::Milliseconds(200));  // several coordinator steps
+  EXPECT_FALSE(membership_->rolling_back());
+  EXPECT_EQ(membership_->state(), JobState::kFinished);
+  EXPECT_EQ(coordinator_->status().rollbacks, 0u);
+  EXPECT_TRUE(fatal_.ok()) << fatal_;
+}
+
+// The final checkpoint keeps failing: after a few attempts the workers are let go without it, and a server
+// lost after that (a worker still evaluating) cannot be recovered: DATA_LOSS, not a silently empty server.
+TEST_F(CoordinatorTest, ServerLostWithTheFinalModelInNoCheckpointIsFatal) {
+  CheckpointOptions options;
+  options.every_clocks = 3;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 5).ok());
+  servers_->fail_shard_ = 0;
+  ASSERT_NO_FATAL_FAILURE(MarkAllDone(*membership_));
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().final_model_settled; }));
+  EXPECT_EQ(coordinator_->status().latest_clock, 3) << "no final checkpoint";
+  ASSERT_NO_FATAL_FAILURE(DeclareServer1Dead(*membership_, now_));
+  coordinator_->Wake();
+  ASSERT_TRUE(fatal_seen_.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(fatal_.code(), absl::StatusCode::kDataLoss) << fatal_;
+  EXPECT_FALSE(membership_->rolling_back());
+}
+
 TEST_F(CoordinatorTest, ResumeRestoresTheLatestCheckpointOntoNewServers) {
   ASSERT_NO_FATAL_FAILURE(RunThenStopScheduler(/*every=*/2, /*to=*/5, /*cut=*/4));
   CheckpointOptions options;

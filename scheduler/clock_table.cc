@@ -38,7 +38,7 @@ void ClockTable::AdmitLocked(int64_t clock, Callback done, std::vector<Callback>
   runnable->push_back(std::move(done));
 }
 
-void ClockTable::WaitToStart(int rank, int64_t clock, Callback done) {
+void ClockTable::WaitToStart(int rank, int64_t clock, Callback done, std::optional<uint64_t> epoch) {
   absl::Status status = CheckRank(rank);
   if (status.ok() && clock < 0) {
     status = absl::InvalidArgumentError(absl::StrFormat("worker %d asked for iteration %d", rank, clock));
@@ -47,12 +47,16 @@ void ClockTable::WaitToStart(int rank, int64_t clock, Callback done) {
   std::vector<Callback> runnable;
   {
     absl::MutexLock lock(&mu_);
-    if (clock >= hold_) {
+    if (epoch.has_value() && *epoch != epoch_) {
+      status = last_cancel_.ok() ? absl::AbortedError("the wait was cancelled before it was queued") : last_cancel_;
+    } else if (clock >= hold_) {
       held_.emplace(clock, std::move(done));
       return;
+    } else {
+      AdmitLocked(clock, std::move(done), &runnable);
     }
-    AdmitLocked(clock, std::move(done), &runnable);
   }
+  if (!status.ok()) return done(status);
   for (Callback& run : runnable) run(absl::OkStatus());
 }
 
@@ -96,6 +100,8 @@ size_t ClockTable::CancelAll(absl::Status status) {
     absl::MutexLock lock(&mu_);
     cancelled.swap(waiting_);
     held.swap(held_);
+    ++epoch_;
+    last_cancel_ = status;
   }
   for (auto& [required, waiter] : cancelled) waiter.done(status);
   for (auto& [clock, done] : held) done(status);
@@ -127,6 +133,11 @@ void ClockTable::SetHold(int64_t hold) {
     for (auto& [clock, done] : released) AdmitLocked(clock, std::move(done), &runnable);
   }
   for (Callback& done : runnable) done(absl::OkStatus());
+}
+
+uint64_t ClockTable::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
 }
 
 int64_t ClockTable::hold() const {

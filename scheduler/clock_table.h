@@ -24,6 +24,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -68,7 +69,12 @@ class ClockTable {
   // Worker `rank` asks to start iteration `clock`. `done(Ok)` runs before this returns when the policy allows
   // it now, else when an Advance() allows it. `done(error)` for a bad rank or clock (InvalidArgument) or when
   // the wait is cancelled (CancelAll's status).
-  void WaitToStart(int rank, int64_t clock, Callback done);
+  // `epoch`, when given, is what epoch() returned before the caller checked the request against other state
+  // (the worker's generation): if a cancellation ran since, the request belongs to the timeline it ended and
+  // is answered at once with that cancellation's status instead of waiting past it.
+  void WaitToStart(int rank, int64_t clock, Callback done, std::optional<uint64_t> epoch = std::nullopt);
+  // How many cancellations (CancelAll, Reset) have run.
+  uint64_t epoch() const;
 
   // Worker `rank` has finished `finished` iterations. Clocks only move forward, one iteration at a time:
   // repeating the current value is a no-op (retries are safe), going back is FailedPrecondition, skipping
@@ -128,6 +134,8 @@ class ClockTable {
   std::multimap<int64_t, Callback> held_ ABSL_GUARDED_BY(mu_);       // clock asked for -> held request
   int64_t hold_ ABSL_GUARDED_BY(mu_) = kNoHold;
   int64_t max_permitted_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status last_cancel_ ABSL_GUARDED_BY(mu_);  // the status the latest cancellation answered with
   std::function<void()> listener_;
 };
 

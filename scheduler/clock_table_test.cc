@@ -117,6 +117,28 @@ TEST(ClockTableTest, CancelAllFailsEveryWaiter) {
   EXPECT_EQ(table->num_waiting(), 0u);
 }
 
+// A request checked against the job (the worker's generation) before a cancellation and queued after it would
+// wait forever on the timeline the cancellation ended: given the epoch read before the check, it is answered
+// with the cancellation's status instead, while a request of the current epoch waits as usual.
+TEST(ClockTableTest, RequestFromBeforeACancellationIsAnsweredNotQueued) {
+  auto table = Make(2, ConsistencyPolicy::Bsp());
+  const uint64_t before = table->epoch();
+  table->Reset(0, absl::AbortedError("rolled back"));
+  EXPECT_EQ(table->epoch(), before + 1);
+  absl::Status stale = absl::UnknownError("not answered");
+  table->WaitToStart(0, 1, [&](absl::Status s) { stale = s; }, before);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
+  EXPECT_EQ(stale.message(), "rolled back");
+  EXPECT_EQ(table->num_waiting(), 0u);
+  absl::Status current = absl::UnknownError("not answered");
+  table->WaitToStart(0, 1, [&](absl::Status s) { current = s; }, table->epoch());
+  EXPECT_EQ(current.code(), absl::StatusCode::kUnknown) << "waits for worker 1, as BSP says";
+  EXPECT_EQ(table->num_waiting(), 1u);
+  ASSERT_TRUE(table->Advance(0, 1).ok());
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  EXPECT_TRUE(current.ok()) << current;
+}
+
 // Discrete-event simulation: each worker repeatedly asks for its next iteration, works for a random time once
 // allowed, then advances. Checked at every step: a granted read never violates the bound (min clock >=
 // required at grant time), a request waits only when the bound forbids it, and after every Advance no waiting

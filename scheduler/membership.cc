@@ -165,6 +165,24 @@ absl::StatusOr<JobState> Membership::MarkWorkerDone(int rank) {
   return state_;
 }
 
+absl::Status Membership::MarkWorkerLeft(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, workers_.size()));
+  }
+  if (state_ != JobState::kFinished) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("worker rank %d cannot leave: the job is %s, not finished", rank, JobStateName(state_)));
+  }
+  workers_[rank].alive = false;
+  return absl::OkStatus();
+}
+
+bool Membership::AnyWorkerAlive() const {
+  absl::MutexLock lock(&mu_);
+  return std::any_of(workers_.begin(), workers_.end(), [](const Member& m) { return m.alive; });
+}
+
 absl::Status Membership::CheckWorker(int rank, absl::string_view incarnation, uint64_t generation) const {
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
@@ -210,10 +228,15 @@ uint64_t Membership::BeginRollback() {
   return generation_;
 }
 
-void Membership::EndRollback() {
+void Membership::EndRollback(bool finished) {
   absl::MutexLock lock(&mu_);
   rolling_back_ = false;
-  if (state_ == JobState::kRecovering && AllAliveLocked()) state_ = JobState::kRunning;
+  if (finished) {
+    done_.assign(done_.size(), true);
+    state_ = JobState::kFinished;
+  } else if (state_ == JobState::kRecovering && AllAliveLocked()) {
+    state_ = JobState::kRunning;
+  }
 }
 
 bool Membership::rolling_back() const {

@@ -91,6 +91,11 @@ class Membership {
 
   // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
   absl::StatusOr<JobState> MarkWorkerDone(int rank);
+  // Worker `rank` needs the servers no more and exits: no longer a live member, and not a death.
+  // FailedPrecondition unless the job is kFinished.
+  absl::Status MarkWorkerLeft(int rank);
+  // Some worker rank is alive (registered, and neither declared dead nor left).
+  bool AnyWorkerAlive() const;
 
   // FailedPrecondition when worker `rank` is not alive (declared dead: register again), `incarnation` is not
   // its current one or `generation` is not exactly the one its requests must carry (an older one: a superseded
@@ -103,7 +108,9 @@ class Membership {
   // the old timeline are refused), no worker is done any more, and the job stays kRecovering until
   // EndRollback(). Returns the new generation.
   uint64_t BeginRollback();
-  void EndRollback();
+  // `finished`: the checkpoint restored is the one cut when every worker was done, so the job is kFinished
+  // again (every worker done); else kRunning once every member is alive.
+  void EndRollback(bool finished = false);
   bool rolling_back() const;
   // Some server rank has registered and is not alive.
   bool AnyServerDead() const;

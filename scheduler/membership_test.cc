@@ -143,5 +143,29 @@ TEST(MembershipTest, FinishesWhenEveryWorkerIsDoneAndLeavingIsNoFailure) {
   EXPECT_EQ(m->generation(), generation);
 }
 
+// A worker leaves only a finished job; it is then no live member (its heartbeats are refused). A rollback of
+// the finished job that restores its final checkpoint makes it finished again, every worker done.
+TEST(MembershipTest, WorkersLeaveOnlyAFinishedJobAndAFinalRestoreFinishesItAgain) {
+  auto m = Make(1, 2);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", -1, kStart).ok());
+  auto w0 = m->Register(Role::kWorker, "", -1, kStart);
+  auto w1 = m->Register(Role::kWorker, "", -1, kStart);
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  EXPECT_EQ(m->MarkWorkerLeft(0).code(), absl::StatusCode::kFailedPrecondition) << "the job is running";
+  ASSERT_EQ(*m->MarkWorkerDone(0), JobState::kRunning);
+  ASSERT_EQ(*m->MarkWorkerDone(1), JobState::kFinished);
+  ASSERT_TRUE(m->MarkWorkerLeft(1).ok());
+  EXPECT_EQ(m->MarkWorkerLeft(2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m->AnyWorkerAlive());
+  EXPECT_EQ(m->Heartbeat(Role::kWorker, 1, w1->incarnation, kStart).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  m->BeginRollback();
+  EXPECT_EQ(m->state(), JobState::kRecovering);
+  m->EndRollback(/*finished=*/true);
+  EXPECT_EQ(m->state(), JobState::kFinished);
+  ASSERT_TRUE(m->MarkWorkerLeft(0).ok());
+  EXPECT_FALSE(m->AnyWorkerAlive());
+}
+
 }  // namespace
 }  // namespace kestrel

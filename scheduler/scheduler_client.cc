@@ -66,6 +66,19 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->min_clock();
   }
 
+  absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation) override {
+    AdvanceRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_rank(rank);
+    request.set_finished(finished);
+    request.set_generation(generation);
+    request.set_incarnation(incarnation);
+    request.set_done(true);
+    request.set_leaving(true);
+    AdvanceResponse response;
+    return Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline).status();
+  }
+
   absl::StatusOr<DescribeResponse> Describe() override {
     DescribeRequest request;
     request.set_job_id(options_.job_id);

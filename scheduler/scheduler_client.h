@@ -31,6 +31,8 @@ class SchedulerClient {
   virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,
                                           const std::string& incarnation, bool done = false,
                                           const WorkerState* state = nullptr) = 0;
+  // Once the job is finished: worker `rank`, at clock `finished`, needs the servers no more and exits.
+  virtual absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation) = 0;
   virtual absl::StatusOr<DescribeResponse> Describe() = 0;
   // After a rollback: where live worker `rank` continues (clock, reader position, generation to stamp).
   // UNAVAILABLE while the rollback is in progress.

@@ -123,6 +123,7 @@ void WaitToStart(FuzzInput& in, Fuzz& f) {
   const int rank = call.rank;
   const uint8_t c = in.U8();
   const int64_t clock = c == 0xff ? in.I64() : f.clocks->ClockOf(rank) + static_cast<int>(c % 6) - 1;
+  const uint64_t epoch = f.clocks->epoch();  // read before the check, as the service does
   if (!f.membership->CheckWorker(rank, call.incarnation, call.generation).ok()) return;
   ++f.waiting;
   ++f.callbacks_made;
@@ -138,7 +139,7 @@ void WaitToStart(FuzzInput& in, Fuzz& f) {
     FUZZ_CHECK(fp->clocks->MinClock() >= fp->clocks->policy().RequiredMinClock(clock),
                "an iteration started before the policy allows");
     FUZZ_CHECK(fp->clocks->MaxPermitted() >= clock);
-  });
+  }, epoch);
 }
 
 void Advance(FuzzInput& in, Fuzz& f) {

@@ -233,18 +233,24 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
                                                             const WaitToStartRequest* request,
                                                             WaitToStartResponse* response) {
   const RpcMetrics::Call call = wait_to_start_rpc_.Begin();
+  // Read before the generation check: a rollback between the check and the queuing (it moves the generation,
+  // then cancels every wait) answers this request instead of leaving it queued on the abandoned timeline.
+  const uint64_t epoch = clocks_->epoch();
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, request->rank());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
-  auto wait = [this, reactor, request, response, call] {
-    clocks_->WaitToStart(request->rank(), request->clock(), [this, reactor, response, call](absl::Status s) {
-      if (s.ok()) response->set_min_clock(clocks_->MinClock());
-      call.End(s);
-      reactor->Finish(ToGrpcStatus(s));
-    });
+  auto wait = [this, reactor, request, response, call, epoch] {
+    clocks_->WaitToStart(
+        request->rank(), request->clock(),
+        [this, reactor, response, call](absl::Status s) {
+          if (s.ok()) response->set_min_clock(clocks_->MinClock());
+          call.End(s);
+          reactor->Finish(ToGrpcStatus(s));
+        },
+        epoch);
   };
   {
     absl::MutexLock lock(&forming_mu_);
@@ -275,13 +281,18 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
     coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
   }
   if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
-  if (status.ok() && request->done()) {
+  if (status.ok() && request->done() && !request->leaving()) {
     auto state = membership_->MarkWorkerDone(request->rank());
     status = state.status();
     if (status.ok() && *state == JobState::kFinished) {
       KLOG(Info) << "every worker has finished: job '" << options_.job_id << "' finished at clock "
                  << clocks_->MinClock();
     }
+  }
+  if (status.ok() && request->leaving()) {
+    status = request->done() ? membership_->MarkWorkerLeft(request->rank())
+                             : absl::InvalidArgumentError("leaving is only allowed with done");
+    if (status.ok()) KLOG(Info) << "worker rank " << request->rank() << " left the finished job";
   }
   if (status.ok()) response->set_min_clock(clocks_->MinClock());
   return Reply(context, call, status);
@@ -309,6 +320,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_latest_checkpoint_clock(checkpoints.latest_clock);
     response->set_checkpoints_committed(checkpoints.committed);
     response->set_rollbacks(checkpoints.rollbacks);
+    response->set_final_model_settled(checkpoints.final_model_settled);
   }
   return Reply(context, call, status);
 }

@@ -102,13 +102,20 @@ run_with_kill() {
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
     --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
   local local_pid=$!
+  # The victim's pid is read before the job gets going, so the kill follows the first commit at once (the job
+  # has 200 more clocks to run), however slow a python start on a loaded machine would be.
+  local pid=""
   for _ in $(seq 600); do
-    grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break
+    pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/$name/pids.json" \
+      "$victim" 2>/dev/null) && break
     sleep 0.05
   done
+  [[ -n "$pid" ]] || { echo "no pids.json"; exit 1; }
+  for _ in $(seq 1200); do
+    grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break
+    sleep 0.02
+  done
   grep -q "committed at clock" "$tmp/$name/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
-  local pid
-  pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/$name/pids.json" "$victim")
   kill -9 "$pid"
   echo "killed $victim (pid $pid)"
   wait "$local_pid"

@@ -288,6 +288,7 @@ class RecoveryTest : public ::testing::Test {
     ASSERT_FALSE(outcome->tables.empty());
     reference_ = new Outcome(*outcome);
     reference_checkpoints_ = new std::string(job.checkpoints());
+    reference_final_clock_ = job.LatestCheckpointClock();
     std::printf("reference: %s (last checkpoint at clock %lld)\n", Describe(*reference_).c_str(),
                 static_cast<long long>(job.LatestCheckpointClock()));
     job.KillAll();
@@ -317,11 +318,13 @@ class RecoveryTest : public ::testing::Test {
   static Outcome* reference_;
   static Outcome* bounded_reference_;
   static std::string* reference_checkpoints_;  // the reference job's checkpoint directory
+  static int64_t reference_final_clock_;         // the clock of its final checkpoint (the job's last)
 };
 std::string* RecoveryTest::data_ = nullptr;
 Outcome* RecoveryTest::reference_ = nullptr;
 Outcome* RecoveryTest::bounded_reference_ = nullptr;
 std::string* RecoveryTest::reference_checkpoints_ = nullptr;
+int64_t RecoveryTest::reference_final_clock_ = -1;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -503,6 +506,47 @@ TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
         << "trial " << trial << ": " << what << " killed after " << absl::FormatDuration(delay)
         << " (last checkpoint at clock " << clock << "): " << Describe(*outcome) << "\n reference: "
         << Describe(reference);
+    job.KillAll();
+  }
+}
+
+// A server lost after the last iteration. While the final checkpoint is written (every worker done, each
+// waiting for it): the job rolls back to the checkpoint before and the workers redo their last iterations.
+// Once it is committed (worker 0 evaluating, or every worker gone): the replacement restores it, and worker 0's
+// evaluation reads the restored model. Either way the job ends as the reference.
+TEST_F(RecoveryTest, ServerLostAfterTheLastIterationStillEndsBitwiseIdentical) {
+  std::string latest = ReadAll(*reference_checkpoints_ + "/LATEST");
+  latest = latest.substr(0, latest.find('\n'));
+  int final_sequence = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(latest.substr(latest.find('-') + 1), &final_sequence)) << latest;
+  {
+    Job job(TmpDir() + "/recovery_final_checkpoint", *data_);
+    const std::string fault = absl::StrCat("server.checkpoint.snapshot_cut@", final_sequence);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false, "", fault).ok());
+    absl::StatusOr<int> code = job.server(1)->Wait(absl::Seconds(90));
+    ASSERT_TRUE(code.ok()) << fault << " was never reached: " << code.status();
+    EXPECT_EQ(*code, 128 + SIGKILL);
+    job.server(1).reset();
+    ASSERT_TRUE(job.StartServer(1).ok());
+    ExpectReference(job.Finish(), "server 1 killed writing the final checkpoint");
+    job.KillAll();
+  }
+  {
+    Job job(TmpDir() + "/recovery_after_final", *data_);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(90);
+    while (job.LatestCheckpointClock() != reference_final_clock_ && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ASSERT_EQ(job.LatestCheckpointClock(), reference_final_clock_) << "no final checkpoint";
+    job.Kill(job.server(1));
+    ASSERT_TRUE(job.StartServer(1).ok());
+    const absl::StatusOr<Outcome> outcome = job.Finish();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    // The tables are compared only when someone still needed them (a rollback restored the final checkpoint);
+    // a server replaced after every worker left holds nothing, and needs nothing: the model is in the checkpoint.
+    EXPECT_EQ(outcome->eval_fingerprint, reference_->eval_fingerprint);
+    EXPECT_EQ(outcome->logloss, reference_->logloss);
     job.KillAll();
   }
 }

@@ -269,8 +269,12 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   SetLogIdentity(absl::StrCat("worker[", rank, "]"));
   KLOG(Info) << "registered as worker " << rank << " (generation " << reg->generation() << ", " << reg->clock()
              << " iterations already done)";
+  // Set once this worker left the finished job: the scheduler then refuses its heartbeats, which is no reason
+  // to exit 3.
+  static std::atomic<bool> left{false};
   Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, rank, reg->incarnation(),
                           absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
+                            if (left.load()) return;
                             KLOG(Error) << "the scheduler refused this worker: " << status << "; exiting";
                             std::_Exit(3);
                           });
@@ -338,6 +342,11 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     }
     if (result.ok()) {
       Report(*result);
+      // The final model is settled (Trainer waited for it) and evaluated: the servers may go.
+      left.store(true);
+      if (absl::Status s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation()); !s.ok()) {
+        KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
+      }
       return 0;
     }
     // Did the job roll back? Ask until it has (the scheduler may not have noticed the dead server yet), it is
@@ -353,7 +362,9 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
         KLOG(Error) << "the scheduler refused this worker: " << rejoined.status();
         return 3;
       }
-      const bool running = rejoined.ok() && rejoined->view().job_state() == "running";
+      // Running (or finished) past the grace with no rollback: the error was this worker's own.
+      const bool running = rejoined.ok() && (rejoined->view().job_state() == "running" ||
+                                             rejoined->view().job_state() == "finished");
       if ((running && absl::Now() > grace) || absl::Now() > give_up) {
         KLOG(Error) << "training failed: " << result.status();
         return 1;

@@ -27,11 +27,15 @@ class SchedulerGate final : public ClockGate {
     while (true) {
       absl::StatusOr<DescribeResponse> d = client_->Describe();
       if (!d.ok()) return d.status();
-      if (d->min_clock() >= iterations || d->view().job_state() == "finished") return absl::OkStatus();
       if (d->rollbacks() > rollbacks_) {
         return absl::AbortedError(absl::StrFormat(
             "the job rolled back to checkpoint %s (clock %d) while worker %d waited for the others to finish",
             d->latest_checkpoint(), d->latest_checkpoint_clock(), rank_));
+      }
+      // Finished is not enough: until the final checkpoint is committed a lost server means redoing the last
+      // iterations, which needs every worker.
+      if (d->min_clock() >= iterations && d->view().job_state() == "finished" && d->final_model_settled()) {
+        return absl::OkStatus();
       }
       absl::SleepFor(poll_);
     }
