@@ -1,0 +1,244 @@
+#include "common/half.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Non-finite encodings: every exponent bit set.
+bool Float16NonFinite(uint16_t h) { return (h & 0x7c00) == 0x7c00; }
+bool Bfloat16NonFinite(uint16_t h) { return (h & 0x7f80) == 0x7f80; }
+
+absl::Status CheckScale(ValueType type, int scale_exponent) {
+  if (scale_exponent < kMinScaleExponent || scale_exponent > kMaxScaleExponent ||
+      (scale_exponent != 0 && type != VALUE_TYPE_FLOAT16)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "scale exponent %d: only fp16 values are scaled, by 2^e with e in [%d, %d]", scale_exponent,
+        kMinScaleExponent, kMaxScaleExponent));
+  }
+  return absl::OkStatus();
+}
+
+// After an encode that produced a non-finite half: was the input non-finite (the caller's bug) or too large?
+absl::Status EncodeError(ValueType type, const float* in, size_t n, size_t at, int scale_exponent) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(in[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat("value %d is %f: only finite values travel", i, in[i]));
+    }
+  }
+  return absl::OutOfRangeError(absl::StrFormat(
+      "value %d (%g, scaled by 2^%d) is beyond %s's range", at, in[at], scale_exponent,
+      type == VALUE_TYPE_FLOAT16 ? "fp16 (65504)" : "bf16"));
+}
+
+}  // namespace
+
+namespace half_internal {
+
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+void EncodeFloat16Scalar(const float* in, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+void DecodeFloat16Scalar(const uint16_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void EncodeFloat16F16c(const float* in, size_t n, uint16_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void DecodeFloat16F16c(const uint16_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
+}  // namespace half_internal
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x = Bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  x &= 0x7fffffff;
+  if (x > 0x7f800000) return sign | 0x7e00 | static_cast<uint16_t>((x >> 13) & 0x3ff);  // NaN, made quiet
+  if (x >= 0x477ff000) return sign | 0x7c00;  // >= 65520 (or infinite): rounds to infinity
+  if (x >= 0x38800000) {                      // >= 2^-14: a normal half
+    x += 0xfff + ((x >> 13) & 1);             // round to nearest, ties to even, on the 13 dropped bits
+    return sign | static_cast<uint16_t>((x - 0x38000000) >> 13);  // rebias the exponent: 127 - 15
+  }
+  // A subnormal half (or zero): its integer significand is |f| * 2^24 rounded to even (exact scaling; the
+  // default rounding mode is to nearest even). 1024 rounds up into the smallest normal, encoded the same.
+  return sign | static_cast<uint16_t>(std::nearbyint(FromBits(x) * 16777216.0f));
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  const uint32_t mantissa = h & 0x3ff;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in fp32
+    return FromBits(Bits(static_cast<float>(mantissa) * (1.0f / 16777216.0f)) | sign);
+  }
+  if (exponent == 31) return FromBits(sign | 0x7f800000 | (mantissa << 13) | (mantissa != 0 ? 0x400000 : 0));
+  return FromBits(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+uint16_t FloatToBfloat16(float f) {
+  uint32_t x = Bits(f);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN, made quiet
+  x += 0x7fff + ((x >> 16) & 1);  // round to nearest, ties to even (may carry into infinity)
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float Bfloat16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
+
+size_t BytesPerValue(ValueType type) {
+  switch (type) {
+    case VALUE_TYPE_FLOAT32:
+      return 4;
+    case VALUE_TYPE_FLOAT16:
+    case VALUE_TYPE_BFLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+absl::Status CheckValueType(ValueType type, const char* what) {
+  if (BytesPerValue(type) != 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: value type %d is none of VALUE_TYPE_FLOAT32, VALUE_TYPE_FLOAT16, VALUE_TYPE_BFLOAT16", what,
+      static_cast<int>(type)));
+}
+
+absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_exponent, void* out) {
+  if (absl::Status s = CheckValueType(type, "encode"); !s.ok()) return s;
+  if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
+  if (type == VALUE_TYPE_FLOAT32) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(in[i])) return EncodeError(type, in, n, i, 0);
+    }
+    std::memcpy(out, in, n * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Blocks through a small buffer: scaling (exact) then converting, and the halves checked while in cache.
+  constexpr size_t kBlock = 1024;
+  alignas(32) float scaled[kBlock];
+  alignas(32) uint16_t halves[kBlock];
+  const float scale = std::ldexp(1.0f, scale_exponent);
+  const bool f16c = half_internal::HasF16c();
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t m = std::min(kBlock, n - start);
+    const float* src = in + start;
+    if (scale_exponent != 0) {
+      for (size_t i = 0; i < m; ++i) scaled[i] = src[i] * scale;
+      src = scaled;
+    }
+    bool bad = false;
+    if (type == VALUE_TYPE_FLOAT16) {
+      if (f16c) {
+        half_internal::EncodeFloat16F16c(src, m, halves);
+      } else {
+        half_internal::EncodeFloat16Scalar(src, m, halves);
+      }
+      for (size_t i = 0; i < m; ++i) bad |= Float16NonFinite(halves[i]);
+    } else {
+      for (size_t i = 0; i < m; ++i) halves[i] = FloatToBfloat16(src[i]);
+      for (size_t i = 0; i < m; ++i) bad |= Bfloat16NonFinite(halves[i]);
+    }
+    if (bad) {
+      size_t at = 0;
+      while (!(type == VALUE_TYPE_FLOAT16 ? Float16NonFinite(halves[at]) : Bfloat16NonFinite(halves[at]))) ++at;
+      return EncodeError(type, in, n, start + at, scale_exponent);
+    }
+    std::memcpy(static_cast<char*>(out) + start * 2, halves, m * 2);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_exponent, float* out) {
+  if (absl::Status s = CheckValueType(type, "decode"); !s.ok()) return s;
+  if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
+  if (type == VALUE_TYPE_FLOAT32) {
+    std::memcpy(out, in, n * sizeof(float));
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(out[i])) {
+        return absl::InvalidArgumentError(absl::StrFormat("value %d is not finite", i));
+      }
+    }
+    return absl::OkStatus();
+  }
+  constexpr size_t kBlock = 1024;
+  alignas(32) uint16_t halves[kBlock];
+  const float unscale = std::ldexp(1.0f, -scale_exponent);
+  const bool f16c = half_internal::HasF16c();
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t m = std::min(kBlock, n - start);
+    std::memcpy(halves, static_cast<const char*>(in) + start * 2, m * 2);
+    bool bad = false;
+    float* dst = out + start;
+    if (type == VALUE_TYPE_FLOAT16) {
+      for (size_t i = 0; i < m; ++i) bad |= Float16NonFinite(halves[i]);
+      if (!bad && f16c) {
+        half_internal::DecodeFloat16F16c(halves, m, dst);
+      } else if (!bad) {
+        half_internal::DecodeFloat16Scalar(halves, m, dst);
+      }
+    } else {
+      for (size_t i = 0; i < m; ++i) bad |= Bfloat16NonFinite(halves[i]);
+      if (!bad) {
+        for (size_t i = 0; i < m; ++i) dst[i] = Bfloat16ToFloat(halves[i]);
+      }
+    }
+    if (bad) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a %s value in [%d, %d) is infinite or NaN", ValueType_Name(type), start, start + m));
+    }
+    if (scale_exponent != 0) {
+      for (size_t i = 0; i < m; ++i) dst[i] *= unscale;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Float16ScaleExponent(const float* g, size_t n) {
+  float max_abs = 0;
+  for (size_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(g[i]));
+  if (!(max_abs > 0) || !std::isfinite(max_abs)) return max_abs > 0 ? kMinScaleExponent : kMaxScaleExponent;
+  // The largest e with max_abs * 2^e <= 65504: start from the exponents and correct by one step.
+  int e = static_cast<int>(std::floor(std::log2(kFloat16Max / max_abs)));
+  e = std::clamp(e, kMinScaleExponent, kMaxScaleExponent);
+  while (e > kMinScaleExponent && std::ldexp(max_abs, e) > kFloat16Max) --e;
+  while (e < kMaxScaleExponent && std::ldexp(max_abs, e + 1) <= kFloat16Max) ++e;
+  return e;
+}
+
+}  // namespace kestrel
