@@ -6,7 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/half.h"
 
 namespace kestrel {
 namespace {
@@ -14,6 +16,7 @@ namespace {
 constexpr size_t kPaddedVarint = 5;
 constexpr uint8_t kDimTag = (3 << 3) | 0;     // field 3, varint
 constexpr uint8_t kValuesTag = (1 << 3) | 2;  // field 1, length-delimited
+constexpr uint8_t kValueTypeTag = (2 << 3) | 0;  // field 2, varint
 constexpr size_t kPrefix = 1 + kPaddedVarint + 1 + kPaddedVarint;
 
 // Lengths are below 2^35 (the Shard bounds responses far below that), so 5 bytes always suffice.
@@ -48,6 +51,26 @@ class SliceReader {
     }
     return false;
   }
+  // The next n bytes: a view into the current slice when they lie inside it, else a copy in `scratch`.
+  bool View(size_t n, absl::string_view* out, std::string* scratch) {
+    SkipEmpty();
+    if (index_ < slices_.size() && slices_[index_].size() - offset_ >= n) {
+      *out = absl::string_view(reinterpret_cast<const char*>(slices_[index_].begin()) + offset_, n);
+      offset_ += n;
+      return true;
+    }
+    if (n > remaining()) return false;  // checked before allocating: a hostile length cannot make us reserve it
+    scratch->resize(n);
+    if (!Bytes(n, scratch->data())) return false;
+    *out = *scratch;
+    return true;
+  }
+  size_t remaining() const {
+    size_t left = 0;
+    for (size_t i = index_; i < slices_.size(); ++i) left += slices_[i].size() - (i == index_ ? offset_ : 0);
+    return left;
+  }
+  std::vector<grpc::Slice>& slices() { return slices_; }
   // Copies n bytes to dst (or skips them when dst is null).
   bool Bytes(size_t n, char* dst) {
     while (n > 0) {
@@ -78,20 +101,26 @@ class SliceReader {
 
 }  // namespace
 
-float* PullResponseWriter::Allocate(size_t floats, int dim) {
-  const size_t bytes = floats * sizeof(float);
+void* PullResponseWriter::Allocate(size_t values, int dim, ValueType type) {
+  const size_t bytes = values * BytesPerValue(type);
+  const bool typed = type != VALUE_TYPE_FLOAT32;
+  const size_t prefix = kPrefix + (typed ? 1 + kPaddedVarint : 0);
   // Our own malloc'ed buffer (16-byte aligned), not grpc::Slice(len): gRPC keeps small slices inline at an
-  // odd offset, which would misalign the rows after the 12-byte prefix.
-  void* buffer = std::malloc(std::max<size_t>(kPrefix + bytes, 1));
+  // odd offset, which would misalign the rows after the prefix.
+  void* buffer = std::malloc(std::max<size_t>(prefix + bytes, 1));
   if (buffer == nullptr) std::abort();  // out of memory, like a failed operator new
-  slice_ = grpc::Slice(buffer, kPrefix + bytes, &std::free);
+  slice_ = grpc::Slice(buffer, prefix + bytes, &std::free);
   uint8_t* p = static_cast<uint8_t*>(buffer);
   *p++ = kDimTag;
   p = PutPaddedVarint(static_cast<uint64_t>(dim), p);
+  if (typed) {
+    *p++ = kValueTypeTag;
+    p = PutPaddedVarint(static_cast<uint64_t>(type), p);
+  }
   *p++ = kValuesTag;
   p = PutPaddedVarint(bytes, p);
   allocated_ = true;
-  return reinterpret_cast<float*>(p);
+  return p;
 }
 
 grpc::ByteBuffer PullResponseWriter::Finish() {
@@ -99,44 +128,128 @@ grpc::ByteBuffer PullResponseWriter::Finish() {
   return grpc::ByteBuffer(&slice_, 1);
 }
 
-absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats) {
+namespace {
+
+// Skips a field of wire type `wire` (its tag already read). False when truncated or of a bad wire type.
+bool SkipField(SliceReader& reader, uint64_t wire) {
+  uint64_t value;
+  switch (wire) {
+    case 0:
+      return reader.Varint(&value);
+    case 1:
+      return reader.Bytes(8, nullptr);
+    case 2:
+      return reader.Varint(&value) && value <= reader.remaining() && reader.Bytes(value, nullptr);
+    case 5:
+      return reader.Bytes(4, nullptr);
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats, ValueType type) {
   std::vector<grpc::Slice> slices;
   if (buffer.Valid() && !buffer.Dump(&slices).ok()) return absl::DataLossError("unreadable PullResponse");
+  const size_t expected = floats * BytesPerValue(type);
+  if (BytesPerValue(type) == 0) return absl::InvalidArgumentError("ReadPullValues: unknown value type");
   SliceReader reader(std::move(slices));
   bool seen_values = false;
+  uint64_t answered_type = VALUE_TYPE_FLOAT32;
+  thread_local std::string halves;
   while (!reader.done()) {
     uint64_t tag, value;
     if (!reader.Varint(&tag)) return absl::DataLossError("malformed PullResponse: truncated tag");
-    switch (tag & 7) {
-      case 0:
-        if (!reader.Varint(&value)) return absl::DataLossError("malformed PullResponse: truncated varint");
-        break;
-      case 2: {
-        if (!reader.Varint(&value)) return absl::DataLossError("malformed PullResponse: truncated length");
-        const bool is_values = (tag >> 3) == 1;
-        if (is_values && value != floats * sizeof(float)) {
-          return absl::DataLossError(
-              absl::StrFormat("PullResponse carries %d bytes of values, expected %d", value, floats * sizeof(float)));
-        }
-        if (!reader.Bytes(value, is_values ? reinterpret_cast<char*>(out) : nullptr)) {
-          return absl::DataLossError("malformed PullResponse: truncated field");
-        }
-        seen_values |= is_values;
-        break;
+    const uint64_t field = tag >> 3;
+    if (field == 1 && (tag & 7) == 2) {
+      if (!reader.Varint(&value)) return absl::DataLossError("malformed PullResponse: truncated length");
+      if (value != expected) {
+        return absl::DataLossError(absl::StrFormat("PullResponse carries %d bytes of values, expected %d (%d %s)",
+                                                   value, expected, floats, ValueType_Name(type)));
       }
-      case 1:
-        if (!reader.Bytes(8, nullptr)) return absl::DataLossError("malformed PullResponse");
-        break;
-      case 5:
-        if (!reader.Bytes(4, nullptr)) return absl::DataLossError("malformed PullResponse");
-        break;
-      default:
-        return absl::DataLossError("malformed PullResponse: bad wire type");
+      if (type == VALUE_TYPE_FLOAT32) {
+        if (!reader.Bytes(value, reinterpret_cast<char*>(out))) {
+          return absl::DataLossError("malformed PullResponse: truncated values");
+        }
+      } else {
+        absl::string_view bytes;
+        if (!reader.View(value, &bytes, &halves)) return absl::DataLossError("malformed PullResponse: truncated values");
+        if (absl::Status s = DecodeValues(type, bytes.data(), floats, 0, out); !s.ok()) return s;
+      }
+      seen_values = true;
+    } else if (field == 2 && (tag & 7) == 0) {
+      if (!reader.Varint(&answered_type)) return absl::DataLossError("malformed PullResponse: truncated varint");
+    } else if (!SkipField(reader, tag & 7)) {
+      return absl::DataLossError("malformed PullResponse: truncated or bad field");
     }
+  }
+  if (answered_type != static_cast<uint64_t>(type)) {
+    return absl::DataLossError(absl::StrFormat("PullResponse answers value type %d, expected %s", answered_type,
+                                               ValueType_Name(type)));
   }
   if (!seen_values && floats != 0) {
     return absl::DataLossError(absl::StrFormat("PullResponse carries no values, expected %d floats", floats));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* out) {
+  std::vector<grpc::Slice> slices;
+  if (buffer.Valid() && !buffer.Dump(&slices).ok()) return absl::InvalidArgumentError("unreadable PushRequest");
+  SliceReader reader(std::move(slices));
+  auto bad = [](const char* what) { return absl::InvalidArgumentError(absl::StrCat("malformed PushRequest: ", what)); };
+  while (!reader.done()) {
+    uint64_t tag, value;
+    if (!reader.Varint(&tag)) return bad("truncated tag");
+    const uint64_t field = tag >> 3, wire = tag & 7;
+    if (wire == 2 && field >= 1 && field <= 4) {
+      if (!reader.Varint(&value) || value > reader.remaining()) return bad("truncated length-delimited field");
+      absl::string_view bytes;
+      std::string header_bytes;
+      switch (field) {
+        case 1:
+          // Merged, as protobuf merges repeated occurrences of a message field.
+          if (!reader.View(value, &bytes, &header_bytes) || !out->header.MergeFromString(std::string(bytes))) {
+            return bad("bad header");
+          }
+          break;
+        case 2:
+          if (!reader.View(value, &bytes, &out->table)) return bad("truncated table");
+          if (bytes.data() != out->table.data()) out->table.assign(bytes.data(), bytes.size());
+          break;
+        case 3:
+          if (!reader.View(value, &out->keys, &out->key_scratch)) return bad("truncated keys");
+          break;
+        case 4:
+          if (!reader.View(value, &out->values, &out->value_scratch)) return bad("truncated values");
+          break;
+      }
+    } else if (wire == 0 && field >= 5 && field <= 9) {
+      if (!reader.Varint(&value)) return bad("truncated varint");
+      const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(value));  // int32 varints: two's complement
+      switch (field) {
+        case 5:
+          out->value_type = static_cast<ValueType>(v);
+          break;
+        case 6:
+          out->dim = v;
+          break;
+        case 7:
+          out->part = v;
+          break;
+        case 8:
+          out->parts = v;
+          break;
+        case 9:
+          out->scale_exponent = v;
+          break;
+      }
+    } else if (!SkipField(reader, wire)) {
+      return bad("truncated or bad field");
+    }
+  }
+  out->slices = std::move(reader.slices());
   return absl::OkStatus();
 }
 

@@ -5,24 +5,34 @@
 // Instead the server writes the rows straight into one grpc::Slice laid out as a valid PullResponse, and the
 // client copies the values field straight from the received slices into the caller's rows.
 //
-// Layout written: field 3 (dim) then field 1 (values), both varints padded to 5 bytes (valid protobuf, accepted
-// by any parser) so the 12-byte prefix keeps the rows 4-byte aligned. Any PullResponse encoding is read.
+// Layout written: field 3 (dim), for the half types field 2 (value_type), then field 1 (values), varints padded to
+// 5 bytes (valid protobuf, accepted by any parser) so the 12-byte prefix keeps fp32 rows 4-byte aligned (18
+// bytes, 2-byte aligned, with value_type). Any PullResponse encoding is read.
+//
+// Pushes are read the same way (ReadPushRequest): the server's raw Push handler takes the keys and values
+// straight from the received slices rather than through protobuf's parse, which copies both into strings.
 #ifndef KESTREL_COMMON_PULL_WIRE_H_
 #define KESTREL_COMMON_PULL_WIRE_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "proto/ps.pb.h"
 
 namespace kestrel {
 
 // Builds one PullResponse buffer. Thread-compatible.
 class PullResponseWriter {
  public:
-  // Returns room for `floats` values of rows of `dim` floats. Call at most once.
-  float* Allocate(size_t floats, int dim);
+  // Returns room for `values` values of `type` (rows of `dim` values): 4-byte aligned for fp32, 2-byte for
+  // the half types. Call at most once.
+  void* Allocate(size_t values, int dim, ValueType type = VALUE_TYPE_FLOAT32);
   // The finished response (empty values when Allocate was never called).
   grpc::ByteBuffer Finish();
 
@@ -31,9 +41,32 @@ class PullResponseWriter {
   bool allocated_ = false;
 };
 
-// Copies the values of the serialized PullResponse in `buffer` to `out`, which holds `floats` floats.
-// DataLoss when the buffer is malformed or carries another number of values.
-absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats);
+// Decodes the values of the serialized PullResponse in `buffer`, which must be `floats` values of `type`
+// (its value_type field, wherever it is, must say so), into `out`. DataLoss when the buffer is malformed or
+// carries another number or type of values; InvalidArgument for a non-finite value.
+absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats,
+                            ValueType type = VALUE_TYPE_FLOAT32);
+
+// A PushRequest read field by field from the received buffers, without protobuf's parse: keys and values are
+// views of the received slices where a field lies inside one slice, else of `scratch` (one copy, straight
+// from the slices). Unknown fields are skipped. Valid while this object lives.
+struct PushRequestView {
+  RequestHeader header;
+  std::string table;
+  absl::string_view keys;
+  absl::string_view values;
+  ValueType value_type = VALUE_TYPE_FLOAT32;
+  int32_t dim = 0;
+  int32_t part = 0;
+  int32_t parts = 0;
+  int32_t scale_exponent = 0;
+
+  std::vector<grpc::Slice> slices;  // keeps the views' bytes alive
+  std::string key_scratch, value_scratch;
+};
+
+// InvalidArgument when `buffer` is no well-formed PushRequest.
+absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* out);
 
 }  // namespace kestrel
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 
@@ -26,7 +27,7 @@ grpc::ByteBuffer Split(const std::string& bytes, size_t piece) {
 
 TEST(PullWireTest, WriterOutputIsAValidPullResponse) {
   PullResponseWriter writer;
-  float* rows = writer.Allocate(6, 3);
+  float* rows = static_cast<float*>(writer.Allocate(6, 3));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(rows) % alignof(float), 0u);
   for (int i = 0; i < 6; ++i) rows[i] = 0.5f * i;
   PullResponse parsed;
@@ -41,7 +42,7 @@ TEST(PullWireTest, WriterOutputIsAValidPullResponse) {
 TEST(PullWireTest, TinyResponsesAreAlignedToo) {
   for (size_t floats : {1, 2, 3, 5}) {
     PullResponseWriter writer;
-    float* rows = writer.Allocate(floats, 1);
+    float* rows = static_cast<float*>(writer.Allocate(floats, 1));
     EXPECT_EQ(reinterpret_cast<uintptr_t>(rows) % alignof(float), 0u) << floats;
     for (size_t i = 0; i < floats; ++i) rows[i] = 1.5f;
     PullResponse parsed;
@@ -67,7 +68,7 @@ TEST(PullWireTest, ReadsAnyEncodingAcrossSlices) {
 
 TEST(PullWireTest, RejectsWrongSizeAndTruncation) {
   PullResponseWriter writer;
-  float* rows = writer.Allocate(4, 2);
+  float* rows = static_cast<float*>(writer.Allocate(4, 2));
   for (int i = 0; i < 4; ++i) rows[i] = 1.0f;
   const std::string bytes = Flatten(writer.Finish());
   std::vector<float> out(8);
@@ -76,6 +77,83 @@ TEST(PullWireTest, RejectsWrongSizeAndTruncation) {
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReadPullValues(grpc::ByteBuffer(), out.data(), 4).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(ReadPullValues(grpc::ByteBuffer(), out.data(), 0).ok());
+}
+
+// Half-type answers: written with their value_type, read back (across any slicing) to exactly the scalar
+// conversion of each value; a reader expecting another type or count refuses them.
+TEST(PullWireTest, HalfTypesRoundTripAsSpecified) {
+  std::vector<float> values(777);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = (static_cast<float>(i) - 300.3f) / 7.0f;
+  for (ValueType type : {VALUE_TYPE_FLOAT16, VALUE_TYPE_BFLOAT16}) {
+    SCOPED_TRACE(ValueType_Name(type));
+    PullResponseWriter writer;
+    void* rows = writer.Allocate(values.size(), 7, type);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rows) % 2, 0u);
+    ASSERT_TRUE(EncodeValues(type, values.data(), values.size(), 0, rows).ok());
+    const std::string bytes = Flatten(writer.Finish());
+    PullResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes));
+    EXPECT_EQ(parsed.value_type(), type);
+    EXPECT_EQ(parsed.values().size(), values.size() * 2);
+    for (size_t piece : {1, 3, 4096, 100000}) {
+      std::vector<float> out(values.size());
+      ASSERT_TRUE(ReadPullValues(Split(bytes, piece), out.data(), out.size(), type).ok()) << piece;
+      for (size_t i = 0; i < values.size(); ++i) {
+        const float expected = type == VALUE_TYPE_FLOAT16 ? HalfToFloat(FloatToHalf(values[i]))
+                                                          : Bfloat16ToFloat(FloatToBfloat16(values[i]));
+        ASSERT_EQ(out[i], expected) << i;
+      }
+    }
+    std::vector<float> out(values.size());
+    EXPECT_EQ(ReadPullValues(Split(bytes, 64), out.data(), out.size(), VALUE_TYPE_FLOAT32).code(),
+              absl::StatusCode::kDataLoss);
+    const ValueType other = type == VALUE_TYPE_FLOAT16 ? VALUE_TYPE_BFLOAT16 : VALUE_TYPE_FLOAT16;
+    EXPECT_EQ(ReadPullValues(Split(bytes, 64), out.data(), out.size(), other).code(), absl::StatusCode::kDataLoss)
+        << "the answered type is checked";
+  }
+}
+
+// The raw push reader gives exactly the fields protobuf's parser gives, over any slicing, with keys and values
+// viewed in place where they lie inside one slice; malformed buffers are refused, never over-read.
+TEST(PullWireTest, PushRequestReadFieldByField) {
+  PushRequest request;
+  request.mutable_header()->set_job_id("job");
+  request.mutable_header()->set_worker_rank(3);
+  request.mutable_header()->set_clock(17);
+  request.set_table("emb");
+  std::vector<uint64_t> keys = {1, 5, 9, 1ull << 63};
+  request.set_keys(std::string(reinterpret_cast<const char*>(keys.data()), keys.size() * 8));
+  request.set_values(std::string(64, 'x'));
+  request.set_value_type(VALUE_TYPE_FLOAT16);
+  request.set_dim(8);
+  request.set_part(2);
+  request.set_parts(3);
+  request.set_scale_exponent(-12);
+  const std::string bytes = request.SerializeAsString();
+  for (size_t piece : {1, 5, 16, 100000}) {
+    SCOPED_TRACE(piece);
+    PushRequestView view;
+    ASSERT_TRUE(ReadPushRequest(Split(bytes, piece), &view).ok());
+    EXPECT_EQ(view.header.job_id(), "job");
+    EXPECT_EQ(view.header.worker_rank(), 3);
+    EXPECT_EQ(view.header.clock(), 17);
+    EXPECT_EQ(view.table, "emb");
+    EXPECT_EQ(view.keys, request.keys());
+    EXPECT_EQ(view.values, request.values());
+    EXPECT_EQ(view.value_type, VALUE_TYPE_FLOAT16);
+    EXPECT_EQ(view.dim, 8);
+    EXPECT_EQ(view.part, 2);
+    EXPECT_EQ(view.parts, 3);
+    EXPECT_EQ(view.scale_exponent, -12);
+    if (piece == 100000) EXPECT_TRUE(view.value_scratch.empty()) << "one slice: the values are not copied";
+  }
+  PushRequestView view;
+  EXPECT_EQ(ReadPushRequest(Split(bytes.substr(0, bytes.size() - 3), 7), &view).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string huge_length = "\x22\xff\xff\xff\xff\x0f";  // field 4, a 4 GiB length, no bytes
+  PushRequestView view2;
+  EXPECT_EQ(ReadPushRequest(Split(huge_length, 100), &view2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(view2.value_scratch.empty()) << "nothing allocated for a length the buffer does not hold";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/half.h"
 #include "common/packed.h"
 #include "common/status.h"
 
@@ -21,49 +22,59 @@ RequestContext ContextOf(const RequestHeader& header) {
 
 namespace {
 
-absl::Status CheckValueType(ValueType type) {
-  if (type == VALUE_TYPE_FLOAT32) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("value_type %s is not supported yet: send VALUE_TYPE_FLOAT32", ValueType_Name(type)));
+// `bytes` as `n` values of `type` (scaled by 2^scale_exponent for fp16), decoded into fp32: a view of `bytes`
+// itself for aligned fp32, else `scratch`.
+absl::StatusOr<absl::Span<const float>> DecodeView(absl::string_view bytes, ValueType type, int scale_exponent,
+                                                   std::vector<float>* scratch) {
+  KESTREL_RETURN_IF_ERROR(CheckValueType(type, "values"));
+  if (type == VALUE_TYPE_FLOAT32) {
+    if (scale_exponent != 0) return absl::InvalidArgumentError("scale_exponent is for fp16 values only");
+    return UnpackView<float>(bytes, "values", scratch);
+  }
+  const size_t width = BytesPerValue(type);
+  if (bytes.size() % width != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("values: %d bytes is no whole number of %d-byte %s values", bytes.size(), width,
+                        ValueType_Name(type)));
+  }
+  scratch->resize(bytes.size() / width);
+  KESTREL_RETURN_IF_ERROR(DecodeValues(type, bytes.data(), scratch->size(), scale_exponent, scratch->data()));
+  return absl::Span<const float>(*scratch);
 }
 
 absl::Status Read(Shard& shard, bool dense, const PullRequest& request, PullResponse* response) {
   thread_local std::vector<uint64_t> scratch;
+  KESTREL_RETURN_IF_ERROR(shard.Count(CheckValueType(request.value_type(), "the pull's value_type")));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
                            shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &scratch)));
   const RequestContext ctx = ContextOf(request.header());
   std::string* values = response->mutable_values();
   KESTREL_RETURN_IF_ERROR(dense ? shard.PullDense(ctx, request.table(), ids, request.dim(), values)
                                 : shard.Pull(ctx, request.table(), ids, request.dim(), values));
-  response->set_value_type(VALUE_TYPE_FLOAT32);
-  response->set_dim(ids.empty() ? 0 : static_cast<int>(values->size() / sizeof(float) / ids.size()));
+  const size_t n = values->size() / sizeof(float);
+  if (request.value_type() != VALUE_TYPE_FLOAT32) {
+    std::string encoded(n * BytesPerValue(request.value_type()), '\0');
+    KESTREL_RETURN_IF_ERROR(shard.Count(
+        EncodeValues(request.value_type(), reinterpret_cast<const float*>(values->data()), n, 0, encoded.data())));
+    values->swap(encoded);
+  }
+  response->set_value_type(request.value_type());
+  response->set_dim(ids.empty() ? 0 : static_cast<int>(n / ids.size()));
   return absl::OkStatus();
 }
 
 absl::Status Write(Shard& shard, bool dense, const PushRequest& request, PushResponse* response) {
-  thread_local std::vector<uint64_t> key_scratch;
-  thread_local std::vector<float> value_scratch;
-  KESTREL_RETURN_IF_ERROR(shard.Count(CheckValueType(request.value_type())));
-  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
-                           shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &key_scratch)));
-  KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
-                           shard.Count(UnpackView<float>(request.values(), "values", &value_scratch)));
-  // part/parts: which of the sender's requests for (table, clock) this is. Checked on every server, BSP or not,
-  // so a malformed pair never reaches a buffer; the count is bounded so a sender cannot make a BSP server
-  // buffer an unbounded number of parts.
-  const int parts = std::max(1, request.parts());
-  if (request.part() < 0 || request.parts() < 0 || request.part() >= parts || parts > kMaxPushParts) {
-    return shard.Count(absl::InvalidArgumentError(absl::StrFormat(
-        "push part %d of %d: a part is in [0, parts) and parts in [1, %d]", request.part(), request.parts(),
-        kMaxPushParts)));
-  }
-  RequestContext ctx = ContextOf(request.header());
-  ctx.part = request.part();
-  ctx.parts = parts;
-  KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, request.table(), ids, grads, request.dim())
-                                : shard.Push(ctx, request.table(), ids, grads, request.dim()));
-  response->set_rows_updated(ids.size());
-  return absl::OkStatus();
+  PushFields push;
+  push.header = &request.header();
+  push.table = request.table();
+  push.keys = request.keys();
+  push.values = request.values();
+  push.value_type = request.value_type();
+  push.dim = request.dim();
+  push.part = request.part();
+  push.parts = request.parts();
+  push.scale_exponent = request.scale_exponent();
+  return HandlePushFields(shard, dense, push, response);
 }
 
 void Describe(const TableStats& stats, TableDescription* out) {
@@ -78,14 +89,66 @@ absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* 
   return Read(shard, /*dense=*/false, request, response);
 }
 
+absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response) {
+  thread_local std::vector<uint64_t> key_scratch;
+  thread_local std::vector<float> value_scratch;
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
+                           shard.Count(UnpackView<uint64_t>(push.keys, "keys", &key_scratch)));
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const float> grads,
+                           shard.Count(DecodeView(push.values, push.value_type, push.scale_exponent, &value_scratch)));
+  // part/parts: which of the sender's requests for (table, clock) this is. Checked on every server, BSP or not,
+  // so a malformed pair never reaches a buffer; the count is bounded so a sender cannot make a BSP server
+  // buffer an unbounded number of parts.
+  const int parts = std::max(1, push.parts);
+  if (push.part < 0 || push.parts < 0 || push.part >= parts || parts > kMaxPushParts) {
+    return shard.Count(absl::InvalidArgumentError(absl::StrFormat(
+        "push part %d of %d: a part is in [0, parts) and parts in [1, %d]", push.part, push.parts, kMaxPushParts)));
+  }
+  static const RequestHeader kNoHeader;
+  RequestContext ctx = ContextOf(push.header != nullptr ? *push.header : kNoHeader);
+  ctx.part = push.part;
+  ctx.parts = parts;
+  KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, push.table, ids, grads, push.dim)
+                                : shard.Push(ctx, push.table, ids, grads, push.dim));
+  response->set_rows_updated(ids.size());
+  return absl::OkStatus();
+}
+
+PushFields FieldsOf(const PushRequestView& view) {
+  PushFields push;
+  push.header = &view.header;
+  push.table = view.table;
+  push.keys = view.keys;
+  push.values = view.values;
+  push.value_type = view.value_type;
+  push.dim = view.dim;
+  push.part = view.part;
+  push.parts = view.parts;
+  push.scale_exponent = view.scale_exponent;
+  return push;
+}
+
 absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
-                            absl::FunctionRef<float*(size_t floats, int dim)> alloc) {
+                            absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
   thread_local std::vector<uint64_t> scratch;
+  thread_local std::vector<float> rows;
+  const ValueType type = request.value_type();
+  KESTREL_RETURN_IF_ERROR(shard.Count(CheckValueType(type, "the pull's value_type")));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys,
                            shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &scratch)));
-  return shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
-    return alloc(floats, keys.empty() ? 0 : static_cast<int>(floats / keys.size()));
-  });
+  auto dim_of = [&keys](size_t n) { return keys.empty() ? 0 : static_cast<int>(n / keys.size()); };
+  if (type == VALUE_TYPE_FLOAT32) {  // straight from the table into the caller's buffer
+    return shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
+      return static_cast<float*>(alloc(floats, dim_of(floats), type));
+    });
+  }
+  KESTREL_RETURN_IF_ERROR(
+      shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
+        rows.resize(floats);
+        return rows.data();
+      }));
+  void* out = alloc(rows.size(), dim_of(rows.size()), type);
+  return shard.Count(EncodeValues(type, rows.data(), rows.size(), 0, out));
 }
 
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response) {

@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "common/pull_wire.h"
 #include "proto/ps.pb.h"
 #include "server/shard.h"
 
@@ -21,12 +22,32 @@ RequestContext ContextOf(const RequestHeader& header);
 // Most requests one push may be split into (PushRequest.parts): 1024 requests of up to 64 MiB each.
 inline constexpr int kMaxPushParts = 1024;
 
+// A push's fields, wherever they were read from: a parsed PushRequest, or the received gRPC buffers (the
+// raw Push handler, common/pull_wire.h). The views must outlive the call.
+struct PushFields {
+  const RequestHeader* header = nullptr;
+  absl::string_view table;
+  absl::string_view keys;    // packed uint64 LE
+  absl::string_view values;  // packed values of value_type
+  ValueType value_type = VALUE_TYPE_FLOAT32;
+  int dim = 0;
+  int part = 0;
+  int parts = 0;
+  int scale_exponent = 0;
+};
+
+// Pulls answer rows in the request's value_type (common/half.h): the Shard's fp32 rows, encoded.
 absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
-// HandlePull writing the rows where `alloc(floats, dim)` says, once the request is validated (the gRPC edge
-// writes them straight into the response buffer, see common/pull_wire.h).
+// HandlePull writing the rows where `alloc(values, dim, type)` says (values * BytesPerValue(type) bytes), once
+// the request is validated (the gRPC edge writes them straight into the response buffer, see
+// common/pull_wire.h; fp32 rows go there straight from the table).
 absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
-                            absl::FunctionRef<float*(size_t floats, int dim)> alloc);
+                            absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc);
+// Pushed gradients of any value_type are decoded to fp32 (scaled back for fp16) before the Shard applies them.
 absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
+absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response);
+// The fields of a push read from the received buffers (the raw Push handler).
+PushFields FieldsOf(const PushRequestView& view);
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
 absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
 absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);

@@ -76,19 +76,26 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
     }
     KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
     PullResponseWriter writer;
-    absl::Status handled = HandlePullInto(*shard_, parsed, [&writer](size_t floats, int dim) {
-      return writer.Allocate(floats, dim);
+    absl::Status handled = HandlePullInto(*shard_, parsed, [&writer](size_t values, int dim, ValueType type) {
+      return writer.Allocate(values, dim, type);
     });
     if (handled.ok()) *response = writer.Finish();
     return handled;
   });
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const PushRequest* request,
-                                              PushResponse* response) {
-  return Run(context, push_rpc_, kDataRoles, "Push", [=](const Caller& caller) {
-    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the Push")));
-    return HandlePush(*shard_, *request, response);
+grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  return Run(context, push_rpc_, kDataRoles, "Push", [this, request, response](const Caller& caller) -> absl::Status {
+    PushRequestView view;
+    KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
+    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header.worker_rank(), "the Push")));
+    const PushFields push = FieldsOf(view);
+    PushResponse answer;
+    KESTREL_RETURN_IF_ERROR(HandlePushFields(*shard_, /*dense=*/false, push, &answer));
+    bool own_buffer;
+    grpc::Status serialized = grpc::SerializationTraits<PushResponse>::Serialize(answer, response, &own_buffer);
+    return serialized.ok() ? absl::OkStatus() : absl::InternalError(serialized.error_message());
   });
 }
 

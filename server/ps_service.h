@@ -27,11 +27,13 @@ namespace kestrel {
 
 // Adapts a Shard to the ParameterServer service (gRPC callback API). Thread-safe; owns neither the Shard nor
 // the pool. Handlers run on `pool` when given, else inline on gRPC's callback threads; either way they do CPU
-// work only and never wait for other calls. Pull, the hot read, is served from raw buffers: the rows are
-// written straight into the response slice (common/pull_wire.h). The checkpoint admin calls (Checkpoint,
+// work only and never wait for other calls. Pull and Push, the hot path, are served from raw buffers: pulled
+// rows are written straight into the response slice, pushed keys and gradients read straight from the
+// received slices (common/pull_wire.h). The checkpoint admin calls (Checkpoint,
 // Restore: seconds of disk work) run one at a time on their own thread, never on a gRPC thread. Every call is
 // counted and timed, and the shard's statistics are read at every metrics scrape (server/server_metrics.h).
-class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::CallbackService> {
+class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<
+                                ParameterServer::WithRawCallbackMethod_Push<ParameterServer::CallbackService>> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
   // (a rollback without checkpoints) works.
@@ -39,8 +41,8 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<P
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const PushRequest* request,
-                                 PushResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* context, const PullRequest* request,
                                  PullResponse* response) override;
   grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context, const PushRequest* request,

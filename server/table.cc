@@ -60,6 +60,10 @@ absl::Status Table::CheckShape(const TableConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s': dim must be in [1, %d], got %d", config.name(), kMaxDim, config.dim()));
   }
+  if (!ValueType_IsValid(config.wire_type())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s': wire_type %d is no ValueType", config.name(), config.wire_type()));
+  }
   if (config.kind() == TableConfig::DENSE &&
       (config.dense_size() == 0 || config.dense_size() > kMaxDenseSize)) {
     return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size in [1, %d], got %d",

@@ -56,15 +56,15 @@ class GrpcTransport final : public PsTransport {
     }
     generic_stubs_[PickChannel(server)]->UnaryCall(
         &call->context, "/kestrel.ParameterServer/Pull", grpc::StubOptions(), &call->request, &call->response,
-        [call, out, floats, done = std::move(done)](grpc::Status status) {
+        [call, out, floats, type = request.value_type(), done = std::move(done)](grpc::Status status) {
           absl::Status result = FromGrpcStatus(status);
-          if (result.ok()) result = ReadPullValues(call->response, out, floats);
+          if (result.ok()) result = ReadPullValues(call->response, out, floats, type);
           delete call;
           done(std::move(result));
         });
   }
 
-  void PushFrom(int server, PsMethod method, const PushRequest& request, const float* values, size_t floats,
+  void PushFrom(int server, PsMethod method, const PushRequest& request, const void* values, size_t bytes,
                 absl::Duration deadline, std::function<void(absl::Status)> done) override {
     // The request is its serialized fields followed by the values field, whose bytes are a slice over
     // `values` itself (protobuf fields may come in any order). `done` runs once the call has completed AND
@@ -74,7 +74,6 @@ class GrpcTransport final : public PsTransport {
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     std::string head;
     request.SerializeToString(&head);
-    const size_t bytes = floats * sizeof(float);
     head.push_back(static_cast<char>((4 << 3) | 2));  // field 4 (values), length-delimited
     for (uint64_t v = bytes;; v >>= 7) {
       if (v < 0x80) {
@@ -89,7 +88,7 @@ class GrpcTransport final : public PsTransport {
       call->request = grpc::ByteBuffer(&slice, 1);
     } else {
       grpc::Slice slices[2] = {grpc::Slice(head),
-                               grpc::Slice(const_cast<float*>(values), bytes, &RawPush::SliceReleased, call)};
+                               grpc::Slice(const_cast<void*>(values), bytes, &RawPush::SliceReleased, call)};
       call->request = grpc::ByteBuffer(slices, 2);
     }
     generic_stubs_[PickChannel(server)]->UnaryCall(

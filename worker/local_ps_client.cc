@@ -1,10 +1,12 @@
 #include "worker/local_ps_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/half.h"
 #include "common/thread_pool.h"
 #include "server/ps_handlers.h"
 
@@ -24,16 +26,23 @@ class LocalTransport final : public PsTransport {
                 std::function<void(absl::Status)> done) override {
     Shard* shard = shards_[server];
     Dispatch([shard, &request, out, floats, done = std::move(done)] {
-      std::vector<float> misfit;  // an answer of another size lands here and is refused
-      absl::Status status = HandlePullInto(*shard, request, [&](size_t n, int) -> float* {
-        if (n == floats) return out;
-        misfit.resize(n);
-        return misfit.data();
+      // fp32 rows go straight into `out`; half types (and an answer of another size) land in `wire` and are
+      // decoded as the network client would.
+      std::vector<char> wire;
+      size_t answered = floats;
+      ValueType answered_type = request.value_type();
+      absl::Status status = HandlePullInto(*shard, request, [&](size_t n, int, ValueType type) -> void* {
+        answered = n;
+        answered_type = type;
+        if (n == floats && type == VALUE_TYPE_FLOAT32) return out;
+        wire.resize(std::max<size_t>(1, n * BytesPerValue(type)));
+        return wire.data();
       });
-      if (status.ok() && !misfit.empty()) {
+      if (status.ok() && (answered != floats || answered_type != request.value_type())) {
         status = absl::DataLossError(
-            absl::StrFormat("the pull answered %d values, expected %d", misfit.size(), floats));
+            absl::StrFormat("the pull answered %d values, expected %d", answered, floats));
       }
+      if (status.ok() && !wire.empty()) status = DecodeValues(answered_type, wire.data(), floats, 0, out);
       done(std::move(status));
     });
   }

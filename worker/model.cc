@@ -222,6 +222,7 @@ std::vector<TableConfig> Model::Tables() const {
   wide.mutable_initializer()->set_type(InitializerConfig::ZEROS);
   *wide.mutable_optimizer() = config_.wide_optimizer();
   if (config_.has_sparse_capacity()) *wide.mutable_capacity() = config_.sparse_capacity();
+  wide.set_wire_type(config_.wire_type());
   tables.push_back(wide);
   if (has_embedding()) {
     TableConfig emb;
@@ -232,6 +233,7 @@ std::vector<TableConfig> Model::Tables() const {
     *emb.mutable_initializer() = config_.embedding_initializer();
     *emb.mutable_optimizer() = config_.embedding_optimizer();
     if (config_.has_sparse_capacity()) *emb.mutable_capacity() = config_.sparse_capacity();
+    emb.set_wire_type(config_.wire_type());
     tables.push_back(emb);
   }
   TableConfig dense;
@@ -239,6 +241,7 @@ std::vector<TableConfig> Model::Tables() const {
   dense.set_kind(TableConfig::DENSE);
   dense.set_dim(static_cast<int>(std::min<int64_t>(dense_size_, 1024)));
   dense.set_dense_size(dense_size_);
+  dense.set_wire_type(config_.wire_type());
   dense.set_seed(config_.seed() + 2);
   // Small uniform weights: with ReLU layers of these widths and Adam, training does not depend on a
   // per-layer fan-in scale. The bias starts in the same range.

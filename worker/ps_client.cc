@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "common/gradients.h"
+#include "common/half.h"
 #include "common/key_batch.h"
 #include "common/packed.h"
 #include "common/status.h"
@@ -26,7 +27,9 @@ struct Rpc {
   size_t first_row = 0;
   size_t rows = 0;
   float* pull_into = nullptr;        // kPull: where the rows land
-  const float* push_from = nullptr;  // pushes: where the gradient rows are read from
+  const void* push_from = nullptr;   // pushes: where the encoded gradient rows are read from
+  size_t push_bytes = 0;
+  std::vector<uint16_t> wire;        // pushes of a half type: the encoded rows
   PullRequest pull_request;
   PullResponse pull_response;
   PushRequest push_request;
@@ -95,8 +98,8 @@ class RoutedPsClient final : public PsClient {
       b.rows.resize(b.batch.num_unique() * dim);
       rows = b.rows.data();
     }
-    KESTREL_RETURN_IF_ERROR(
-        Execute(PsMethod::kPull, table, dim, b.batch.unique_keys(), BatchOffsets(&b), nullptr, rows, &b));
+    KESTREL_RETURN_IF_ERROR(Execute(PsMethod::kPull, table, WireType(table), dim, b.batch.unique_keys(),
+                                    BatchOffsets(&b), nullptr, rows, &b));
     if (!b.batch.identity()) b.batch.Scatter(rows, dim, out);
     return absl::OkStatus();
   }
@@ -116,7 +119,8 @@ class RoutedPsClient final : public PsClient {
     // Refuse bad gradients before anything is sent, so no server applies part of a batch it should not.
     KESTREL_RETURN_IF_ERROR(CheckGradients(table, absl::MakeConstSpan(rows, b.batch.num_unique() * dim), dim,
                                            [&](size_t row) { return b.batch.unique_keys()[row]; }));
-    return Execute(PsMethod::kPush, table, dim, b.batch.unique_keys(), BatchOffsets(&b), rows, nullptr, &b);
+    return Execute(PsMethod::kPush, table, WireType(table), dim, b.batch.unique_keys(), BatchOffsets(&b), rows,
+                   nullptr, &b);
   }
 
   absl::Status PullDense(absl::string_view table, absl::Span<float> out) override {
@@ -126,8 +130,8 @@ class RoutedPsClient final : public PsClient {
     CallBuffers& b = *lease.buffers;
     GroupBlocks(config, &b);
     b.rows.resize(b.ids.size() * dim);
-    KESTREL_RETURN_IF_ERROR(
-        Execute(PsMethod::kPullDense, table, dim, b.ids, b.offsets, nullptr, b.rows.data(), &b));
+    KESTREL_RETURN_IF_ERROR(Execute(PsMethod::kPullDense, table, config.wire_type(), dim, b.ids, b.offsets, nullptr,
+                                    b.rows.data(), &b));
     for (size_t i = 0; i < b.ids.size(); ++i) {
       const size_t begin = b.ids[i] * dim;
       const size_t n = std::min<size_t>(dim, out.size() - begin);
@@ -149,7 +153,8 @@ class RoutedPsClient final : public PsClient {
       const size_t n = std::min<size_t>(dim, grads.size() - begin);
       std::memcpy(b.rows.data() + i * dim, grads.data() + begin, n * sizeof(float));
     }
-    return Execute(PsMethod::kPushDense, table, dim, b.ids, b.offsets, b.rows.data(), nullptr, &b);
+    return Execute(PsMethod::kPushDense, table, config.wire_type(), dim, b.ids, b.offsets, b.rows.data(), nullptr,
+                   &b);
   }
 
   absl::StatusOr<std::vector<StatsResponse>> Stats() override {
@@ -235,6 +240,13 @@ class RoutedPsClient final : public PsClient {
     for (uint64_t k = 0; k < num_blocks; ++k) b->ids[next[owner[k]]++] = k;
   }
 
+  // How `table`'s values travel: its config's wire_type (fp32 for a table this client has not seen).
+  ValueType WireType(absl::string_view table) {
+    absl::MutexLock lock(&configs_mu_);
+    auto it = configs_.find(table);
+    return it == configs_.end() ? VALUE_TYPE_FLOAT32 : it->second.wire_type();
+  }
+
   absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size) {
     {
       absl::MutexLock lock(&configs_mu_);
@@ -312,11 +324,13 @@ class RoutedPsClient final : public PsClient {
 
   // Sends ids [offsets[s], offsets[s+1]) to server s, split into requests of at most max_request_bytes, all in
   // parallel. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
-  absl::Status Execute(PsMethod method, absl::string_view table, int dim, absl::Span<const uint64_t> ids,
-                       const std::vector<size_t>& offsets, const float* in_rows, float* out_rows,
-                       CallBuffers* b) {
+  absl::Status Execute(PsMethod method, absl::string_view table, ValueType wire, int dim,
+                       absl::Span<const uint64_t> ids, const std::vector<size_t>& offsets, const float* in_rows,
+                       float* out_rows, CallBuffers* b) {
     const bool push = IsPush(method);
-    const size_t row_bytes = sizeof(uint64_t) + sizeof(float) * static_cast<size_t>(dim);
+    const size_t value_bytes = BytesPerValue(wire);
+    if (value_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("table '", table, "': unknown wire type"));
+    const size_t row_bytes = sizeof(uint64_t) + value_bytes * static_cast<size_t>(dim);
     const size_t max_rows = std::max<size_t>(1, options_.max_request_bytes / row_bytes);
     size_t count = 0;
     for (int s = 0; s < partition_.num_servers(); ++s) {
@@ -343,11 +357,29 @@ class RoutedPsClient final : public PsClient {
           rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
           rpc.push_request.set_part(seq);
           rpc.push_request.set_parts(parts);
-          rpc.push_from = rpc.rows == 0 ? nullptr : in_rows + first * dim;  // sent from there, not copied
+          rpc.push_request.set_value_type(wire);
+          rpc.push_request.set_scale_exponent(0);
+          const float* grads = in_rows + first * dim;
+          const size_t n = rpc.rows * dim;
+          rpc.push_bytes = n * value_bytes;
+          if (rpc.rows == 0) {
+            rpc.push_from = nullptr;
+          } else if (wire == VALUE_TYPE_FLOAT32) {
+            rpc.push_from = grads;  // sent from there, not copied
+          } else {
+            // Each request's own scale: its largest gradient decides, so one large row elsewhere in the call
+            // does not flush this request's small gradients to zero.
+            const int scale = wire == VALUE_TYPE_FLOAT16 ? Float16ScaleExponent(grads, n) : 0;
+            rpc.push_request.set_scale_exponent(scale);
+            rpc.wire.resize(n);
+            KESTREL_RETURN_IF_ERROR(EncodeValues(wire, grads, n, scale, rpc.wire.data()));
+            rpc.push_from = rpc.wire.data();
+          }
         } else {
           FillHeader(rpc.pull_request.mutable_header());
           rpc.pull_request.set_table(std::string(table));
           rpc.pull_request.set_dim(dim);
+          rpc.pull_request.set_value_type(wire);
           rpc.pull_into = method == PsMethod::kPull ? out_rows + first * dim : nullptr;
           rpc.pull_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
         }
@@ -362,12 +394,14 @@ class RoutedPsClient final : public PsClient {
     for (size_t i = 0; i < count; ++i) {
       const Rpc& rpc = *b->rpcs[i];
       const std::string& values = rpc.pull_response.values();
-      if (values.size() != rpc.rows * dim * sizeof(float)) {
+      if (values.size() != rpc.rows * dim * value_bytes || rpc.pull_response.value_type() != wire) {
         return absl::DataLossError(absl::StrFormat(
-            "server %d returned %d bytes for %d rows of dim %d of table '%s'", rpc.server, values.size(),
-            rpc.rows, dim, table));
+            "server %d returned %d bytes of %s for %d rows of dim %d of table '%s' (expected %s)", rpc.server,
+            values.size(), ValueType_Name(rpc.pull_response.value_type()), rpc.rows, dim, table,
+            ValueType_Name(wire)));
       }
-      std::memcpy(out_rows + rpc.first_row * dim, values.data(), values.size());
+      KESTREL_RETURN_IF_ERROR(
+          OnServer(rpc.server, DecodeValues(wire, values.data(), rpc.rows * dim, 0, out_rows + rpc.first_row * dim)));
     }
     return absl::OkStatus();
   }
@@ -392,8 +426,8 @@ class RoutedPsClient final : public PsClient {
             all.Done();
           };
           if (push) {
-            transport_->PushFrom(rpc->server, method, rpc->push_request, rpc->push_from,
-                                 rpc->rows * rpc->push_request.dim(), options_.rpc_deadline, std::move(on_done));
+            transport_->PushFrom(rpc->server, method, rpc->push_request, rpc->push_from, rpc->push_bytes,
+                                 options_.rpc_deadline, std::move(on_done));
             continue;
           }
           if (rpc->pull_into != nullptr) {
@@ -451,27 +485,27 @@ void PsTransport::PullInto(int server, const PullRequest& request, float* out, s
                            absl::Duration deadline, std::function<void(absl::Status)> done) {
   auto response = std::make_shared<PullResponse>();
   Call(server, PsMethod::kPull, request, response.get(), deadline,
-       [response, out, floats, done = std::move(done)](absl::Status status) {
-         if (status.ok() && response->values().size() != floats * sizeof(float)) {
-           status = absl::DataLossError(absl::StrFormat("PullResponse carries %d bytes of values, expected %d",
-                                                        response->values().size(), floats * sizeof(float)));
+       [response, out, floats, wire = request.value_type(), done = std::move(done)](absl::Status status) {
+         const ValueType type = response->value_type();
+         if (status.ok() && (type != wire || response->values().size() != floats * BytesPerValue(wire))) {
+           status = absl::DataLossError(absl::StrFormat("PullResponse carries %d bytes of %s values, expected %d of %s",
+                                                        response->values().size(), ValueType_Name(type), floats,
+                                                        ValueType_Name(wire)));
          }
-         if (status.ok()) std::memcpy(out, response->values().data(), response->values().size());
+         if (status.ok()) status = DecodeValues(wire, response->values().data(), floats, 0, out);
          done(std::move(status));
        });
 }
 
-void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& request, const float* values,
-                           size_t floats, absl::Duration deadline, std::function<void(absl::Status)> done) {
+void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& request, const void* values,
+                           size_t bytes, absl::Duration deadline, std::function<void(absl::Status)> done) {
   struct State {
     PushRequest request;
     PushResponse response;
   };
   auto state = std::make_shared<State>();
   state->request = request;
-  if (floats > 0) {
-    state->request.mutable_values()->assign(reinterpret_cast<const char*>(values), floats * sizeof(float));
-  }
+  if (bytes > 0) state->request.mutable_values()->assign(static_cast<const char*>(values), bytes);
   Call(server, method, state->request, &state->response, deadline,
        [state, done = std::move(done)](absl::Status status) { done(std::move(status)); });
 }

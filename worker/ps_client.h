@@ -4,7 +4,9 @@
 // (common/key_batch.h), routes them with the job's Partition, splits each server's share into requests of at
 // most PsClientOptions::max_request_bytes, sends all requests to all servers in parallel, and scatters the
 // rows back into the caller's order. Gradients of duplicate keys are summed (in input order, so
-// deterministically) before a push.
+// deterministically) before a push. Values travel as each table's TableConfig.wire_type (fp32, fp16 or bf16,
+// common/half.h): the client encodes pushed gradients (fp16 with a per-request power-of-two scale) and decodes
+// pulled rows; the servers store fp32.
 //
 // The routing logic is written once, over a PsTransport; NewGrpcPsClient (worker/grpc_ps_client.h) talks to
 // real servers, NewLocalPsClient (worker/local_ps_client.h) calls in-process Shards for tests.
@@ -71,15 +73,15 @@ class PsTransport {
   virtual void Call(int server, PsMethod method, const google::protobuf::Message& request,
                     google::protobuf::Message* response, absl::Duration deadline,
                     std::function<void(absl::Status)> done) = 0;
-  // A Pull whose `floats` values land directly in `out`. The default goes through Call() and copies; the
-  // gRPC transport reads them straight from the received buffers.
+  // A Pull whose `floats` values land directly in `out` (decoded from request.value_type()). The default goes
+  // through Call() and copies; the gRPC transport reads them straight from the received buffers.
   virtual void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
                         std::function<void(absl::Status)> done);
-  // A Push (kPush or kPushDense) of `request` (values unset) with `floats` values read from `values` (null
-  // when floats is 0), which must stay untouched until `done` runs. The default copies them into a request; the gRPC transport sends
-  // them from `values` without copying.
-  virtual void PushFrom(int server, PsMethod method, const PushRequest& request, const float* values,
-                        size_t floats, absl::Duration deadline, std::function<void(absl::Status)> done);
+  // A Push (kPush or kPushDense) of `request` (values unset) whose values field is `bytes` bytes read from
+  // `values` (encoded as request.value_type(); null when bytes is 0), which must stay untouched until `done`
+  // runs. The default copies them into a request; the gRPC transport sends them from `values` without copying.
+  virtual void PushFrom(int server, PsMethod method, const PushRequest& request, const void* values, size_t bytes,
+                        absl::Duration deadline, std::function<void(absl::Status)> done);
 };
 
 // The concrete request/response type behind a transport's Message, chosen by its PsMethod.

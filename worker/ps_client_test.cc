@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/half.h"
 #include "common/hash.h"
 #include "server/ps_service.h"
 #include "server/shard.h"
@@ -119,6 +120,59 @@ TEST_P(PsClientTest, PushSumsDuplicatesAndPullScattersBack) {
     rows += (*stats)[s].rows();
   }
   EXPECT_EQ(rows, expected.size());
+}
+
+// Tables whose values travel as fp16 or bf16: a pushed gradient reaches the server as exactly its wire
+// rounding (fp16: scaled by the request's power of two, then back), the server updates fp32, and a pull
+// answers exactly the wire rounding of the stored value. Sparse and dense tables alike.
+TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
+  for (ValueType wire : {VALUE_TYPE_FLOAT16, VALUE_TYPE_BFLOAT16}) {
+    SCOPED_TRACE(ValueType_Name(wire));
+    const std::string name = wire == VALUE_TYPE_FLOAT16 ? "h16" : "b16";
+    TableConfig config = Table(name, 8);
+    config.set_wire_type(wire);
+    ASSERT_TRUE(client_->CreateTable(config).ok());
+    std::vector<uint64_t> keys(500);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = Partition::FeatureKey(i);
+    std::vector<float> grads(keys.size() * 8);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = (static_cast<float>(i) - 1999.5f) / 3.0f;
+    grads[11] = 1e-6f;  // small: kept by the fp16 scale (2^-20 would flush it without one)
+    ASSERT_TRUE(client_->Push(name, keys, 8, grads.data()).ok());
+    std::vector<float> out(grads.size(), 7.0f);
+    ASSERT_TRUE(client_->Pull(name, keys, 8, out.data()).ok());
+    auto round = [wire](float v) {
+      return wire == VALUE_TYPE_FLOAT16 ? HalfToFloat(FloatToHalf(v)) : Bfloat16ToFloat(FloatToBfloat16(v));
+    };
+    size_t exact_gradients = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      // The stored value is -(the gradient as received); the pull answers its wire rounding.
+      ASSERT_EQ(out[i], round(out[i])) << "answered values are representable in the wire type";
+      if (i == 11) continue;  // below fp16's normal range both ways: checked apart
+      ASSERT_NEAR(out[i], -grads[i], std::fabs(grads[i]) * (wire == VALUE_TYPE_FLOAT16 ? 1e-3 : 8e-3)) << i;
+      if (out[i] == -round(grads[i])) ++exact_gradients;
+    }
+    EXPECT_NEAR(out[11], -1e-6f, 0.05e-6f) << "the small gradient survived (fp16 subnormal steps are 6e-8)";
+    EXPECT_GT(exact_gradients, out.size() / 2);
+    // Dense: the same through PushDense / PullDense.
+    TableConfig dense = Table(name + "_dense", 16);
+    dense.set_kind(TableConfig::DENSE);
+    dense.set_dense_size(100);
+    dense.set_wire_type(wire);
+    ASSERT_TRUE(client_->CreateTable(dense).ok());
+    std::vector<float> dense_grads(100);
+    for (size_t i = 0; i < dense_grads.size(); ++i) dense_grads[i] = 0.1f * static_cast<float>(i);
+    ASSERT_TRUE(client_->PushDense(name + "_dense", dense_grads).ok());
+    std::vector<float> dense_out(100, 3.0f);
+    ASSERT_TRUE(client_->PullDense(name + "_dense", absl::MakeSpan(dense_out)).ok());
+    for (size_t i = 0; i < dense_out.size(); ++i) {
+      ASSERT_EQ(dense_out[i], round(dense_out[i]));
+      ASSERT_NEAR(dense_out[i], -dense_grads[i], 0.1f * i * 8e-3 + 1e-6) << i;
+    }
+  }
+  // A pushed gradient that is not finite is refused before anything is sent, whatever the wire type.
+  std::vector<uint64_t> one = {Partition::FeatureKey(1)};
+  std::vector<float> inf(8, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(client_->Push("h16", one, 8, inf.data()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(PsClientTest, DenseTensorRoundTrip) {
