@@ -83,7 +83,92 @@ __attribute__((target("avx,f16c"))) void DecodeFloat16F16c(const uint16_t* in, s
   for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
 }
 
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+// Round to nearest even on the low 16 bits, 8 lanes at a time; inputs are finite (checked by the caller).
+__attribute__((target("avx2"))) void EncodeBfloat16Avx2(const float* in, size_t n, uint16_t* out) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(in + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+    // Pack the 8 low halves (per 128-bit lane), then gather the two lanes' results into the low 128 bits.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) out[i] = FloatToBfloat16(in[i]);
+}
+
+__attribute__((target("avx2"))) void DecodeBfloat16Avx2(const uint16_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(h, 16));
+  }
+  for (; i < n; ++i) out[i] = Bfloat16ToFloat(in[i]);
+}
+
+// The largest |x| of `x` as bits (an infinity or NaN: >= 0x7f800000), and the largest half with its sign
+// cleared (>= the type's exponent mask: infinite or NaN). AVX2 when the CPU has it.
+__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
+  const __m256i clear = _mm256_set1_epi32(0x7fffffff);
+  __m256i acc = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(x + i)), clear));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  uint32_t max = 0;
+  for (uint32_t v : lanes) max = std::max(max, v);
+  for (; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    max = std::max(max, b & 0x7fffffffu);
+  }
+  return max;
+}
+
+__attribute__((target("avx2"))) uint16_t MaxAbsHalfAvx2(const uint16_t* h, size_t n) {
+  const __m256i clear = _mm256_set1_epi16(0x7fff);
+  __m256i acc = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc = _mm256_max_epu16(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)), clear));
+  }
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  uint16_t max = 0;
+  for (uint16_t v : lanes) max = std::max(max, v);
+  for (; i < n; ++i) max = std::max<uint16_t>(max, h[i] & 0x7fff);
+  return max;
+}
+
+uint32_t MaxAbsBitsPortable(const float* x, size_t n) {
+  if (HasAvx2()) return MaxAbsBitsAvx2(x, n);
+  uint32_t max = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    max = std::max(max, b & 0x7fffffffu);
+  }
+  return max;
+}
+
+uint16_t MaxAbsHalf(const uint16_t* h, size_t n) {
+  if (HasAvx2()) return MaxAbsHalfAvx2(h, n);
+  uint16_t max = 0;
+  for (size_t i = 0; i < n; ++i) max = std::max<uint16_t>(max, h[i] & 0x7fff);
+  return max;
+}
+
 }  // namespace half_internal
+
+uint32_t MaxMagnitudeBits(const float* x, size_t n) { return half_internal::MaxAbsBitsPortable(x, n); }
 
 uint16_t FloatToHalf(float f) {
   uint32_t x = Bits(f);
@@ -143,43 +228,52 @@ absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_e
   if (absl::Status s = CheckValueType(type, "encode"); !s.ok()) return s;
   if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
   if (type == VALUE_TYPE_FLOAT32) {
-    for (size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(in[i])) return EncodeError(type, in, n, i, 0);
-    }
+    if (MaxMagnitudeBits(in, n) >= 0x7f800000u) return EncodeError(type, in, n, 0, 0);
     std::memcpy(out, in, n * sizeof(float));
     return absl::OkStatus();
   }
-  // Blocks through a small buffer: scaling (exact) then converting, and the halves checked while in cache.
-  constexpr size_t kBlock = 1024;
+  // Blocks, each converted straight into `out` and checked while in cache; scaling (exact) goes through a
+  // small buffer. The encoded block is checked for non-finite halves: an infinite or NaN input, or a finite
+  // one that rounded to infinity.
+  constexpr size_t kBlock = 2048;
   alignas(32) float scaled[kBlock];
-  alignas(32) uint16_t halves[kBlock];
   const float scale = std::ldexp(1.0f, scale_exponent);
-  const bool f16c = half_internal::HasF16c();
+  const bool f16c = half_internal::HasF16c(), avx2 = half_internal::HasAvx2();
+  uint16_t* dst_all = static_cast<uint16_t*>(out);  // 2-byte aligned: PullResponseWriter and vectors are
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
     const float* src = in + start;
+    uint16_t* dst = dst_all + start;
     if (scale_exponent != 0) {
       for (size_t i = 0; i < m; ++i) scaled[i] = src[i] * scale;
       src = scaled;
     }
-    bool bad = false;
+    bool bad;
     if (type == VALUE_TYPE_FLOAT16) {
       if (f16c) {
-        half_internal::EncodeFloat16F16c(src, m, halves);
+        half_internal::EncodeFloat16F16c(src, m, dst);
       } else {
-        half_internal::EncodeFloat16Scalar(src, m, halves);
+        half_internal::EncodeFloat16Scalar(src, m, dst);
       }
-      for (size_t i = 0; i < m; ++i) bad |= Float16NonFinite(halves[i]);
+      bad = half_internal::MaxAbsHalf(dst, m) >= 0x7c00;
     } else {
-      for (size_t i = 0; i < m; ++i) halves[i] = FloatToBfloat16(src[i]);
-      for (size_t i = 0; i < m; ++i) bad |= Bfloat16NonFinite(halves[i]);
+      // Inputs must be finite before the integer rounding (a NaN could round to a finite-looking pattern).
+      bad = MaxMagnitudeBits(src, m) >= 0x7f800000u;
+      if (avx2) {
+        half_internal::EncodeBfloat16Avx2(src, m, dst);
+      } else {
+        for (size_t i = 0; i < m; ++i) dst[i] = FloatToBfloat16(src[i]);
+      }
+      bad = bad || half_internal::MaxAbsHalf(dst, m) >= 0x7f80;
     }
     if (bad) {
       size_t at = 0;
-      while (!(type == VALUE_TYPE_FLOAT16 ? Float16NonFinite(halves[at]) : Bfloat16NonFinite(halves[at]))) ++at;
+      while (at + 1 < m && std::isfinite(src[at]) &&
+             !(type == VALUE_TYPE_FLOAT16 ? Float16NonFinite(dst[at]) : Bfloat16NonFinite(dst[at]))) {
+        ++at;
+      }
       return EncodeError(type, in, n, start + at, scale_exponent);
     }
-    std::memcpy(static_cast<char*>(out) + start * 2, halves, m * 2);
   }
   return absl::OkStatus();
 }
@@ -189,38 +283,34 @@ absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_ex
   if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
   if (type == VALUE_TYPE_FLOAT32) {
     std::memcpy(out, in, n * sizeof(float));
-    for (size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(out[i])) {
-        return absl::InvalidArgumentError(absl::StrFormat("value %d is not finite", i));
-      }
+    if (MaxMagnitudeBits(out, n) >= 0x7f800000u) {
+      return absl::InvalidArgumentError("a float32 value is infinite or NaN");
     }
     return absl::OkStatus();
   }
-  constexpr size_t kBlock = 1024;
-  alignas(32) uint16_t halves[kBlock];
+  const uint16_t* src_all = static_cast<const uint16_t*>(in);
+  const uint16_t mask = type == VALUE_TYPE_FLOAT16 ? 0x7c00 : 0x7f80;
   const float unscale = std::ldexp(1.0f, -scale_exponent);
-  const bool f16c = half_internal::HasF16c();
+  const bool f16c = half_internal::HasF16c(), avx2 = half_internal::HasAvx2();
+  constexpr size_t kBlock = 2048;
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
-    std::memcpy(halves, static_cast<const char*>(in) + start * 2, m * 2);
-    bool bad = false;
-    float* dst = out + start;
-    if (type == VALUE_TYPE_FLOAT16) {
-      for (size_t i = 0; i < m; ++i) bad |= Float16NonFinite(halves[i]);
-      if (!bad && f16c) {
-        half_internal::DecodeFloat16F16c(halves, m, dst);
-      } else if (!bad) {
-        half_internal::DecodeFloat16Scalar(halves, m, dst);
-      }
-    } else {
-      for (size_t i = 0; i < m; ++i) bad |= Bfloat16NonFinite(halves[i]);
-      if (!bad) {
-        for (size_t i = 0; i < m; ++i) dst[i] = Bfloat16ToFloat(halves[i]);
-      }
-    }
-    if (bad) {
+    const uint16_t* src = src_all + start;
+    if (half_internal::MaxAbsHalf(src, m) >= mask) {
       return absl::InvalidArgumentError(
           absl::StrFormat("a %s value in [%d, %d) is infinite or NaN", ValueType_Name(type), start, start + m));
+    }
+    float* dst = out + start;
+    if (type == VALUE_TYPE_FLOAT16) {
+      if (f16c) {
+        half_internal::DecodeFloat16F16c(src, m, dst);
+      } else {
+        half_internal::DecodeFloat16Scalar(src, m, dst);
+      }
+    } else if (avx2) {
+      half_internal::DecodeBfloat16Avx2(src, m, dst);
+    } else {
+      for (size_t i = 0; i < m; ++i) dst[i] = Bfloat16ToFloat(src[i]);
     }
     if (scale_exponent != 0) {
       for (size_t i = 0; i < m; ++i) dst[i] *= unscale;
@@ -230,8 +320,7 @@ absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_ex
 }
 
 int Float16ScaleExponent(const float* g, size_t n) {
-  float max_abs = 0;
-  for (size_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(g[i]));
+  const float max_abs = FromBits(MaxMagnitudeBits(g, n));  // |x| orders as its bits
   if (!(max_abs > 0) || !std::isfinite(max_abs)) return max_abs > 0 ? kMinScaleExponent : kMaxScaleExponent;
   // The largest e with max_abs * 2^e <= 65504: start from the exponents and correct by one step.
   int e = static_cast<int>(std::floor(std::log2(kFloat16Max / max_abs)));

@@ -39,11 +39,15 @@ size_t BytesPerValue(ValueType type);
 // InvalidArgument naming `what` unless `type` is a known ValueType.
 absl::Status CheckValueType(ValueType type, const char* what);
 
-// Writes n values of `type` to `out` (n * BytesPerValue(type) bytes, any alignment): in[i] * 2^scale_exponent,
+// Writes n values of `type` to `out` (n * BytesPerValue(type) bytes, 2-byte aligned for the half types): in[i] * 2^scale_exponent,
 // rounded to nearest even. scale_exponent must be in [kMinScaleExponent, kMaxScaleExponent] (0 unless fp16).
 absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_exponent, void* out);
-// Reads n values of `type` from `in` (any alignment) into out[i] = value * 2^-scale_exponent.
+// Reads n values of `type` from `in` (2-byte aligned for the half types) into out[i] = value * 2^-scale_exponent.
 absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_exponent, float* out);
+
+// The largest |x[i]| as its bits (|x| orders as its bits; >= 0x7f800000: some value is infinite or NaN), 0
+// for none. AVX2 where the CPU has it.
+uint32_t MaxMagnitudeBits(const float* x, size_t n);
 
 // The scale exponent for sending `n` gradients as fp16 (see above); kMaxScaleExponent when all are zero.
 int Float16ScaleExponent(const float* g, size_t n);
@@ -61,6 +65,10 @@ void EncodeFloat16Scalar(const float* in, size_t n, uint16_t* out);
 void DecodeFloat16Scalar(const uint16_t* in, size_t n, float* out);
 void EncodeFloat16F16c(const float* in, size_t n, uint16_t* out);
 void DecodeFloat16F16c(const uint16_t* in, size_t n, float* out);
+bool HasAvx2();
+void EncodeBfloat16Avx2(const float* in, size_t n, uint16_t* out);  // finite inputs only
+void DecodeBfloat16Avx2(const uint16_t* in, size_t n, float* out);
+uint16_t MaxAbsHalf(const uint16_t* h, size_t n);   // the largest half with its sign bit cleared
 }  // namespace half_internal
 
 }  // namespace kestrel

@@ -66,6 +66,15 @@ TEST(HalfTest, ScalarAndF16cEncodeIdentically) {
   half_internal::EncodeFloat16Scalar(in.data(), in.size(), scalar.data());
   half_internal::EncodeFloat16F16c(in.data(), in.size(), fast.data());
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(scalar[i], fast[i]) << in[i];
+  if (!half_internal::HasAvx2()) return;
+  // bf16: the AVX2 kernels against the scalar conversions, on the same inputs and on every pattern.
+  half_internal::EncodeBfloat16Avx2(in.data(), in.size(), fast.data());
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(FloatToBfloat16(in[i]), fast[i]) << in[i];
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> decoded(65536);
+  half_internal::DecodeBfloat16Avx2(all.data(), all.size(), decoded.data());
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(Bits(decoded[h]), Bits(Bfloat16ToFloat(h))) << h;
 }
 
 TEST(HalfTest, RoundsToNearestTiesToEven) {

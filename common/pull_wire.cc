@@ -175,6 +175,10 @@ absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t f
       } else {
         absl::string_view bytes;
         if (!reader.View(value, &bytes, &halves)) return absl::DataLossError("malformed PullResponse: truncated values");
+        if (reinterpret_cast<uintptr_t>(bytes.data()) % 2 != 0) {  // halves are read 2-byte aligned
+          halves.assign(bytes.data(), bytes.size());
+          bytes = halves;
+        }
         if (absl::Status s = DecodeValues(type, bytes.data(), floats, 0, out); !s.ok()) return s;
       }
       seen_values = true;

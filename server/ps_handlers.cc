@@ -37,6 +37,11 @@ absl::StatusOr<absl::Span<const float>> DecodeView(absl::string_view bytes, Valu
         absl::StrFormat("values: %d bytes is no whole number of %d-byte %s values", bytes.size(), width,
                         ValueType_Name(type)));
   }
+  thread_local std::string aligned;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint16_t) != 0) {  // halves are read 2-byte aligned
+    aligned.assign(bytes.data(), bytes.size());
+    bytes = aligned;
+  }
   scratch->resize(bytes.size() / width);
   KESTREL_RETURN_IF_ERROR(DecodeValues(type, bytes.data(), scratch->size(), scale_exponent, scratch->data()));
   return absl::Span<const float>(*scratch);
