@@ -72,6 +72,11 @@ ABSL_FLAG(bool, mtls, true,
           "examples/s against plaintext BSP within each run.");
 ABSL_FLAG(std::string, size_label, "", "Names the model size in the report's title (e.g. demo, realistic).");
 ABSL_FLAG(bool, append, false, "Append the report to --output instead of replacing it.");
+ABSL_FLAG(std::string, configs, "in-process,bsp,asp,bsp-mtls,torch,ddp",
+          "Comma list of configurations to measure: in-process, bsp, asp, bsp-mtls, torch, ddp, and ssp "
+          "(SSP(--staleness), no row cache), ssp-cache (the same with the workers' row cache), bsp-bf16 and "
+          "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire).");
+ABSL_FLAG(int, staleness, 2, "The staleness of the ssp and ssp-cache configurations.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
 ABSL_FLAG(std::string, output, "bench/results/train_bench.md", "Markdown report ('' for none).");
 ABSL_FLAG(std::string, scheduler_binary, "", "kestrel_scheduler (default: found next to this binary).");
@@ -92,6 +97,7 @@ struct Figures {
   double examples_per_second = 0;
   double auc = 0;
   double logloss = 0;
+  double row_cache_hit_ratio = 0;  // the cluster workers' mean (ssp-cache)
 };
 
 // The model of the benchmark's jobs (unset fields take the job defaults, worker/model.h WithDefaults).
@@ -146,7 +152,8 @@ absl::StatusOr<Figures> InProcess(const JobConfig& job) {
 // evaluation. Each worker gets compute_threads compute threads.
 // With `ca`, every process runs over mutual TLS with a certificate of that CA for its role and rank.
 absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const std::string& consistency,
-                                int compute_threads, const std::string& dir, const TestingCa* ca) {
+                                int compute_threads, const std::string& dir, const TestingCa* ca,
+                                std::vector<std::string> worker_flags = {}) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/job.pbtxt";
@@ -160,7 +167,8 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
   };
   KESTREL_ASSIGN_OR_RETURN(
       std::vector<std::string> scheduler_args,
-      with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency},
+      with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
+                absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness))},
                "scheduler", 0));
   KESTREL_ASSIGN_OR_RETURN(ServerProcess scheduler,
                            ServerProcess::Start(bin.scheduler, scheduler_args, dir, "scheduler"));
@@ -183,21 +191,23 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
                                        absl::StrCat("--compute_threads=", compute_threads),
                                        absl::StrCat("--metrics_out=", dir, "/metrics", w, ".jsonl")},
                                       "worker", w));
+    args.insert(args.end(), worker_flags.begin(), worker_flags.end());
     KESTREL_ASSIGN_OR_RETURN(ServerProcess worker,
                              ServerProcess::Spawn(bin.worker, args, dir, absl::StrCat("worker", w)));
     workers.push_back(std::move(worker));
   }
-  double examples = 0, seconds = 0;
+  double examples = 0, seconds = 0, hit_ratio = 0;
   for (int w = 0; w < 2; ++w) {
     KESTREL_ASSIGN_OR_RETURN(int code, workers[w].Wait(absl::Minutes(10)));
     if (code != 0) return absl::InternalError(absl::StrCat("worker ", w, " exited with ", code, "; see ", dir));
     KESTREL_ASSIGN_OR_RETURN(Record done, LastRecord(absl::StrCat(dir, "/metrics", w, ".jsonl"), "done"));
     examples += done.examples();
     seconds = std::max(seconds, done.seconds());
+    hit_ratio += done.row_cache_hit_ratio() / 2;
   }
   if (seconds <= 0) return absl::InternalError(absl::StrCat("no done records in ", dir));
   KESTREL_ASSIGN_OR_RETURN(Record eval, LastRecord(absl::StrCat(dir, "/metrics0.jsonl"), "eval"));
-  return Figures{examples / seconds, eval.auc(), eval.logloss()};
+  return Figures{examples / seconds, eval.auc(), eval.logloss(), hit_ratio};
 }
 
 // The peer's flags for a model (job defaults applied): sizes, embedding initializer and every table's optimizer.
@@ -355,6 +365,15 @@ int Main(int argc, char** argv) {
                               threads_text(half_threads), half_batch)},
       {"bsp-mtls", absl::StrFormat("Kestrel cluster BSP over mutual TLS, 2 servers + 2 workers × %s, %d per worker",
                                    threads_text(half_threads), half_batch)},
+      {"ssp", absl::StrFormat("Kestrel cluster SSP(%d), 2 servers + 2 workers × %s, %d per worker, no row cache",
+                              absl::GetFlag(FLAGS_staleness), threads_text(half_threads), half_batch)},
+      {"ssp-cache", absl::StrFormat("Kestrel cluster SSP(%d) with the workers' row cache, 2 servers + 2 workers × "
+                                    "%s, %d per worker",
+                                    absl::GetFlag(FLAGS_staleness), threads_text(half_threads), half_batch)},
+      {"bsp-bf16", absl::StrFormat("Kestrel cluster BSP, bf16 on the wire, 2 servers + 2 workers × %s, %d per worker",
+                                   threads_text(half_threads), half_batch)},
+      {"bsp-fp16", absl::StrFormat("Kestrel cluster BSP, fp16 on the wire, 2 servers + 2 workers × %s, %d per worker",
+                                   threads_text(half_threads), half_batch)},
       {"torch", absl::StrFormat("PyTorch, 1 process × %s", threads_text(nproc))},
       {"ddp",
        absl::StrFormat("PyTorch DDP (gloo), 2 processes × %s, %d per process", threads_text(half_threads), half_batch)},
@@ -382,6 +401,11 @@ int Main(int argc, char** argv) {
     if (!peer) m.peer_unsupported = "--peer=false";
     models.push_back(std::move(m));
   }
+  std::vector<std::string> wanted;
+  for (absl::string_view key : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipWhitespace())) {
+    wanted.emplace_back(absl::StripAsciiWhitespace(key));
+  }
+  if (!absl::c_linear_search(wanted, "in-process")) wanted.push_back("in-process");  // every ratio's reference
   // The mTLS cluster's certificates: a throwaway CA (the openssl command), one certificate per process.
   const bool mtls = absl::GetFlag(FLAGS_mtls);
   absl::StatusOr<TestingCa> ca = absl::FailedPreconditionError("--mtls=false");
@@ -395,6 +419,7 @@ int Main(int argc, char** argv) {
         const bool is_peer = c.key == "torch" || c.key == "ddp";
         if (is_peer && !m.peer_unsupported.empty()) continue;
         if (c.key == "bsp-mtls" && !mtls) continue;
+        if (!absl::c_linear_search(wanted, c.key)) continue;
         const std::string dir = absl::StrCat(work, "/", c.key);
         absl::StatusOr<Figures> f =
             c.key == "in-process" ? InProcess(JobOf(data, m.model, batch))
@@ -406,6 +431,16 @@ int Main(int argc, char** argv) {
             : c.key == "bsp-mtls" ? (ca.ok() ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads,
                                                        dir, &*ca)
                                              : absl::StatusOr<Figures>(ca.status()))
+            : c.key == "ssp"       ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
+                                             /*ca=*/nullptr, {"--row_cache=false"})
+            : c.key == "ssp-cache" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
+                                             /*ca=*/nullptr, {"--row_cache=true"})
+            : c.key == "bsp-bf16" || c.key == "bsp-fp16"
+                ? [&] {
+                    JobConfig job = JobOf(data, m.model, half_batch);
+                    job.mutable_model()->set_wire_type(c.key == "bsp-bf16" ? VALUE_TYPE_BFLOAT16 : VALUE_TYPE_FLOAT16);
+                    return Cluster(bin, job, "bsp", half_threads, dir, /*ca=*/nullptr);
+                  }()
                                   : Cluster(bin, JobOf(data, m.model, half_batch), c.key, half_threads, dir,
                                             /*ca=*/nullptr);
         if (!f.ok()) {
@@ -414,8 +449,10 @@ int Main(int argc, char** argv) {
         }
         run[c.key] = *f;
         m.figures[c.key].push_back(*f);
-        std::printf("run %d: %s, %s: %.0f examples/s, test AUC %.5f, logloss %.5f\n", r, type.c_str(), c.name.c_str(),
-                    f->examples_per_second, f->auc, f->logloss);
+        std::printf("run %d: %s, %s: %.0f examples/s, test AUC %.5f, logloss %.5f%s\n", r, type.c_str(),
+                    c.name.c_str(), f->examples_per_second, f->auc, f->logloss,
+                    c.key == "ssp-cache" ? absl::StrFormat(", row cache hit ratio %.3f", f->row_cache_hit_ratio).c_str()
+                                         : "");
         std::fflush(stdout);
       }
       if (run.count("bsp-mtls") > 0 && run.count("bsp") > 0) {
@@ -522,6 +559,22 @@ int Main(int argc, char** argv) {
                                median_of(f, &Figures::logloss),
                                m.vs_torch[c.key].empty() ? "—" : absl::StrFormat("%.2f", Median(m.vs_torch[c.key])),
                                Median(m.vs_local[c.key]), runs_text(f)));
+    }
+    if (!m.figures["ssp-cache"].empty()) {
+      absl::StrAppend(&md, absl::StrFormat("\nRow cache hit ratio (ssp-cache, both workers, median over runs): %.3f.",
+                                           median_of(m.figures["ssp-cache"], &Figures::row_cache_hit_ratio)));
+      if (!m.figures["ssp"].empty()) {
+        absl::StrAppend(&md, absl::StrFormat(" Test AUC with the cache minus without: %+.4f.",
+                                             median_of(m.figures["ssp-cache"], &Figures::auc) -
+                                                 median_of(m.figures["ssp"], &Figures::auc)));
+      }
+      absl::StrAppend(&md, "\n");
+    }
+    for (const char* wire : {"bsp-bf16", "bsp-fp16"}) {
+      if (m.figures[wire].empty() || m.figures["bsp"].empty()) continue;
+      absl::StrAppend(&md, absl::StrFormat("\n%s: test AUC minus fp32 BSP's: %+.5f.\n", wire,
+                                           median_of(m.figures[wire], &Figures::auc) -
+                                               median_of(m.figures["bsp"], &Figures::auc)));
     }
     if (!m.mtls_vs_plaintext.empty()) {
       absl::StrAppend(&md, absl::StrFormat("\nCluster BSP over mutual TLS / plaintext (within each run): median "

@@ -53,8 +53,9 @@ std::vector<Sample> MakeData(int n) {
   return data;
 }
 
-TableConfig Weights() {
+TableConfig Weights(ValueType wire = VALUE_TYPE_FLOAT32) {
   TableConfig c;
+  c.set_wire_type(wire);
   c.set_name("w");
   c.set_dim(1);
   c.set_seed(5);
@@ -68,7 +69,7 @@ TableConfig Weights() {
 // samples [(c * workers + r) * batch, ... + batch)); returns the final weight of every feature.
 // `duplicate_push`: worker 0 sends its push of iteration 3 twice.
 std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data, bool duplicate_push,
-                         uint64_t delay_seed) {
+                         uint64_t delay_seed, ValueType wire = VALUE_TYPE_FLOAT32) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
   std::vector<ServerProcess> servers;
@@ -103,7 +104,7 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
       options.worker_rank = r;
       options.bsp_pushes = true;
       auto client = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses, credentials[r]);
-      if (!client->CreateTable(Weights()).ok()) ++errors;
+      if (!client->CreateTable(Weights(wire)).ok()) ++errors;
       std::mt19937_64 delay(delay_seed * 31 + r);
       for (int c = 0; c < kIterations; ++c) {
         absl::Notification allowed;
@@ -176,6 +177,27 @@ TEST(BspDeterminismTest, RepeatableEqualToOneBigBatchAndIdempotent) {
     moved += std::abs(first[f]) > 0.011f;
   }
   EXPECT_GT(moved, kFeatures / 2);
+}
+
+// With the table's values on the wire as bf16 or fp16 (pulls and pushes rounded, fp16 pushes scaled), BSP is
+// still bitwise repeatable, and training still lands near the fp32 run.
+TEST(BspDeterminismTest, HalfPrecisionWireIsRepeatableToo) {
+  const std::vector<Sample> data = MakeData(kIterations * 3 * kBatch);
+  const std::vector<float> fp32 = Train(3, kBatch, data, /*duplicate_push=*/false, /*delay_seed=*/1);
+  for (ValueType wire : {VALUE_TYPE_BFLOAT16, VALUE_TYPE_FLOAT16}) {
+    SCOPED_TRACE(ValueType_Name(wire));
+    const std::vector<float> first = Train(3, kBatch, data, false, /*delay_seed=*/5, wire);
+    const std::vector<float> second = Train(3, kBatch, data, false, /*delay_seed=*/6, wire);
+    ASSERT_EQ(first.size(), fp32.size());
+    ASSERT_EQ(second.size(), fp32.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)))
+        << "two BSP runs over the half-precision wire differ";
+    EXPECT_NE(0, std::memcmp(first.data(), fp32.data(), first.size() * sizeof(float)))
+        << "the wire type changed nothing: it was not used";
+    for (int f = 0; f < kFeatures; ++f) {
+      EXPECT_NEAR(first[f], fp32[f], 0.05 * std::max(1.0f, std::abs(fp32[f]))) << "feature " << f;
+    }
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "worker/compute/backend_factory.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/local_trainer.h"
+#include "worker/row_cache.h"
 #include "worker/scheduler_gate.h"
 #include "worker/trainer.h"
 
@@ -58,6 +59,12 @@ ABSL_FLAG(int, compute_threads, 0,
           "count results are bitwise repeatable.");
 ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (override data.train_files).");
 ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override data.test_files).");
+ABSL_FLAG(bool, row_cache, true,
+          "Under SSP(s >= 1), serve sparse rows from this worker's cache while they are within the staleness bound "
+          "(worker/row_cache.h); BSP never caches.");
+ABSL_FLAG(int64_t, row_cache_rows, 1 << 20, "Most rows the row cache keeps per table.");
+ABSL_FLAG(int, asp_cache_clocks, 0,
+          "Under ASP, serve cached rows for this many of the worker's own clocks after their pull (0: no cache).");
 ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluation records to this file.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
           "How long to retry registering and to wait for every server to join.");
@@ -91,6 +98,9 @@ class WorkerMetrics {
         eval_auc_(NewGauge("kestrel_worker_eval_auc", "AUC of the last evaluation on the test files.")),
         eval_logloss_(NewGauge("kestrel_worker_eval_logloss", "Logloss of the last evaluation on the test files.")),
         clock_(NewGauge("kestrel_worker_clock", "Iterations this worker has finished.")),
+        cache_hit_ratio_(NewGauge("kestrel_worker_row_cache_hit_ratio",
+                                  "Keys answered from the row cache over keys read (SSP/ASP; 0 without a cache).")),
+        cache_rows_(NewGauge("kestrel_worker_row_cache_rows", "Rows the row cache holds, over all tables.")),
         rejoins_(NewCounter("kestrel_worker_rejoins_total",
                             "Times this worker rejoined the job after it rolled back to a checkpoint.")) {
     const char* help = "Training time by phase (read, batch, pull, compute, push, wait), in seconds.";
@@ -119,6 +129,11 @@ class WorkerMetrics {
         examples_per_second_.Set(event.examples_per_second);
         train_logloss_.Set(event.logloss);
         clock_.Set(static_cast<double>(event.step));
+        if (const RowCache* cache = row_cache_.load()) {
+          const RowCacheStats stats = cache->stats();
+          cache_hit_ratio_.Set(stats.hit_ratio());
+          cache_rows_.Set(static_cast<double>(stats.rows));
+        }
         WriteScalars(event.step, {{"train/logloss", static_cast<float>(event.logloss)},
                                   {"train/examples_per_second", static_cast<float>(event.examples_per_second)}});
         break;
@@ -161,6 +176,8 @@ class WorkerMetrics {
   }
 
   prometheus::Gauge& clock() { return clock_; }
+  // The row cache whose figures are exported (null: none).
+  void SetRowCache(const RowCache* cache) { row_cache_.store(cache); }
   prometheus::Counter& rejoins() { return rejoins_; }
 
 
@@ -173,6 +190,9 @@ class WorkerMetrics {
   prometheus::Gauge& eval_auc_;
   prometheus::Gauge& eval_logloss_;
   prometheus::Gauge& clock_;
+  prometheus::Gauge& cache_hit_ratio_;
+  prometheus::Gauge& cache_rows_;
+  std::atomic<const RowCache*> row_cache_{nullptr};
   prometheus::Counter& rejoins_;
   std::vector<prometheus::Counter*> phase_seconds_;  // in PhaseTimes order
   absl::Mutex phases_mu_;
@@ -192,6 +212,7 @@ class MeteredGate final : public ClockGate {
     return status;
   }
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
+  int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
 
  private:
   const std::unique_ptr<ClockGate> gate_;
@@ -330,6 +351,20 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
     options.overlap_pushes = view.consistency() == "asp";
     options.evaluate = rank == 0;
+    // The row cache: under SSP(s >= 1) rows serve reads for s clocks past the min clock of their pull; under
+    // ASP for --asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows are gone.
+    std::unique_ptr<RowCache> row_cache;
+    const bool ssp = view.consistency() == "ssp" && view.staleness() >= 1;
+    const bool asp = view.consistency() == "asp" && absl::GetFlag(FLAGS_asp_cache_clocks) > 0;
+    if (absl::GetFlag(FLAGS_row_cache) && (ssp || asp)) {
+      RowCacheOptions cache_options;
+      cache_options.bound = ssp ? view.staleness() : absl::GetFlag(FLAGS_asp_cache_clocks);
+      cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_row_cache_rows)));
+      row_cache = std::make_unique<RowCache>(client->get(), cache_options);
+      options.row_cache = row_cache.get();
+      options.row_cache_own_clock = asp;
+    }
+    metrics.SetRowCache(row_cache.get());
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.observer = metrics.Observer();
     KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
@@ -339,6 +374,12 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     {
       Trainer trainer(options, client->get(), gate.get(), backend);
       result = trainer.Run();
+    }
+    metrics.SetRowCache(nullptr);
+    if (row_cache != nullptr) {
+      const RowCacheStats stats = row_cache->stats();
+      KLOG(Info) << absl::StrFormat("row cache: %d keys answered from it, %d pulled (hit ratio %.3f), %d rows held",
+                                    stats.hits, stats.misses, stats.hit_ratio(), stats.rows);
     }
     if (result.ok()) {
       Report(*result);

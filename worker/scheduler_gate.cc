@@ -1,5 +1,7 @@
 #include "worker/scheduler_gate.h"
 
+#include <atomic>
+
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
@@ -18,11 +20,16 @@ class SchedulerGate final : public ClockGate {
         poll_(poll) {}
 
   absl::Status WaitToStart(int64_t clock) override {
-    return client_->WaitToStart(rank_, clock, generation_, incarnation_).status();
+    absl::StatusOr<int64_t> min_clock = client_->WaitToStart(rank_, clock, generation_, incarnation_);
+    if (min_clock.ok()) Heard(*min_clock);
+    return min_clock.status();
   }
   absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
-    return client_->Advance(rank_, finished, generation_, incarnation_, done, &state).status();
+    absl::StatusOr<int64_t> min_clock = client_->Advance(rank_, finished, generation_, incarnation_, done, &state);
+    if (min_clock.ok()) Heard(*min_clock);
+    return min_clock.status();
   }
+  int64_t KnownMinClock() const override { return known_min_clock_.load(std::memory_order_acquire); }
   absl::Status WaitAllFinished(int64_t iterations) override {
     while (true) {
       absl::StatusOr<DescribeResponse> d = client_->Describe();
@@ -48,6 +55,13 @@ class SchedulerGate final : public ClockGate {
   const std::string incarnation_;
   const uint64_t rollbacks_;
   const absl::Duration poll_;
+  std::atomic<int64_t> known_min_clock_{-1};  // only rises (the min clock never goes back within a generation)
+
+  void Heard(int64_t min_clock) {
+    int64_t known = known_min_clock_.load(std::memory_order_relaxed);
+    while (min_clock > known && !known_min_clock_.compare_exchange_weak(known, min_clock, std::memory_order_release)) {
+    }
+  }
 };
 
 }  // namespace

@@ -87,6 +87,8 @@ struct StepData {
   PreparedBatch batch;
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
   ReaderPosition after;               // the reader right after this batch
+  int64_t clock = 0;                  // the iteration that reads these rows
+  int64_t fresh = -1;                 // rows pulled now hold every update below this clock (row cache)
 };
 
 WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
@@ -230,6 +232,9 @@ class Trainer::Impl {
     if (options_.create_tables) {
       for (const TableConfig& table : model_->Tables()) KESTREL_RETURN_IF_ERROR(client_->CreateTable(table));
     }
+    if (options_.row_cache != nullptr) {
+      for (const TableConfig& table : model_->Tables()) options_.row_cache->AddTable(table);
+    }
     return absl::OkStatus();
   }
 
@@ -240,12 +245,15 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.size()));
     KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.size() * dim));
     KESTREL_RETURN_IF_ERROR(step->dense.Reserve(model_->dense_size()));
+    auto pull = [&](const char* table, int width, float* out) {
+      if (options_.row_cache == nullptr) return client_->Pull(table, keys, width, out);
+      return options_.row_cache->Pull(table, keys, width, out, step->clock, step->fresh);
+    };
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
-      emb = std::async(std::launch::async,
-                       [&] { return client_->Pull(kEmbeddingTable, keys, dim, step->emb.data()); });
+      emb = std::async(std::launch::async, [&] { return pull(kEmbeddingTable, dim, step->emb.data()); });
     }
-    absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data());
+    absl::Status status = pull(kWideTable, 1, step->wide.data());
     if (status.ok()) status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()));
     if (emb.valid()) {
       absl::Status e = emb.get();
@@ -257,12 +265,15 @@ class Trainer::Impl {
   absl::Status Push(const StepData& step, const GradBuffers& g) {
     const absl::Span<const uint64_t> keys = step.batch.keys.unique_keys();
     const int dim = model_->embedding_dim();
+    auto push = [&](const char* table, int width, const float* grads) {
+      if (options_.row_cache == nullptr) return client_->Push(table, keys, width, grads);
+      return options_.row_cache->Push(table, keys, width, grads);
+    };
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
-      emb = std::async(std::launch::async,
-                       [&] { return client_->Push(kEmbeddingTable, keys, dim, g.emb.data()); });
+      emb = std::async(std::launch::async, [&] { return push(kEmbeddingTable, dim, g.emb.data()); });
     }
-    absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data());
+    absl::Status status = push(kWideTable, 1, g.wide.data());
     absl::Status dense =
         client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), model_->dense_size()));
     if (status.ok()) status = dense;
@@ -371,11 +382,15 @@ class Trainer::Impl {
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
+      // Read after the permission: every update below it is in the rows pulled from now on.
+      const int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
       // Without prefetching (BSP), pulls carry their iteration: a server that already applied it (this worker
       // replaces one that died after pushing) answers the weights from before it.
       if (!options_.prefetch_pulls) client_->SetClock(clock);
       step = queue_->Pop();
       if (!step.ok()) return step.status();
+      (*step)->clock = clock;
+      (*step)->fresh = fresh;
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
     KESTREL_RETURN_IF_ERROR(Pull(step->get()));
@@ -528,6 +543,11 @@ class Trainer::Impl {
     record.set_kind("done");
     record.set_worker(options_.rank);
     record.set_steps(result.steps);
+    if (options_.row_cache != nullptr) {
+      const RowCacheStats cache = options_.row_cache->stats();
+      record.set_row_cache_hit_ratio(cache.hit_ratio());
+      record.set_row_cache_rows(static_cast<double>(cache.rows));
+    }
     record.set_examples(result.examples);
     record.set_seconds(result.seconds);
     record.set_examples_per_second(result.examples_per_second);

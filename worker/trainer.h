@@ -40,6 +40,7 @@
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
 #include "worker/ps_client.h"
+#include "worker/row_cache.h"
 
 namespace kestrel {
 
@@ -54,6 +55,9 @@ class ClockGate {
   virtual absl::Status Advance(int64_t finished, bool done, const WorkerState& state) = 0;
   // Blocks until every worker has finished `iterations` iterations (before the final evaluation).
   virtual absl::Status WaitAllFinished(int64_t iterations) = 0;
+  // The highest min clock (every worker's finished iterations, their pushes acknowledged) this gate has
+  // heard of; -1 when it knows none. Rows pulled after it was read hold every update of iterations below it.
+  virtual int64_t KnownMinClock() const { return -1; }
 };
 
 // A gate that never waits: a single worker.
@@ -103,6 +107,13 @@ struct TrainerOptions {
   // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
   // block. Default: none.
   std::function<void(const TrainerEvent&)> observer;
+  // Serves the sparse tables' pulls from the worker's cache within the consistency bound (worker/row_cache.h);
+  // the trainer registers the model's tables with it. Must outlive the Trainer. Default: none (BSP needs the
+  // latest rows).
+  RowCache* row_cache = nullptr;
+  // With row_cache under ASP (no min clock): rows serve reads this many of the worker's own clocks after their
+  // pull. Under SSP the cache's own bound applies to the gate's min clock. Default: false = SSP.
+  bool row_cache_own_clock = false;
 };
 
 struct EvalResult {

@@ -1,0 +1,132 @@
+#include "worker/row_cache.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+
+RowCache::RowCache(PsClient* client, RowCacheOptions options) : client_(client), options_(options) {}
+
+void RowCache::AddTable(const TableConfig& config) {
+  if (config.kind() != TableConfig::SPARSE) return;
+  absl::MutexLock lock(&mu_);
+  tables_[config.name()] = std::make_unique<TableCache>(config);
+}
+
+RowCache::TableCache* RowCache::Find(const std::string& table) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(table);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+void RowCache::MakeRoom(TableCache& t, size_t incoming, int64_t read_clock) {
+  if (t.index.size() + incoming <= options_.max_rows) return;
+  // Rows no read at read_clock or later may use (reads only move forward).
+  for (auto it = t.index.begin(); it != t.index.end();) {
+    if (it->second.fresh < read_clock - options_.bound) {
+      t.free_slots.push_back(it->second.slot);
+      t.index.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (t.index.size() + incoming <= options_.max_rows) return;
+  t.index.clear();
+  t.free_slots.clear();
+  t.values.clear();
+}
+
+absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t> keys, int dim, float* out,
+                            int64_t read_clock, int64_t fresh_clock) {
+  TableCache* t = Find(table);
+  if (t == nullptr) return client_->Pull(table, keys, dim, out);
+  if (dim != t->config.dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table '%s' has dim %d, the pull asks for %d", table, t->config.dim(), dim));
+  }
+  absl::MutexLock lock(&t->mu);
+  const int64_t oldest_usable = read_clock - options_.bound;
+  t->miss_keys.clear();
+  t->miss_positions.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = t->index.find(keys[i]);
+    if (it != t->index.end() && it->second.fresh >= oldest_usable) {
+      std::memcpy(out + i * dim, t->values.data() + static_cast<size_t>(it->second.slot) * dim, dim * sizeof(float));
+    } else {
+      t->miss_keys.push_back(keys[i]);
+      t->miss_positions.push_back(i);
+    }
+  }
+  const size_t misses = t->miss_keys.size();
+  {
+    absl::MutexLock stats(&stats_mu_);
+    hits_ += keys.size() - misses;
+    misses_ += misses;
+  }
+  if (misses == 0) return absl::OkStatus();
+  const uint64_t fetched = ++t->seq;
+  t->miss_rows.resize(misses * dim);
+  absl::Status pulled = client_->Pull(table, t->miss_keys, dim, t->miss_rows.data());
+  if (!pulled.ok()) return pulled;
+  MakeRoom(*t, misses, read_clock);
+  for (size_t m = 0; m < misses; ++m) {
+    const float* row = t->miss_rows.data() + m * dim;
+    std::memcpy(out + t->miss_positions[m] * dim, row, dim * sizeof(float));
+    auto [it, inserted] = t->index.try_emplace(t->miss_keys[m]);
+    if (inserted) {
+      if (!t->free_slots.empty()) {
+        it->second.slot = t->free_slots.back();
+        t->free_slots.pop_back();
+      } else {
+        it->second.slot = static_cast<uint32_t>(t->values.size() / dim);
+        t->values.resize(t->values.size() + dim);
+      }
+    }
+    it->second.fresh = fresh_clock;
+    it->second.fetched = fetched;
+    std::memcpy(t->values.data() + static_cast<size_t>(it->second.slot) * dim, row, dim * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RowCache::Push(const std::string& table, absl::Span<const uint64_t> keys, int dim,
+                            const float* grads) {
+  TableCache* t = Find(table);
+  const bool sgd = t != nullptr && t->config.optimizer().type() == OptimizerConfig::SGD && dim == t->config.dim();
+  uint64_t began = 0;
+  if (sgd) {
+    absl::MutexLock lock(&t->mu);
+    began = ++t->seq;
+  }
+  absl::Status pushed = client_->Push(table, keys, dim, grads);
+  if (!pushed.ok() || !sgd) return pushed;
+  const float lr = t->config.optimizer().learning_rate();
+  absl::MutexLock lock(&t->mu);
+  for (size_t i = 0; i < keys.size(); ++i) {  // duplicates: applied once each, as the server's sum is
+    auto it = t->index.find(keys[i]);
+    if (it == t->index.end() || it->second.fetched > began) continue;
+    float* w = t->values.data() + static_cast<size_t>(it->second.slot) * dim;
+    const float* g = grads + i * dim;
+    for (int j = 0; j < dim; ++j) w[j] -= lr * g[j];
+  }
+  return absl::OkStatus();
+}
+
+RowCacheStats RowCache::stats() const {
+  RowCacheStats s;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    s.hits = hits_;
+    s.misses = misses_;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, t] : tables_) {
+    absl::MutexLock table_lock(&t->mu);
+    s.rows += t->index.size();
+  }
+  return s;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,106 @@
+// RowCache: a worker's cache of sparse rows, bounded by the job's consistency mode, in front of a PsClient.
+//
+// Under SSP(s) the scheduler lets iteration c start once the slowest worker has finished c - s iterations, and
+// promises that every read at c sees all updates of iterations <= c - s - 1 of all workers. A row pulled when
+// the worker knew the min clock to be m holds every update of iterations < m (a worker advances its clock only
+// once all its pushes of the iteration are acknowledged). So that row may serve reads at any clock c with
+// m >= c - s without asking a server: the promise holds for every read, cached or not (row_cache_test checks
+// it). Hot keys (Zipf) then cost one pull per s clocks, a fresh key one pull. Under ASP the bound is a
+// configurable number of the worker's own clocks (`bound`, freshness = the clock of the pull). BSP (s = 0)
+// needs the latest rows, so the trainer uses no cache there.
+//
+// The worker's own pushes are applied to its cached copies where the client can do so exactly: tables with the
+// SGD optimizer (w -= lr * g, the server's arithmetic), once the push is acknowledged, to the rows cached before
+// the push began (a row pulled meanwhile may already hold it, and is left as pulled). Other optimizers keep per-row state on the servers
+// (Adagrad's sums, FTRL's z and n), so a cached row of such a table shows this worker's own updates only from
+// its next pull; the SSP promise above does not depend on them.
+//
+// Bounded: at most `max_rows` rows per table; a full table first drops the rows no read can use any more, then
+// everything. Hits and misses are counted (hit_ratio in the worker's metrics).
+//
+// Thread-safe (one mutex per table; pulls of different tables run concurrently). The PsClient must outlive it.
+#ifndef KESTREL_WORKER_ROW_CACHE_H_
+#define KESTREL_WORKER_ROW_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/table.pb.h"
+#include "worker/ps_client.h"
+
+namespace kestrel {
+
+struct RowCacheOptions {
+  // A cached row of freshness f serves reads at clock c while f >= c - bound (SSP: the staleness s). Default: 0.
+  int64_t bound = 0;
+  // Most rows kept per table. Default: 1M.
+  size_t max_rows = size_t{1} << 20;
+};
+
+struct RowCacheStats {
+  uint64_t hits = 0;    // keys answered from the cache
+  uint64_t misses = 0;  // keys pulled from the servers
+  uint64_t rows = 0;    // rows held now, over all tables
+  double hit_ratio() const { return hits + misses == 0 ? 0 : static_cast<double>(hits) / (hits + misses); }
+};
+
+class RowCache {
+ public:
+  RowCache(PsClient* client, RowCacheOptions options);
+
+  // A sparse table whose rows may be cached (its dim and optimizer decide what a push does to them). Tables not
+  // registered pass straight through.
+  void AddTable(const TableConfig& config);
+
+  // Pulls keys.size() rows of `dim` floats into `out` for a read at `read_clock`: rows cached with freshness
+  // >= read_clock - bound are answered from the cache, the rest pulled and cached with freshness
+  // `fresh_clock` (SSP: the min clock the worker knew before this pull; ASP: read_clock). `keys` distinct.
+  absl::Status Pull(const std::string& table, absl::Span<const uint64_t> keys, int dim, float* out,
+                    int64_t read_clock, int64_t fresh_clock);
+  // Pushes through the client, then applies the push to the cached rows where that is exact (SGD).
+  absl::Status Push(const std::string& table, absl::Span<const uint64_t> keys, int dim, const float* grads);
+
+  RowCacheStats stats() const;
+
+ private:
+  struct Entry {
+    int64_t fresh = 0;
+    uint64_t fetched = 0;  // TableCache::seq when it was pulled
+    uint32_t slot = 0;     // row index in `values`
+  };
+  struct TableCache {
+    explicit TableCache(const TableConfig& c) : config(c) {}
+    const TableConfig config;
+    absl::Mutex mu;
+    absl::flat_hash_map<uint64_t, Entry> index ABSL_GUARDED_BY(mu);
+    std::vector<float> values ABSL_GUARDED_BY(mu);  // rows of config.dim() floats
+    std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+    uint64_t seq ABSL_GUARDED_BY(mu) = 0;  // counts pulls and pushes begun
+    // Misses of the pull in progress (reused buffers).
+    std::vector<uint64_t> miss_keys ABSL_GUARDED_BY(mu);
+    std::vector<size_t> miss_positions ABSL_GUARDED_BY(mu);
+    std::vector<float> miss_rows ABSL_GUARDED_BY(mu);
+  };
+  TableCache* Find(const std::string& table) const;
+  // Makes room for `incoming` rows: drops rows no read at `read_clock` or later can use, then everything.
+  void MakeRoom(TableCache& t, size_t incoming, int64_t read_clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+
+  PsClient* const client_;
+  const RowCacheOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<TableCache>> tables_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex stats_mu_;
+  uint64_t hits_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(stats_mu_) = 0;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_ROW_CACHE_H_
