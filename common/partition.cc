@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -55,6 +56,40 @@ absl::StatusOr<Partition> Partition::Uniform(int num_servers, int ranges_per_ser
 }
 
 absl::StatusOr<Partition> Partition::Parse(absl::string_view spec) {
+  int replicas = 1;
+  if (const size_t semi = spec.find(';'); semi != absl::string_view::npos) {
+    const absl::string_view suffix = spec.substr(semi + 1);
+    if (!absl::StartsWith(suffix, "replicas=") || !absl::SimpleAtoi(suffix.substr(9), &replicas)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partition suffix '", suffix, "' is not of the form replicas=R"));
+    }
+    spec = spec.substr(0, semi);
+  }
+  absl::StatusOr<Partition> layout = ParseRanges(spec);
+  if (!layout.ok()) return layout.status();
+  return layout->WithReplicas(replicas);
+}
+
+absl::StatusOr<Partition> Partition::WithReplicas(int replicas) const {
+  if (replicas < 1 || replicas > num_servers_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "replicas must be in [1, %d] (each copy of a range on its own server), got %d", num_servers_, replicas));
+  }
+  Partition copy = *this;
+  copy.replicas_ = replicas;
+  return copy;
+}
+
+std::vector<KeyRange> Partition::ReplicaRangesOf(int server, int j) const {
+  std::vector<KeyRange> out;
+  if (j < 0 || j >= replicas_) return out;
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    if (ReplicaOfOwner(owners_[i], j) == server) out.push_back(ranges_[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<Partition> Partition::ParseRanges(absl::string_view spec) {
   std::vector<KeyRange> ranges;
   std::vector<int> owners;
   int max_owner = -1;
@@ -104,7 +139,9 @@ std::string Partition::ToString() const {
   for (size_t i = 0; i < ranges_.size(); ++i) {
     items.push_back(absl::StrFormat("0x%x-0x%x:%d", ranges_[i].first, ranges_[i].last, owners_[i]));
   }
-  return absl::StrJoin(items, ",");
+  std::string out = absl::StrJoin(items, ",");
+  if (replicas_ > 1) absl::StrAppend(&out, ";replicas=", replicas_);
+  return out;
 }
 
 int Partition::OwnerOfSlow(uint64_t key) const {
@@ -124,12 +161,53 @@ std::vector<KeyRange> Partition::RangesOf(int server) const {
 
 uint64_t Partition::Fingerprint() const {
   uint64_t h = Mix64(static_cast<uint64_t>(num_servers_));
+  if (replicas_ > 1) h = HashCombine(h, static_cast<uint64_t>(replicas_));  // unreplicated: as before
   for (size_t i = 0; i < ranges_.size(); ++i) {
     h = HashCombine(h, ranges_[i].first);
     h = HashCombine(h, ranges_[i].last);
     h = HashCombine(h, static_cast<uint64_t>(owners_[i]));
   }
   return h;
+}
+
+Routing::Routing(Partition partition, std::vector<bool> out_of_service)
+    : partition_(std::move(partition)), out_of_service_(std::move(out_of_service)) {
+  const int n = partition_.num_servers();
+  primary_of_owner_.assign(n, -1);
+  for (int owner = 0; owner < n; ++owner) {
+    for (int j = 0; j < partition_.replicas(); ++j) {
+      const int s = partition_.ReplicaOfOwner(owner, j);
+      if (!out_of_service_[s]) {
+        primary_of_owner_[owner] = s;
+        break;
+      }
+    }
+  }
+}
+
+absl::StatusOr<Routing> Routing::Create(Partition partition, std::vector<bool> out_of_service) {
+  if (out_of_service.empty()) out_of_service.assign(partition.num_servers(), false);
+  if (static_cast<int>(out_of_service.size()) != partition.num_servers()) {
+    return absl::InvalidArgumentError(absl::StrFormat("routing: %d servers' states for a partition of %d servers",
+                                                      out_of_service.size(), partition.num_servers()));
+  }
+  return Routing(std::move(partition), std::move(out_of_service));
+}
+
+std::vector<int> Routing::BackupsOfOwner(int owner) const {
+  std::vector<int> out;
+  bool primary_seen = false;
+  for (int j = 0; j < partition_.replicas(); ++j) {
+    const int s = partition_.ReplicaOfOwner(owner, j);
+    if (out_of_service_[s]) continue;
+    if (primary_seen) out.push_back(s);
+    primary_seen = true;
+  }
+  return out;
+}
+
+bool Routing::AnyRangeLost() const {
+  return std::find(primary_of_owner_.begin(), primary_of_owner_.end(), -1) != primary_of_owner_.end();
 }
 
 }  // namespace kestrel

@@ -6,6 +6,10 @@
 // never collide. Dense tensors are split into blocks whose keys come from DenseBlockKey, so they are placed by
 // exactly the same mechanism.
 //
+// Replicas (docs/replication.md): each range has `replicas()` copies on distinct servers; replica 0 is its owner,
+// replica j the server (owner + j) mod num_servers. Routing adds the servers currently out of service and says
+// who serves and who backs up each range (failover order = replica order).
+//
 // Partition is an immutable value type: thread-safe for concurrent reads, cheap to copy.
 #ifndef KESTREL_COMMON_PARTITION_H_
 #define KESTREL_COMMON_PARTITION_H_
@@ -41,13 +45,23 @@ class Partition {
 
   // Explicit ranges, e.g. "0x0-0x7fffffffffffffff:0,0x8000000000000000-0xffffffffffffffff:1": comma-separated
   // `first-last:server` items (hex or decimal). They must be sorted, tile the key space without gaps or
-  // overlaps, and name every server in [0, max server] at least once.
+  // overlaps, and name every server in [0, max server] at least once. An optional ";replicas=R" suffix sets
+  // the replica count (default 1).
   static absl::StatusOr<Partition> Parse(absl::string_view spec);
 
-  // The form Parse accepts.
+  // The same layout with `replicas` copies of every range, in [1, num_servers()].
+  absl::StatusOr<Partition> WithReplicas(int replicas) const;
+
+  // The form Parse accepts (the replicas suffix only when replicas() > 1).
   std::string ToString() const;
 
   int num_servers() const { return num_servers_; }
+  // Copies of every range, on distinct servers. 1: no replication.
+  int replicas() const { return replicas_; }
+  // Replica j (in [0, replicas())) of the range whose owner is `owner`: replica 0 is the owner.
+  int ReplicaOfOwner(int owner, int j) const { return (owner + j) % num_servers_; }
+  // The ranges of which `server` holds replica j (j = 0: RangesOf), in key order.
+  std::vector<KeyRange> ReplicaRangesOf(int server, int j) const;
   int num_ranges() const { return static_cast<int>(ranges_.size()); }
   const std::vector<KeyRange>& ranges() const { return ranges_; }
   const std::vector<int>& owners() const { return owners_; }
@@ -88,12 +102,45 @@ class Partition {
 
  private:
   Partition(int num_servers, std::vector<KeyRange> ranges, std::vector<int> owners, bool uniform);
+  // Parse without the replicas suffix.
+  static absl::StatusOr<Partition> ParseRanges(absl::string_view spec);
   int OwnerOfSlow(uint64_t key) const;
 
   int num_servers_ = 0;
+  int replicas_ = 1;
   std::vector<KeyRange> ranges_;  // sorted, tiling [0, 2^64-1]
   std::vector<int> owners_;       // owners_[i] owns ranges_[i]
   bool uniform_ = false;          // ranges_ are the Uniform() cut, owners round-robin
+};
+
+// A Partition and the servers currently out of service (declared dead and not yet replaced by a synced copy):
+// who serves each key (the first of its replicas in service, in replica order) and who backs it up. Every
+// process derives the same answers from the same partition and the scheduler's out-of-service set, so two
+// processes at the same routing generation never disagree on a range's primary. Immutable value type.
+class Routing {
+ public:
+  // `out_of_service[s]`: server s serves nothing (size num_servers; empty: every server in service).
+  static absl::StatusOr<Routing> Create(Partition partition, std::vector<bool> out_of_service = {});
+
+  const Partition& partition() const { return partition_; }
+  bool in_service(int server) const { return !out_of_service_[server]; }
+
+  // The server that serves `key` (pulls and pushes), or -1 when every replica of its range is out of service
+  // (the job must roll back).
+  int ServerOf(uint64_t key) const { return PrimaryOfOwner(partition_.OwnerOf(key)); }
+  // The same for the ranges owned by `owner` (all of an owner's ranges share their replica servers).
+  int PrimaryOfOwner(int owner) const { return primary_of_owner_[owner]; }
+  // The servers in service after the primary that keep copies of `owner`'s ranges, in failover order.
+  std::vector<int> BackupsOfOwner(int owner) const;
+  // Whether some range has no replica in service.
+  bool AnyRangeLost() const;
+
+ private:
+  Routing(Partition partition, std::vector<bool> out_of_service);
+
+  Partition partition_;
+  std::vector<bool> out_of_service_;  // by server
+  std::vector<int> primary_of_owner_;  // by owner: the first replica in service, or -1
 };
 
 }  // namespace kestrel

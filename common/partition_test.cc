@@ -217,6 +217,68 @@ TEST(PartitionTest, ParseRejectsInvalidSpecs) {
   ExpectInvalid("0x0-0xffffffffffffffff:0:1");
 }
 
+// Replicas: R copies of every range on R distinct servers, replica 0 the owner; the count round-trips through
+// the partition string (an unreplicated string is unchanged, so existing manifests still parse) and changes
+// the fingerprint.
+TEST(PartitionTest, ReplicasAreOnDistinctServersAndRoundTrip) {
+  const Partition one = *Partition::Uniform(4, 2);
+  absl::StatusOr<Partition> two = one.WithReplicas(2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->replicas(), 2);
+  EXPECT_EQ(one.ToString().find("replicas"), std::string::npos);
+  EXPECT_NE(one.Fingerprint(), two->Fingerprint());
+  absl::StatusOr<Partition> parsed = Partition::Parse(two->ToString());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->replicas(), 2);
+  EXPECT_EQ(parsed->Fingerprint(), two->Fingerprint());
+  EXPECT_EQ(parsed->OwnerOf(123456789), two->OwnerOf(123456789)) << "still the O(1) uniform layout";
+  for (int owner = 0; owner < 4; ++owner) {
+    EXPECT_EQ(two->ReplicaOfOwner(owner, 0), owner);
+    EXPECT_NE(two->ReplicaOfOwner(owner, 1), owner);
+  }
+  // Every server backs up exactly the ranges of its predecessor.
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(two->ReplicaRangesOf(s, 1), one.RangesOf((s + 3) % 4)) << s;
+  EXPECT_EQ(two->ReplicaRangesOf(0, 0), one.RangesOf(0));
+  EXPECT_TRUE(two->ReplicaRangesOf(0, 2).empty());
+  EXPECT_EQ(one.WithReplicas(5).status().code(), absl::StatusCode::kInvalidArgument) << "more copies than servers";
+  EXPECT_EQ(one.WithReplicas(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(Partition::Parse(one.ToString() + ";replicas=9").ok());
+  EXPECT_FALSE(Partition::Parse(one.ToString() + ";copies=2").ok());
+  EXPECT_FALSE(Partition::Parse(one.ToString() + ";replicas=x").ok());
+}
+
+// Routing: a range is served by its first replica in service; losing its owner moves it to the backup,
+// losing every copy is reported so the job can roll back.
+TEST(RoutingTest, FailoverFollowsReplicaOrder) {
+  const Partition p = *Partition::Uniform(3)->WithReplicas(2);
+  absl::StatusOr<Routing> healthy = Routing::Create(p);
+  ASSERT_TRUE(healthy.ok());
+  for (int owner = 0; owner < 3; ++owner) {
+    EXPECT_EQ(healthy->PrimaryOfOwner(owner), owner);
+    EXPECT_EQ(healthy->BackupsOfOwner(owner), std::vector<int>({(owner + 1) % 3}));
+  }
+  EXPECT_FALSE(healthy->AnyRangeLost());
+  absl::StatusOr<Routing> one_down = Routing::Create(p, {false, true, false});
+  ASSERT_TRUE(one_down.ok());
+  EXPECT_EQ(one_down->PrimaryOfOwner(1), 2) << "server 1's ranges move to their backup";
+  EXPECT_TRUE(one_down->BackupsOfOwner(1).empty()) << "under-replicated until a new backup syncs";
+  EXPECT_EQ(one_down->PrimaryOfOwner(0), 0);
+  EXPECT_TRUE(one_down->BackupsOfOwner(0).empty()) << "server 0's backup was server 1";
+  EXPECT_FALSE(one_down->AnyRangeLost());
+  for (uint64_t id = 0; id < 1000; ++id) {
+    const uint64_t key = Partition::FeatureKey(id);
+    EXPECT_NE(one_down->ServerOf(key), 1);
+    EXPECT_EQ(one_down->ServerOf(key), p.OwnerOf(key) == 1 ? 2 : p.OwnerOf(key));
+  }
+  absl::StatusOr<Routing> both_down = Routing::Create(p, {false, true, true});
+  ASSERT_TRUE(both_down.ok());
+  EXPECT_EQ(both_down->PrimaryOfOwner(1), -1);
+  EXPECT_TRUE(both_down->AnyRangeLost()) << "both copies of server 1's ranges are gone: roll back";
+  // Unreplicated: any server down loses its ranges.
+  EXPECT_TRUE(Routing::Create(*Partition::Uniform(3), {false, true, false})->AnyRangeLost());
+  EXPECT_FALSE(Routing::Create(p, {true, false}).ok()) << "one state per server";
+}
+
 TEST(PartitionTest, FeatureKeySpreadsSequentialIdsEvenly) {
   const Partition p = MustUniform(4, 1);
   constexpr int kIds = 200000;
