@@ -323,7 +323,9 @@ int Float16ScaleExponent(const float* g, size_t n) {
   const float max_abs = FromBits(MaxMagnitudeBits(g, n));  // |x| orders as its bits
   if (!(max_abs > 0) || !std::isfinite(max_abs)) return max_abs > 0 ? kMinScaleExponent : kMaxScaleExponent;
   // The largest e with max_abs * 2^e <= 65504: start from the exponents and correct by one step.
-  int e = static_cast<int>(std::floor(std::log2(kFloat16Max / max_abs)));
+  // In double: for tiny magnitudes the quotient overflows float (and casting infinity to int is undefined).
+  int e = static_cast<int>(std::clamp(std::floor(std::log2(static_cast<double>(kFloat16Max) / max_abs)),
+                                      static_cast<double>(kMinScaleExponent), static_cast<double>(kMaxScaleExponent)));
   e = std::clamp(e, kMinScaleExponent, kMaxScaleExponent);
   while (e > kMinScaleExponent && std::ldexp(max_abs, e) > kFloat16Max) --e;
   while (e < kMaxScaleExponent && std::ldexp(max_abs, e + 1) <= kFloat16Max) ++e;

@@ -51,6 +51,11 @@ absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t f
 // views of the received slices where a field lies inside one slice, else of `scratch` (one copy, straight
 // from the slices). Unknown fields are skipped. Valid while this object lives.
 struct PushRequestView {
+  PushRequestView() = default;
+  // Views may point into `slices` (inline ones included) or the scratch strings: never copied or moved.
+  PushRequestView(const PushRequestView&) = delete;
+  PushRequestView& operator=(const PushRequestView&) = delete;
+
   RequestHeader header;
   std::string table;
   absl::string_view keys;

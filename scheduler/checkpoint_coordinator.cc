@@ -303,6 +303,12 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
     bytes_written += answer->bytes_written();
     shards.push_back(*std::move(answer));
   }
+  if (membership_->AnyServerDead()) {  // an answer may come from a replacement that holds none of the rows
+    KLOG(Warning) << "checkpoint " << name << " at clock " << clock
+                  << " abandoned (nothing committed): a server was lost while it was written";
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    return false;
+  }
   CrashPoint("scheduler.checkpoint.shards_written");
   CheckpointManifest manifest;
   manifest.set_format_version(1);

@@ -145,6 +145,8 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
       if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
         m.alive = false;
         expired.push_back(m);
+        // Remembered until a rollback: a replacement registering first must not hide the lost rows.
+        if (m.role == Role::kServer && state_ != JobState::kForming) server_lost_ = true;
       }
     }
   }
@@ -224,6 +226,7 @@ uint64_t Membership::BeginRollback() {
   }
   done_.assign(done_.size(), false);
   rolling_back_ = true;
+  server_lost_ = false;
   if (state_ == JobState::kRunning || state_ == JobState::kFinished) state_ = JobState::kRecovering;
   return generation_;
 }
@@ -246,6 +249,7 @@ bool Membership::rolling_back() const {
 
 bool Membership::AnyServerDead() const {
   absl::MutexLock lock(&mu_);
+  if (server_lost_) return true;
   for (const Member& m : servers_) {
     if (m.rank != -1 && !m.alive) return true;
   }

@@ -112,7 +112,8 @@ class Membership {
   // again (every worker done); else kRunning once every member is alive.
   void EndRollback(bool finished = false);
   bool rolling_back() const;
-  // Some server rank has registered and is not alive.
+  // Some server rank has registered and is not alive, or one was declared dead (after the job formed) since the
+  // last BeginRollback: a replacement that registered meanwhile holds none of the lost rows.
   bool AnyServerDead() const;
   bool AllServersAlive() const;
 
@@ -140,6 +141,7 @@ class Membership {
   std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
+  bool server_lost_ ABSL_GUARDED_BY(mu_) = false;  // a server was declared dead since the last BeginRollback
 };
 
 }  // namespace kestrel

@@ -143,6 +143,27 @@ TEST(MembershipTest, FinishesWhenEveryWorkerIsDoneAndLeavingIsNoFailure) {
   EXPECT_EQ(m->generation(), generation);
 }
 
+// A server declared dead stays owed a rollback even once its replacement registered (the replacement holds
+// none of the lost rows), until BeginRollback.
+TEST(MembershipTest, ALostServerIsRememberedUntilTheRollback) {
+  auto m = Make(2, 1);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", 0, kStart).ok());
+  auto s1 = m->Register(Role::kServer, "h:2", 1, kStart);
+  auto w = m->Register(Role::kWorker, "", 0, kStart);
+  ASSERT_TRUE(s1.ok() && w.ok());
+  EXPECT_FALSE(m->AnyServerDead());
+  const absl::Time later = kStart + absl::Seconds(1);
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, m->Members()[0].incarnation, later).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w->incarnation, later).ok());
+  ASSERT_EQ(m->ExpireSilent(later + absl::Milliseconds(600)).size(), 1u);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:3", 1, later + absl::Seconds(2)).ok());
+  EXPECT_TRUE(m->AllServersAlive());
+  EXPECT_TRUE(m->AnyServerDead()) << "the replacement registered before anyone rolled back";
+  m->BeginRollback();
+  EXPECT_FALSE(m->AnyServerDead());
+  m->EndRollback();
+}
+
 // A worker leaves only a finished job; it is then no live member (its heartbeats are refused). A rollback of
 // the finished job that restores its final checkpoint makes it finished again, every worker done.
 TEST(MembershipTest, WorkersLeaveOnlyAFinishedJobAndAFinalRestoreFinishesItAgain) {

@@ -385,9 +385,13 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       Report(*result);
       // The final model is settled (Trainer waited for it) and evaluated: the servers may go.
       left.store(true);
-      if (absl::Status s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation()); !s.ok()) {
-        KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
+      absl::Status s;
+      for (int attempt = 0; attempt < 5; ++attempt) {  // else the scheduler counts us alive until it times out
+        s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation());
+        if (s.ok() || !(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) break;
+        absl::SleepFor(absl::Milliseconds(100) * (1 << attempt));
       }
+      if (!s.ok()) KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
       return 0;
     }
     // Did the job roll back? Ask until it has (the scheduler may not have noticed the dead server yet), it is

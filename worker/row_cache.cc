@@ -11,8 +11,13 @@ RowCache::RowCache(PsClient* client, RowCacheOptions options) : client_(client),
 
 void RowCache::AddTable(const TableConfig& config) {
   if (config.kind() != TableConfig::SPARSE) return;
+  std::unique_ptr<Optimizer> replay;
+  if (config.wire_type() == VALUE_TYPE_FLOAT32) {
+    absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(config.optimizer(), config.dim());
+    if (optimizer.ok() && (*optimizer)->slot_floats() == 0) replay = *std::move(optimizer);
+  }
   absl::MutexLock lock(&mu_);
-  tables_[config.name()] = std::make_unique<TableCache>(config);
+  tables_[config.name()] = std::make_unique<TableCache>(config, std::move(replay));
 }
 
 RowCache::TableCache* RowCache::Find(const std::string& table) const {
@@ -46,35 +51,46 @@ absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t>
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s' has dim %d, the pull asks for %d", table, t->config.dim(), dim));
   }
-  absl::MutexLock lock(&t->mu);
-  const int64_t oldest_usable = read_clock - options_.bound;
-  t->miss_keys.clear();
-  t->miss_positions.clear();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = t->index.find(keys[i]);
-    if (it != t->index.end() && it->second.fresh >= oldest_usable) {
-      std::memcpy(out + i * dim, t->values.data() + static_cast<size_t>(it->second.slot) * dim, dim * sizeof(float));
-    } else {
-      t->miss_keys.push_back(keys[i]);
-      t->miss_positions.push_back(i);
+  // Hits are copied and misses collected under the lock; the misses are pulled without it (a push of this
+  // table, its replay, stats() all go on meanwhile), then stored unless a fresher copy was stored meanwhile.
+  thread_local std::vector<uint64_t> miss_keys;
+  thread_local std::vector<size_t> miss_positions;
+  thread_local std::vector<float> miss_rows;
+  miss_keys.clear();
+  miss_positions.clear();
+  {
+    absl::MutexLock lock(&t->mu);
+    const int64_t oldest_usable = read_clock - options_.bound;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = t->index.find(keys[i]);
+      if (it != t->index.end() && it->second.fresh >= oldest_usable) {
+        std::memcpy(out + i * dim, t->values.data() + static_cast<size_t>(it->second.slot) * dim,
+                    dim * sizeof(float));
+      } else {
+        miss_keys.push_back(keys[i]);
+        miss_positions.push_back(i);
+      }
     }
   }
-  const size_t misses = t->miss_keys.size();
+  const size_t misses = miss_keys.size();
   {
     absl::MutexLock stats(&stats_mu_);
     hits_ += keys.size() - misses;
     misses_ += misses;
   }
   if (misses == 0) return absl::OkStatus();
-  const uint64_t fetched = ++t->seq;
-  t->miss_rows.resize(misses * dim);
-  absl::Status pulled = client_->Pull(table, t->miss_keys, dim, t->miss_rows.data());
+  miss_rows.resize(misses * dim);
+  absl::Status pulled = client_->Pull(table, miss_keys, dim, miss_rows.data());
   if (!pulled.ok()) return pulled;
+  absl::MutexLock lock(&t->mu);
+  // Stamped when stored: a push that began before this may be in these rows already, so it is not replayed
+  // onto them (see Push).
+  const uint64_t stored = ++t->seq;
   MakeRoom(*t, misses, read_clock);
   for (size_t m = 0; m < misses; ++m) {
-    const float* row = t->miss_rows.data() + m * dim;
-    std::memcpy(out + t->miss_positions[m] * dim, row, dim * sizeof(float));
-    auto [it, inserted] = t->index.try_emplace(t->miss_keys[m]);
+    const float* row = miss_rows.data() + m * dim;
+    std::memcpy(out + miss_positions[m] * dim, row, dim * sizeof(float));
+    auto [it, inserted] = t->index.try_emplace(miss_keys[m]);
     if (inserted) {
       if (!t->free_slots.empty()) {
         it->second.slot = t->free_slots.back();
@@ -83,9 +99,11 @@ absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t>
         it->second.slot = static_cast<uint32_t>(t->values.size() / dim);
         t->values.resize(t->values.size() + dim);
       }
+    } else if (it->second.fresh > fresh_clock) {
+      continue;  // a pull that finished meanwhile stored a fresher copy
     }
     it->second.fresh = fresh_clock;
-    it->second.fetched = fetched;
+    it->second.fetched = stored;
     std::memcpy(t->values.data() + static_cast<size_t>(it->second.slot) * dim, row, dim * sizeof(float));
   }
   return absl::OkStatus();
@@ -94,22 +112,19 @@ absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t>
 absl::Status RowCache::Push(const std::string& table, absl::Span<const uint64_t> keys, int dim,
                             const float* grads) {
   TableCache* t = Find(table);
-  const bool sgd = t != nullptr && t->config.optimizer().type() == OptimizerConfig::SGD && dim == t->config.dim();
+  const bool replay = t != nullptr && t->replay != nullptr && dim == t->config.dim();
   uint64_t began = 0;
-  if (sgd) {
+  if (replay) {
     absl::MutexLock lock(&t->mu);
     began = ++t->seq;
   }
   absl::Status pushed = client_->Push(table, keys, dim, grads);
-  if (!pushed.ok() || !sgd) return pushed;
-  const float lr = t->config.optimizer().learning_rate();
+  if (!pushed.ok() || !replay) return pushed;
   absl::MutexLock lock(&t->mu);
-  for (size_t i = 0; i < keys.size(); ++i) {  // duplicates: applied once each, as the server's sum is
+  for (size_t i = 0; i < keys.size(); ++i) {  // the trainer pushes distinct keys
     auto it = t->index.find(keys[i]);
     if (it == t->index.end() || it->second.fetched > began) continue;
-    float* w = t->values.data() + static_cast<size_t>(it->second.slot) * dim;
-    const float* g = grads + i * dim;
-    for (int j = 0; j < dim; ++j) w[j] -= lr * g[j];
+    t->replay->Apply(grads + i * dim, t->values.data() + static_cast<size_t>(it->second.slot) * dim, nullptr);
   }
   return absl::OkStatus();
 }

@@ -9,16 +9,18 @@
 // configurable number of the worker's own clocks (`bound`, freshness = the clock of the pull). BSP (s = 0)
 // needs the latest rows, so the trainer uses no cache there.
 //
-// The worker's own pushes are applied to its cached copies where the client can do so exactly: tables with the
-// SGD optimizer (w -= lr * g, the server's arithmetic), once the push is acknowledged, to the rows cached before
-// the push began (a row pulled meanwhile may already hold it, and is left as pulled). Other optimizers keep per-row state on the servers
-// (Adagrad's sums, FTRL's z and n), so a cached row of such a table shows this worker's own updates only from
-// its next pull; the SSP promise above does not depend on them.
+// The worker's own pushes are applied to its cached copies where the client can do so exactly: tables whose
+// optimizer keeps no per-row state (SGD; the server's own Optimizer code and defaults) and whose gradients
+// travel as fp32 (a half-precision wire rounds them on the way). They are applied once the push is
+// acknowledged, to the rows cached before the push began (a row pulled meanwhile may already hold it, and is
+// left as pulled). Other optimizers keep per-row state on the servers (Adagrad's sums, FTRL's z and n), so a
+// cached row of such a table shows this worker's own updates only from its next pull; the SSP promise above
+// does not depend on them.
 //
 // Bounded: at most `max_rows` rows per table; a full table first drops the rows no read can use any more, then
 // everything. Hits and misses are counted (hit_ratio in the worker's metrics).
 //
-// Thread-safe (one mutex per table; pulls of different tables run concurrently). The PsClient must outlive it.
+// Thread-safe (one mutex per table, never held across a pull or push RPC). The PsClient must outlive it.
 #ifndef KESTREL_WORKER_ROW_CACHE_H_
 #define KESTREL_WORKER_ROW_CACHE_H_
 
@@ -33,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/table.pb.h"
+#include "server/optimizer.h"
 #include "worker/ps_client.h"
 
 namespace kestrel {
@@ -72,21 +75,18 @@ class RowCache {
  private:
   struct Entry {
     int64_t fresh = 0;
-    uint64_t fetched = 0;  // TableCache::seq when it was pulled
+    uint64_t fetched = 0;  // TableCache::seq when the pull stored it
     uint32_t slot = 0;     // row index in `values`
   };
   struct TableCache {
-    explicit TableCache(const TableConfig& c) : config(c) {}
+    TableCache(const TableConfig& c, std::unique_ptr<Optimizer> o) : config(c), replay(std::move(o)) {}
     const TableConfig config;
+    const std::unique_ptr<Optimizer> replay;  // the server's stateless optimizer, when own pushes can be replayed
     absl::Mutex mu;
     absl::flat_hash_map<uint64_t, Entry> index ABSL_GUARDED_BY(mu);
     std::vector<float> values ABSL_GUARDED_BY(mu);  // rows of config.dim() floats
     std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
-    uint64_t seq ABSL_GUARDED_BY(mu) = 0;  // counts pulls and pushes begun
-    // Misses of the pull in progress (reused buffers).
-    std::vector<uint64_t> miss_keys ABSL_GUARDED_BY(mu);
-    std::vector<size_t> miss_positions ABSL_GUARDED_BY(mu);
-    std::vector<float> miss_rows ABSL_GUARDED_BY(mu);
+    uint64_t seq ABSL_GUARDED_BY(mu) = 0;  // counts pushes begun and pulls stored
   };
   TableCache* Find(const std::string& table) const;
   // Makes room for `incoming` rows: drops rows no read at `read_clock` or later can use, then everything.

@@ -89,6 +89,7 @@ struct StepData {
   ReaderPosition after;               // the reader right after this batch
   int64_t clock = 0;                  // the iteration that reads these rows
   int64_t fresh = -1;                 // rows pulled now hold every update below this clock (row cache)
+  bool cacheable = false;             // a training read (Fetch) the row cache may answer; evaluations never
 };
 
 WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
@@ -246,7 +247,7 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.size() * dim));
     KESTREL_RETURN_IF_ERROR(step->dense.Reserve(model_->dense_size()));
     auto pull = [&](const char* table, int width, float* out) {
-      if (options_.row_cache == nullptr) return client_->Pull(table, keys, width, out);
+      if (options_.row_cache == nullptr || !step->cacheable) return client_->Pull(table, keys, width, out);
       return options_.row_cache->Pull(table, keys, width, out, step->clock, step->fresh);
     };
     std::future<absl::Status> emb;
@@ -391,6 +392,7 @@ class Trainer::Impl {
       if (!step.ok()) return step.status();
       (*step)->clock = clock;
       (*step)->fresh = fresh;
+      (*step)->cacheable = true;
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
     KESTREL_RETURN_IF_ERROR(Pull(step->get()));
