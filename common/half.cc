@@ -6,22 +6,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_format.h"
 
 namespace kestrel {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint32_t Bits(float f) { return absl::bit_cast<uint32_t>(f); }
+float FromBits(uint32_t u) { return absl::bit_cast<float>(u); }
 
 // Non-finite encodings: every exponent bit set.
 bool Float16NonFinite(uint16_t h) { return (h & 0x7c00) == 0x7c00; }
@@ -125,11 +117,7 @@ __attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const float* x, size_t n
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
   uint32_t max = 0;
   for (uint32_t v : lanes) max = std::max(max, v);
-  for (; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, x + i, 4);
-    max = std::max(max, b & 0x7fffffffu);
-  }
+  for (; i < n; ++i) max = std::max(max, Bits(x[i]) & 0x7fffffffu);
   return max;
 }
 
@@ -148,17 +136,6 @@ __attribute__((target("avx2"))) uint16_t MaxAbsHalfAvx2(const uint16_t* h, size_
   return max;
 }
 
-uint32_t MaxAbsBitsPortable(const float* x, size_t n) {
-  if (HasAvx2()) return MaxAbsBitsAvx2(x, n);
-  uint32_t max = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, x + i, 4);
-    max = std::max(max, b & 0x7fffffffu);
-  }
-  return max;
-}
-
 uint16_t MaxAbsHalf(const uint16_t* h, size_t n) {
   if (HasAvx2()) return MaxAbsHalfAvx2(h, n);
   uint16_t max = 0;
@@ -168,7 +145,12 @@ uint16_t MaxAbsHalf(const uint16_t* h, size_t n) {
 
 }  // namespace half_internal
 
-uint32_t MaxMagnitudeBits(const float* x, size_t n) { return half_internal::MaxAbsBitsPortable(x, n); }
+uint32_t MaxMagnitudeBits(const float* x, size_t n) {
+  if (half_internal::HasAvx2()) return half_internal::MaxAbsBitsAvx2(x, n);
+  uint32_t max = 0;
+  for (size_t i = 0; i < n; ++i) max = std::max(max, Bits(x[i]) & 0x7fffffffu);
+  return max;
+}
 
 uint16_t FloatToHalf(float f) {
   uint32_t x = Bits(f);
@@ -326,7 +308,6 @@ int Float16ScaleExponent(const float* g, size_t n) {
   // In double: for tiny magnitudes the quotient overflows float (and casting infinity to int is undefined).
   int e = static_cast<int>(std::clamp(std::floor(std::log2(static_cast<double>(kFloat16Max) / max_abs)),
                                       static_cast<double>(kMinScaleExponent), static_cast<double>(kMaxScaleExponent)));
-  e = std::clamp(e, kMinScaleExponent, kMaxScaleExponent);
   while (e > kMinScaleExponent && std::ldexp(max_abs, e) > kFloat16Max) --e;
   while (e < kMaxScaleExponent && std::ldexp(max_abs, e + 1) <= kFloat16Max) ++e;
   return e;

@@ -6,21 +6,14 @@
 #include <random>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint32_t Bits(float f) { return absl::bit_cast<uint32_t>(f); }
+float FromBits(uint32_t u) { return absl::bit_cast<float>(u); }
 
 // Every fp16 pattern decodes to the same fp32 bits on both paths, and every finite one encodes back to itself.
 TEST(HalfTest, EveryFloat16RoundTripsAndBothPathsAgree) {

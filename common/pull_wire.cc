@@ -214,13 +214,13 @@ absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* ou
       switch (field) {
         case 1:
           // Merged, as protobuf merges repeated occurrences of a message field.
-          if (!reader.View(value, &bytes, &header_bytes) || !out->header.MergeFromString(std::string(bytes))) {
+          if (!reader.View(value, &bytes, &header_bytes) ||
+              !out->header_storage.MergeFromString(std::string(bytes))) {
             return bad("bad header");
           }
           break;
         case 2:
-          if (!reader.View(value, &bytes, &out->table)) return bad("truncated table");
-          if (bytes.data() != out->table.data()) out->table.assign(bytes.data(), bytes.size());
+          if (!reader.View(value, &out->table, &out->table_scratch)) return bad("truncated table");
           break;
         case 3:
           if (!reader.View(value, &out->keys, &out->key_scratch)) return bad("truncated keys");

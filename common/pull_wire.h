@@ -47,27 +47,32 @@ class PullResponseWriter {
 absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats,
                             ValueType type = VALUE_TYPE_FLOAT32);
 
-// A PushRequest read field by field from the received buffers, without protobuf's parse: keys and values are
-// views of the received slices where a field lies inside one slice, else of `scratch` (one copy, straight
-// from the slices). Unknown fields are skipped. Valid while this object lives.
-struct PushRequestView {
-  PushRequestView() = default;
-  // Views may point into `slices` (inline ones included) or the scratch strings: never copied or moved.
-  PushRequestView(const PushRequestView&) = delete;
-  PushRequestView& operator=(const PushRequestView&) = delete;
-
-  RequestHeader header;
-  std::string table;
-  absl::string_view keys;
-  absl::string_view values;
+// A push's fields, wherever they were read from: a parsed PushRequest, or the received gRPC buffers
+// (PushRequestView). The views must outlive their use.
+struct PushFields {
+  const RequestHeader* header = nullptr;
+  absl::string_view table;
+  absl::string_view keys;    // packed uint64 LE
+  absl::string_view values;  // packed values of value_type
   ValueType value_type = VALUE_TYPE_FLOAT32;
   int32_t dim = 0;
   int32_t part = 0;
   int32_t parts = 0;
   int32_t scale_exponent = 0;
+};
 
+// A PushRequest read field by field from the received buffers, without protobuf's parse: table, keys and
+// values are views of the received slices where a field lies inside one slice, else of a scratch string (one
+// copy, straight from the slices). Unknown fields are skipped. Valid while this object lives.
+struct PushRequestView : PushFields {
+  PushRequestView() { header = &header_storage; }
+  // Views may point into `slices` (inline ones included) or the scratch strings: never copied or moved.
+  PushRequestView(const PushRequestView&) = delete;
+  PushRequestView& operator=(const PushRequestView&) = delete;
+
+  RequestHeader header_storage;
   std::vector<grpc::Slice> slices;  // keeps the views' bytes alive
-  std::string key_scratch, value_scratch;
+  std::string table_scratch, key_scratch, value_scratch;
 };
 
 // InvalidArgument when `buffer` is no well-formed PushRequest.

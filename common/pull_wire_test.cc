@@ -134,9 +134,9 @@ TEST(PullWireTest, PushRequestReadFieldByField) {
     SCOPED_TRACE(piece);
     PushRequestView view;
     ASSERT_TRUE(ReadPushRequest(Split(bytes, piece), &view).ok());
-    EXPECT_EQ(view.header.job_id(), "job");
-    EXPECT_EQ(view.header.worker_rank(), 3);
-    EXPECT_EQ(view.header.clock(), 17);
+    EXPECT_EQ(view.header->job_id(), "job");
+    EXPECT_EQ(view.header->worker_rank(), 3);
+    EXPECT_EQ(view.header->clock(), 17);
     EXPECT_EQ(view.table, "emb");
     EXPECT_EQ(view.keys, request.keys());
     EXPECT_EQ(view.values, request.values());

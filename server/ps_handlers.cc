@@ -119,20 +119,6 @@ absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, 
   return absl::OkStatus();
 }
 
-PushFields FieldsOf(const PushRequestView& view) {
-  PushFields push;
-  push.header = &view.header;
-  push.table = view.table;
-  push.keys = view.keys;
-  push.values = view.values;
-  push.value_type = view.value_type;
-  push.dim = view.dim;
-  push.part = view.part;
-  push.parts = view.parts;
-  push.scale_exponent = view.scale_exponent;
-  return push;
-}
-
 absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
                             absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
   thread_local std::vector<uint64_t> scratch;

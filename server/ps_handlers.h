@@ -22,19 +22,6 @@ RequestContext ContextOf(const RequestHeader& header);
 // Most requests one push may be split into (PushRequest.parts): 1024 requests of up to 64 MiB each.
 inline constexpr int kMaxPushParts = 1024;
 
-// A push's fields, wherever they were read from: a parsed PushRequest, or the received gRPC buffers (the
-// raw Push handler, common/pull_wire.h). The views must outlive the call.
-struct PushFields {
-  const RequestHeader* header = nullptr;
-  absl::string_view table;
-  absl::string_view keys;    // packed uint64 LE
-  absl::string_view values;  // packed values of value_type
-  ValueType value_type = VALUE_TYPE_FLOAT32;
-  int dim = 0;
-  int part = 0;
-  int parts = 0;
-  int scale_exponent = 0;
-};
 
 // Pulls answer rows in the request's value_type (common/half.h): the Shard's fp32 rows, encoded.
 absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
@@ -45,9 +32,8 @@ absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
                             absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc);
 // Pushed gradients of any value_type are decoded to fp32 (scaled back for fp16) before the Shard applies them.
 absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
+// A push given by its fields (common/pull_wire.h): the raw Push handler passes a PushRequestView.
 absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response);
-// The fields of a push read from the received buffers (the raw Push handler).
-PushFields FieldsOf(const PushRequestView& view);
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
 absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
 absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);

@@ -89,10 +89,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
   return Run(context, push_rpc_, kDataRoles, "Push", [this, request, response](const Caller& caller) -> absl::Status {
     PushRequestView view;
     KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
-    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header.worker_rank(), "the Push")));
-    const PushFields push = FieldsOf(view);
+    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
     PushResponse answer;
-    KESTREL_RETURN_IF_ERROR(HandlePushFields(*shard_, /*dense=*/false, push, &answer));
+    KESTREL_RETURN_IF_ERROR(HandlePushFields(*shard_, /*dense=*/false, view, &answer));
     bool own_buffer;
     grpc::Status serialized = grpc::SerializationTraits<PushResponse>::Serialize(answer, response, &own_buffer);
     return serialized.ok() ? absl::OkStatus() : absl::InternalError(serialized.error_message());
