@@ -210,4 +210,50 @@ bool Routing::AnyRangeLost() const {
   return std::find(primary_of_owner_.begin(), primary_of_owner_.end(), -1) != primary_of_owner_.end();
 }
 
+int Routing::UnderReplicatedRanges() const {
+  int count = 0;
+  for (int owner : partition_.owners()) {
+    for (int j = 0; j < partition_.replicas(); ++j) {
+      if (out_of_service_[partition_.ReplicaOfOwner(owner, j)]) {
+        ++count;
+        break;
+      }
+    }
+  }
+  return count;
+}
+
+RoutingTable::RoutingTable(Partition partition)
+    : partition_(std::move(partition)),
+      current_(std::make_shared<const Routing>(*Routing::Create(partition_))) {}
+
+absl::Status RoutingTable::Update(uint64_t generation, absl::Span<const int> out_of_service) {
+  std::vector<bool> out(partition_.num_servers(), false);
+  for (int s : out_of_service) {
+    if (s < 0 || s >= partition_.num_servers()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "routing generation %d puts server %d out of service; the partition has %d servers", generation, s,
+          partition_.num_servers()));
+    }
+    out[s] = true;
+  }
+  absl::StatusOr<Routing> routing = Routing::Create(partition_, std::move(out));
+  if (!routing.ok()) return routing.status();
+  absl::MutexLock lock(&mu_);
+  if (generation <= generation_) return absl::OkStatus();  // an older announcement, or the one held
+  generation_ = generation;
+  current_ = std::make_shared<const Routing>(*std::move(routing));
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const Routing> RoutingTable::Current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+uint64_t RoutingTable::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
 }  // namespace kestrel

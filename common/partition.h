@@ -15,11 +15,15 @@
 #define KESTREL_COMMON_PARTITION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/hash.h"
 
 namespace kestrel {
@@ -134,6 +138,8 @@ class Routing {
   std::vector<int> BackupsOfOwner(int owner) const;
   // Whether some range has no replica in service.
   bool AnyRangeLost() const;
+  // Ranges with fewer replicas in service than the partition's replicas (lost ones included).
+  int UnderReplicatedRanges() const;
 
  private:
   Routing(Partition partition, std::vector<bool> out_of_service);
@@ -141,6 +147,29 @@ class Routing {
   Partition partition_;
   std::vector<bool> out_of_service_;  // by server
   std::vector<int> primary_of_owner_;  // by owner: the first replica in service, or -1
+};
+
+// The job's current Routing as the scheduler announces it (a routing generation and the servers out of service
+// at it), held by every process that routes: workers' clients and servers' forwarding. Announcements arrive
+// from heartbeats in any order; an older one than the one held is ignored. Thread-safe.
+class RoutingTable {
+ public:
+  // Generation 0, every server in service.
+  explicit RoutingTable(Partition partition);
+
+  // Takes the routing of `generation` unless an equal or newer one is held. InvalidArgument (nothing changes)
+  // when `out_of_service` names a server outside the partition.
+  absl::Status Update(uint64_t generation, absl::Span<const int> out_of_service);
+
+  // The routing held now; stays valid (and unchanged) however the table moves on.
+  std::shared_ptr<const Routing> Current() const;
+  uint64_t generation() const;
+
+ private:
+  const Partition partition_;
+  mutable absl::Mutex mu_;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const Routing> current_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kestrel

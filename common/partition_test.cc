@@ -319,5 +319,31 @@ TEST(PartitionTest, DenseBlockKeyDiffersForTablesAndBlocks) {
   EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end());
 }
 
+TEST(RoutingTableTest, TakesNewerAnnouncementsOnlyAndRefusesBadServers) {
+  Partition p = *Partition::Uniform(3)->WithReplicas(2);
+  RoutingTable table(p);
+  EXPECT_EQ(table.generation(), 0u);
+  EXPECT_EQ(table.Current()->PrimaryOfOwner(1), 1);
+  std::shared_ptr<const Routing> before = table.Current();
+
+  ASSERT_TRUE(table.Update(2, {1}).ok());
+  EXPECT_EQ(table.generation(), 2u);
+  EXPECT_EQ(table.Current()->PrimaryOfOwner(1), 2);  // failed over to replica 1
+  EXPECT_EQ(before->PrimaryOfOwner(1), 1);           // a held routing never changes
+  EXPECT_TRUE(table.Current()->BackupsOfOwner(0).empty());  // owner 0's backup was server 1
+
+  EXPECT_EQ(table.Current()->UnderReplicatedRanges(), 2);  // owner 1's range and owner 0's (backup on 1)
+  EXPECT_EQ(before->UnderReplicatedRanges(), 0);
+  ASSERT_TRUE(table.Update(1, {}).ok());  // older: ignored
+  EXPECT_EQ(table.Current()->PrimaryOfOwner(1), 2);
+  ASSERT_TRUE(table.Update(3, {}).ok());  // back in service
+  EXPECT_EQ(table.Current()->PrimaryOfOwner(1), 1);
+
+  absl::Status bad = table.Update(4, {3});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_EQ(table.generation(), 3u);
+  EXPECT_TRUE(absl::IsInvalidArgument(table.Update(5, {-1})));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
@@ -42,6 +43,12 @@ CheckpointCoordinator::CheckpointCoordinator(CheckpointOptions options, JobDescr
 CheckpointCoordinator::~CheckpointCoordinator() { Stop(); }
 
 absl::Status CheckpointCoordinator::Start() {
+  {
+    absl::StatusOr<Partition> partition = job_.partition.empty() ? Partition::Uniform(job_.num_servers)
+                                                                 : Partition::Parse(job_.partition);
+    if (!partition.ok()) return partition.status();
+    partition_ = *std::move(partition);
+  }
   if (options_.keep < 1) return absl::InvalidArgumentError("must keep at least one checkpoint (--keep_checkpoints)");
   if (options_.every_clocks < 0) return absl::InvalidArgumentError("--checkpoint_every_clocks must be >= 0");
   if (options_.resume && options_.dir.empty()) {
@@ -178,7 +185,11 @@ std::vector<std::string> CheckpointCoordinator::ServerAddresses() const {
 
 void CheckpointCoordinator::Step() {
   const JobState state = membership_->state();
-  // A server died: its rows since the last checkpoint are gone, so everyone rolls back to that checkpoint.
+  // A server died: with a copy of each of its ranges elsewhere, those take over; else its rows since the last
+  // checkpoint are gone, and everyone rolls back to that checkpoint.
+  if (!membership_->rolling_back() && state != JobState::kForming && membership_->AnyServerDead() && FailOver()) {
+    return;  // the next step sees the job as it is now
+  }
   if (!membership_->rolling_back() && state != JobState::kForming && membership_->AnyServerDead()) {
     if (state == JobState::kFinished) {
       if (!membership_->AnyWorkerAlive()) return;  // every worker left: nobody reads the servers any more
@@ -224,8 +235,13 @@ void CheckpointCoordinator::Step() {
       committed = !status_.latest.empty() && status_.latest_clock == clock;
     }
     if (settled) return;
+    if (Degraded() && !options_.dir.empty() && options_.final_checkpoint && !committed) {
+      KLOG(Warning) << "no final checkpoint: a server is out of service (failed over), so its ranges' written copy "
+                       "would be stale; the model of clock "
+                    << clock << " is only in the servers' memory";
+    }
     // Every worker waits for this before leaving, so the servers are all still there.
-    if (!options_.dir.empty() && options_.final_checkpoint && !committed) {
+    if (!options_.dir.empty() && options_.final_checkpoint && !committed && !Degraded()) {
       if (!clocks_->AllAt(clock) || absl::Now() < next_final_attempt_) return;
       ++final_attempts_;
       if (TakeCheckpoint(clock, "final")) {
@@ -258,7 +274,12 @@ void CheckpointCoordinator::Step() {
   const std::string reason = requested ? "requested"
                              : timed   ? absl::StrCat("every ", absl::FormatDuration(options_.every))
                                        : absl::StrCat("every ", options_.every_clocks, " clocks");
-  if (cut_ != last_checkpoint_clock_ && TakeCheckpoint(cut_, reason)) {
+  if (cut_ != last_checkpoint_clock_ && Degraded()) {
+    KLOG(Warning) << "checkpoint at clock " << cut_ << " (" << reason
+                  << ") skipped: a server is out of service (failed over); checkpoints resume once the job is "
+                     "fully replicated again or rolls back";
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+  } else if (cut_ != last_checkpoint_clock_ && TakeCheckpoint(cut_, reason)) {
     absl::MutexLock lock(&mu_);
     requested_ = false;
   }
@@ -266,6 +287,29 @@ void CheckpointCoordinator::Step() {
   last_checkpoint_clock_ = cut_;
   cut_ = NextScheduledCut(cut_ - 1);
   clocks_->SetHold(cut_);
+}
+
+bool CheckpointCoordinator::Degraded() const { return !membership_->routing().out_of_service.empty(); }
+
+bool CheckpointCoordinator::FailOver() {
+  if (!partition_.has_value() || partition_->replicas() < 2) return false;
+  int under_replicated = 0;
+  const std::vector<int> failed = membership_->FailOver([&](const std::vector<bool>& out_of_service) {
+    absl::StatusOr<Routing> routing = Routing::Create(*partition_, out_of_service);
+    if (!routing.ok() || routing->AnyRangeLost()) return false;
+    under_replicated = routing->UnderReplicatedRanges();
+    return true;
+  });
+  if (failed.empty()) {
+    KLOG(Warning) << "a parameter server died and some key range has no other copy in service: rolling back";
+    return false;
+  }
+  SchedulerMetrics::Get().failovers().Increment(static_cast<double>(failed.size()));
+  KLOG(Warning) << "server(s) " << absl::StrJoin(failed, ",") << " failed over without a rollback (routing generation "
+                << membership_->routing().generation << "): their ranges are served by their backups; "
+                << under_replicated << " of " << partition_->num_ranges() << " key ranges now have fewer than "
+                << partition_->replicas() << " copies";
+  return true;
 }
 
 bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& reason) {

@@ -22,6 +22,13 @@
 // every worker has left, nobody needs the servers. A server lost after the job finished with its final model
 // in no checkpoint (none kept, or the final one failed) is fatal: the workers that left cannot redo it.
 //
+// Failover (replicated jobs, docs/replication.md). A dead server whose every range still has a copy in service
+// is failed over instead of rolled back (Membership::FailOver): no generation of the workers moves, no wait is
+// cancelled, the clocks stay where they are; workers and servers re-route at the next routing generation.
+// While a server is out of service no checkpoint is cut (its ranges' only written copy would be stale): a
+// scheduled cut is skipped and the hold released, and the final model is settled without one. Losing every
+// copy of some range rolls back as above, which puts every server back in service.
+//
 // Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
 // rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
 // start. Without `resume`, a directory that already holds checkpoints is refused.
@@ -43,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/checkpoint_layout.h"
+#include "common/partition.h"
 #include "proto/checkpoint.pb.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
@@ -121,6 +129,10 @@ class CheckpointCoordinator {
   bool TakeCheckpoint(int64_t clock, const std::string& reason);
   // Rolls every server back to the latest checkpoint; false to retry later (a server unreachable).
   bool Restore();
+  // Fails the dead servers over when every range keeps a copy; false when the job must roll back.
+  bool FailOver();
+  // Some server is out of service (failed over): checkpoints wait.
+  bool Degraded() const;
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
   int64_t NextScheduledCut(int64_t permitted) const;
   std::vector<std::string> ServerAddresses() const;
@@ -141,6 +153,7 @@ class CheckpointCoordinator {
   CheckpointStatus status_ ABSL_GUARDED_BY(mu_);
 
   // Coordinator thread only.
+  std::optional<Partition> partition_;  // the job's (set by Start)
   std::optional<CheckpointManifest> resume_from_;
   int64_t cut_ = ClockTable::kNoHold;  // the clock the current hold is for
   absl::Time last_checkpoint_;

@@ -41,15 +41,18 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
 Membership::Membership(const MembershipOptions& options) : options_(options) {
   absl::MutexLock lock(&mu_);
   servers_.resize(options.num_servers);
+  out_of_service_.assign(options.num_servers, false);
+  lost_.assign(options.num_servers, false);
   workers_.resize(options.num_workers);
   done_.assign(options.num_workers, false);
 }
 
 bool Membership::AllAliveLocked() const {
-  for (const auto* ranks : {&servers_, &workers_}) {
-    for (const Member& m : *ranks) {
-      if (!m.alive) return false;
-    }
+  for (const Member& m : servers_) {
+    if (!m.alive && (m.rank == -1 || !out_of_service_[m.rank])) return false;
+  }
+  for (const Member& m : workers_) {
+    if (!m.alive) return false;
   }
   return true;
 }
@@ -146,7 +149,10 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
         m.alive = false;
         expired.push_back(m);
         // Remembered until a rollback: a replacement registering first must not hide the lost rows.
-        if (m.role == Role::kServer && state_ != JobState::kForming) server_lost_ = true;
+        if (m.role == Role::kServer && state_ != JobState::kForming) {
+          server_lost_ = true;
+          lost_[m.rank] = true;
+        }
       }
     }
   }
@@ -227,6 +233,7 @@ uint64_t Membership::BeginRollback() {
   done_.assign(done_.size(), false);
   rolling_back_ = true;
   server_lost_ = false;
+  lost_.assign(lost_.size(), false);
   if (state_ == JobState::kRunning || state_ == JobState::kFinished) state_ = JobState::kRecovering;
   return generation_;
 }
@@ -234,6 +241,11 @@ uint64_t Membership::BeginRollback() {
 void Membership::EndRollback(bool finished) {
   absl::MutexLock lock(&mu_);
   rolling_back_ = false;
+  // Every server restored the checkpoint: each copy of each range is in service again.
+  if (std::find(out_of_service_.begin(), out_of_service_.end(), true) != out_of_service_.end()) {
+    out_of_service_.assign(out_of_service_.size(), false);
+    ++routing_generation_;
+  }
   if (finished) {
     done_.assign(done_.size(), true);
     state_ = JobState::kFinished;
@@ -251,9 +263,41 @@ bool Membership::AnyServerDead() const {
   absl::MutexLock lock(&mu_);
   if (server_lost_) return true;
   for (const Member& m : servers_) {
-    if (m.rank != -1 && !m.alive) return true;
+    if (m.rank != -1 && !m.alive && !out_of_service_[m.rank]) return true;
   }
   return false;
+}
+
+std::vector<int> Membership::FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> failed;
+  std::vector<bool> after = out_of_service_;
+  for (int r = 0; r < static_cast<int>(servers_.size()); ++r) {
+    const Member& m = servers_[r];
+    if ((lost_[r] || (m.rank != -1 && !m.alive)) && !out_of_service_[r]) {
+      after[r] = true;
+      failed.push_back(r);
+    }
+  }
+  if (failed.empty() || !covered(after)) return {};
+  out_of_service_ = std::move(after);
+  lost_.assign(lost_.size(), false);
+  server_lost_ = false;
+  ++routing_generation_;
+  failovers_ += failed.size();
+  if (state_ == JobState::kRecovering && !rolling_back_ && AllAliveLocked()) state_ = JobState::kRunning;
+  return failed;
+}
+
+RoutingState Membership::routing() const {
+  absl::MutexLock lock(&mu_);
+  RoutingState out;
+  out.generation = routing_generation_;
+  out.failovers = failovers_;
+  for (size_t s = 0; s < out_of_service_.size(); ++s) {
+    if (out_of_service_[s]) out.out_of_service.push_back(static_cast<int>(s));
+  }
+  return out;
 }
 
 bool Membership::AllServersAlive() const {

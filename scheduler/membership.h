@@ -17,6 +17,11 @@
 // A rollback (BeginRollback .. EndRollback, driven by scheduler/checkpoint_coordinator.h) keeps the job
 // kRecovering until every server has restored the checkpoint, whoever is alive.
 //
+// Routing (replicated jobs, docs/replication.md). A dead server whose ranges all have a copy elsewhere is
+// failed over instead (FailOver): it goes out of service, the routing generation moves, and the job runs on
+// without it (kRunning once every other member is alive; its replacement may register but serves nothing). A
+// rollback puts every server back in service.
+//
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
 #define KESTREL_SCHEDULER_MEMBERSHIP_H_
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -63,6 +69,13 @@ struct Member {
   uint64_t registered_generation = 0;  // the job generation right after this registration
   absl::Time last_heartbeat;
   bool alive = false;
+};
+
+// Which servers serve nothing (common/partition.h Routing), as of a routing generation.
+struct RoutingState {
+  uint64_t generation = 0;  // 0 until the first failover
+  std::vector<int> out_of_service;  // server ranks, increasing
+  uint64_t failovers = 0;           // servers failed over so far (rollbacks do not reset it)
 };
 
 struct Registration {
@@ -114,8 +127,16 @@ class Membership {
   bool rolling_back() const;
   // Some server rank has registered and is not alive, or one was declared dead (after the job formed) since the
   // last BeginRollback: a replacement that registered meanwhile holds none of the lost rows.
+  // Servers out of service do not count: they were failed over.
   bool AnyServerDead() const;
   bool AllServersAlive() const;
+
+  // Puts every dead server (or one declared dead whose replacement registered since) out of service (a new routing generation) and returns them, if `covered` says the
+  // resulting out-of-service set (by server rank) leaves every range a copy; the job is kRunning again once
+  // every other member is alive. Nothing changes (and none is returned) when no server is dead or `covered`
+  // refuses. `covered` runs under the membership's lock: it must not call back.
+  std::vector<int> FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
+  RoutingState routing() const;
 
   uint64_t generation() const;
   JobState state() const;
@@ -142,6 +163,10 @@ class Membership {
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
   bool server_lost_ ABSL_GUARDED_BY(mu_) = false;  // a server was declared dead since the last BeginRollback
+  std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);  // by server rank: declared dead since the last rollback or failover
+  std::vector<bool> out_of_service_ ABSL_GUARDED_BY(mu_);  // by server rank
+  uint64_t routing_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kestrel

@@ -36,6 +36,10 @@ SchedulerMetrics::SchedulerMetrics()
                                         LongOperationBuckets())),
       rollbacks_(NewCounter("kestrel_scheduler_rollbacks_total",
                             "Rollbacks of the job to its last checkpoint after a server died.")),
+      failovers_(NewCounter("kestrel_scheduler_failovers_total",
+                            "Servers lost without a rollback: their key ranges failed over to a backup copy.")),
+      under_replicated_ranges_(NewGauge("kestrel_scheduler_under_replicated_ranges",
+                                        "Key ranges with fewer copies in service than the job's --replicas.")),
       latest_checkpoint_clock_(NewGauge("kestrel_scheduler_latest_checkpoint_clock",
                                         "Clock of the newest committed checkpoint (-1: none).")) {
   latest_checkpoint_clock_.Set(-1);

@@ -17,6 +17,8 @@
 //   kestrel_scheduler_checkpoint_duration_seconds       histogram  committed checkpoints: every worker stopped at
 //                                                                  the cut to the commit
 //   kestrel_scheduler_rollbacks_total                   counter    rollbacks of the job to its last checkpoint
+//   kestrel_scheduler_failovers_total                   counter    servers lost without a rollback (ranges failed over)
+//   kestrel_scheduler_under_replicated_ranges           gauge      key ranges with fewer copies in service than --replicas
 //   kestrel_scheduler_latest_checkpoint_clock           gauge      clock of the newest committed checkpoint (-1: none)
 //
 // Membership, clocks and the latest checkpoint are read at every scrape (scheduler/scheduler_service.h); the
@@ -47,6 +49,9 @@ class SchedulerMetrics {
   prometheus::Counter& checkpoints_failed() { return checkpoints_failed_; }
   prometheus::Histogram& checkpoint_duration() { return checkpoint_duration_; }
   prometheus::Counter& rollbacks() { return rollbacks_; }
+  prometheus::Counter& failovers() { return failovers_; }
+  // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
+  prometheus::Gauge& under_replicated_ranges() { return under_replicated_ranges_; }
 
  private:
   SchedulerMetrics();
@@ -64,6 +69,8 @@ class SchedulerMetrics {
   prometheus::Counter& checkpoints_failed_;
   prometheus::Histogram& checkpoint_duration_;
   prometheus::Counter& rollbacks_;
+  prometheus::Counter& failovers_;
+  prometheus::Gauge& under_replicated_ranges_;
   prometheus::Gauge& latest_checkpoint_clock_;
 };
 

@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
                                                       partition->num_servers(), options.membership.num_servers));
   }
   std::unique_ptr<SchedulerServiceImpl> service(new SchedulerServiceImpl(
-      options, std::move(membership).value(), std::move(clocks).value(), partition->ToString()));
+      options, std::move(membership).value(), std::move(clocks).value(), *std::move(partition)));
   SchedulerServiceImpl* raw = service.get();
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> admin_credentials,
                            MakeChannelCredentials(options.tls));
@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
     SchedulerMetrics::Get().Refresh(*raw->membership_, *raw->clocks_,
                                     checkpoints.latest.empty() ? std::nullopt
                                                                : std::optional<int64_t>(checkpoints.latest_clock));
+    SchedulerMetrics::Get().under_replicated_ranges().Set(raw->UnderReplicatedRanges(raw->membership_->routing()));
   });
   return service;
 }
@@ -93,11 +94,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
 absl::Status SchedulerServiceImpl::StartCoordinator() { return coordinator_->Start(); }
 
 SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
-                                           std::unique_ptr<ClockTable> clocks, std::string partition)
+                                           std::unique_ptr<ClockTable> clocks, Partition partition)
     : options_(options),
       membership_(std::move(membership)),
       clocks_(std::move(clocks)),
-      partition_(std::move(partition)),
+      layout_(std::move(partition)),
+      partition_(layout_.ToString()),
       register_rpc_(SchedulerMetrics::Get().rpc().method("Register")),
       heartbeat_rpc_(SchedulerMetrics::Get().rpc().method("Heartbeat")),
       wait_to_start_rpc_(SchedulerMetrics::Get().rpc().method("WaitToStart")),
@@ -110,6 +112,13 @@ absl::Status SchedulerServiceImpl::CheckJob(const std::string& job_id) const {
   if (job_id == options_.job_id) return absl::OkStatus();
   // Neither job id is echoed: a caller probing for the job's name learns nothing.
   return absl::FailedPreconditionError("the request's job id is not the one this scheduler runs (check --job_id)");
+}
+
+int SchedulerServiceImpl::UnderReplicatedRanges(const RoutingState& routing) const {
+  std::vector<bool> out(layout_.num_servers(), false);
+  for (int s : routing.out_of_service) out[s] = true;
+  absl::StatusOr<Routing> r = Routing::Create(layout_, std::move(out));
+  return r.ok() ? r->UnderReplicatedRanges() : 0;
 }
 
 void SchedulerServiceImpl::FillView(ClusterView* view) const {
@@ -126,6 +135,9 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_consistency(ConsistencyName(options_.consistency.mode));
   view->set_staleness(options_.consistency.staleness);
   view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
+  const RoutingState routing = membership_->routing();
+  view->set_routing_generation(routing.generation);
+  for (int s : routing.out_of_service) view->add_out_of_service(s);
   uint64_t fingerprint = Hash64(options_.job_id);
   fingerprint = HashCombine(fingerprint, Hash64(partition_));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.membership.num_servers));
@@ -224,6 +236,16 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       response->set_generation(*generation);
       response->set_job_state(JobStateName(membership_->state()));
       for (uint64_t g : membership_->WorkerGenerations()) response->add_worker_generations(g);
+      if (layout_.replicas() > 1) {  // members re-route from it
+        const RoutingState routing = membership_->routing();
+        response->set_routing_generation(routing.generation);
+        for (int s : routing.out_of_service) response->add_out_of_service(s);
+        std::vector<std::string> addresses(options_.membership.num_servers);
+        for (const Member& m : membership_->Members()) {
+          if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
+        }
+        for (std::string& a : addresses) response->add_server_addresses(std::move(a));
+      }
     }
   }
   return Reply(context, call, status);
@@ -321,6 +343,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_checkpoints_committed(checkpoints.committed);
     response->set_rollbacks(checkpoints.rollbacks);
     response->set_final_model_settled(checkpoints.final_model_settled);
+    const RoutingState routing = membership_->routing();
+    response->set_failovers(routing.failovers);
+    response->set_under_replicated_ranges(UnderReplicatedRanges(routing));
   }
   return Reply(context, call, status);
 }

@@ -23,6 +23,7 @@
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/checkpoint_coordinator.h"
 #include "scheduler/clock_table.h"
+#include "common/partition.h"
 #include "scheduler/membership.h"
 #include "scheduler/shard_admin.h"
 
@@ -85,7 +86,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
-                       std::unique_ptr<ClockTable> clocks, std::string partition);
+                       std::unique_ptr<ClockTable> clocks, Partition partition);
   absl::Status CheckJob(const std::string& job_id) const;
   // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
   // workers and servers the member role (none: a worker-only call) and rank (none: no rank) the request claims. On success *caller is the identity (none on a plaintext listener).
@@ -93,11 +94,14 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                            const char* method, std::optional<MemberRole> claimed_role, std::optional<int> claimed_rank,
                            std::optional<PeerIdentity>* caller = nullptr) const;
   void FillView(ClusterView* view) const;
+  // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
+  int UnderReplicatedRanges(const RoutingState& routing) const;
 
   const SchedulerOptions options_;
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
-  const std::string partition_;
+  const Partition layout_;
+  const std::string partition_;  // layout_.ToString()
   std::unique_ptr<ShardAdmin> admin_;
   std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::atomic<bool> shutting_down_{false};

@@ -33,6 +33,7 @@
 #include "server/ps_service.h"
 #include "server/server_metrics.h"
 #include "scheduler/scheduler_client.h"
+#include "server/hosted_shards.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
 #include "common/checkpoint_layout.h"
@@ -55,6 +56,10 @@ ABSL_FLAG(int, ranges_per_shard, 1,
 ABSL_FLAG(std::string, partition, "",
           "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_shards and "
           "--ranges_per_shard. Clients must use the same partition.");
+ABSL_FLAG(int, replicas, 1,
+          "Copies of every key range, on distinct servers (docs/replication.md): 1 (default) none; R >= 2 makes this "
+          "server also hold the backups of the ranges of the R-1 servers before it, and a server's death fail "
+          "over to a backup instead of rolling the job back. Must equal the scheduler's --replicas.");
 ABSL_FLAG(int, threads, 0,
           "Request-handling threads: N > 0 runs handlers on a pool of N threads; 0 runs them on gRPC's callback "
           "threads (sized by gRPC from the core count).");
@@ -123,8 +128,15 @@ int Run() {
                                             ? Partition::Uniform(absl::GetFlag(FLAGS_num_shards),
                                                                  absl::GetFlag(FLAGS_ranges_per_shard))
                                             : Partition::Parse(absl::GetFlag(FLAGS_partition));
+  if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
+    partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
+  }
   if (!partition.ok()) {
     KLOG(Error) << "bad partition: " << partition.status();
+    return 2;
+  }
+  if (partition->replicas() > 1 && absl::GetFlag(FLAGS_scheduler).empty()) {
+    KLOG(Error) << "--replicas needs --scheduler: the scheduler decides which copy of a range serves it";
     return 2;
   }
   const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -149,11 +161,12 @@ int Run() {
     return 2;
   }
   shard_options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
-  auto shard = Shard::Create(shard_options, *std::move(partition));
-  if (!shard.ok()) {
-    KLOG(Error) << "cannot create shard: " << shard.status();
+  absl::StatusOr<std::unique_ptr<HostedShards>> hosted = HostedShards::Create(shard_options, *std::move(partition));
+  if (!hosted.ok()) {
+    KLOG(Error) << "cannot create shard: " << hosted.status();
     return 2;
   }
+  Shard* const own = &(*hosted)->own();  // the ranges this server owns; backups' copies live in memory only
 
   // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
   MetricsServerOptions metrics_options;
@@ -175,13 +188,13 @@ int Run() {
       return 1;
     }
     store = std::move(opened).value();
-    (*shard)->SetColdTier(store.get());  // the disk tier of bounded tables with max_disk_bytes
+    own->SetColdTier(store.get());  // the disk tier of bounded tables with max_disk_bytes
     if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_scheduler).empty()) {
       absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
       absl::Status restored = latest.status();
       if (latest.ok() && latest->has_value()) {
         const absl::Time start = absl::Now();
-        restored = store->Restore(*latest, **shard, /*min_worker_generation=*/0);
+        restored = store->Restore(*latest, *own, /*min_worker_generation=*/0);
         if (restored.ok()) ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
       } else if (latest.ok()) {
         KLOG(Info) << "no checkpoint in " << dir << ": starting empty";
@@ -197,7 +210,7 @@ int Run() {
   }
   // A disk tier that fails mid-push leaves a table holding part of it: exit, and let the scheduler restore the
   // job from its last checkpoint (without one, the operator restarts with --resume).
-  (*shard)->SetFailureListener([index](const absl::Status& status) {
+  own->SetFailureListener([index](const absl::Status& status) {
     KLOG(Error) << "shard " << index << ": disk tier failed: " << status << "; exiting so the job is restored";
     std::_Exit(3);
   });
@@ -216,15 +229,19 @@ int Run() {
   server_options.threads = threads;
   server_options.max_message_bytes = max_message_bytes;
   server_options.tls = tls;
-  auto server = PsServer::Start(server_options, shard->get(), store.get());
+  server_options.peer_credentials = *channel_credentials;
+  auto server = PsServer::Start(server_options, hosted->get(), store.get());
   if (!server.ok()) {
     KLOG(Error) << server.status();
     return absl::IsFailedPrecondition(server.status()) || absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
   std::vector<std::string> ranges;
-  for (const KeyRange& r : (*shard)->ranges()) ranges.push_back(r.ToString());
+  for (const KeyRange& r : own->ranges()) ranges.push_back(r.ToString());
   KLOG(Info) << "serving job '" << shard_options.job_id << "' shard " << index << " of "
-             << (*shard)->partition().num_servers() << " on " << absl::GetFlag(FLAGS_host) << ":"
+             << own->partition().num_servers() << (own->partition().replicas() > 1
+                                                      ? absl::StrCat(" (", own->partition().replicas(), " replicas)")
+                                                      : "")
+             << " on " << absl::GetFlag(FLAGS_host) << ":"
              << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ") << ", "
              << DescribeTransport(tls);
 
@@ -268,11 +285,11 @@ int Run() {
     }
     const ClusterView& view = registration->view();
     const bool bsp = view.consistency() == "bsp";
-    if (view.partition() != (*shard)->partition().ToString() ||
+    if (view.partition() != own->partition().ToString() ||
         shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
       KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
                   << view.partition() << "', " << view.consistency() << " with " << view.num_workers()
-                  << " workers; this server: partition '" << (*shard)->partition().ToString()
+                  << " workers; this server: partition '" << own->partition().ToString()
                   << "', --bsp_workers=" << shard_options.bsp_workers
                   << " (must be the worker count in BSP, 0 otherwise)";
       return 2;
@@ -280,7 +297,8 @@ int Run() {
     SetLogGeneration(registration->view().generation());
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
                << " (generation " << registration->view().generation() << ")";
-    Shard* shard_ptr = shard->get();
+    HostedShards* hosted_ptr = hosted->get();
+    PsServer* server_ptr = server->get();
     heartbeater = std::make_unique<Heartbeater>(
         scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
         absl::Milliseconds(registration->view().heartbeat_interval_ms()) / 2,  // twice per interval
@@ -289,19 +307,31 @@ int Run() {
           refused.store(true);
           kill(getpid(), SIGTERM);
         },
-        [shard_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+        [hosted_ptr, server_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
           if (answer.generation() != last) {
             SetLogGeneration(answer.generation());
             KLOG(Info) << "shard " << index << " sees job generation " << answer.generation() << " ("
                        << answer.job_state() << ")";
             last = answer.generation();
           }
-          shard_ptr->SetJobView(answer.generation(),
-                                {answer.worker_generations().begin(), answer.worker_generations().end()});
+          hosted_ptr->SetJobView(answer.generation(),
+                                 {answer.worker_generations().begin(), answer.worker_generations().end()});
+          if (hosted_ptr->replicated()) {
+            server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
+            const uint64_t before = hosted_ptr->routing_generation();
+            absl::Status routed = hosted_ptr->SetRouting(
+                answer.routing_generation(), {answer.out_of_service().data(), static_cast<size_t>(answer.out_of_service_size())});
+            if (!routed.ok()) {
+              KLOG(Warning) << "ignoring the scheduler's routing: " << routed;
+            } else if (hosted_ptr->routing_generation() != before) {
+              KLOG(Info) << "routing generation " << answer.routing_generation() << ": servers out of service ["
+                         << absl::StrJoin(answer.out_of_service(), ",") << "]";
+            }
+          }
         });
     // A worker generation the shard has not heard of (a worker that just registered or rejoined): ask now.
     Heartbeater* beat = heartbeater.get();
-    shard_ptr->SetGenerationListener([beat] { beat->BeatSoon(); });
+    hosted_ptr->SetGenerationListener([beat] { beat->BeatSoon(); });
     beat->BeatSoon();  // the first view now, not an interval from now
   }
 
@@ -309,9 +339,9 @@ int Run() {
   KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
-  (*shard)->SetGenerationListener(nullptr);  // before the heartbeater it points to goes
+  (*hosted)->SetGenerationListener(nullptr);  // before the heartbeater it points to goes
   heartbeater.reset();
-  const ShardStats stats = (*shard)->Stats();
+  const ShardStats stats = own->Stats();
   KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
              << " pushes, " << stats.rejected_requests << " rejected";
   return refused.load() ? 3 : 0;

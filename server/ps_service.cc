@@ -22,13 +22,44 @@ namespace {
 constexpr PeerRoles kDataRoles = RolesOf({PeerRole::kWorker});
 constexpr PeerRoles kReadRoles = RolesOf({PeerRole::kWorker, PeerRole::kScheduler, PeerRole::kAdmin});
 constexpr PeerRoles kAdminRoles = RolesOf({PeerRole::kScheduler});
+// Replicate: only another server of the job (a primary forwarding an update it applied).
+constexpr PeerRoles kServerRoles = RolesOf({PeerRole::kServer});
+
+std::optional<int> OwnerOf(const RequestHeader& header) {
+  return header.has_owner() ? std::optional<int>(header.owner()) : std::nullopt;
+}
 
 }  // namespace
 
-PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
-    : shard_(shard),
+PeerServers::PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()) {}
+
+void PeerServers::SetAddresses(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  addresses_.resize(addresses.size());
+  stubs_.resize(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i] == addresses_[i]) continue;
+    addresses_[i] = addresses[i];
+    stubs_[i] = addresses[i].empty() ? nullptr
+                                     : std::make_shared<grpc::GenericStub>(grpc::CreateChannel(addresses[i], credentials_));
+  }
+}
+
+std::shared_ptr<grpc::GenericStub> PeerServers::Stub(int server) const {
+  absl::MutexLock lock(&mu_);
+  if (server < 0 || server >= static_cast<int>(stubs_.size())) return nullptr;
+  return stubs_[server];
+}
+
+PsServiceImpl::PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore* store, PeerServers* peers,
+                             absl::Duration forward_deadline)
+    : hosted_(hosted),
+      shard_(&hosted->own()),
       pool_(pool),
       store_(store),
+      peers_(peers),
+      forward_deadline_(forward_deadline),
       pull_rpc_(ServerMetrics::Get().rpc().method("Pull")),
       push_rpc_(ServerMetrics::Get().rpc().method("Push")),
       pull_dense_rpc_(ServerMetrics::Get().rpc().method("PullDense")),
@@ -38,17 +69,19 @@ PsServiceImpl::PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store)
       stats_rpc_(ServerMetrics::Get().rpc().method("Stats")),
       checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
+      replicate_rpc_(ServerMetrics::Get().rpc().method("Replicate")),
       admin_(1, /*max_queued=*/16),
-      stats_hook_([shard] { ServerMetrics::Get().Refresh(*shard); }) {}
+      stats_hook_([shard = shard_] { ServerMetrics::Get().Refresh(*shard); }) {}
 
-// Runs `work` on the handler pool (or inline on gRPC's callback thread without one) and finishes the call
-// with its status, counted and timed in `rpc`. Handlers do CPU work only; nothing in them waits on other calls.
-grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
-                                             PeerRoles allowed, const char* method,
-                                             std::function<absl::Status(const Caller&)> work) {
+// Runs `work` on the handler pool (or inline on gRPC's callback thread without one); the call finishes with the
+// status `work` hands its `done`, counted and timed in `rpc`. Handlers do CPU work only; nothing in them waits
+// on other calls.
+grpc::ServerUnaryReactor* PsServiceImpl::RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                                  PeerRoles allowed, const char* method,
+                                                  std::function<void(const Caller&, Done done)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = rpc.Begin();
-  auto finish = [reactor, call](const absl::Status& status) {
+  Done finish = [reactor, call](const absl::Status& status) {
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   };
@@ -56,13 +89,79 @@ grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* contex
   if (!caller.ok()) {
     finish(shard_->Count(caller.status()));
   } else if (pool_ == nullptr) {
-    finish(work(*caller));
-  } else if (!pool_->TrySchedule(
-                 [finish, work = std::move(work), caller = *std::move(caller)] { finish(work(caller)); })) {
+    work(*caller, std::move(finish));
+  } else if (!pool_->TrySchedule([finish, work = std::move(work), caller = *std::move(caller)]() mutable {
+               work(caller, std::move(finish));
+             })) {
     finish(shard_->Count(absl::UnavailableError(absl::StrCat(
         "the server is busy: ", kMaxQueuedCalls, " calls are waiting for a handler thread; retry"))));
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                             PeerRoles allowed, const char* method,
+                                             std::function<absl::Status(const Caller&)> work) {
+  return RunAsync(context, rpc, allowed, method,
+                  [work = std::move(work)](const Caller& caller, Done done) { done(work(caller)); });
+}
+
+absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const RequestHeader& header) const {
+  absl::StatusOr<Shard*> group = hosted_->Group(OwnerOf(header));
+  if (!group.ok()) return shard_->Count(group.status());
+  KESTREL_RETURN_IF_ERROR(shard_->Count(hosted_->CheckPrimary((*group)->shard_index())));
+  return group;
+}
+
+void PsServiceImpl::Forward(const char* method, int owner, const grpc::ByteBuffer& request, Done done) {
+  const std::vector<int> backups = hosted_->BackupsOf(owner);
+  if (backups.empty()) return done(absl::OkStatus());
+  struct Forwarding {
+    explicit Forwarding(size_t n) : calls(n), pending(static_cast<int>(n)) {}
+    struct Call {
+      std::shared_ptr<grpc::GenericStub> stub;  // its channel lives until the call is done
+      grpc::ClientContext context;
+      grpc::ByteBuffer response;
+    };
+    grpc::ByteBuffer request;  // shares the received slices
+    std::vector<Call> calls;
+    Done done;
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu);
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<Forwarding>(backups.size());
+  state->request = request;
+  state->done = std::move(done);
+  auto finished = [state, owner](int backup, absl::Status status) {
+    bool last;
+    absl::Status result;
+    {
+      absl::MutexLock lock(&state->mu);
+      if (!status.ok() && state->first_error.ok()) {
+        state->first_error = absl::UnavailableError(absl::StrFormat(
+            "backup server %d of the ranges of server %d does not have the update (%s: %s); the push is not "
+            "acknowledged: retry",
+            backup, owner, absl::StatusCodeToString(status.code()), status.message()));
+      }
+      last = --state->pending == 0;
+      result = state->first_error;
+    }
+    if (last) state->done(std::move(result));
+  };
+  const std::string path = absl::StrCat("/kestrel.ParameterServer/", method);
+  for (size_t i = 0; i < backups.size(); ++i) {
+    std::shared_ptr<grpc::GenericStub> stub = peers_ != nullptr ? peers_->Stub(backups[i]) : nullptr;
+    if (stub == nullptr) {
+      finished(backups[i], absl::UnavailableError("its address is not known yet"));
+      continue;
+    }
+    Forwarding::Call& call = state->calls[i];
+    call.stub = stub;
+    call.context.set_deadline(absl::ToChronoTime(absl::Now() + forward_deadline_));
+    stub->UnaryCall(&call.context, path, grpc::StubOptions(), &state->request, &call.response,
+                    [finished, backup = backups[i]](grpc::Status status) { finished(backup, FromGrpcStatus(status)); });
+  }
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
@@ -75,8 +174,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
       return shard_->Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
     }
     KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(parsed.header()));
     PullResponseWriter writer;
-    absl::Status handled = HandlePullInto(*shard_, parsed, [&writer](size_t values, int dim, ValueType type) {
+    absl::Status handled = HandlePullInto(*group, parsed, [&writer](size_t values, int dim, ValueType type) {
       return writer.Allocate(values, dim, type);
     });
     if (handled.ok()) *response = writer.Finish();
@@ -84,60 +184,129 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
   });
 }
 
+namespace {
+
+// Serializes a push's answer into the raw response.
+absl::Status WritePushResponse(const PushResponse& answer, grpc::ByteBuffer* response) {
+  bool own_buffer;
+  grpc::Status serialized = grpc::SerializationTraits<PushResponse>::Serialize(answer, response, &own_buffer);
+  return serialized.ok() ? absl::OkStatus() : absl::InternalError(serialized.error_message());
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
-  return Run(context, push_rpc_, kDataRoles, "Push", [this, request, response](const Caller& caller) -> absl::Status {
-    PushRequestView view;
-    KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
-    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
-    PushResponse answer;
-    KESTREL_RETURN_IF_ERROR(HandlePushFields(*shard_, /*dense=*/false, view, &answer));
-    bool own_buffer;
-    grpc::Status serialized = grpc::SerializationTraits<PushResponse>::Serialize(answer, response, &own_buffer);
-    return serialized.ok() ? absl::OkStatus() : absl::InternalError(serialized.error_message());
+  return RunAsync(context, push_rpc_, kDataRoles, "Push", [this, request, response](const Caller& caller, Done done) {
+    absl::Status status = [&]() -> absl::Status {
+      PushRequestView view;
+      KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
+      KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
+      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*view.header));
+      PushResponse answer;
+      KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
+      KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
+      // Applied here (or a repeat): the backups get it too before the worker hears OK.
+      Forward("Replicate", group->shard_index(), *request, std::move(done));
+      return absl::OkStatus();
+    }();
+    if (!status.ok()) done(std::move(status));
   });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Run(context, replicate_rpc_, kServerRoles, "Replicate",
+             [this, request, response](const Caller&) -> absl::Status {
+               PushRequestView view;
+               KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
+               if (!view.header->has_owner()) {
+                 return shard_->Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
+               }
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(view.header->owner())));
+               PushResponse answer;
+               KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
+               return WritePushResponse(answer, response);
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* context,
                                                    const PullRequest* request, PullResponse* response) {
-  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense", [=](const Caller& caller) {
+  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense", [=](const Caller& caller) -> absl::Status {
     KESTREL_RETURN_IF_ERROR(
         shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PullDense")));
-    return HandlePullDense(*shard_, *request, response);
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(request->header()));
+    return HandlePullDense(*group, *request, response);
   });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,
                                                    const PushRequest* request, PushResponse* response) {
-  return Run(context, push_dense_rpc_, kDataRoles, "PushDense", [=](const Caller& caller) {
-    KESTREL_RETURN_IF_ERROR(
-        shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
-    return HandlePushDense(*shard_, *request, response);
+  return RunAsync(context, push_dense_rpc_, kDataRoles, "PushDense", [=](const Caller& caller, Done done) {
+    absl::Status status = [&]() -> absl::Status {
+      KESTREL_RETURN_IF_ERROR(
+          shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
+      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(request->header()));
+      KESTREL_RETURN_IF_ERROR(HandlePushDense(*group, *request, response));
+      if (hosted_->BackupsOf(group->shard_index()).empty()) {
+        done(absl::OkStatus());
+        return absl::OkStatus();
+      }
+      grpc::ByteBuffer bytes;
+      bool own_buffer;
+      grpc::Status serialized = grpc::SerializationTraits<PushRequest>::Serialize(*request, &bytes, &own_buffer);
+      if (!serialized.ok()) return absl::InternalError(serialized.error_message());
+      Forward("ReplicateDense", group->shard_index(), bytes, std::move(done));
+      return absl::OkStatus();
+    }();
+    if (!status.ok()) done(std::move(status));
+  });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::ReplicateDense(grpc::CallbackServerContext* context,
+                                                        const PushRequest* request, PushResponse* response) {
+  return Run(context, replicate_rpc_, kServerRoles, "ReplicateDense", [=](const Caller&) -> absl::Status {
+    if (!request->header().has_owner()) {
+      return shard_->Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
+    }
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(request->header().owner())));
+    return HandlePushDense(*group, *request, response);
   });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateTable(grpc::CallbackServerContext* context,
                                                      const CreateTableRequest* request,
                                                      CreateTableResponse* response) {
-  return Run(context, create_table_rpc_, kDataRoles, "CreateTable",
-             [=](const Caller&) { return HandleCreateTable(*shard_, *request, response); });
+  // Every copy of every group this server holds gets the table (a backup must be able to take over).
+  return Run(context, create_table_rpc_, kDataRoles, "CreateTable", [=](const Caller&) -> absl::Status {
+    bool created = false;
+    for (Shard* group : hosted_->shards()) {
+      KESTREL_RETURN_IF_ERROR(HandleCreateTable(*group, *request, response));
+      created |= response->created();
+    }
+    response->set_created(created);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerContext* context,
                                                         const DescribeTablesRequest* request,
                                                         DescribeTablesResponse* response) {
-  return Run(context, describe_tables_rpc_, kReadRoles, "DescribeTables",
-             [=](const Caller&) { return HandleDescribeTables(*shard_, *request, response); });
+  return Run(context, describe_tables_rpc_, kReadRoles, "DescribeTables", [=](const Caller&) -> absl::Status {
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(OwnerOf(request->header()))));
+    return HandleDescribeTables(*group, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                                StatsResponse* response) {
-  return Run(context, stats_rpc_, kReadRoles, "Stats", [=](const Caller& caller) {
+  return Run(context, stats_rpc_, kReadRoles, "Stats", [=](const Caller& caller) -> absl::Status {
     // Fingerprints read every row of every table: an admin's (or the scheduler's) request, not a worker's.
     if (request->fingerprints() && caller.has_value() && caller->role == PeerRole::kWorker) {
       return shard_->Count(absl::PermissionDeniedError("a worker may not ask for fingerprints (admins only)"));
     }
-    return HandleStats(*shard_, *request, response);
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(OwnerOf(request->header()))));
+    return HandleStats(*group, *request, response);
   });
 }
 
@@ -202,8 +371,20 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
           if (read.ok()) manifest = *std::move(read);
         }
         if (status.ok()) status = store_->Restore(manifest, *shard_, request->min_worker_generation());
+        // The backups' copies load the same checkpoint (their rows live in memory only).
+        for (size_t g = 1; status.ok() && g < hosted_->shards().size(); ++g) {
+          Shard& group = *hosted_->shards()[g];
+          status = manifest.has_value()
+                       ? ShardStore::LoadCheckpoint(store_->layout(), *manifest, group, request->min_worker_generation())
+                       : group.Restore({}, request->min_worker_generation(),
+                                       [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
+        }
       } else if (request->name().empty()) {
-        status = shard_->Restore({}, request->min_worker_generation(), [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
+        for (Shard* group : hosted_->shards()) {
+          status = group->Restore({}, request->min_worker_generation(),
+                                  [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
+          if (!status.ok()) break;
+        }
       } else {
         status = absl::FailedPreconditionError(absl::StrFormat(
             "server %d was started without --checkpoint_dir: it cannot restore %s", shard_->shard_index(),
@@ -233,11 +414,22 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard,
                                                           ShardStore* store) {
+  std::unique_ptr<HostedShards> single = HostedShards::Single(shard);
+  HostedShards* hosted = single.get();
+  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsServer> server, Start(options, hosted, store));
+  server->single_ = std::move(single);
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, HostedShards* hosted,
+                                                          ShardStore* store) {
   std::unique_ptr<PsServer> server(new PsServer());
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads, kMaxQueuedCalls);
-  server->service_ = std::make_unique<PsServiceImpl>(shard, server->pool_.get(), store);
+  server->peers_ = std::make_unique<PeerServers>(options.peer_credentials);
+  server->service_ = std::make_unique<PsServiceImpl>(hosted, server->pool_.get(), store, server->peers_.get(),
+                                                     options.forward_deadline);
 
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, options.address));

@@ -19,34 +19,70 @@
 #include "common/peer_identity.h"
 #include "common/thread_pool.h"
 #include "common/tls.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/hosted_shards.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
 
 namespace kestrel {
 
-// Adapts a Shard to the ParameterServer service (gRPC callback API). Thread-safe; owns neither the Shard nor
-// the pool. Handlers run on `pool` when given, else inline on gRPC's callback threads; either way they do CPU
-// work only and never wait for other calls. Pull and Push, the hot path, are served from raw buffers: pulled
-// rows are written straight into the response slice, pushed keys and gradients read straight from the
-// received slices (common/pull_wire.h). The checkpoint admin calls (Checkpoint,
-// Restore: seconds of disk work) run one at a time on their own thread, never on a gRPC thread. Every call is
-// counted and timed, and the shard's statistics are read at every metrics scrape (server/server_metrics.h).
-class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<
-                                ParameterServer::WithRawCallbackMethod_Push<ParameterServer::CallbackService>> {
+// The other servers of a replicated job, as a primary reaches them to forward updates: one channel per server,
+// replaced when its address changes. Thread-safe.
+class PeerServers {
+ public:
+  // `credentials`: the channels' (common/tls.h); null: plaintext.
+  explicit PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials);
+  // By server index: the address each serves on ("" while unknown).
+  void SetAddresses(const std::vector<std::string>& addresses);
+  // The stub of `server`, or null while its address is unknown.
+  std::shared_ptr<grpc::GenericStub> Stub(int server) const;
+
+ private:
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+// Adapts the range groups of one server (server/hosted_shards.h) to the ParameterServer service (gRPC callback
+// API). Thread-safe; owns neither the groups nor the pool. Handlers run on `pool` when given, else inline on
+// gRPC's callback threads; either way they do CPU work only and never wait for other calls. Pull and Push,
+// the hot path, are served from raw buffers: pulled rows are written straight into the response slice, pushed
+// keys and gradients read straight from the received slices (common/pull_wire.h). Requests name their range
+// group (RequestHeader.owner); reads and workers' writes are served by the group's primary only.
+//
+// Replication (docs/replication.md): once a primary has applied a worker's push it forwards the request, as
+// received, to the group's backups (Replicate / ReplicateDense), and finishes the worker's call from the last
+// forwarding call's callback: OK only when every backup has it, Unavailable otherwise (the worker retries; a
+// retried push is applied once everywhere). No thread waits for a backup.
+//
+// The checkpoint admin calls (Checkpoint, Restore: seconds of disk work) run one at a time on their own
+// thread, never on a gRPC thread. Every call is counted and timed, and the own group's statistics are read at
+// every metrics scrape (server/server_metrics.h).
+class PsServiceImpl final
+    : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
+          ParameterServer::WithRawCallbackMethod_Replicate<ParameterServer::CallbackService>>> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
-  // (a rollback without checkpoints) works.
-  PsServiceImpl(Shard* shard, ThreadPool* pool, ShardStore* store = nullptr);
+  // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the backups.
+  PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore* store = nullptr, PeerServers* peers = nullptr,
+                absl::Duration forward_deadline = absl::Seconds(10));
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* context, const PullRequest* request,
                                  PullResponse* response) override;
   grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* context, const PushRequest* request,
                                  PushResponse* response) override;
+  grpc::ServerUnaryReactor* ReplicateDense(grpc::CallbackServerContext* context, const PushRequest* request,
+                                           PushResponse* response) override;
   grpc::ServerUnaryReactor* CreateTable(grpc::CallbackServerContext* context, const CreateTableRequest* request,
                                  CreateTableResponse* response) override;
   grpc::ServerUnaryReactor* DescribeTables(grpc::CallbackServerContext* context, const DescribeTablesRequest* request,
@@ -61,16 +97,30 @@ class PsServiceImpl final : public ParameterServer::WithRawCallbackMethod_Pull<
  private:
   // The caller's identity (none on a plaintext listener), or an error; see common/peer_identity.h.
   using Caller = std::optional<PeerIdentity>;
-  // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work`.
+  using Done = std::function<void(absl::Status)>;
+  // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work`, which
+  // finishes the call by running its `done` exactly once (possibly later, from another call's callback).
+  grpc::ServerUnaryReactor* RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                     PeerRoles allowed, const char* method,
+                                     std::function<void(const Caller&, Done done)> work);
+  // RunAsync for work that finishes the call with its own status.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc, PeerRoles allowed,
                                 const char* method, std::function<absl::Status(const Caller&)> work);
+  // The group `header` names, when this server is its primary (workers' requests).
+  absl::StatusOr<Shard*> PrimaryGroup(const RequestHeader& header) const;
+  // Sends `request` (a PushRequest's bytes) as `method` to the backups of `owner`'s group, then runs `done`:
+  // OK when each acknowledged it, else the first failure as Unavailable. At once when there are none.
+  void Forward(const char* method, int owner, const grpc::ByteBuffer& request, Done done);
 
-  Shard* const shard_;
+  HostedShards* const hosted_;
+  Shard* const shard_;  // the own group: job id, rejection counts, checkpoints
   ThreadPool* const pool_;
   ShardStore* const store_;
+  PeerServers* const peers_;
+  const absl::Duration forward_deadline_;
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
-      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_;
+      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_;
   ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order (at most 16 waiting)
   ScrapeHook stats_hook_;  // last: unregistered first, while shard_ is still in use
 };
@@ -94,13 +144,21 @@ struct PsServerOptions {
   // connection. Defaults: 4 GiB and 64.
   int64_t memory_quota_bytes = int64_t{4} << 30;
   int max_concurrent_streams = 64;
+  // Replicated jobs: the credentials a primary reaches its backups with (common/tls.h
+  // MakeChannelCredentials). Default: null, plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+  // How long a primary waits for a backup to acknowledge a forwarded update. Default: 10 s.
+  absl::Duration forward_deadline = absl::Seconds(10);
 };
 
-// A started gRPC server for one Shard, with the standard gRPC health service (grpc.health.v1.Health) reporting
+// A started gRPC server for one server's range groups, with the standard gRPC health service (grpc.health.v1.Health) reporting
 // SERVING for "" and "kestrel.ParameterServer". Thread-safe.
 class PsServer {
  public:
   // `store` (optional) serves the checkpoint admin calls; it must outlive the server.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, HostedShards* hosted,
+                                                         ShardStore* store = nullptr);
+  // One unreplicated Shard (tests, tools).
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, Shard* shard,
                                                          ShardStore* store = nullptr);
   ~PsServer();
@@ -112,11 +170,15 @@ class PsServer {
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until the server has shut down.
   void Wait();
+  // Replicated jobs: where the other servers serve (by server index, "" while unknown), from the scheduler.
+  void SetPeerAddresses(const std::vector<std::string>& addresses) { peers_->SetAddresses(addresses); }
 
  private:
   PsServer() = default;
 
+  std::unique_ptr<HostedShards> single_;  // Start(Shard*) only
   std::unique_ptr<ThreadPool> pool_;  // outlives service_ and server_
+  std::unique_ptr<PeerServers> peers_;
   std::unique_ptr<PsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
