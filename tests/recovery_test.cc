@@ -25,7 +25,9 @@
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "common/partition.h"
 #include "proto/ps.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
 #include "tests/records.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
@@ -51,6 +53,7 @@ struct Outcome {
   double logloss = 0;
   std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
   std::string describe;
+  DescribeResponse scheduler;  // the scheduler's records at the end (rollbacks, failovers)
 };
 
 // One job: its processes and how to (re)start each.
@@ -58,7 +61,9 @@ class Job {
  public:
   // `bounded`: the model's sparse table admits keys on their second push, expires rows after 40 clocks and
   // keeps about 1000 rows per server (server/table.h), so admission, expiry and eviction all happen.
-  Job(std::string dir, std::string data, bool bounded = false) : dir_(std::move(dir)), data_(std::move(data)) {
+  // `replicas`: copies of every key range (docs/replication.md); 1 = none.
+  Job(std::string dir, std::string data, bool bounded = false, int replicas = 1)
+      : dir_(std::move(dir)), data_(std::move(data)), replicas_(replicas) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     config_ = dir_ + "/job.pbtxt";
@@ -78,7 +83,8 @@ class Job {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", kServers),
                                      absl::StrCat("--num_workers=", kWorkers), "--consistency=bsp",
                                      "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
-                                     "--checkpoint_every_clocks=50", "--keep_checkpoints=2"};
+                                     "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
+                                     absl::StrCat("--replicas=", replicas_)};
     if (resume) args.push_back("--resume");
     if (port != 0) args.push_back(absl::StrCat("--port=", port));  // after the default --port=0: it wins
     auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, "scheduler", 0, dir_,
@@ -91,7 +97,8 @@ class Job {
   absl::Status StartServer(int s, const std::string& fault = "") {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_shards=", kServers),
                                      absl::StrCat("--shard_index=", s), absl::StrCat("--bsp_workers=", kWorkers),
-                                     "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints()};
+                                     "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints(),
+                                     absl::StrCat("--replicas=", replicas_)};
     auto p = StartWithFault(fault, "server/kestrel_server", args, "server", s, dir_,
                             absl::StrCat("server", s, "_", ++starts_));
     if (!p.ok()) return p.status();
@@ -189,11 +196,29 @@ class Job {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
         TestClusterTls::Get().Credentials(kJob, "admin", 0);
     if (!admin.ok()) return admin.status();
-    for (int s = 0; s < kServers; ++s) {
+    {  // The scheduler's records, and who serves each range group now.
+      auto stub = Scheduler::NewStub(grpc::CreateChannel(scheduler_->address(), *admin));
+      DescribeRequest request;
+      request.set_job_id(kJob);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      grpc::Status status = stub->Describe(&context, request, &out.scheduler);
+      if (!status.ok()) return absl::UnavailableError(status.error_message());
+    }
+    absl::StatusOr<Partition> partition = Partition::Parse(out.scheduler.view().partition());
+    if (!partition.ok()) return partition.status();
+    std::vector<bool> out_of_service(kServers, false);
+    for (int s : out.scheduler.view().out_of_service()) out_of_service[s] = true;
+    absl::StatusOr<Routing> routing = Routing::Create(*partition, out_of_service);
+    if (!routing.ok()) return routing.status();
+    for (int owner = 0; owner < kServers; ++owner) {  // each range group from its primary
+      const int s = routing->PrimaryOfOwner(owner);
+      if (s < 0) return absl::DataLossError(absl::StrCat("no copy of server ", owner, "'s ranges is in service"));
       auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[s]->address(), *admin));
       StatsRequest request;
       request.mutable_header()->set_job_id("rec");
       request.mutable_header()->set_worker_rank(-1);
+      if (replicas_ > 1) request.mutable_header()->set_owner(owner);
       request.set_fingerprints(true);
       StatsResponse response;
       grpc::ClientContext context;
@@ -203,6 +228,22 @@ class Job {
       for (const TableDescription& t : response.tables()) out.tables[t.config().name()] += t.fingerprint();
     }
     return out;
+  }
+
+  // The scheduler's Describe (as an admin), or an error.
+  absl::StatusOr<DescribeResponse> DescribeJob() {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
+        TestClusterTls::Get().Credentials(kJob, "admin", 0);
+    if (!admin.ok()) return admin.status();
+    auto stub = Scheduler::NewStub(grpc::CreateChannel(scheduler_->address(), *admin));
+    DescribeRequest request;
+    request.set_job_id(kJob);
+    DescribeResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status status = stub->Describe(&context, request, &response);
+    if (!status.ok()) return absl::UnavailableError(status.error_message());
+    return response;
   }
 
   // The clock of the newest committed checkpoint, or -1.
@@ -238,6 +279,7 @@ class Job {
 
   const std::string dir_;
   const std::string data_;
+  const int replicas_;
   std::string config_;
   int starts_ = 0;
   bool workers_finished_ = false;  // Supervise() saw both exit 0
@@ -461,6 +503,69 @@ TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
                                                absl::FormatDuration(delay), " (last checkpoint at clock ", clock, ")"));
     job.KillAll();
   }
+}
+
+// Replicated (--replicas=2): a killed server's ranges fail over to their backups. The job ends bitwise identical
+// to the unreplicated reference with no rollback at all (so no clock was redone: clocks only move back in a
+// rollback), which the scheduler's records show, and no worker rejoined.
+TEST_F(RecoveryTest, ReplicatedJobFailsOverAKilledServerWithoutRollingBack) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < Trials(); ++trial) {
+    Job job(absl::StrCat(TmpDir(), "/recovery_replicated_", trial), *data_, /*bounded=*/false, /*replicas=*/2);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    const int victim = std::uniform_int_distribution<int>(0, kServers - 1)(rng);
+    // Once training runs (a server lost while the job forms holds nothing yet: no failover is needed).
+    for (absl::Time give_up = absl::Now() + absl::Seconds(60); absl::Now() < give_up;) {
+      absl::StatusOr<DescribeResponse> d = job.DescribeJob();
+      if (d.ok() && d->min_clock() >= 1) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    const absl::Duration delay = RandomMoment(job, rng);
+    job.Kill(job.server(victim));
+    ASSERT_TRUE(job.StartServer(victim).ok());  // as a launcher would: it joins, out of service
+    const std::string what =
+        absl::StrCat("trial ", trial, ": server ", victim, " killed after ", absl::FormatDuration(delay));
+    absl::StatusOr<Outcome> outcome = job.Finish();
+    ExpectReference(outcome, what);
+    if (outcome.ok()) {
+      EXPECT_EQ(outcome->scheduler.rollbacks(), 0u) << what;
+      EXPECT_EQ(outcome->scheduler.failovers(), 1u) << what;
+      EXPECT_EQ(outcome->scheduler.under_replicated_ranges(), kServers) << what;
+      EXPECT_EQ(outcome->scheduler.view().out_of_service_size(), 1) << what;
+    }
+    for (int w = 0; w < kWorkers; ++w) {  // no worker stopped training, let alone rejoined
+      const std::string log = ReadAll(job.worker(w)->log_path());
+      EXPECT_EQ(log.find("training stopped"), std::string::npos) << what << ": worker " << w << "\n" << log;
+      EXPECT_EQ(log.find("rolled back"), std::string::npos) << what << ": worker " << w;
+    }
+    job.KillAll();
+  }
+}
+
+// Replicated, both copies lost: the second death leaves a range with no copy, so the job rolls back to its last
+// checkpoint as an unreplicated one does, and still ends bitwise identical.
+TEST_F(RecoveryTest, ReplicatedJobLosingEveryCopyRollsBack) {
+  Job job(TmpDir() + "/recovery_replicated_double", *data_, /*bounded=*/false, /*replicas=*/2);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  while (job.LatestCheckpointClock() < 50) absl::SleepFor(absl::Milliseconds(5));
+  job.Kill(job.server(0));
+  ASSERT_TRUE(job.StartServer(0).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {  // the failover first
+    absl::StatusOr<DescribeResponse> d = job.DescribeJob();
+    if (d.ok() && d->failovers() == 1) break;
+    ASSERT_LT(absl::Now(), deadline) << "server 0 was not failed over";
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  job.Kill(job.server(1));  // the last copy of every range
+  ASSERT_TRUE(job.StartServer(1).ok());
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ExpectReference(outcome, "both copies lost");
+  if (outcome.ok()) {
+    EXPECT_GE(outcome->scheduler.rollbacks(), 1u);
+    EXPECT_EQ(outcome->scheduler.view().out_of_service_size(), 0);  // the rollback restored every server
+  }
+  job.KillAll();
 }
 
 TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {

@@ -20,8 +20,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
@@ -257,6 +259,19 @@ void Report(const TrainResult& r) {
       p.read, p.batch, p.pull, p.compute, p.push, p.wait);
 }
 
+// Takes the scheduler's routing announcement (logged when it moves).
+void UpdateRouting(RoutingTable& table, uint64_t generation,
+                   const google::protobuf::RepeatedField<int32_t>& out_of_service) {
+  const uint64_t before = table.generation();
+  absl::Status status = table.Update(generation, {out_of_service.data(), static_cast<size_t>(out_of_service.size())});
+  if (!status.ok()) {
+    KLOG(Warning) << "ignoring the scheduler's routing: " << status;
+  } else if (table.generation() != before) {
+    KLOG(Info) << "routing generation " << generation << ": servers out of service ["
+               << absl::StrJoin(out_of_service, ",") << "]";
+  }
+}
+
 int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(TlsConfigFromFlags());
@@ -293,11 +308,27 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   // Set once this worker left the finished job: the scheduler then refuses its heartbeats, which is no reason
   // to exit 3.
   static std::atomic<bool> left{false};
+  // Replicated jobs: the routing the scheduler announces, kept current from every heartbeat answer.
+  absl::Mutex routing_mu;
+  std::shared_ptr<RoutingTable> routing;  // set once the partition is known
+  // The generation the scheduler's latest heartbeat answer holds for this worker (a rollback moves it).
+  std::atomic<uint64_t> announced_generation{reg->generation()};
   Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, rank, reg->incarnation(),
                           absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
                             if (left.load()) return;
                             KLOG(Error) << "the scheduler refused this worker: " << status << "; exiting";
                             std::_Exit(3);
+                          },
+                          [&routing_mu, &routing, &announced_generation, rank = reg->rank()](const HeartbeatResponse& answer) {
+                            if (rank < answer.worker_generations_size()) {
+                              announced_generation.store(answer.worker_generations(rank));
+                            }
+                            std::shared_ptr<RoutingTable> table;
+                            {
+                              absl::MutexLock lock(&routing_mu);
+                              table = routing;
+                            }
+                            if (table != nullptr) UpdateRouting(*table, answer.routing_generation(), answer.out_of_service());
                           });
   // Wait until every server has joined.
   ClusterView view;
@@ -318,6 +349,12 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
     return 1;
   }
+  if (partition->replicas() > 1) {
+    auto table = std::make_shared<RoutingTable>(*partition);
+    UpdateRouting(*table, view.routing_generation(), view.out_of_service());
+    absl::MutexLock lock(&routing_mu);
+    routing = std::move(table);
+  }
   uint64_t generation = reg->generation();  // stamped on every request, exactly; a rejoin moves it
   uint64_t rollbacks = reg->rollbacks();
   int64_t clock = reg->clock();
@@ -329,6 +366,11 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     ps_options.job_id = absl::GetFlag(FLAGS_job_id);
     ps_options.worker_rank = rank;
     ps_options.bsp_pushes = view.consistency() == "bsp";
+    {
+      absl::MutexLock lock(&routing_mu);
+      ps_options.routing = routing;
+    }
+    ps_options.give_up = [&announced_generation, generation] { return announced_generation.load() != generation; };
     std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
     absl::StatusOr<std::unique_ptr<PsClient>> client =
         NewGrpcPsClient(ps_options, *partition, servers, *credentials);

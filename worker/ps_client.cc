@@ -22,7 +22,8 @@ namespace {
 
 // One request of a call: rows [first_row, first_row + rows) of the call's server-grouped id list.
 struct Rpc {
-  int server = 0;
+  int owner = 0;   // the range group (its owner server)
+  int server = 0;  // where the current attempt goes: the group's primary
   int seq = 0;  // index among this call's requests to the same server
   size_t first_row = 0;
   size_t rows = 0;
@@ -75,7 +76,10 @@ bool IsPush(PsMethod m) { return m == PsMethod::kPush || m == PsMethod::kPushDen
 class RoutedPsClient final : public PsClient {
  public:
   RoutedPsClient(const PsClientOptions& options, Partition partition, std::unique_ptr<PsTransport> transport)
-      : options_(options), partition_(std::move(partition)), transport_(std::move(transport)) {}
+      : options_(options),
+        partition_(std::move(partition)),
+        replicated_(partition_.replicas() > 1 && options.routing != nullptr),
+        transport_(std::move(transport)) {}
 
   absl::Status CreateTable(const TableConfig& config) override {
     CreateTableRequest request;
@@ -216,6 +220,38 @@ class RoutedPsClient final : public PsClient {
     header->set_request_id(next_request_id_.fetch_add(1, std::memory_order_relaxed));
   }
 
+  // The server that serves `owner`'s ranges now (-1: every copy is out of service; the job rolls back).
+  int ServerFor(int owner) const { return replicated_ ? options_.routing->Current()->PrimaryOfOwner(owner) : owner; }
+
+  // Names the range group in a replicated job's requests.
+  void SetOwner(RequestHeader* header, int owner) const {
+    if (replicated_) header->set_owner(owner);
+  }
+
+  // Whether a request that failed with `status` on attempt `attempt` (0-based) of a call begun at `start` is
+  // tried again: UNAVAILABLE, within max_retries or, in a replicated job, within failover_timeout.
+  bool ShouldRetry(const absl::Status& status, int attempt, absl::Time start) const {
+    if (!absl::IsUnavailable(status)) return false;
+    if (attempt < options_.max_retries) return true;
+    return replicated_ && absl::Now() - start < options_.failover_timeout &&
+           !(options_.give_up != nullptr && options_.give_up());
+  }
+  absl::Duration Backoff(int attempt) const {
+    return std::min(options_.retry_backoff * (1 << std::min(attempt, 10)),
+                    std::max(options_.retry_backoff, absl::Milliseconds(500)));
+  }
+
+  // Starts one attempt of `method` on `owner`'s primary.
+  void CallOwner(int owner, PsMethod method, const google::protobuf::Message& request,
+                 google::protobuf::Message* response, std::function<void(absl::Status)> done) {
+    const int server = ServerFor(owner);
+    if (server < 0) {
+      return done(absl::UnavailableError(
+          absl::StrFormat("every copy of the ranges of server %d is out of service: the job rolls back", owner)));
+    }
+    transport_->Call(server, method, request, response, options_.rpc_deadline, std::move(done));
+  }
+
   const std::vector<size_t>& BatchOffsets(CallBuffers* b) {
     b->offsets.resize(partition_.num_servers() + 1);
     for (int s = 0; s <= partition_.num_servers(); ++s) {
@@ -276,6 +312,7 @@ class RoutedPsClient final : public PsClient {
   absl::Status RefreshConfigs() {
     DescribeTablesRequest request;
     FillHeader(request.mutable_header());
+    SetOwner(request.mutable_header(), 0);
     DescribeTablesResponse response;
     KESTREL_RETURN_IF_ERROR(CallWithRetries(0, PsMethod::kDescribeTables, request, &response));
     absl::MutexLock lock(&configs_mu_);
@@ -283,40 +320,43 @@ class RoutedPsClient final : public PsClient {
     return absl::OkStatus();
   }
 
-  // One call to one server, retried on UNAVAILABLE.
-  absl::Status CallWithRetries(int server, PsMethod method, const google::protobuf::Message& request,
+  // One call to `owner`'s primary, retried on UNAVAILABLE (re-routed at every attempt).
+  absl::Status CallWithRetries(int owner, PsMethod method, const google::protobuf::Message& request,
                                google::protobuf::Message* response) {
     absl::Status status;
+    const absl::Time start = absl::Now();
     for (int attempt = 0;; ++attempt) {
       Completion done(1);
-      transport_->Call(server, method, request, response, options_.rpc_deadline, [&](absl::Status s) {
+      CallOwner(owner, method, request, response, [&](absl::Status s) {
         status = std::move(s);
         done.Done();
       });
       done.Wait();
-      if (!absl::IsUnavailable(status) || attempt >= options_.max_retries) return OnServer(server, status);
-      absl::SleepFor(options_.retry_backoff * (1 << attempt));
+      if (!ShouldRetry(status, attempt, start)) return OnServer(owner, status);
+      absl::SleepFor(Backoff(attempt));
     }
   }
 
-  // The same request to every server in parallel, retried on UNAVAILABLE.
+  // The same request to every range group's primary in parallel (naming the group in a replicated job),
+  // retried on UNAVAILABLE.
   template <typename Request, typename Response>
   absl::Status Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses) {
-    const int n = transport_->num_servers();
+    const int n = partition_.num_servers();
     responses->assign(n, Response());
+    std::vector<Request> requests(n, request);
     std::vector<absl::Status> statuses(n);
-    // Each server's call runs its own retry loop; they proceed in parallel through the transport.
+    // Each group's call runs its own retry loop; they proceed in parallel through the transport.
     Completion all(n);
     for (int s = 0; s < n; ++s) {
-      transport_->Call(s, method, request, &(*responses)[s], options_.rpc_deadline,
-                       [&, s](absl::Status status) {
-                         statuses[s] = std::move(status);
-                         all.Done();
-                       });
+      SetOwner(requests[s].mutable_header(), s);
+      CallOwner(s, method, requests[s], &(*responses)[s], [&, s](absl::Status status) {
+        statuses[s] = std::move(status);
+        all.Done();
+      });
     }
     all.Wait();
     for (int s = 0; s < n; ++s) {
-      if (absl::IsUnavailable(statuses[s])) statuses[s] = CallWithRetries(s, method, request, &(*responses)[s]);
+      if (absl::IsUnavailable(statuses[s])) statuses[s] = CallWithRetries(s, method, requests[s], &(*responses)[s]);
       KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
     }
     return absl::OkStatus();
@@ -342,6 +382,7 @@ class RoutedPsClient final : public PsClient {
         const size_t first = offsets[s] + static_cast<size_t>(seq) * max_rows;
         if (count == b->rpcs.size()) b->rpcs.push_back(std::make_unique<Rpc>());
         Rpc& rpc = *b->rpcs[count++];
+        rpc.owner = s;
         rpc.server = s;
         rpc.seq = seq;
         rpc.pull_into = nullptr;  // slots are reused across calls: reset every per-call field
@@ -352,6 +393,7 @@ class RoutedPsClient final : public PsClient {
                                           rpc.rows * sizeof(uint64_t));
         if (push) {
           FillHeader(rpc.push_request.mutable_header());
+          SetOwner(rpc.push_request.mutable_header(), s);
           rpc.push_request.set_table(std::string(table));
           rpc.push_request.set_dim(dim);
           rpc.push_request.mutable_keys()->assign(id_bytes.data(), id_bytes.size());
@@ -377,6 +419,7 @@ class RoutedPsClient final : public PsClient {
           }
         } else {
           FillHeader(rpc.pull_request.mutable_header());
+          SetOwner(rpc.pull_request.mutable_header(), s);
           rpc.pull_request.set_table(std::string(table));
           rpc.pull_request.set_dim(dim);
           rpc.pull_request.set_value_type(wire);
@@ -411,6 +454,7 @@ class RoutedPsClient final : public PsClient {
   absl::Status Send(PsMethod method, std::vector<Rpc*> pending) {
     const bool push = IsPush(method);
     const int window = std::max(1, options_.max_inflight_per_server);
+    const absl::Time start = absl::Now();
     for (int attempt = 0; !pending.empty(); ++attempt) {
       int waves = 0;
       for (Rpc* rpc : pending) waves = std::max(waves, rpc->seq / window + 1);
@@ -425,6 +469,13 @@ class RoutedPsClient final : public PsClient {
             rpc->status = std::move(s);
             all.Done();
           };
+          rpc->server = ServerFor(rpc->owner);  // re-routed at every attempt
+          if (rpc->server < 0) {
+            on_done(absl::UnavailableError(absl::StrFormat(
+                "every copy of the ranges of server %d is out of service: the job rolls back", rpc->owner)));
+            rpc->server = rpc->owner;  // names the group in errors
+            continue;
+          }
           if (push) {
             transport_->PushFrom(rpc->server, method, rpc->push_request, rpc->push_from, rpc->push_bytes,
                                  options_.rpc_deadline, std::move(on_done));
@@ -444,27 +495,28 @@ class RoutedPsClient final : public PsClient {
         all.Wait();
         // Stop at the first failure that will not be retried: later waves must not be applied after it.
         for (Rpc* rpc : batch) {
-          const bool will_retry = absl::IsUnavailable(rpc->status) && attempt < options_.max_retries;
+          const bool will_retry = ShouldRetry(rpc->status, attempt, start);
           if (!rpc->status.ok() && !will_retry) return OnServer(rpc->server, rpc->status);
         }
       }
       std::vector<Rpc*> retry;
       for (Rpc* rpc : pending) {
         if (rpc->status.ok()) continue;
-        if (absl::IsUnavailable(rpc->status) && attempt < options_.max_retries) {
+        if (ShouldRetry(rpc->status, attempt, start)) {
           retry.push_back(rpc);
         } else {
           return OnServer(rpc->server, rpc->status);
         }
       }
       pending.swap(retry);
-      if (!pending.empty()) absl::SleepFor(options_.retry_backoff * (1 << attempt));
+      if (!pending.empty()) absl::SleepFor(Backoff(attempt));
     }
     return absl::OkStatus();
   }
 
   const PsClientOptions options_;
   const Partition partition_;
+  const bool replicated_;  // requests name their group and go to its primary (options_.routing)
   const std::unique_ptr<PsTransport> transport_;
   std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> generation_{0};

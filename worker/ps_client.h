@@ -58,6 +58,18 @@ struct PsClientOptions {
   // once. Default: 3 retries, 50 ms.
   int max_retries = 3;
   absl::Duration retry_backoff = absl::Milliseconds(50);
+  // Replicated jobs (docs/replication.md): who serves each range group now, kept current by the caller from the
+  // scheduler's announcements. Requests go to their group's primary and name the group (RequestHeader.owner).
+  // Default: null, every server serves its own ranges.
+  std::shared_ptr<RoutingTable> routing;
+  // Replicated jobs: a request failing with UNAVAILABLE (its server died, or it is not the primary any more) is
+  // retried, re-routed at every attempt, for this long beyond max_retries: the scheduler fails a dead server over
+  // within a few heartbeats. Default: 60 s.
+  absl::Duration failover_timeout = absl::Seconds(60);
+  // Replicated jobs: asked before every retry beyond max_retries; true ends them at once (the worker sets it
+  // when the scheduler moved its generation: the job rolled back, and the servers it retries may be gone for
+  // good). Default: null, never.
+  std::function<bool()> give_up;
 };
 
 // The RPCs of the ParameterServer service.
@@ -122,7 +134,8 @@ class PsClient {
   virtual void SetGeneration(uint64_t generation) = 0;
 };
 
-// A PsClient over `transport`, routing by `partition` (which must have transport->num_servers() servers).
+// A PsClient over `transport`, routing by `partition` (which must have transport->num_servers() servers) and,
+// for a replicated partition, options.routing.
 std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,
                                       std::unique_ptr<PsTransport> transport);
 
