@@ -138,7 +138,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Builds the scheduler side and registers everyone. Returns Start()'s status.
-  absl::Status StartScheduler(CheckpointOptions options) {
+  absl::Status StartScheduler(CheckpointOptions options, int replicas = 1) {
     coordinator_.reset();
     MembershipOptions m;
     m.num_servers = kServers;
@@ -148,7 +148,7 @@ class CoordinatorTest : public ::testing::Test {
     options.dir = root_;
     JobDescription job;
     job.job_id = "job";
-    job.partition = Partition::Uniform(kServers)->ToString();
+    job.partition = Partition::Uniform(kServers)->WithReplicas(replicas)->ToString();
     job.consistency = "asp";
     job.num_servers = kServers;
     job.num_workers = kWorkers;
@@ -354,6 +354,59 @@ TEST_F(CoordinatorTest, ServerDeathRollsEveryServerBackToTheLatestCheckpoint) {
   EXPECT_EQ(servers_->Push(0, 5, old_generation).code(), absl::StatusCode::kAborted);
   ASSERT_TRUE(RunAll(3, 8).ok());
   EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
+}
+
+// Replicated (2 copies of every range): a dead server is failed over. No rollback, no generation of a worker
+// moves, no wait is cancelled and the clocks go on; scheduled checkpoints are skipped (not held) while a server
+// is out of service. Losing the last copy of a range then rolls back as without replicas.
+TEST_F(CoordinatorTest, ReplicatedServerDeathFailsOverWithoutARollback) {
+  CheckpointOptions options;
+  options.every_clocks = 3;
+  ASSERT_TRUE(StartScheduler(options, /*replicas=*/2).ok());
+  ASSERT_TRUE(RunAll(0, 5).ok());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 3; }));
+  const std::vector<uint64_t> worker_generations = membership_->WorkerGenerations();
+  const uint64_t epoch = clocks_->epoch();
+
+  now_ += absl::Seconds(1);
+  for (const Member& m : membership_->Members()) {
+    if (!(m.role == Role::kServer && m.rank == 1)) ASSERT_TRUE(membership_->Heartbeat(m.role, m.rank, m.incarnation, now_).ok());
+  }
+  ASSERT_EQ(membership_->ExpireSilent(now_ + absl::Milliseconds(600)).size(), 1u);
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return membership_->routing().generation == 1; }));
+  EXPECT_EQ(membership_->routing().out_of_service, std::vector<int>{1});
+  EXPECT_EQ(membership_->routing().failovers, 1u);
+  EXPECT_FALSE(membership_->rolling_back());
+  EXPECT_EQ(membership_->state(), JobState::kRunning) << "running on the backups";
+  EXPECT_EQ(membership_->WorkerGenerations(), worker_generations);
+  EXPECT_EQ(clocks_->epoch(), epoch) << "no wait was cancelled";
+  EXPECT_EQ(coordinator_->status().rollbacks, 0u);
+
+  // The job goes on past the next scheduled cut (6), which is skipped rather than held.
+  ASSERT_TRUE(RunAll(5, 8).ok());
+  EXPECT_EQ(coordinator_->status().latest_clock, 3);
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
+
+  // The replacement joins out of service; then server 0, the last copy of every range, dies: a rollback.
+  ASSERT_TRUE(membership_->Register(Role::kServer, servers_->Address(1), 1, now_).ok());
+  EXPECT_EQ(membership_->routing().out_of_service, std::vector<int>{1}) << "a fresh replacement holds nothing";
+  now_ += absl::Seconds(1);
+  for (const Member& m : membership_->Members()) {
+    if (!(m.role == Role::kServer && m.rank == 0)) ASSERT_TRUE(membership_->Heartbeat(m.role, m.rank, m.incarnation, now_).ok());
+  }
+  ASSERT_EQ(membership_->ExpireSilent(now_ + absl::Milliseconds(600)).size(), 1u);
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return membership_->rolling_back(); }));
+  servers_->Replace(0);
+  servers_->Replace(1);
+  ASSERT_TRUE(membership_->Register(Role::kServer, servers_->Address(0), 0, now_).ok());
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return !membership_->rolling_back(); })) << fatal_;
+  EXPECT_EQ(coordinator_->status().rollbacks, 1u);
+  EXPECT_TRUE(membership_->routing().out_of_service.empty()) << "every server restored: all in service";
+  EXPECT_TRUE(clocks_->AllAt(3));
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(3));
 }
 
 // Every worker reports its last iteration; the job is finished.

@@ -188,5 +188,49 @@ TEST(MembershipTest, WorkersLeaveOnlyAFinishedJobAndAFinalRestoreFinishesItAgain
   EXPECT_FALSE(m->AnyWorkerAlive());
 }
 
+TEST(MembershipTest, FailOverPutsDeadServersOutOfServiceOnlyWhenCovered) {
+  auto m = Make(3, 1);
+  std::vector<Registration> servers;
+  for (int s = 0; s < 3; ++s) servers.push_back(*m->Register(Role::kServer, absl::StrCat("h:", s), s, kStart));
+  auto w = *m->Register(Role::kWorker, "", 0, kStart);
+  EXPECT_TRUE(m->FailOver([](const std::vector<bool>&) { return true; }).empty()) << "nobody is dead";
+
+  const absl::Time later = kStart + absl::Seconds(1);
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, servers[0].incarnation, later).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 2, servers[2].incarnation, later).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w.incarnation, later).ok());
+  ASSERT_EQ(m->ExpireSilent(later + absl::Milliseconds(600)).size(), 1u);  // server 1
+  EXPECT_TRUE(m->AnyServerDead());
+  EXPECT_EQ(m->state(), JobState::kRecovering);
+
+  // Refused (some range would have no copy): nothing changes.
+  std::vector<bool> seen;
+  EXPECT_TRUE(m->FailOver([&](const std::vector<bool>& out) {
+                  seen = out;
+                  return false;
+                }).empty());
+  EXPECT_EQ(seen, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(m->routing().generation, 0u);
+  EXPECT_TRUE(m->AnyServerDead());
+
+  EXPECT_EQ(m->FailOver([](const std::vector<bool>&) { return true; }), std::vector<int>{1});
+  EXPECT_FALSE(m->AnyServerDead());
+  EXPECT_EQ(m->state(), JobState::kRunning) << "running without server 1";
+  EXPECT_EQ(m->routing().generation, 1u);
+  EXPECT_EQ(m->routing().out_of_service, std::vector<int>{1});
+  EXPECT_EQ(m->routing().failovers, 1u);
+  EXPECT_EQ(m->WorkerGenerations()[0], w.generation) << "the worker's requests stay valid";
+
+  // The replacement registers and stays out of service; a rollback puts every server back.
+  ASSERT_TRUE(m->Register(Role::kServer, "h:9", 1, later).ok());
+  EXPECT_FALSE(m->AnyServerDead());
+  EXPECT_EQ(m->routing().out_of_service, std::vector<int>{1});
+  m->BeginRollback();
+  m->EndRollback();
+  EXPECT_TRUE(m->routing().out_of_service.empty());
+  EXPECT_EQ(m->routing().generation, 2u);
+  EXPECT_EQ(m->routing().failovers, 1u);
+}
+
 }  // namespace
 }  // namespace kestrel

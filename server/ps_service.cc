@@ -106,6 +106,12 @@ grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* contex
                   [work = std::move(work)](const Caller& caller, Done done) { done(work(caller)); });
 }
 
+absl::Status PsServiceImpl::CheckReplicated() const {
+  if (hosted_->replicated()) return absl::OkStatus();
+  return shard_->Count(absl::FailedPreconditionError(
+      "this job keeps one copy of each key range (--replicas=1): there is nothing to replicate to this server"));
+}
+
 absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const RequestHeader& header) const {
   absl::StatusOr<Shard*> group = hosted_->Group(OwnerOf(header));
   if (!group.ok()) return shard_->Count(group.status());
@@ -218,6 +224,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* 
                                                    const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return Run(context, replicate_rpc_, kServerRoles, "Replicate",
              [this, request, response](const Caller&) -> absl::Status {
+               KESTREL_RETURN_IF_ERROR(CheckReplicated());
                PushRequestView view;
                KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
                if (!view.header->has_owner()) {
@@ -266,6 +273,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* PsServiceImpl::ReplicateDense(grpc::CallbackServerContext* context,
                                                         const PushRequest* request, PushResponse* response) {
   return Run(context, replicate_rpc_, kServerRoles, "ReplicateDense", [=](const Caller&) -> absl::Status {
+    KESTREL_RETURN_IF_ERROR(CheckReplicated());
     if (!request->header().has_owner()) {
       return shard_->Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
     }

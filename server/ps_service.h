@@ -106,6 +106,8 @@ class PsServiceImpl final
   // RunAsync for work that finishes the call with its own status.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc, PeerRoles allowed,
                                 const char* method, std::function<absl::Status(const Caller&)> work);
+  // FailedPrecondition (counted) unless the job is replicated: Replicate has no business here otherwise.
+  absl::Status CheckReplicated() const;
   // The group `header` names, when this server is its primary (workers' requests).
   absl::StatusOr<Shard*> PrimaryGroup(const RequestHeader& header) const;
   // Sends `request` (a PushRequest's bytes) as `method` to the backups of `owner`'s group, then runs `done`:

@@ -54,6 +54,11 @@ PS = [
     ("Stats", lambda: ps_pb2.StatsRequest(header=header()), {"worker", "scheduler", "admin"}),
     ("Checkpoint", lambda: ps_pb2.CheckpointShardRequest(header=header(), name="ckpt-00000001"), {"scheduler"}),
     ("Restore", lambda: ps_pb2.RestoreShardRequest(header=header(), name="ckpt-00000001"), {"scheduler"}),
+    # Server to server (a primary forwarding to its backups); this unreplicated job refuses it even then.
+    ("Replicate", lambda: ps_pb2.PushRequest(header=ps_pb2.RequestHeader(job_id=job, worker_rank=0, owner=0),
+                                             table=TABLE, dim=2, keys=KEY, values=ROW), {"server"}),
+    ("ReplicateDense", lambda: ps_pb2.PushRequest(header=ps_pb2.RequestHeader(job_id=job, worker_rank=0, owner=0),
+                                                  table=TABLE, dim=2, keys=KEY, values=ROW), {"server"}),
 ]
 SCHEDULER = [
     ("Register", lambda role: scheduler_pb2.RegisterRequest(

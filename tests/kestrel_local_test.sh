@@ -4,7 +4,8 @@
 # its final checkpoint, exported, scores the test file exactly as the trainer's own evaluation did.
 # Then the same job again, once with a server and once with the scheduler killed (SIGKILL) after the first
 # checkpoint: the supervisor restarts it (the scheduler with --resume on its address; the members it refuses
-# are restarted too), every server restores the checkpoint, and the job ends with the same predictions.
+# are restarted too), every server restores the checkpoint, and the job ends with the same predictions. With
+# --replicas=2 a killed server fails over to its backup instead: no rollback, the same predictions.
 set -euo pipefail
 
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
@@ -98,9 +99,9 @@ PY
 # supervisor restarts it and the job must end with the plain run's predictions, bit for bit (BSP).
 run_with_kill() {
   local name=$1 victim=$2
-  echo "== $victim killed mid-run"
+  echo "== $victim killed mid-run ${*:3}"
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
-    --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms &
+    --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms "${@:3}" &
   local local_pid=$!
   # The victim's pid is read before the job gets going, so the kill follows the first commit at once (the job
   # has 200 more clocks to run), however slow a python start on a loaded machine would be.
@@ -130,4 +131,10 @@ run_with_kill() {
 run_with_kill killed_server "server 1"
 grep -q "every server restored" "$tmp/killed_server/scheduler.log" || { echo "no rollback in the scheduler log"; exit 1; }
 run_with_kill killed_scheduler "scheduler"
+# Two copies of every range: the killed server fails over to its backup, with no rollback.
+run_with_kill replicated_server "server 1" --replicas=2
+[[ "$(summary_field "$tmp/replicated_server/summary.json" failovers)" == "1" ]] ||
+  { echo "replicated: no failover in the scheduler log"; exit 1; }
+[[ -z "$(summary_field "$tmp/replicated_server/summary.json" rollbacks)" ]] ||
+  { echo "replicated: the job rolled back"; exit 1; }
 echo "PASS"
