@@ -73,6 +73,12 @@ ABSL_FLAG(std::string, output, "bench/results/ps_bench.md", "Markdown report pat
 ABSL_FLAG(std::string, json, "", "If set, also write the results as JSON to this path.");
 ABSL_FLAG(std::string, server_binary, "",
           "kestrel_server to spawn. Default: the runfiles copy, else bazel-bin/server/kestrel_server.");
+ABSL_FLAG(int, replicas, 1,
+          "R >= 2 also measures a replicated set of --servers servers (needs --servers >= R): a kestrel_scheduler and "
+          "servers started with --replicas=R, every push forwarded to a backup before it is acknowledged "
+          "(docs/replication.md), fp32 only, its runs interleaved with the unreplicated ones. 1 (default): off.");
+ABSL_FLAG(std::string, scheduler_binary, "",
+          "kestrel_scheduler for --replicas (default: found next to this binary or in the runfiles).");
 ABSL_FLAG(int, server_threads, 0, "--threads of each kestrel_server (0: the server's default, handlers inline on gRPC's threads).");
 ABSL_FLAG(int64_t, max_request_bytes, 0,
           "PsClientOptions::max_request_bytes of the network clients (0: the library default, 2 MiB).");
@@ -227,6 +233,7 @@ struct Row {
   std::string op;  // "pull" | "push"
   Figures net, local;
   Figures tls;  // the network path over mutual TLS (--tls)
+  Figures replicated;  // the network path with --replicas copies of every range
   bool has_ratio() const { return net.measured && local.measured && local.keys_per_s > 0; }
   double ratio() const { return has_ratio() ? net.keys_per_s / local.keys_per_s : 0; }
 };
@@ -666,29 +673,48 @@ std::string Json(const Machine& m, int servers, int runs, double min_seconds, co
 
 // ---------------------------------------------------------------------------------------------------------
 
-// The mTLS section of the report (--tls): the network path over mutual TLS against plaintext, per row, from
-// the same run.
-std::string TlsSection(const std::vector<Row>& rows) {
+// A section comparing one network path (`other` of each row) with plaintext unreplicated, per row, from the same
+// run: `title`, then `text` describing the other path, then the table with `column` naming it.
+std::string CompareSection(const std::vector<Row>& rows, Figures Row::*other, const std::string& title,
+                           const std::string& text, const std::string& column) {
   std::vector<double> ratios;
   std::string table;
   for (const Row& r : rows) {
-    if (!r.net.measured || !r.tls.measured || r.net.keys_per_s <= 0) continue;
-    const double ratio = r.tls.keys_per_s / r.net.keys_per_s;
+    const Figures& f = r.*other;
+    if (!r.net.measured || !f.measured || r.net.keys_per_s <= 0) continue;
+    const double ratio = f.keys_per_s / r.net.keys_per_s;
     ratios.push_back(ratio);
     absl::StrAppend(&table, absl::StrFormat("| %d | %d | %d | %s | %.2f | %.2f | %.2f |\n", r.keys, r.dim, r.clients,
-                                            r.op, r.net.keys_per_s / 1e6, r.tls.keys_per_s / 1e6, ratio));
+                                            r.op, r.net.keys_per_s / 1e6, f.keys_per_s / 1e6, ratio));
   }
   if (ratios.empty()) return "";
   std::sort(ratios.begin(), ratios.end());
-  return absl::StrCat(
-      "\n## Mutual TLS against plaintext (same run)\n\n"
+  return absl::StrCat("\n## ", title, " (same run)\n\n", text, " ", column, " / plaintext: median ",
+                      absl::StrFormat("%.2f", ratios[ratios.size() / 2]), ", lowest ",
+                      absl::StrFormat("%.2f", ratios.front()), ".\n\n| keys | dim | clients | op | plaintext M keys/s | ",
+                      column, " M keys/s | ", column, " / plaintext |\n|---:|---:|---:|---|---:|---:|---:|\n", table);
+}
+
+// The mTLS section of the report (--tls).
+std::string TlsSection(const std::vector<Row>& rows) {
+  return CompareSection(
+      rows, &Row::tls, "Mutual TLS against plaintext",
       "The network path again, against a second set of kestrel_server processes started with --tls_ca, --tls_cert "
       "and --tls_key (certificates of a throwaway CA), the clients presenting a worker's certificate; its runs "
-      "interleave with the plaintext ones; medians over runs. mTLS / plaintext: median ",
-      absl::StrFormat("%.2f", ratios[ratios.size() / 2]), ", lowest ", absl::StrFormat("%.2f", ratios.front()),
-      ".\n\n| keys | dim | clients | op | plaintext M keys/s | mTLS M keys/s | mTLS / plaintext |\n"
-      "|---:|---:|---:|---|---:|---:|---:|\n",
-      table);
+      "interleave with the plaintext ones; medians over runs.",
+      "mTLS");
+}
+
+// The replication section (--replicas).
+std::string ReplicasSection(const std::vector<Row>& rows, int replicas) {
+  return CompareSection(
+      rows, &Row::replicated, absl::StrCat(replicas, " copies of every range against one"),
+      absl::StrCat("The network path again, against a set of kestrel_server processes started with --replicas=",
+                   replicas,
+                   " under a kestrel_scheduler: pulls are served by each range's primary, and a push is acknowledged "
+                   "only once the primary has applied it and forwarded it to its backup (docs/replication.md); its "
+                   "runs interleave with the unreplicated ones; medians over runs."),
+      absl::StrCat("R=", replicas));
 }
 
 absl::Status StopServers(std::vector<ServerProcess>* servers) {
@@ -797,6 +823,30 @@ absl::Status RunBench(int argc, char** argv) {
     std::printf("mTLS servers: %s\n", absl::StrJoin(tls_addresses, " ").c_str());
   }
 
+  // The replicated set: a scheduler (it tells the servers where their backups are) and servers with --replicas.
+  const int replicas = absl::GetFlag(FLAGS_replicas);
+  std::vector<std::string> replicated_addresses;
+  if (replicas > 1) {
+    if (replicas > num_servers) return absl::InvalidArgumentError("--replicas needs --servers >= --replicas");
+    KESTREL_ASSIGN_OR_RETURN(std::string scheduler_binary,
+                             bench::FindBinary(absl::GetFlag(FLAGS_scheduler_binary), "scheduler/kestrel_scheduler",
+                                               argv[0], "scheduler_binary"));
+    KESTREL_ASSIGN_OR_RETURN(
+        ServerProcess scheduler,
+        ServerProcess::Start(scheduler_binary,
+                             {absl::StrCat("--job_id=", kJob), absl::StrCat("--num_servers=", num_servers),
+                              "--num_workers=1", "--consistency=asp", absl::StrCat("--replicas=", replicas),
+                              "--heartbeat_interval=500ms"},
+                             work_dir, "scheduler"));
+    const std::string scheduler_address = scheduler.address();
+    servers.push_back(std::move(scheduler));  // stopped with the servers
+    KESTREL_ASSIGN_OR_RETURN(replicated_addresses, start_servers("replicated_server", [&](int) -> Args {
+                               return std::vector<std::string>{absl::StrCat("--replicas=", replicas),
+                                                               "--scheduler=" + scheduler_address};
+                             }));
+    std::printf("servers with %d replicas: %s\n", replicas, absl::StrJoin(replicated_addresses, " ").c_str());
+  }
+
   std::vector<Row> rows;
   std::vector<MemoryRow> memory;
   absl::Status status = [&]() -> absl::Status {
@@ -848,26 +898,55 @@ absl::Status RunBench(int argc, char** argv) {
         }
       }
     }
+    // The replicated clients route by the scheduler's routing (every server in service throughout).
+    std::unique_ptr<Bench> replicated_bench;
+    if (!replicated_addresses.empty()) {
+      KESTREL_ASSIGN_OR_RETURN(Partition replicated, partition.WithReplicas(replicas));
+      PsClientOptions replicated_options = options;
+      replicated_options.routing = std::make_shared<RoutingTable>(replicated);
+      std::vector<std::unique_ptr<PsClient>> replicated_clients;
+      for (int c = 0; c < max_clients; ++c) {
+        KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
+                                 NewGrpcPsClient(replicated_options, replicated, replicated_addresses));
+        replicated_clients.push_back(std::move(client));
+      }
+      replicated_bench =
+          std::make_unique<Bench>(std::move(replicated_clients), /*shard=*/nullptr, client_counts, op_names);
+      replicated_bench->set_in_process(false);
+      std::mt19937_64 replicated_rng(absl::GetFlag(FLAGS_seed));
+      for (int64_t k : key_counts) {
+        for (int64_t d : dims) {
+          KESTREL_RETURN_IF_ERROR(
+              replicated_bench->AddConfig(k, static_cast<int>(d), VALUE_TYPE_FLOAT32, replicated_rng));
+        }
+      }
+    }
     for (int r = 0; r < runs; ++r) {
       const Clock::time_point run_start = Clock::now();
       KESTREL_RETURN_IF_ERROR(bench.Run(r, min_seconds));
       if (tls_bench != nullptr) KESTREL_RETURN_IF_ERROR(WithContext(tls_bench->Run(r, min_seconds), "mTLS"));
+      if (replicated_bench != nullptr) {
+        KESTREL_RETURN_IF_ERROR(WithContext(replicated_bench->Run(r, min_seconds), "replicated"));
+      }
       std::printf("run %d of %d done in %.0f s\n", r + 1, runs,
                   std::chrono::duration<double>(Clock::now() - run_start).count());
       std::fflush(stdout);
     }
     rows = bench.Rows();
-    if (tls_bench != nullptr) {
-      const std::vector<Row> tls_rows = tls_bench->Rows();
-      for (Row& row : rows) {
-        for (const Row& t : tls_rows) {
+    // The other paths' figures go into the matching rows of the plain one.
+    auto merge = [&rows](const Bench* other, Figures Row::*field) {
+      if (other == nullptr) return;
+      for (const Row& t : other->Rows()) {
+        for (Row& row : rows) {
           if (t.keys == row.keys && t.dim == row.dim && t.clients == row.clients && t.op == row.op &&
               t.wire == row.wire) {
-            row.tls = t.net;
+            row.*field = t.net;
           }
         }
       }
-    }
+    };
+    merge(tls_bench.get(), &Row::tls);
+    merge(replicated_bench.get(), &Row::replicated);
     std::printf("medians over %d runs:\n", runs);
     for (const Row& r : rows) PrintRow(r);
     KESTREL_RETURN_IF_ERROR(CheckServerCounters(*stats_client, bench.net_keys_pulled(), bench.net_keys_pushed()));
@@ -891,6 +970,7 @@ absl::Status RunBench(int argc, char** argv) {
   std::string md = Markdown(machine, load_start, num_servers, runs, min_seconds, server_binary, rows, memory,
                                   absl::GetFlag(FLAGS_memory_dim), total_seconds);
   md += TlsSection(rows);
+  md += ReplicasSection(rows, absl::GetFlag(FLAGS_replicas));
   std::printf("\n%s", md.c_str());
   const std::string output = UserPath(absl::GetFlag(FLAGS_output));
   if (!output.empty()) {
