@@ -619,21 +619,44 @@ def render_dir(kubectl, path, name):
     return Render(name, list(yaml.safe_load_all(proc.stdout)))
 
 
-def k8s_plaintext(case, k8s, deploy_dir, helpfull):
-    """The documented opt-out: an overlay with components/plaintext runs the same commands with --insecure in
-    place of the TLS flags, and no TLS Secret volumes (which would keep the pods waiting)."""
+def render_with_component(deploy_dir, component):
+    """overlays/cpu with `component` (a path under k8s/) added, as a user's own overlay would."""
     kubectl = find_tool("kubectl")
-    base = next(r for r in k8s.renders if r.name == "overlays/cpu")
-    tmp = tempfile.mkdtemp(prefix="kestrel-plaintext-")
+    tmp = tempfile.mkdtemp(prefix="kestrel-component-")
     try:
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
             # kustomize takes only relative paths to other kustomizations.
             f.write("resources:\n  - %s\ncomponents:\n  - %s\n" % (
                 os.path.relpath(os.path.join(deploy_dir, "k8s", "overlays", "cpu"), tmp),
-                os.path.relpath(os.path.join(deploy_dir, "k8s", PLAINTEXT_COMPONENT), tmp)))
-        r = render_dir(kubectl, tmp, "overlays/cpu + " + PLAINTEXT_COMPONENT)
+                os.path.relpath(os.path.join(deploy_dir, "k8s", component), tmp)))
+        return render_dir(kubectl, tmp, "overlays/cpu + " + component)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def k8s_replicas(case, k8s, deploy_dir, helpfull):
+    """components/replicas: the scheduler and every server run with the same --replicas=2 (they refuse to start
+    otherwise), the workers unchanged, every flag one the binaries know."""
+    r = render_with_component(deploy_dir, "components/replicas")
+    seen = set()
+    for where, doc, template, c, env, argv, errors in K8s([r]).containers(r):
+        check_flags(case, where, argv, helpfull)
+        for e in errors:
+            case.errors.append(f"{where}: {e}")
+        name = doc["metadata"]["name"]
+        if name in ("kestrel-scheduler", "kestrel-server"):
+            case.check(flag(argv, "replicas") == "2", f"{where}: --replicas={flag(argv, 'replicas')}, expected 2")
+            seen.add(name)
+        elif name == WORKER_NAME:
+            case.check(flag(argv, "replicas") is None, f"{where}: workers take the replicas from the scheduler")
+    case.check(seen == {"kestrel-scheduler", "kestrel-server"}, f"{r.name}: --replicas set on {sorted(seen)} only")
+
+
+def k8s_plaintext(case, k8s, deploy_dir, helpfull):
+    """The documented opt-out: an overlay with components/plaintext runs the same commands with --insecure in
+    place of the TLS flags, and no TLS Secret volumes (which would keep the pods waiting)."""
+    base = next(r for r in k8s.renders if r.name == "overlays/cpu")
+    r = render_with_component(deploy_dir, PLAINTEXT_COMPONENT)
     plain = {name: (c, template) for name, _, template, c, _ in tls_workloads(r)}
     for name, _, _, c, _ in tls_workloads(base):
         if not case.check(name in plain, f"{r.name}: {name} missing"):
@@ -1242,6 +1265,7 @@ def main():
     run("k8s_devices", with_k8s(k8s_devices))
     run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case))
     run("k8s_plaintext_component", lambda case: with_k8s(k8s_plaintext, deploy_dir, need_helpfull())(case))
+    run("k8s_replicas_component", lambda case: with_k8s(k8s_replicas, deploy_dir, need_helpfull())(case))
     run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli))
     run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
     run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli))
