@@ -251,6 +251,23 @@ std::shared_ptr<const Routing> RoutingTable::Current() const {
   return current_;
 }
 
+void RoutingTable::SetAddresses(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  if (addresses_.size() < addresses.size()) addresses_.resize(addresses.size());
+  bool changed = false;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (addresses[i].empty() || addresses[i] == addresses_[i]) continue;
+    addresses_[i] = addresses[i];
+    changed = true;
+  }
+  if (changed) addresses_version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::vector<std::string> RoutingTable::addresses() const {
+  absl::MutexLock lock(&mu_);
+  return addresses_;
+}
+
 uint64_t RoutingTable::generation() const {
   absl::MutexLock lock(&mu_);
   return generation_;

@@ -14,6 +14,7 @@
 #ifndef KESTREL_COMMON_PARTITION_H_
 #define KESTREL_COMMON_PARTITION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -165,9 +166,17 @@ class RoutingTable {
   std::shared_ptr<const Routing> Current() const;
   uint64_t generation() const;
 
+  // Where the servers serve, by index, as last announced (a replacement server may come back elsewhere). An
+  // empty entry (a server not alive now) keeps the address held. addresses_version() moves with every change.
+  void SetAddresses(const std::vector<std::string>& addresses);
+  std::vector<std::string> addresses() const;
+  uint64_t addresses_version() const { return addresses_version_.load(std::memory_order_acquire); }
+
  private:
   const Partition partition_;
+  std::atomic<uint64_t> addresses_version_{0};
   mutable absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const Routing> current_ ABSL_GUARDED_BY(mu_);
 };

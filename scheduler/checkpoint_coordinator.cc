@@ -212,6 +212,7 @@ void CheckpointCoordinator::Step() {
     }
     final_attempts_ = 0;
     next_final_attempt_ = absl::InfinitePast();
+    syncing_ = -1;  // a rollback restores every server: nothing to re-replicate
     const uint64_t generation = membership_->BeginRollback();
     rollback_generation_ = generation;
     clocks_->SetHold(0);
@@ -260,6 +261,7 @@ void CheckpointCoordinator::Step() {
     status_.final_model_settled = true;
     return;
   }
+  if (state == JobState::kRunning && ReReplicate()) return;
   if (options_.dir.empty()) return;
   if (state != JobState::kRunning) return;
   bool requested;
@@ -287,6 +289,73 @@ void CheckpointCoordinator::Step() {
   last_checkpoint_clock_ = cut_;
   cut_ = NextScheduledCut(cut_ - 1);
   clocks_->SetHold(cut_);
+}
+
+bool CheckpointCoordinator::ReReplicate() {
+  if (!partition_.has_value() || partition_->replicas() < 2) return false;
+  if (syncing_ < 0) {
+    if (absl::Now() < next_sync_attempt_) return false;
+    const RoutingState routing = membership_->routing();
+    std::vector<bool> alive(job_.num_servers, false);
+    for (const Member& m : membership_->Members()) {
+      if (m.role == Role::kServer && m.alive) alive[m.rank] = true;
+    }
+    for (int s : routing.out_of_service) {
+      if (alive[s]) {
+        syncing_ = s;
+        break;
+      }
+    }
+    if (syncing_ < 0) return false;
+    sync_cut_ = clocks_->HoldAtEarliest();
+    sync_routing_ = 0;
+    KLOG(Info) << "re-replicating onto server " << syncing_ << ": every worker stops at clock " << sync_cut_;
+  }
+  if (sync_routing_ == 0) {
+    if (!clocks_->AllAt(sync_cut_)) return true;
+    const absl::Time start = absl::Now();
+    const RoutingState state = membership_->routing();
+    std::vector<bool> out(job_.num_servers, false);
+    for (int s : state.out_of_service) out[s] = true;
+    absl::StatusOr<Routing> routing = Routing::Create(*partition_, out);
+    const std::vector<std::string> addresses = ServerAddresses();
+    absl::Status status = routing.status();
+    uint64_t rows = 0;
+    for (int j = 0; status.ok() && j < partition_->replicas(); ++j) {
+      const int owner = ((syncing_ - j) % job_.num_servers + job_.num_servers) % job_.num_servers;
+      const int source = routing->PrimaryOfOwner(owner);
+      if (source < 0 || addresses[source].empty() || addresses[syncing_].empty()) {
+        status = absl::UnavailableError(absl::StrFormat("no live copy of the ranges of server %d to copy", owner));
+        break;
+      }
+      absl::StatusOr<uint64_t> copied = admin_->CopyGroup(source, addresses[source], owner, syncing_, addresses[syncing_]);
+      status = copied.status();
+      if (copied.ok()) rows += *copied;
+    }
+    absl::StatusOr<uint64_t> generation = status.ok() ? membership_->PutBackInService(syncing_) : status;
+    if (!generation.ok()) {
+      KLOG(Warning) << "re-replicating onto server " << syncing_ << " failed (tried again shortly): "
+                    << generation.status();
+      next_sync_attempt_ = absl::Now() + 2 * membership_->options().heartbeat_timeout;
+      EndReReplication();
+      return false;
+    }
+    sync_routing_ = *generation;
+    SchedulerMetrics::Get().rereplications().Increment();
+    KLOG(Info) << "server " << syncing_ << " holds synced copies of its ranges (" << rows << " rows copied in "
+               << absl::FormatDuration(absl::Now() - start) << ") and serves again: routing generation "
+               << sync_routing_;
+  }
+  if (!membership_->ServersAtRouting(sync_routing_)) return true;
+  KLOG(Info) << "every server acts on routing generation " << sync_routing_ << ": the workers go on";
+  EndReReplication();
+  return false;
+}
+
+void CheckpointCoordinator::EndReReplication() {
+  syncing_ = -1;
+  sync_routing_ = 0;
+  clocks_->SetHold(cut_);  // the scheduled cut (kNoHold: none)
 }
 
 bool CheckpointCoordinator::Degraded() const { return !membership_->routing().out_of_service.empty(); }

@@ -25,6 +25,12 @@
 // Failover (replicated jobs, docs/replication.md). A dead server whose every range still has a copy in service
 // is failed over instead of rolled back (Membership::FailOver): no generation of the workers moves, no wait is
 // cancelled, the clocks stay where they are; workers and servers re-route at the next routing generation.
+// Re-replication: once a failed-over server's replacement is alive, the coordinator holds every worker at the
+// earliest clock boundary (as for a checkpoint: no push is then in flight), has the primary of each range group
+// the replacement should hold copy it there (ShardAdmin::CopyGroup), puts the replacement back in service in a
+// new routing generation, and releases the hold once every live server acts on that routing (so no server
+// still accepts a write for a group it no longer forwards to the replacement). A failed copy releases the hold
+// and is tried again a few heartbeats later.
 // While a server is out of service no checkpoint is cut (its ranges' only written copy would be stale): a
 // scheduled cut is skipped and the hold released, and the final model is settled without one. Losing every
 // copy of some range rolls back as above, which puts every server back in service.
@@ -133,6 +139,11 @@ class CheckpointCoordinator {
   bool FailOver();
   // Some server is out of service (failed over): checkpoints wait.
   bool Degraded() const;
+  // Drives re-replication onto a live out-of-service server; true while one is in progress (nothing else may
+  // hold the clocks).
+  bool ReReplicate();
+  // Ends a re-replication attempt: releases its hold (back to the scheduled cut).
+  void EndReReplication();
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
   int64_t NextScheduledCut(int64_t permitted) const;
   std::vector<std::string> ServerAddresses() const;
@@ -156,6 +167,10 @@ class CheckpointCoordinator {
   std::optional<Partition> partition_;  // the job's (set by Start)
   std::optional<CheckpointManifest> resume_from_;
   int64_t cut_ = ClockTable::kNoHold;  // the clock the current hold is for
+  int syncing_ = -1;                          // re-replication: the server being synced (-1: none)
+  int64_t sync_cut_ = ClockTable::kNoHold;    // the clock it holds the workers at
+  uint64_t sync_routing_ = 0;                 // the routing generation that put it back (0: copies not done)
+  absl::Time next_sync_attempt_ = absl::InfinitePast();
   absl::Time last_checkpoint_;
   int64_t last_checkpoint_clock_ = -1;
   bool failed_ = false;  // on_fatal ran: do nothing more

@@ -123,7 +123,8 @@ absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view inc
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now) {
+absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
+                                               uint64_t routing_generation) {
   absl::MutexLock lock(&mu_);
   std::vector<Member>& ranks = RanksLocked(role);
   if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
@@ -137,6 +138,7 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string
         absl::StrFormat("%s rank %d was declared dead: register again", RoleName(role), rank));
   }
   m.last_heartbeat = now;
+  m.routing_generation = routing_generation;
   return generation_;
 }
 
@@ -289,11 +291,31 @@ std::vector<int> Membership::FailOver(absl::FunctionRef<bool(const std::vector<b
   return failed;
 }
 
+absl::StatusOr<uint64_t> Membership::PutBackInService(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(servers_.size()) || !servers_[rank].alive || !out_of_service_[rank]) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("server rank %d is not a live server out of service: nothing to put back", rank));
+  }
+  out_of_service_[rank] = false;
+  ++rereplications_;
+  return ++routing_generation_;
+}
+
+bool Membership::ServersAtRouting(uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  for (const Member& m : servers_) {
+    if (m.alive && m.routing_generation < generation) return false;
+  }
+  return true;
+}
+
 RoutingState Membership::routing() const {
   absl::MutexLock lock(&mu_);
   RoutingState out;
   out.generation = routing_generation_;
   out.failovers = failovers_;
+  out.rereplications = rereplications_;
   for (size_t s = 0; s < out_of_service_.size(); ++s) {
     if (out_of_service_[s]) out.out_of_service.push_back(static_cast<int>(s));
   }

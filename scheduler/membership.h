@@ -69,6 +69,7 @@ struct Member {
   uint64_t registered_generation = 0;  // the job generation right after this registration
   absl::Time last_heartbeat;
   bool alive = false;
+  uint64_t routing_generation = 0;  // servers: the routing generation their latest heartbeat said they act on
 };
 
 // Which servers serve nothing (common/partition.h Routing), as of a routing generation.
@@ -76,6 +77,7 @@ struct RoutingState {
   uint64_t generation = 0;  // 0 until the first failover
   std::vector<int> out_of_service;  // server ranks, increasing
   uint64_t failovers = 0;           // servers failed over so far (rollbacks do not reset it)
+  uint64_t rereplications = 0;      // servers put back in service with synced copies so far
 };
 
 struct Registration {
@@ -97,7 +99,9 @@ class Membership {
   // Records a heartbeat and returns the current generation. InvalidArgument when `incarnation` is not
   // kIncarnationBytes long; FailedPrecondition when it is not this rank's current incarnation (superseded by a
   // newer registration, never issued) or the rank was declared dead (it must register again).
-  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now);
+  // `routing_generation`: the routing the member acts on (servers of replicated jobs).
+  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
+                                     uint64_t routing_generation = 0);
 
   // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
   std::vector<Member> ExpireSilent(absl::Time now);
@@ -137,6 +141,11 @@ class Membership {
   // refuses. `covered` runs under the membership's lock: it must not call back.
   std::vector<int> FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
   RoutingState routing() const;
+  // Re-replication: server `rank` (alive, out of service) holds synced copies of its groups now; it serves again
+  // in a new routing generation, which is returned. FailedPrecondition when it is not alive and out of service.
+  absl::StatusOr<uint64_t> PutBackInService(int rank);
+  // Every live server's heartbeat said it acts on routing generation >= `generation`.
+  bool ServersAtRouting(uint64_t generation) const;
 
   uint64_t generation() const;
   JobState state() const;
@@ -167,6 +176,7 @@ class Membership {
   std::vector<bool> out_of_service_ ABSL_GUARDED_BY(mu_);  // by server rank
   uint64_t routing_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rereplications_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kestrel

@@ -26,8 +26,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation) override {
+  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation,
+                                               uint64_t routing_generation) override {
     HeartbeatRequest request;
+    request.set_routing_generation(routing_generation);
     request.set_job_id(options_.job_id);
     request.set_role(role);
     request.set_rank(rank);
@@ -144,7 +146,7 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, std
             if (stop_) return;
             soon_ = false;
           }
-          auto response = client->Heartbeat(role, rank, incarnation);
+          auto response = client->Heartbeat(role, rank, incarnation, routing_generation_.load());
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
             return;

@@ -2,6 +2,7 @@
 #ifndef KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_
 #define KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,7 +22,9 @@ class SchedulerClient {
   virtual ~SchedulerClient() = default;
   virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
                                                     int requested_rank) = 0;
-  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation) = 0;
+  // `routing_generation`: servers of replicated jobs, the routing they act on (0 otherwise).
+  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation,
+                                                      uint64_t routing_generation) = 0;
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
   // `generation` and `incarnation`: what Register (or Rejoin) answered this worker.
@@ -69,8 +72,12 @@ class Heartbeater {
   // Sends the next heartbeat now instead of at the end of the interval (a server that met a worker generation
   // it has not heard of yet learns it within one round trip). Never blocks.
   void BeatSoon();
+  // Servers of replicated jobs: the routing generation they act on, sent with every later heartbeat (the
+  // scheduler waits for it before it lets workers use a new routing that needs every server to know).
+  void SetRoutingGeneration(uint64_t generation) { routing_generation_.store(generation); }
 
  private:
+  std::atomic<uint64_t> routing_generation_{0};
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool soon_ ABSL_GUARDED_BY(mu_) = false;

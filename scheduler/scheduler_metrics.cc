@@ -38,6 +38,8 @@ SchedulerMetrics::SchedulerMetrics()
                             "Rollbacks of the job to its last checkpoint after a server died.")),
       failovers_(NewCounter("kestrel_scheduler_failovers_total",
                             "Servers lost without a rollback: their key ranges failed over to a backup copy.")),
+      rereplications_(NewCounter("kestrel_scheduler_rereplications_total",
+                                 "Replacement servers given synced copies of their key ranges and put back in service.")),
       under_replicated_ranges_(NewGauge("kestrel_scheduler_under_replicated_ranges",
                                         "Key ranges with fewer copies in service than the job's --replicas.")),
       latest_checkpoint_clock_(NewGauge("kestrel_scheduler_latest_checkpoint_clock",

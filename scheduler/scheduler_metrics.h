@@ -18,6 +18,7 @@
 //                                                                  the cut to the commit
 //   kestrel_scheduler_rollbacks_total                   counter    rollbacks of the job to its last checkpoint
 //   kestrel_scheduler_failovers_total                   counter    servers lost without a rollback (ranges failed over)
+//   kestrel_scheduler_rereplications_total              counter    replacements synced and put back in service
 //   kestrel_scheduler_under_replicated_ranges           gauge      key ranges with fewer copies in service than --replicas
 //   kestrel_scheduler_latest_checkpoint_clock           gauge      clock of the newest committed checkpoint (-1: none)
 //
@@ -50,6 +51,7 @@ class SchedulerMetrics {
   prometheus::Histogram& checkpoint_duration() { return checkpoint_duration_; }
   prometheus::Counter& rollbacks() { return rollbacks_; }
   prometheus::Counter& failovers() { return failovers_; }
+  prometheus::Counter& rereplications() { return rereplications_; }
   // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
   prometheus::Gauge& under_replicated_ranges() { return under_replicated_ranges_; }
 
@@ -70,6 +72,7 @@ class SchedulerMetrics {
   prometheus::Histogram& checkpoint_duration_;
   prometheus::Counter& rollbacks_;
   prometheus::Counter& failovers_;
+  prometheus::Counter& rereplications_;
   prometheus::Gauge& under_replicated_ranges_;
   prometheus::Gauge& latest_checkpoint_clock_;
 };

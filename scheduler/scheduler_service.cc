@@ -230,7 +230,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       CheckCaller(context, request->job_id(), kMemberRoles, "Heartbeat", request->role(), request->rank());
   if (status.ok()) {
     auto generation =
-        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow());
+        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow(),
+                               request->routing_generation());
     status = generation.status();
     if (status.ok()) {
       response->set_generation(*generation);
@@ -345,6 +346,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_final_model_settled(checkpoints.final_model_settled);
     const RoutingState routing = membership_->routing();
     response->set_failovers(routing.failovers);
+    response->set_rereplications(routing.rereplications);
     response->set_under_replicated_ranges(UnderReplicatedRanges(routing));
   }
   return Reply(context, call, status);

@@ -44,6 +44,22 @@ class GrpcShardAdmin final : public ShardAdmin {
     return status.ok() ? status : Annotate(status, "restore", shard, address);
   }
 
+  absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
+                                     const std::string& target_address) override {
+    CopyGroupRequest request;
+    Fill(request.mutable_header());
+    request.set_owner(owner);
+    request.set_target(target);
+    request.set_target_address(target_address);
+    CopyGroupResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->CopyGroup(&context, request, &response));
+    if (!status.ok()) return Annotate(status, absl::StrFormat("copying ranges of %d to server %d", owner, target).c_str(),
+                                      source, address);
+    return response.rows();
+  }
+
  private:
   void Fill(RequestHeader* header) const {
     header->set_job_id(job_id_);

@@ -25,6 +25,10 @@ class ShardAdmin {
   // refuses worker requests older than `min_worker_generation`.
   virtual absl::Status Restore(int shard, const std::string& address, const std::string& name,
                                uint64_t min_worker_generation) = 0;
+  // Re-replication: server `source` at `address`, the primary of `owner`'s range group, copies the group whole
+  // to server `target` at `target_address`. Returns the rows copied.
+  virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
+                                             const std::string& target_address) = 0;
 };
 
 // Over gRPC (ParameterServer.Checkpoint / Restore); each call has `deadline`. Channels are cached by address

@@ -299,6 +299,7 @@ int Run() {
                << " (generation " << registration->view().generation() << ")";
     HostedShards* hosted_ptr = hosted->get();
     PsServer* server_ptr = server->get();
+    static std::atomic<Heartbeater*> beat_ptr{nullptr};  // set once the heartbeater exists
     heartbeater = std::make_unique<Heartbeater>(
         scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
         absl::Milliseconds(registration->view().heartbeat_interval_ms()) / 2,  // twice per interval
@@ -326,11 +327,18 @@ int Run() {
             } else if (hosted_ptr->routing_generation() != before) {
               KLOG(Info) << "routing generation " << answer.routing_generation() << ": servers out of service ["
                          << absl::StrJoin(answer.out_of_service(), ",") << "]";
+              // Tell the scheduler at once: it waits for every server to act on a routing before workers use it.
+              if (Heartbeater* beat = beat_ptr.load()) {
+                beat->SetRoutingGeneration(hosted_ptr->routing_generation());
+                beat->BeatSoon();
+              }
             }
           }
         });
     // A worker generation the shard has not heard of (a worker that just registered or rejoined): ask now.
     Heartbeater* beat = heartbeater.get();
+    beat->SetRoutingGeneration((*hosted)->routing_generation());
+    beat_ptr.store(beat);
     hosted_ptr->SetGenerationListener([beat] { beat->BeatSoon(); });
     beat->BeatSoon();  // the first view now, not an interval from now
   }

@@ -1,6 +1,7 @@
 #include "server/ps_service.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,6 +71,7 @@ PsServiceImpl::PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore*
       checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
       replicate_rpc_(ServerMetrics::Get().rpc().method("Replicate")),
+      copy_group_rpc_(ServerMetrics::Get().rpc().method("CopyGroup")),
       admin_(1, /*max_queued=*/16),
       stats_hook_([shard = shard_] { ServerMetrics::Get().Refresh(*shard); }) {}
 
@@ -418,6 +420,155 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
     reactor->Finish(ToGrpcStatus(busy));
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::CopyGroup(grpc::CallbackServerContext* context,
+                                                   const CopyGroupRequest* request, CopyGroupResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const RpcMetrics::Call call = copy_group_rpc_.Begin();
+  const absl::Status allowed =
+      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "CopyGroup").status();
+  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
+    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
+    if (status.ok()) status = SendGroup(*request, response);
+    if (!status.ok()) KLOG(Warning) << "copying the ranges of server " << request->owner() << " failed: " << status;
+    call.End(status);
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  if (!queued) {
+    const absl::Status busy =
+        shard_->Count(absl::UnavailableError("too many checkpoint, restore and copy calls are waiting; retry"));
+    call.End(busy);
+    reactor->Finish(ToGrpcStatus(busy));
+  }
+  return reactor;
+}
+
+absl::Status PsServiceImpl::SendGroup(const CopyGroupRequest& request, CopyGroupResponse* response) {
+  KESTREL_RETURN_IF_ERROR(CheckReplicated());
+  KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(request.owner())));
+  if (request.target() == hosted_->server() || request.target_address().empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("cannot copy the ranges of server %d to server %d at '%s'",
+                                                      request.owner(), request.target(), request.target_address()));
+  }
+  auto stub = ParameterServer::NewStub(grpc::CreateChannel(
+      request.target_address(), peers_ != nullptr ? peers_->credentials() : grpc::InsecureChannelCredentials()));
+  constexpr size_t kPieceBytes = size_t{4} << 20;
+  GroupChunk piece;
+  uint64_t sequence = 0;
+  auto send = [&](bool last) -> absl::Status {
+    piece.mutable_header()->set_job_id(shard_->job_id());
+    piece.mutable_header()->set_worker_rank(-1);
+    piece.set_owner(request.owner());
+    piece.set_sequence(sequence++);
+    piece.set_last(last);
+    GroupChunkResponse answer;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + forward_deadline_));
+    absl::Status status = FromGrpcStatus(stub->ReceiveGroup(&context, piece, &answer));
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrFormat("sending piece %d to server %d at %s: %s", sequence - 1,
+                                                         request.target(), request.target_address(), status.message()));
+    }
+    piece.Clear();
+    return absl::OkStatus();
+  };
+  // One cut: no request runs on the group while it is read (the scheduler holds every worker anyway).
+  return group->Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
+    for (const Table* table : tables) *piece.add_tables() = table->config();
+    for (const Table* table : tables) {
+      piece.set_table(table->config().name());
+      KESTREL_RETURN_IF_ERROR(table->ForEachStoredRow([&](uint64_t key, absl::Span<const float> row) -> absl::Status {
+        piece.mutable_keys()->append(reinterpret_cast<const char*>(&key), sizeof(key));
+        piece.mutable_rows()->append(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+        response->set_rows(response->rows() + 1);
+        response->set_bytes(response->bytes() + sizeof(key) + row.size() * sizeof(float));
+        if (piece.keys().size() + piece.rows().size() < kPieceBytes) return absl::OkStatus();
+        KESTREL_RETURN_IF_ERROR(send(/*last=*/false));
+        piece.set_table(table->config().name());
+        return absl::OkStatus();
+      }));
+      if (!piece.keys().empty()) KESTREL_RETURN_IF_ERROR(send(/*last=*/false));
+    }
+    return send(/*last=*/true);
+  });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::ReceiveGroup(grpc::CallbackServerContext* context, const GroupChunk* request,
+                                                      GroupChunkResponse* response) {
+  return Run(context, copy_group_rpc_, kServerRoles, "ReceiveGroup", [=](const Caller&) -> absl::Status {
+    KESTREL_RETURN_IF_ERROR(CheckReplicated());
+    KESTREL_RETURN_IF_ERROR(shard_->CheckJob(ContextOf(request->header())));
+    uint64_t installed = 0;
+    KESTREL_RETURN_IF_ERROR(shard_->Count(Receive(*request, &installed)));
+    response->set_rows(installed);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status PsServiceImpl::Receive(const GroupChunk& chunk, uint64_t* installed) {
+  KESTREL_ASSIGN_OR_RETURN(Shard * group, hosted_->Group(chunk.owner()));
+  absl::MutexLock lock(&copy_mu_);
+  if (chunk.sequence() == 0) {
+    incoming_.emplace();
+    incoming_->owner = chunk.owner();
+    incoming_->tables.assign(chunk.tables().begin(), chunk.tables().end());
+  } else if (!incoming_.has_value() || incoming_->owner != chunk.owner() ||
+             incoming_->next_sequence != chunk.sequence()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "piece %d of a copy of the ranges of server %d arrived out of order (expected piece %d of server %d's)",
+        chunk.sequence(), chunk.owner(), incoming_.has_value() ? incoming_->next_sequence : 0,
+        incoming_.has_value() ? incoming_->owner : -1));
+  }
+  IncomingCopy& copy = *incoming_;
+  if (!chunk.keys().empty() || !chunk.rows().empty()) {
+    auto config = std::find_if(copy.tables.begin(), copy.tables.end(),
+                               [&](const TableConfig& t) { return t.name() == chunk.table(); });
+    if (config == copy.tables.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("piece of table '", chunk.table(), "', not in the copy"));
+    }
+    KESTREL_ASSIGN_OR_RETURN(int floats, Table::StoredFloats(*config));
+    const size_t keys = chunk.keys().size() / sizeof(uint64_t);
+    if (chunk.keys().size() % sizeof(uint64_t) != 0 || chunk.rows().size() != keys * floats * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "piece of table '%s': %d bytes of keys and %d of rows are not whole rows of %d floats", chunk.table(),
+          chunk.keys().size(), chunk.rows().size(), floats));
+    }
+    if (copy.bytes + chunk.keys().size() + chunk.rows().size() > max_copy_bytes_) {
+      incoming_.reset();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "a copy of the ranges of server %d exceeds the %d bytes this server stages", chunk.owner(), max_copy_bytes_));
+    }
+    copy.bytes += chunk.keys().size() + chunk.rows().size();
+    copy.pieces.push_back({chunk.table(), chunk.keys(), chunk.rows()});
+  }
+  copy.next_sequence = chunk.sequence() + 1;
+  if (!chunk.last()) return absl::OkStatus();
+  absl::Status status = group->Restore(
+      copy.tables, /*min_worker_generation=*/0, [&](Shard::RowSink rows, Shard::SketchSink) -> absl::Status {
+        std::vector<float> row;  // the bytes may sit unaligned in the piece
+        for (const IncomingCopy::Piece& piece : copy.pieces) {
+          const size_t n = piece.keys.size() / sizeof(uint64_t);
+          const size_t floats = piece.rows.size() / sizeof(float) / std::max<size_t>(n, 1);
+          row.resize(floats);
+          for (size_t i = 0; i < n; ++i) {
+            uint64_t key;
+            std::memcpy(&key, piece.keys.data() + i * sizeof(key), sizeof(key));
+            std::memcpy(row.data(), piece.rows.data() + i * floats * sizeof(float), floats * sizeof(float));
+            KESTREL_ASSIGN_OR_RETURN(bool took, rows(piece.table, key, row));
+            if (!took) {
+              return absl::InvalidArgumentError(absl::StrFormat(
+                  "key 0x%016x of table '%s' is not in the ranges of server %d", key, piece.table, copy.owner));
+            }
+            ++*installed;
+          }
+        }
+        return absl::OkStatus();
+      });
+  KLOG(Info) << "installed a copy of the ranges of server " << copy.owner << ": " << *installed << " rows ("
+             << status << ")";
+  incoming_.reset();
+  return status;
 }
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard,

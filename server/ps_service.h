@@ -39,6 +39,8 @@ class PeerServers {
   void SetAddresses(const std::vector<std::string>& addresses);
   // The stub of `server`, or null while its address is unknown.
   std::shared_ptr<grpc::GenericStub> Stub(int server) const;
+  // What the channels authenticate with (for a channel to a server the scheduler names).
+  const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
 
  private:
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
@@ -93,6 +95,13 @@ class PsServiceImpl final
                                        CheckpointShardResponse* response) override;
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context, const RestoreShardRequest* request,
                                     RestoreShardResponse* response) override;
+  grpc::ServerUnaryReactor* CopyGroup(grpc::CallbackServerContext* context, const CopyGroupRequest* request,
+                                      CopyGroupResponse* response) override;
+  grpc::ServerUnaryReactor* ReceiveGroup(grpc::CallbackServerContext* context, const GroupChunk* request,
+                                         GroupChunkResponse* response) override;
+
+  // Most bytes of rows a group copy being received may stage before it is installed. Default: 16 GiB.
+  void set_max_copy_bytes(uint64_t bytes) { max_copy_bytes_ = bytes; }
 
  private:
   // The caller's identity (none on a plaintext listener), or an error; see common/peer_identity.h.
@@ -122,8 +131,27 @@ class PsServiceImpl final
   const absl::Duration forward_deadline_;
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
-      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_;
-  ThreadPool admin_;  // one thread: checkpoint and restore calls, in arrival order (at most 16 waiting)
+      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_, &copy_group_rpc_;
+  // A group copy being received (re-replication), one at a time: its pieces so far.
+  struct IncomingCopy {
+    int owner = -1;
+    uint64_t next_sequence = 0;
+    std::vector<TableConfig> tables;
+    struct Piece {
+      std::string table;
+      std::string keys, rows;
+    };
+    std::vector<Piece> pieces;
+    uint64_t bytes = 0;
+  };
+  // Stages one piece; installs the copy with the last one (into *installed: rows).
+  absl::Status Receive(const GroupChunk& chunk, uint64_t* installed);
+  // Sends `owner`'s group, whole, to the server at `target_address` (CopyGroup, on the admin thread).
+  absl::Status SendGroup(const CopyGroupRequest& request, CopyGroupResponse* response);
+  absl::Mutex copy_mu_;
+  std::optional<IncomingCopy> incoming_ ABSL_GUARDED_BY(copy_mu_);
+  uint64_t max_copy_bytes_ = uint64_t{16} << 30;
+  ThreadPool admin_;  // one thread: checkpoint, restore and copy calls, in arrival order (at most 16 waiting)
   ScrapeHook stats_hook_;  // last: unregistered first, while shard_ is still in use
 };
 

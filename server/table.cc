@@ -741,16 +741,26 @@ void Table::ForEachRow(const std::function<void(uint64_t, const float*, const fl
 
 absl::Status Table::ForEachDirtyRow(
     const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const {
+  return VisitRows(/*dirty_only=*/true, fn);
+}
+
+absl::Status Table::ForEachStoredRow(
+    const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const {
+  return VisitRows(/*dirty_only=*/false, fn);
+}
+
+absl::Status Table::VisitRows(bool dirty_only,
+                              const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const {
   const size_t floats = stored_floats();
   std::vector<std::pair<uint64_t, uint32_t>> dirty;  // (key, row id): visited in key order
   for (int si = 0; si < kStripes; ++si) {
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
-    if (s.num_dirty == 0) continue;
+    if (dirty_only && s.num_dirty == 0) continue;
     dirty.clear();
-    dirty.reserve(s.num_dirty);
+    dirty.reserve(dirty_only ? s.num_dirty : s.rows);
     for (uint32_t id = 0; id < s.rows; ++id) {
-      if (s.flags[id] & kDirty) dirty.emplace_back(RowKey(RowLocked(s, id)), id);
+      if (!dirty_only || (s.flags[id] & kDirty)) dirty.emplace_back(RowKey(RowLocked(s, id)), id);
     }
     // Stripes are consecutive key slices, so sorting each one gives key order overall: a sorted store (RocksDB)
     // takes rows in key order about three times faster than in insertion order.

@@ -160,6 +160,8 @@ class Table {
   // optimizer state, meta), stripe by stripe under the stripe's shared lock; stops at the first error fn
   // returns.
   absl::Status ForEachDirtyRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
+  // The same for every row in memory, dirty or not (copying a table to another server: re-replication).
+  absl::Status ForEachStoredRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
   // Calls fn(key) for each key whose row the store holds (it was in memory at a ClearDirty(), or was moved to
   // disk) but that has since left the table: the checkpoint deletes them.
   absl::Status ForEachTombstone(const std::function<absl::Status(uint64_t)>& fn) const;
@@ -196,6 +198,10 @@ class Table {
   void ForEachRow(const std::function<void(uint64_t, const float*, const float*)>& fn) const;
 
  private:
+  // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
+  absl::Status VisitRows(bool dirty_only,
+                         const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
+
   struct alignas(64) Stripe {
     mutable absl::Mutex mu;
     std::vector<uint32_t> index ABSL_GUARDED_BY(mu);  // row id + 1; 0 = empty; size is a power of two

@@ -62,7 +62,8 @@ class Job {
   // `bounded`: the model's sparse table admits keys on their second push, expires rows after 40 clocks and
   // keeps about 1000 rows per server (server/table.h), so admission, expiry and eviction all happen.
   // `replicas`: copies of every key range (docs/replication.md); 1 = none.
-  Job(std::string dir, std::string data, bool bounded = false, int replicas = 1)
+  // `epochs`: passes over the training data (the reference job's: 2).
+  Job(std::string dir, std::string data, bool bounded = false, int replicas = 1, int epochs = 2)
       : dir_(std::move(dir)), data_(std::move(data)), replicas_(replicas) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -73,7 +74,7 @@ class Job {
                            << "}\n"
                            << "data { format: CRITEO train_files: '" << data_ << "/train.tsv' test_files: '" << data_
                            << "/test.tsv' }\n"
-                           << "train { batch_size: 128 epochs: 2 log_every_steps: 100 }\n";
+                           << "train { batch_size: 128 epochs: " << epochs << " log_every_steps: 100 }\n";
   }
 
   std::string checkpoints() const { return dir_ + "/ckpt"; }
@@ -530,8 +531,10 @@ TEST_F(RecoveryTest, ReplicatedJobFailsOverAKilledServerWithoutRollingBack) {
     if (outcome.ok()) {
       EXPECT_EQ(outcome->scheduler.rollbacks(), 0u) << what;
       EXPECT_EQ(outcome->scheduler.failovers(), 1u) << what;
-      EXPECT_EQ(outcome->scheduler.under_replicated_ranges(), kServers) << what;
-      EXPECT_EQ(outcome->scheduler.view().out_of_service_size(), 1) << what;
+      // The replacement is re-replicated unless the job ended first; either way the records agree.
+      const bool synced = outcome->scheduler.rereplications() == 1;
+      EXPECT_EQ(outcome->scheduler.under_replicated_ranges(), synced ? 0 : kServers) << what;
+      EXPECT_EQ(outcome->scheduler.view().out_of_service_size(), synced ? 0 : 1) << what;
     }
     for (int w = 0; w < kWorkers; ++w) {  // no worker stopped training, let alone rejoined
       const std::string log = ReadAll(job.worker(w)->log_path());
@@ -542,14 +545,53 @@ TEST_F(RecoveryTest, ReplicatedJobFailsOverAKilledServerWithoutRollingBack) {
   }
 }
 
+// Replicated: a server is killed early, its replacement is re-replicated (a synced copy of every range it
+// holds, then back in service), and then the other server is killed: the replacement's copies take over. Two
+// failovers, no rollback, bitwise identical to an uninterrupted run of the same (longer) job.
+TEST_F(RecoveryTest, ReplicatedJobSurvivesASecondFailureAfterReReplication) {
+  Job plain(TmpDir() + "/recovery_replicated_long_reference", *data_, /*bounded=*/false, /*replicas=*/1,
+            /*epochs=*/6);
+  ASSERT_TRUE(plain.StartAll(/*resume=*/false).ok());
+  absl::StatusOr<Outcome> reference = plain.Finish();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  plain.KillAll();
+
+  Job job(TmpDir() + "/recovery_replicated_second", *data_, /*bounded=*/false, /*replicas=*/2, /*epochs=*/6);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  auto wait_for = [&](const std::function<bool(const DescribeResponse&)>& done, const char* what) {
+    for (absl::Time give_up = absl::Now() + absl::Seconds(60); absl::Now() < give_up;) {
+      absl::StatusOr<DescribeResponse> d = job.DescribeJob();
+      if (d.ok() && done(*d)) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what;
+    return false;
+  };
+  ASSERT_TRUE(wait_for([](const DescribeResponse& d) { return d.min_clock() >= 1; }, "training"));
+  job.Kill(job.server(0));
+  ASSERT_TRUE(job.StartServer(0).ok());
+  ASSERT_TRUE(wait_for([](const DescribeResponse& d) { return d.rereplications() == 1; }, "re-replication"));
+  absl::StatusOr<DescribeResponse> before = job.DescribeJob();
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->view().job_state(), "running") << "the second kill must land while training";
+  EXPECT_EQ(before->under_replicated_ranges(), 0);
+  job.Kill(job.server(1));
+  ASSERT_TRUE(job.StartServer(1).ok());
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(Equal(*outcome, *reference)) << Describe(*outcome) << "\n reference: " << Describe(*reference);
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
+  EXPECT_EQ(outcome->scheduler.failovers(), 2u);
+  job.KillAll();
+}
+
 // Replicated, both copies lost: the second death leaves a range with no copy, so the job rolls back to its last
 // checkpoint as an unreplicated one does, and still ends bitwise identical.
 TEST_F(RecoveryTest, ReplicatedJobLosingEveryCopyRollsBack) {
   Job job(TmpDir() + "/recovery_replicated_double", *data_, /*bounded=*/false, /*replicas=*/2);
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
   while (job.LatestCheckpointClock() < 50) absl::SleepFor(absl::Milliseconds(5));
-  job.Kill(job.server(0));
-  ASSERT_TRUE(job.StartServer(0).ok());
+  job.Kill(job.server(0));  // not restarted yet: no replacement to re-replicate onto
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (true) {  // the failover first
     absl::StatusOr<DescribeResponse> d = job.DescribeJob();
@@ -558,11 +600,13 @@ TEST_F(RecoveryTest, ReplicatedJobLosingEveryCopyRollsBack) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   job.Kill(job.server(1));  // the last copy of every range
+  ASSERT_TRUE(job.StartServer(0).ok());
   ASSERT_TRUE(job.StartServer(1).ok());
   absl::StatusOr<Outcome> outcome = job.Finish();
   ExpectReference(outcome, "both copies lost");
   if (outcome.ok()) {
     EXPECT_GE(outcome->scheduler.rollbacks(), 1u);
+    EXPECT_EQ(outcome->scheduler.rereplications(), 0u);
     EXPECT_EQ(outcome->scheduler.view().out_of_service_size(), 0);  // the rollback restored every server
   }
   job.KillAll();

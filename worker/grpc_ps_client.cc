@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/pull_wire.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -18,26 +20,23 @@ class GrpcTransport final : public PsTransport {
  public:
   GrpcTransport(const PsClientOptions& options, const std::vector<std::string>& addresses,
                 const std::shared_ptr<grpc::ChannelCredentials>& credentials)
-      : channels_per_server_(std::max(1, options.channels_per_server)) {
+      : channels_per_server_(std::max(1, options.channels_per_server)),
+        routing_(options.routing),
+        credentials_(credentials) {
     static std::atomic<int> next_client_id{0};
-    const int client_id = next_client_id.fetch_add(1, std::memory_order_relaxed);
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(options.max_message_bytes);
-    args.SetMaxSendMessageSize(options.max_message_bytes);
-    for (size_t i = 0; i < addresses.size(); ++i) {
-      for (int c = 0; c < channels_per_server_; ++c) {
-        // Distinct channel arguments keep each channel of each client on its own connection (gRPC shares
-        // subchannels between channels with identical arguments).
-        args.SetInt("kestrel.channel", static_cast<int>(i) * channels_per_server_ + c);
-        args.SetInt("kestrel.client", client_id);
-        auto channel = grpc::CreateCustomChannel(addresses[i], credentials, args);
-        stubs_.push_back(ParameterServer::NewStub(channel));
-        generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
-      }
-    }
+    client_id_ = next_client_id.fetch_add(1, std::memory_order_relaxed);
+    args_.SetMaxReceiveMessageSize(options.max_message_bytes);
+    args_.SetMaxSendMessageSize(options.max_message_bytes);
+    absl::MutexLock lock(&mu_);
+    addresses_ = addresses;
+    for (size_t i = 0; i < addresses.size(); ++i) servers_.push_back(Connect(static_cast<int>(i), addresses[i]));
+    if (routing_ != nullptr) seen_version_ = routing_->addresses_version();
   }
 
-  int num_servers() const override { return static_cast<int>(stubs_.size()) / channels_per_server_; }
+  int num_servers() const override {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(servers_.size());
+  }
 
   void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
                 std::function<void(absl::Status)> done) override {
@@ -54,7 +53,7 @@ class GrpcTransport final : public PsTransport {
       delete call;
       return done(FromGrpcStatus(serialized));
     }
-    generic_stubs_[PickChannel(server)]->UnaryCall(
+    Pick(server).generic->UnaryCall(
         &call->context, "/kestrel.ParameterServer/Pull", grpc::StubOptions(), &call->request, &call->response,
         [call, out, floats, type = request.value_type(), done = std::move(done)](grpc::Status status) {
           absl::Status result = FromGrpcStatus(status);
@@ -91,7 +90,7 @@ class GrpcTransport final : public PsTransport {
                                grpc::Slice(const_cast<void*>(values), bytes, &RawPush::SliceReleased, call)};
       call->request = grpc::ByteBuffer(slices, 2);
     }
-    generic_stubs_[PickChannel(server)]->UnaryCall(
+    Pick(server).generic->UnaryCall(
         &call->context,
         method == PsMethod::kPushDense ? "/kestrel.ParameterServer/PushDense" : "/kestrel.ParameterServer/Push",
         grpc::StubOptions(), &call->request, &call->response, [call](grpc::Status status) {
@@ -110,7 +109,7 @@ class GrpcTransport final : public PsTransport {
       delete context;
       done(FromGrpcStatus(status));
     };
-    auto* stub = stubs_[PickChannel(server)]->async();
+    auto* stub = Pick(server).stub->async();
     switch (method) {
       case PsMethod::kPull:
         return stub->Pull(context, &MessageAs<PullRequest>(request), MessageAs<PullResponse>(response), std::move(finish));
@@ -154,15 +153,63 @@ class GrpcTransport final : public PsTransport {
     }
   };
 
-  // Spreads requests to `server` over its channels round-robin.
-  int PickChannel(int server) {
+  // The channels to one server: channels_per_server_ of them, each with its two stubs.
+  struct Channels {
+    std::vector<std::unique_ptr<ParameterServer::Stub>> stubs;
+    std::vector<std::unique_ptr<grpc::GenericStub>> generic;
+  };
+  struct Picked {
+    ParameterServer::Stub* stub;
+    grpc::GenericStub* generic;
+  };
+
+  std::unique_ptr<Channels> Connect(int server, const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto out = std::make_unique<Channels>();
+    for (int c = 0; c < channels_per_server_; ++c) {
+      // Distinct channel arguments keep each channel of each client on its own connection (gRPC shares
+      // subchannels between channels with identical arguments).
+      grpc::ChannelArguments args = args_;
+      args.SetInt("kestrel.channel", server * channels_per_server_ + c);
+      args.SetInt("kestrel.client", client_id_);
+      auto channel = grpc::CreateCustomChannel(address, credentials_, args);
+      out->stubs.push_back(ParameterServer::NewStub(channel));
+      out->generic.push_back(std::make_unique<grpc::GenericStub>(channel));
+    }
+    return out;
+  }
+
+  // One of `server`'s channels, round-robin; first reconnects to servers the routing says moved (a replacement
+  // on another address). Stubs are never destroyed while the transport lives: calls in flight keep using them.
+  Picked Pick(int server) {
+    if (routing_ != nullptr && routing_->addresses_version() != seen_version_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&mu_);
+      const uint64_t version = routing_->addresses_version();
+      const std::vector<std::string> now = routing_->addresses();
+      for (size_t i = 0; i < now.size() && i < servers_.size(); ++i) {
+        if (now[i].empty() || now[i] == addresses_[i]) continue;
+        addresses_[i] = now[i];
+        retired_.push_back(std::move(servers_[i]));
+        servers_[i] = Connect(static_cast<int>(i), now[i]);
+      }
+      seen_version_.store(version, std::memory_order_release);
+    }
     const uint64_t turn = next_channel_.fetch_add(1, std::memory_order_relaxed);
-    return server * channels_per_server_ + static_cast<int>(turn % static_cast<uint64_t>(channels_per_server_));
+    const size_t c = static_cast<size_t>(turn % static_cast<uint64_t>(channels_per_server_));
+    absl::MutexLock lock(&mu_);
+    const Channels& channels = *servers_[server];
+    return {channels.stubs[c].get(), channels.generic[c].get()};
   }
 
   const int channels_per_server_;
-  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;  // same layout as stubs_
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // channels_per_server_ per server, in order
+  const std::shared_ptr<RoutingTable> routing_;  // null: the addresses never change
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  grpc::ChannelArguments args_;
+  int client_id_ = 0;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Channels>> servers_ ABSL_GUARDED_BY(mu_);   // by server index
+  std::vector<std::unique_ptr<Channels>> retired_ ABSL_GUARDED_BY(mu_);  // replaced: kept for calls in flight
+  std::atomic<uint64_t> seen_version_{0};
   std::atomic<uint64_t> next_channel_{0};
 };
 

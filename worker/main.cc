@@ -328,7 +328,10 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
                               absl::MutexLock lock(&routing_mu);
                               table = routing;
                             }
-                            if (table != nullptr) UpdateRouting(*table, answer.routing_generation(), answer.out_of_service());
+                            if (table != nullptr) {
+                              UpdateRouting(*table, answer.routing_generation(), answer.out_of_service());
+                              table->SetAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
+                            }
                           });
   // Wait until every server has joined.
   ClusterView view;
@@ -352,6 +355,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   if (partition->replicas() > 1) {
     auto table = std::make_shared<RoutingTable>(*partition);
     UpdateRouting(*table, view.routing_generation(), view.out_of_service());
+    table->SetAddresses({view.server_addresses().begin(), view.server_addresses().end()});
     absl::MutexLock lock(&routing_mu);
     routing = std::move(table);
   }
