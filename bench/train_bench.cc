@@ -75,7 +75,8 @@ ABSL_FLAG(bool, append, false, "Append the report to --output instead of replaci
 ABSL_FLAG(std::string, configs, "in-process,bsp,asp,bsp-mtls,torch,ddp",
           "Comma list of configurations to measure: in-process, bsp, asp, bsp-mtls, torch, ddp, and ssp "
           "(SSP(--staleness), no row cache), ssp-cache (the same with the workers' row cache), bsp-bf16 and "
-          "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire).");
+          "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire), bsp-r2 (BSP with two copies of every "
+          "key range, docs/replication.md).");
 ABSL_FLAG(int, staleness, 2, "The staleness of the ssp and ssp-cache configurations.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
 ABSL_FLAG(std::string, output, "bench/results/train_bench.md", "Markdown report ('' for none).");
@@ -153,7 +154,7 @@ absl::StatusOr<Figures> InProcess(const JobConfig& job) {
 // With `ca`, every process runs over mutual TLS with a certificate of that CA for its role and rank.
 absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const std::string& consistency,
                                 int compute_threads, const std::string& dir, const TestingCa* ca,
-                                std::vector<std::string> worker_flags = {}) {
+                                std::vector<std::string> worker_flags = {}, int replicas = 1) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/job.pbtxt";
@@ -168,7 +169,7 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
   KESTREL_ASSIGN_OR_RETURN(
       std::vector<std::string> scheduler_args,
       with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
-                absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness))},
+                absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)), absl::StrCat("--replicas=", replicas)},
                "scheduler", 0));
   KESTREL_ASSIGN_OR_RETURN(ServerProcess scheduler,
                            ServerProcess::Start(bin.scheduler, scheduler_args, dir, "scheduler"));
@@ -177,7 +178,7 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
     KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> args,
                              with_tls({"--job_id=bench", "--num_shards=2", absl::StrCat("--shard_index=", s),
                                        absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
-                                       "--scheduler=" + scheduler.address()},
+                                       "--scheduler=" + scheduler.address(), absl::StrCat("--replicas=", replicas)},
                                       "server", s));
     KESTREL_ASSIGN_OR_RETURN(ServerProcess server,
                              ServerProcess::Start(bin.server, args, dir, absl::StrCat("server", s)));
@@ -374,6 +375,9 @@ int Main(int argc, char** argv) {
                                    threads_text(half_threads), half_batch)},
       {"bsp-fp16", absl::StrFormat("Kestrel cluster BSP, fp16 on the wire, 2 servers + 2 workers × %s, %d per worker",
                                    threads_text(half_threads), half_batch)},
+      {"bsp-r2", absl::StrFormat("Kestrel cluster BSP, 2 copies of every key range, 2 servers + 2 workers × %s, %d "
+                                 "per worker",
+                                 threads_text(half_threads), half_batch)},
       {"torch", absl::StrFormat("PyTorch, 1 process × %s", threads_text(nproc))},
       {"ddp",
        absl::StrFormat("PyTorch DDP (gloo), 2 processes × %s, %d per process", threads_text(half_threads), half_batch)},
@@ -435,6 +439,8 @@ int Main(int argc, char** argv) {
                                              /*ca=*/nullptr, {"--row_cache=false"})
             : c.key == "ssp-cache" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
                                              /*ca=*/nullptr, {"--row_cache=true"})
+            : c.key == "bsp-r2"    ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
+                                             /*ca=*/nullptr, {}, /*replicas=*/2)
             : c.key == "bsp-bf16" || c.key == "bsp-fp16"
                 ? [&] {
                     JobConfig job = JobOf(data, m.model, half_batch);
@@ -569,6 +575,14 @@ int Main(int argc, char** argv) {
                                                  median_of(m.figures["ssp"], &Figures::auc)));
       }
       absl::StrAppend(&md, "\n");
+    }
+    if (!m.figures["bsp-r2"].empty() && !m.figures["bsp"].empty()) {
+      absl::StrAppend(&md, absl::StrFormat(
+                               "\nBSP with 2 copies of every range / 1 copy: %.2fx the examples/s (medians over "
+                               "runs); test AUC minus 1 copy's: %+.5f (BSP is bitwise the same model).\n",
+                               median_of(m.figures["bsp-r2"], &Figures::examples_per_second) /
+                                   median_of(m.figures["bsp"], &Figures::examples_per_second),
+                               median_of(m.figures["bsp-r2"], &Figures::auc) - median_of(m.figures["bsp"], &Figures::auc)));
     }
     for (const char* wire : {"bsp-bf16", "bsp-fp16"}) {
       if (m.figures[wire].empty() || m.figures["bsp"].empty()) continue;
