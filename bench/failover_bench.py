@@ -7,8 +7,10 @@ it). Reported, from the scheduler's log and the runs' summaries:
   - detection: kill -> the scheduler declares the server dead;
   - recovery: kill -> the job can train again (R=2: the failover, no rollback; R=1: every server restored
     the checkpoint; the rollback then also redoes the clocks since that checkpoint);
-  - time lost: the killed run's wall time minus the uninterrupted run's (detection, recovery and redone
-    work together), and whether both ended with the same predictions (BSP: they must).
+  - re-replication hold (R=2): how long the workers were held while the restarted server got its copies and
+    every server moved to the routing that puts it back;
+  - time lost: the killed run's wall time minus the uninterrupted run's (detection, recovery, re-replication
+    and redone work together), and whether both ended with the same predictions (BSP: they must).
 Every figure comes from this one invocation, so the ratios compare like with like on a shared machine.
 """
 import argparse
@@ -76,9 +78,14 @@ def run(args, name, replicas, kill):
     if kill:
         sched = os.path.join(run_dir, "scheduler.log")
         dead, _ = first_line_time(sched, "server rank 1 at", after=killed_at - 1)
+        hold = None
         if replicas > 1:
             back, _ = first_line_time(sched, "failed over without a rollback", after=killed_at - 1)
             redone = 0
+            held, _ = first_line_time(sched, "re-replicating onto server", after=killed_at - 1)
+            released, _ = first_line_time(sched, "the workers go on", after=killed_at - 1)
+            if held and released:
+                hold = released - held
         else:
             back, line = first_line_time(sched, "every server restored", after=killed_at - 1)
             redone = None
@@ -87,7 +94,7 @@ def run(args, name, replicas, kill):
                 if m:
                     redone = f"from clock {m.group(1)}"
         out.update(detection_s=(dead - killed_at) if dead else None,
-                   recovery_s=(back - killed_at) if back else None, redone=redone)
+                   recovery_s=(back - killed_at) if back else None, redone=redone, rereplication_hold_s=hold)
     return out
 
 
@@ -120,6 +127,7 @@ def main():
     for replicas, (plain, killed) in results.items():
         rows.append(f"| {replicas} | {plain['wall_seconds']:.1f} | {killed['wall_seconds']:.1f} | "
                     f"{f(killed['lost_s'])} | {f(killed['detection_s'])} | {f(killed['recovery_s'])} | "
+                    f"{f(killed.get('rereplication_hold_s'))} | "
                     f"{killed['rollbacks']} | {killed['failovers']} | "
                     f"{'yes' if killed['identical'] else 'NO'} |")
     lost1, lost2 = results[1][1]["lost_s"], results[2][1]["lost_s"]
@@ -133,8 +141,8 @@ def main():
         __doc__.strip(),
         "",
         "| replicas | uninterrupted s | killed s | time lost s | kill -> declared dead s | kill -> training again s "
-        "| rollbacks | failovers | same predictions |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| re-replication hold s | rollbacks | failovers | same predictions |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         *rows,
         "",
         f"Kill -> training again: R=2 {f(rec2)} s against R=1 {f(rec1)} s (R=1 then redoes the clocks since its "
