@@ -14,8 +14,10 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "common/json.h"
+#include "common/partition.h"
 #include "common/tls.h"
 #include "common/tls_flags.h"
+#include "common/partition.h"
 #include "proto/ctl.pb.h"
 #include "scheduler/scheduler_client.h"
 
@@ -45,6 +47,14 @@ int Status(SchedulerClient& client) {
   status.set_latest_checkpoint_clock(d->latest_checkpoint_clock());
   status.set_checkpoints_committed(d->checkpoints_committed());
   status.set_rollbacks(d->rollbacks());
+  if (absl::StatusOr<Partition> partition = Partition::Parse(v.partition());
+      partition.ok() && partition->replicas() > 1) {
+    status.set_replicas(partition->replicas());
+    status.set_failovers(d->failovers());
+    status.set_rereplications(d->rereplications());
+    status.set_under_replicated_ranges(d->under_replicated_ranges());
+    for (int s : v.out_of_service()) status.add_out_of_service(s);
+  }
   for (const MemberStatus& m : d->members()) {
     CtlStatus::Member* member = status.add_members();
     member->set_role(m.role() == ROLE_SERVER ? "server" : "worker");
