@@ -210,6 +210,32 @@ bool Routing::AnyRangeLost() const {
   return std::find(primary_of_owner_.begin(), primary_of_owner_.end(), -1) != primary_of_owner_.end();
 }
 
+std::vector<RangeMove> MovesBetween(const Partition& from, const Partition& to) {
+  // Both tile [0, 2^64-1] in key order: walk them together, one overlap at a time.
+  std::vector<RangeMove> moves;
+  const std::vector<KeyRange>& a = from.ranges();
+  const std::vector<KeyRange>& b = to.ranges();
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const uint64_t first = std::max(a[i].first, b[j].first);
+    const uint64_t last = std::min(a[i].last, b[j].last);
+    const int old_owner = from.owners()[i], new_owner = to.owners()[j];
+    if (old_owner != new_owner) {
+      if (!moves.empty() && moves.back().from == old_owner && moves.back().to == new_owner &&
+          moves.back().range.last + 1 == first) {
+        moves.back().range.last = last;  // one move per contiguous stretch
+      } else {
+        moves.push_back({KeyRange{first, last}, old_owner, new_owner});
+      }
+    }
+    // Advance whichever ends first (both when they end together).
+    const bool end_a = a[i].last == last, end_b = b[j].last == last;
+    if (end_a) ++i;
+    if (end_b) ++j;
+  }
+  return moves;
+}
+
 int Routing::UnderReplicatedRanges() const {
   int count = 0;
   for (int owner : partition_.owners()) {

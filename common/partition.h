@@ -118,6 +118,18 @@ class Partition {
   bool uniform_ = false;          // ranges_ are the Uniform() cut, owners round-robin
 };
 
+// Key ranges whose owner changes between two partitions (elastic rescaling, docs/elasticity.md): the rows of
+// `range` move from server `from` (in the old partition) to server `to` (in the new one).
+struct RangeMove {
+  KeyRange range;
+  int from = 0;
+  int to = 0;
+};
+
+// Every move from `from` to `to`, in key order: the overlaps of their ranges whose owners differ. Together they
+// cover exactly the keys whose owner changes; keys that stay put are not in any move.
+std::vector<RangeMove> MovesBetween(const Partition& from, const Partition& to);
+
 // A Partition and the servers currently out of service (declared dead and not yet replaced by a synced copy):
 // who serves each key (the first of its replicas in service, in replica order) and who backs it up. Every
 // process derives the same answers from the same partition and the scheduler's out-of-service set, so two

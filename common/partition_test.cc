@@ -1,5 +1,7 @@
 #include "common/partition.h"
 
+#include <random>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -317,6 +319,39 @@ TEST(PartitionTest, DenseBlockKeyDiffersForTablesAndBlocks) {
   }
   std::sort(keys.begin(), keys.end());
   EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end());
+}
+
+// The moves cover exactly the keys whose owner changes, each from its old owner to its new one.
+TEST(MovesBetweenTest, CoverExactlyTheKeysThatChangeOwner) {
+  std::mt19937_64 rng(7);
+  const std::vector<std::pair<Partition, Partition>> cases = {
+      {*Partition::Uniform(2), *Partition::Uniform(3)},       {*Partition::Uniform(3), *Partition::Uniform(2)},
+      {*Partition::Uniform(2, 4), *Partition::Uniform(3, 2)}, {*Partition::Uniform(4), *Partition::Uniform(4)},
+      {*Partition::Uniform(1), *Partition::Uniform(5, 3)},
+  };
+  for (const auto& [from, to] : cases) {
+    const std::vector<RangeMove> moves = MovesBetween(from, to);
+    for (size_t m = 1; m < moves.size(); ++m) ASSERT_LT(moves[m - 1].range.last, moves[m].range.first);
+    std::vector<uint64_t> keys = {0, ~uint64_t{0}};
+    for (const KeyRange& r : from.ranges()) keys.insert(keys.end(), {r.first, r.last});
+    for (const KeyRange& r : to.ranges()) keys.insert(keys.end(), {r.first, r.last});
+    for (int k = 0; k < 20000; ++k) keys.push_back(rng());
+    for (uint64_t key : keys) {
+      const RangeMove* hit = nullptr;
+      for (const RangeMove& m : moves) {
+        if (m.range.Contains(key)) hit = &m;
+      }
+      const int a = from.OwnerOf(key), b = to.OwnerOf(key);
+      if (a == b) {
+        EXPECT_EQ(hit, nullptr) << key << " stays on server " << a;
+      } else {
+        ASSERT_NE(hit, nullptr) << key << " moves from " << a << " to " << b;
+        EXPECT_EQ(hit->from, a);
+        EXPECT_EQ(hit->to, b);
+      }
+    }
+  }
+  EXPECT_TRUE(MovesBetween(*Partition::Uniform(4), *Partition::Uniform(4)).empty());
 }
 
 TEST(RoutingTableTest, TakesNewerAnnouncementsOnlyAndRefusesBadServers) {
