@@ -1,0 +1,64 @@
+#include "worker/data/reshard.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace kestrel {
+
+ShardAssignment PlainShard(int index, int count) {
+  ShardAssignment a;
+  a.index = index;
+  a.count = count;
+  return a;
+}
+
+absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+                                                     absl::Span<const uint64_t> consumed, int new_count,
+                                                     uint64_t max_leftovers) {
+  if (old.empty() || old.size() != consumed.size() || new_count < 1 || new_count > 65536) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "resharding %d workers (%d positions) to %d: need as many positions as workers and 1..65536 workers",
+        old.size(), consumed.size(), new_count));
+  }
+  for (const ShardAssignment& a : old) {
+    if (a.count < 1 || a.index < 0 || a.index >= a.count ||
+        (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
+      return absl::InvalidArgumentError("resharding: a malformed assignment");
+    }
+  }
+  // The watermark: the furthest next line, and never below the previous watermark (lines below it may have been
+  // read in earlier generations by workers whose positions are gone). Lines read in this generation are below
+  // their reader's next line.
+  uint64_t watermark = 0;
+  for (size_t w = 0; w < old.size(); ++w) {
+    watermark = std::max({watermark, old[w].watermark, old[w].Line(consumed[w])});
+  }
+
+  std::vector<ShardAssignment> out(new_count);
+  for (int v = 0; v < new_count; ++v) {
+    out[v].watermark = watermark;
+    out[v].index = v;
+    out[v].count = new_count;
+  }
+  uint64_t total = 0;
+  size_t next_heir = 0;  // leaving workers' leftovers go round-robin
+  const size_t staying = std::min<size_t>(old.size(), static_cast<size_t>(new_count));
+  for (size_t w = 0; w < old.size(); ++w) {
+    for (uint64_t n = consumed[w];; ++n) {
+      const uint64_t line = old[w].Line(n);
+      if (line >= watermark) break;
+      if (++total > max_leftovers) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "resharding: more than %d unread lines below the watermark %d (a worker is far behind)", max_leftovers,
+            watermark));
+      }
+      const size_t heir = w < staying ? w : next_heir++ % staying;
+      out[heir].leftovers.push_back(line);
+    }
+  }
+  for (ShardAssignment& a : out) std::sort(a.leftovers.begin(), a.leftovers.end());
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,54 @@
+// Reshard: which training lines each worker reads after the worker count changes mid-epoch (elastic jobs,
+// docs/elasticity.md).
+//
+// A worker's share of an epoch is a ShardAssignment: first an explicit, increasing list of lines below a
+// watermark (leftovers), then every line g >= watermark with (g - watermark) mod count == index. A job
+// starts with the plain modulo sharding of worker/data/record_reader.h: no leftovers, watermark 0.
+//
+// Reshard() takes every worker's assignment and how many of its lines it has consumed at a clock boundary,
+// and deals the rest of the epoch to `new_count` workers:
+// - The watermark G is the furthest line any worker will read next (and at least the previous watermark). No
+//   line at or above G has been read.
+// - Below G, each old worker's unread lines (its leftovers) stay with it if it stays. A leaving worker's
+//   leftovers are dealt round-robin to the staying workers.
+// - From G on, the new modulo deals the lines.
+// Every line of the epoch is read exactly once, however many times the job is rescaled (reshard_test checks
+// this against random schedules). Pure functions; thread-compatible values.
+#ifndef KESTREL_WORKER_DATA_RESHARD_H_
+#define KESTREL_WORKER_DATA_RESHARD_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kestrel {
+
+struct ShardAssignment {
+  std::vector<uint64_t> leftovers;  // increasing, all < watermark
+  uint64_t watermark = 0;
+  int index = 0;  // in [0, count)
+  int count = 1;
+
+  // The n-th line (0-based) this worker reads: the leftovers, then watermark + index + k * count.
+  uint64_t Line(uint64_t n) const {
+    if (n < leftovers.size()) return leftovers[n];
+    return watermark + static_cast<uint64_t>(index) + (n - leftovers.size()) * static_cast<uint64_t>(count);
+  }
+};
+
+// The plain sharding: worker `index` of `count` reads lines congruent to index mod count.
+ShardAssignment PlainShard(int index, int count);
+
+// The assignments of `new_count` workers (in [1, 65536]) taking over from `old` (one per old worker, each
+// `consumed[w]` lines into its assignment). Worker ranks keep their identity: new worker v < old.size() is old
+// worker v. InvalidArgument for mismatched sizes or counts, or when the leftovers exceed `max_leftovers` lines
+// (a worker far behind the others; BSP keeps them within a batch).
+absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+                                                     absl::Span<const uint64_t> consumed, int new_count,
+                                                     uint64_t max_leftovers = uint64_t{1} << 24);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_DATA_RESHARD_H_

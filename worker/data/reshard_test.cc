@@ -1,0 +1,73 @@
+#include "worker/data/reshard.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+// Random schedules of worker counts and progress: every line of a 20000-line epoch is read exactly once.
+TEST(ReshardTest, EveryLineIsReadExactlyOnceAcrossRescales) {
+  constexpr uint64_t kLines = 20000;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    int count = std::uniform_int_distribution<int>(1, 5)(rng);
+    std::vector<ShardAssignment> shards;
+    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
+    std::vector<uint64_t> consumed(count, 0);
+    std::vector<int> reads(kLines, 0);
+    // Reads a worker's next `n` lines (those in the epoch).
+    auto read = [&](int w, uint64_t n) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t line = shards[w].Line(consumed[w]);
+        if (line >= kLines) return;
+        ++reads[line];
+        ++consumed[w];
+      }
+    };
+    for (int step = 0; step < 4; ++step) {
+      // BSP-like progress with some skew: each worker reads about the same number of lines.
+      const uint64_t batch = std::uniform_int_distribution<uint64_t>(0, 900)(rng);
+      for (int w = 0; w < count; ++w) read(w, batch + std::uniform_int_distribution<uint64_t>(0, 30)(rng));
+      const int next = std::uniform_int_distribution<int>(1, 6)(rng);
+      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(shards, consumed, next);
+      ASSERT_TRUE(resharded.ok()) << resharded.status();
+      shards = *std::move(resharded);
+      consumed.assign(next, 0);
+      count = next;
+    }
+    for (int w = 0; w < count; ++w) read(w, kLines);  // to the end of the epoch
+    for (uint64_t line = 0; line < kLines; ++line) {
+      ASSERT_EQ(reads[line], 1) << "trial " << trial << ": line " << line;
+    }
+  }
+}
+
+TEST(ReshardTest, LeavingWorkersHandTheirUnreadLinesToTheStayingOnes) {
+  // 3 workers; worker 2 is behind by one line of its class.
+  std::vector<ShardAssignment> shards = {PlainShard(0, 3), PlainShard(1, 3), PlainShard(2, 3)};
+  const std::vector<uint64_t> consumed = {4, 4, 3};  // next lines: 12, 13, 11 -> watermark 13
+  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, 2);
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].watermark, 13u);
+  EXPECT_EQ((*out)[0].leftovers, (std::vector<uint64_t>{11, 12}));  // its own 12, and worker 2's 11
+  EXPECT_TRUE((*out)[1].leftovers.empty());
+  EXPECT_EQ((*out)[1].Line(0), 14u);  // 13 + 1 of 2
+  EXPECT_EQ((*out)[0].Line(2), 13u);
+}
+
+TEST(ReshardTest, RefusesBadInputAndRunawayLeftovers) {
+  std::vector<ShardAssignment> shards = {PlainShard(0, 2), PlainShard(1, 2)};
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, std::vector<uint64_t>{0}, 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, std::vector<uint64_t>{0, 0}, 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Reshard(shards, std::vector<uint64_t>{0, 1000}, 2, /*max_leftovers=*/100).status()));
+  ShardAssignment bad = PlainShard(0, 1);
+  bad.leftovers = {5};  // not below the watermark (0)
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard({bad}, std::vector<uint64_t>{0}, 1).status()));
+}
+
+}  // namespace
+}  // namespace kestrel
