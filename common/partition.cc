@@ -279,9 +279,11 @@ std::shared_ptr<const Routing> RoutingTable::Current() const {
 
 void RoutingTable::SetAddresses(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
-  if (addresses_.size() < addresses.size()) addresses_.resize(addresses.size());
+  // One address per server of the partition; whatever else the announcement carries is ignored.
+  const size_t n = std::min(addresses.size(), static_cast<size_t>(partition_.num_servers()));
+  if (addresses_.size() < n) addresses_.resize(n);
   bool changed = false;
-  for (size_t i = 0; i < addresses.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (addresses[i].empty() || addresses[i] == addresses_[i]) continue;
     addresses_[i] = addresses[i];
     changed = true;

@@ -179,7 +179,8 @@ class RoutingTable {
   uint64_t generation() const;
 
   // Where the servers serve, by index, as last announced (a replacement server may come back elsewhere). An
-  // empty entry (a server not alive now) keeps the address held. addresses_version() moves with every change.
+  // empty entry (a server not alive now) keeps the address held; entries beyond the partition's servers are
+  // ignored. addresses_version() moves with every change.
   void SetAddresses(const std::vector<std::string>& addresses);
   std::vector<std::string> addresses() const;
   uint64_t addresses_version() const { return addresses_version_.load(std::memory_order_acquire); }

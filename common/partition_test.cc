@@ -385,9 +385,9 @@ TEST(RoutingTableTest, TakesNewerAnnouncementsOnlyAndRefusesBadServers) {
   table.SetAddresses({"a:1", "", "c:1"});
   EXPECT_EQ(table.addresses_version(), v);
   EXPECT_EQ(table.addresses()[1], "b:1");
-  table.SetAddresses({"a:1", "b:2", "c:1"});
+  table.SetAddresses({"a:1", "b:2", "c:1", "d:1", "e:1"});  // more than the 3 servers
   EXPECT_EQ(table.addresses_version(), v + 1);
-  EXPECT_EQ(table.addresses()[1], "b:2");
+  EXPECT_EQ(table.addresses(), (std::vector<std::string>{"a:1", "b:2", "c:1"}));
 }
 
 }  // namespace

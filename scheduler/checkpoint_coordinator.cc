@@ -175,14 +175,6 @@ int64_t CheckpointCoordinator::NextScheduledCut(int64_t permitted) const {
   return ((permitted + 1) / options_.every_clocks + 1) * options_.every_clocks;
 }
 
-std::vector<std::string> CheckpointCoordinator::ServerAddresses() const {
-  std::vector<std::string> addresses(job_.num_servers);
-  for (const Member& m : membership_->Members()) {
-    if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
-  }
-  return addresses;
-}
-
 void CheckpointCoordinator::Step() {
   const JobState state = membership_->state();
   // A server died: with a copy of each of its ranges elsewhere, those take over; else its rows since the last
@@ -296,12 +288,9 @@ bool CheckpointCoordinator::ReReplicate() {
   if (syncing_ < 0) {
     if (absl::Now() < next_sync_attempt_) return false;
     const RoutingState routing = membership_->routing();
-    std::vector<bool> alive(job_.num_servers, false);
-    for (const Member& m : membership_->Members()) {
-      if (m.role == Role::kServer && m.alive) alive[m.rank] = true;
-    }
+    const std::vector<std::string> alive = membership_->LiveServerAddresses();
     for (int s : routing.out_of_service) {
-      if (alive[s]) {
+      if (!alive[s].empty()) {
         syncing_ = s;
         break;
       }
@@ -318,7 +307,7 @@ bool CheckpointCoordinator::ReReplicate() {
     std::vector<bool> out(job_.num_servers, false);
     for (int s : state.out_of_service) out[s] = true;
     absl::StatusOr<Routing> routing = Routing::Create(*partition_, out);
-    const std::vector<std::string> addresses = ServerAddresses();
+    const std::vector<std::string> addresses = membership_->LiveServerAddresses();
     absl::Status status = routing.status();
     uint64_t rows = 0;
     for (int j = 0; status.ok() && j < partition_->replicas(); ++j) {
@@ -390,7 +379,7 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
     return false;
   }
   const std::string name = CheckpointLayout::CheckpointName(*sequence);
-  const std::vector<std::string> addresses = ServerAddresses();
+  const std::vector<std::string> addresses = membership_->LiveServerAddresses();
   std::vector<absl::StatusOr<ShardCheckpoint>> answers(job_.num_servers, absl::UnknownError("not run"));
   {
     std::vector<std::thread> calls;
@@ -488,7 +477,7 @@ bool CheckpointCoordinator::Restore() {
   const std::string name = manifest ? CheckpointLayout::CheckpointName(manifest->sequence()) : "";
   // Every worker rank registered at or after the rollback's generation: older requests are the old timeline.
   const uint64_t generation = rollback_generation_;
-  const std::vector<std::string> addresses = ServerAddresses();
+  const std::vector<std::string> addresses = membership_->LiveServerAddresses();
   std::vector<absl::Status> results(job_.num_servers);
   {
     std::vector<std::thread> calls;

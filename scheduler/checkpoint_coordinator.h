@@ -146,7 +146,6 @@ class CheckpointCoordinator {
   void EndReReplication();
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
   int64_t NextScheduledCut(int64_t permitted) const;
-  std::vector<std::string> ServerAddresses() const;
 
   const CheckpointOptions options_;
   const JobDescription job_;

@@ -150,17 +150,15 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
       if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
         m.alive = false;
         expired.push_back(m);
-        // Remembered until a rollback: a replacement registering first must not hide the lost rows.
-        if (m.role == Role::kServer && state_ != JobState::kForming) {
-          server_lost_ = true;
-          lost_[m.rank] = true;
-        }
+        // Remembered until a rollback or failover: a replacement registering first must not hide the lost rows.
+        // A server out of service serves nothing (a failed-over one's replacement): its death loses nothing.
+        if (m.role == Role::kServer && state_ != JobState::kForming && !out_of_service_[m.rank]) lost_[m.rank] = true;
       }
     }
   }
   if (!expired.empty() && state_ != JobState::kFinished) {  // leaving a finished job is not a failure
     ++generation_;
-    if (state_ == JobState::kRunning) state_ = JobState::kRecovering;
+    if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
   }
   return expired;
 }
@@ -234,7 +232,6 @@ uint64_t Membership::BeginRollback() {
   }
   done_.assign(done_.size(), false);
   rolling_back_ = true;
-  server_lost_ = false;
   lost_.assign(lost_.size(), false);
   if (state_ == JobState::kRunning || state_ == JobState::kFinished) state_ = JobState::kRecovering;
   return generation_;
@@ -263,7 +260,7 @@ bool Membership::rolling_back() const {
 
 bool Membership::AnyServerDead() const {
   absl::MutexLock lock(&mu_);
-  if (server_lost_) return true;
+  if (std::find(lost_.begin(), lost_.end(), true) != lost_.end()) return true;
   for (const Member& m : servers_) {
     if (m.rank != -1 && !m.alive && !out_of_service_[m.rank]) return true;
   }
@@ -284,7 +281,6 @@ std::vector<int> Membership::FailOver(absl::FunctionRef<bool(const std::vector<b
   if (failed.empty() || !covered(after)) return {};
   out_of_service_ = std::move(after);
   lost_.assign(lost_.size(), false);
-  server_lost_ = false;
   ++routing_generation_;
   failovers_ += failed.size();
   if (state_ == JobState::kRecovering && !rolling_back_ && AllAliveLocked()) state_ = JobState::kRunning;
@@ -308,6 +304,15 @@ bool Membership::ServersAtRouting(uint64_t generation) const {
     if (m.alive && m.routing_generation < generation) return false;
   }
   return true;
+}
+
+std::vector<std::string> Membership::LiveServerAddresses() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out(servers_.size());
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (servers_[r].alive) out[r] = servers_[r].address;
+  }
+  return out;
 }
 
 RoutingState Membership::routing() const {

@@ -141,6 +141,8 @@ class Membership {
   // refuses. `covered` runs under the membership's lock: it must not call back.
   std::vector<int> FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
   RoutingState routing() const;
+  // By server rank: where each live server serves ("" for a rank not alive).
+  std::vector<std::string> LiveServerAddresses() const;
   // Re-replication: server `rank` (alive, out of service) holds synced copies of its groups now; it serves again
   // in a new routing generation, which is returned. FailedPrecondition when it is not alive and out of service.
   absl::StatusOr<uint64_t> PutBackInService(int rank);
@@ -171,8 +173,9 @@ class Membership {
   std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
-  bool server_lost_ ABSL_GUARDED_BY(mu_) = false;  // a server was declared dead since the last BeginRollback
-  std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);  // by server rank: declared dead since the last rollback or failover
+  // By server rank: declared dead (after the job formed) since the last rollback or failover. Remembered after a
+  // replacement registers: it holds none of the lost rows.
+  std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> out_of_service_ ABSL_GUARDED_BY(mu_);  // by server rank
   uint64_t routing_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;

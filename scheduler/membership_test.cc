@@ -221,10 +221,23 @@ TEST(MembershipTest, FailOverPutsDeadServersOutOfServiceOnlyWhenCovered) {
   EXPECT_EQ(m->routing().failovers, 1u);
   EXPECT_EQ(m->WorkerGenerations()[0], w.generation) << "the worker's requests stay valid";
 
-  // The replacement registers and stays out of service; a rollback puts every server back.
-  ASSERT_TRUE(m->Register(Role::kServer, "h:9", 1, later).ok());
+  // The replacement registers and stays out of service. Its own death loses nothing: no failover or rollback is
+  // owed, and the job keeps running.
+  auto replacement = m->Register(Role::kServer, "h:9", 1, later);
+  ASSERT_TRUE(replacement.ok());
   EXPECT_FALSE(m->AnyServerDead());
   EXPECT_EQ(m->routing().out_of_service, std::vector<int>{1});
+  EXPECT_EQ(m->LiveServerAddresses(), (std::vector<std::string>{"h:0", "h:9", "h:2"}));
+  const absl::Time later2 = later + absl::Seconds(1);
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, servers[0].incarnation, later2).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 2, servers[2].incarnation, later2).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w.incarnation, later2).ok());
+  ASSERT_EQ(m->ExpireSilent(later2 + absl::Milliseconds(600)).size(), 1u);
+  EXPECT_FALSE(m->AnyServerDead());
+  EXPECT_EQ(m->state(), JobState::kRunning);
+  EXPECT_TRUE(m->FailOver([](const std::vector<bool>&) { return true; }).empty());
+  EXPECT_EQ(m->LiveServerAddresses(), (std::vector<std::string>{"h:0", "", "h:2"}));
+  // A rollback puts every server back in service.
   m->BeginRollback();
   m->EndRollback();
   EXPECT_TRUE(m->routing().out_of_service.empty());

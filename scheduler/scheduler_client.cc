@@ -1,5 +1,7 @@
 #include "scheduler/scheduler_client.h"
 
+#include "absl/strings/str_join.h"
+
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -127,6 +129,20 @@ class GrpcSchedulerClient final : public SchedulerClient {
 std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& address,
                                                         const SchedulerClientOptions& options) {
   return std::make_unique<GrpcSchedulerClient>(address, options);
+}
+
+bool ApplyRouting(RoutingTable& table, uint64_t generation,
+                  const google::protobuf::RepeatedField<int32_t>& out_of_service) {
+  const uint64_t before = table.generation();
+  absl::Status status = table.Update(generation, {out_of_service.data(), static_cast<size_t>(out_of_service.size())});
+  if (!status.ok()) {
+    KLOG(Warning) << "ignoring the scheduler's routing: " << status;
+    return false;
+  }
+  if (table.generation() == before) return false;
+  KLOG(Info) << "routing generation " << generation << ": servers out of service ["
+             << absl::StrJoin(out_of_service, ",") << "]";
+  return true;
 }
 
 Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, std::string incarnation,

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
+#include "common/partition.h"
 #include "proto/scheduler.pb.h"
 
 namespace kestrel {
@@ -54,6 +55,12 @@ struct SchedulerClientOptions {
   // The channel's credentials (common/tls.h MakeChannelCredentials). Default: null, plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
+
+// Replicated jobs: takes the scheduler's routing announcement (a ClusterView's or a HeartbeatResponse's routing
+// generation and out-of-service servers) into `table`, logging when it moves (and a refused one). Returns
+// whether the table moved to it.
+bool ApplyRouting(RoutingTable& table, uint64_t generation,
+                  const google::protobuf::RepeatedField<int32_t>& out_of_service);
 
 std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& address,
                                                         const SchedulerClientOptions& options);

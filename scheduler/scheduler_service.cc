@@ -126,11 +126,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_job_state(JobStateName(membership_->state()));
   view->set_num_servers(options_.membership.num_servers);
   view->set_num_workers(options_.membership.num_workers);
-  std::vector<std::string> addresses(options_.membership.num_servers);
-  for (const Member& m : membership_->Members()) {
-    if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
-  }
-  for (auto& a : addresses) view->add_server_addresses(a);
+  for (std::string& a : membership_->LiveServerAddresses()) view->add_server_addresses(std::move(a));
   view->set_partition(partition_);
   view->set_consistency(ConsistencyName(options_.consistency.mode));
   view->set_staleness(options_.consistency.staleness);
@@ -241,11 +237,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
         const RoutingState routing = membership_->routing();
         response->set_routing_generation(routing.generation);
         for (int s : routing.out_of_service) response->add_out_of_service(s);
-        std::vector<std::string> addresses(options_.membership.num_servers);
-        for (const Member& m : membership_->Members()) {
-          if (m.role == Role::kServer && m.alive) addresses[m.rank] = m.address;
-        }
-        for (std::string& a : addresses) response->add_server_addresses(std::move(a));
+        for (std::string& a : membership_->LiveServerAddresses()) response->add_server_addresses(std::move(a));
       }
     }
   }

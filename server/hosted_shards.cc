@@ -78,10 +78,6 @@ std::vector<int> HostedShards::BackupsOf(int owner) const {
   return routing_.Current()->BackupsOfOwner(owner);
 }
 
-absl::Status HostedShards::SetRouting(uint64_t generation, absl::Span<const int> out_of_service) {
-  return routing_.Update(generation, out_of_service);
-}
-
 void HostedShards::SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations) {
   for (Shard* shard : shards_) shard->SetJobView(job_generation, worker_generations);
 }

@@ -58,8 +58,8 @@ class HostedShards {
   // replication or when every backup is out of service).
   std::vector<int> BackupsOf(int owner) const;
 
-  // The scheduler's routing announcement (see RoutingTable::Update).
-  absl::Status SetRouting(uint64_t generation, absl::Span<const int> out_of_service);
+  // The routing this server acts on: the scheduler's announcements go here (RoutingTable::Update).
+  RoutingTable& routing() { return routing_; }
   uint64_t routing_generation() const { return routing_.generation(); }
 
   // Forwarded to every group: Shard::SetJobView and Shard::SetGenerationListener (the listener is also told

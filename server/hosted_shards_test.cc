@@ -47,11 +47,11 @@ TEST(HostedShardsTest, ReplicatedServerHoldsItsNeighboursBackupsAndFollowsRoutin
   EXPECT_EQ(told, 1);  // asks the scheduler for a newer routing
 
   // Server 0 fails over to this server; server 2 (this server's backup) is out too.
-  ASSERT_TRUE((*hosted)->SetRouting(1, {0, 2}).ok());
+  ASSERT_TRUE((*hosted)->routing().Update(1, {0, 2}).ok());
   EXPECT_TRUE((*hosted)->CheckPrimary(0).ok());
   EXPECT_TRUE((*hosted)->BackupsOf(0).empty());
   EXPECT_TRUE((*hosted)->BackupsOf(1).empty());
-  EXPECT_TRUE(absl::IsInvalidArgument((*hosted)->SetRouting(2, {7})));
+  EXPECT_TRUE(absl::IsInvalidArgument((*hosted)->routing().Update(2, {7})));
   EXPECT_EQ((*hosted)->routing_generation(), 1u);
 }
 

@@ -319,14 +319,7 @@ int Run() {
                                  {answer.worker_generations().begin(), answer.worker_generations().end()});
           if (hosted_ptr->replicated()) {
             server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
-            const uint64_t before = hosted_ptr->routing_generation();
-            absl::Status routed = hosted_ptr->SetRouting(
-                answer.routing_generation(), {answer.out_of_service().data(), static_cast<size_t>(answer.out_of_service_size())});
-            if (!routed.ok()) {
-              KLOG(Warning) << "ignoring the scheduler's routing: " << routed;
-            } else if (hosted_ptr->routing_generation() != before) {
-              KLOG(Info) << "routing generation " << answer.routing_generation() << ": servers out of service ["
-                         << absl::StrJoin(answer.out_of_service(), ",") << "]";
+            if (ApplyRouting(hosted_ptr->routing(), answer.routing_generation(), answer.out_of_service())) {
               // Tell the scheduler at once: it waits for every server to act on a routing before workers use it.
               if (Heartbeater* beat = beat_ptr.load()) {
                 beat->SetRoutingGeneration(hosted_ptr->routing_generation());

@@ -32,14 +32,15 @@ std::optional<int> OwnerOf(const RequestHeader& header) {
 
 }  // namespace
 
-PeerServers::PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()) {}
+PeerServers::PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, int num_servers)
+    : credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()),
+      num_servers_(static_cast<size_t>(std::max(num_servers, 0))),
+      addresses_(num_servers_),
+      stubs_(num_servers_) {}
 
 void PeerServers::SetAddresses(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
-  addresses_.resize(addresses.size());
-  stubs_.resize(addresses.size());
-  for (size_t i = 0; i < addresses.size(); ++i) {
+  for (size_t i = 0; i < std::min(addresses.size(), num_servers_); ++i) {
     if (addresses[i] == addresses_[i]) continue;
     addresses_[i] = addresses[i];
     stubs_[i] = addresses[i].empty() ? nullptr
@@ -586,7 +587,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads, kMaxQueuedCalls);
-  server->peers_ = std::make_unique<PeerServers>(options.peer_credentials);
+  server->peers_ = std::make_unique<PeerServers>(options.peer_credentials, hosted->partition().num_servers());
   server->service_ = std::make_unique<PsServiceImpl>(hosted, server->pool_.get(), store, server->peers_.get(),
                                                      options.forward_deadline);
 

@@ -33,9 +33,9 @@ namespace kestrel {
 // replaced when its address changes. Thread-safe.
 class PeerServers {
  public:
-  // `credentials`: the channels' (common/tls.h); null: plaintext.
-  explicit PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials);
-  // By server index: the address each serves on ("" while unknown).
+  // `credentials`: the channels' (common/tls.h); null: plaintext. `num_servers`: the job's.
+  PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, int num_servers);
+  // By server index: the address each serves on ("" while unknown); entries beyond num_servers are ignored.
   void SetAddresses(const std::vector<std::string>& addresses);
   // The stub of `server`, or null while its address is unknown.
   std::shared_ptr<grpc::GenericStub> Stub(int server) const;
@@ -44,6 +44,7 @@ class PeerServers {
 
  private:
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const size_t num_servers_;
   mutable absl::Mutex mu_;
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);

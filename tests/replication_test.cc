@@ -104,9 +104,7 @@ TEST_P(ReplicationTest, KilledServerLosesNoAcknowledgedPush) {
   Heartbeater heartbeater(client.get(), ROLE_WORKER, 0, reg->incarnation(), absl::Milliseconds(150),
                           [](absl::Status s) { ADD_FAILURE() << "refused: " << s; },
                           [routing](const HeartbeatResponse& answer) {
-                            (void)routing->Update(answer.routing_generation(),
-                                                  {answer.out_of_service().data(),
-                                                   static_cast<size_t>(answer.out_of_service_size())});
+                            ApplyRouting(*routing, answer.routing_generation(), answer.out_of_service());
                           });
   PsClientOptions options;
   options.job_id = kJob;

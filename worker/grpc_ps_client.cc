@@ -34,7 +34,7 @@ class GrpcTransport final : public PsTransport {
   }
 
   int num_servers() const override {
-    absl::MutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_);
     return static_cast<int>(servers_.size());
   }
 
@@ -195,7 +195,7 @@ class GrpcTransport final : public PsTransport {
     }
     const uint64_t turn = next_channel_.fetch_add(1, std::memory_order_relaxed);
     const size_t c = static_cast<size_t>(turn % static_cast<uint64_t>(channels_per_server_));
-    absl::MutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_);  // shared: every call takes it
     const Channels& channels = *servers_[server];
     return {channels.stubs[c].get(), channels.generic[c].get()};
   }

@@ -20,7 +20,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -259,19 +258,6 @@ void Report(const TrainResult& r) {
       p.read, p.batch, p.pull, p.compute, p.push, p.wait);
 }
 
-// Takes the scheduler's routing announcement (logged when it moves).
-void UpdateRouting(RoutingTable& table, uint64_t generation,
-                   const google::protobuf::RepeatedField<int32_t>& out_of_service) {
-  const uint64_t before = table.generation();
-  absl::Status status = table.Update(generation, {out_of_service.data(), static_cast<size_t>(out_of_service.size())});
-  if (!status.ok()) {
-    KLOG(Warning) << "ignoring the scheduler's routing: " << status;
-  } else if (table.generation() != before) {
-    KLOG(Info) << "routing generation " << generation << ": servers out of service ["
-               << absl::StrJoin(out_of_service, ",") << "]";
-  }
-}
-
 int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(TlsConfigFromFlags());
@@ -329,7 +315,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
                               table = routing;
                             }
                             if (table != nullptr) {
-                              UpdateRouting(*table, answer.routing_generation(), answer.out_of_service());
+                              ApplyRouting(*table, answer.routing_generation(), answer.out_of_service());
                               table->SetAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
                             }
                           });
@@ -354,7 +340,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   }
   if (partition->replicas() > 1) {
     auto table = std::make_shared<RoutingTable>(*partition);
-    UpdateRouting(*table, view.routing_generation(), view.out_of_service());
+    ApplyRouting(*table, view.routing_generation(), view.out_of_service());
     table->SetAddresses({view.server_addresses().begin(), view.server_addresses().end()});
     absl::MutexLock lock(&routing_mu);
     routing = std::move(table);

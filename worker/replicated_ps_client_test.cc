@@ -57,7 +57,7 @@ class ReplicatedPsClientTest : public ::testing::Test {
   // The scheduler's announcement, as every process hears it.
   void Announce(uint64_t generation, std::vector<int> out_of_service) {
     ASSERT_TRUE(routing_->Update(generation, out_of_service).ok());
-    for (auto& hosted : hosted_) ASSERT_TRUE(hosted->SetRouting(generation, out_of_service).ok());
+    for (auto& hosted : hosted_) ASSERT_TRUE(hosted->routing().Update(generation, out_of_service).ok());
   }
 
   // Every copy of every range group holds the same rows.
