@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "scheduler/scheduler_metrics.h"
 
 namespace kestrel {
@@ -218,6 +219,7 @@ void CheckpointCoordinator::Step() {
     if (membership_->AllServersAlive()) Restore();
     return;
   }
+  if (Rescale()) return;
   if (state == JobState::kFinished) {
     const int64_t clock = clocks_->MinClock();
     finished_clock_ = clock;
@@ -281,6 +283,174 @@ void CheckpointCoordinator::Step() {
   last_checkpoint_clock_ = cut_;
   cut_ = NextScheduledCut(cut_ - 1);
   clocks_->SetHold(cut_);
+}
+
+absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration join_timeout,
+                                          std::function<void(absl::StatusOr<ScaleResult>)> done) {
+  const JobLayout layout = membership_->layout();
+  if (target.workers != layout.num_workers) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "changing the worker count (%d -> %d) of a running job is not built yet; only the server count can change",
+        layout.num_workers, target.workers));
+  }
+  KESTREL_ASSIGN_OR_RETURN(const Partition partition, Partition::Parse(layout.partition));
+  if (target.servers < partition.replicas()) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d servers cannot hold %d copies of every key range",
+                                                      target.servers, partition.replicas()));
+  }
+  // Under the lock the coordinator thread reads them with, so it never sees the rescale without them.
+  absl::MutexLock lock(&mu_);
+  if (scale_pending_) return absl::FailedPreconditionError("a rescale is in progress");
+  KESTREL_RETURN_IF_ERROR(membership_->BeginScale(target));
+  scale_pending_ = true;
+  scale_done_ = std::move(done);
+  scale_deadline_ = absl::Now() + join_timeout;
+  woken_ = true;
+  return absl::OkStatus();
+}
+
+bool CheckpointCoordinator::Rescale() {
+  const std::optional<ScaleTarget> target = membership_->pending_scale();
+  if (!target.has_value()) return false;
+  if (scale_cut_ == ClockTable::kNoHold) {
+    if (membership_->state() != JobState::kRunning || membership_->rolling_back()) {
+      EndRescale(absl::AbortedError(absl::StrFormat("the job is %s: the rescale was abandoned",
+                                                    JobStateName(membership_->state()))));
+      return false;
+    }
+    if (!membership_->ScaleReady()) {
+      absl::Time deadline;
+      {
+        absl::MutexLock lock(&mu_);
+        deadline = scale_deadline_;
+      }
+      if (absl::Now() < deadline) return false;  // the job runs on while the new ranks start
+      EndRescale(absl::DeadlineExceededError(absl::StrFormat(
+          "the new ranks of a rescale to %d servers and %d workers did not all register in time: start them first",
+          target->servers, target->workers)));
+      return false;
+    }
+    scale_start_ = absl::Now();
+    scale_cut_ = clocks_->HoldAtEarliest();
+    KLOG(Info) << "rescaling to " << target->servers << " servers and " << target->workers
+               << " workers: every worker stops at clock " << scale_cut_;
+    return true;
+  }
+  if (membership_->AnyServerDead() || membership_->rolling_back()) {
+    EndRescale(absl::AbortedError("a server died while the job was held for a rescale: abandoned"));
+    return false;
+  }
+  if (!clocks_->AllAt(scale_cut_)) return true;
+  const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
+  absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
+  if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  absl::StatusOr<ScaleResult> result = next.ok() ? MoveTo(*next, *target) : next.status();
+  if (!result.ok()) {
+    EndRescale(result.status());
+    return false;
+  }
+  // The held workers learn of the new layout by rejoining; they continue from this same clock.
+  const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
+      "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target->servers, target->workers,
+      result->layout_generation)));
+  if (!options_.dir.empty() && TakeCheckpoint(scale_cut_, "rescale")) last_checkpoint_clock_ = scale_cut_;
+  result->held = absl::Now() - scale_start_;
+  KLOG(Info) << absl::StrFormat(
+      "rescale %d done at clock %d: %d servers, %d workers; %d rows (%.1f MB) moved in %.3f s, workers held %.3f s "
+      "(%d waits answered: rejoin)",
+      result->layout_generation, result->clock, target->servers, target->workers, result->rows_moved,
+      result->bytes_moved / 1e6, absl::ToDoubleSeconds(result->moved), absl::ToDoubleSeconds(result->held), cancelled);
+  EndRescale(*std::move(result));
+  return false;
+}
+
+absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next, ScaleTarget target) {
+  const JobLayout old = membership_->layout();
+  const std::vector<std::string> addresses = membership_->TargetServerAddresses();
+  const std::vector<std::string> old_addresses = membership_->LiveServerAddresses();
+  const int everyone = std::max(old.num_servers, target.servers);
+  auto address = [&](int s) { return s < old.num_servers ? old_addresses[s] : addresses[s]; };
+  const uint64_t generation = old.generation + 1;
+  const absl::Time start = absl::Now();
+  // One phase on servers [0, n), concurrently; the first failure.
+  auto phase = [&](RescaleShardRequest::Phase which, int n,
+                   std::vector<RescaleShardResponse>* answers) -> absl::Status {
+    RescaleShardRequest request;
+    request.set_phase(which);
+    request.set_layout_generation(generation);
+    request.set_partition(next.ToString());
+    for (const std::string& a : addresses) request.add_server_addresses(a);
+    request.set_senders(old.num_servers);
+    request.set_bsp_workers(job_.consistency == "bsp" ? target.workers : 0);
+    request.set_routing_generation(membership_->routing().generation + 1);
+    std::vector<absl::StatusOr<RescaleShardResponse>> results(n, absl::UnknownError("not run"));
+    std::vector<std::thread> calls;
+    for (int s = 0; s < n; ++s) {
+      calls.emplace_back([&, s] {
+        results[s] = address(s).empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
+                                        : admin_->Rescale(s, address(s), request);
+      });
+    }
+    for (std::thread& t : calls) t.join();
+    for (auto& r : results) {
+      if (!r.ok()) return r.status();
+      if (answers != nullptr) answers->push_back(*r);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<RescaleShardResponse> sent;
+  absl::Status status = phase(RescaleShardRequest::SEND, old.num_servers, &sent);
+  if (status.ok()) status = phase(RescaleShardRequest::INSTALL, everyone, nullptr);
+  if (!status.ok()) {
+    const absl::Status aborted = phase(RescaleShardRequest::ABORT, everyone, nullptr);
+    if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
+    return absl::Status(status.code(), absl::StrCat("the rescale failed (the job goes on unchanged): ",
+                                                    status.message()));
+  }
+  const absl::Time installed = absl::Now();
+  // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
+  status = phase(RescaleShardRequest::SWITCH, everyone, nullptr);
+  if (!status.ok()) {
+    failed_ = true;
+    on_fatal_(absl::InternalError(absl::StrCat(
+        "a server failed to switch to the rescaled layout, so the servers disagree on who owns which keys: ",
+        status.message())));
+    return absl::InternalError("the rescale failed during the switch");
+  }
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, membership_->CommitScale(next.ToString()));
+  partition_ = next;
+  job_.partition = next.ToString();
+  job_.num_servers = target.servers;
+  job_.num_workers = target.workers;
+  ScaleResult result;
+  result.clock = scale_cut_;
+  result.layout_generation = generation;
+  result.moved = installed - start;
+  for (const RescaleShardResponse& r : sent) {
+    result.rows_moved += r.rows_sent();
+    result.bytes_moved += r.bytes_sent();
+  }
+  KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
+             << " servers (routing generation " << routing << ")";
+  return result;
+}
+
+void CheckpointCoordinator::EndRescale(absl::StatusOr<ScaleResult> result) {
+  if (!result.ok()) {
+    membership_->CancelScale();
+    KLOG(Warning) << "rescale failed: " << result.status();
+  }
+  std::function<void(absl::StatusOr<ScaleResult>)> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(scale_done_);
+    scale_pending_ = false;
+  }
+  if (scale_cut_ != ClockTable::kNoHold) {
+    scale_cut_ = ClockTable::kNoHold;
+    clocks_->SetHold(cut_);  // the scheduled cut (kNoHold: none)
+  }
+  if (done) done(std::move(result));
 }
 
 bool CheckpointCoordinator::ReReplicate() {

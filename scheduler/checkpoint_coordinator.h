@@ -35,6 +35,17 @@
 // scheduled cut is skipped and the hold released, and the final model is settled without one. Losing every
 // copy of some range rolls back as above, which puts every server back in service.
 //
+// Rescale (docs/elasticity.md). Scale() names new counts (Membership::BeginScale); once every joining rank is
+// alive, the coordinator holds every worker at the earliest clock boundary (as for a checkpoint), computes the
+// new partition (uniform over the new servers, as many ranges per server as before, the same replicas), and
+// drives the servers through the move (ShardAdmin::Rescale: every old server sends each row it serves to the
+// servers holding its range in the new layout; every server builds its new groups; every server switches).
+// Then the new layout becomes the job's (Membership::CommitScale), the held workers are answered ABORTED (they
+// rejoin, and continue in the new layout from the same clock: no clock is redone), a checkpoint is cut at that
+// boundary (so a later rollback restores the new layout), and the hold is released. A failure before the switch
+// aborts the rescale and the job goes on as it was; one during the switch is fatal (the servers disagree).
+// Only the server count may change so far.
+//
 // Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
 // rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
 // start. Without `resume`, a directory that already holds checkpoints is refused.
@@ -90,6 +101,16 @@ struct JobDescription {
   uint64_t config_fingerprint = 0;
 };
 
+// What Scale() answers.
+struct ScaleResult {
+  int64_t clock = 0;               // the clock boundary the rescale happened at
+  uint64_t layout_generation = 0;  // the rescale
+  absl::Duration held;             // workers held: moves, switch and checkpoint
+  absl::Duration moved;            // of which moving rows (send and install)
+  uint64_t rows_moved = 0;         // rows sent to another server
+  uint64_t bytes_moved = 0;
+};
+
 struct CheckpointStatus {
   std::string latest;          // newest committed checkpoint's name, "" = none
   int64_t latest_clock = 0;
@@ -128,6 +149,11 @@ class CheckpointCoordinator {
 
   CheckpointStatus status() const;
 
+  // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the coordinator thread,
+  // when it is done or failed (the job unchanged). The new ranks must register within `join_timeout`.
+  absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
+                     std::function<void(absl::StatusOr<ScaleResult>)> done);
+
  private:
   void Loop();
   void Step();
@@ -144,11 +170,17 @@ class CheckpointCoordinator {
   bool ReReplicate();
   // Ends a re-replication attempt: releases its hold (back to the scheduled cut).
   void EndReReplication();
+  // Drives a pending rescale; true while one holds the clocks (nothing else may).
+  bool Rescale();
+  // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
+  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target);
+  // Ends a rescale with `result` (answering Scale's caller) and releases its hold.
+  void EndRescale(absl::StatusOr<ScaleResult> result);
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
   int64_t NextScheduledCut(int64_t permitted) const;
 
   const CheckpointOptions options_;
-  const JobDescription job_;
+  JobDescription job_;  // counts and partition: the coordinator thread's, moved by a rescale
   const CheckpointLayout layout_;
   Membership* const membership_;
   ClockTable* const clocks_;
@@ -159,6 +191,9 @@ class CheckpointCoordinator {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool scale_pending_ ABSL_GUARDED_BY(mu_) = false;  // Scale() started one, not yet ended
+  std::function<void(absl::StatusOr<ScaleResult>)> scale_done_ ABSL_GUARDED_BY(mu_);
+  absl::Time scale_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> worker_states_ ABSL_GUARDED_BY(mu_);  // by rank: the latest reported
   CheckpointStatus status_ ABSL_GUARDED_BY(mu_);
 
@@ -166,6 +201,8 @@ class CheckpointCoordinator {
   std::optional<Partition> partition_;  // the job's (set by Start)
   std::optional<CheckpointManifest> resume_from_;
   int64_t cut_ = ClockTable::kNoHold;  // the clock the current hold is for
+  int64_t scale_cut_ = ClockTable::kNoHold;   // rescale: the clock it holds the workers at
+  absl::Time scale_start_;
   int syncing_ = -1;                          // re-replication: the server being synced (-1: none)
   int64_t sync_cut_ = ClockTable::kNoHold;    // the clock it holds the workers at
   uint64_t sync_routing_ = 0;                 // the routing generation that put it back (0: copies not done)

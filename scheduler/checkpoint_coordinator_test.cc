@@ -105,6 +105,7 @@ class FakeServers final : public ShardAdmin {
   absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
                                              int64_t) override {
     if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
+    if (shard >= kServers) return absl::UnavailableError("no such fake server");  // a rescale's new rank
     EXPECT_EQ(address, Address(shard));
     return stores_[shard]->Checkpoint(*shards_[shard], name);
   }
@@ -131,11 +132,26 @@ class FakeServers final : public ShardAdmin {
     return copies_;
   }
 
+  // Rescale: records each phase asked of each server, (phase, shard); fails `fail_phase` when set. The moves
+  // themselves are tested with real servers (server/rescale_test.cc, tests/rescale_test.cc).
+  absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string&, RescaleShardRequest request) override {
+    absl::MutexLock lock(&copies_mu_);
+    rescales_.push_back({static_cast<int>(request.phase()), shard});
+    if (static_cast<int>(request.phase()) == fail_phase_) return absl::UnavailableError("injected failure");
+    return RescaleShardResponse();
+  }
+  std::vector<std::vector<int>> rescales() {
+    absl::MutexLock lock(&copies_mu_);
+    return rescales_;
+  }
+  int fail_phase_ = -1;
+
   std::atomic<int> fail_shard_{-1};
 
  private:
   absl::Mutex copies_mu_;
   std::vector<std::vector<int>> copies_ ABSL_GUARDED_BY(copies_mu_);
+  std::vector<std::vector<int>> rescales_ ABSL_GUARDED_BY(copies_mu_);
   const CheckpointLayout layout_;
   const Partition partition_;
   std::unique_ptr<Shard> shards_[kServers];
@@ -158,7 +174,7 @@ class CoordinatorTest : public ::testing::Test {
     MembershipOptions m;
     m.num_servers = kServers;
     m.num_workers = kWorkers;
-    membership_ = std::move(Membership::Create(m)).value();
+    membership_ = std::move(Membership::Create(m, Partition::Uniform(kServers)->WithReplicas(replicas)->ToString())).value();
     clocks_ = std::move(ClockTable::Create(kWorkers, ConsistencyPolicy::Asp())).value();
     options.dir = root_;
     JobDescription job;
@@ -558,6 +574,110 @@ TEST_F(CoordinatorTest, DamagedShardFileStopsTheRestoreWithItsName) {
   EXPECT_TRUE(absl::StrContains(fatal_.message(), sst)) << fatal_;
   EXPECT_TRUE(absl::StrContains(fatal_.message(), "shard 1")) << fatal_;
   EXPECT_NE(membership_->state(), JobState::kRunning) << "never a silent fresh start";
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// The rows' moves are tested with real servers (server/rescale_test.cc); here, the order of the phases and what
+// the job looks like after a rescale and after a failed one.
+TEST_F(CoordinatorTest, RescaleRunsEveryPhaseOnTheRightServersAndMovesTheLayout) {
+  CheckpointOptions options;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  EXPECT_TRUE(absl::IsUnimplemented(coordinator_->Scale({kServers, kWorkers + 1}, absl::Minutes(1), nullptr)));
+  EXPECT_FALSE(membership_->pending_scale().has_value());
+  absl::Notification done;
+  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
+  ASSERT_TRUE(coordinator_
+                  ->Scale({kServers + 1, kWorkers}, absl::Minutes(1),
+                          [&](absl::StatusOr<ScaleResult> r) {
+                            result = std::move(r);
+                            done.Notify();
+                          })
+                  .ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(coordinator_->Scale({kServers + 1, kWorkers}, absl::Minutes(1), nullptr)))
+      << "one rescale at a time";
+  // The new server registers as a joining rank; only then does the rescale hold the workers.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_TRUE(servers_->rescales().empty());
+  auto joined = membership_->Register(Role::kServer, "server-2", kServers, now_);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_TRUE(joined->joining);
+  coordinator_->Wake();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->clock, 3);
+  EXPECT_EQ(result->layout_generation, 1u);
+  // SEND on the old servers, then INSTALL and SWITCH on every server, each phase done before the next.
+  const std::vector<std::vector<int>> calls = servers_->rescales();
+  ASSERT_EQ(calls.size(), 2u + 3u + 3u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int phase = i < 2 ? RescaleShardRequest::SEND : i < 5 ? RescaleShardRequest::INSTALL : RescaleShardRequest::SWITCH;
+    EXPECT_EQ(calls[i][0], phase) << "call " << i;
+  }
+  const JobLayout layout = membership_->layout();
+  EXPECT_EQ(layout.num_servers, kServers + 1);
+  EXPECT_EQ(layout.generation, 1u);
+  EXPECT_EQ(layout.partition, Partition::Uniform(kServers + 1)->ToString());
+  EXPECT_EQ(membership_->state(), JobState::kRunning);
+  EXPECT_FALSE(membership_->pending_scale().has_value());
+  EXPECT_EQ(clocks_->hold(), ClockTable::kNoHold) << "the hold is released";
+}
+
+TEST_F(CoordinatorTest, FailedRescaleAbortsEveryServerAndTheJobGoesOnUnchanged) {
+  CheckpointOptions options;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 2).ok());
+  servers_->fail_phase_ = RescaleShardRequest::INSTALL;
+  absl::Notification done;
+  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
+  ASSERT_TRUE(coordinator_
+                  ->Scale({kServers + 1, kWorkers}, absl::Minutes(1),
+                          [&](absl::StatusOr<ScaleResult> r) {
+                            result = std::move(r);
+                            done.Notify();
+                          })
+                  .ok());
+  auto joined = membership_->Register(Role::kServer, "server-2", kServers, now_);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  coordinator_->Wake();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsUnavailable(result.status())) << result.status();
+  std::vector<std::vector<int>> calls = servers_->rescales();
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_EQ(calls.back()[0], RescaleShardRequest::ABORT);
+  const JobLayout layout = membership_->layout();
+  EXPECT_EQ(layout.num_servers, kServers);
+  EXPECT_EQ(layout.generation, 0u);
+  // The joining server was let go: its heartbeat says so (it exits), and the job runs on.
+  EXPECT_TRUE(absl::IsOutOfRange(membership_->Heartbeat(Role::kServer, kServers, joined->incarnation, now_).status()));
+  EXPECT_EQ(clocks_->hold(), ClockTable::kNoHold);
+  ASSERT_TRUE(RunAll(2, 4).ok());
+}
+
+TEST_F(CoordinatorTest, RescaleWaitsForTheNewRanksOnlyUntilItsTimeout) {
+  CheckpointOptions options;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  ASSERT_TRUE(RunAll(0, 1).ok());
+  absl::Notification done;
+  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
+  ASSERT_TRUE(coordinator_
+                  ->Scale({kServers + 1, kWorkers}, absl::Milliseconds(200),
+                          [&](absl::StatusOr<ScaleResult> r) {
+                            result = std::move(r);
+                            done.Notify();
+                          })
+                  .ok());
+  ASSERT_TRUE(RunAll(1, 3).ok()) << "the job runs on while the new ranks start";
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(result.status())) << result.status();
+  EXPECT_TRUE(servers_->rescales().empty());
+  EXPECT_FALSE(membership_->pending_scale().has_value());
+  EXPECT_TRUE(absl::IsInvalidArgument(membership_->Register(Role::kServer, "late", kServers, now_).status()));
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 //
 //   kestrel_ctl status --scheduler=host:port [--job_id=ctr]      job state, members, clocks, checkpoints
 //   kestrel_ctl checkpoint --scheduler=host:port                 cut a checkpoint at the next clock boundary
+//   kestrel_ctl scale --scheduler=host:port --servers=N --workers=M
+//       resize the running job at the next clock boundary (docs/elasticity.md): start the new ranks first; the
+//       answer comes once the rows have moved and every member uses the new layout
 //
-// Each prints one JSON object (proto/ctl.proto: CtlStatus, CtlCheckpoint), for scripts, e.g. `kestrel status`.
+// Each prints one JSON object (proto/ctl.proto: CtlStatus, CtlCheckpoint, CtlScale), for scripts, e.g. `kestrel status`.
 // Exit codes: 0 answered, 1 the scheduler could not be reached or refused, 2 bad usage.
 #include <cstdio>
 #include <string>
@@ -24,6 +27,10 @@
 ABSL_FLAG(std::string, scheduler, "localhost:7000", "host:port of kestrel_scheduler.");
 ABSL_FLAG(std::string, job_id, "kestrel", "The job's id.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of the call.");
+ABSL_FLAG(int, servers, 0, "scale: the server count to move to (0: unchanged).");
+ABSL_FLAG(int, workers, 0, "scale: the worker count to move to (0: unchanged).");
+ABSL_FLAG(absl::Duration, join_timeout, absl::Minutes(5),
+          "scale: how long the new ranks may take to register before the rescale is given up (the job unchanged).");
 
 namespace kestrel {
 namespace {
@@ -47,6 +54,7 @@ int Status(SchedulerClient& client) {
   status.set_latest_checkpoint_clock(d->latest_checkpoint_clock());
   status.set_checkpoints_committed(d->checkpoints_committed());
   status.set_rollbacks(d->rollbacks());
+  status.set_layout_generation(v.layout_generation());
   if (absl::StatusOr<Partition> partition = Partition::Parse(v.partition());
       partition.ok() && partition->replicas() > 1) {
     status.set_replicas(partition->replicas());
@@ -79,14 +87,42 @@ int Checkpoint(SchedulerClient& client) {
   return 0;
 }
 
+int Scale(SchedulerClient& client) {
+  absl::StatusOr<DescribeResponse> d = client.Describe();
+  if (!d.ok()) {
+    std::fprintf(stderr, "kestrel_ctl: %s\n", d.status().ToString().c_str());
+    return 1;
+  }
+  const int servers = absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers) : d->view().num_servers();
+  const int workers = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers) : d->view().num_workers();
+  absl::StatusOr<ScaleResponse> scaled = client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout));
+  if (!scaled.ok()) {
+    std::fprintf(stderr, "kestrel_ctl: %s\n", scaled.status().ToString().c_str());
+    return 1;
+  }
+  CtlScale answer;
+  answer.set_clock(scaled->clock());
+  answer.set_layout_generation(scaled->layout_generation());
+  answer.set_servers(servers);
+  answer.set_workers(workers);
+  answer.set_held_seconds(scaled->held_seconds());
+  answer.set_rows_moved(scaled->rows_moved());
+  answer.set_bytes_moved(scaled->bytes_moved());
+  std::printf("%s\n", ToJson(answer).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kestrel_ctl status|checkpoint --scheduler=host:port: ask a running job's scheduler.");
+  absl::SetProgramUsageMessage(
+      "kestrel_ctl status|checkpoint|scale --scheduler=host:port: ask a running job's scheduler.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    std::fprintf(stderr, "usage: kestrel_ctl status|checkpoint --scheduler=host:port [--job_id=ID]\n");
+    std::fprintf(stderr,
+                 "usage: kestrel_ctl status|checkpoint|scale --scheduler=host:port [--job_id=ID] "
+                 "[--servers=N --workers=M]\n");
     return 2;
   }
   kestrel::SchedulerClientOptions options;
@@ -104,6 +140,7 @@ int main(int argc, char** argv) {
   const std::string command = args[1];
   if (command == "status") return kestrel::Status(*client);
   if (command == "checkpoint") return kestrel::Checkpoint(*client);
-  std::fprintf(stderr, "kestrel_ctl: unknown command '%s' (status, checkpoint)\n", command.c_str());
+  if (command == "scale") return kestrel::Scale(*client);
+  std::fprintf(stderr, "kestrel_ctl: unknown command '%s' (status, checkpoint, scale)\n", command.c_str());
   return 2;
 }

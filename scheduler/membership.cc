@@ -26,7 +26,17 @@ const char* JobStateName(JobState state) {
   return "unknown";
 }
 
-absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options) {
+namespace {
+
+// Removed members remembered (so their heartbeats are answered OutOfRange, not FailedPrecondition).
+constexpr size_t kMaxRemembered = 1 << 16;
+constexpr int kMaxServers = 65536;
+constexpr int kMaxWorkers = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options,
+                                                               std::string partition) {
   if (options.num_servers < 1 || options.num_workers < 1 || options.num_servers > 65536 ||
       options.num_workers > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat("need 1..65536 servers and 1..2^20 workers, got %d and %d",
@@ -35,11 +45,12 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
   if (options.heartbeat_interval < absl::Milliseconds(10) || options.heartbeat_timeout < options.heartbeat_interval) {
     return absl::InvalidArgumentError("need heartbeat_interval >= 10ms and heartbeat_timeout >= heartbeat_interval");
   }
-  return std::unique_ptr<Membership>(new Membership(options));
+  return std::unique_ptr<Membership>(new Membership(options, std::move(partition)));
 }
 
-Membership::Membership(const MembershipOptions& options) : options_(options) {
+Membership::Membership(const MembershipOptions& options, std::string partition) : options_(options) {
   absl::MutexLock lock(&mu_);
+  partition_ = std::move(partition);
   servers_.resize(options.num_servers);
   out_of_service_.assign(options.num_servers, false);
   lost_.assign(options.num_servers, false);
@@ -64,47 +75,82 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   }
   absl::MutexLock lock(&mu_);
   std::vector<Member>& ranks = RanksLocked(role);
+  std::vector<Member>& joining = JoiningLocked(role);
+  const int count = static_cast<int>(ranks.size());
+  const int bound = count + static_cast<int>(joining.size());  // joining ranks follow the job's
   int rank = requested_rank;
   if (rank == -1) {
-    for (int r = 0; r < static_cast<int>(ranks.size()) && rank == -1; ++r) {
-      if (ranks[r].rank == -1) rank = r;  // never registered
+    for (int r = 0; r < bound && rank == -1; ++r) {
+      if ((r < count ? ranks[r] : joining[r - count]).rank == -1) rank = r;  // never registered
     }
-    for (int r = 0; r < static_cast<int>(ranks.size()) && rank == -1; ++r) {
-      if (!ranks[r].alive) rank = r;  // dead: replace it
+    for (int r = 0; r < bound && rank == -1; ++r) {
+      if (!(r < count ? ranks[r] : joining[r - count]).alive) rank = r;  // dead: replace it
     }
     if (rank == -1) {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("all %d %s ranks are held by live members", ranks.size(), RoleName(role)));
+          absl::StrFormat("all %d %s ranks are held by live members", bound, RoleName(role)));
     }
-  } else if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, ranks.size()));
+  } else if (rank < 0 || rank >= bound) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)%s", RoleName(role), rank, bound,
+                                                      scale_.has_value() ? "" : " (no rescale is pending)"));
   }
-  Member& m = ranks[rank];
+  const bool joining_rank = rank >= count;  // a rank of the pending rescale: not of the job yet
+  Member& m = joining_rank ? joining[rank - count] : ranks[rank];
   if (m.alive) {
     return absl::AlreadyExistsError(absl::StrFormat("%s rank %d is held by a live member at %s", RoleName(role),
                                                     rank, m.address));
   }
-  const bool replacement = m.rank != -1;
+  const bool replacement = m.rank != -1 && !joining_rank;
   m.role = role;
   m.rank = rank;
   m.address = std::string(address);
-  // Unguessable, so nobody can heartbeat or advance for another member's registration (a dead server kept
-  // "alive" would never be rolled back): 128 bits from the kernel's generator (std::random_device reads
-  // /dev/urandom, 32 bits a call).
-  m.incarnation.resize(kIncarnationBytes);
-  for (size_t i = 0; i < kIncarnationBytes; i += 4) {
-    const uint32_t bits = random_();
-    std::memcpy(&m.incarnation[i], &bits, 4);
-  }
+  m.incarnation = NewIncarnationLocked();
   m.last_heartbeat = now;
   m.alive = true;
   if (replacement) ++generation_;  // membership changed after a failure
   m.registered_generation = generation_;
+  if (joining_rank) return Registration{rank, m.incarnation, generation_, state_, /*joining=*/true};
   if (AllAliveLocked() && state_ != JobState::kFinished) {
     state_ = rolling_back_ ? JobState::kRecovering : JobState::kRunning;
   }
   return Registration{rank, m.incarnation, generation_, state_};
+}
+
+std::string Membership::NewIncarnationLocked() {
+  // Unguessable, so nobody can heartbeat or advance for another member's registration (a dead server kept
+  // "alive" would never be rolled back): 128 bits from the kernel's generator (std::random_device reads
+  // /dev/urandom, 32 bits a call).
+  std::string incarnation(kIncarnationBytes, '\0');
+  for (size_t i = 0; i < kIncarnationBytes; i += 4) {
+    const uint32_t bits = random_();
+    std::memcpy(&incarnation[i], &bits, 4);
+  }
+  return incarnation;
+}
+
+Member* Membership::FindLocked(Role role, int rank, absl::string_view incarnation, bool* removed) {
+  *removed = false;
+  std::vector<Member>& ranks = RanksLocked(role);
+  std::vector<Member>& joining = JoiningLocked(role);
+  const int count = static_cast<int>(ranks.size());
+  Member* found = nullptr;
+  if (rank >= 0 && rank < count) found = &ranks[rank];
+  if (rank >= count && rank < count + static_cast<int>(joining.size())) found = &joining[rank - count];
+  if (found != nullptr && CheckIncarnation(*found, incarnation).ok()) return found;
+  for (const Member& m : removed_) {
+    if (m.role == role && m.rank == rank && CheckIncarnation(m, incarnation).ok()) {
+      *removed = true;
+      return nullptr;
+    }
+  }
+  return found;
+}
+
+void Membership::RemoveLocked(Member m) {
+  if (m.rank == -1) return;
+  m.alive = false;
+  removed_.push_back(std::move(m));
+  if (removed_.size() > kMaxRemembered) removed_.pop_front();
 }
 
 absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view incarnation) {
@@ -126,12 +172,17 @@ absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view inc
 absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
                                                uint64_t routing_generation) {
   absl::MutexLock lock(&mu_);
-  std::vector<Member>& ranks = RanksLocked(role);
-  if (rank < 0 || rank >= static_cast<int>(ranks.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, ranks.size()));
+  bool removed = false;
+  Member* found = FindLocked(role, rank, incarnation, &removed);
+  if (removed) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("%s rank %d left the job in a rescale: it exits", RoleName(role), rank));
   }
-  Member& m = ranks[rank];
+  if (found == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank,
+                                                      RanksLocked(role).size() + JoiningLocked(role).size()));
+  }
+  Member& m = *found;
   KESTREL_RETURN_IF_ERROR(CheckIncarnation(m, incarnation));
   if (!m.alive) {
     return absl::FailedPreconditionError(
@@ -156,7 +207,16 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
       }
     }
   }
-  if (!expired.empty() && state_ != JobState::kFinished) {  // leaving a finished job is not a failure
+  const bool job_member_expired = !expired.empty();
+  for (auto* ranks : {&joining_servers_, &joining_workers_}) {  // not of the job yet: nothing fails
+    for (Member& m : *ranks) {
+      if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
+        m.alive = false;
+        expired.push_back(m);
+      }
+    }
+  }
+  if (job_member_expired && state_ != JobState::kFinished) {  // leaving a finished job is not a failure
     ++generation_;
     if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
   }
@@ -345,10 +405,107 @@ JobState Membership::state() const {
   return state_;
 }
 
+absl::Status Membership::BeginScale(ScaleTarget target) {
+  absl::MutexLock lock(&mu_);
+  if (target.servers < 1 || target.servers > kMaxServers || target.workers < 1 || target.workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrFormat("need 1..%d servers and 1..%d workers, got %d and %d",
+                                                      kMaxServers, kMaxWorkers, target.servers, target.workers));
+  }
+  if (target.servers == static_cast<int>(servers_.size()) && target.workers == static_cast<int>(workers_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("the job already has %d servers and %d workers",
+                                                      target.servers, target.workers));
+  }
+  if (scale_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrFormat("a rescale to %d servers and %d workers is in progress",
+                                                         scale_->servers, scale_->workers));
+  }
+  if (state_ != JobState::kRunning || rolling_back_) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the job is %s, not running: it cannot be rescaled now", JobStateName(state_)));
+  }
+  if (std::find(out_of_service_.begin(), out_of_service_.end(), true) != out_of_service_.end()) {
+    return absl::FailedPreconditionError(
+        "a server is out of service (failed over, not yet re-replicated): rescale once the job is whole again");
+  }
+  scale_ = target;
+  joining_servers_.assign(std::max<int>(0, target.servers - static_cast<int>(servers_.size())), Member());
+  joining_workers_.assign(std::max<int>(0, target.workers - static_cast<int>(workers_.size())), Member());
+  return absl::OkStatus();
+}
+
+std::optional<ScaleTarget> Membership::pending_scale() const {
+  absl::MutexLock lock(&mu_);
+  return scale_;
+}
+
+bool Membership::ScaleReady() const {
+  absl::MutexLock lock(&mu_);
+  if (!scale_.has_value()) return false;
+  for (const auto* ranks : {&joining_servers_, &joining_workers_}) {
+    for (const Member& m : *ranks) {
+      if (!m.alive) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Membership::TargetServerAddresses() const {
+  absl::MutexLock lock(&mu_);
+  const int n = scale_.has_value() ? scale_->servers : static_cast<int>(servers_.size());
+  std::vector<std::string> out(n);
+  for (int r = 0; r < n; ++r) {
+    const int count = static_cast<int>(servers_.size());
+    const Member& m = r < count ? servers_[r] : joining_servers_[r - count];
+    if (m.alive) out[r] = m.address;
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
+  absl::MutexLock lock(&mu_);
+  if (!scale_.has_value()) return absl::FailedPreconditionError("no rescale is pending");
+  auto resize = [this](std::vector<Member>& ranks, std::vector<Member>& joining, int count) {
+    for (int r = count; r < static_cast<int>(ranks.size()); ++r) RemoveLocked(ranks[r]);
+    const int old = static_cast<int>(std::min<size_t>(ranks.size(), count));
+    ranks.resize(count);
+    for (int r = old; r < count; ++r) ranks[r] = joining[r - old];
+    joining.clear();
+  };
+  resize(servers_, joining_servers_, scale_->servers);
+  resize(workers_, joining_workers_, scale_->workers);
+  out_of_service_.assign(servers_.size(), false);
+  lost_.assign(servers_.size(), false);
+  done_.resize(workers_.size(), false);
+  partition_ = partition;
+  ++layout_generation_;
+  scale_.reset();
+  if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
+  return ++routing_generation_;
+}
+
+void Membership::CancelScale() {
+  absl::MutexLock lock(&mu_);
+  for (auto* joining : {&joining_servers_, &joining_workers_}) {
+    for (Member& m : *joining) RemoveLocked(m);
+    joining->clear();
+  }
+  scale_.reset();
+}
+
+JobLayout Membership::layout() const {
+  absl::MutexLock lock(&mu_);
+  JobLayout out;
+  out.num_servers = static_cast<int>(servers_.size());
+  out.num_workers = static_cast<int>(workers_.size());
+  out.partition = partition_;
+  out.generation = layout_generation_;
+  return out;
+}
+
 std::vector<Member> Membership::Members() const {
   absl::MutexLock lock(&mu_);
   std::vector<Member> out;
-  for (const auto* ranks : {&servers_, &workers_}) {
+  for (const auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
     for (const Member& m : *ranks) {
       if (m.rank != -1) out.push_back(m);
     }

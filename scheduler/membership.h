@@ -22,12 +22,21 @@
 // without it (kRunning once every other member is alive; its replacement may register but serves nothing). A
 // rollback puts every server back in service.
 //
+// Rescales (docs/elasticity.md). BeginScale names new server and worker counts: ranks beyond the job's counts may
+// then register as joining members (they heartbeat, but the job neither waits for them nor fails over them).
+// CommitScale makes the new counts the job's: joining members become ranks of the job, ranks beyond the new
+// counts are removed (their heartbeats are answered OutOfRange: they exit, they did not fail), and the layout
+// generation moves. CancelScale removes the joining members instead. The job's layout (its counts and
+// partition) lives here, the one place every other part of the scheduler reads it from.
+//
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
 #define KESTREL_SCHEDULER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,21 +94,40 @@ struct Registration {
   std::string incarnation;
   uint64_t generation = 0;
   JobState state = JobState::kForming;
+  bool joining = false;  // a rank of a pending rescale (BeginScale), not yet of the job
+};
+
+// The job's shape: its counts and key partition (common/partition.h Partition::ToString()), as of a rescale.
+struct JobLayout {
+  int num_servers = 1;
+  int num_workers = 1;
+  std::string partition;
+  uint64_t generation = 0;  // rescales so far
+};
+
+// Server and worker counts a rescale moves to.
+struct ScaleTarget {
+  int servers = 1;
+  int workers = 1;
 };
 
 class Membership {
  public:
-  static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options);
+  // `partition`: the job's key partition (Partition::ToString()).
+  static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options,
+                                                            std::string partition = "");
 
   // Registers a member. requested_rank -1 takes the lowest rank never registered, else the lowest dead one.
   // AlreadyExists when the requested rank is held by a live member; ResourceExhausted when every rank is;
-  // InvalidArgument for a rank out of range or a server without an address.
+  // InvalidArgument for a rank out of range or a server without an address. During a pending rescale, ranks
+  // up to its counts register as joining members.
   absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_rank, absl::Time now);
 
   // Records a heartbeat and returns the current generation. InvalidArgument when `incarnation` is not
   // kIncarnationBytes long; FailedPrecondition when it is not this rank's current incarnation (superseded by a
   // newer registration, never issued) or the rank was declared dead (it must register again).
-  // `routing_generation`: the routing the member acts on (servers of replicated jobs).
+  // `routing_generation`: the routing the member acts on (servers of replicated jobs). OutOfRange: a rescale
+  // removed this member (it exits; not a failure).
   absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
                                      uint64_t routing_generation = 0);
 
@@ -149,6 +177,22 @@ class Membership {
   // Every live server's heartbeat said it acts on routing generation >= `generation`.
   bool ServersAtRouting(uint64_t generation) const;
 
+  // Rescales. BeginScale: FailedPrecondition unless the job is running with no rescale pending and no server
+  // out of service; InvalidArgument for counts out of range or equal to the job's.
+  absl::Status BeginScale(ScaleTarget target);
+  std::optional<ScaleTarget> pending_scale() const;
+  // Every joining rank of the pending rescale is alive (false when none is pending).
+  bool ScaleReady() const;
+  // By rank, where each server of the pending rescale's layout serves ("" for one not alive): the job's servers
+  // below both counts, joining ones above.
+  std::vector<std::string> TargetServerAddresses() const;
+  // The pending rescale becomes the job's layout, with `partition`; a new routing generation, which is returned.
+  // FailedPrecondition when none is pending.
+  absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
+  // Drops the pending rescale: joining members are removed.
+  void CancelScale();
+  JobLayout layout() const;
+
   uint64_t generation() const;
   JobState state() const;
   const MembershipOptions& options() const { return options_; }
@@ -156,10 +200,20 @@ class Membership {
   std::vector<Member> Members() const;
 
  private:
-  explicit Membership(const MembershipOptions& options);
+  Membership(const MembershipOptions& options, std::string partition);
   std::vector<Member>& RanksLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return role == Role::kServer ? servers_ : workers_;
   }
+  std::vector<Member>& JoiningLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return role == Role::kServer ? joining_servers_ : joining_workers_;
+  }
+  // The member holding (role, rank) for a heartbeat: of the job, joining, or null; *removed when a rescale
+  // removed the registration `incarnation` names.
+  Member* FindLocked(Role role, int rank, absl::string_view incarnation, bool* removed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves `m` to the removed members (kept, bounded, so its heartbeats are answered OutOfRange).
+  void RemoveLocked(Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllAliveLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // FailedPrecondition unless `incarnation` is `m`'s (compared in constant time).
   static absl::Status CheckIncarnation(const Member& m, absl::string_view incarnation);
@@ -180,6 +234,14 @@ class Membership {
   uint64_t routing_generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rereplications_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rescales.
+  std::string partition_ ABSL_GUARDED_BY(mu_);
+  uint64_t layout_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ScaleTarget> scale_ ABSL_GUARDED_BY(mu_);
+  // By rank - the job's count: joining members of the pending rescale (rank -1: not registered yet).
+  std::vector<Member> joining_servers_ ABSL_GUARDED_BY(mu_);
+  std::vector<Member> joining_workers_ ABSL_GUARDED_BY(mu_);
+  std::deque<Member> removed_ ABSL_GUARDED_BY(mu_);  // newest last, at most kMaxRemembered
 };
 
 }  // namespace kestrel

@@ -245,5 +245,66 @@ TEST(MembershipTest, FailOverPutsDeadServersOutOfServiceOnlyWhenCovered) {
   EXPECT_EQ(m->routing().failovers, 1u);
 }
 
+TEST(MembershipTest, RescaleAdmitsJoiningRanksThenMovesTheCountsAndRemovesTheLeavers) {
+  auto m = Make(3, 1);
+  std::vector<std::string> servers;
+  for (int s = 0; s < 3; ++s) servers.push_back(m->Register(Role::kServer, absl::StrCat("h:", s), s, kStart)->incarnation);
+  ASSERT_TRUE(m->Register(Role::kWorker, "", 0, kStart).ok());
+  ASSERT_EQ(m->state(), JobState::kRunning);
+  EXPECT_TRUE(absl::IsInvalidArgument(m->Register(Role::kServer, "h:9", 3, kStart).status())) << "no rescale pending";
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BeginScale({3, 1}))) << "nothing to change";
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BeginScale({0, 1})));
+
+  // Grow to 4: rank 3 registers as joining; the job neither waits for it nor counts it.
+  ASSERT_TRUE(m->BeginScale({4, 1}).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->BeginScale({5, 1}))) << "one at a time";
+  EXPECT_FALSE(m->ScaleReady());
+  auto joining = m->Register(Role::kServer, "h:3", -1, kStart);
+  ASSERT_TRUE(joining.ok()) << joining.status();
+  EXPECT_EQ(joining->rank, 3);
+  EXPECT_TRUE(joining->joining);
+  EXPECT_TRUE(m->ScaleReady());
+  EXPECT_EQ(m->TargetServerAddresses(), (std::vector<std::string>{"h:0", "h:1", "h:2", "h:3"}));
+  EXPECT_EQ(m->LiveServerAddresses().size(), 3u);
+  EXPECT_TRUE(m->Heartbeat(Role::kServer, 3, joining->incarnation, kStart).ok());
+  const uint64_t generation = m->generation();
+  ASSERT_TRUE(m->CommitScale("p4").ok());
+  EXPECT_EQ(m->layout().num_servers, 4);
+  EXPECT_EQ(m->layout().partition, "p4");
+  EXPECT_EQ(m->layout().generation, 1u);
+  EXPECT_EQ(m->generation(), generation) << "a rescale is not a failure: no worker's generation moves";
+  EXPECT_EQ(m->state(), JobState::kRunning);
+
+  // Shrink to 2: ranks 2 and 3 are removed; their heartbeats say so (OutOfRange: exit), not "dead".
+  ASSERT_TRUE(m->BeginScale({2, 1}).ok());
+  EXPECT_TRUE(m->ScaleReady()) << "nobody to wait for";
+  ASSERT_TRUE(m->CommitScale("p2").ok());
+  EXPECT_EQ(m->layout().num_servers, 2);
+  EXPECT_TRUE(absl::IsOutOfRange(m->Heartbeat(Role::kServer, 2, servers[2], kStart).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->Heartbeat(Role::kServer, 3, joining->incarnation, kStart).status()));
+  EXPECT_TRUE(m->Heartbeat(Role::kServer, 1, servers[1], kStart).ok());
+  // The removed ranks' silence later is nobody's death: only server 1, silent too, expires.
+  EXPECT_TRUE(m->Heartbeat(Role::kServer, 0, servers[0], kStart + absl::Seconds(10)).ok());
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, m->Members()[2].incarnation, kStart + absl::Seconds(10)).ok());
+  const std::vector<Member> expired = m->ExpireSilent(kStart + absl::Seconds(10));
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].role, Role::kServer);
+  EXPECT_EQ(expired[0].rank, 1);
+}
+
+TEST(MembershipTest, CancelledRescaleLetsTheJoiningRanksGo) {
+  auto m = Make(1, 1);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:0", 0, kStart).ok());
+  ASSERT_TRUE(m->Register(Role::kWorker, "", 0, kStart).ok());
+  ASSERT_TRUE(m->BeginScale({2, 1}).ok());
+  auto joining = m->Register(Role::kServer, "h:1", 1, kStart);
+  ASSERT_TRUE(joining.ok());
+  m->CancelScale();
+  EXPECT_FALSE(m->pending_scale().has_value());
+  EXPECT_EQ(m->layout().num_servers, 1);
+  EXPECT_TRUE(absl::IsOutOfRange(m->Heartbeat(Role::kServer, 1, joining->incarnation, kStart).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(m->Register(Role::kServer, "h:1", 1, kStart).status()));
+}
+
 }  // namespace
 }  // namespace kestrel

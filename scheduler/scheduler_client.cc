@@ -40,9 +40,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
-                                      const std::string& incarnation) override {
+  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation, const std::string& incarnation,
+                                      uint64_t layout_generation) override {
     WaitToStartRequest request;
+    request.set_layout_generation(layout_generation);
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_clock(clock);
@@ -106,6 +107,17 @@ class GrpcSchedulerClient final : public SchedulerClient {
     auto result = Call(&Scheduler::Stub::RequestCheckpoint, request, &response, options_.rpc_deadline);
     if (!result.ok()) return result.status();
     return result->clock();
+  }
+
+  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout) override {
+    ScaleRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_servers(servers);
+    request.set_workers(workers);
+    request.set_join_timeout_ms(absl::ToInt64Milliseconds(join_timeout));
+    ScaleResponse response;
+    // The new ranks may take join_timeout to start, then rows move: a generous deadline.
+    return Call(&Scheduler::Stub::Scale, request, &response, join_timeout + options_.wait_deadline);
   }
 
  private:

@@ -28,9 +28,10 @@ class SchedulerClient {
                                                       uint64_t routing_generation) = 0;
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
-  // `generation` and `incarnation`: what Register (or Rejoin) answered this worker.
+  // `generation` and `incarnation`: what Register (or Rejoin) answered this worker; `layout_generation`: the
+  // rescale whose layout it trains in (an older one than the job's is refused with ABORTED: rejoin).
   virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
-                                              const std::string& incarnation) = 0;
+                                              const std::string& incarnation, uint64_t layout_generation = 0) = 0;
   // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
   virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,
                                           const std::string& incarnation, bool done = false,
@@ -43,6 +44,8 @@ class SchedulerClient {
   virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) = 0;
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
+  // Resizes the running job (docs/elasticity.md); answers once the rescale is done.
+  virtual absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout) = 0;
 };
 
 struct SchedulerClientOptions {

@@ -47,10 +47,6 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const RpcM
 
 absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Create(const SchedulerOptions& options) {
   if (options.job_id.empty()) return absl::InvalidArgumentError("the scheduler needs a job id");
-  auto membership = Membership::Create(options.membership);
-  if (!membership.ok()) return membership.status();
-  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency);
-  if (!clocks.ok()) return clocks.status();
   absl::StatusOr<Partition> partition = options.partition.empty()
                                             ? Partition::Uniform(options.membership.num_servers)
                                             : Partition::Parse(options.partition);
@@ -59,8 +55,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
     return absl::InvalidArgumentError(absl::StrFormat("the partition has %d servers, the job %d",
                                                       partition->num_servers(), options.membership.num_servers));
   }
-  std::unique_ptr<SchedulerServiceImpl> service(new SchedulerServiceImpl(
-      options, std::move(membership).value(), std::move(clocks).value(), *std::move(partition)));
+  auto membership = Membership::Create(options.membership, partition->ToString());
+  if (!membership.ok()) return membership.status();
+  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency);
+  if (!clocks.ok()) return clocks.status();
+  std::unique_ptr<SchedulerServiceImpl> service(
+      new SchedulerServiceImpl(options, std::move(membership).value(), std::move(clocks).value()));
   SchedulerServiceImpl* raw = service.get();
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> admin_credentials,
                            MakeChannelCredentials(options.tls));
@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   service->FillView(&view);
   JobDescription job;
   job.job_id = options.job_id;
-  job.partition = service->partition_;
+  job.partition = view.partition();
   job.consistency = view.consistency();
   job.num_servers = options.membership.num_servers;
   job.num_workers = options.membership.num_workers;
@@ -86,7 +86,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
     SchedulerMetrics::Get().Refresh(*raw->membership_, *raw->clocks_,
                                     checkpoints.latest.empty() ? std::nullopt
                                                                : std::optional<int64_t>(checkpoints.latest_clock));
-    SchedulerMetrics::Get().under_replicated_ranges().Set(raw->UnderReplicatedRanges(raw->membership_->routing()));
+    SchedulerMetrics::Get().under_replicated_ranges().Set(raw->UnderReplicatedRanges());
   });
   return service;
 }
@@ -94,19 +94,18 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
 absl::Status SchedulerServiceImpl::StartCoordinator() { return coordinator_->Start(); }
 
 SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
-                                           std::unique_ptr<ClockTable> clocks, Partition partition)
+                                           std::unique_ptr<ClockTable> clocks)
     : options_(options),
       membership_(std::move(membership)),
       clocks_(std::move(clocks)),
-      layout_(std::move(partition)),
-      partition_(layout_.ToString()),
       register_rpc_(SchedulerMetrics::Get().rpc().method("Register")),
       heartbeat_rpc_(SchedulerMetrics::Get().rpc().method("Heartbeat")),
       wait_to_start_rpc_(SchedulerMetrics::Get().rpc().method("WaitToStart")),
       advance_rpc_(SchedulerMetrics::Get().rpc().method("Advance")),
       describe_rpc_(SchedulerMetrics::Get().rpc().method("Describe")),
       rejoin_rpc_(SchedulerMetrics::Get().rpc().method("Rejoin")),
-      request_checkpoint_rpc_(SchedulerMetrics::Get().rpc().method("RequestCheckpoint")) {}
+      request_checkpoint_rpc_(SchedulerMetrics::Get().rpc().method("RequestCheckpoint")),
+      scale_rpc_(SchedulerMetrics::Get().rpc().method("Scale")) {}
 
 absl::Status SchedulerServiceImpl::CheckJob(const std::string& job_id) const {
   if (job_id == options_.job_id) return absl::OkStatus();
@@ -114,20 +113,33 @@ absl::Status SchedulerServiceImpl::CheckJob(const std::string& job_id) const {
   return absl::FailedPreconditionError("the request's job id is not the one this scheduler runs (check --job_id)");
 }
 
-int SchedulerServiceImpl::UnderReplicatedRanges(const RoutingState& routing) const {
-  std::vector<bool> out(layout_.num_servers(), false);
-  for (int s : routing.out_of_service) out[s] = true;
-  absl::StatusOr<Routing> r = Routing::Create(layout_, std::move(out));
+int SchedulerServiceImpl::UnderReplicatedRanges() const {
+  const JobLayout layout = membership_->layout();
+  const RoutingState routing = membership_->routing();
+  absl::StatusOr<Partition> partition = Partition::Parse(layout.partition);
+  if (!partition.ok()) return 0;
+  std::vector<bool> out(partition->num_servers(), false);
+  for (int s : routing.out_of_service) {
+    if (s < partition->num_servers()) out[s] = true;
+  }
+  absl::StatusOr<Routing> r = Routing::Create(*partition, std::move(out));
   return r.ok() ? r->UnderReplicatedRanges() : 0;
 }
 
+bool SchedulerServiceImpl::Replicated() const {
+  absl::StatusOr<Partition> partition = Partition::Parse(membership_->layout().partition);
+  return partition.ok() && partition->replicas() > 1;
+}
+
 void SchedulerServiceImpl::FillView(ClusterView* view) const {
+  const JobLayout layout = membership_->layout();
   view->set_generation(membership_->generation());
   view->set_job_state(JobStateName(membership_->state()));
-  view->set_num_servers(options_.membership.num_servers);
-  view->set_num_workers(options_.membership.num_workers);
+  view->set_num_servers(layout.num_servers);
+  view->set_num_workers(layout.num_workers);
+  view->set_layout_generation(layout.generation);
   for (std::string& a : membership_->LiveServerAddresses()) view->add_server_addresses(std::move(a));
-  view->set_partition(partition_);
+  view->set_partition(layout.partition);
   view->set_consistency(ConsistencyName(options_.consistency.mode));
   view->set_staleness(options_.consistency.staleness);
   view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
@@ -135,9 +147,9 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_routing_generation(routing.generation);
   for (int s : routing.out_of_service) view->add_out_of_service(s);
   uint64_t fingerprint = Hash64(options_.job_id);
-  fingerprint = HashCombine(fingerprint, Hash64(partition_));
-  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.membership.num_servers));
-  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.membership.num_workers));
+  fingerprint = HashCombine(fingerprint, Hash64(layout.partition));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(layout.num_servers));
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(layout.num_workers));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.mode));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.staleness));
   view->set_config_fingerprint(fingerprint);
@@ -151,6 +163,7 @@ constexpr PeerRoles kMemberRoles = RolesOf({PeerRole::kWorker, PeerRole::kServer
 constexpr PeerRoles kWorkerRoles = RolesOf({PeerRole::kWorker});
 constexpr PeerRoles kDescribeRoles = RolesOf({PeerRole::kWorker, PeerRole::kServer, PeerRole::kAdmin});
 constexpr PeerRoles kCheckpointRoles = RolesOf({PeerRole::kAdmin});
+constexpr PeerRoles kScaleRoles = RolesOf({PeerRole::kAdmin});
 
 }  // namespace
 
@@ -192,14 +205,15 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       response->set_rank(registration->rank);
       response->set_incarnation(registration->incarnation);
       response->set_generation(registration->generation);
+      response->set_joining(registration->joining);
       FillView(response->mutable_view());
-      if (request->role() == ROLE_WORKER) {
+      if (request->role() == ROLE_WORKER && !registration->joining) {
         response->set_clock(clocks_->ClockOf(registration->rank));
         if (auto state = coordinator_->StateFor(registration->rank, response->clock())) *response->mutable_state() = *state;
       }
       response->set_rollbacks(coordinator_->status().rollbacks);
       coordinator_->Wake();
-      if (registration->state != JobState::kForming) {
+      if (registration->state != JobState::kForming && !registration->joining) {
         std::vector<std::function<void()>> waits;
         {
           absl::MutexLock lock(&forming_mu_);
@@ -211,8 +225,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       }
       KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
                  << (request->address().empty() ? context->peer() : request->address()) << " (generation "
-                 << registration->generation << ", job "
-                 << JobStateName(registration->state) << ")";
+                 << registration->generation << ", job " << JobStateName(registration->state)
+                 << (registration->joining ? ", joining in a rescale" : "") << ")";
     }
   }
   return Reply(context, call, status);
@@ -229,11 +243,14 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
         membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow(),
                                request->routing_generation());
     status = generation.status();
-    if (status.ok()) {
+    if (absl::IsOutOfRange(status)) {  // a rescale removed it: it exits
+      response->set_removed(true);
+      status = absl::OkStatus();
+    } else if (status.ok()) {
       response->set_generation(*generation);
       response->set_job_state(JobStateName(membership_->state()));
       for (uint64_t g : membership_->WorkerGenerations()) response->add_worker_generations(g);
-      if (layout_.replicas() > 1) {  // members re-route from it
+      if (Replicated()) {  // members re-route from it
         const RoutingState routing = membership_->routing();
         response->set_routing_generation(routing.generation);
         for (int s : routing.out_of_service) response->add_out_of_service(s);
@@ -254,6 +271,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, request->rank());
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
+  if (status.ok() && request->layout_generation() < membership_->layout().generation) {
+    status = absl::AbortedError(absl::StrFormat(
+        "the job was rescaled (rescale %d; this worker trains in the layout of rescale %d): rejoin",
+        membership_->layout().generation, request->layout_generation()));
+  }
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
@@ -339,7 +361,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     const RoutingState routing = membership_->routing();
     response->set_failovers(routing.failovers);
     response->set_rereplications(routing.rereplications);
-    response->set_under_replicated_ranges(UnderReplicatedRanges(routing));
+    response->set_under_replicated_ranges(UnderReplicatedRanges());
   }
   return Reply(context, call, status);
 }
@@ -350,8 +372,23 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "Rejoin", std::nullopt, request->rank());
   // Only the live holder of the rank may rejoin (this also counts as its heartbeat).
+  bool removed = false;
   if (status.ok()) {
     status = membership_->Heartbeat(Role::kWorker, request->rank(), request->incarnation(), MonotonicNow()).status();
+    if (absl::IsOutOfRange(status)) {  // a rescale left this rank out: it exits
+      removed = true;
+      status = absl::OkStatus();
+    }
+  }
+  if (status.ok() && !removed && request->rank() >= membership_->layout().num_workers) {
+    status = absl::UnavailableError("this rank joins in a rescale that is not done yet; retry shortly");
+  }
+  if (status.ok() && removed) {
+    response->set_rank(request->rank());
+    response->set_removed(true);
+    response->set_layout_generation(membership_->layout().generation);
+    KLOG(Info) << "worker rank " << request->rank() << " was left out by a rescale: it exits";
+    return Reply(context, call, status);
   }
   if (status.ok() && (membership_->rolling_back() || membership_->state() == JobState::kForming)) {
     status = absl::UnavailableError("the job is rolling back to its last checkpoint; retry shortly");
@@ -364,6 +401,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     response->set_clock(clocks_->ClockOf(request->rank()));
  if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
     response->set_rollbacks(coordinator_->status().rollbacks);
+    response->set_layout_generation(response->view().layout_generation());
     KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
                << response->generation() << ")";
   }
@@ -382,6 +420,40 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestCheckpoint(grpc::Callback
     if (status.ok()) response->set_clock(*clock);
   }
   return Reply(context, call, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContext* context,
+                                                      const ScaleRequest* request, ScaleResponse* response) {
+  const RpcMetrics::Call call = scale_rpc_.Begin();
+  absl::Status status = CheckCaller(context, request->job_id(), kScaleRoles, "Scale", std::nullopt, std::nullopt);
+  if (status.ok() && (request->join_timeout_ms() < 0 || request->join_timeout_ms() > 86400000)) {
+    status = absl::InvalidArgumentError("join_timeout_ms must be in [0, 1 day]");
+  }
+  if (!status.ok()) return Reply(context, call, status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Duration join_timeout =
+      request->join_timeout_ms() > 0 ? absl::Milliseconds(request->join_timeout_ms()) : absl::Minutes(5);
+  // Answered by the coordinator once the rescale is done; no gRPC thread waits for it.
+  status = coordinator_->Scale(
+      ScaleTarget{request->servers(), request->workers()}, join_timeout,
+      [reactor, response, call](absl::StatusOr<ScaleResult> result) {
+        if (result.ok()) {
+          response->set_clock(result->clock);
+          response->set_layout_generation(result->layout_generation);
+          response->set_held_seconds(absl::ToDoubleSeconds(result->held));
+          response->set_rows_moved(result->rows_moved);
+          response->set_bytes_moved(result->bytes_moved);
+        }
+        call.End(result.status());
+        reactor->Finish(ToGrpcStatus(result.status()));
+      });
+  if (!status.ok()) {
+    call.End(status);
+    reactor->Finish(ToGrpcStatus(status));
+  } else {
+    KLOG(Info) << "rescale requested: " << request->servers() << " servers, " << request->workers() << " workers";
+  }
+  return reactor;
 }
 
 void SchedulerServiceImpl::ExpireSilent(absl::Time now) {

@@ -71,6 +71,8 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   grpc::ServerUnaryReactor* RequestCheckpoint(grpc::CallbackServerContext* context,
                                               const RequestCheckpointRequest* request,
                                               RequestCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* Scale(grpc::CallbackServerContext* context, const ScaleRequest* request,
+                                  ScaleResponse* response) override;
 
   // Starts the checkpoint coordinator (reads the checkpoint to resume from); an error means do not serve.
   absl::Status StartCoordinator();
@@ -86,7 +88,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
-                       std::unique_ptr<ClockTable> clocks, Partition partition);
+                       std::unique_ptr<ClockTable> clocks);
   absl::Status CheckJob(const std::string& job_id) const;
   // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
   // workers and servers the member role (none: a worker-only call) and rank (none: no rank) the request claims. On success *caller is the identity (none on a plaintext listener).
@@ -95,13 +97,12 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                            std::optional<PeerIdentity>* caller = nullptr) const;
   void FillView(ClusterView* view) const;
   // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
-  int UnderReplicatedRanges(const RoutingState& routing) const;
+  int UnderReplicatedRanges() const;
+  bool Replicated() const;
 
   const SchedulerOptions options_;
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
-  const Partition layout_;
-  const std::string partition_;  // layout_.ToString()
   std::unique_ptr<ShardAdmin> admin_;
   std::unique_ptr<CheckpointCoordinator> coordinator_;
   std::atomic<bool> shutting_down_{false};
@@ -110,7 +111,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   std::vector<std::function<void()>> forming_waits_ ABSL_GUARDED_BY(forming_mu_);
   // Per-method call counts and latencies (kestrel_scheduler_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &register_rpc_, &heartbeat_rpc_, &wait_to_start_rpc_, &advance_rpc_, &describe_rpc_,
-      &rejoin_rpc_, &request_checkpoint_rpc_;
+      &rejoin_rpc_, &request_checkpoint_rpc_, &scale_rpc_;
   ScrapeHook metrics_hook_;  // last: unregistered first, while the members above are still in use
 };
 

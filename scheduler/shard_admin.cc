@@ -60,6 +60,23 @@ class GrpcShardAdmin final : public ShardAdmin {
     return response.rows();
   }
 
+  absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string& address,
+                                               RescaleShardRequest request) override {
+    Fill(request.mutable_header());
+    RescaleShardResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->RescaleShard(&context, request, &response));
+    if (!status.ok()) {
+      return Annotate(status,
+                      absl::StrFormat("rescale %d, phase %s", request.layout_generation(),
+                                      RescaleShardRequest::Phase_Name(request.phase()))
+                          .c_str(),
+                      shard, address);
+    }
+    return response;
+  }
+
  private:
   void Fill(RequestHeader* header) const {
     header->set_job_id(job_id_);

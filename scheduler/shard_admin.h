@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/checkpoint.pb.h"
+#include "proto/ps.pb.h"
 
 namespace kestrel {
 
@@ -29,6 +30,9 @@ class ShardAdmin {
   // to server `target` at `target_address`. Returns the rows copied.
   virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
                                              const std::string& target_address) = 0;
+  // Rescale: one phase of a rescale (ParameterServer.RescaleShard) on server `shard` at `address`.
+  virtual absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string& address,
+                                                       RescaleShardRequest request) = 0;
 };
 
 // Over gRPC (ParameterServer.Checkpoint / Restore); each call has `deadline`. Channels are cached by address

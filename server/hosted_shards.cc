@@ -6,9 +6,10 @@
 
 namespace kestrel {
 
-HostedShards::HostedShards(int server, std::vector<std::unique_ptr<Shard>> owned, std::vector<Shard*> shards,
-                           std::vector<int> group_of_owner)
+HostedShards::HostedShards(int server, std::optional<ShardOptions> options, std::vector<std::unique_ptr<Shard>> owned,
+                           std::vector<Shard*> shards, std::vector<int> group_of_owner)
     : server_(server),
+      options_(std::move(options)),
       owned_(std::move(owned)),
       shards_(std::move(shards)),
       group_of_owner_(std::move(group_of_owner)),
@@ -35,13 +36,18 @@ absl::StatusOr<std::unique_ptr<HostedShards>> HostedShards::Create(const ShardOp
     owned.push_back(*std::move(shard));
   }
   return std::unique_ptr<HostedShards>(
-      new HostedShards(options.shard_index, std::move(owned), std::move(shards), std::move(group_of_owner)));
+      new HostedShards(options.shard_index, options, std::move(owned), std::move(shards), std::move(group_of_owner)));
 }
 
 std::unique_ptr<HostedShards> HostedShards::Single(Shard* shard) {
   std::vector<int> group_of_owner(shard->partition().num_servers(), -1);
   group_of_owner[shard->shard_index()] = 0;
-  return std::unique_ptr<HostedShards>(new HostedShards(shard->shard_index(), {}, {shard}, std::move(group_of_owner)));
+  return std::unique_ptr<HostedShards>(
+      new HostedShards(shard->shard_index(), std::nullopt, {}, {shard}, std::move(group_of_owner)));
+}
+
+std::shared_ptr<HostedShards> HostedShards::Unowned(HostedShards* hosted) {
+  return std::shared_ptr<HostedShards>(hosted, [](HostedShards*) {});
 }
 
 absl::StatusOr<Shard*> HostedShards::Group(std::optional<int> owner) const {

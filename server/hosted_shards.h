@@ -32,14 +32,18 @@ class HostedShards {
   // The groups server options.shard_index holds in `partition` (options.shard_index names this server; each
   // group's Shard gets its owner's index and otherwise the same options).
   static absl::StatusOr<std::unique_ptr<HostedShards>> Create(const ShardOptions& options, Partition partition);
-  // One unreplicated shard, owned by the caller (tests, tools): its own group only.
+  // One unreplicated shard, owned by the caller (tests, tools): its own group only. It cannot be rescaled.
   static std::unique_ptr<HostedShards> Single(Shard* shard);
+  // Owned by the caller as well (server/ps_service.h takes shared ownership of the groups it serves).
+  static std::shared_ptr<HostedShards> Unowned(HostedShards* hosted);
 
   HostedShards(const HostedShards&) = delete;
   HostedShards& operator=(const HostedShards&) = delete;
 
   // This server's index.
   int server() const { return server_; }
+  // The options Create() made the groups with (shard_index: this server); none for Single().
+  const std::optional<ShardOptions>& options() const { return options_; }
   const Partition& partition() const { return own().partition(); }
   bool replicated() const { return partition().replicas() > 1; }
   // The group this server owns (replica 0 of its ranges).
@@ -68,10 +72,11 @@ class HostedShards {
   void SetGenerationListener(std::function<void()> listener);
 
  private:
-  HostedShards(int server, std::vector<std::unique_ptr<Shard>> owned, std::vector<Shard*> shards,
-               std::vector<int> group_of_owner);
+  HostedShards(int server, std::optional<ShardOptions> options, std::vector<std::unique_ptr<Shard>> owned,
+               std::vector<Shard*> shards, std::vector<int> group_of_owner);
 
   const int server_;
+  const std::optional<ShardOptions> options_;
   const std::vector<std::unique_ptr<Shard>> owned_;
   const std::vector<Shard*> shards_;
   const std::vector<int> group_of_owner_;  // by owner: index into shards_, or -1 (no copy held here)

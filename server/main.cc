@@ -161,12 +161,14 @@ int Run() {
     return 2;
   }
   shard_options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
-  absl::StatusOr<std::unique_ptr<HostedShards>> hosted = HostedShards::Create(shard_options, *std::move(partition));
-  if (!hosted.ok()) {
-    KLOG(Error) << "cannot create shard: " << hosted.status();
+  absl::StatusOr<std::unique_ptr<HostedShards>> created = HostedShards::Create(shard_options, *std::move(partition));
+  if (!created.ok()) {
+    KLOG(Error) << "cannot create shard: " << created.status();
     return 2;
   }
-  Shard* const own = &(*hosted)->own();  // the ranges this server owns; backups' copies live in memory only
+  // The groups this server starts with; a rescale replaces them (server/ps_service.h).
+  std::shared_ptr<HostedShards> hosted = *std::move(created);
+  Shard* const own = &hosted->own();  // the ranges this server owns; backups' copies live in memory only
 
   // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
   MetricsServerOptions metrics_options;
@@ -210,10 +212,11 @@ int Run() {
   }
   // A disk tier that fails mid-push leaves a table holding part of it: exit, and let the scheduler restore the
   // job from its last checkpoint (without one, the operator restarts with --resume).
-  own->SetFailureListener([index](const absl::Status& status) {
+  auto on_tier_failure = [index](const absl::Status& status) {
     KLOG(Error) << "shard " << index << ": disk tier failed: " << status << "; exiting so the job is restored";
     std::_Exit(3);
-  });
+  };
+  own->SetFailureListener(on_tier_failure);
 
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
@@ -230,11 +233,20 @@ int Run() {
   server_options.max_message_bytes = max_message_bytes;
   server_options.tls = tls;
   server_options.peer_credentials = *channel_credentials;
-  auto server = PsServer::Start(server_options, hosted->get(), store.get());
+  auto server = PsServer::Start(server_options, hosted, store.get());
   if (!server.ok()) {
     KLOG(Error) << server.status();
     return absl::IsFailedPrecondition(server.status()) || absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
+  PsServiceImpl& service = (*server)->service();
+  // After a rescale: the new own group gets the disk tier and its failure listener.
+  service.SetSwitchListener([store = store.get(), on_tier_failure](HostedShards& groups) {
+    if (store != nullptr) groups.own().SetColdTier(store);
+    groups.own().SetFailureListener(on_tier_failure);
+    std::vector<std::string> ranges;
+    for (const KeyRange& r : groups.own().ranges()) ranges.push_back(r.ToString());
+    KLOG(Info) << "key ranges after the rescale: " << absl::StrJoin(ranges, " ");
+  });
   std::vector<std::string> ranges;
   for (const KeyRange& r : own->ranges()) ranges.push_back(r.ToString());
   KLOG(Info) << "serving job '" << shard_options.job_id << "' shard " << index << " of "
@@ -254,6 +266,7 @@ int Run() {
   std::unique_ptr<SchedulerClient> scheduler;
   std::unique_ptr<Heartbeater> heartbeater;
   static std::atomic<bool> refused{false};
+  static std::atomic<bool> removed{false};  // a rescale left this server out: it exits 0
   if (const std::string address = absl::GetFlag(FLAGS_scheduler); !address.empty()) {
     SchedulerClientOptions client_options;
     client_options.job_id = shard_options.job_id;
@@ -285,8 +298,27 @@ int Run() {
     }
     const ClusterView& view = registration->view();
     const bool bsp = view.consistency() == "bsp";
-    if (view.partition() != own->partition().ToString() ||
-        shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
+    if (registration->joining()) {
+      KLOG(Info) << "joining the job in a rescale to " << own->partition().num_servers()
+                 << " servers: the ranges arrive from the other servers";
+    } else if (view.layout_generation() > 0 &&
+               (view.partition() != own->partition().ToString() ||
+                shard_options.bsp_workers != (bsp ? view.num_workers() : 0))) {
+      // The job was rescaled since it started: its layout is the scheduler's, not this server's flags.
+      absl::StatusOr<Partition> adopted = Partition::Parse(view.partition());
+      ShardOptions options = shard_options;
+      options.bsp_workers = bsp ? view.num_workers() : 0;
+      absl::StatusOr<std::unique_ptr<HostedShards>> groups =
+          adopted.ok() ? HostedShards::Create(options, *adopted) : adopted.status();
+      if (!groups.ok()) {
+        KLOG(Error) << "cannot take the rescaled job's layout '" << view.partition() << "': " << groups.status();
+        return 2;
+      }
+      KLOG(Info) << "the job was rescaled to " << view.num_servers() << " servers and " << view.num_workers()
+                 << " workers (rescale " << view.layout_generation() << "): serving that layout, not the flags'";
+      service.AdoptLayout(*std::move(groups), view.layout_generation());
+    } else if (view.partition() != own->partition().ToString() ||
+               shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
       KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
                   << view.partition() << "', " << view.consistency() << " with " << view.num_workers()
                   << " workers; this server: partition '" << own->partition().ToString()
@@ -297,7 +329,7 @@ int Run() {
     SetLogGeneration(registration->view().generation());
     KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
                << " (generation " << registration->view().generation() << ")";
-    HostedShards* hosted_ptr = hosted->get();
+    PsServiceImpl* service_ptr = &service;
     PsServer* server_ptr = server->get();
     static std::atomic<Heartbeater*> beat_ptr{nullptr};  // set once the heartbeater exists
     heartbeater = std::make_unique<Heartbeater>(
@@ -308,15 +340,23 @@ int Run() {
           refused.store(true);
           kill(getpid(), SIGTERM);
         },
-        [hosted_ptr, server_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+        [service_ptr, server_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+          if (answer.removed()) {
+            if (!removed.exchange(true)) {
+              KLOG(Info) << "a rescale left server " << index << " out of the job: shutting down";
+              kill(getpid(), SIGTERM);
+            }
+            return;
+          }
+          const std::shared_ptr<HostedShards> hosted_ptr = service_ptr->hosted();
           if (answer.generation() != last) {
             SetLogGeneration(answer.generation());
             KLOG(Info) << "shard " << index << " sees job generation " << answer.generation() << " ("
                        << answer.job_state() << ")";
             last = answer.generation();
           }
-          hosted_ptr->SetJobView(answer.generation(),
-                                 {answer.worker_generations().begin(), answer.worker_generations().end()});
+          service_ptr->SetJobView(answer.generation(),
+                                  {answer.worker_generations().begin(), answer.worker_generations().end()});
           if (hosted_ptr->replicated()) {
             server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
             if (ApplyRouting(hosted_ptr->routing(), answer.routing_generation(), answer.out_of_service())) {
@@ -330,9 +370,9 @@ int Run() {
         });
     // A worker generation the shard has not heard of (a worker that just registered or rejoined): ask now.
     Heartbeater* beat = heartbeater.get();
-    beat->SetRoutingGeneration((*hosted)->routing_generation());
+    beat->SetRoutingGeneration(service.hosted()->routing_generation());
     beat_ptr.store(beat);
-    hosted_ptr->SetGenerationListener([beat] { beat->BeatSoon(); });
+    service.SetGenerationListener([beat] { beat->BeatSoon(); });
     beat->BeatSoon();  // the first view now, not an interval from now
   }
 
@@ -340,9 +380,9 @@ int Run() {
   KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
-  (*hosted)->SetGenerationListener(nullptr);  // before the heartbeater it points to goes
+  service.SetGenerationListener(nullptr);  // before the heartbeater it points to goes
   heartbeater.reset();
-  const ShardStats stats = own->Stats();
+  const ShardStats stats = service.hosted()->own().Stats();
   KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
              << " pushes, " << stats.rejected_requests << " rejected";
   return refused.load() ? 3 : 0;

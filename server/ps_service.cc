@@ -38,6 +38,13 @@ PeerServers::PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, 
       addresses_(num_servers_),
       stubs_(num_servers_) {}
 
+void PeerServers::Resize(int num_servers) {
+  absl::MutexLock lock(&mu_);
+  num_servers_ = static_cast<size_t>(std::max(num_servers, 0));
+  addresses_.resize(num_servers_);
+  stubs_.resize(num_servers_);
+}
+
 void PeerServers::SetAddresses(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < std::min(addresses.size(), num_servers_); ++i) {
@@ -54,10 +61,9 @@ std::shared_ptr<grpc::GenericStub> PeerServers::Stub(int server) const {
   return stubs_[server];
 }
 
-PsServiceImpl::PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore* store, PeerServers* peers,
-                             absl::Duration forward_deadline)
-    : hosted_(hosted),
-      shard_(&hosted->own()),
+PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* pool, ShardStore* store,
+                             PeerServers* peers, absl::Duration forward_deadline)
+    : job_id_(hosted->own().job_id()),
       pool_(pool),
       store_(store),
       peers_(peers),
@@ -73,30 +79,88 @@ PsServiceImpl::PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore*
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
       replicate_rpc_(ServerMetrics::Get().rpc().method("Replicate")),
       copy_group_rpc_(ServerMetrics::Get().rpc().method("CopyGroup")),
+      rescale_rpc_(ServerMetrics::Get().rpc().method("RescaleShard")),
+      hosted_(std::move(hosted)),
       admin_(1, /*max_queued=*/16),
-      stats_hook_([shard = shard_] { ServerMetrics::Get().Refresh(*shard); }) {}
+      stats_hook_([this] { ServerMetrics::Get().Refresh(this->hosted()->own()); }) {}
+
+std::shared_ptr<HostedShards> PsServiceImpl::hosted() const {
+  absl::MutexLock lock(&layout_mu_);
+  return hosted_;
+}
+
+uint64_t PsServiceImpl::layout_generation() const {
+  absl::MutexLock lock(&layout_mu_);
+  return layout_generation_;
+}
+
+bool PsServiceImpl::left() const {
+  absl::MutexLock lock(&layout_mu_);
+  return left_;
+}
+
+void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations) {
+  Hosted hosted;
+  {
+    absl::MutexLock lock(&layout_mu_);
+    job_view_set_ = true;
+    job_generation_ = job_generation;
+    worker_generations_ = worker_generations;
+    hosted = hosted_;
+  }
+  hosted->SetJobView(job_generation, worker_generations);
+}
+
+void PsServiceImpl::SetGenerationListener(std::function<void()> listener) {
+  Hosted hosted;
+  {
+    absl::MutexLock lock(&layout_mu_);
+    generation_listener_ = listener;
+    hosted = hosted_;
+  }
+  hosted->SetGenerationListener(std::move(listener));
+}
+
+void PsServiceImpl::SetSwitchListener(std::function<void(HostedShards&)> listener) {
+  absl::MutexLock lock(&layout_mu_);
+  switch_listener_ = std::move(listener);
+}
+
+void PsServiceImpl::AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation) {
+  std::function<void(HostedShards&)> listener;
+  {
+    absl::MutexLock lock(&layout_mu_);
+    if (job_view_set_) groups->SetJobView(job_generation_, worker_generations_);
+    if (generation_listener_) groups->SetGenerationListener(generation_listener_);
+    hosted_ = groups;
+    layout_generation_ = layout_generation;
+    listener = switch_listener_;
+  }
+  if (peers_ != nullptr) peers_->Resize(groups->partition().num_servers());
+  if (listener) listener(*groups);
+}
 
 // Runs `work` on the handler pool (or inline on gRPC's callback thread without one); the call finishes with the
 // status `work` hands its `done`, counted and timed in `rpc`. Handlers do CPU work only; nothing in them waits
 // on other calls.
 grpc::ServerUnaryReactor* PsServiceImpl::RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                                   PeerRoles allowed, const char* method,
-                                                  std::function<void(const Caller&, Done done)> work) {
+                                                  std::function<void(const Hosted&, const Caller&, Done done)> work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = rpc.Begin();
   Done finish = [reactor, call](const absl::Status& status) {
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));
   };
-  absl::StatusOr<Caller> caller = AuthorizePeer(context->auth_context().get(), shard_->job_id(), allowed, method);
+  absl::StatusOr<Caller> caller = AuthorizePeer(context->auth_context().get(), job_id_, allowed, method);
   if (!caller.ok()) {
-    finish(shard_->Count(caller.status()));
+    finish(hosted()->own().Count(caller.status()));
   } else if (pool_ == nullptr) {
-    work(*caller, std::move(finish));
-  } else if (!pool_->TrySchedule([finish, work = std::move(work), caller = *std::move(caller)]() mutable {
-               work(caller, std::move(finish));
+    work(hosted(), *caller, std::move(finish));
+  } else if (!pool_->TrySchedule([this, finish, work = std::move(work), caller = *std::move(caller)]() mutable {
+               work(hosted(), caller, std::move(finish));
              })) {
-    finish(shard_->Count(absl::UnavailableError(absl::StrCat(
+    finish(hosted()->own().Count(absl::UnavailableError(absl::StrCat(
         "the server is busy: ", kMaxQueuedCalls, " calls are waiting for a handler thread; retry"))));
   }
   return reactor;
@@ -104,26 +168,59 @@ grpc::ServerUnaryReactor* PsServiceImpl::RunAsync(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* PsServiceImpl::Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                              PeerRoles allowed, const char* method,
-                                             std::function<absl::Status(const Caller&)> work) {
+                                             std::function<absl::Status(const Hosted&, const Caller&)> work) {
   return RunAsync(context, rpc, allowed, method,
-                  [work = std::move(work)](const Caller& caller, Done done) { done(work(caller)); });
+                  [work = std::move(work)](const Hosted& hosted, const Caller& caller, Done done) {
+                    done(work(hosted, caller));
+                  });
 }
 
-absl::Status PsServiceImpl::CheckReplicated() const {
-  if (hosted_->replicated()) return absl::OkStatus();
-  return shard_->Count(absl::FailedPreconditionError(
+grpc::ServerUnaryReactor* PsServiceImpl::RunAdmin(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                                  const char* method, const RequestHeader& header,
+                                                  std::function<absl::Status(const Hosted&)> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const RpcMetrics::Call call = rpc.Begin();
+  const absl::Status allowed = AuthorizePeer(context->auth_context().get(), job_id_, kAdminRoles, method).status();
+  const bool queued = admin_.TrySchedule([this, reactor, &header, call, allowed, method, work = std::move(work)] {
+    const Hosted hosted = this->hosted();
+    Shard& own = hosted->own();
+    absl::Status status = allowed.ok() ? own.CheckJob(ContextOf(header)) : own.Count(allowed);
+    if (status.ok()) status = work(hosted);
+    if (!status.ok()) KLOG(Warning) << method << " failed: " << status;
+    call.End(status);
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  if (!queued) {  // a flood of admin calls: refused, not queued without bound
+    const absl::Status busy = hosted()->own().Count(
+        absl::UnavailableError("too many checkpoint, restore, copy and rescale calls are waiting; retry"));
+    call.End(busy);
+    reactor->Finish(ToGrpcStatus(busy));
+  }
+  return reactor;
+}
+
+absl::Status PsServiceImpl::CheckReplicated(const HostedShards& hosted) {
+  if (hosted.replicated()) return absl::OkStatus();
+  return hosted.own().Count(absl::FailedPreconditionError(
       "this job keeps one copy of each key range (--replicas=1): there is nothing to replicate to this server"));
 }
 
-absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const RequestHeader& header) const {
-  absl::StatusOr<Shard*> group = hosted_->Group(OwnerOf(header));
-  if (!group.ok()) return shard_->Count(group.status());
-  KESTREL_RETURN_IF_ERROR(shard_->Count(hosted_->CheckPrimary((*group)->shard_index())));
+absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const {
+  const Shard& own = hosted.own();
+  if (left()) {
+    return own.Count(absl::UnavailableError(absl::StrFormat(
+        "server %d left the job in a rescale and serves nothing: ask the scheduler for the new layout and retry",
+        hosted.server())));
+  }
+  absl::StatusOr<Shard*> group = hosted.Group(OwnerOf(header));
+  if (!group.ok()) return own.Count(group.status());
+  KESTREL_RETURN_IF_ERROR(own.Count(hosted.CheckPrimary((*group)->shard_index())));
   return group;
 }
 
-void PsServiceImpl::Forward(const char* method, int owner, const grpc::ByteBuffer& request, Done done) {
-  const std::vector<int> backups = hosted_->BackupsOf(owner);
+void PsServiceImpl::Forward(const HostedShards& hosted, const char* method, int owner,
+                            const grpc::ByteBuffer& request, Done done) {
+  const std::vector<int> backups = hosted.BackupsOf(owner);
   if (backups.empty()) return done(absl::OkStatus());
   struct Forwarding {
     explicit Forwarding(size_t n) : calls(n), pending(static_cast<int>(n)) {}
@@ -175,22 +272,24 @@ void PsServiceImpl::Forward(const char* method, int owner, const grpc::ByteBuffe
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-  return Run(context, pull_rpc_, kDataRoles, "Pull", [this, request, response](const Caller& caller) -> absl::Status {
-    PullRequest parsed;
-    grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
-    grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
-    if (!status.ok()) {
-      return shard_->Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
-    }
-    KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
-    KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(parsed.header()));
-    PullResponseWriter writer;
-    absl::Status handled = HandlePullInto(*group, parsed, [&writer](size_t values, int dim, ValueType type) {
-      return writer.Allocate(values, dim, type);
-    });
-    if (handled.ok()) *response = writer.Finish();
-    return handled;
-  });
+  return Run(context, pull_rpc_, kDataRoles, "Pull",
+             [this, request, response](const Hosted& hosted, const Caller& caller) -> absl::Status {
+               const Shard& own = hosted->own();
+               PullRequest parsed;
+               grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
+               grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
+               if (!status.ok()) {
+                 return own.Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
+               }
+               KESTREL_RETURN_IF_ERROR(own.Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, parsed.header()));
+               PullResponseWriter writer;
+               absl::Status handled = HandlePullInto(*group, parsed, [&writer](size_t values, int dim, ValueType type) {
+                 return writer.Allocate(values, dim, type);
+               });
+               if (handled.ok()) *response = writer.Finish();
+               return handled;
+             });
 }
 
 namespace {
@@ -206,34 +305,38 @@ absl::Status WritePushResponse(const PushResponse& answer, grpc::ByteBuffer* res
 
 grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
-  return RunAsync(context, push_rpc_, kDataRoles, "Push", [this, request, response](const Caller& caller, Done done) {
-    absl::Status status = [&]() -> absl::Status {
-      PushRequestView view;
-      KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
-      KESTREL_RETURN_IF_ERROR(shard_->Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
-      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*view.header));
-      PushResponse answer;
-      KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
-      KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
-      // Applied here (or a repeat): the backups get it too before the worker hears OK.
-      Forward("Replicate", group->shard_index(), *request, std::move(done));
-      return absl::OkStatus();
-    }();
-    if (!status.ok()) done(std::move(status));
-  });
+  return RunAsync(context, push_rpc_, kDataRoles, "Push",
+                  [this, request, response](const Hosted& hosted, const Caller& caller, Done done) {
+                    absl::Status status = [&]() -> absl::Status {
+                      const Shard& own = hosted->own();
+                      PushRequestView view;
+                      KESTREL_RETURN_IF_ERROR(own.Count(ReadPushRequest(*request, &view)));
+                      KESTREL_RETURN_IF_ERROR(
+                          own.Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
+                      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *view.header));
+                      PushResponse answer;
+                      KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
+                      KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
+                      // Applied here (or a repeat): the backups get it too before the worker hears OK.
+                      Forward(*hosted, "Replicate", group->shard_index(), *request, std::move(done));
+                      return absl::OkStatus();
+                    }();
+                    if (!status.ok()) done(std::move(status));
+                  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return Run(context, replicate_rpc_, kServerRoles, "Replicate",
-             [this, request, response](const Caller&) -> absl::Status {
-               KESTREL_RETURN_IF_ERROR(CheckReplicated());
+             [request, response](const Hosted& hosted, const Caller&) -> absl::Status {
+               const Shard& own = hosted->own();
+               KESTREL_RETURN_IF_ERROR(CheckReplicated(*hosted));
                PushRequestView view;
-               KESTREL_RETURN_IF_ERROR(shard_->Count(ReadPushRequest(*request, &view)));
+               KESTREL_RETURN_IF_ERROR(own.Count(ReadPushRequest(*request, &view)));
                if (!view.header->has_owner()) {
-                 return shard_->Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
+                 return own.Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
                }
-               KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(view.header->owner())));
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, own.Count(hosted->Group(view.header->owner())));
                PushResponse answer;
                KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
                return WritePushResponse(answer, response);
@@ -242,81 +345,94 @@ grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* context,
                                                    const PullRequest* request, PullResponse* response) {
-  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense", [=](const Caller& caller) -> absl::Status {
-    KESTREL_RETURN_IF_ERROR(
-        shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PullDense")));
-    KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(request->header()));
-    return HandlePullDense(*group, *request, response);
-  });
+  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense",
+             [=](const Hosted& hosted, const Caller& caller) -> absl::Status {
+               KESTREL_RETURN_IF_ERROR(hosted->own().Count(
+                   CheckClaimedRank(caller, request->header().worker_rank(), "the PullDense")));
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
+               return HandlePullDense(*group, *request, response);
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,
                                                    const PushRequest* request, PushResponse* response) {
-  return RunAsync(context, push_dense_rpc_, kDataRoles, "PushDense", [=](const Caller& caller, Done done) {
-    absl::Status status = [&]() -> absl::Status {
-      KESTREL_RETURN_IF_ERROR(
-          shard_->Count(CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
-      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(request->header()));
-      KESTREL_RETURN_IF_ERROR(HandlePushDense(*group, *request, response));
-      if (hosted_->BackupsOf(group->shard_index()).empty()) {
-        done(absl::OkStatus());
-        return absl::OkStatus();
-      }
-      grpc::ByteBuffer bytes;
-      bool own_buffer;
-      grpc::Status serialized = grpc::SerializationTraits<PushRequest>::Serialize(*request, &bytes, &own_buffer);
-      if (!serialized.ok()) return absl::InternalError(serialized.error_message());
-      Forward("ReplicateDense", group->shard_index(), bytes, std::move(done));
-      return absl::OkStatus();
-    }();
-    if (!status.ok()) done(std::move(status));
-  });
+  return RunAsync(context, push_dense_rpc_, kDataRoles, "PushDense",
+                  [=](const Hosted& hosted, const Caller& caller, Done done) {
+                    absl::Status status = [&]() -> absl::Status {
+                      KESTREL_RETURN_IF_ERROR(hosted->own().Count(
+                          CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
+                      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
+                      KESTREL_RETURN_IF_ERROR(HandlePushDense(*group, *request, response));
+                      if (hosted->BackupsOf(group->shard_index()).empty()) {
+                        done(absl::OkStatus());
+                        return absl::OkStatus();
+                      }
+                      grpc::ByteBuffer bytes;
+                      bool own_buffer;
+                      grpc::Status serialized =
+                          grpc::SerializationTraits<PushRequest>::Serialize(*request, &bytes, &own_buffer);
+                      if (!serialized.ok()) return absl::InternalError(serialized.error_message());
+                      Forward(*hosted, "ReplicateDense", group->shard_index(), bytes, std::move(done));
+                      return absl::OkStatus();
+                    }();
+                    if (!status.ok()) done(std::move(status));
+                  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::ReplicateDense(grpc::CallbackServerContext* context,
                                                         const PushRequest* request, PushResponse* response) {
-  return Run(context, replicate_rpc_, kServerRoles, "ReplicateDense", [=](const Caller&) -> absl::Status {
-    KESTREL_RETURN_IF_ERROR(CheckReplicated());
-    if (!request->header().has_owner()) {
-      return shard_->Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
-    }
-    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(request->header().owner())));
-    return HandlePushDense(*group, *request, response);
-  });
+  return Run(context, replicate_rpc_, kServerRoles, "ReplicateDense",
+             [=](const Hosted& hosted, const Caller&) -> absl::Status {
+               const Shard& own = hosted->own();
+               KESTREL_RETURN_IF_ERROR(CheckReplicated(*hosted));
+               if (!request->header().has_owner()) {
+                 return own.Count(absl::InvalidArgumentError("a replicated push must name its range group (owner)"));
+               }
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, own.Count(hosted->Group(request->header().owner())));
+               return HandlePushDense(*group, *request, response);
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CreateTable(grpc::CallbackServerContext* context,
                                                      const CreateTableRequest* request,
                                                      CreateTableResponse* response) {
   // Every copy of every group this server holds gets the table (a backup must be able to take over).
-  return Run(context, create_table_rpc_, kDataRoles, "CreateTable", [=](const Caller&) -> absl::Status {
-    bool created = false;
-    for (Shard* group : hosted_->shards()) {
-      KESTREL_RETURN_IF_ERROR(HandleCreateTable(*group, *request, response));
-      created |= response->created();
-    }
-    response->set_created(created);
-    return absl::OkStatus();
-  });
+  return Run(context, create_table_rpc_, kDataRoles, "CreateTable",
+             [=](const Hosted& hosted, const Caller&) -> absl::Status {
+               bool created = false;
+               for (Shard* group : hosted->shards()) {
+                 KESTREL_RETURN_IF_ERROR(HandleCreateTable(*group, *request, response));
+                 created |= response->created();
+               }
+               response->set_created(created);
+               return absl::OkStatus();
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerContext* context,
                                                         const DescribeTablesRequest* request,
                                                         DescribeTablesResponse* response) {
-  return Run(context, describe_tables_rpc_, kReadRoles, "DescribeTables", [=](const Caller&) -> absl::Status {
-    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(OwnerOf(request->header()))));
-    return HandleDescribeTables(*group, *request, response);
-  });
+  return Run(context, describe_tables_rpc_, kReadRoles, "DescribeTables",
+             [=](const Hosted& hosted, const Caller&) -> absl::Status {
+               KESTREL_ASSIGN_OR_RETURN(Shard * group,
+                                        hosted->own().Count(hosted->Group(OwnerOf(request->header()))));
+               return HandleDescribeTables(*group, *request, response);
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                                StatsResponse* response) {
-  return Run(context, stats_rpc_, kReadRoles, "Stats", [=](const Caller& caller) -> absl::Status {
+  return Run(context, stats_rpc_, kReadRoles, "Stats", [=](const Hosted& hosted, const Caller& caller) -> absl::Status {
+    const Shard& own = hosted->own();
     // Fingerprints read every row of every table: an admin's (or the scheduler's) request, not a worker's.
     if (request->fingerprints() && caller.has_value() && caller->role == PeerRole::kWorker) {
-      return shard_->Count(absl::PermissionDeniedError("a worker may not ask for fingerprints (admins only)"));
+      return own.Count(absl::PermissionDeniedError("a worker may not ask for fingerprints (admins only)"));
     }
-    KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(OwnerOf(request->header()))));
+    if (left()) {
+      return own.Count(absl::UnavailableError(
+          absl::StrFormat("server %d left the job in a rescale and holds no rows of it", hosted->server())));
+    }
+    KESTREL_ASSIGN_OR_RETURN(Shard * group, own.Count(hosted->Group(OwnerOf(request->header()))));
     return HandleStats(*group, *request, response);
   });
 }
@@ -324,208 +440,216 @@ grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext* context,
                                                     const CheckpointShardRequest* request,
                                                     CheckpointShardResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const RpcMetrics::Call call = checkpoint_rpc_.Begin();
-  const absl::Status allowed =
-      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Checkpoint").status();
-  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
-    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
-    if (status.ok() && store_ == nullptr) {
-      status = absl::FailedPreconditionError(absl::StrFormat(
-          "server %d was started without --checkpoint_dir: it cannot write checkpoints", shard_->shard_index()));
-    }
-    if (status.ok()) {
-      const absl::Time start = absl::Now();
-      absl::StatusOr<ShardCheckpoint> written = store_->Checkpoint(*shard_, request->name());
-      status = written.status();
-      if (written.ok()) {
-        ServerMetrics& metrics = ServerMetrics::Get();
-        metrics.checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
-        metrics.checkpoint_written_rows().Increment(static_cast<double>(written->rows_written()));
-        metrics.checkpoint_written_bytes().Increment(static_cast<double>(written->bytes_written()));
-        *response->mutable_shard() = *std::move(written);
-      }
-    }
-    if (!status.ok()) KLOG(Warning) << "checkpoint " << request->name() << " failed: " << status;
-    call.End(status);
-    reactor->Finish(ToGrpcStatus(status));
-  });
-  if (!queued) {  // a flood of admin calls: refused, not queued without bound
-    const absl::Status busy =
-        shard_->Count(absl::UnavailableError("too many checkpoint and restore calls are waiting; retry"));
-    call.End(busy);
-    reactor->Finish(ToGrpcStatus(busy));
-  }
-  return reactor;
+  return RunAdmin(context, checkpoint_rpc_, "Checkpoint", request->header(),
+                  [this, request, response](const Hosted& hosted) -> absl::Status {
+                    Shard& own = hosted->own();
+                    if (store_ == nullptr) {
+                      return absl::FailedPreconditionError(absl::StrFormat(
+                          "server %d was started without --checkpoint_dir: it cannot write checkpoints",
+                          own.shard_index()));
+                    }
+                    if (left()) {
+                      return absl::FailedPreconditionError(absl::StrFormat(
+                          "server %d left the job in a rescale: it has nothing to checkpoint", own.shard_index()));
+                    }
+                    const absl::Time start = absl::Now();
+                    KESTREL_ASSIGN_OR_RETURN(ShardCheckpoint written, store_->Checkpoint(own, request->name()));
+                    ServerMetrics& metrics = ServerMetrics::Get();
+                    metrics.checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+                    metrics.checkpoint_written_rows().Increment(static_cast<double>(written.rows_written()));
+                    metrics.checkpoint_written_bytes().Increment(static_cast<double>(written.bytes_written()));
+                    *response->mutable_shard() = std::move(written);
+                    return absl::OkStatus();
+                  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* context,
                                                  const RestoreShardRequest* request, RestoreShardResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const RpcMetrics::Call call = restore_rpc_.Begin();
-  const absl::Status allowed =
-      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "Restore").status();
-  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
-    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
-    if (status.ok()) {
-      // The scheduler moves the job's generation before it asks for the restore; this server hears of it
-      // within a heartbeat (it asks at once).
-      status = shard_->Count(shard_->CheckRestoreGeneration(request->min_worker_generation(), absl::Seconds(5)));
-    }
+  return RunAdmin(context, restore_rpc_, "Restore", request->header(),
+                  [this, request, response](const Hosted& hosted) -> absl::Status {
+    Shard& own = hosted->own();
+    // The scheduler moves the job's generation before it asks for the restore; this server hears of it
+    // within a heartbeat (it asks at once).
+    KESTREL_RETURN_IF_ERROR(own.Count(own.CheckRestoreGeneration(request->min_worker_generation(), absl::Seconds(5))));
     const absl::Time start = absl::Now();
-    if (status.ok()) {
-      if (store_ != nullptr) {
-        std::optional<CheckpointManifest> manifest;
-        if (!request->name().empty()) {
-          absl::StatusOr<CheckpointManifest> read = store_->layout().ReadManifest(request->name());
-          status = read.status();
-          if (read.ok()) manifest = *std::move(read);
-        }
-        if (status.ok()) status = store_->Restore(manifest, *shard_, request->min_worker_generation());
-        // The backups' copies load the same checkpoint (their rows live in memory only).
-        for (size_t g = 1; status.ok() && g < hosted_->shards().size(); ++g) {
-          Shard& group = *hosted_->shards()[g];
-          status = manifest.has_value()
-                       ? ShardStore::LoadCheckpoint(store_->layout(), *manifest, group, request->min_worker_generation())
-                       : group.Restore({}, request->min_worker_generation(),
-                                       [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
-        }
-      } else if (request->name().empty()) {
-        for (Shard* group : hosted_->shards()) {
-          status = group->Restore({}, request->min_worker_generation(),
-                                  [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); });
-          if (!status.ok()) break;
-        }
-      } else {
-        status = absl::FailedPreconditionError(absl::StrFormat(
-            "server %d was started without --checkpoint_dir: it cannot restore %s", shard_->shard_index(),
-            request->name()));
+    auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
+    if (store_ != nullptr) {
+      std::optional<CheckpointManifest> manifest;
+      if (!request->name().empty()) {
+        KESTREL_ASSIGN_OR_RETURN(CheckpointManifest read, store_->layout().ReadManifest(request->name()));
+        manifest = std::move(read);
       }
-    }
-    if (status.ok()) {
-      ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
-      uint64_t rows = 0;
-      for (const TableStats& table : shard_->Stats().tables) rows += table.rows;
-      response->set_rows(rows);
+      KESTREL_RETURN_IF_ERROR(store_->Restore(manifest, own, request->min_worker_generation()));
+      // The backups' copies load the same checkpoint (their rows live in memory only).
+      for (size_t g = 1; g < hosted->shards().size(); ++g) {
+        Shard& group = *hosted->shards()[g];
+        KESTREL_RETURN_IF_ERROR(
+            manifest.has_value()
+                ? ShardStore::LoadCheckpoint(store_->layout(), *manifest, group, request->min_worker_generation())
+                : group.Restore({}, request->min_worker_generation(), empty));
+      }
+    } else if (request->name().empty()) {
+      for (Shard* group : hosted->shards()) {
+        KESTREL_RETURN_IF_ERROR(group->Restore({}, request->min_worker_generation(), empty));
+      }
     } else {
-      KLOG(Error) << "restoring " << (request->name().empty() ? "empty tables" : request->name())
-                  << " failed: " << status;
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "server %d was started without --checkpoint_dir: it cannot restore %s", own.shard_index(), request->name()));
     }
-    call.End(status);
-    reactor->Finish(ToGrpcStatus(status));
+    ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    uint64_t rows = 0;
+    for (const TableStats& table : own.Stats().tables) rows += table.rows;
+    response->set_rows(rows);
+    return absl::OkStatus();
   });
-  if (!queued) {  // a flood of admin calls: refused, not queued without bound
-    const absl::Status busy =
-        shard_->Count(absl::UnavailableError("too many checkpoint and restore calls are waiting; retry"));
-    call.End(busy);
-    reactor->Finish(ToGrpcStatus(busy));
-  }
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::CopyGroup(grpc::CallbackServerContext* context,
                                                    const CopyGroupRequest* request, CopyGroupResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const RpcMetrics::Call call = copy_group_rpc_.Begin();
-  const absl::Status allowed =
-      AuthorizePeer(context->auth_context().get(), shard_->job_id(), kAdminRoles, "CopyGroup").status();
-  const bool queued = admin_.TrySchedule([this, reactor, request, response, call, allowed] {
-    absl::Status status = allowed.ok() ? shard_->CheckJob(ContextOf(request->header())) : shard_->Count(allowed);
-    if (status.ok()) status = SendGroup(*request, response);
-    if (!status.ok()) KLOG(Warning) << "copying the ranges of server " << request->owner() << " failed: " << status;
-    call.End(status);
-    reactor->Finish(ToGrpcStatus(status));
-  });
-  if (!queued) {
-    const absl::Status busy =
-        shard_->Count(absl::UnavailableError("too many checkpoint, restore and copy calls are waiting; retry"));
-    call.End(busy);
-    reactor->Finish(ToGrpcStatus(busy));
-  }
-  return reactor;
+  return RunAdmin(context, copy_group_rpc_, "CopyGroup", request->header(),
+                  [this, request, response](const Hosted& hosted) { return SendGroup(*hosted, *request, response); });
 }
 
-absl::Status PsServiceImpl::SendGroup(const CopyGroupRequest& request, CopyGroupResponse* response) {
-  KESTREL_RETURN_IF_ERROR(CheckReplicated());
-  KESTREL_ASSIGN_OR_RETURN(Shard * group, shard_->Count(hosted_->Group(request.owner())));
-  if (request.target() == hosted_->server() || request.target_address().empty()) {
+namespace {
+
+constexpr size_t kPieceBytes = size_t{4} << 20;
+
+// Streams rows to one server as GroupChunk pieces of about kPieceBytes, numbered 0, 1, 2, ... Rows are kept in
+// one pending piece per range group, so rows of several groups arriving interleaved still travel in full pieces.
+// `deliver` sends a finished piece (over gRPC, or into this server's own staging). Thread-compatible.
+class PieceStream {
+ public:
+  using Deliver = std::function<absl::Status(const GroupChunk&)>;
+  // `header`: every piece's fields but the rows, the sequence and `last`; `tables` go with piece 0.
+  PieceStream(GroupChunk header, std::vector<TableConfig> tables, Deliver deliver)
+      : header_(std::move(header)), tables_(std::move(tables)), deliver_(std::move(deliver)) {}
+
+  absl::Status Add(int owner, absl::string_view table, uint64_t key, absl::Span<const float> row) {
+    GroupChunk& piece = pending_[owner];
+    if (piece.table() != table) {
+      if (!piece.keys().empty()) KESTREL_RETURN_IF_ERROR(Send(&piece, /*last=*/false));
+      piece.set_table(std::string(table));
+    }
+    piece.set_owner(owner);
+    piece.mutable_keys()->append(reinterpret_cast<const char*>(&key), sizeof(key));
+    piece.mutable_rows()->append(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+    ++rows_;
+    bytes_ += sizeof(key) + row.size() * sizeof(float);
+    if (piece.keys().size() + piece.rows().size() < kPieceBytes) return absl::OkStatus();
+    return Send(&piece, /*last=*/false);
+  }
+  // Sends every pending row, then the last piece.
+  absl::Status Finish() {
+    for (auto& [owner, piece] : pending_) {
+      if (!piece.keys().empty()) KESTREL_RETURN_IF_ERROR(Send(&piece, /*last=*/false));
+    }
+    GroupChunk last;
+    last.set_owner(header_.owner());
+    return Send(&last, /*last=*/true);
+  }
+  uint64_t rows() const { return rows_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  absl::Status Send(GroupChunk* piece, bool last) {
+    GroupChunk sent = header_;
+    sent.set_owner(piece->owner());
+    sent.set_table(piece->table());
+    sent.set_keys(std::move(*piece->mutable_keys()));
+    sent.set_rows(std::move(*piece->mutable_rows()));
+    sent.set_sequence(sequence_++);
+    sent.set_last(last);
+    if (sent.sequence() == 0) {
+      for (const TableConfig& t : tables_) *sent.add_tables() = t;
+    }
+    piece->clear_keys();
+    piece->clear_rows();
+    return deliver_(sent);
+  }
+
+  const GroupChunk header_;
+  const std::vector<TableConfig> tables_;
+  const Deliver deliver_;
+  std::map<int, GroupChunk> pending_;  // by range group
+  uint64_t sequence_ = 0;
+  uint64_t rows_ = 0, bytes_ = 0;
+};
+
+// Sends a piece to a server's ReceiveGroup.
+PieceStream::Deliver SendTo(ParameterServer::Stub* stub, absl::Duration deadline, std::string what) {
+  return [stub, deadline, what = std::move(what)](const GroupChunk& piece) -> absl::Status {
+    GroupChunkResponse answer;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    absl::Status status = FromGrpcStatus(stub->ReceiveGroup(&context, piece, &answer));
+    if (status.ok()) return status;
+    return absl::Status(status.code(),
+                        absl::StrFormat("sending piece %d to %s: %s", piece.sequence(), what, status.message()));
+  };
+}
+
+}  // namespace
+
+absl::Status PsServiceImpl::SendGroup(const HostedShards& hosted, const CopyGroupRequest& request,
+                                      CopyGroupResponse* response) {
+  KESTREL_RETURN_IF_ERROR(CheckReplicated(hosted));
+  KESTREL_ASSIGN_OR_RETURN(Shard * group, hosted.own().Count(hosted.Group(request.owner())));
+  if (request.target() == hosted.server() || request.target_address().empty()) {
     return absl::InvalidArgumentError(absl::StrFormat("cannot copy the ranges of server %d to server %d at '%s'",
                                                       request.owner(), request.target(), request.target_address()));
   }
   auto stub = ParameterServer::NewStub(grpc::CreateChannel(
       request.target_address(), peers_ != nullptr ? peers_->credentials() : grpc::InsecureChannelCredentials()));
-  constexpr size_t kPieceBytes = size_t{4} << 20;
-  GroupChunk piece;
-  uint64_t sequence = 0;
-  auto send = [&](bool last) -> absl::Status {
-    piece.mutable_header()->set_job_id(shard_->job_id());
-    piece.mutable_header()->set_worker_rank(-1);
-    piece.set_owner(request.owner());
-    piece.set_sequence(sequence++);
-    piece.set_last(last);
-    GroupChunkResponse answer;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + forward_deadline_));
-    absl::Status status = FromGrpcStatus(stub->ReceiveGroup(&context, piece, &answer));
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrFormat("sending piece %d to server %d at %s: %s", sequence - 1,
-                                                         request.target(), request.target_address(), status.message()));
-    }
-    piece.Clear();
-    return absl::OkStatus();
-  };
+  GroupChunk header;
+  header.mutable_header()->set_job_id(job_id_);
+  header.mutable_header()->set_worker_rank(-1);
+  header.set_owner(request.owner());
+  PieceStream stream(header, group->DescribeTables(),
+                     SendTo(stub.get(), forward_deadline_,
+                            absl::StrFormat("server %d at %s", request.target(), request.target_address())));
   // One cut: no request runs on the group while it is read (the scheduler holds every worker anyway).
-  return group->Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
-    for (const Table* table : tables) *piece.add_tables() = table->config();
+  KESTREL_RETURN_IF_ERROR(group->Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
     for (const Table* table : tables) {
-      piece.set_table(table->config().name());
-      KESTREL_RETURN_IF_ERROR(table->ForEachStoredRow([&](uint64_t key, absl::Span<const float> row) -> absl::Status {
-        piece.mutable_keys()->append(reinterpret_cast<const char*>(&key), sizeof(key));
-        piece.mutable_rows()->append(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
-        response->set_rows(response->rows() + 1);
-        response->set_bytes(response->bytes() + sizeof(key) + row.size() * sizeof(float));
-        if (piece.keys().size() + piece.rows().size() < kPieceBytes) return absl::OkStatus();
-        KESTREL_RETURN_IF_ERROR(send(/*last=*/false));
-        piece.set_table(table->config().name());
-        return absl::OkStatus();
+      const std::string& name = table->config().name();
+      KESTREL_RETURN_IF_ERROR(table->ForEachStoredRow([&](uint64_t key, absl::Span<const float> row) {
+        return stream.Add(request.owner(), name, key, row);
       }));
-      if (!piece.keys().empty()) KESTREL_RETURN_IF_ERROR(send(/*last=*/false));
     }
-    return send(/*last=*/true);
-  });
+    return stream.Finish();
+  }));
+  response->set_rows(stream.rows());
+  response->set_bytes(stream.bytes());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::ReceiveGroup(grpc::CallbackServerContext* context, const GroupChunk* request,
                                                       GroupChunkResponse* response) {
-  return Run(context, copy_group_rpc_, kServerRoles, "ReceiveGroup", [=](const Caller&) -> absl::Status {
-    KESTREL_RETURN_IF_ERROR(CheckReplicated());
-    KESTREL_RETURN_IF_ERROR(shard_->CheckJob(ContextOf(request->header())));
-    uint64_t installed = 0;
-    KESTREL_RETURN_IF_ERROR(shard_->Count(Receive(*request, &installed)));
-    response->set_rows(installed);
-    return absl::OkStatus();
-  });
+  return Run(context, copy_group_rpc_, kServerRoles, "ReceiveGroup",
+             [=](const Hosted& hosted, const Caller&) -> absl::Status {
+               if (request->layout_generation() == 0) KESTREL_RETURN_IF_ERROR(CheckReplicated(*hosted));
+               KESTREL_RETURN_IF_ERROR(hosted->own().CheckJob(ContextOf(request->header())));
+               uint64_t installed = 0;
+               KESTREL_RETURN_IF_ERROR(hosted->own().Count(Receive(*hosted, *request, &installed)));
+               response->set_rows(installed);
+               return absl::OkStatus();
+             });
 }
 
-absl::Status PsServiceImpl::Receive(const GroupChunk& chunk, uint64_t* installed) {
-  KESTREL_ASSIGN_OR_RETURN(Shard * group, hosted_->Group(chunk.owner()));
-  absl::MutexLock lock(&copy_mu_);
+absl::Status PsServiceImpl::StagePiece(const GroupChunk& chunk, IncomingCopy* copy) {
   if (chunk.sequence() == 0) {
-    incoming_.emplace();
-    incoming_->owner = chunk.owner();
-    incoming_->tables.assign(chunk.tables().begin(), chunk.tables().end());
-  } else if (!incoming_.has_value() || incoming_->owner != chunk.owner() ||
-             incoming_->next_sequence != chunk.sequence()) {
+    for (const Piece& piece : copy->pieces) staged_bytes_ -= piece.keys.size() + piece.rows.size();
+    *copy = IncomingCopy();
+    copy->owner = chunk.owner();
+    copy->tables.assign(chunk.tables().begin(), chunk.tables().end());
+  } else if (copy->done || copy->next_sequence != chunk.sequence()) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "piece %d of a copy of the ranges of server %d arrived out of order (expected piece %d of server %d's)",
-        chunk.sequence(), chunk.owner(), incoming_.has_value() ? incoming_->next_sequence : 0,
-        incoming_.has_value() ? incoming_->owner : -1));
+        "piece %d of rows for range group %d arrived out of order (expected piece %d%s)", chunk.sequence(),
+        chunk.owner(), copy->next_sequence, copy->done ? ", after the last one" : ""));
   }
-  IncomingCopy& copy = *incoming_;
   if (!chunk.keys().empty() || !chunk.rows().empty()) {
-    auto config = std::find_if(copy.tables.begin(), copy.tables.end(),
+    auto config = std::find_if(copy->tables.begin(), copy->tables.end(),
                                [&](const TableConfig& t) { return t.name() == chunk.table(); });
-    if (config == copy.tables.end()) {
+    if (config == copy->tables.end()) {
       return absl::InvalidArgumentError(absl::StrCat("piece of table '", chunk.table(), "', not in the copy"));
     }
     KESTREL_ASSIGN_OR_RETURN(int floats, Table::StoredFloats(*config));
@@ -535,61 +659,383 @@ absl::Status PsServiceImpl::Receive(const GroupChunk& chunk, uint64_t* installed
           "piece of table '%s': %d bytes of keys and %d of rows are not whole rows of %d floats", chunk.table(),
           chunk.keys().size(), chunk.rows().size(), floats));
     }
-    if (copy.bytes + chunk.keys().size() + chunk.rows().size() > max_copy_bytes_) {
-      incoming_.reset();
+    const uint64_t bytes = chunk.keys().size() + chunk.rows().size();
+    if (staged_bytes_ + bytes > max_copy_bytes_) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "a copy of the ranges of server %d exceeds the %d bytes this server stages", chunk.owner(), max_copy_bytes_));
+          "rows received for range group %d exceed the %d bytes this server stages", chunk.owner(), max_copy_bytes_));
     }
-    copy.bytes += chunk.keys().size() + chunk.rows().size();
-    copy.pieces.push_back({chunk.table(), chunk.keys(), chunk.rows()});
+    staged_bytes_ += bytes;
+    copy->pieces.push_back({chunk.owner(), chunk.table(), chunk.keys(), chunk.rows()});
   }
-  copy.next_sequence = chunk.sequence() + 1;
-  if (!chunk.last()) return absl::OkStatus();
-  absl::Status status = group->Restore(
-      copy.tables, /*min_worker_generation=*/0, [&](Shard::RowSink rows, Shard::SketchSink) -> absl::Status {
+  copy->next_sequence = chunk.sequence() + 1;
+  copy->done = chunk.last();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PsServiceImpl::Install(Shard& group, const std::vector<TableConfig>& tables,
+                                                const std::vector<const Piece*>& pieces) {
+  uint64_t installed = 0;
+  KESTREL_RETURN_IF_ERROR(group.Restore(
+      tables, /*min_worker_generation=*/0, [&](Shard::RowSink rows, Shard::SketchSink) -> absl::Status {
         std::vector<float> row;  // the bytes may sit unaligned in the piece
-        for (const IncomingCopy::Piece& piece : copy.pieces) {
-          const size_t n = piece.keys.size() / sizeof(uint64_t);
-          const size_t floats = piece.rows.size() / sizeof(float) / std::max<size_t>(n, 1);
+        for (const Piece* piece : pieces) {
+          const size_t n = piece->keys.size() / sizeof(uint64_t);
+          const size_t floats = piece->rows.size() / sizeof(float) / std::max<size_t>(n, 1);
           row.resize(floats);
           for (size_t i = 0; i < n; ++i) {
             uint64_t key;
-            std::memcpy(&key, piece.keys.data() + i * sizeof(key), sizeof(key));
-            std::memcpy(row.data(), piece.rows.data() + i * floats * sizeof(float), floats * sizeof(float));
-            KESTREL_ASSIGN_OR_RETURN(bool took, rows(piece.table, key, row));
+            std::memcpy(&key, piece->keys.data() + i * sizeof(key), sizeof(key));
+            std::memcpy(row.data(), piece->rows.data() + i * floats * sizeof(float), floats * sizeof(float));
+            KESTREL_ASSIGN_OR_RETURN(bool took, rows(piece->table, key, row));
             if (!took) {
               return absl::InvalidArgumentError(absl::StrFormat(
-                  "key 0x%016x of table '%s' is not in the ranges of server %d", key, piece.table, copy.owner));
+                  "key 0x%016x of table '%s' is not in the ranges of server %d", key, piece->table,
+                  group.shard_index()));
             }
-            ++*installed;
+            ++installed;
           }
         }
         return absl::OkStatus();
-      });
-  KLOG(Info) << "installed a copy of the ranges of server " << copy.owner << ": " << *installed << " rows ("
-             << status << ")";
+      }));
+  return installed;
+}
+
+absl::Status PsServiceImpl::Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed) {
+  if (chunk.layout_generation() > 0) {
+    // A rescale's rows: staged by sender until INSTALL.
+    if (chunk.sender() < 0 || chunk.sender() >= kMaxServers || chunk.owner() < 0 || chunk.owner() >= kMaxServers) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("rescale rows from server %d for range group %d: out of range", chunk.sender(), chunk.owner()));
+    }
+    if (chunk.layout_generation() <= layout_generation()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rows of rescale %d arrived after this server switched to rescale %d", chunk.layout_generation(),
+          layout_generation()));
+    }
+    absl::MutexLock lock(&copy_mu_);
+    if (incoming_layout_.has_value() && incoming_layout_->generation > chunk.layout_generation()) {
+      return absl::FailedPreconditionError(absl::StrFormat("rows of rescale %d arrived during rescale %d",
+                                                           chunk.layout_generation(), incoming_layout_->generation));
+    }
+    if (!incoming_layout_.has_value() || incoming_layout_->generation < chunk.layout_generation()) {
+      if (incoming_layout_.has_value()) DropLayoutLocked();
+      incoming_layout_.emplace();
+      incoming_layout_->generation = chunk.layout_generation();
+    }
+    if (chunk.sequence() != 0 && incoming_layout_->senders.count(chunk.sender()) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("piece %d from server %d arrived before its first", chunk.sequence(), chunk.sender()));
+    }
+    return StagePiece(chunk, &incoming_layout_->senders[chunk.sender()]);
+  }
+  // A group copy (re-replication): installed with its last piece.
+  KESTREL_ASSIGN_OR_RETURN(Shard * group, hosted.Group(chunk.owner()));
+  absl::MutexLock lock(&copy_mu_);
+  if (chunk.sequence() != 0 && (!incoming_.has_value() || incoming_->owner != chunk.owner())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "piece %d of a copy of the ranges of server %d arrived out of order (expected piece %d of server %d's)",
+        chunk.sequence(), chunk.owner(), incoming_.has_value() ? incoming_->next_sequence : 0,
+        incoming_.has_value() ? incoming_->owner : -1));
+  }
+  if (!incoming_.has_value()) incoming_.emplace();
+  absl::Status staged = StagePiece(chunk, &*incoming_);
+  if (!staged.ok() || !incoming_->done) {
+    if (absl::IsResourceExhausted(staged)) DropCopyLocked();
+    return staged;
+  }
+  std::vector<const Piece*> pieces;
+  for (const Piece& piece : incoming_->pieces) pieces.push_back(&piece);
+  absl::StatusOr<uint64_t> rows = Install(*group, incoming_->tables, pieces);
+  KLOG(Info) << "installed a copy of the ranges of server " << incoming_->owner << ": "
+             << (rows.ok() ? absl::StrCat(*rows, " rows") : rows.status().ToString());
+  DropCopyLocked();
+  if (!rows.ok()) return rows.status();
+  *installed = *rows;
+  return absl::OkStatus();
+}
+
+void PsServiceImpl::DropCopyLocked() {
+  if (!incoming_.has_value()) return;
+  for (const Piece& piece : incoming_->pieces) staged_bytes_ -= piece.keys.size() + piece.rows.size();
   incoming_.reset();
-  return status;
+}
+
+void PsServiceImpl::DropLayoutLocked() {
+  if (!incoming_layout_.has_value()) return;
+  for (const auto& [sender, copy] : incoming_layout_->senders) {
+    for (const Piece& piece : copy.pieces) staged_bytes_ -= piece.keys.size() + piece.rows.size();
+  }
+  incoming_layout_.reset();
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::RescaleShard(grpc::CallbackServerContext* context,
+                                                      const RescaleShardRequest* request,
+                                                      RescaleShardResponse* response) {
+  return RunAdmin(context, rescale_rpc_, "RescaleShard", request->header(),
+                  [this, request, response](const Hosted& hosted) -> absl::Status {
+                    switch (request->phase()) {
+                      case RescaleShardRequest::SEND:
+                        return RescaleSend(*hosted, *request, response);
+                      case RescaleShardRequest::INSTALL:
+                        return RescaleInstall(*hosted, *request, response);
+                      case RescaleShardRequest::SWITCH:
+                        return RescaleSwitch(*hosted, *request);
+                      case RescaleShardRequest::ABORT:
+                        RescaleAbort(request->layout_generation());
+                        return absl::OkStatus();
+                      default:
+                        return absl::InvalidArgumentError(absl::StrCat("unknown rescale phase ", request->phase()));
+                    }
+                  });
+}
+
+absl::StatusOr<Partition> PsServiceImpl::CheckRescale(const HostedShards& hosted,
+                                                      const RescaleShardRequest& request) const {
+  if (!hosted.options().has_value()) {
+    return absl::FailedPreconditionError("this server's groups were not made by HostedShards::Create: no rescale");
+  }
+  if (left()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("server %d left the job in an earlier rescale", hosted.server()));
+  }
+  if (request.layout_generation() <= layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat("rescale %d is not after this server's layout %d",
+                                                         request.layout_generation(), layout_generation()));
+  }
+  absl::StatusOr<Partition> partition = Partition::Parse(request.partition());
+  if (!partition.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
+  }
+  for (const TableConfig& table : hosted.own().DescribeTables()) {
+    if (table.capacity().max_disk_bytes() > 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "table '%s' keeps rows on disk (capacity.max_disk_bytes): rescaling moves rows in memory only; resize "
+          "the job with a checkpoint and --resume instead",
+          table.name()));
+    }
+  }
+  return partition;
+}
+
+absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const RescaleShardRequest& request,
+                                        RescaleShardResponse* response) {
+  KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
+  const int n = next.num_servers();
+  if (request.server_addresses_size() != n) {
+    return absl::InvalidArgumentError(absl::StrFormat("the rescale names %d addresses for %d servers",
+                                                      request.server_addresses_size(), n));
+  }
+  const int self = hosted.server();
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      peers_ != nullptr ? peers_->credentials() : grpc::InsecureChannelCredentials();
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs(n);
+  std::vector<std::unique_ptr<PieceStream>> streams(n);
+  GroupChunk header;
+  header.mutable_header()->set_job_id(job_id_);
+  header.mutable_header()->set_worker_rank(-1);
+  header.set_layout_generation(request.layout_generation());
+  header.set_sender(self);
+  const std::vector<TableConfig> tables = hosted.own().DescribeTables();
+  for (int t = 0; t < n; ++t) {
+    PieceStream::Deliver deliver;
+    if (t == self) {  // rows staying here: staged as any sender's
+      deliver = [this, &hosted](const GroupChunk& piece) {
+        uint64_t unused = 0;
+        return Receive(hosted, piece, &unused);
+      };
+    } else {
+      if (request.server_addresses(t).empty()) {
+        return absl::InvalidArgumentError(absl::StrFormat("the rescale names no address for server %d", t));
+      }
+      stubs[t] = ParameterServer::NewStub(grpc::CreateChannel(request.server_addresses(t), credentials));
+      deliver = SendTo(stubs[t].get(), forward_deadline_,
+                       absl::StrFormat("server %d at %s", t, request.server_addresses(t)));
+    }
+    streams[t] = std::make_unique<PieceStream>(header, tables, std::move(deliver));
+  }
+  // Every group this server is the primary of: its rows go to every copy of their range in the new layout.
+  for (Shard* group : hosted.shards()) {
+    if (!hosted.CheckPrimary(group->shard_index()).ok()) continue;
+    KESTREL_RETURN_IF_ERROR(group->Exclusive([&](const std::vector<Table*>& group_tables) -> absl::Status {
+      for (const Table* table : group_tables) {
+        const std::string& name = table->config().name();
+        KESTREL_RETURN_IF_ERROR(table->ForEachStoredRow([&](uint64_t key, absl::Span<const float> row) {
+          const int owner = next.OwnerOf(key);
+          for (int j = 0; j < next.replicas(); ++j) {
+            KESTREL_RETURN_IF_ERROR(streams[next.ReplicaOfOwner(owner, j)]->Add(owner, name, key, row));
+          }
+          return absl::OkStatus();
+        }));
+      }
+      return absl::OkStatus();
+    }));
+  }
+  uint64_t rows = 0, bytes = 0;
+  for (int t = 0; t < n; ++t) {
+    KESTREL_RETURN_IF_ERROR(streams[t]->Finish());
+    if (t == self) continue;  // staying here
+    rows += streams[t]->rows();
+    bytes += streams[t]->bytes();
+  }
+  response->set_rows_sent(rows);
+  response->set_bytes_sent(bytes);
+  KLOG(Info) << "rescale " << request.layout_generation() << ": sent " << rows << " rows (" << bytes
+             << " bytes) to other servers for a layout of " << n << " servers";
+  return absl::OkStatus();
+}
+
+absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const RescaleShardRequest& request,
+                                           RescaleShardResponse* response) {
+  KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
+  const int self = hosted.server();
+  IncomingLayout staged;
+  {
+    absl::MutexLock lock(&copy_mu_);
+    if (self >= next.num_servers()) {  // leaving: nothing to build
+      DropLayoutLocked();
+      return absl::OkStatus();
+    }
+    if (!incoming_layout_.has_value() || incoming_layout_->generation != request.layout_generation()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("no rows of rescale %d were received", request.layout_generation()));
+    }
+    for (int s = 0; s < request.senders(); ++s) {
+      auto it = incoming_layout_->senders.find(s);
+      if (it == incoming_layout_->senders.end() || !it->second.done) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "rescale %d: server %d has not sent all its rows", request.layout_generation(), s));
+      }
+    }
+    if (static_cast<int>(incoming_layout_->senders.size()) != request.senders()) {
+      return absl::InvalidArgumentError(absl::StrFormat("rescale %d: rows from %d servers, expected %d",
+                                                        request.layout_generation(),
+                                                        incoming_layout_->senders.size(), request.senders()));
+    }
+    staged = std::move(*incoming_layout_);
+    incoming_layout_.reset();  // the bytes stay counted until the groups are built
+  }
+  uint64_t staged_bytes = 0;
+  std::vector<TableConfig> tables;
+  for (const auto& [sender, copy] : staged.senders) {
+    for (const Piece& piece : copy.pieces) staged_bytes += piece.keys.size() + piece.rows.size();
+    for (const TableConfig& table : copy.tables) {
+      auto same = std::find_if(tables.begin(), tables.end(), [&](const TableConfig& t) { return t.name() == table.name(); });
+      if (same == tables.end()) {
+        tables.push_back(table);
+      } else if (same->SerializeAsString() != table.SerializeAsString()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("rescale %d: servers disagree on the config of table '%s'", request.layout_generation(),
+                            table.name()));
+      }
+    }
+  }
+  auto unstage = [&] {
+    absl::MutexLock lock(&copy_mu_);
+    staged_bytes_ -= staged_bytes;
+  };
+  ShardOptions options = *hosted.options();
+  options.shard_index = self;
+  options.bsp_workers = request.bsp_workers();
+  absl::StatusOr<std::unique_ptr<HostedShards>> built = HostedShards::Create(options, next);
+  if (!built.ok()) {
+    unstage();
+    return built.status();
+  }
+  uint64_t rows = 0;
+  absl::Status status;
+  std::vector<bool> placed(kMaxServers, false);
+  for (Shard* group : (*built)->shards()) {
+    std::vector<const Piece*> pieces;
+    for (const auto& [sender, copy] : staged.senders) {
+      for (const Piece& piece : copy.pieces) {
+        if (piece.owner == group->shard_index()) pieces.push_back(&piece);
+      }
+    }
+    absl::StatusOr<uint64_t> installed = Install(*group, tables, pieces);
+    if (!installed.ok()) {
+      status = installed.status();
+      break;
+    }
+    rows += *installed;
+  }
+  if (status.ok() && rows != [&] {
+        uint64_t total = 0;
+        for (const auto& [sender, copy] : staged.senders) {
+          for (const Piece& piece : copy.pieces) total += piece.keys.size() / sizeof(uint64_t);
+        }
+        return total;
+      }()) {
+    status = absl::InvalidArgumentError(absl::StrFormat(
+        "rescale %d: some rows received belong to range groups server %d does not hold", request.layout_generation(),
+        self));
+  }
+  staged = IncomingLayout();
+  unstage();
+  if (!status.ok()) return status;
+  next_generation_ = request.layout_generation();
+  next_ = std::move(built).value();
+  response->set_rows(rows);
+  KLOG(Info) << "rescale " << request.layout_generation() << ": built the groups of server " << self << " of "
+             << next.num_servers() << " (" << rows << " rows)";
+  return absl::OkStatus();
+}
+
+absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request) {
+  KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
+  const int self = hosted.server();
+  if (self >= next.num_servers()) {
+    absl::MutexLock lock(&layout_mu_);
+    left_ = true;
+    layout_generation_ = request.layout_generation();
+    KLOG(Info) << "rescale " << request.layout_generation() << ": server " << self
+               << " is not in the new layout and serves nothing from now on";
+    return absl::OkStatus();
+  }
+  if (next_ == nullptr || next_generation_ != request.layout_generation()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("rescale %d was not installed on server %d", request.layout_generation(), self));
+  }
+  Hosted groups = std::move(next_);
+  next_generation_ = 0;
+  if (groups->replicated()) KESTREL_RETURN_IF_ERROR(groups->routing().Update(request.routing_generation(), {}));
+  // The working store held the old groups' rows: start it afresh (every row now held is dirty, so the next
+  // checkpoint writes them all).
+  if (store_ != nullptr) KESTREL_RETURN_IF_ERROR(store_->Rebase());
+  AdoptLayout(groups, request.layout_generation());
+  KLOG(Info) << "rescale " << request.layout_generation() << ": server " << self << " serves its ranges of "
+             << next.num_servers() << " servers";
+  return absl::OkStatus();
+}
+
+void PsServiceImpl::RescaleAbort(uint64_t generation) {
+  if (next_generation_ != 0 && next_generation_ <= generation) {
+    next_.reset();
+    next_generation_ = 0;
+  }
+  absl::MutexLock lock(&copy_mu_);
+  if (incoming_layout_.has_value() && incoming_layout_->generation <= generation) DropLayoutLocked();
+  KLOG(Info) << "rescale " << generation << " aborted: the layout stays as it was";
 }
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard,
                                                           ShardStore* store) {
-  std::unique_ptr<HostedShards> single = HostedShards::Single(shard);
-  HostedShards* hosted = single.get();
-  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<PsServer> server, Start(options, hosted, store));
-  server->single_ = std::move(single);
-  return server;
+  return Start(options, std::shared_ptr<HostedShards>(HostedShards::Single(shard)), store);
 }
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, HostedShards* hosted,
                                                           ShardStore* store) {
+  return Start(options, HostedShards::Unowned(hosted), store);
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options,
+                                                          std::shared_ptr<HostedShards> hosted, ShardStore* store) {
   std::unique_ptr<PsServer> server(new PsServer());
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads, kMaxQueuedCalls);
   server->peers_ = std::make_unique<PeerServers>(options.peer_credentials, hosted->partition().num_servers());
-  server->service_ = std::make_unique<PsServiceImpl>(hosted, server->pool_.get(), store, server->peers_.get(),
-                                                     options.forward_deadline);
+  server->service_ = std::make_unique<PsServiceImpl>(std::move(hosted), server->pool_.get(), store,
+                                                     server->peers_.get(), options.forward_deadline);
 
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, options.address));

@@ -9,6 +9,7 @@
 #define KESTREL_SERVER_PS_SERVICE_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,8 @@ class PeerServers {
  public:
   // `credentials`: the channels' (common/tls.h); null: plaintext. `num_servers`: the job's.
   PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, int num_servers);
+  // A rescale changed the job's server count: addresses beyond it are dropped, new ranks start unknown.
+  void Resize(int num_servers);
   // By server index: the address each serves on ("" while unknown); entries beyond num_servers are ignored.
   void SetAddresses(const std::vector<std::string>& addresses);
   // The stub of `server`, or null while its address is unknown.
@@ -44,8 +47,8 @@ class PeerServers {
 
  private:
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  const size_t num_servers_;
   mutable absl::Mutex mu_;
+  size_t num_servers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
@@ -62,6 +65,10 @@ class PeerServers {
 // forwarding call's callback: OK only when every backup has it, Unavailable otherwise (the worker retries; a
 // retried push is applied once everywhere). No thread waits for a backup.
 //
+// Rescale (docs/elasticity.md, RescaleShard): the groups held are swapped whole at the switch; each handler
+// works on the set it found when it started (a shared_ptr snapshot), so a call in flight during a switch
+// finishes on the old groups. A server the new layout leaves out answers data calls UNAVAILABLE from then on.
+//
 // The checkpoint admin calls (Checkpoint, Restore: seconds of disk work) run one at a time on their own
 // thread, never on a gRPC thread. Every call is counted and timed, and the own group's statistics are read at
 // every metrics scrape (server/server_metrics.h).
@@ -71,8 +78,8 @@ class PsServiceImpl final
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
   // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the backups.
-  PsServiceImpl(HostedShards* hosted, ThreadPool* pool, ShardStore* store = nullptr, PeerServers* peers = nullptr,
-                absl::Duration forward_deadline = absl::Seconds(10));
+  PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* pool, ShardStore* store = nullptr,
+                PeerServers* peers = nullptr, absl::Duration forward_deadline = absl::Seconds(10));
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
@@ -100,6 +107,24 @@ class PsServiceImpl final
                                       CopyGroupResponse* response) override;
   grpc::ServerUnaryReactor* ReceiveGroup(grpc::CallbackServerContext* context, const GroupChunk* request,
                                          GroupChunkResponse* response) override;
+  grpc::ServerUnaryReactor* RescaleShard(grpc::CallbackServerContext* context, const RescaleShardRequest* request,
+                                         RescaleShardResponse* response) override;
+
+  // The range groups served now (replaced by a rescale's switch).
+  std::shared_ptr<HostedShards> hosted() const;
+  // The rescales this server has switched to (0: the layout it started with).
+  uint64_t layout_generation() const;
+  // The last rescale left this server out: it serves nothing.
+  bool left() const;
+  // The scheduler's job view and the generation listener, for the groups served now and after every switch
+  // (HostedShards::SetJobView / SetGenerationListener).
+  void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations);
+  void SetGenerationListener(std::function<void()> listener);
+  // Runs after every switch with the new groups (e.g. to attach the disk tier and failure listener).
+  void SetSwitchListener(std::function<void(HostedShards&)> listener);
+  // Before serving anything (a server registering with a job rescaled since it started): serve `groups`, the
+  // layout of rescale `layout_generation`, instead of the ones it started with.
+  void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation);
 
   // Most bytes of rows a group copy being received may stage before it is installed. Default: 16 GiB.
   void set_max_copy_bytes(uint64_t bytes) { max_copy_bytes_ = bytes; }
@@ -108,53 +133,101 @@ class PsServiceImpl final
   // The caller's identity (none on a plaintext listener), or an error; see common/peer_identity.h.
   using Caller = std::optional<PeerIdentity>;
   using Done = std::function<void(absl::Status)>;
-  // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work`, which
-  // finishes the call by running its `done` exactly once (possibly later, from another call's callback).
+  using Hosted = std::shared_ptr<HostedShards>;
+  // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work` on the groups
+  // served now, which finishes the call by running its `done` exactly once (possibly later, from another
+  // call's callback).
   grpc::ServerUnaryReactor* RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                      PeerRoles allowed, const char* method,
-                                     std::function<void(const Caller&, Done done)> work);
+                                     std::function<void(const Hosted&, const Caller&, Done done)> work);
   // RunAsync for work that finishes the call with its own status.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc, PeerRoles allowed,
-                                const char* method, std::function<absl::Status(const Caller&)> work);
+                                const char* method, std::function<absl::Status(const Hosted&, const Caller&)> work);
+  // Runs `work` on the admin thread (one at a time, in arrival order, at most 16 waiting) after checking the
+  // caller is the scheduler and the header's job.
+  grpc::ServerUnaryReactor* RunAdmin(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
+                                     const char* method, const RequestHeader& header,
+                                     std::function<absl::Status(const Hosted&)> work);
   // FailedPrecondition (counted) unless the job is replicated: Replicate has no business here otherwise.
-  absl::Status CheckReplicated() const;
+  static absl::Status CheckReplicated(const HostedShards& hosted);
   // The group `header` names, when this server is its primary (workers' requests).
-  absl::StatusOr<Shard*> PrimaryGroup(const RequestHeader& header) const;
+  absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
   // Sends `request` (a PushRequest's bytes) as `method` to the backups of `owner`'s group, then runs `done`:
   // OK when each acknowledged it, else the first failure as Unavailable. At once when there are none.
-  void Forward(const char* method, int owner, const grpc::ByteBuffer& request, Done done);
+  void Forward(const HostedShards& hosted, const char* method, int owner, const grpc::ByteBuffer& request, Done done);
 
-  HostedShards* const hosted_;
-  Shard* const shard_;  // the own group: job id, rejection counts, checkpoints
+  const std::string job_id_;
   ThreadPool* const pool_;
   ShardStore* const store_;
   PeerServers* const peers_;
   const absl::Duration forward_deadline_;
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
-      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_, &copy_group_rpc_;
-  // A group copy being received (re-replication), one at a time: its pieces so far.
+      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_, &copy_group_rpc_, &rescale_rpc_;
+  // Rows being received: a group copy (re-replication) or a rescale's rows from one sender.
+  struct Piece {
+    int owner = -1;
+    std::string table;
+    std::string keys, rows;
+  };
   struct IncomingCopy {
     int owner = -1;
     uint64_t next_sequence = 0;
     std::vector<TableConfig> tables;
-    struct Piece {
-      std::string table;
-      std::string keys, rows;
-    };
     std::vector<Piece> pieces;
-    uint64_t bytes = 0;
+    bool done = false;  // its last piece arrived
   };
-  // Stages one piece; installs the copy with the last one (into *installed: rows).
-  absl::Status Receive(const GroupChunk& chunk, uint64_t* installed);
+  // A rescale's rows, by sender, until INSTALL builds the new groups from them.
+  struct IncomingLayout {
+    uint64_t generation = 0;
+    std::map<int, IncomingCopy> senders;
+  };
+  // Checks one piece against `copy` (its sequence, tables, whole rows, the staging bound) and stages it.
+  absl::Status StagePiece(const GroupChunk& chunk, IncomingCopy* copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
+  // Replaces `group`'s state with the rows of `pieces` (InvalidArgument for a row outside its ranges); returns
+  // the rows installed.
+  static absl::StatusOr<uint64_t> Install(Shard& group, const std::vector<TableConfig>& tables,
+                                          const std::vector<const Piece*>& pieces);
+  void DropCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
+  void DropLayoutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
+  // Stages one piece; installs a group copy with its last one (into *installed: rows).
+  absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed);
   // Sends `owner`'s group, whole, to the server at `target_address` (CopyGroup, on the admin thread).
-  absl::Status SendGroup(const CopyGroupRequest& request, CopyGroupResponse* response);
+  absl::Status SendGroup(const HostedShards& hosted, const CopyGroupRequest& request, CopyGroupResponse* response);
+  // The rescale phases (RescaleShard, on the admin thread). CheckRescale: the new layout, if this server can
+  // move to it.
+  absl::StatusOr<Partition> CheckRescale(const HostedShards& hosted, const RescaleShardRequest& request) const;
+  absl::Status RescaleSend(const HostedShards& hosted, const RescaleShardRequest& request,
+                           RescaleShardResponse* response);
+  absl::Status RescaleInstall(const HostedShards& hosted, const RescaleShardRequest& request,
+                              RescaleShardResponse* response);
+  absl::Status RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request);
+  void RescaleAbort(uint64_t generation);
+
+  mutable absl::Mutex layout_mu_;
+  Hosted hosted_ ABSL_GUARDED_BY(layout_mu_);
+  uint64_t layout_generation_ ABSL_GUARDED_BY(layout_mu_) = 0;
+  bool left_ ABSL_GUARDED_BY(layout_mu_) = false;
+  bool job_view_set_ ABSL_GUARDED_BY(layout_mu_) = false;   // SetJobView ran
+  uint64_t job_generation_ ABSL_GUARDED_BY(layout_mu_) = 0;  // the last job view (SetJobView)
+  std::vector<uint64_t> worker_generations_ ABSL_GUARDED_BY(layout_mu_);
+  std::function<void()> generation_listener_ ABSL_GUARDED_BY(layout_mu_);
+  std::function<void(HostedShards&)> switch_listener_ ABSL_GUARDED_BY(layout_mu_);
+  // Admin thread only: the new layout's groups, built by INSTALL, served from SWITCH.
+  uint64_t next_generation_ = 0;
+  Hosted next_;
+
   absl::Mutex copy_mu_;
   std::optional<IncomingCopy> incoming_ ABSL_GUARDED_BY(copy_mu_);
+  std::optional<IncomingLayout> incoming_layout_ ABSL_GUARDED_BY(copy_mu_);
+  uint64_t staged_bytes_ ABSL_GUARDED_BY(copy_mu_) = 0;  // in incoming_ and incoming_layout_
   uint64_t max_copy_bytes_ = uint64_t{16} << 30;
-  ThreadPool admin_;  // one thread: checkpoint, restore and copy calls, in arrival order (at most 16 waiting)
-  ScrapeHook stats_hook_;  // last: unregistered first, while shard_ is still in use
+  ThreadPool admin_;  // one thread: checkpoint, restore, copy and rescale calls, in arrival order (at most 16 waiting)
+  ScrapeHook stats_hook_;  // last: unregistered first, while the groups are still in use
 };
+
+// Most servers a rescale may name (common/partition.h's bound).
+inline constexpr int kMaxServers = 65536;
 
 // Most calls waiting for a handler thread (PsServerOptions::threads > 0); beyond it calls are answered
 // UNAVAILABLE at once, so a flood of requests cannot grow the server's queue without bound.
@@ -187,6 +260,10 @@ struct PsServerOptions {
 class PsServer {
  public:
   // `store` (optional) serves the checkpoint admin calls; it must outlive the server.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options,
+                                                         std::shared_ptr<HostedShards> hosted,
+                                                         ShardStore* store = nullptr);
+  // Groups the caller owns and keeps alive for the server's life (tests, tools).
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, HostedShards* hosted,
                                                          ShardStore* store = nullptr);
   // One unreplicated Shard (tests, tools).
@@ -203,11 +280,12 @@ class PsServer {
   void Wait();
   // Replicated jobs: where the other servers serve (by server index, "" while unknown), from the scheduler.
   void SetPeerAddresses(const std::vector<std::string>& addresses) { peers_->SetAddresses(addresses); }
+  // The service (the groups served now, the rescale state, the job view).
+  PsServiceImpl& service() { return *service_; }
 
  private:
   PsServer() = default;
 
-  std::unique_ptr<HostedShards> single_;  // Start(Shard*) only
   std::unique_ptr<ThreadPool> pool_;  // outlives service_ and server_
   std::unique_ptr<PeerServers> peers_;
   std::unique_ptr<PsServiceImpl> service_;

@@ -117,6 +117,10 @@ class ShardStore : public ColdTier {
   int shard_index() const { return shard_; }
   const CheckpointLayout& layout() const { return layout_; }
 
+  // A rescale replaced the server's rows (server/ps_service.h): empties the working store, so that the next
+  // Checkpoint writes exactly the rows held then (they are all dirty) and nothing of the old layout's.
+  absl::Status Rebase() { return Reset(); }
+
   // ColdTier: bounded tables' rows moved out of memory live in the working store, under the same keys as
   // checkpointed rows (so a checkpoint's snapshot holds them). Set it on the shard (Shard::SetColdTier);
   // thread-safe, but not during Restore (which the shard runs exclusively anyway).

@@ -333,25 +333,48 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  absl::StatusOr<Partition> partition = Partition::Parse(view.partition());
-  if (!partition.ok()) {
-    KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
-    return 1;
-  }
-  if (partition->replicas() > 1) {
-    auto table = std::make_shared<RoutingTable>(*partition);
-    ApplyRouting(*table, view.routing_generation(), view.out_of_service());
-    table->SetAddresses({view.server_addresses().begin(), view.server_addresses().end()});
-    absl::MutexLock lock(&routing_mu);
-    routing = std::move(table);
-  }
   uint64_t generation = reg->generation();  // stamped on every request, exactly; a rejoin moves it
   uint64_t rollbacks = reg->rollbacks();
   int64_t clock = reg->clock();
   WorkerState state = reg->state();
-  // Each pass trains from (clock, state); a rollback (a server died and every server restored the last
-  // checkpoint) ends the pass with an error, and the worker rejoins and continues from the checkpoint.
+  if (reg->joining()) {  // a rank of a rescale not done yet: its share of the data is known once it is
+    KLOG(Info) << "joining the job in a rescale: waiting for it";
+    while (true) {
+      absl::StatusOr<RegisterResponse> joined = scheduler->Rejoin(rank, reg->incarnation());
+      if (joined.ok()) {
+        view = joined->view();
+        generation = joined->generation();
+        clock = joined->clock();
+        state = joined->state();
+        break;
+      }
+      if (!absl::IsUnavailable(joined.status())) {
+        KLOG(Error) << "the rescale this worker was to join did not happen: " << joined.status();
+        return 3;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  uint64_t layout_generation = view.layout_generation();  // the rescale whose layout this worker trains in
+  // Each pass trains from (clock, state) in the job's layout as of `view`; a rollback (a server died and every
+  // server restored the last checkpoint) or a rescale ends the pass with an error, and the worker rejoins and
+  // continues from the checkpoint, or from the same clock in the new layout.
   while (true) {
+    absl::StatusOr<Partition> partition = Partition::Parse(view.partition());
+    if (!partition.ok()) {
+      KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
+      return 1;
+    }
+    {
+      std::shared_ptr<RoutingTable> table;
+      if (partition->replicas() > 1) {
+        table = std::make_shared<RoutingTable>(*partition);
+        ApplyRouting(*table, view.routing_generation(), view.out_of_service());
+        table->SetAddresses({view.server_addresses().begin(), view.server_addresses().end()});
+      }
+      absl::MutexLock lock(&routing_mu);
+      routing = std::move(table);
+    }
     PsClientOptions ps_options;
     ps_options.job_id = absl::GetFlag(FLAGS_job_id);
     ps_options.worker_rank = rank;
@@ -371,7 +394,8 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     (*client)->SetGeneration(generation);
     metrics.clock().Set(static_cast<double>(clock));
     std::unique_ptr<ClockGate> gate = std::make_unique<MeteredGate>(
-        NewSchedulerGate(scheduler.get(), rank, generation, reg->incarnation(), rollbacks), &metrics.clock());
+        NewSchedulerGate(scheduler.get(), rank, generation, reg->incarnation(), rollbacks, layout_generation),
+        &metrics.clock());
 
     TrainerOptions options;
     options.job = job;
@@ -426,15 +450,23 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       if (!s.ok()) KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
       return 0;
     }
-    // Did the job roll back? Ask until it has (the scheduler may not have noticed the dead server yet), it is
-    // clear it has not (the job runs on without a rollback: the error was this worker's own), or time runs out.
+    // Did the job roll back or get rescaled? Ask until it has (the scheduler may not have noticed the dead server
+    // yet), it is clear it has not (the job runs on without a rollback: the error was this worker's own), or
+    // time runs out.
     KLOG(Warning) << "training stopped: " << result.status() << "; asking the scheduler whether the job rolls back";
     const absl::Time give_up = absl::Now() + absl::GetFlag(FLAGS_recovery_timeout);
     const absl::Time grace = absl::Now() + absl::Milliseconds(3 * view.heartbeat_interval_ms());
     absl::StatusOr<RegisterResponse> rejoined;
     while (true) {
       rejoined = scheduler->Rejoin(rank, reg->incarnation());
-      if (rejoined.ok() && rejoined->rollbacks() > rollbacks) break;
+      if (rejoined.ok() && rejoined->removed()) {
+        KLOG(Info) << "a rescale left worker " << rank << " out of the job: its share of the data goes to the others";
+        left.store(true);
+        return 0;
+      }
+      if (rejoined.ok() && (rejoined->rollbacks() > rollbacks || rejoined->layout_generation() > layout_generation)) {
+        break;
+      }
       if (absl::IsFailedPrecondition(rejoined.status())) {
         KLOG(Error) << "the scheduler refused this worker: " << rejoined.status();
         return 3;
@@ -449,14 +481,23 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       absl::SleepFor(absl::Milliseconds(100));
     }
     metrics.rejoins().Increment();
+    if (rejoined->rollbacks() == rollbacks) {  // a rescale, not a rollback
+      KLOG(Info) << "the job was rescaled to " << rejoined->view().num_servers() << " servers and "
+                 << rejoined->view().num_workers() << " workers (rescale " << rejoined->layout_generation()
+                 << "); continuing from clock " << rejoined->clock() << " in the new layout";
+    }
+    const bool rolled_back = rejoined->rollbacks() > rollbacks;
+    layout_generation = rejoined->layout_generation();
     rollbacks = rejoined->rollbacks();
     view = rejoined->view();
     generation = rejoined->generation();
     SetLogGeneration(generation);
     clock = rejoined->clock();
     state = rejoined->state();
-    KLOG(Info) << "the job rolled back to clock " << clock << "; continuing from there (generation " << generation
-               << ")";
+    if (rolled_back) {
+      KLOG(Info) << "the job rolled back to clock " << clock << "; continuing from there (generation " << generation
+                 << ")";
+    }
   }
 }
 

@@ -11,16 +11,17 @@ namespace {
 class SchedulerGate final : public ClockGate {
  public:
   SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, std::string incarnation, uint64_t rollbacks,
-                absl::Duration poll)
+                uint64_t layout_generation, absl::Duration poll)
       : client_(client),
         rank_(rank),
         generation_(generation),
         incarnation_(std::move(incarnation)),
         rollbacks_(rollbacks),
+        layout_generation_(layout_generation),
         poll_(poll) {}
 
   absl::Status WaitToStart(int64_t clock) override {
-    absl::StatusOr<int64_t> min_clock = client_->WaitToStart(rank_, clock, generation_, incarnation_);
+    absl::StatusOr<int64_t> min_clock = client_->WaitToStart(rank_, clock, generation_, incarnation_, layout_generation_);
     if (min_clock.ok()) Heard(*min_clock);
     return min_clock.status();
   }
@@ -39,6 +40,11 @@ class SchedulerGate final : public ClockGate {
             "the job rolled back to checkpoint %s (clock %d) while worker %d waited for the others to finish",
             d->latest_checkpoint(), d->latest_checkpoint_clock(), rank_));
       }
+      if (d->view().layout_generation() > layout_generation_) {
+        return absl::AbortedError(absl::StrFormat(
+            "the job was rescaled (rescale %d) while worker %d waited for the others to finish: rejoin",
+            d->view().layout_generation(), rank_));
+      }
       // Finished is not enough: until the final checkpoint is committed a lost server means redoing the last
       // iterations, which needs every worker.
       if (d->min_clock() >= iterations && d->view().job_state() == "finished" && d->final_model_settled()) {
@@ -54,6 +60,7 @@ class SchedulerGate final : public ClockGate {
   const uint64_t generation_;
   const std::string incarnation_;
   const uint64_t rollbacks_;
+  const uint64_t layout_generation_;
   const absl::Duration poll_;
   std::atomic<int64_t> known_min_clock_{-1};  // only rises (the min clock never goes back within a generation)
 
@@ -67,8 +74,10 @@ class SchedulerGate final : public ClockGate {
 }  // namespace
 
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
-                                            std::string incarnation, uint64_t rollbacks, absl::Duration poll) {
-  return std::make_unique<SchedulerGate>(client, rank, generation, std::move(incarnation), rollbacks, poll);
+                                            std::string incarnation, uint64_t rollbacks, uint64_t layout_generation,
+                                            absl::Duration poll) {
+  return std::make_unique<SchedulerGate>(client, rank, generation, std::move(incarnation), rollbacks,
+                                         layout_generation, poll);
 }
 
 }  // namespace kestrel

@@ -13,8 +13,11 @@ namespace kestrel {
 // `generation` and `incarnation`: what the scheduler answered this worker's Register (or Rejoin); `rollbacks`: the job's rollback
 // count then. WaitAllFinished polls every `poll` and fails with ABORTED once the job has rolled back since
 // (a server died: continue from the checkpoint); a recovery from a worker's death just waits.
+// `layout_generation`: the rescale whose layout the worker trains in (WaitToStart carries it; WaitAllFinished
+// fails with ABORTED once the job was rescaled since: rejoin, and evaluate in the new layout).
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
                                             std::string incarnation, uint64_t rollbacks,
+                                            uint64_t layout_generation = 0,
                                             absl::Duration poll = absl::Milliseconds(20));
 
 }  // namespace kestrel
