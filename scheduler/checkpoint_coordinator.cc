@@ -286,7 +286,7 @@ void CheckpointCoordinator::Step() {
 }
 
 absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration join_timeout,
-                                          std::function<void(absl::StatusOr<ScaleResult>)> done) {
+                                          std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify) {
   const JobLayout layout = membership_->layout();
   if (target.workers != layout.num_workers) {
     return absl::UnimplementedError(absl::StrFormat(
@@ -303,6 +303,7 @@ absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration joi
   if (scale_pending_) return absl::FailedPreconditionError("a rescale is in progress");
   KESTREL_RETURN_IF_ERROR(membership_->BeginScale(target));
   scale_pending_ = true;
+  scale_verify_ = verify;
   scale_done_ = std::move(done);
   scale_deadline_ = absl::Now() + join_timeout;
   woken_ = true;
@@ -371,6 +372,24 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   const int everyone = std::max(old.num_servers, target.servers);
   auto address = [&](int s) { return s < old.num_servers ? old_addresses[s] : addresses[s]; };
   const uint64_t generation = old.generation + 1;
+  bool verify;
+  {
+    absl::MutexLock lock(&mu_);
+    verify = scale_verify_;
+  }
+  // The full table over servers [0, n).
+  auto fingerprint = [&](int n) -> absl::StatusOr<uint64_t> {
+    uint64_t sum = 0;
+    for (int s = 0; s < n; ++s) {
+      KESTREL_ASSIGN_OR_RETURN(const uint64_t f, admin_->Fingerprint(s, address(s)));
+      sum += f;
+    }
+    return sum;
+  };
+  uint64_t fingerprint_before = 0;
+  if (verify) {
+    KESTREL_ASSIGN_OR_RETURN(fingerprint_before, fingerprint(old.num_servers));
+  }
   const absl::Time start = absl::Now();
   // One phase on servers [0, n), concurrently; the first failure.
   auto phase = [&](RescaleShardRequest::Phase which, int n,
@@ -418,11 +437,21 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     return absl::InternalError("the rescale failed during the switch");
   }
   KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, membership_->CommitScale(next.ToString()));
+  ScaleResult result;
+  if (verify) {
+    result.fingerprint_before = fingerprint_before;
+    absl::StatusOr<uint64_t> after = fingerprint(target.servers);
+    if (!after.ok()) KLOG(Warning) << "rescale " << generation << ": cannot verify: " << after.status();
+    result.fingerprint_after = after.ok() ? *after : 0;
+    if (after.ok() && *after != fingerprint_before) {
+      KLOG(Error) << absl::StrFormat("rescale %d changed the table: fingerprint %016x before, %016x after",
+                                     generation, fingerprint_before, *after);
+    }
+  }
   partition_ = next;
   job_.partition = next.ToString();
   job_.num_servers = target.servers;
   job_.num_workers = target.workers;
-  ScaleResult result;
   result.clock = scale_cut_;
   result.layout_generation = generation;
   result.moved = installed - start;

@@ -109,6 +109,9 @@ struct ScaleResult {
   absl::Duration moved;            // of which moving rows (send and install)
   uint64_t rows_moved = 0;         // rows sent to another server
   uint64_t bytes_moved = 0;
+  // With verify: the full table's fingerprint (sum over servers and tables) before the move and after the switch.
+  uint64_t fingerprint_before = 0;
+  uint64_t fingerprint_after = 0;
 };
 
 struct CheckpointStatus {
@@ -150,9 +153,10 @@ class CheckpointCoordinator {
   CheckpointStatus status() const;
 
   // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the coordinator thread,
-  // when it is done or failed (the job unchanged). The new ranks must register within `join_timeout`.
+  // when it is done or failed (the job unchanged). The new ranks must register within `join_timeout`. `verify`:
+  // read the full table's fingerprint before and after (ScaleResult).
   absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
-                     std::function<void(absl::StatusOr<ScaleResult>)> done);
+                     std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false);
 
  private:
   void Loop();
@@ -192,6 +196,7 @@ class CheckpointCoordinator {
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
   bool scale_pending_ ABSL_GUARDED_BY(mu_) = false;  // Scale() started one, not yet ended
+  bool scale_verify_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(absl::StatusOr<ScaleResult>)> scale_done_ ABSL_GUARDED_BY(mu_);
   absl::Time scale_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> worker_states_ ABSL_GUARDED_BY(mu_);  // by rank: the latest reported

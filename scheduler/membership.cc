@@ -90,9 +90,13 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
       return absl::ResourceExhaustedError(
           absl::StrFormat("all %d %s ranks are held by live members", bound, RoleName(role)));
     }
-  } else if (rank < 0 || rank >= bound) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)%s", RoleName(role), rank, bound,
-                                                      scale_.has_value() ? "" : " (no rescale is pending)"));
+  } else if (rank < 0 || rank >= (role == Role::kServer ? kMaxServers : kMaxWorkers)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, bound));
+  } else if (rank >= bound) {
+    // A new rank started before the rescale that names it (e.g. a StatefulSet scaled up first): retry.
+    return absl::UnavailableError(absl::StrFormat(
+        "%s rank %d is beyond the job's %d: it may join once a rescale names it (kestrel scale); retry", RoleName(role),
+        rank, bound));
   }
   const bool joining_rank = rank >= count;  // a rank of the pending rescale: not of the job yet
   Member& m = joining_rank ? joining[rank - count] : ranks[rank];

@@ -443,10 +443,13 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
           response->set_held_seconds(absl::ToDoubleSeconds(result->held));
           response->set_rows_moved(result->rows_moved);
           response->set_bytes_moved(result->bytes_moved);
+          response->set_fingerprint_before(result->fingerprint_before);
+          response->set_fingerprint_after(result->fingerprint_after);
         }
         call.End(result.status());
         reactor->Finish(ToGrpcStatus(result.status()));
-      });
+      },
+      request->verify());
   if (!status.ok()) {
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));

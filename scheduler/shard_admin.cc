@@ -60,6 +60,20 @@ class GrpcShardAdmin final : public ShardAdmin {
     return response.rows();
   }
 
+  absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string& address) override {
+    StatsRequest request;
+    Fill(request.mutable_header());
+    request.set_fingerprints(true);
+    StatsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->Stats(&context, request, &response));
+    if (!status.ok()) return Annotate(status, "fingerprint", shard, address);
+    uint64_t sum = 0;
+    for (const TableDescription& table : response.tables()) sum += table.fingerprint();
+    return sum;
+  }
+
   absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string& address,
                                                RescaleShardRequest request) override {
     Fill(request.mutable_header());

@@ -30,6 +30,8 @@ class ShardAdmin {
   // to server `target` at `target_address`. Returns the rows copied.
   virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
                                              const std::string& target_address) = 0;
+  // The sum of the fingerprints of every table of server `shard`'s own range group (ParameterServer.Stats).
+  virtual absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string& address) = 0;
   // Rescale: one phase of a rescale (ParameterServer.RescaleShard) on server `shard` at `address`.
   virtual absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string& address,
                                                        RescaleShardRequest request) = 0;

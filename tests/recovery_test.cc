@@ -28,6 +28,7 @@
 #include "common/partition.h"
 #include "proto/ps.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "tests/cluster_job.h"
 #include "tests/records.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
@@ -40,271 +41,7 @@ namespace fs = std::filesystem;
 
 constexpr int kServers = 2;
 constexpr int kWorkers = 2;
-constexpr char kJob[] = "rec";
-
-std::string TmpDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr ? tmp : "/tmp";
-}
-
-// What a finished job leaves: worker 0's last evaluation and the servers' full-table fingerprints.
-struct Outcome {
-  std::string eval_fingerprint;
-  double logloss = 0;
-  std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
-  std::string describe;
-  DescribeResponse scheduler;  // the scheduler's records at the end (rollbacks, failovers)
-};
-
-// One job: its processes and how to (re)start each.
-class Job {
- public:
-  // `bounded`: the model's sparse table admits keys on their second push, expires rows after 40 clocks and
-  // keeps about 1000 rows per server (server/table.h), so admission, expiry and eviction all happen.
-  // `replicas`: copies of every key range (docs/replication.md); 1 = none.
-  // `epochs`: passes over the training data (the reference job's: 2).
-  Job(std::string dir, std::string data, bool bounded = false, int replicas = 1, int epochs = 2)
-      : dir_(std::move(dir)), data_(std::move(data)), replicas_(replicas) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    config_ = dir_ + "/job.pbtxt";
-    std::ofstream(config_) << "model { type: LOGISTIC_REGRESSION "
-                           << (bounded ? "sparse_capacity { admit_after: 2 ttl_clocks: 40 max_memory_bytes: 65536 } "
-                                       : "")
-                           << "}\n"
-                           << "data { format: CRITEO train_files: '" << data_ << "/train.tsv' test_files: '" << data_
-                           << "/test.tsv' }\n"
-                           << "train { batch_size: 128 epochs: " << epochs << " log_every_steps: 100 }\n";
-  }
-
-  std::string checkpoints() const { return dir_ + "/ckpt"; }
-
-  // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT.
-  absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0) {
-    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", kServers),
-                                     absl::StrCat("--num_workers=", kWorkers), "--consistency=bsp",
-                                     "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
-                                     "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
-                                     absl::StrCat("--replicas=", replicas_)};
-    if (resume) args.push_back("--resume");
-    if (port != 0) args.push_back(absl::StrCat("--port=", port));  // after the default --port=0: it wins
-    auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, "scheduler", 0, dir_,
-                            absl::StrCat("scheduler", ++starts_));
-    if (!p.ok()) return p.status();
-    scheduler_.emplace(std::move(p).value());
-    return absl::OkStatus();
-  }
-
-  absl::Status StartServer(int s, const std::string& fault = "") {
-    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_shards=", kServers),
-                                     absl::StrCat("--shard_index=", s), absl::StrCat("--bsp_workers=", kWorkers),
-                                     "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints(),
-                                     absl::StrCat("--replicas=", replicas_)};
-    auto p = StartWithFault(fault, "server/kestrel_server", args, "server", s, dir_,
-                            absl::StrCat("server", s, "_", ++starts_));
-    if (!p.ok()) return p.status();
-    servers_[s].emplace(std::move(p).value());
-    return absl::OkStatus();
-  }
-
-  absl::Status StartWorker(int w) {
-    absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
-        {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(), absl::StrCat("--rank=", w),
-         "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl"},
-        kJob, "worker", w);
-    if (!args.ok()) return args.status();
-    auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir_,
-                                  absl::StrCat("worker", w, "_", ++starts_));
-    if (!p.ok()) return p.status();
-    workers_[w].emplace(std::move(p).value());
-    return absl::OkStatus();
-  }
-
-  absl::Status StartAll(bool resume, const std::string& scheduler_fault = "", const std::string& server_fault = "") {
-    if (absl::Status s = StartScheduler(resume, scheduler_fault); !s.ok()) return s;
-    for (int s = 0; s < kServers; ++s) {
-      if (absl::Status st = StartServer(s, s == 1 ? server_fault : ""); !st.ok()) return st;
-    }
-    for (int w = 0; w < kWorkers; ++w) {
-      if (absl::Status st = StartWorker(w); !st.ok()) return st;
-    }
-    return absl::OkStatus();
-  }
-
-  void Kill(std::optional<ServerProcess>& p) {
-    if (p.has_value()) (void)p->Stop(SIGKILL);
-    p.reset();
-  }
-  void KillAll() {
-    for (auto& w : workers_) Kill(w);
-    for (auto& s : servers_) Kill(s);
-    Kill(scheduler_);
-  }
-
-  std::optional<ServerProcess>& server(int s) { return servers_[s]; }
-  std::optional<ServerProcess>& worker(int w) { return workers_[w]; }
-  std::optional<ServerProcess>& scheduler() { return scheduler_; }
-
-  // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
-  // (kestrel local, Kubernetes) would, until both workers have exited 0.
-  absl::Status Supervise(absl::Duration timeout = absl::Minutes(3)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    int done = 0;
-    bool finished[kWorkers] = {false};
-    while (done < kWorkers) {
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("the job did not finish under supervision");
-      for (int s = 0; s < kServers; ++s) {
-        absl::StatusOr<int> code = servers_[s]->Wait(absl::ZeroDuration());
-        if (!code.ok()) continue;
-        if (*code != 3) return absl::InternalError(absl::StrCat("server ", s, " exited with ", *code));
-        if (absl::Status st = StartServer(s); !st.ok()) return st;
-      }
-      for (int w = 0; w < kWorkers; ++w) {
-        if (finished[w]) continue;
-        absl::StatusOr<int> code = workers_[w]->Wait(absl::ZeroDuration());
-        if (!code.ok()) continue;
-        if (*code == 0) {
-          finished[w] = true;
-          ++done;
-          continue;
-        }
-        if (*code != 3) return absl::InternalError(absl::StrCat("worker ", w, " exited with ", *code, "; see ",
-                                                                workers_[w]->log_path()));
-        if (absl::Status st = StartWorker(w); !st.ok()) return st;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    workers_finished_ = true;
-    return absl::OkStatus();
-  }
-
-  // Waits for both workers to exit 0, then reads the outcome from worker 0's records and the servers.
-  absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
-    for (int w = 0; w < kWorkers && !workers_finished_; ++w) {
-      absl::StatusOr<int> code = workers_[w]->Wait(timeout);
-      if (!code.ok() || *code != 0) {
-        std::ifstream log(workers_[w]->log_path());
-        std::vector<std::string> lines;
-        for (std::string line; std::getline(log, line);) lines.push_back(line);
-        std::string tail;
-        for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) {
-          absl::StrAppend(&tail, "\n  ", lines[i]);
-        }
-        return absl::InternalError(absl::StrCat("worker ", w, " ended with ",
-                                                code.ok() ? absl::StrCat("exit code ", *code) : code.status().ToString(),
-                                                "; see ", workers_[w]->log_path(), "; its last lines:", tail));
-      }
-    }
-    Outcome out;
-    absl::StatusOr<Record> eval = LastRecord(dir_ + "/metrics.jsonl", "eval");
-    if (!eval.ok()) return eval.status();
-    out.eval_fingerprint = eval->fingerprint();
-    out.logloss = eval->logloss();
-    // Full-table fingerprints read every row: an admin's request.
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
-        TestClusterTls::Get().Credentials(kJob, "admin", 0);
-    if (!admin.ok()) return admin.status();
-    {  // The scheduler's records, and who serves each range group now.
-      auto stub = Scheduler::NewStub(grpc::CreateChannel(scheduler_->address(), *admin));
-      DescribeRequest request;
-      request.set_job_id(kJob);
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      grpc::Status status = stub->Describe(&context, request, &out.scheduler);
-      if (!status.ok()) return absl::UnavailableError(status.error_message());
-    }
-    absl::StatusOr<Partition> partition = Partition::Parse(out.scheduler.view().partition());
-    if (!partition.ok()) return partition.status();
-    std::vector<bool> out_of_service(kServers, false);
-    for (int s : out.scheduler.view().out_of_service()) out_of_service[s] = true;
-    absl::StatusOr<Routing> routing = Routing::Create(*partition, out_of_service);
-    if (!routing.ok()) return routing.status();
-    for (int owner = 0; owner < kServers; ++owner) {  // each range group from its primary
-      const int s = routing->PrimaryOfOwner(owner);
-      if (s < 0) return absl::DataLossError(absl::StrCat("no copy of server ", owner, "'s ranges is in service"));
-      auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[s]->address(), *admin));
-      StatsRequest request;
-      request.mutable_header()->set_job_id("rec");
-      request.mutable_header()->set_worker_rank(-1);
-      if (replicas_ > 1) request.mutable_header()->set_owner(owner);
-      request.set_fingerprints(true);
-      StatsResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      grpc::Status status = stub->Stats(&context, request, &response);
-      if (!status.ok()) return absl::UnavailableError(status.error_message());
-      for (const TableDescription& t : response.tables()) out.tables[t.config().name()] += t.fingerprint();
-    }
-    return out;
-  }
-
-  // The scheduler's Describe (as an admin), or an error.
-  absl::StatusOr<DescribeResponse> DescribeJob() {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
-        TestClusterTls::Get().Credentials(kJob, "admin", 0);
-    if (!admin.ok()) return admin.status();
-    auto stub = Scheduler::NewStub(grpc::CreateChannel(scheduler_->address(), *admin));
-    DescribeRequest request;
-    request.set_job_id(kJob);
-    DescribeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::Status status = stub->Describe(&context, request, &response);
-    if (!status.ok()) return absl::UnavailableError(status.error_message());
-    return response;
-  }
-
-  // The clock of the newest committed checkpoint, or -1.
-  int64_t LatestCheckpointClock() const {
-    std::ifstream latest(checkpoints() + "/LATEST");
-    std::string name;
-    if (!std::getline(latest, name)) return -1;
-    std::ifstream manifest(checkpoints() + "/" + name + "/MANIFEST");
-    std::string line;
-    while (std::getline(manifest, line)) {
-      if (line.rfind("clock: ", 0) == 0) {
-        int64_t clock = -1;
-        if (absl::SimpleAtoi(line.substr(7), &clock)) return clock;
-      }
-    }
-    return -1;
-  }
-
- private:
-  // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork) and the
-  // certificate of `role` and `rank`.
-  static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
-                                                      std::vector<std::string> args, const std::string& role,
-                                                      int rank, const std::string& dir, const std::string& name) {
-    absl::StatusOr<std::vector<std::string>> with_tls =
-        TestClusterTls::Get().WithFlags(std::move(args), kJob, role, rank);
-    if (!with_tls.ok()) return with_tls.status();
-    if (!fault.empty()) setenv("KESTREL_FAULT_POINT", fault.c_str(), 1);
-    auto p = ServerProcess::Start(RunfilePath(binary), *with_tls, dir, name);
-    unsetenv("KESTREL_FAULT_POINT");
-    return p;
-  }
-
-  const std::string dir_;
-  const std::string data_;
-  const int replicas_;
-  std::string config_;
-  int starts_ = 0;
-  bool workers_finished_ = false;  // Supervise() saw both exit 0
-  std::optional<ServerProcess> scheduler_;
-  std::optional<ServerProcess> servers_[kServers];
-  std::optional<ServerProcess> workers_[kWorkers];
-};
-
-bool Equal(const Outcome& a, const Outcome& b) {
-  return a.eval_fingerprint == b.eval_fingerprint && a.logloss == b.logloss && a.tables == b.tables;
-}
-
-std::string Describe(const Outcome& o) {
-  std::string s = absl::StrCat("predictions ", o.eval_fingerprint, " logloss ", absl::StrFormat("%.17g", o.logloss));
-  for (const auto& [name, f] : o.tables) absl::StrAppend(&s, " ", name, "=", absl::Hex(f));
-  return s;
-}
+using Job = ClusterJob;
 
 // Waits for a random point of the run: no checkpoint yet, or after the first few, plus up to 300 ms. Returns
 // how long it waited.
@@ -339,7 +76,7 @@ class RecoveryTest : public ::testing::Test {
     reference_ = new Outcome(*outcome);
     reference_checkpoints_ = new std::string(job.checkpoints());
     reference_final_clock_ = job.LatestCheckpointClock();
-    std::printf("reference: %s (last checkpoint at clock %lld)\n", Describe(*reference_).c_str(),
+    std::printf("reference: %s (last checkpoint at clock %lld)\n", DescribeOutcome(*reference_).c_str(),
                 static_cast<long long>(job.LatestCheckpointClock()));
     job.KillAll();
   }
@@ -365,7 +102,7 @@ class RecoveryTest : public ::testing::Test {
       auto outcome = job.Finish();
       EXPECT_TRUE(outcome.ok()) << outcome.status();
       bounded_reference_ = new Outcome(outcome.ok() ? *outcome : Outcome{});
-      std::printf("bounded reference: %s\n", Describe(*bounded_reference_).c_str());
+      std::printf("bounded reference: %s\n", DescribeOutcome(*bounded_reference_).c_str());
       job.KillAll();
     }
     return *bounded_reference_;
@@ -373,8 +110,8 @@ class RecoveryTest : public ::testing::Test {
 
   void ExpectReference(const absl::StatusOr<Outcome>& outcome, const std::string& what) {
     ASSERT_TRUE(outcome.ok()) << what << ": " << outcome.status();
-    EXPECT_TRUE(Equal(*outcome, *reference_)) << what << ": " << Describe(*outcome) << "\n reference: "
-                                               << Describe(*reference_);
+    EXPECT_TRUE(Equal(*outcome, *reference_)) << what << ": " << DescribeOutcome(*outcome) << "\n reference: "
+                                               << DescribeOutcome(*reference_);
   }
 
   static std::string* data_;
@@ -595,7 +332,7 @@ TEST_F(RecoveryTest, ReplicatedJobSurvivesASecondFailureAfterReReplication) {
   ASSERT_TRUE(job.StartServer(1).ok());
   absl::StatusOr<Outcome> outcome = job.Finish();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_TRUE(Equal(*outcome, reference)) << Describe(*outcome) << "\n reference: " << Describe(reference);
+  EXPECT_TRUE(Equal(*outcome, reference)) << DescribeOutcome(*outcome) << "\n reference: " << DescribeOutcome(reference);
   EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
   EXPECT_EQ(outcome->scheduler.failovers(), 2u);
   job.KillAll();
@@ -621,7 +358,7 @@ TEST_F(RecoveryTest, ReplicatedJobLosingEveryCopyRollsBack) {
   ASSERT_TRUE(job.StartServer(1).ok());
   absl::StatusOr<Outcome> outcome = job.Finish();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
-  EXPECT_TRUE(Equal(*outcome, reference)) << Describe(*outcome) << "\n reference: " << Describe(reference);
+  EXPECT_TRUE(Equal(*outcome, reference)) << DescribeOutcome(*outcome) << "\n reference: " << DescribeOutcome(reference);
   if (outcome.ok()) {
     EXPECT_GE(outcome->scheduler.rollbacks(), 1u);
     EXPECT_EQ(outcome->scheduler.rereplications(), 0u);
@@ -671,8 +408,8 @@ TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_TRUE(Equal(*outcome, reference))
         << "trial " << trial << ": " << what << " killed after " << absl::FormatDuration(delay)
-        << " (last checkpoint at clock " << clock << "): " << Describe(*outcome) << "\n reference: "
-        << Describe(reference);
+        << " (last checkpoint at clock " << clock << "): " << DescribeOutcome(*outcome) << "\n reference: "
+        << DescribeOutcome(reference);
     job.KillAll();
   }
 }

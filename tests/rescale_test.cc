@@ -1,0 +1,129 @@
+// Rescaling a running job end to end on loopback (docs/elasticity.md): real kestrel_scheduler, kestrel_server
+// and kestrel_worker processes train LR in BSP over mutual TLS (tests/cluster_job.h). Mid-run the job goes from
+// 2 to 3 servers (a new server is started, then Scheduler.Scale is asked for, as `kestrel scale` does) and later
+// back to 2 (the leaving server exits 0 by itself). BSP sums a clock's pushes in rank order on whichever server
+// owns a row, so where rows live does not change their arithmetic: the rescaled job must end bitwise identical
+// to an uninterrupted one (the same predictions on every test example, the same full-table fingerprints), with
+// no rollback (no clock redone), and each move must keep the full-table fingerprint (read by the scheduler
+// while the workers are held).
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "tests/cluster_job.h"
+#include "tests/test_cluster_tls.h"
+#include "worker/data/datagen.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kEpochs = 6;
+
+// Asks the job's scheduler (as an admin) for a rescale and waits for the answer.
+absl::StatusOr<ScaleResponse> Scale(ClusterJob& job, int servers, int workers) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin = TestClusterTls::Get().Credentials(kJob, "admin", 0);
+  if (!admin.ok()) return admin.status();
+  auto stub = Scheduler::NewStub(grpc::CreateChannel(job.scheduler()->address(), *admin));
+  ScaleRequest request;
+  request.set_job_id(kJob);
+  request.set_servers(servers);
+  request.set_workers(workers);
+  request.set_join_timeout_ms(60000);
+  request.set_verify(true);
+  ScaleResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  grpc::Status status = stub->Scale(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  return response;
+}
+
+// Waits until every worker has finished at least `clock` iterations.
+absl::Status WaitForClock(ClusterJob& job, int64_t clock) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<DescribeResponse> d = job.DescribeJob();
+    if (d.ok() && d->min_clock() >= clock) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("the job did not reach clock ", clock));
+}
+
+class RescaleTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(TmpDir() + "/rescale_data");
+    std::filesystem::create_directories(*data_);
+    ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
+    ClusterJob job(TmpDir() + "/rescale_reference", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    auto outcome = job.Finish();
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    ASSERT_FALSE(outcome->tables.empty());
+    reference_ = new Outcome(*outcome);
+    final_clock_ = outcome->scheduler.min_clock();
+    std::printf("reference: %s, %lld clocks\n", DescribeOutcome(*reference_).c_str(),
+                static_cast<long long>(final_clock_));
+    job.KillAll();
+  }
+
+  static std::string* data_;
+  static Outcome* reference_;
+  static int64_t final_clock_;
+};
+std::string* RescaleTest::data_ = nullptr;
+Outcome* RescaleTest::reference_ = nullptr;
+int64_t RescaleTest::final_clock_ = 0;
+
+TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithoutRollback) {
+  ClusterJob job(TmpDir() + "/rescale_servers", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+
+  // 2 -> 3: the new server starts first and waits to be named (it retries its registration).
+  ASSERT_TRUE(WaitForClock(job, final_clock_ / 5).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  job.Rescaled(3, 2);
+  EXPECT_EQ(grown->layout_generation(), 1u);
+  EXPECT_GT(grown->clock(), 0);
+  EXPECT_LT(grown->clock(), final_clock_) << "the rescale happened mid-run";
+  EXPECT_GT(grown->rows_moved(), 0u);
+  EXPECT_NE(grown->fingerprint_before(), 0u);
+  EXPECT_EQ(grown->fingerprint_after(), grown->fingerprint_before()) << "the move changed the table";
+  absl::StatusOr<DescribeResponse> d = job.DescribeJob();
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->view().num_servers(), 3);
+  EXPECT_EQ(d->view().layout_generation(), 1u);
+
+  // 3 -> 2: server 2's rows move back to the others, and it exits by itself, 0: it did not fail.
+  ASSERT_TRUE(WaitForClock(job, grown->clock() + final_clock_ / 5).ok());
+  absl::StatusOr<ScaleResponse> shrunk = Scale(job, 2, 2);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status();
+  job.Rescaled(2, 2);
+  EXPECT_EQ(shrunk->layout_generation(), 2u);
+  EXPECT_GT(shrunk->clock(), grown->clock());
+  EXPECT_LT(shrunk->clock(), final_clock_);
+  EXPECT_EQ(shrunk->fingerprint_after(), shrunk->fingerprint_before()) << "the move changed the table";
+  absl::StatusOr<int> left = job.server(2)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 0) << "see " << job.server(2)->log_path();
+
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(Equal(*outcome, *reference_)) << DescribeOutcome(*outcome) << "\n reference: "
+                                            << DescribeOutcome(*reference_);
+  EXPECT_EQ(outcome->servers, 2);
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u) << "no clock was redone";
+  EXPECT_EQ(outcome->scheduler.view().layout_generation(), 2u);
+  job.KillAll();
+}
+
+}  // namespace
+}  // namespace kestrel
