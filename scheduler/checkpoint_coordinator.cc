@@ -345,6 +345,7 @@ bool CheckpointCoordinator::Rescale() {
   const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  const int old_workers = job_.num_workers;
   absl::StatusOr<ScaleResult> result = next.ok() ? MoveTo(*next, *target) : next.status();
   if (!result.ok()) {
     EndRescale(result.status());
@@ -354,7 +355,11 @@ bool CheckpointCoordinator::Rescale() {
   const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
       "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target->servers, target->workers,
       result->layout_generation)));
-  if (!options_.dir.empty() && TakeCheckpoint(scale_cut_, "rescale")) last_checkpoint_clock_ = scale_cut_;
+  // A new worker count changes every worker's share of the data: a rollback must not restore the old shares.
+  // (Server moves need none: a checkpoint of the old layout restores into the new one.)
+  if (!options_.dir.empty() && target->workers != old_workers && TakeCheckpoint(scale_cut_, "rescale")) {
+    last_checkpoint_clock_ = scale_cut_;
+  }
   result->held = absl::Now() - scale_start_;
   KLOG(Info) << absl::StrFormat(
       "rescale %d done at clock %d: %d servers, %d workers; %d rows (%.1f MB) moved in %.3f s, workers held %.3f s "

@@ -41,8 +41,9 @@
 // drives the servers through the move (ShardAdmin::Rescale: every old server sends each row it serves to the
 // servers holding its range in the new layout; every server builds its new groups; every server switches).
 // Then the new layout becomes the job's (Membership::CommitScale), the held workers are answered ABORTED (they
-// rejoin, and continue in the new layout from the same clock: no clock is redone), a checkpoint is cut at that
-// boundary (so a later rollback restores the new layout), and the hold is released. A failure before the switch
+// rejoin, and continue in the new layout from the same clock: no clock is redone), and the hold is released. A
+// checkpoint of the old layout restores into the new one (resharding on restore), so a server-count change
+// needs no checkpoint of its own; a worker-count change cuts one at that boundary. A failure before the switch
 // aborts the rescale and the job goes on as it was; one during the switch is fatal (the servers disagree).
 // Only the server count may change so far.
 //

@@ -15,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/json.h"
 #include "common/partition.h"
@@ -31,6 +32,8 @@ ABSL_FLAG(int, servers, 0, "scale: the server count to move to (0: unchanged).")
 ABSL_FLAG(int, workers, 0, "scale: the worker count to move to (0: unchanged).");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Minutes(5),
           "scale: how long the new ranks may take to register before the rescale is given up (the job unchanged).");
+ABSL_FLAG(bool, verify, false,
+          "scale: read the full table's fingerprint before and after the move (reads every row: a longer hold).");
 
 namespace kestrel {
 namespace {
@@ -95,7 +98,8 @@ int Scale(SchedulerClient& client) {
   }
   const int servers = absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers) : d->view().num_servers();
   const int workers = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers) : d->view().num_workers();
-  absl::StatusOr<ScaleResponse> scaled = client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout));
+  absl::StatusOr<ScaleResponse> scaled =
+      client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout), absl::GetFlag(FLAGS_verify));
   if (!scaled.ok()) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", scaled.status().ToString().c_str());
     return 1;
@@ -108,6 +112,10 @@ int Scale(SchedulerClient& client) {
   answer.set_held_seconds(scaled->held_seconds());
   answer.set_rows_moved(scaled->rows_moved());
   answer.set_bytes_moved(scaled->bytes_moved());
+  if (absl::GetFlag(FLAGS_verify)) {
+    answer.set_fingerprint_before(absl::StrFormat("%016x", scaled->fingerprint_before()));
+    answer.set_fingerprint_after(absl::StrFormat("%016x", scaled->fingerprint_after()));
+  }
   std::printf("%s\n", ToJson(answer).c_str());
   return 0;
 }

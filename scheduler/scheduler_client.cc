@@ -109,8 +109,9 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->clock();
   }
 
-  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout) override {
+  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout, bool verify) override {
     ScaleRequest request;
+    request.set_verify(verify);
     request.set_job_id(options_.job_id);
     request.set_servers(servers);
     request.set_workers(workers);

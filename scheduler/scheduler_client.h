@@ -44,8 +44,10 @@ class SchedulerClient {
   virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) = 0;
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
-  // Resizes the running job (docs/elasticity.md); answers once the rescale is done.
-  virtual absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout) = 0;
+  // Resizes the running job (docs/elasticity.md); answers once the rescale is done. `verify`: read the
+  // full-table fingerprint before and after (ScaleResponse).
+  virtual absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout,
+                                              bool verify = false) = 0;
 };
 
 struct SchedulerClientOptions {

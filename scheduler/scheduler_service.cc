@@ -441,6 +441,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
           response->set_clock(result->clock);
           response->set_layout_generation(result->layout_generation);
           response->set_held_seconds(absl::ToDoubleSeconds(result->held));
+          response->set_moved_seconds(absl::ToDoubleSeconds(result->moved));
           response->set_rows_moved(result->rows_moved);
           response->set_bytes_moved(result->bytes_moved);
           response->set_fingerprint_before(result->fingerprint_before);

@@ -124,6 +124,14 @@ int Run() {
   }
   const int index = absl::GetFlag(FLAGS_shard_index);
   SetLogIdentity(absl::StrCat("server[", index, "]"));
+  if (index >= absl::GetFlag(FLAGS_num_shards) && !absl::GetFlag(FLAGS_scheduler).empty() &&
+      absl::GetFlag(FLAGS_partition).empty()) {
+    // A rank beyond the job's servers (a scaled-up StatefulSet whose environment still names the old count):
+    // it can only join a rescale, whose layout the scheduler hands it (docs/elasticity.md).
+    KLOG(Info) << "server " << index << " is beyond --num_shards=" << absl::GetFlag(FLAGS_num_shards)
+               << ": it joins the job in a rescale (kestrel scale) or not at all";
+    absl::SetFlag(&FLAGS_num_shards, index + 1);
+  }
   absl::StatusOr<Partition> partition = absl::GetFlag(FLAGS_partition).empty()
                                             ? Partition::Uniform(absl::GetFlag(FLAGS_num_shards),
                                                                  absl::GetFlag(FLAGS_ranges_per_shard))
