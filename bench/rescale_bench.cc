@@ -41,6 +41,7 @@ ABSL_FLAG(int, dim, 16, "Row width (floats); Adagrad adds as many optimizer floa
 ABSL_FLAG(std::string, output, "bench/results/rescale_bench.md", "Markdown report path ('' to skip).");
 ABSL_FLAG(std::string, scheduler_binary, "", "kestrel_scheduler (default: found in the runfiles or bazel-bin).");
 ABSL_FLAG(std::string, server_binary, "", "kestrel_server (default: found in the runfiles or bazel-bin).");
+ABSL_FLAG(bool, keep, false, "Keep each size's directory (the processes' logs, the checkpoints) under /tmp.");
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD).");
 ABSL_FLAG(std::string, invocation, "", "The command that reproduces this run.");
 
@@ -193,7 +194,8 @@ absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim)
   Result r;
   r.rows = rows;
   {
-    Job job(binaries, dir);
+    bench::MakeParentDirs(dir + "/live/x");
+    Job job(binaries, dir + "/live");
     KESTREL_RETURN_IF_ERROR(job.StartScheduler(2, checkpoints, /*resume=*/false));
     for (int s = 0; s < 2; ++s) KESTREL_RETURN_IF_ERROR(job.StartServer(s, 2, checkpoints));
     KESTREL_RETURN_IF_ERROR(job.RegisterWorker());
@@ -226,7 +228,8 @@ absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim)
   }
   {
     // 3. The restart into 3 servers from the 2-server checkpoint.
-    Job job(binaries, dir);
+    bench::MakeParentDirs(dir + "/restart/x");
+    Job job(binaries, dir + "/restart");
     KESTREL_RETURN_IF_ERROR(job.StartScheduler(3, copy, /*resume=*/true));
     KESTREL_RETURN_IF_ERROR(job.RegisterWorker());
     const absl::Time start = absl::Now();
@@ -236,7 +239,11 @@ absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim)
             .status());
     r.restore_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   }
-  bench::RunCommand(absl::StrCat("rm -rf ", bench::ShellQuote(dir)));
+  if (absl::GetFlag(FLAGS_keep)) {
+    std::printf("kept %s\n", dir.c_str());
+  } else {
+    bench::RunCommand(absl::StrCat("rm -rf ", bench::ShellQuote(dir)));
+  }
   return r;
 }
 
