@@ -160,5 +160,34 @@ TEST(CriteoReaderTest, CountShardLinesMatchesWhatEachShardReads) {
   EXPECT_EQ(CountShardLines({"/nonexistent"}, 1).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 12; ++i) lines.push_back(Line(i % 2, i, "aa"));
+  lines[5] = "";  // blank: a member of a share, but no record
+  const std::vector<std::string> files = {WriteFile("e.tsv", lines)};
+  // After a rescale: two workers' leftovers below line 8, then a modulo of 2 from there.
+  std::vector<ShardAssignment> shares(2);
+  shares[0].leftovers = {1, 5};
+  shares[1].leftovers = {3, 4};
+  for (int v = 0; v < 2; ++v) {
+    shares[v].watermark = 8;
+    shares[v].index = v;
+    shares[v].count = 2;
+  }
+  auto counts = CountAssignmentLines(files, shares);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  const std::vector<std::vector<float>> want = {{1, 8, 10}, {3, 4, 9, 11}};
+  for (int v = 0; v < 2; ++v) {
+    ReaderOptions options;
+    options.assignment = std::make_shared<ShardAssignment>(shares[v]);
+    EXPECT_EQ(FirstIntegers(**OpenCriteoReader(files, options)), want[v]) << "share " << v;
+    EXPECT_EQ((*counts)[v], want[v].size()) << "share " << v;
+  }
+  ReaderOptions bad;
+  bad.assignment = std::make_shared<ShardAssignment>(shares[0]);
+  std::const_pointer_cast<ShardAssignment>(bad.assignment)->leftovers = {9};  // not below the watermark
+  EXPECT_EQ(OpenCriteoReader(files, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kestrel

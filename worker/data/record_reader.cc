@@ -1,10 +1,22 @@
 #include "worker/data/record_reader.h"
 
+#include <algorithm>
+
+#include "absl/functional/function_ref.h"
+#include "common/status.h"
+
 namespace kestrel {
 
 absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, const ReaderOptions& options,
                                                 const ReaderPosition& start) {
-  if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
+  if (options.assignment != nullptr) {
+    const ShardAssignment& a = *options.assignment;
+    if (a.count < 1 || a.index < 0 || a.index >= a.count ||
+        !std::is_sorted(a.leftovers.begin(), a.leftovers.end()) ||
+        (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
+      return absl::InvalidArgumentError("a malformed share of the lines (worker/data/reshard.h)");
+    }
+  } else if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d of %d is not a shard", options.shard_index, options.num_shards));
   }
@@ -32,7 +44,10 @@ absl::StatusOr<bool> ShardedLines::Next(absl::string_view* line) {
     const uint64_t global = position_.global_line++;
     // Counted by hand: tellg() is -1 after a last line without a newline.
     position_.byte_offset += line_.size() + 1;
-    if (static_cast<int64_t>(global % options_.num_shards) != options_.shard_index) continue;
+    if (options_.assignment != nullptr ? !options_.assignment->Contains(global)
+                                       : static_cast<int64_t>(global % options_.num_shards) != options_.shard_index) {
+      continue;
+    }
     absl::string_view view = line_;
     if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
     if (view.empty()) continue;
@@ -42,9 +57,10 @@ absl::StatusOr<bool> ShardedLines::Next(absl::string_view* line) {
   return false;
 }
 
-absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards) {
-  if (num_shards < 1) return absl::InvalidArgumentError(absl::StrFormat("%d shards", num_shards));
-  std::vector<uint64_t> counts(num_shards, 0);
+namespace {
+
+// Calls on_line(global index) for every non-blank line of `files` (as ShardedLines::Next sees them): one pass.
+absl::Status ForEachLine(const std::vector<std::string>& files, absl::FunctionRef<void(uint64_t)> on_line) {
   std::vector<char> buffer(1 << 20);
   uint64_t global = 0;
   for (const std::string& f : files) {
@@ -54,7 +70,7 @@ absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::str
     uint64_t line_chars = 0;
     bool only_cr = true;
     auto end_line = [&] {
-      if (line_chars > 0 && !(only_cr && line_chars == 1)) ++counts[global % num_shards];
+      if (line_chars > 0 && !(only_cr && line_chars == 1)) on_line(global);
       ++global;
       line_chars = 0;
       only_cr = true;
@@ -73,6 +89,29 @@ absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::str
     }
     if (line_chars > 0) end_line();  // a last line without a newline
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards) {
+  if (num_shards < 1) return absl::InvalidArgumentError(absl::StrFormat("%d shards", num_shards));
+  std::vector<uint64_t> counts(num_shards, 0);
+  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) { ++counts[global % num_shards]; }));
+  return counts;
+}
+
+absl::StatusOr<std::vector<uint64_t>> CountAssignmentLines(const std::vector<std::string>& files,
+                                                           absl::Span<const ShardAssignment> shares) {
+  std::vector<uint64_t> counts(shares.size(), 0);
+  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) {
+    for (size_t v = 0; v < shares.size(); ++v) {
+      if (shares[v].Contains(global)) {
+        ++counts[v];
+        break;
+      }
+    }
+  }));
   return counts;
 }
 

@@ -20,6 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "worker/data/reshard.h"
 
 namespace kestrel {
 
@@ -30,6 +32,9 @@ struct ReaderOptions {
   // This reader's shard of the lines. Defaults: 0 of 1 (every line).
   int shard_index = 0;
   int num_shards = 1;
+  // Instead of shard_index / num_shards: an explicit share of the lines (a rescaled epoch, worker/data/reshard.h).
+  // Default: none.
+  std::shared_ptr<const ShardAssignment> assignment;
 };
 
 // Where a reader is: resume a reader from it to continue exactly after the last record returned.
@@ -65,6 +70,9 @@ class ShardedLines {
 // The non-blank lines of each of `num_shards` shards of `files` (what each shard's reader will return, malformed
 // lines included): one pass over the data.
 absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards);
+// The same for explicit shares (each line in at most one of them).
+absl::StatusOr<std::vector<uint64_t>> CountAssignmentLines(const std::vector<std::string>& files,
+                                                           absl::Span<const ShardAssignment> shares);
 
 template <typename Example>
 class RecordReader {

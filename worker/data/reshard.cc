@@ -6,6 +6,20 @@
 
 namespace kestrel {
 
+bool ShardAssignment::Contains(uint64_t line) const {
+  if (line < watermark) return std::binary_search(leftovers.begin(), leftovers.end(), line);
+  return (line - watermark) % static_cast<uint64_t>(count) == static_cast<uint64_t>(index);
+}
+
+uint64_t ShardAssignment::CountBelow(uint64_t line) const {
+  const uint64_t below = static_cast<uint64_t>(std::lower_bound(leftovers.begin(), leftovers.end(), line) -
+                                               leftovers.begin());
+  if (line <= watermark + static_cast<uint64_t>(index)) return below;
+  // Lines watermark + index + k * count below `line`: k = 0 .. ceil((line - first) / count) - 1.
+  const uint64_t first = watermark + static_cast<uint64_t>(index);
+  return below + (line - first + static_cast<uint64_t>(count) - 1) / static_cast<uint64_t>(count);
+}
+
 ShardAssignment PlainShard(int index, int count) {
   ShardAssignment a;
   a.index = index;

@@ -36,6 +36,10 @@ struct ShardAssignment {
     if (n < leftovers.size()) return leftovers[n];
     return watermark + static_cast<uint64_t>(index) + (n - leftovers.size()) * static_cast<uint64_t>(count);
   }
+  // Whether this worker reads `line`.
+  bool Contains(uint64_t line) const;
+  // How many of this worker's lines lie below `line` (those it has consumed when its reader is at `line`).
+  uint64_t CountBelow(uint64_t line) const;
 };
 
 // The plain sharding: worker `index` of `count` reads lines congruent to index mod count.

@@ -1,5 +1,7 @@
 #include "worker/data/reshard.h"
 
+#include <algorithm>
+
 #include <random>
 
 #include "gtest/gtest.h"
@@ -67,6 +69,22 @@ TEST(ReshardTest, RefusesBadInputAndRunawayLeftovers) {
   ShardAssignment bad = PlainShard(0, 1);
   bad.leftovers = {5};  // not below the watermark (0)
   EXPECT_TRUE(absl::IsInvalidArgument(Reshard({bad}, std::vector<uint64_t>{0}, 1).status()));
+}
+
+TEST(ReshardTest, ContainsAndCountBelowAgreeWithLine) {
+  ShardAssignment a;
+  a.leftovers = {3, 7, 8};
+  a.watermark = 10;
+  a.index = 1;
+  a.count = 3;
+  std::vector<uint64_t> lines;
+  for (uint64_t n = 0; n < 20; ++n) lines.push_back(a.Line(n));  // past line 50
+  for (uint64_t line = 0; line < 50; ++line) {
+    const bool member = std::find(lines.begin(), lines.end(), line) != lines.end();
+    EXPECT_EQ(a.Contains(line), member) << line;
+    const uint64_t below = std::count_if(lines.begin(), lines.end(), [&](uint64_t l) { return l < line; });
+    EXPECT_EQ(a.CountBelow(line), below) << line;
+  }
 }
 
 }  // namespace
