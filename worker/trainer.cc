@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/batch_reader.h"
+#include "worker/data/reshard.h"
+#include "worker/epoch_schedule.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
 #include "worker/records.h"
@@ -91,6 +94,24 @@ struct StepData {
   int64_t fresh = -1;                 // rows pulled now hold every update below this clock (row cache)
   bool cacheable = false;             // a training read (Fetch) the row cache may answer; evaluations never
 };
+
+ShardAssignment AssignmentOf(const LineShare& share) {
+  ShardAssignment a;
+  a.leftovers.assign(share.leftovers().begin(), share.leftovers().end());
+  a.watermark = share.watermark();
+  a.index = share.index();
+  a.count = share.count();
+  return a;
+}
+
+LineShare LineShareOf(const ShardAssignment& a) {
+  LineShare share;
+  for (uint64_t line : a.leftovers) share.add_leftovers(line);
+  share.set_watermark(a.watermark);
+  share.set_index(a.index);
+  share.set_count(a.count);
+  return share;
+}
 
 WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
   WorkerState state;
@@ -293,7 +314,7 @@ class Trainer::Impl {
       if (absl::Status pushed = Push(step, g); !pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-    return gate_->Advance(clock + 1, last, StateAt(clock + 1, step.after));
+    return gate_->Advance(clock + 1, last, StateOf(clock + 1, step.after));
   }
 
   // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
@@ -322,22 +343,51 @@ class Trainer::Impl {
     }
   }
 
+  // Whether epoch `epoch` is read by the plan's shares (a worker-count change in its middle).
+  bool Shared(const EpochSchedule::Epoch& epoch) const {
+    return plan_.has_value() && epoch.index == plan_->epoch() && plan_->shares_size() > 0;
+  }
+  // This worker's lines of `epoch`.
+  ShardAssignment ShareOf(const EpochSchedule::Epoch& epoch) const {
+    return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainShard(options_.rank, options_.num_workers);
+  }
+  // The state after iteration clock - 1: the reader, the plan, and where `clock` falls in it.
+  WorkerState StateOf(int64_t clock, const ReaderPosition& after) const {
+    WorkerState state = StateAt(clock, after);
+    if (plan_.has_value()) *state.mutable_plan() = *plan_;
+    const EpochSchedule::Epoch epoch = schedule_.At(clock);
+    state.set_epoch(epoch.index);
+    state.set_epoch_start(epoch.start);
+    state.set_epoch_end(epoch.end);
+    *state.mutable_share() = LineShareOf(ShareOf(epoch));
+    return state;
+  }
+
   // ReadBatches' loop; an error ends it. OK also when filled_ was closed under it.
   absl::Status ReadBatchesUntilError(int64_t total) {
     const JobConfig& job = options_.job;
     const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-    ReaderOptions reader_options;
-    reader_options.shard_index = options_.rank;
-    reader_options.num_shards = options_.num_workers;
-    reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-    const int64_t per_epoch = total_per_epoch_;
+    ReaderOptions base;
+    base.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+    auto options_for = [&](const EpochSchedule::Epoch& epoch) {
+      ReaderOptions reader_options = base;
+      if (Shared(epoch)) {
+        reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
+      } else {
+        reader_options.shard_index = options_.rank;
+        reader_options.num_shards = options_.num_workers;
+      }
+      return reader_options;
+    };
     std::unique_ptr<BatchReader> reader;
-    int64_t first = 0;
     const int64_t start = options_.start_clock;
-    if (start > 0 && start < total && start % per_epoch != 0 && options_.start_state.clock() == start &&
-        options_.start_state.has_reader()) {
-      // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch.
-      auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options,
+    // Iterations before start_clock are read (and dropped) from the start of its epoch.
+    int64_t first = start < total ? schedule_.At(start).start : total;
+    if (start > 0 && start < total && options_.start_state.clock() == start && options_.start_state.has_reader() &&
+        (start != schedule_.At(start).start || Shared(schedule_.At(start)))) {
+      // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch (at a
+      // worker-count change: where the slowest worker was, every unread line of the epoch lying beyond it).
+      auto opened = BatchReader::Open(job.data(), job.model(), files, options_for(schedule_.At(start)),
                                       PositionOf(options_.start_state.reader()));
       if (!opened.ok()) return opened.status();
       reader = std::move(opened).value();
@@ -346,8 +396,9 @@ class Trainer::Impl {
                  << options_.start_state.reader().global_line() << " for iteration " << start;
     }
     for (int64_t it = first; it < total; ++it) {
-      if (it % per_epoch == 0) {  // a new epoch starts from the beginning of the data
-        auto opened = BatchReader::Open(job.data(), job.model(), files, reader_options);
+      const EpochSchedule::Epoch epoch = schedule_.At(it);
+      if (reader == nullptr || (it == epoch.start && it != first)) {  // an epoch starts from the data's beginning
+        auto opened = BatchReader::Open(job.data(), job.model(), files, options_for(epoch));
         if (!opened.ok()) return opened.status();
         reader = std::move(opened).value();
       }
@@ -357,7 +408,7 @@ class Trainer::Impl {
       if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
         // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
         // (the next epoch starts afresh anyway), so every worker still runs the same number of iterations.
-        auto reopened = BatchReader::Open(job.data(), job.model(), files, reader_options);
+        auto reopened = BatchReader::Open(job.data(), job.model(), files, options_for(epoch));
         if (!reopened.ok()) return reopened.status();
         reader = std::move(reopened).value();
         filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true);
@@ -403,7 +454,8 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(Init());
     const JobConfig& job = options_.job;
     KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers));
-    const int64_t total = TotalIterations(job, total_per_epoch_);
+    KESTREL_RETURN_IF_ERROR(PlanSchedule());
+    const int64_t total = schedule_.total();
     phases_.Reset();
     const int64_t batch_size = job.train().batch_size();
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
@@ -641,6 +693,36 @@ class Trainer::Impl {
     return r;
   }
 
+  // The schedule of epochs: plain, or from the plan of the last worker-count change (its epoch lasts as long as
+  // the smallest share has whole batches; every worker computes the same from the same shares).
+  absl::Status PlanSchedule() {
+    const JobConfig& job = options_.job;
+    const int64_t epochs = job.train().epochs();
+    if (!options_.start_state.has_plan()) {
+      schedule_ = EpochSchedule::Plain(total_per_epoch_, epochs, job.train().max_steps());
+      return absl::OkStatus();
+    }
+    plan_ = options_.start_state.plan();
+    int64_t first = total_per_epoch_;
+    if (plan_->shares_size() > 0) {
+      if (plan_->shares_size() != options_.num_workers) {
+        return absl::InvalidArgumentError(absl::StrFormat("the epoch plan has %d shares for %d workers",
+                                                          plan_->shares_size(), options_.num_workers));
+      }
+      std::vector<ShardAssignment> shares;
+      for (const LineShare& share : plan_->shares()) shares.push_back(AssignmentOf(share));
+      const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
+      KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> lines, CountAssignmentLines(files, shares));
+      first = static_cast<int64_t>(*std::min_element(lines.begin(), lines.end()) / job.train().batch_size());
+    }
+    schedule_ = EpochSchedule::Planned(plan_->epoch(), plan_->start_clock(), first, total_per_epoch_, epochs,
+                                       job.train().max_steps());
+    KLOG(Info) << "worker " << options_.rank << ": epoch " << plan_->epoch() << " continues from clock "
+               << plan_->start_clock() << " for " << first << " iterations with " << options_.num_workers
+               << " workers" << (plan_->shares_size() > 0 ? " (the rest of its lines dealt anew)" : "");
+    return absl::OkStatus();
+  }
+
   void Notify(const TrainerEvent& event) {
     if (options_.observer) options_.observer(event);
   }
@@ -654,6 +736,8 @@ class Trainer::Impl {
   std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
   int64_t total_per_epoch_ = 1;
+  std::optional<EpochPlan> plan_;  // the last worker-count change's (start_state.plan)
+  EpochSchedule schedule_;
   std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
   PhaseClock phases_;
 };
