@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "scheduler/scheduler_metrics.h"
+#include "worker/data/reshard.h"
 
 namespace kestrel {
 namespace {
@@ -286,13 +287,9 @@ void CheckpointCoordinator::Step() {
 }
 
 absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration join_timeout,
-                                          std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify) {
+                                          std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify,
+                                          int64_t at_clock) {
   const JobLayout layout = membership_->layout();
-  if (target.workers != layout.num_workers) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "changing the worker count (%d -> %d) of a running job is not built yet; only the server count can change",
-        layout.num_workers, target.workers));
-  }
   KESTREL_ASSIGN_OR_RETURN(const Partition partition, Partition::Parse(layout.partition));
   if (target.servers < partition.replicas()) {
     return absl::InvalidArgumentError(absl::StrFormat("%d servers cannot hold %d copies of every key range",
@@ -304,6 +301,7 @@ absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration joi
   KESTREL_RETURN_IF_ERROR(membership_->BeginScale(target));
   scale_pending_ = true;
   scale_verify_ = verify;
+  scale_at_ = std::max<int64_t>(at_clock, 0);
   scale_done_ = std::move(done);
   scale_deadline_ = absl::Now() + join_timeout;
   woken_ = true;
@@ -331,8 +329,25 @@ bool CheckpointCoordinator::Rescale() {
           target->servers, target->workers)));
       return false;
     }
+    int64_t at;
+    {
+      absl::MutexLock lock(&mu_);
+      at = scale_at_;
+    }
+    if (at > 0 && clocks_->MaxPermitted() >= at) {
+      EndRescale(absl::FailedPreconditionError(absl::StrFormat(
+          "the job passed clock %d before the new ranks registered: the rescale was not done", at)));
+      return false;
+    }
+    // A checkpoint scheduled before the asked-for boundary is cut first (the workers cannot pass it meanwhile).
+    if (at > 0 && clocks_->hold() < at) return false;
     scale_start_ = absl::Now();
-    scale_cut_ = clocks_->HoldAtEarliest();
+    if (at > 0) {
+      clocks_->SetHold(at);
+      scale_cut_ = at;
+    } else {
+      scale_cut_ = clocks_->HoldAtEarliest();
+    }
     KLOG(Info) << "rescaling to " << target->servers << " servers and " << target->workers
                << " workers: every worker stops at clock " << scale_cut_;
     return true;
@@ -346,7 +361,18 @@ bool CheckpointCoordinator::Rescale() {
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
   const int old_workers = job_.num_workers;
+  // The workers' shares of the rest of the epoch, before anything moves (a failure leaves the job as it was).
+  absl::StatusOr<std::vector<WorkerState>> states =
+      target->workers != old_workers ? PlanWorkers(target->workers) : std::vector<WorkerState>();
+  if (!states.ok()) next = states.status();
   absl::StatusOr<ScaleResult> result = next.ok() ? MoveTo(*next, *target) : next.status();
+  if (result.ok() && target->workers != old_workers) {
+    clocks_->Resize(target->workers, scale_cut_,
+                    absl::AbortedError(absl::StrFormat("the job was rescaled to %d workers (rescale %d): rejoin",
+                                                       target->workers, result->layout_generation)));
+    absl::MutexLock lock(&mu_);
+    worker_states_ = *std::move(states);
+  }
   if (!result.ok()) {
     EndRescale(result.status());
     return false;
@@ -467,6 +493,63 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
              << " servers (routing generation " << routing << ")";
   return result;
+}
+
+absl::StatusOr<std::vector<WorkerState>> CheckpointCoordinator::PlanWorkers(int new_count) {
+  std::vector<WorkerState> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = worker_states_;
+  }
+  const int64_t cut = scale_cut_;
+  for (size_t w = 0; w < old.size(); ++w) {
+    const WorkerState& s = old[w];
+    if (s.clock() != cut || !s.has_reader() || !s.has_share() || s.share().count() < 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "worker %d has not reported where its reader is at clock %d (an older worker binary?): its share of the "
+          "epoch cannot be handed on",
+          w, cut));
+    }
+    if (s.epoch() != old[0].epoch() || s.epoch_start() != old[0].epoch_start()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "workers %d and 0 disagree on the epoch at clock %d (%d and %d)", w, cut, s.epoch(), old[0].epoch()));
+    }
+  }
+  EpochPlan plan;
+  plan.set_epoch(old[0].epoch());
+  plan.set_start_clock(cut);
+  std::optional<ReaderPositionProto> reader;  // none at an epoch's start: the next epoch starts afresh
+  if (cut != old[0].epoch_start()) {
+    // Mid-epoch: every unread line of the epoch goes to exactly one worker (worker/data/reshard.h), read from
+    // the slowest worker's position (every unread line lies beyond it).
+    std::vector<ShardAssignment> shares;
+    std::vector<uint64_t> consumed;
+    for (const WorkerState& s : old) {
+      ShardAssignment a;
+      a.leftovers.assign(s.share().leftovers().begin(), s.share().leftovers().end());
+      a.watermark = s.share().watermark();
+      a.index = s.share().index();
+      a.count = s.share().count();
+      consumed.push_back(a.CountBelow(s.reader().global_line()));
+      shares.push_back(std::move(a));
+      if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
+    }
+    KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, new_count));
+    for (const ShardAssignment& a : next) {
+      LineShare* share = plan.add_shares();
+      for (uint64_t line : a.leftovers) share->add_leftovers(line);
+      share->set_watermark(a.watermark);
+      share->set_index(a.index);
+      share->set_count(a.count);
+    }
+  }
+  std::vector<WorkerState> out(new_count);
+  for (WorkerState& s : out) {
+    s.set_clock(cut);
+    if (reader.has_value()) *s.mutable_reader() = *reader;
+    *s.mutable_plan() = plan;
+  }
+  return out;
 }
 
 void CheckpointCoordinator::EndRescale(absl::StatusOr<ScaleResult> result) {

@@ -45,7 +45,9 @@
 // checkpoint of the old layout restores into the new one (resharding on restore), so a server-count change
 // needs no checkpoint of its own; a worker-count change cuts one at that boundary. A failure before the switch
 // aborts the rescale and the job goes on as it was; one during the switch is fatal (the servers disagree).
-// Only the server count may change so far.
+// A worker-count change also deals the rest of the current epoch anew (PlanWorkers, worker/data/reshard.h:
+// every unread line to exactly one worker) and resizes the ClockTable; BSP's servers average over the new count
+// from the boundary on (their new groups are built with it).
 //
 // Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
 // rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
@@ -157,7 +159,7 @@ class CheckpointCoordinator {
   // when it is done or failed (the job unchanged). The new ranks must register within `join_timeout`. `verify`:
   // read the full table's fingerprint before and after (ScaleResult).
   absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
-                     std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false);
+                     std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false, int64_t at_clock = 0);
 
  private:
   void Loop();
@@ -179,6 +181,9 @@ class CheckpointCoordinator {
   bool Rescale();
   // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
   absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target);
+  // A worker-count change at the held cut: every new worker's state (the epoch plan: the shares of the rest of
+  // the epoch, or a fresh epoch at its boundary) from the old workers' reported states.
+  absl::StatusOr<std::vector<WorkerState>> PlanWorkers(int new_count);
   // Ends a rescale with `result` (answering Scale's caller) and releases its hold.
   void EndRescale(absl::StatusOr<ScaleResult> result);
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
@@ -198,6 +203,7 @@ class CheckpointCoordinator {
   bool requested_ ABSL_GUARDED_BY(mu_) = false;
   bool scale_pending_ ABSL_GUARDED_BY(mu_) = false;  // Scale() started one, not yet ended
   bool scale_verify_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t scale_at_ ABSL_GUARDED_BY(mu_) = 0;  // the boundary asked for (0: the earliest)
   std::function<void(absl::StatusOr<ScaleResult>)> scale_done_ ABSL_GUARDED_BY(mu_);
   absl::Time scale_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> worker_states_ ABSL_GUARDED_BY(mu_);  // by rank: the latest reported

@@ -19,13 +19,14 @@ absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, 
 ClockTable::ClockTable(int num_workers, ConsistencyPolicy policy)
     : policy_(policy), clocks_size_(static_cast<size_t>(num_workers)) {
   absl::MutexLock lock(&mu_);
-  clocks_.assign(clocks_size_, 0);
+  clocks_.assign(num_workers, 0);
   clock_counts_[0] = num_workers;
 }
 
 absl::Status ClockTable::CheckRank(int rank) const {
-  if (rank >= 0 && static_cast<size_t>(rank) < clocks_size_) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, clocks_size_));
+  const size_t n = clocks_size_.load(std::memory_order_acquire);
+  if (rank >= 0 && static_cast<size_t>(rank) < n) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", rank, n));
 }
 
 void ClockTable::AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) {
@@ -167,9 +168,19 @@ int64_t ClockTable::MaxPermitted() const {
 void ClockTable::Reset(int64_t clock, absl::Status status) {
   CancelAll(status);
   absl::MutexLock lock(&mu_);
-  clocks_.assign(clocks_size_, clock);
+  clocks_.assign(clocks_.size(), clock);
   clock_counts_.clear();
-  clock_counts_[clock] = static_cast<int>(clocks_size_);
+  clock_counts_[clock] = static_cast<int>(clocks_.size());
+  max_permitted_ = clock - 1;
+}
+
+void ClockTable::Resize(int num_workers, int64_t clock, absl::Status status) {
+  CancelAll(status);
+  absl::MutexLock lock(&mu_);
+  clocks_.assign(static_cast<size_t>(std::clamp(num_workers, 1, 1 << 20)), clock);
+  clocks_size_.store(clocks_.size(), std::memory_order_release);
+  clock_counts_.clear();
+  clock_counts_[clock] = static_cast<int>(clocks_.size());
   max_permitted_ = clock - 1;
 }
 

@@ -19,6 +19,7 @@
 #ifndef KESTREL_SCHEDULER_CLOCK_TABLE_H_
 #define KESTREL_SCHEDULER_CLOCK_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -98,11 +99,14 @@ class ClockTable {
   int64_t MaxPermitted() const;
   // Sets every worker's clock to `clock` (a rollback), failing waiting and held requests with `status`.
   void Reset(int64_t clock, absl::Status status);
+  // A rescale: `num_workers` workers (in [1, 1 << 20]), every one at `clock` (the boundary the job was held at),
+  // failing waiting and held requests with `status`.
+  void Resize(int num_workers, int64_t clock, absl::Status status);
   // Runs after every Advance that moved a clock (outside the lock; must not block). Set before use.
   void SetListener(std::function<void()> listener);
 
   const ConsistencyPolicy& policy() const { return policy_; }
-  int num_workers() const { return static_cast<int>(clocks_size_); }
+  int num_workers() const { return static_cast<int>(clocks_size_.load(std::memory_order_acquire)); }
   int64_t MinClock() const;
   int64_t ClockOf(int rank) const;
   size_t num_waiting() const;
@@ -125,7 +129,7 @@ class ClockTable {
   void HoldWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ConsistencyPolicy policy_;
-  const size_t clocks_size_;
+  std::atomic<size_t> clocks_size_;  // clocks_.size(), read without the lock
 
   mutable absl::Mutex mu_;
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);

@@ -450,7 +450,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
         call.End(result.status());
         reactor->Finish(ToGrpcStatus(result.status()));
       },
-      request->verify());
+      request->verify(), request->at_clock());
   if (!status.ok()) {
     call.End(status);
     reactor->Finish(ToGrpcStatus(status));

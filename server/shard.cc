@@ -81,8 +81,11 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
   const std::shared_ptr<const JobView> view = std::atomic_load(&job_view_);
   if (view == nullptr) return absl::OkStatus();  // no scheduler (yet): unchecked
   if (static_cast<size_t>(ctx.worker_rank) >= view->worker_generations.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not one of the job's %d workers",
-                                                      ctx.worker_rank, view->worker_generations.size()));
+    // A worker a rescale added, before this shard heard of it (kMaxWorkers bounds the rank): ask, and retry.
+    TellGenerationListener();
+    return absl::UnavailableError(absl::StrFormat(
+        "worker rank %d is not one of the job's %d workers this shard knows of (a rescale may have added it): retry",
+        ctx.worker_rank, view->worker_generations.size()));
   }
   const uint64_t expected = view->worker_generations[ctx.worker_rank];
   if (ctx.generation < expected) {

@@ -290,10 +290,11 @@ TEST_F(ShardTest, GenerationsMustMatchExactly) {
     EXPECT_EQ(shard_->Pull(ctx, "emb", keys_, 0, &values).code(), absl::StatusCode::kUnavailable);
   }
   EXPECT_EQ(asked, 4);
-  // A rank the job does not have.
+  // A rank the job does not have (yet: a rescale may have added it): refused, and the shard asks the scheduler.
   ctx.worker_rank = 2;
-  ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kInvalidArgument,
+  ExpectRejected(shard_->Push(ctx, "emb", keys_, grads_, 0), absl::StatusCode::kUnavailable,
                  "worker rank 2 is not one of the job's 2 workers");
+  EXPECT_EQ(asked, 5);
   // Once the scheduler says rank 1 registered again at 6, that generation works and 5 is a zombie's.
   shard_->SetJobView(6, {1, 6});
   ctx.worker_rank = 1;

@@ -44,6 +44,7 @@ inline std::string TmpDir() {
 struct Outcome {
   std::string eval_fingerprint;
   double logloss = 0;
+  double auc = 0;
   std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
   std::string describe;
   DescribeResponse scheduler;  // the scheduler's records at the end (rollbacks, failovers)
@@ -114,7 +115,8 @@ class ClusterJob {
   absl::Status StartWorker(int w) {
     absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
         {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(), absl::StrCat("--rank=", w),
-         "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl"},
+         "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl",
+         line_logs_ ? LineLog(w) : "--line_log="},
         kJob, "worker", w);
     if (!args.ok()) return args.status();
     auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir_,
@@ -148,6 +150,9 @@ class ClusterJob {
   std::optional<ServerProcess>& server(int s) { return servers_[s]; }
   std::optional<ServerProcess>& worker(int w) { return workers_[w]; }
   const std::string& dir() const { return dir_; }
+  // Workers started from now on write their line logs (--line_log) to LineLogPath(rank).
+  void EnableLineLogs() { line_logs_ = true; }
+  std::string LineLogPath(int w) const { return absl::StrCat(dir_, "/lines", w, ".txt"); }
   // A rescale moved the job to `servers` and `workers` (the ranks Finish and Supervise look at).
   void Rescaled(int servers, int workers) {
     num_servers_ = servers;
@@ -211,6 +216,7 @@ class ClusterJob {
     if (!eval.ok()) return eval.status();
     out.eval_fingerprint = eval->fingerprint();
     out.logloss = eval->logloss();
+    out.auc = eval->auc();
     // Full-table fingerprints read every row: an admin's request.
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
         TestClusterTls::Get().Credentials(kJob, "admin", 0);
@@ -284,6 +290,8 @@ class ClusterJob {
   }
 
  private:
+  std::string LineLog(int w) const { return "--line_log=" + LineLogPath(w); }
+
   // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork) and the
   // certificate of `role` and `rank`.
   static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
@@ -306,6 +314,7 @@ class ClusterJob {
   int num_workers_;
   std::string config_;
   int starts_ = 0;
+  bool line_logs_ = false;
   bool workers_finished_ = false;  // Supervise() saw both exit 0
   std::optional<ServerProcess> scheduler_;
   std::vector<std::optional<ServerProcess>> servers_;  // by rank, up to kMaxRanks

@@ -6,11 +6,17 @@
 // to an uninterrupted one (the same predictions on every test example, the same full-table fingerprints), with
 // no rollback (no clock redone), and each move must keep the full-table fingerprint (read by the scheduler
 // while the workers are held).
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -24,7 +30,7 @@ namespace {
 constexpr int kEpochs = 6;
 
 // Asks the job's scheduler (as an admin) for a rescale and waits for the answer.
-absl::StatusOr<ScaleResponse> Scale(ClusterJob& job, int servers, int workers) {
+absl::StatusOr<ScaleResponse> Scale(ClusterJob& job, int servers, int workers, int64_t at_clock = 0) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin = TestClusterTls::Get().Credentials(kJob, "admin", 0);
   if (!admin.ok()) return admin.status();
   auto stub = Scheduler::NewStub(grpc::CreateChannel(job.scheduler()->address(), *admin));
@@ -34,6 +40,7 @@ absl::StatusOr<ScaleResponse> Scale(ClusterJob& job, int servers, int workers) {
   request.set_workers(workers);
   request.set_join_timeout_ms(60000);
   request.set_verify(true);
+  request.set_at_clock(at_clock);
   ScaleResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
@@ -123,6 +130,99 @@ TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithout
   EXPECT_EQ(outcome->scheduler.rollbacks(), 0u) << "no clock was redone";
   EXPECT_EQ(outcome->scheduler.view().layout_generation(), 2u);
   job.KillAll();
+}
+
+// Every line log of a finished job: per epoch, the training lines read (each at most once is checked here).
+struct LineAudit {
+  std::map<int64_t, std::set<uint64_t>> by_epoch;
+  std::vector<int64_t> clocks;  // by worker: the iterations it trained
+  std::string problem;  // the first line read twice in an epoch, or a clock trained twice by a rank
+};
+
+LineAudit Audit(const ClusterJob& job, int workers) {
+  LineAudit audit;
+  for (int w = 0; w < workers; ++w) {
+    std::ifstream in(job.LineLogPath(w));
+    int64_t last_clock = -1;
+    audit.clocks.push_back(0);
+    for (std::string text; std::getline(in, text);) {
+      ++audit.clocks.back();
+      std::istringstream fields(text);
+      int64_t clock = 0, epoch = 0;
+      fields >> clock >> epoch;
+      if (clock <= last_clock && audit.problem.empty()) {
+        audit.problem = absl::StrCat("worker ", w, " trained clock ", clock, " after clock ", last_clock);
+      }
+      last_clock = clock;
+      for (uint64_t line; fields >> line;) {
+        if (!audit.by_epoch[epoch].insert(line).second && audit.problem.empty()) {
+          audit.problem = absl::StrCat("line ", line, " was read twice in epoch ", epoch, " (worker ", w, ")");
+        }
+      }
+    }
+  }
+  return audit;
+}
+
+// The job with 2 servers and 2 workers, rescaled to 3 workers at clock `grow` and to 1 at clock `shrink`.
+absl::StatusOr<Outcome> RunWorkerSchedule(const std::string& name, const std::string& data, int64_t grow,
+                                          int64_t shrink, LineAudit* audit) {
+  ClusterJob job(TmpDir() + "/" + name, data, /*bounded=*/false, /*replicas=*/1, kEpochs);
+  job.EnableLineLogs();
+  KESTREL_RETURN_IF_ERROR(job.StartAll(/*resume=*/false));
+  KESTREL_RETURN_IF_ERROR(WaitForClock(job, 1));  // running
+  KESTREL_RETURN_IF_ERROR(job.StartWorker(2));    // retries its registration until the rescale names it
+  KESTREL_ASSIGN_OR_RETURN(ScaleResponse grown, Scale(job, 2, 3, grow));
+  job.Rescaled(2, 3);
+  if (grown.clock() != grow) return absl::InternalError(absl::StrCat("grew at clock ", grown.clock()));
+  KESTREL_ASSIGN_OR_RETURN(ScaleResponse shrunk, Scale(job, 2, 1, shrink));
+  job.Rescaled(2, 1);
+  if (shrunk.clock() != shrink) return absl::InternalError(absl::StrCat("shrank at clock ", shrunk.clock()));
+  for (int w = 1; w < 3; ++w) {  // left out: they exit 0 by themselves
+    absl::StatusOr<int> code = job.worker(w)->Wait(absl::Seconds(30));
+    if (!code.ok() || *code != 0) {
+      return absl::InternalError(absl::StrCat("worker ", w, " did not exit 0 after the shrink; see ",
+                                              job.worker(w)->log_path()));
+    }
+  }
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  *audit = Audit(job, 3);
+  job.KillAll();
+  return outcome;
+}
+
+TEST_F(RescaleTest, WorkersScaledTwoToThreeToOneReadEveryLineOnceAndRepeatBitwise) {
+  // Mid-epoch boundaries (epochs are final_clock_ / kEpochs clocks long with 2 workers).
+  const int64_t per_epoch = final_clock_ / kEpochs;
+  const int64_t grow = 2 * per_epoch + per_epoch / 3;
+  const int64_t shrink = grow + per_epoch + 11;
+  LineAudit first_audit, second_audit;
+  absl::StatusOr<Outcome> first = RunWorkerSchedule("rescale_workers_1", *data_, grow, shrink, &first_audit);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->scheduler.rollbacks(), 0u) << "no clock was redone";
+  EXPECT_NEAR(first->auc, reference_->auc, 0.002) << DescribeOutcome(*first);
+  EXPECT_TRUE(first_audit.problem.empty()) << first_audit.problem;
+  ASSERT_EQ(first_audit.clocks.size(), 3u);
+  EXPECT_EQ(first_audit.clocks[1], shrink) << "worker 1 trains until the shrink";
+  EXPECT_EQ(first_audit.clocks[2], shrink - grow) << "worker 2 trains from the growth to the shrink";
+  EXPECT_GT(first_audit.clocks[0], shrink);
+  std::printf("scaled run: AUC %.5f (reference %.5f), %lld clocks (reference %lld); lines read per epoch:",
+              first->auc, reference_->auc, static_cast<long long>(first_audit.clocks[0]),
+              static_cast<long long>(final_clock_));
+  for (const auto& [epoch, lines] : first_audit.by_epoch) std::printf(" %zu", lines.size());
+  std::printf("\n");
+  // Every epoch read (nearly) every line: at most a batch's remainder per share is left unread.
+  ASSERT_EQ(first_audit.by_epoch.size(), static_cast<size_t>(kEpochs));
+  size_t most = 0;
+  for (const auto& [epoch, lines] : first_audit.by_epoch) most = std::max(most, lines.size());
+  for (const auto& [epoch, lines] : first_audit.by_epoch) {
+    EXPECT_GT(lines.size() + 3 * 2 * 128, most) << "epoch " << epoch << " read only " << lines.size() << " lines";
+  }
+  // The same schedule again: bitwise the same job.
+  absl::StatusOr<Outcome> second = RunWorkerSchedule("rescale_workers_2", *data_, grow, shrink, &second_audit);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(Equal(*first, *second)) << DescribeOutcome(*first) << "\n second: " << DescribeOutcome(*second);
+  EXPECT_EQ(first_audit.by_epoch, second_audit.by_epoch);
 }
 
 }  // namespace

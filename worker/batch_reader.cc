@@ -33,13 +33,14 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(const DataConfig&
   return reader;
 }
 
-absl::StatusOr<int64_t> BatchReader::Fill(int64_t size, Batch* batch, bool append) {
+absl::StatusOr<int64_t> BatchReader::Fill(int64_t size, Batch* batch, bool append, std::vector<uint64_t>* lines) {
   if (!append) batch->Reset(fields_, dense_dim_);
   while (batch->size < size) {
     absl::StatusOr<bool> more =
         criteo_ != nullptr ? criteo_->Next(&criteo_example_) : libsvm_->Next(&libsvm_example_);
     if (!more.ok()) return more.status();
     if (!*more) break;
+    if (lines != nullptr) lines->push_back(position().global_line - 1);
     if (criteo_ != nullptr) {
       AppendCriteo(criteo_example_, batch);
     } else {

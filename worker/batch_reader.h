@@ -29,8 +29,9 @@ class BatchReader {
                                                            const ReaderPosition& start = {});
 
   // Replaces `batch` with up to `size` next examples (with `append`, adds them until it holds `size`);
-  // returns how many examples the batch holds (fewer than `size` at the end of the data).
-  absl::StatusOr<int64_t> Fill(int64_t size, Batch* batch, bool append = false);
+  // returns how many examples the batch holds (fewer than `size` at the end of the data). `lines` (optional):
+  // the global index of each example's line is appended to it.
+  absl::StatusOr<int64_t> Fill(int64_t size, Batch* batch, bool append = false, std::vector<uint64_t>* lines = nullptr);
   // Where the reader is (to resume from; checkpointed with the worker's state).
   const ReaderPosition& position() const;
   uint64_t skipped() const;

@@ -67,6 +67,9 @@ ABSL_FLAG(int64_t, row_cache_rows, 1 << 20, "Most rows the row cache keeps per t
 ABSL_FLAG(int, asp_cache_clocks, 0,
           "Under ASP, serve cached rows for this many of the worker's own clocks after their pull (0: no cache).");
 ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluation records to this file.");
+ABSL_FLAG(std::string, line_log, "",
+          "Audit of the data order: append, for every iteration this worker trains, '<clock> <epoch> <line>...' with "
+          "the global index of each training line of its batch, to this file. Empty (default): none.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
           "How long to retry registering and to wait for every server to join.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -422,6 +425,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     }
     metrics.SetRowCache(row_cache.get());
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
+    options.line_log = absl::GetFlag(FLAGS_line_log);
     options.observer = metrics.Observer();
     KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
                << view.consistency() << (view.consistency() == "ssp" ? absl::StrCat("(", view.staleness(), ")") : "")

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -90,6 +92,7 @@ struct StepData {
   PreparedBatch batch;
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
   ReaderPosition after;               // the reader right after this batch
+  std::vector<uint64_t> lines;        // the batch's global line indices (with TrainerOptions::line_log)
   int64_t clock = 0;                  // the iteration that reads these rows
   int64_t fresh = -1;                 // rows pulled now hold every update below this clock (row cache)
   bool cacheable = false;             // a training read (Fetch) the row cache may answer; evaluations never
@@ -245,6 +248,10 @@ class Trainer::Impl {
         grads_{std::make_unique<GradBuffers>(backend), std::make_unique<GradBuffers>(backend)} {
     options_.job = JobWithDefaults(options_.job);
   }
+  ~Impl() {
+    absl::MutexLock lock(&line_log_mu_);
+    if (line_log_ != nullptr) std::fclose(line_log_);
+  }
 
   absl::Status Init() {
     if (model_ != nullptr) return absl::OkStatus();
@@ -314,7 +321,27 @@ class Trainer::Impl {
       if (absl::Status pushed = Push(step, g); !pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-    return gate_->Advance(clock + 1, last, StateOf(clock + 1, step.after));
+    KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateOf(clock + 1, step.after)));
+    if (!options_.line_log.empty()) LogLines(clock, step.lines);
+    return absl::OkStatus();
+  }
+
+  // Appends iteration `clock`'s lines to the line log (TrainerOptions::line_log); a failure is logged once.
+  void LogLines(int64_t clock, const std::vector<uint64_t>& lines) {
+    std::string text = absl::StrCat(clock, " ", schedule_.At(clock).index);
+    for (uint64_t line : lines) absl::StrAppend(&text, " ", line);
+    text.push_back('\n');
+    absl::MutexLock lock(&line_log_mu_);
+    if (line_log_ == nullptr) {
+      line_log_ = std::fopen(options_.line_log.c_str(), "a");
+      if (line_log_ == nullptr) {
+        KLOG(Error) << "cannot append to --line_log " << options_.line_log;
+        options_.line_log.clear();
+        return;
+      }
+    }
+    std::fwrite(text.data(), 1, text.size(), line_log_);
+    std::fflush(line_log_);
   }
 
   // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
@@ -404,14 +431,16 @@ class Trainer::Impl {
       }
       std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
       absl::optional<PhaseClock::Scope> reading(absl::in_place, &phases_, PhaseClock::kRead);
-      auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch);
+      step->lines.clear();
+      std::vector<uint64_t>* lines = options_.line_log.empty() ? nullptr : &step->lines;
+      auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/false, lines);
       if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
         // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
         // (the next epoch starts afresh anyway), so every worker still runs the same number of iterations.
         auto reopened = BatchReader::Open(job.data(), job.model(), files, options_for(epoch));
         if (!reopened.ok()) return reopened.status();
         reader = std::move(reopened).value();
-        filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true);
+        filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true, lines);
       }
       if (!filled.ok()) return filled.status();
       if (*filled < job.train().batch_size()) {
@@ -737,6 +766,8 @@ class Trainer::Impl {
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
   int64_t total_per_epoch_ = 1;
   std::optional<EpochPlan> plan_;  // the last worker-count change's (start_state.plan)
+  absl::Mutex line_log_mu_;
+  std::FILE* line_log_ ABSL_GUARDED_BY(line_log_mu_) = nullptr;  // opened on first use
   EpochSchedule schedule_;
   std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
   PhaseClock phases_;

@@ -104,6 +104,9 @@ struct TrainerOptions {
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
   std::string metrics_path;    // JSON-lines records (proto/records.proto); empty: none. Default: none.
+  // An audit of the data order: for every iteration this worker trains, a line "<clock> <epoch> <line>..." with
+  // the global index of each training line in its batch, appended to this file. Default: none.
+  std::string line_log;
   // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
   // block. Default: none.
   std::function<void(const TrainerEvent&)> observer;
