@@ -32,6 +32,9 @@ ABSL_FLAG(int, servers, 0, "scale: the server count to move to (0: unchanged).")
 ABSL_FLAG(int, workers, 0, "scale: the worker count to move to (0: unchanged).");
 ABSL_FLAG(absl::Duration, join_timeout, absl::Minutes(5),
           "scale: how long the new ranks may take to register before the rescale is given up (the job unchanged).");
+ABSL_FLAG(int64_t, at_clock, 0,
+          "scale: rescale at the boundary of this clock instead of the earliest one (a repeatable schedule); the "
+          "call fails if the job is past it by the time the new ranks registered. 0 (default): the earliest.");
 ABSL_FLAG(bool, verify, false,
           "scale: read the full table's fingerprint before and after the move (reads every row: a longer hold).");
 
@@ -99,7 +102,8 @@ int Scale(SchedulerClient& client) {
   const int servers = absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers) : d->view().num_servers();
   const int workers = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers) : d->view().num_workers();
   absl::StatusOr<ScaleResponse> scaled =
-      client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout), absl::GetFlag(FLAGS_verify));
+      client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout), absl::GetFlag(FLAGS_verify),
+                   absl::GetFlag(FLAGS_at_clock));
   if (!scaled.ok()) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", scaled.status().ToString().c_str());
     return 1;

@@ -109,9 +109,11 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->clock();
   }
 
-  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout, bool verify) override {
+  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout, bool verify,
+                                      int64_t at_clock) override {
     ScaleRequest request;
     request.set_verify(verify);
+    request.set_at_clock(at_clock);
     request.set_job_id(options_.job_id);
     request.set_servers(servers);
     request.set_workers(workers);

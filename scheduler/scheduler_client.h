@@ -45,9 +45,9 @@ class SchedulerClient {
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
   // Resizes the running job (docs/elasticity.md); answers once the rescale is done. `verify`: read the
-  // full-table fingerprint before and after (ScaleResponse).
+  // full-table fingerprint before and after (ScaleResponse); `at_clock` > 0: at that clock's boundary.
   virtual absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout,
-                                              bool verify = false) = 0;
+                                              bool verify = false, int64_t at_clock = 0) = 0;
 };
 
 struct SchedulerClientOptions {
