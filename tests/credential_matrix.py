@@ -59,6 +59,15 @@ PS = [
                                              table=TABLE, dim=2, keys=KEY, values=ROW), {"server"}),
     ("ReplicateDense", lambda: ps_pb2.PushRequest(header=ps_pb2.RequestHeader(job_id=job, worker_rank=0, owner=0),
                                                   table=TABLE, dim=2, keys=KEY, values=ROW), {"server"}),
+    # Re-replication and rescales: the scheduler asks, servers send each other rows. Harmless requests: a copy
+    # this unreplicated job refuses, rows of a rescale nobody started (staged, then dropped by the abort below),
+    # and an abort of that rescale.
+    ("CopyGroup", lambda: ps_pb2.CopyGroupRequest(header=header(-1), owner=0, target=1, target_address="x:1"),
+     {"scheduler"}),
+    ("ReceiveGroup", lambda: ps_pb2.GroupChunk(header=header(-1), owner=0, sequence=0, layout_generation=1,
+                                               sender=0), {"server"}),
+    ("RescaleShard", lambda: ps_pb2.RescaleShardRequest(header=header(-1), phase=ps_pb2.RescaleShardRequest.ABORT,
+                                                        layout_generation=1), {"scheduler"}),
 ]
 SCHEDULER = [
     ("Register", lambda role: scheduler_pb2.RegisterRequest(
@@ -72,6 +81,8 @@ SCHEDULER = [
     ("Describe", lambda role: scheduler_pb2.DescribeRequest(job_id=job), {"worker", "server", "admin"}),
     ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, rank=0, incarnation=bytes(16)), {"worker"}),
     ("RequestCheckpoint", lambda role: scheduler_pb2.RequestCheckpointRequest(job_id=job), {"admin"}),
+    # Counts out of range: refused as such (INVALID_ARGUMENT) once the caller is let through.
+    ("Scale", lambda role: scheduler_pb2.ScaleRequest(job_id=job, servers=0, workers=0), {"admin"}),
 ]
 
 
