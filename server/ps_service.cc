@@ -1,6 +1,8 @@
 #include "server/ps_service.h"
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -516,13 +518,25 @@ constexpr size_t kPieceBytes = size_t{4} << 20;
 
 // Streams rows to one server as GroupChunk pieces of about kPieceBytes, numbered 0, 1, 2, ... Rows are kept in
 // one pending piece per range group, so rows of several groups arriving interleaved still travel in full pieces.
-// `deliver` sends a finished piece (over gRPC, or into this server's own staging). Thread-compatible.
+// `deliver` sends a finished piece (over gRPC, or into this server's own staging), in order, on the stream's own
+// thread: reading the rows overlaps sending them, and the streams to different servers send at once. At most
+// kInFlight finished pieces wait for it. Add and Finish are called from one thread.
 class PieceStream {
  public:
   using Deliver = std::function<absl::Status(const GroupChunk&)>;
+  static constexpr size_t kInFlight = 3;
+
   // `header`: every piece's fields but the rows, the sequence and `last`; `tables` go with piece 0.
   PieceStream(GroupChunk header, std::vector<TableConfig> tables, Deliver deliver)
-      : header_(std::move(header)), tables_(std::move(tables)), deliver_(std::move(deliver)) {}
+      : header_(std::move(header)), tables_(std::move(tables)), deliver_(std::move(deliver)),
+        sender_([this] { SendLoop(); }) {}
+  ~PieceStream() {
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+    }
+    sender_.join();
+  }
 
   absl::Status Add(int owner, absl::string_view table, uint64_t key, absl::Span<const float> row) {
     GroupChunk& piece = pending_[owner];
@@ -538,19 +552,24 @@ class PieceStream {
     if (piece.keys().size() + piece.rows().size() < kPieceBytes) return absl::OkStatus();
     return Send(&piece, /*last=*/false);
   }
-  // Sends every pending row, then the last piece.
+  // Sends every pending row, then the last piece, and waits until every piece was delivered: the first failure.
   absl::Status Finish() {
     for (auto& [owner, piece] : pending_) {
       if (!piece.keys().empty()) KESTREL_RETURN_IF_ERROR(Send(&piece, /*last=*/false));
     }
     GroupChunk last;
     last.set_owner(header_.owner());
-    return Send(&last, /*last=*/true);
+    KESTREL_RETURN_IF_ERROR(Send(&last, /*last=*/true));
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](PieceStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->queue_.empty() && !s->busy_; }, this));
+    return error_;
   }
   uint64_t rows() const { return rows_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // Queues `piece` for the sender thread (waiting while kInFlight are queued); the first failure so far.
   absl::Status Send(GroupChunk* piece, bool last) {
     GroupChunk sent = header_;
     sent.set_owner(piece->owner());
@@ -561,18 +580,58 @@ class PieceStream {
     sent.set_last(last);
     if (sent.sequence() == 0) {
       for (const TableConfig& t : tables_) *sent.add_tables() = t;
+    } else {
+      sent.clear_partition();
     }
     piece->clear_keys();
     piece->clear_rows();
-    return deliver_(sent);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](PieceStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->queue_.size() < kInFlight || !s->error_.ok();
+        },
+        this));
+    if (!error_.ok()) return error_;
+    queue_.push_back(std::move(sent));
+    return absl::OkStatus();
+  }
+
+  void SendLoop() {
+    while (true) {
+      GroupChunk piece;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](PieceStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return !s->queue_.empty() || s->closed_; },
+            this));
+        if (queue_.empty()) return;  // closed
+        piece = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      const absl::Status status = error_ok() ? deliver_(piece) : absl::OkStatus();
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      if (!status.ok() && error_.ok()) error_ = status;
+    }
+  }
+  bool error_ok() {
+    absl::MutexLock lock(&mu_);
+    return error_.ok();
   }
 
   const GroupChunk header_;
   const std::vector<TableConfig> tables_;
   const Deliver deliver_;
-  std::map<int, GroupChunk> pending_;  // by range group
+  std::map<int, GroupChunk> pending_;  // by range group (the adding thread's)
   uint64_t sequence_ = 0;
   uint64_t rows_ = 0, bytes_ = 0;
+  absl::Mutex mu_;
+  std::deque<GroupChunk> queue_ ABSL_GUARDED_BY(mu_);  // finished, not yet delivered
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;             // the sender thread is delivering one
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);             // the first failed delivery
+  std::thread sender_;  // last: started once the members above exist
 };
 
 // Sends a piece to a server's ReceiveGroup.
@@ -701,33 +760,7 @@ absl::StatusOr<uint64_t> PsServiceImpl::Install(Shard& group, const std::vector<
 }
 
 absl::Status PsServiceImpl::Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed) {
-  if (chunk.layout_generation() > 0) {
-    // A rescale's rows: staged by sender until INSTALL.
-    if (chunk.sender() < 0 || chunk.sender() >= kMaxServers || chunk.owner() < 0 || chunk.owner() >= kMaxServers) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("rescale rows from server %d for range group %d: out of range", chunk.sender(), chunk.owner()));
-    }
-    if (chunk.layout_generation() <= layout_generation()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "rows of rescale %d arrived after this server switched to rescale %d", chunk.layout_generation(),
-          layout_generation()));
-    }
-    absl::MutexLock lock(&copy_mu_);
-    if (incoming_layout_.has_value() && incoming_layout_->generation > chunk.layout_generation()) {
-      return absl::FailedPreconditionError(absl::StrFormat("rows of rescale %d arrived during rescale %d",
-                                                           chunk.layout_generation(), incoming_layout_->generation));
-    }
-    if (!incoming_layout_.has_value() || incoming_layout_->generation < chunk.layout_generation()) {
-      if (incoming_layout_.has_value()) DropLayoutLocked();
-      incoming_layout_.emplace();
-      incoming_layout_->generation = chunk.layout_generation();
-    }
-    if (chunk.sequence() != 0 && incoming_layout_->senders.count(chunk.sender()) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("piece %d from server %d arrived before its first", chunk.sequence(), chunk.sender()));
-    }
-    return StagePiece(chunk, &incoming_layout_->senders[chunk.sender()]);
-  }
+  if (chunk.layout_generation() > 0) return ReceiveRescale(hosted, chunk);
   // A group copy (re-replication): installed with its last piece.
   KESTREL_ASSIGN_OR_RETURN(Shard * group, hosted.Group(chunk.owner()));
   absl::MutexLock lock(&copy_mu_);
@@ -760,12 +793,112 @@ void PsServiceImpl::DropCopyLocked() {
   incoming_.reset();
 }
 
-void PsServiceImpl::DropLayoutLocked() {
-  if (!incoming_layout_.has_value()) return;
-  for (const auto& [sender, copy] : incoming_layout_->senders) {
-    for (const Piece& piece : copy.pieces) staged_bytes_ -= piece.keys.size() + piece.rows.size();
+absl::Status PsServiceImpl::ReceiveRescale(const HostedShards& hosted, const GroupChunk& chunk) {
+  if (chunk.sender() < 0 || chunk.sender() >= kMaxServers || chunk.owner() < 0 || chunk.owner() >= kMaxServers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("rescale rows from server %d for range group %d: out of range", chunk.sender(), chunk.owner()));
   }
-  incoming_layout_.reset();
+  if (chunk.layout_generation() <= layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rows of rescale %d arrived after this server switched to rescale %d", chunk.layout_generation(),
+        layout_generation()));
+  }
+  std::shared_ptr<HostedShards> groups;
+  {
+    absl::MutexLock lock(&copy_mu_);
+    if (incoming_layout_.has_value() && incoming_layout_->generation > chunk.layout_generation()) {
+      return absl::FailedPreconditionError(absl::StrFormat("rows of rescale %d arrived during rescale %d",
+                                                           chunk.layout_generation(), incoming_layout_->generation));
+    }
+    if (incoming_layout_.has_value() && incoming_layout_->generation < chunk.layout_generation()) DropLayoutLocked();
+    IncomingLayout::Sender* sender = nullptr;
+    if (incoming_layout_.has_value()) {
+      auto it = incoming_layout_->senders.find(chunk.sender());
+      if (it != incoming_layout_->senders.end()) sender = &it->second;
+    }
+    if (chunk.sequence() == 0) {
+      if (sender != nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("rescale %d: server %d started sending twice", chunk.layout_generation(), chunk.sender()));
+      }
+      if (!incoming_layout_.has_value()) {
+        // The first piece of this rescale: the new groups, with the tables, empty.
+        if (!hosted.options().has_value()) {
+          return absl::FailedPreconditionError("this server's groups were not made by HostedShards::Create: no rescale");
+        }
+        absl::StatusOr<Partition> partition = Partition::Parse(chunk.partition());
+        if (!partition.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
+        }
+        ShardOptions options = *hosted.options();
+        options.shard_index = hosted.server();
+        options.bsp_workers = chunk.bsp_workers();
+        KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
+        const std::vector<TableConfig> tables(chunk.tables().begin(), chunk.tables().end());
+        for (Shard* group : built->shards()) {
+          KESTREL_RETURN_IF_ERROR(
+              group->Restore(tables, /*min_worker_generation=*/0, [](Shard::RowSink, Shard::SketchSink) {
+                return absl::OkStatus();
+              }));
+        }
+        incoming_layout_.emplace();
+        incoming_layout_->generation = chunk.layout_generation();
+        incoming_layout_->partition = chunk.partition();
+        incoming_layout_->bsp_workers = chunk.bsp_workers();
+        incoming_layout_->groups = std::move(built);
+      } else if (chunk.partition() != incoming_layout_->partition ||
+                 chunk.bsp_workers() != incoming_layout_->bsp_workers) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "rescale %d: server %d names another layout than the others", chunk.layout_generation(), chunk.sender()));
+      }
+      // Every server holds the same tables: a sender naming others is refused.
+      std::vector<std::string> names, held;
+      for (const TableConfig& t : chunk.tables()) names.push_back(t.name());
+      for (const TableConfig& t : incoming_layout_->groups->own().DescribeTables()) held.push_back(t.name());
+      std::sort(names.begin(), names.end());
+      if (names != held) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "rescale %d: server %d sends other tables than the others", chunk.layout_generation(), chunk.sender()));
+      }
+      sender = &incoming_layout_->senders[chunk.sender()];
+    } else if (sender == nullptr || sender->done || sender->next_sequence != chunk.sequence()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rescale %d: piece %d from server %d arrived out of order (expected piece %d%s)", chunk.layout_generation(),
+          chunk.sequence(), chunk.sender(), sender != nullptr ? sender->next_sequence : 0,
+          sender != nullptr && sender->done ? ", after its last one" : ""));
+    }
+    const uint64_t bytes = chunk.keys().size() + chunk.rows().size();
+    if (incoming_layout_->bytes + bytes > max_copy_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "rescale %d: the rows received exceed the %d bytes this server takes in a rescale",
+          chunk.layout_generation(), max_copy_bytes_));
+    }
+    incoming_layout_->bytes += bytes;
+    sender->next_sequence = chunk.sequence() + 1;
+    groups = incoming_layout_->groups;
+  }
+  // Outside the lock: senders load at once (each table locks its own stripes). The piece counts as received
+  // only once its rows are in (`done` is set below), so INSTALL never sees a group half loaded.
+  if (!chunk.keys().empty() || !chunk.rows().empty()) {
+    absl::StatusOr<Shard*> group = groups->Group(chunk.owner());
+    absl::Status loaded = group.ok() ? (*group)->LoadRows(chunk.table(), chunk.keys(), chunk.rows()).status()
+                                     : absl::InvalidArgumentError(absl::StrCat("rows for a range group this server "
+                                                                               "does not hold: ",
+                                                                               group.status().message()));
+    if (!loaded.ok()) {
+      absl::MutexLock lock(&copy_mu_);
+      if (incoming_layout_.has_value() && incoming_layout_->groups == groups) DropLayoutLocked();  // half loaded
+      return loaded;
+    }
+  }
+  absl::MutexLock lock(&copy_mu_);
+  if (!incoming_layout_.has_value() || incoming_layout_->groups != groups) {
+    return absl::AbortedError(absl::StrFormat("rescale %d was dropped meanwhile", chunk.layout_generation()));
+  }
+  IncomingLayout::Sender& sender = incoming_layout_->senders[chunk.sender()];
+  ++sender.loaded;
+  if (chunk.last()) sender.done = true;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::RescaleShard(grpc::CallbackServerContext* context,
@@ -835,6 +968,8 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
   header.mutable_header()->set_worker_rank(-1);
   header.set_layout_generation(request.layout_generation());
   header.set_sender(self);
+  header.set_partition(next.ToString());
+  header.set_bsp_workers(request.bsp_workers());
   const std::vector<TableConfig> tables = hosted.own().DescribeTables();
   for (int t = 0; t < n; ++t) {
     PieceStream::Deliver deliver;
@@ -888,95 +1023,41 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
                                            RescaleShardResponse* response) {
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
   const int self = hosted.server();
-  IncomingLayout staged;
-  {
-    absl::MutexLock lock(&copy_mu_);
-    if (self >= next.num_servers()) {  // leaving: nothing to build
-      DropLayoutLocked();
-      return absl::OkStatus();
-    }
-    if (!incoming_layout_.has_value() || incoming_layout_->generation != request.layout_generation()) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("no rows of rescale %d were received", request.layout_generation()));
-    }
-    for (int s = 0; s < request.senders(); ++s) {
-      auto it = incoming_layout_->senders.find(s);
-      if (it == incoming_layout_->senders.end() || !it->second.done) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "rescale %d: server %d has not sent all its rows", request.layout_generation(), s));
-      }
-    }
-    if (static_cast<int>(incoming_layout_->senders.size()) != request.senders()) {
-      return absl::InvalidArgumentError(absl::StrFormat("rescale %d: rows from %d servers, expected %d",
-                                                        request.layout_generation(),
-                                                        incoming_layout_->senders.size(), request.senders()));
-    }
-    staged = std::move(*incoming_layout_);
-    incoming_layout_.reset();  // the bytes stay counted until the groups are built
+  absl::MutexLock lock(&copy_mu_);
+  if (self >= next.num_servers()) {  // leaving: nothing to build
+    DropLayoutLocked();
+    return absl::OkStatus();
   }
-  uint64_t staged_bytes = 0;
-  std::vector<TableConfig> tables;
-  for (const auto& [sender, copy] : staged.senders) {
-    for (const Piece& piece : copy.pieces) staged_bytes += piece.keys.size() + piece.rows.size();
-    for (const TableConfig& table : copy.tables) {
-      auto same = std::find_if(tables.begin(), tables.end(), [&](const TableConfig& t) { return t.name() == table.name(); });
-      if (same == tables.end()) {
-        tables.push_back(table);
-      } else if (same->SerializeAsString() != table.SerializeAsString()) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("rescale %d: servers disagree on the config of table '%s'", request.layout_generation(),
-                            table.name()));
-      }
+  if (!incoming_layout_.has_value() || incoming_layout_->generation != request.layout_generation()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("no rows of rescale %d were received", request.layout_generation()));
+  }
+  if (incoming_layout_->partition != request.partition()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("rescale %d: the rows received were sent for another layout", request.layout_generation()));
+  }
+  for (int s = 0; s < request.senders(); ++s) {
+    auto it = incoming_layout_->senders.find(s);
+    if (it == incoming_layout_->senders.end() || !it->second.done || it->second.loaded != it->second.next_sequence) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rescale %d: server %d has not sent all its rows", request.layout_generation(), s));
     }
   }
-  auto unstage = [&] {
-    absl::MutexLock lock(&copy_mu_);
-    staged_bytes_ -= staged_bytes;
-  };
-  ShardOptions options = *hosted.options();
-  options.shard_index = self;
-  options.bsp_workers = request.bsp_workers();
-  absl::StatusOr<std::unique_ptr<HostedShards>> built = HostedShards::Create(options, next);
-  if (!built.ok()) {
-    unstage();
-    return built.status();
+  if (static_cast<int>(incoming_layout_->senders.size()) != request.senders()) {
+    return absl::InvalidArgumentError(absl::StrFormat("rescale %d: rows from %d servers, expected %d",
+                                                      request.layout_generation(), incoming_layout_->senders.size(),
+                                                      request.senders()));
   }
   uint64_t rows = 0;
-  absl::Status status;
-  std::vector<bool> placed(kMaxServers, false);
-  for (Shard* group : (*built)->shards()) {
-    std::vector<const Piece*> pieces;
-    for (const auto& [sender, copy] : staged.senders) {
-      for (const Piece& piece : copy.pieces) {
-        if (piece.owner == group->shard_index()) pieces.push_back(&piece);
-      }
-    }
-    absl::StatusOr<uint64_t> installed = Install(*group, tables, pieces);
-    if (!installed.ok()) {
-      status = installed.status();
-      break;
-    }
-    rows += *installed;
+  for (Shard* group : incoming_layout_->groups->shards()) {
+    for (const TableStats& table : group->Stats().tables) rows += table.rows;
   }
-  if (status.ok() && rows != [&] {
-        uint64_t total = 0;
-        for (const auto& [sender, copy] : staged.senders) {
-          for (const Piece& piece : copy.pieces) total += piece.keys.size() / sizeof(uint64_t);
-        }
-        return total;
-      }()) {
-    status = absl::InvalidArgumentError(absl::StrFormat(
-        "rescale %d: some rows received belong to range groups server %d does not hold", request.layout_generation(),
-        self));
-  }
-  staged = IncomingLayout();
-  unstage();
-  if (!status.ok()) return status;
   next_generation_ = request.layout_generation();
-  next_ = std::move(built).value();
+  next_ = std::move(incoming_layout_->groups);
+  incoming_layout_.reset();
   response->set_rows(rows);
-  KLOG(Info) << "rescale " << request.layout_generation() << ": built the groups of server " << self << " of "
-             << next.num_servers() << " (" << rows << " rows)";
+  KLOG(Info) << "rescale " << request.layout_generation() << ": the groups of server " << self << " of "
+             << next.num_servers() << " are complete (" << rows << " rows)";
   return absl::OkStatus();
 }
 

@@ -177,10 +177,20 @@ class PsServiceImpl final
     std::vector<Piece> pieces;
     bool done = false;  // its last piece arrived
   };
-  // A rescale's rows, by sender, until INSTALL builds the new groups from them.
+  // A rescale's new groups, built from the first piece received and loaded as rows arrive, until INSTALL hands
+  // them over (once every sender's last piece arrived).
   struct IncomingLayout {
     uint64_t generation = 0;
-    std::map<int, IncomingCopy> senders;
+    std::string partition;  // the pieces' (all must agree)
+    int bsp_workers = 0;
+    std::shared_ptr<HostedShards> groups;
+    struct Sender {
+      uint64_t next_sequence = 0;  // pieces accepted
+      uint64_t loaded = 0;         // of which: rows loaded
+      bool done = false;           // its last piece is in
+    };
+    std::map<int, Sender> senders;
+    uint64_t bytes = 0;  // of rows loaded (bounded by max_copy_bytes_)
   };
   // Checks one piece against `copy` (its sequence, tables, whole rows, the staging bound) and stages it.
   absl::Status StagePiece(const GroupChunk& chunk, IncomingCopy* copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
@@ -189,7 +199,9 @@ class PsServiceImpl final
   static absl::StatusOr<uint64_t> Install(Shard& group, const std::vector<TableConfig>& tables,
                                           const std::vector<const Piece*>& pieces);
   void DropCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
-  void DropLayoutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
+  void DropLayoutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy_mu_) { incoming_layout_.reset(); }
+  // A rescale's piece: builds the new groups from the first one, loads the rows into them.
+  absl::Status ReceiveRescale(const HostedShards& hosted, const GroupChunk& chunk);
   // Stages one piece; installs a group copy with its last one (into *installed: rows).
   absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed);
   // Sends `owner`'s group, whole, to the server at `target_address` (CopyGroup, on the admin thread).
@@ -213,7 +225,7 @@ class PsServiceImpl final
   std::vector<uint64_t> worker_generations_ ABSL_GUARDED_BY(layout_mu_);
   std::function<void()> generation_listener_ ABSL_GUARDED_BY(layout_mu_);
   std::function<void(HostedShards&)> switch_listener_ ABSL_GUARDED_BY(layout_mu_);
-  // Admin thread only: the new layout's groups, built by INSTALL, served from SWITCH.
+  // Admin thread only: the new layout's groups, complete since INSTALL, served from SWITCH.
   uint64_t next_generation_ = 0;
   Hosted next_;
 

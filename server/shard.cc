@@ -571,6 +571,31 @@ ShardStats Shard::Stats() const {
   return stats;
 }
 
+absl::StatusOr<uint64_t> Shard::LoadRows(absl::string_view table, absl::string_view keys, absl::string_view rows) {
+  const Table* found = FindTable(table);
+  if (found == nullptr) return absl::InvalidArgumentError(absl::StrFormat("no table '%s' to load rows into", Clip(table)));
+  Table* t = const_cast<Table*>(found);
+  const size_t floats = static_cast<size_t>(t->stored_floats());
+  const size_t n = keys.size() / sizeof(uint64_t);
+  if (keys.size() % sizeof(uint64_t) != 0 || rows.size() != n * floats * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rows of table '%s': %d bytes of keys and %d of rows are not whole rows of %d floats", Clip(table),
+        keys.size(), rows.size(), floats));
+  }
+  std::vector<float> row(floats);  // the bytes may sit unaligned
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t key;
+    std::memcpy(&key, keys.data() + i * sizeof(key), sizeof(key));
+    if (partition_.OwnerOf(key) != shard_index()) {
+      return absl::InvalidArgumentError(absl::StrFormat("key 0x%016x of table '%s' is not in the ranges of server %d",
+                                                        key, Clip(table), shard_index()));
+    }
+    std::memcpy(row.data(), rows.data() + i * floats * sizeof(float), floats * sizeof(float));
+    KESTREL_RETURN_IF_ERROR(t->LoadRow(key, row));
+  }
+  return n;
+}
+
 uint64_t Shard::Fingerprint() const {
   uint64_t h = Hash64(options_.job_id);
   for (const TableConfig& config : DescribeTables()) {

@@ -191,6 +191,12 @@ class Shard {
   absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
                        absl::FunctionRef<absl::Status(RowSink rows, SketchSink sketches)> load);
 
+  // A rescale's new range group, built before it serves anything (server/ps_service.h): adds rows to it, one
+  // stored row (stored_floats() floats, packed little-endian in `rows`) per key of `keys` (packed uint64 LE).
+  // InvalidArgument for an unknown table, bytes that are not whole rows, or a key outside this shard's ranges;
+  // the rows before the bad one are kept (the caller drops the whole group then). Returns the rows loaded.
+  absl::StatusOr<uint64_t> LoadRows(absl::string_view table, absl::string_view keys, absl::string_view rows);
+
   // Where bounded tables with a disk budget put the rows they move out of memory (null: none, the default;
   // such tables then drop them). Must outlive the shard's use of it; set before serving.
   void SetColdTier(ColdTier* tier);
