@@ -126,7 +126,8 @@ class PsServiceImpl final
   // layout of rescale `layout_generation`, instead of the ones it started with.
   void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation);
 
-  // Most bytes of rows a group copy being received may stage before it is installed. Default: 16 GiB.
+  // Most bytes of rows a group copy being received may stage before it is installed, and of rows a rescale may
+  // load into this server's new groups. Default: 16 GiB.
   void set_max_copy_bytes(uint64_t bytes) { max_copy_bytes_ = bytes; }
 
  private:

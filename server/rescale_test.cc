@@ -177,6 +177,25 @@ TEST_F(RescaleTest, RowsMoveTwoToThreeToTwoWithTheTableUnchanged) {
   EXPECT_EQ(after, before);
 }
 
+TEST_F(RescaleTest, ReplicatedRowsReachEveryCopyOfTheirNewRange) {
+  const Partition two = *Partition::Uniform(2, 4)->WithReplicas(2);
+  const Partition three = *Partition::Uniform(3, 4)->WithReplicas(2);
+  Start(two, three);
+  Fill(two);  // each server's own group only: its backup copy stays empty, as a primary would have kept it
+  const uint64_t fingerprint = Fingerprint(2);
+  Rescale(2, three, 1);
+  EXPECT_EQ(Fingerprint(3), fingerprint);
+  // Group o lives on o (primary) and o + 1 (backup): both copies hold the same rows.
+  for (int owner = 0; owner < 3; ++owner) {
+    const int backup = (owner + 1) % 3;
+    auto primary_group = Groups(owner).Group(owner);
+    auto backup_group = Groups(backup).Group(owner);
+    ASSERT_TRUE(primary_group.ok() && backup_group.ok());
+    EXPECT_GT((*primary_group)->FindTable("emb")->num_rows(), 0u);
+    EXPECT_EQ((*primary_group)->Fingerprint(), (*backup_group)->Fingerprint()) << "range group " << owner;
+  }
+}
+
 TEST_F(RescaleTest, AbortedRescaleLeavesTheLayoutAsItWas) {
   const Partition two = *Partition::Uniform(2, 4);
   const Partition three = *Partition::Uniform(3, 4);

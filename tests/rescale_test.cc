@@ -139,6 +139,32 @@ TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithout
   job.KillAll();
 }
 
+TEST_F(RescaleTest, ReplicatedServersScaledTwoToThreeToTwoEndBitwiseIdentical) {
+  // Two copies of every range: each row goes to both servers holding its range in the new layout.
+  ClusterJob job(TmpDir() + "/rescale_replicated", *data_, /*bounded=*/false, /*replicas=*/2, kEpochs);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  ASSERT_TRUE(WaitForClock(job, 1).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 3);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  job.Rescaled(3, 2);
+  EXPECT_EQ(grown->fingerprint_after(), grown->fingerprint_before());
+  absl::StatusOr<ScaleResponse> shrunk = Scale(job, 2, 2, 2 * final_clock_ / 3);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status();
+  job.Rescaled(2, 2);
+  EXPECT_EQ(shrunk->fingerprint_after(), shrunk->fingerprint_before());
+  absl::StatusOr<int> left = job.server(2)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 0);
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(Equal(*outcome, *reference_)) << DescribeOutcome(*outcome) << "\n reference: "
+                                            << DescribeOutcome(*reference_);
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
+  EXPECT_EQ(outcome->scheduler.failovers(), 0u);
+  job.KillAll();
+}
+
 // Every line log of a finished job: per epoch, the training lines read (each at most once is checked here).
 struct LineAudit {
   std::map<int64_t, std::set<uint64_t>> by_epoch;
