@@ -711,6 +711,7 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
   manifest.set_consistency(job_.consistency);
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_reason(reason);
+  manifest.set_layout_generation(membership_->layout().generation);
   {
     absl::MutexLock lock(&mu_);
     for (int w = 0; w < job_.num_workers; ++w) {

@@ -19,6 +19,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/checkpoint_layout.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
@@ -112,6 +113,26 @@ int Run() {
     return 2;
   }
   options.partition = partition->ToString();
+  if (absl::GetFlag(FLAGS_resume) && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    // A job rescaled since it started resumes in its last layout, whatever the flags (a launcher restarts the
+    // scheduler with the counts it started with). A damaged checkpoint is reported by the coordinator.
+    absl::StatusOr<std::optional<CheckpointManifest>> latest =
+        CheckpointLayout(absl::GetFlag(FLAGS_checkpoint_dir)).ReadLatest();
+    if (latest.ok() && latest->has_value() && (*latest)->layout_generation() > 0) {
+      const CheckpointManifest& m = **latest;
+      if (m.num_servers() != options.membership.num_servers || m.num_workers() != options.membership.num_workers ||
+          m.partition() != options.partition) {
+        KLOG(Info) << "the job was rescaled to " << m.num_servers() << " servers and " << m.num_workers()
+                   << " workers (rescale " << m.layout_generation()
+                   << ") before its latest checkpoint: resuming with those, not the flags' " << options.membership.num_servers
+                   << " and " << options.membership.num_workers;
+      }
+      options.membership.num_servers = m.num_servers();
+      options.membership.num_workers = m.num_workers();
+      options.partition = m.partition();
+      options.membership.layout_generation = m.layout_generation();
+    }
+  }
   options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint.every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
   options.checkpoint.every = absl::GetFlag(FLAGS_checkpoint_every);

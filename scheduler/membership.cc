@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
 Membership::Membership(const MembershipOptions& options, std::string partition) : options_(options) {
   absl::MutexLock lock(&mu_);
   partition_ = std::move(partition);
+  layout_generation_ = options.layout_generation;
   servers_.resize(options.num_servers);
   out_of_service_.assign(options.num_servers, false);
   lost_.assign(options.num_servers, false);

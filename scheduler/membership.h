@@ -65,6 +65,9 @@ struct MembershipOptions {
   // timeout + interval / 4 of its last heartbeat. Defaults: 1 s and 1.5 s, so within 2 intervals.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Milliseconds(1500);
+  // Rescales the job had before this scheduler started (a resume from a checkpoint of a rescaled job).
+  // Default: 0.
+  uint64_t layout_generation = 0;
 };
 
 // The length of an incarnation, in bytes (128 random bits).

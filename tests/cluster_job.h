@@ -82,10 +82,13 @@ class ClusterJob {
 
   std::string checkpoints() const { return dir_ + "/ckpt"; }
 
-  // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT.
-  absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0) {
-    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", num_servers_),
-                                     absl::StrCat("--num_workers=", num_workers_), "--consistency=bsp",
+  // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT. `servers` and `workers` (> 0) are the
+  // counts it is launched with instead of the job's (a launcher that restarts it with the counts it started with).
+  absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0, int servers = 0,
+                              int workers = 0) {
+    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", servers > 0 ? servers : num_servers_),
+                                     absl::StrCat("--num_workers=", workers > 0 ? workers : num_workers_),
+                                     "--consistency=bsp",
                                      "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
                                      absl::StrCat("--replicas=", replicas_)};

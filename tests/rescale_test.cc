@@ -165,6 +165,33 @@ TEST_F(RescaleTest, ReplicatedServersScaledTwoToThreeToTwoEndBitwiseIdentical) {
   job.KillAll();
 }
 
+TEST_F(RescaleTest, SchedulerRestartedWithTheStartingCountsResumesTheRescaledLayout) {
+  ClusterJob job(TmpDir() + "/rescale_restart", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  const int port = job.scheduler()->port();
+  ASSERT_TRUE(WaitForClock(job, 1).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 4);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  job.Rescaled(3, 2);
+  // A checkpoint of the rescaled job, then the scheduler dies; its launcher restarts it with the flags it
+  // started with (2 servers), as a StatefulSet would.
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (job.LatestCheckpointClock() <= grown->clock() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_GT(job.LatestCheckpointClock(), grown->clock());
+  job.Kill(job.scheduler());
+  ASSERT_TRUE(job.StartScheduler(/*resume=*/true, "", port, /*servers=*/2, /*workers=*/2).ok());
+  absl::Status supervised = job.Supervise();
+  ASSERT_TRUE(supervised.ok()) << supervised;
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->servers, 3);
+  EXPECT_EQ(outcome->scheduler.view().layout_generation(), 1u);
+  EXPECT_TRUE(Equal(*outcome, *reference_)) << DescribeOutcome(*outcome) << "\n reference: "
+                                            << DescribeOutcome(*reference_);
+  job.KillAll();
+}
+
 // Every line log of a finished job: per epoch, the training lines read (each at most once is checked here).
 struct LineAudit {
   std::map<int64_t, std::set<uint64_t>> by_epoch;
