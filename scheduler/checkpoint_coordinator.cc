@@ -115,6 +115,14 @@ void CheckpointCoordinator::Stop() {
     stop_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  // A Scale call still waiting is answered (its gRPC call must finish for the server to shut down).
+  std::function<void(absl::StatusOr<ScaleResult>)> done;
+  {
+    absl::MutexLock lock(&mu_);
+    done.swap(scale_done_);
+    scale_pending_ = false;
+  }
+  if (done) done(absl::UnavailableError("the scheduler is shutting down: the rescale was not done"));
 }
 
 void CheckpointCoordinator::Wake() {
@@ -131,7 +139,9 @@ std::optional<WorkerState> CheckpointCoordinator::StateFor(int rank, int64_t clo
   absl::MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(worker_states_.size())) return std::nullopt;
   const WorkerState& state = worker_states_[rank];
-  if (state.clock() != clock || !state.has_reader()) return std::nullopt;
+  // Without a reader position the state still matters when it carries an epoch plan (a worker-count change at
+  // an epoch's start: the epoch starts afresh, in the plan's schedule).
+  if (state.clock() != clock || (!state.has_reader() && !state.has_plan())) return std::nullopt;
   return state;
 }
 
@@ -334,16 +344,15 @@ bool CheckpointCoordinator::Rescale() {
       absl::MutexLock lock(&mu_);
       at = scale_at_;
     }
-    if (at > 0 && clocks_->MaxPermitted() >= at) {
-      EndRescale(absl::FailedPreconditionError(absl::StrFormat(
-          "the job passed clock %d before the new ranks registered: the rescale was not done", at)));
-      return false;
-    }
     // A checkpoint scheduled before the asked-for boundary is cut first (the workers cannot pass it meanwhile).
-    if (at > 0 && clocks_->hold() < at) return false;
+    if (at > 0 && clocks_->hold() < at && clocks_->MaxPermitted() < at) return false;
     scale_start_ = absl::Now();
     if (at > 0) {
-      clocks_->SetHold(at);
+      if (!clocks_->HoldAt(at)) {
+        EndRescale(absl::FailedPreconditionError(absl::StrFormat(
+            "the job passed clock %d before the new ranks registered: the rescale was not done", at)));
+        return false;
+      }
       scale_cut_ = at;
     } else {
       scale_cut_ = clocks_->HoldAtEarliest();
@@ -356,6 +365,10 @@ bool CheckpointCoordinator::Rescale() {
     EndRescale(absl::AbortedError("a server died while the job was held for a rescale: abandoned"));
     return false;
   }
+  if (membership_->state() == JobState::kFinished) {
+    EndRescale(absl::FailedPreconditionError("the job finished before the rescale's boundary: nothing to rescale"));
+    return false;
+  }
   if (!clocks_->AllAt(scale_cut_)) return true;
   const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
@@ -365,14 +378,8 @@ bool CheckpointCoordinator::Rescale() {
   absl::StatusOr<std::vector<WorkerState>> states =
       target->workers != old_workers ? PlanWorkers(target->workers) : std::vector<WorkerState>();
   if (!states.ok()) next = states.status();
-  absl::StatusOr<ScaleResult> result = next.ok() ? MoveTo(*next, *target) : next.status();
-  if (result.ok() && target->workers != old_workers) {
-    clocks_->Resize(target->workers, scale_cut_,
-                    absl::AbortedError(absl::StrFormat("the job was rescaled to %d workers (rescale %d): rejoin",
-                                                       target->workers, result->layout_generation)));
-    absl::MutexLock lock(&mu_);
-    worker_states_ = *std::move(states);
-  }
+  absl::StatusOr<ScaleResult> result =
+      next.ok() ? MoveTo(*next, *target, target->workers != old_workers ? &*states : nullptr) : next.status();
   if (!result.ok()) {
     EndRescale(result.status());
     return false;
@@ -396,7 +403,8 @@ bool CheckpointCoordinator::Rescale() {
   return false;
 }
 
-absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next, ScaleTarget target) {
+absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next, ScaleTarget target,
+                                                          std::vector<WorkerState>* worker_states) {
   const JobLayout old = membership_->layout();
   const std::vector<std::string> addresses = membership_->TargetServerAddresses();
   const std::vector<std::string> old_addresses = membership_->LiveServerAddresses();
@@ -467,7 +475,6 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
         status.message())));
     return absl::InternalError("the rescale failed during the switch");
   }
-  KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, membership_->CommitScale(next.ToString()));
   ScaleResult result;
   if (verify) {
     result.fingerprint_before = fingerprint_before;
@@ -479,6 +486,16 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
                                      generation, fingerprint_before, *after);
     }
   }
+  // The workers' side, right before the layout becomes the job's: a worker that rejoins from then on finds its
+  // clock and state (new ranks are refused until the commit).
+  if (worker_states != nullptr) {
+    clocks_->Resize(target.workers, scale_cut_,
+                    absl::AbortedError(absl::StrFormat("the job was rescaled to %d workers (rescale %d): rejoin",
+                                                       target.workers, generation)));
+    absl::MutexLock lock(&mu_);
+    worker_states_ = std::move(*worker_states);
+  }
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, membership_->CommitScale(next.ToString()));
   partition_ = next;
   job_.partition = next.ToString();
   job_.num_servers = target.servers;
@@ -525,23 +542,13 @@ absl::StatusOr<std::vector<WorkerState>> CheckpointCoordinator::PlanWorkers(int 
     std::vector<ShardAssignment> shares;
     std::vector<uint64_t> consumed;
     for (const WorkerState& s : old) {
-      ShardAssignment a;
-      a.leftovers.assign(s.share().leftovers().begin(), s.share().leftovers().end());
-      a.watermark = s.share().watermark();
-      a.index = s.share().index();
-      a.count = s.share().count();
+      ShardAssignment a = AssignmentOf(s.share());
       consumed.push_back(a.CountBelow(s.reader().global_line()));
       shares.push_back(std::move(a));
       if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
     }
     KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, new_count));
-    for (const ShardAssignment& a : next) {
-      LineShare* share = plan.add_shares();
-      for (uint64_t line : a.leftovers) share->add_leftovers(line);
-      share->set_watermark(a.watermark);
-      share->set_index(a.index);
-      share->set_count(a.count);
-    }
+    for (const ShardAssignment& a : next) *plan.add_shares() = LineShareOf(a);
   }
   std::vector<WorkerState> out(new_count);
   for (WorkerState& s : out) {
@@ -565,7 +572,9 @@ void CheckpointCoordinator::EndRescale(absl::StatusOr<ScaleResult> result) {
   }
   if (scale_cut_ != ClockTable::kNoHold) {
     scale_cut_ = ClockTable::kNoHold;
-    clocks_->SetHold(cut_);  // the scheduled cut (kNoHold: none)
+    // After a failed switch (failed_) the servers disagree on the layout: the workers stay held until the
+    // scheduler exits.
+    if (!failed_) clocks_->SetHold(cut_);  // the scheduled cut (kNoHold: none)
   }
   if (done) done(std::move(result));
 }

@@ -180,7 +180,9 @@ class CheckpointCoordinator {
   // Drives a pending rescale; true while one holds the clocks (nothing else may).
   bool Rescale();
   // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
-  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target);
+  // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
+  // just before the layout is committed.
+  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target, std::vector<WorkerState>* worker_states);
   // A worker-count change at the held cut: every new worker's state (the epoch plan: the shares of the rest of
   // the epoch, or a fresh epoch at its boundary) from the old workers' reported states.
   absl::StatusOr<std::vector<WorkerState>> PlanWorkers(int new_count);

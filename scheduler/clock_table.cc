@@ -66,6 +66,7 @@ absl::Status ClockTable::Advance(int rank, int64_t finished) {
   std::vector<Callback> runnable;
   {
     absl::MutexLock lock(&mu_);
+    if (static_cast<size_t>(rank) >= clocks_.size()) return CheckRank(rank);  // a rescale shrank the table
     const int64_t current = clocks_[rank];
     if (finished == current) return absl::OkStatus();
     if (finished < current) {
@@ -136,6 +137,14 @@ void ClockTable::SetHold(int64_t hold) {
   for (Callback& done : runnable) done(absl::OkStatus());
 }
 
+bool ClockTable::HoldAt(int64_t hold) {
+  absl::MutexLock lock(&mu_);
+  if (max_permitted_ >= hold || hold > hold_) return false;
+  hold_ = hold;
+  HoldWaitersLocked();
+  return true;
+}
+
 uint64_t ClockTable::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
@@ -194,7 +203,7 @@ int64_t ClockTable::MinClock() const {
 int64_t ClockTable::ClockOf(int rank) const {
   if (!CheckRank(rank).ok()) return -1;
   absl::MutexLock lock(&mu_);
-  return clocks_[rank];
+  return static_cast<size_t>(rank) < clocks_.size() ? clocks_[rank] : -1;
 }
 
 size_t ClockTable::num_waiting() const {

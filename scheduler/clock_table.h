@@ -93,6 +93,9 @@ class ClockTable {
   // Lowers the hold to the earliest clock boundary every worker can still stop at (MaxPermitted() + 1), in one
   // step with respect to WaitToStart; returns the hold.
   int64_t HoldAtEarliest();
+  // Lowers the hold to `hold` unless an iteration >= `hold` was already permitted or the hold is below it
+  // (false: nothing changes); checked and set in one step, so no worker slips past `hold` in between.
+  bool HoldAt(int64_t hold);
   // Every worker's clock is `clock`.
   bool AllAt(int64_t clock) const;
   // The highest clock any worker was allowed to start, or (after Create/Reset to c) c - 1.

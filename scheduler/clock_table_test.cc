@@ -319,5 +319,36 @@ TEST(ClockTableTest, ResetRollsEveryClockBackAndFailsWaits) {
   EXPECT_EQ(listened, 1);
 }
 
+TEST(ClockTableTest, HoldAtRefusesABoundaryAlreadyPassedAndResizeMovesEveryClock) {
+  auto table = *ClockTable::Create(2, ConsistencyPolicy::Bsp());
+  int answered = 0;
+  table->WaitToStart(0, 0, [&](absl::Status s) { answered += s.ok(); });
+  table->WaitToStart(1, 0, [&](absl::Status s) { answered += s.ok(); });
+  ASSERT_EQ(answered, 2);
+  EXPECT_FALSE(table->HoldAt(0)) << "iteration 0 was already permitted";
+  EXPECT_TRUE(table->HoldAt(2));
+  EXPECT_EQ(table->hold(), 2);
+  EXPECT_FALSE(table->HoldAt(3)) << "only lowers";
+  ASSERT_TRUE(table->Advance(0, 1).ok());
+  ASSERT_TRUE(table->Advance(1, 1).ok());
+  table->WaitToStart(0, 1, [&](absl::Status s) { answered += s.ok(); });
+  table->WaitToStart(1, 1, [&](absl::Status s) { answered += s.ok(); });
+  ASSERT_TRUE(table->Advance(0, 2).ok());
+  ASSERT_TRUE(table->Advance(1, 2).ok());
+  absl::Status held;
+  table->WaitToStart(0, 2, [&](absl::Status s) { held = s; });
+  EXPECT_TRUE(table->AllAt(2));
+  // A rescale to 3 workers at the boundary: the held request is answered (rejoin), everyone is at 2.
+  table->Resize(3, 2, absl::AbortedError("rescaled"));
+  EXPECT_TRUE(absl::IsAborted(held)) << held;
+  EXPECT_EQ(table->num_workers(), 3);
+  EXPECT_TRUE(table->AllAt(2));
+  EXPECT_EQ(table->ClockOf(2), 2);
+  EXPECT_TRUE(absl::IsInvalidArgument(table->Advance(3, 3)));
+  table->Resize(1, 2, absl::AbortedError("rescaled"));
+  EXPECT_EQ(table->ClockOf(2), -1);
+  EXPECT_TRUE(absl::IsInvalidArgument(table->Advance(1, 3)));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -396,7 +396,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
   if (status.ok()) {
     response->set_rank(request->rank());
     response->set_incarnation(request->incarnation());
-    response->set_generation(membership_->WorkerGenerations()[request->rank()]);
+    const std::vector<uint64_t> generations = membership_->WorkerGenerations();
+    response->set_generation(static_cast<size_t>(request->rank()) < generations.size() ? generations[request->rank()]
+                                                                                        : 0);
     FillView(response->mutable_view());
     response->set_clock(clocks_->ClockOf(request->rank()));
  if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;

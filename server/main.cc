@@ -247,6 +247,9 @@ int Run() {
     return absl::IsFailedPrecondition(server.status()) || absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
   PsServiceImpl& service = (*server)->service();
+  // The service holds the groups from here on: a rescale's switch frees them. (`own` is used only until this
+  // server has registered, before any switch.)
+  hosted.reset();
   // After a rescale: the new own group gets the disk tier and its failure listener.
   service.SetSwitchListener([store = store.get(), on_tier_failure](HostedShards& groups) {
     if (store != nullptr) groups.own().SetColdTier(store);

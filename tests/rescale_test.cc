@@ -297,5 +297,24 @@ TEST_F(RescaleTest, JobScaledTo3x3ThenTo2x1ReadsEveryLineOnceAndRepeatsBitwise) 
   EXPECT_EQ(first_audit.by_epoch, second_audit.by_epoch);
 }
 
+TEST_F(RescaleTest, WorkerCountChangedAtAnEpochBoundaryStartsTheEpochAfresh) {
+  // At the boundary nothing of the epoch was read: it starts afresh, sharded by the new count.
+  const int64_t per_epoch = final_clock_ / kEpochs;
+  LineAudit audit;
+  absl::StatusOr<Outcome> outcome =
+      RunWorkerSchedule("rescale_workers_boundary", *data_, 2 * per_epoch, 3 * per_epoch + per_epoch / 2, &audit);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(audit.problem.empty()) << audit.problem;
+  ASSERT_EQ(audit.by_epoch.size(), static_cast<size_t>(kEpochs));
+  size_t most = 0;
+  for (const auto& [epoch, lines] : audit.by_epoch) most = std::max(most, lines.size());
+  for (const auto& [epoch, lines] : audit.by_epoch) {
+    EXPECT_GT(lines.size() + 3 * 2 * 128, most) << "epoch " << epoch << " read only " << lines.size() << " lines";
+  }
+  EXPECT_EQ(audit.clocks[2], 3 * per_epoch + per_epoch / 2 - 2 * per_epoch);
+  EXPECT_NEAR(outcome->auc, reference_->auc, 0.002);
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
+}
+
 }  // namespace
 }  // namespace kestrel

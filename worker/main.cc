@@ -344,6 +344,10 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     KLOG(Info) << "joining the job in a rescale: waiting for it";
     while (true) {
       absl::StatusOr<RegisterResponse> joined = scheduler->Rejoin(rank, reg->incarnation());
+      if (joined.ok() && joined->removed()) {
+        KLOG(Info) << "the rescale this worker was to join was given up: exiting";
+        return 0;
+      }
       if (joined.ok()) {
         view = joined->view();
         generation = joined->generation();

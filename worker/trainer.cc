@@ -98,24 +98,6 @@ struct StepData {
   bool cacheable = false;             // a training read (Fetch) the row cache may answer; evaluations never
 };
 
-ShardAssignment AssignmentOf(const LineShare& share) {
-  ShardAssignment a;
-  a.leftovers.assign(share.leftovers().begin(), share.leftovers().end());
-  a.watermark = share.watermark();
-  a.index = share.index();
-  a.count = share.count();
-  return a;
-}
-
-LineShare LineShareOf(const ShardAssignment& a) {
-  LineShare share;
-  for (uint64_t line : a.leftovers) share.add_leftovers(line);
-  share.set_watermark(a.watermark);
-  share.set_index(a.index);
-  share.set_count(a.count);
-  return share;
-}
-
 WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
   WorkerState state;
   state.set_clock(clock);

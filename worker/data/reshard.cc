@@ -20,6 +20,24 @@ uint64_t ShardAssignment::CountBelow(uint64_t line) const {
   return below + (line - first + static_cast<uint64_t>(count) - 1) / static_cast<uint64_t>(count);
 }
 
+ShardAssignment AssignmentOf(const LineShare& share) {
+  ShardAssignment a;
+  a.leftovers.assign(share.leftovers().begin(), share.leftovers().end());
+  a.watermark = share.watermark();
+  a.index = share.index();
+  a.count = share.count();
+  return a;
+}
+
+LineShare LineShareOf(const ShardAssignment& assignment) {
+  LineShare share;
+  for (uint64_t line : assignment.leftovers) share.add_leftovers(line);
+  share.set_watermark(assignment.watermark);
+  share.set_index(assignment.index);
+  share.set_count(assignment.count);
+  return share;
+}
+
 ShardAssignment PlainShard(int index, int count) {
   ShardAssignment a;
   a.index = index;

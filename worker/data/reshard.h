@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "proto/checkpoint.pb.h"
 
 namespace kestrel {
 
@@ -41,6 +42,10 @@ struct ShardAssignment {
   // How many of this worker's lines lie below `line` (those it has consumed when its reader is at `line`).
   uint64_t CountBelow(uint64_t line) const;
 };
+
+// The assignment's wire form (proto/checkpoint.proto LineShare), both ways.
+ShardAssignment AssignmentOf(const LineShare& share);
+LineShare LineShareOf(const ShardAssignment& assignment);
 
 // The plain sharding: worker `index` of `count` reads lines congruent to index mod count.
 ShardAssignment PlainShard(int index, int count);
