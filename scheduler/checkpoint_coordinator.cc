@@ -388,10 +388,22 @@ bool CheckpointCoordinator::Rescale() {
   const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
       "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target->servers, target->workers,
       result->layout_generation)));
-  // A new worker count changes every worker's share of the data: a rollback must not restore the old shares.
-  // (Server moves need none: a checkpoint of the old layout restores into the new one.)
-  if (!options_.dir.empty() && target->workers != old_workers && TakeCheckpoint(scale_cut_, "rescale")) {
-    last_checkpoint_clock_ = scale_cut_;
+  // A new worker count changes every worker's share of the data: a rollback must not restore the old shares,
+  // so the workers stay held until a checkpoint of the new ones is committed (a rollback to an older one is
+  // refused by Restore). Server moves need none: a checkpoint of the old layout restores into the new one.
+  if (!options_.dir.empty() && target->workers != old_workers) {
+    for (int attempt = 1;; ++attempt) {
+      if (TakeCheckpoint(scale_cut_, "rescale")) {
+        last_checkpoint_clock_ = scale_cut_;
+        break;
+      }
+      if (attempt == kFinalAttempts) {
+        KLOG(Error) << "no checkpoint of the new worker count after " << attempt
+                    << " attempts: a rollback before the next one would be refused";
+        break;
+      }
+      absl::SleepFor(2 * membership_->options().heartbeat_timeout);
+    }
   }
   result->held = absl::Now() - scale_start_;
   KLOG(Info) << absl::StrFormat(
@@ -772,6 +784,16 @@ bool CheckpointCoordinator::Restore() {
     manifest = *latest;
   }
   const std::string name = manifest ? CheckpointLayout::CheckpointName(manifest->sequence()) : "";
+  if (manifest.has_value() && manifest->num_workers() != job_.num_workers) {
+    // Written before a worker-count change whose own checkpoint failed: its shares of the data are another
+    // count's. Restoring it would read lines twice or skip them.
+    failed_ = true;
+    on_fatal_(absl::FailedPreconditionError(absl::StrFormat(
+        "cannot roll back to %s: it was written by %d workers, the job has %d since a rescale whose checkpoint "
+        "failed; restart the job from it with --resume and %d workers",
+        name, manifest->num_workers(), job_.num_workers, manifest->num_workers())));
+    return false;
+  }
   // Every worker rank registered at or after the rollback's generation: older requests are the old timeline.
   const uint64_t generation = rollback_generation_;
   const std::vector<std::string> addresses = membership_->LiveServerAddresses();
