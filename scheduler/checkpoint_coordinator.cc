@@ -423,6 +423,8 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   const int everyone = std::max(old.num_servers, target.servers);
   auto address = [&](int s) { return s < old.num_servers ? old_addresses[s] : addresses[s]; };
   const uint64_t generation = old.generation + 1;
+  // Distinct for every attempt (a retry after an abort), across scheduler restarts too.
+  const uint64_t attempt = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   bool verify;
   {
     absl::MutexLock lock(&mu_);
@@ -448,6 +450,7 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     RescaleShardRequest request;
     request.set_phase(which);
     request.set_layout_generation(generation);
+    request.set_attempt(attempt);
     request.set_partition(next.ToString());
     for (const std::string& a : addresses) request.add_server_addresses(a);
     request.set_senders(old.num_servers);

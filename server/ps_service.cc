@@ -806,11 +806,20 @@ absl::Status PsServiceImpl::ReceiveRescale(const HostedShards& hosted, const Gro
   std::shared_ptr<HostedShards> groups;
   {
     absl::MutexLock lock(&copy_mu_);
-    if (incoming_layout_.has_value() && incoming_layout_->generation > chunk.layout_generation()) {
-      return absl::FailedPreconditionError(absl::StrFormat("rows of rescale %d arrived during rescale %d",
-                                                           chunk.layout_generation(), incoming_layout_->generation));
+    const std::pair<uint64_t, uint64_t> key = {chunk.layout_generation(), chunk.attempt()};
+    if (key <= aborted_) {
+      return absl::AbortedError(absl::StrFormat("rows of rescale %d (attempt %d), which was aborted",
+                                                chunk.layout_generation(), chunk.attempt()));
     }
-    if (incoming_layout_.has_value() && incoming_layout_->generation < chunk.layout_generation()) DropLayoutLocked();
+    if (incoming_layout_.has_value()) {
+      const std::pair<uint64_t, uint64_t> current = {incoming_layout_->generation, incoming_layout_->attempt};
+      if (current > key) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "rows of rescale %d (attempt %d) arrived during rescale %d (attempt %d)", chunk.layout_generation(),
+            chunk.attempt(), incoming_layout_->generation, incoming_layout_->attempt));
+      }
+      if (current < key) DropLayoutLocked();  // an earlier attempt's: superseded
+    }
     IncomingLayout::Sender* sender = nullptr;
     if (incoming_layout_.has_value()) {
       auto it = incoming_layout_->senders.find(chunk.sender());
@@ -843,6 +852,7 @@ absl::Status PsServiceImpl::ReceiveRescale(const HostedShards& hosted, const Gro
         }
         incoming_layout_.emplace();
         incoming_layout_->generation = chunk.layout_generation();
+        incoming_layout_->attempt = chunk.attempt();
         incoming_layout_->partition = chunk.partition();
         incoming_layout_->bsp_workers = chunk.bsp_workers();
         incoming_layout_->groups = std::move(built);
@@ -914,7 +924,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::RescaleShard(grpc::CallbackServerContex
                       case RescaleShardRequest::SWITCH:
                         return RescaleSwitch(*hosted, *request);
                       case RescaleShardRequest::ABORT:
-                        RescaleAbort(request->layout_generation());
+                        RescaleAbort(request->layout_generation(), request->attempt());
                         return absl::OkStatus();
                       default:
                         return absl::InvalidArgumentError(absl::StrCat("unknown rescale phase ", request->phase()));
@@ -967,6 +977,7 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
   header.mutable_header()->set_job_id(job_id_);
   header.mutable_header()->set_worker_rank(-1);
   header.set_layout_generation(request.layout_generation());
+  header.set_attempt(request.attempt());
   header.set_sender(self);
   header.set_partition(next.ToString());
   header.set_bsp_workers(request.bsp_workers());
@@ -1028,9 +1039,10 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
     DropLayoutLocked();
     return absl::OkStatus();
   }
-  if (!incoming_layout_.has_value() || incoming_layout_->generation != request.layout_generation()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("no rows of rescale %d were received", request.layout_generation()));
+  if (!incoming_layout_.has_value() || incoming_layout_->generation != request.layout_generation() ||
+      incoming_layout_->attempt != request.attempt()) {
+    return absl::FailedPreconditionError(absl::StrFormat("no rows of rescale %d (attempt %d) were received",
+                                                         request.layout_generation(), request.attempt()));
   }
   if (incoming_layout_->partition != request.partition()) {
     return absl::InvalidArgumentError(
@@ -1088,14 +1100,18 @@ absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const Resc
   return absl::OkStatus();
 }
 
-void PsServiceImpl::RescaleAbort(uint64_t generation) {
+void PsServiceImpl::RescaleAbort(uint64_t generation, uint64_t attempt) {
   if (next_generation_ != 0 && next_generation_ <= generation) {
     next_.reset();
     next_generation_ = 0;
   }
   absl::MutexLock lock(&copy_mu_);
-  if (incoming_layout_.has_value() && incoming_layout_->generation <= generation) DropLayoutLocked();
-  KLOG(Info) << "rescale " << generation << " aborted: the layout stays as it was";
+  aborted_ = std::max(aborted_, std::make_pair(generation, attempt));
+  if (incoming_layout_.has_value() &&
+      std::make_pair(incoming_layout_->generation, incoming_layout_->attempt) <= aborted_) {
+    DropLayoutLocked();
+  }
+  KLOG(Info) << "rescale " << generation << " (attempt " << attempt << ") aborted: the layout stays as it was";
 }
 
 absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions& options, Shard* shard,

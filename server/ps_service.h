@@ -182,6 +182,7 @@ class PsServiceImpl final
   // them over (once every sender's last piece arrived).
   struct IncomingLayout {
     uint64_t generation = 0;
+    uint64_t attempt = 0;
     std::string partition;  // the pieces' (all must agree)
     int bsp_workers = 0;
     std::shared_ptr<HostedShards> groups;
@@ -215,7 +216,7 @@ class PsServiceImpl final
   absl::Status RescaleInstall(const HostedShards& hosted, const RescaleShardRequest& request,
                               RescaleShardResponse* response);
   absl::Status RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request);
-  void RescaleAbort(uint64_t generation);
+  void RescaleAbort(uint64_t generation, uint64_t attempt);
 
   mutable absl::Mutex layout_mu_;
   Hosted hosted_ ABSL_GUARDED_BY(layout_mu_);
@@ -233,6 +234,8 @@ class PsServiceImpl final
   absl::Mutex copy_mu_;
   std::optional<IncomingCopy> incoming_ ABSL_GUARDED_BY(copy_mu_);
   std::optional<IncomingLayout> incoming_layout_ ABSL_GUARDED_BY(copy_mu_);
+  // The last rescale attempt aborted here, (generation, attempt): its late pieces are refused.
+  std::pair<uint64_t, uint64_t> aborted_ ABSL_GUARDED_BY(copy_mu_) = {0, 0};
   uint64_t staged_bytes_ ABSL_GUARDED_BY(copy_mu_) = 0;  // in incoming_ and incoming_layout_
   uint64_t max_copy_bytes_ = uint64_t{16} << 30;
   ThreadPool admin_;  // one thread: checkpoint, restore, copy and rescale calls, in arrival order (at most 16 waiting)

@@ -96,12 +96,13 @@ class RescaleTest : public ::testing::Test {
   }
 
   absl::StatusOr<RescaleShardResponse> Phase(int s, RescaleShardRequest::Phase phase, uint64_t generation,
-                                             const Partition& next, int senders) {
+                                             const Partition& next, int senders, uint64_t attempt = 0) {
     RescaleShardRequest request;
     request.mutable_header()->set_job_id("t");
     request.mutable_header()->set_worker_rank(-1);
     request.set_phase(phase);
     request.set_layout_generation(generation);
+    request.set_attempt(attempt);
     request.set_partition(next.ToString());
     for (int t = 0; t < next.num_servers(); ++t) request.add_server_addresses(addresses_[t]);
     request.set_senders(senders);
@@ -115,18 +116,18 @@ class RescaleTest : public ::testing::Test {
   }
 
   // The whole rescale from `old_n` servers to `next`, as the scheduler runs it.
-  void Rescale(int old_n, const Partition& next, uint64_t generation) {
+  void Rescale(int old_n, const Partition& next, uint64_t generation, uint64_t attempt = 0) {
     const int everyone = std::max(old_n, next.num_servers());
     for (int s = 0; s < old_n; ++s) {
-      auto sent = Phase(s, RescaleShardRequest::SEND, generation, next, old_n);
+      auto sent = Phase(s, RescaleShardRequest::SEND, generation, next, old_n, attempt);
       ASSERT_TRUE(sent.ok()) << sent.status();
     }
     for (int s = 0; s < everyone; ++s) {
-      auto installed = Phase(s, RescaleShardRequest::INSTALL, generation, next, old_n);
+      auto installed = Phase(s, RescaleShardRequest::INSTALL, generation, next, old_n, attempt);
       ASSERT_TRUE(installed.ok()) << installed.status();
     }
     for (int s = 0; s < everyone; ++s) {
-      auto switched = Phase(s, RescaleShardRequest::SWITCH, generation, next, old_n);
+      auto switched = Phase(s, RescaleShardRequest::SWITCH, generation, next, old_n, attempt);
       ASSERT_TRUE(switched.ok()) << switched.status();
     }
   }
@@ -202,17 +203,29 @@ TEST_F(RescaleTest, AbortedRescaleLeavesTheLayoutAsItWas) {
   Start(two, three);
   Fill(two);
   const uint64_t fingerprint = Fingerprint(2);
-  for (int s = 0; s < 2; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::SEND, 1, three, 2).ok());
-  for (int s = 0; s < 3; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::ABORT, 1, three, 2).ok());
-  // Nothing was staged any more: an install now has nothing to build from.
-  EXPECT_TRUE(absl::IsFailedPrecondition(Phase(2, RescaleShardRequest::INSTALL, 1, three, 2).status()));
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::SEND, 1, three, 2, /*attempt=*/1).ok());
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::ABORT, 1, three, 2, /*attempt=*/1).ok());
+  // Nothing was kept: an install now has nothing to build from.
+  EXPECT_TRUE(absl::IsFailedPrecondition(Phase(2, RescaleShardRequest::INSTALL, 1, three, 2, 1).status()));
+  // A late piece of the aborted attempt is refused (it would otherwise start a stale layout).
+  GroupChunk late;
+  late.mutable_header()->set_job_id("t");
+  late.set_layout_generation(1);
+  late.set_attempt(1);
+  late.set_sender(0);
+  late.set_partition(three.ToString());
+  *late.add_tables() = Emb();
+  GroupChunkResponse answer;
+  grpc::ClientContext context;
+  absl::Status refused = FromGrpcStatus(stubs_[2]->ReceiveGroup(&context, late, &answer));
+  EXPECT_TRUE(absl::IsAborted(refused)) << refused;
   for (int s = 0; s < 2; ++s) {
     EXPECT_EQ(servers_[s]->service().layout_generation(), 0u);
     EXPECT_EQ(Groups(s).partition().num_servers(), 2);
   }
   EXPECT_EQ(Fingerprint(2), fingerprint);
-  // A later attempt goes through.
-  Rescale(2, three, 2);
+  // The retry of the same rescale (a later attempt) goes through.
+  Rescale(2, three, 1, /*attempt=*/2);
   EXPECT_EQ(Fingerprint(3), fingerprint);
 }
 
