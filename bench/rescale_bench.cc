@@ -220,7 +220,11 @@ absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim)
 
     // 2. The live rescale.
     KESTREL_RETURN_IF_ERROR(job.StartServer(2, 3, checkpoints));
-    KESTREL_ASSIGN_OR_RETURN(ScaleResponse scaled, job.client().Scale(3, 1, absl::Minutes(1)));
+    ScaleRequest request;
+    request.set_servers(3);
+    request.set_workers(1);
+    request.set_join_timeout_ms(60000);
+    KESTREL_ASSIGN_OR_RETURN(ScaleResponse scaled, job.client().Scale(request, absl::Minutes(11)));
     r.held_seconds = scaled.held_seconds();
     r.moved_seconds = scaled.moved_seconds();
     r.rows_moved = scaled.rows_moved();

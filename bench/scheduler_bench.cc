@@ -118,7 +118,7 @@ class Simulation {
           auto call = std::make_shared<Call<HeartbeatRequest, HeartbeatResponse>>();
           call->request.set_job_id(kJob);
           call->request.set_role(m.role);
-          call->request.set_rank(m.rank);
+          call->request.set_id(m.rank);  // ids equal ranks: nothing is renumbered here
           call->request.set_incarnation(m.incarnation);
           Start(i, call, [](auto* stub, auto* c, auto* q, auto* r, auto cb) { stub->Heartbeat(c, q, r, std::move(cb)); },
                 &heartbeat_);

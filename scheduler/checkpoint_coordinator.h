@@ -126,6 +126,7 @@ struct CheckpointStatus {
   // --checkpoint_dir, final_checkpoint off, or kFinalAttempts attempts failed). Workers leave only then, so a
   // server lost before it can still be recovered by redoing iterations.
   bool final_model_settled = false;
+  uint64_t elastic_removals = 0;  // members removed because they did not come back (elastic jobs)
 };
 
 class CheckpointCoordinator {

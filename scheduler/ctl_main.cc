@@ -5,6 +5,8 @@
 //   kestrel_ctl scale --scheduler=host:port --servers=N --workers=M
 //       resize the running job at the next clock boundary (docs/elasticity.md): start the new ranks first; the
 //       answer comes once the rows have moved and every member uses the new layout
+//   kestrel_ctl scale --scheduler=host:port --remove_workers=1 [--remove_servers=...]
+//       drop ranks that died and will not come back (what the scheduler's --elastic does by itself)
 //
 // Each prints one JSON object (proto/ctl.proto: CtlStatus, CtlCheckpoint, CtlScale), for scripts, e.g. `kestrel status`.
 // Exit codes: 0 answered, 1 the scheduler could not be reached or refused, 2 bad usage.
@@ -15,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/json.h"
@@ -37,6 +40,10 @@ ABSL_FLAG(int64_t, at_clock, 0,
           "call fails if the job is past it by the time the new ranks registered. 0 (default): the earliest.");
 ABSL_FLAG(bool, verify, false,
           "scale: read the full table's fingerprint before and after the move (reads every row: a longer hold).");
+ABSL_FLAG(std::vector<std::string>, remove_servers, {},
+          "scale: server ranks to drop, each dead (comma-separated); the ranks above are renumbered. Default: none.");
+ABSL_FLAG(std::vector<std::string>, remove_workers, {},
+          "scale: worker ranks to drop, each dead (comma-separated); the ranks above are renumbered. Default: none.");
 
 namespace kestrel {
 namespace {
@@ -76,7 +83,9 @@ int Status(SchedulerClient& client) {
     member->set_address(m.address());
     member->set_alive(m.alive());
     member->set_clock(m.clock());
+    member->set_id(m.id());
   }
+  status.set_elastic_removals(d->elastic_removals());
   std::printf("%s\n", ToJson(status).c_str());
   return 0;
 }
@@ -99,11 +108,31 @@ int Scale(SchedulerClient& client) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", d.status().ToString().c_str());
     return 1;
   }
-  const int servers = absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers) : d->view().num_servers();
-  const int workers = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers) : d->view().num_workers();
+  ScaleRequest request;
+  for (auto [flag, list] : {std::make_pair(absl::GetFlag(FLAGS_remove_servers), request.mutable_remove_servers()),
+                            std::make_pair(absl::GetFlag(FLAGS_remove_workers), request.mutable_remove_workers())}) {
+    for (const std::string& rank : flag) {
+      int r = -1;
+      if (!absl::SimpleAtoi(rank, &r) || r < 0) {
+        std::fprintf(stderr, "kestrel_ctl: --remove_servers and --remove_workers take ranks, got '%s'\n",
+                     rank.c_str());
+        return 2;
+      }
+      list->Add(r);
+    }
+  }
+  const int servers = absl::GetFlag(FLAGS_servers) > 0 ? absl::GetFlag(FLAGS_servers)
+                                                        : d->view().num_servers() - request.remove_servers_size();
+  const int workers = absl::GetFlag(FLAGS_workers) > 0 ? absl::GetFlag(FLAGS_workers)
+                                                        : d->view().num_workers() - request.remove_workers_size();
+  request.set_servers(servers);
+  request.set_workers(workers);
+  request.set_verify(absl::GetFlag(FLAGS_verify));
+  request.set_at_clock(absl::GetFlag(FLAGS_at_clock));
+  request.set_join_timeout_ms(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_join_timeout)));
+  // The new ranks may take join_timeout to start, then rows move: a generous deadline.
   absl::StatusOr<ScaleResponse> scaled =
-      client.Scale(servers, workers, absl::GetFlag(FLAGS_join_timeout), absl::GetFlag(FLAGS_verify),
-                   absl::GetFlag(FLAGS_at_clock));
+      client.Scale(request, absl::GetFlag(FLAGS_join_timeout) + absl::Minutes(10));
   if (!scaled.ok()) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", scaled.status().ToString().c_str());
     return 1;

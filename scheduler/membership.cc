@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <tuple>
 
 #include <openssl/crypto.h>
 
@@ -45,6 +47,17 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
   if (options.heartbeat_interval < absl::Milliseconds(10) || options.heartbeat_timeout < options.heartbeat_interval) {
     return absl::InvalidArgumentError("need heartbeat_interval >= 10ms and heartbeat_timeout >= heartbeat_interval");
   }
+  for (auto [ids, count, bound, role] :
+       {std::make_tuple(&options.server_ids, options.num_servers, kMaxServers, "server"),
+        std::make_tuple(&options.worker_ids, options.num_workers, kMaxWorkers, "worker")}) {
+    if (ids->empty()) continue;
+    std::set<int> distinct(ids->begin(), ids->end());
+    if (static_cast<int>(ids->size()) != count || distinct.size() != ids->size() || *distinct.begin() < 0 ||
+        *distinct.rbegin() >= bound) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the %s ids must be %d distinct ids in [0, %d), one per rank", role, count, bound));
+    }
+  }
   return std::unique_ptr<Membership>(new Membership(options, std::move(partition)));
 }
 
@@ -57,6 +70,13 @@ Membership::Membership(const MembershipOptions& options, std::string partition) 
   lost_.assign(options.num_servers, false);
   workers_.resize(options.num_workers);
   done_.assign(options.num_workers, false);
+  for (auto [ranks, ids, role] : {std::make_tuple(&servers_, &options.server_ids, Role::kServer),
+                                  std::make_tuple(&workers_, &options.worker_ids, Role::kWorker)}) {
+    for (size_t r = 0; r < ranks->size(); ++r) {
+      (*ranks)[r].role = role;
+      (*ranks)[r].id = r < ids->size() ? (*ids)[r] : static_cast<int>(r);
+    }
+  }
 }
 
 bool Membership::AllAliveLocked() const {
@@ -69,56 +89,113 @@ bool Membership::AllAliveLocked() const {
   return true;
 }
 
-absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view address, int requested_rank,
+absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view address, int requested_id,
                                                   absl::Time now) {
   if (role == Role::kServer && address.empty()) {
     return absl::InvalidArgumentError("a server must register with the address it serves on");
+  }
+  const int max_id = role == Role::kServer ? kMaxServers : kMaxWorkers;
+  if (requested_id < -1 || requested_id >= max_id) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s id %d is not in [0, %d)", RoleName(role), requested_id, max_id));
   }
   absl::MutexLock lock(&mu_);
   std::vector<Member>& ranks = RanksLocked(role);
   std::vector<Member>& joining = JoiningLocked(role);
   const int count = static_cast<int>(ranks.size());
-  const int bound = count + static_cast<int>(joining.size());  // joining ranks follow the job's
-  int rank = requested_rank;
-  if (rank == -1) {
-    for (int r = 0; r < bound && rank == -1; ++r) {
-      if ((r < count ? ranks[r] : joining[r - count]).rank == -1) rank = r;  // never registered
+  int rank = -1;
+  int id = requested_id;
+  if (id == -1) {
+    for (int r = 0; r < count && rank == -1; ++r) {
+      if (ranks[r].rank == -1) rank = r;  // never registered
     }
-    for (int r = 0; r < bound && rank == -1; ++r) {
-      if (!(r < count ? ranks[r] : joining[r - count]).alive) rank = r;  // dead: replace it
+    for (int r = 0; r < count && rank == -1; ++r) {
+      if (!ranks[r].alive) rank = r;  // dead: replace it
     }
-    if (rank == -1) {
+    if (rank != -1) {
+      id = ranks[rank].id;
+    } else if (!joining.empty() && joining.back().rank == -1) {  // a free place in a pending rescale
+      std::set<int> taken;
+      for (const Member& m : ranks) taken.insert(m.id);
+      for (const Member& m : joining) taken.insert(m.id);
+      for (id = 0; taken.count(id) > 0;) ++id;
+    } else {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("all %d %s ranks are held by live members", bound, RoleName(role)));
+          absl::StrFormat("all %d %s ranks are held by live members", count + static_cast<int>(joining.size()),
+                          RoleName(role)));
     }
-  } else if (rank < 0 || rank >= (role == Role::kServer ? kMaxServers : kMaxWorkers)) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank, bound));
-  } else if (rank >= bound) {
-    // A new rank started before the rescale that names it (e.g. a StatefulSet scaled up first): retry.
-    return absl::UnavailableError(absl::StrFormat(
-        "%s rank %d is beyond the job's %d: it may join once a rescale names it (kestrel scale); retry", RoleName(role),
-        rank, bound));
+  } else {
+    rank = RankOfIdLocked(role, id);
   }
-  const bool joining_rank = rank >= count;  // a rank of the pending rescale: not of the job yet
-  Member& m = joining_rank ? joining[rank - count] : ranks[rank];
+  if (rank == -1) {  // an id outside the job
+    int place = -1;
+    for (int j = 0; j < static_cast<int>(joining.size()) && place == -1; ++j) {
+      if (joining[j].rank != -1 && joining[j].id == id) place = j;  // registered before
+    }
+    if (place == -1 && !joining.empty() && joining.back().rank == -1) {
+      // A free place: the registered joining members stay ordered by id (the new ranks follow that order).
+      place = 0;
+      while (joining[place].rank != -1 && joining[place].id < id) ++place;
+      joining.insert(joining.begin() + place, Member());
+      joining.pop_back();
+    }
+    if (place == -1) {
+      if (removed_ids_.count({role, id}) > 0) {
+        return absl::OutOfRangeError(absl::StrFormat(
+            "%s %d was removed from the job (it did not come back in time): it may rejoin only in a rescale that "
+            "grows the job",
+            RoleName(role), id));
+      }
+      // A new member started before the rescale that names it (e.g. a StatefulSet scaled up first): retry.
+      return absl::UnavailableError(absl::StrFormat(
+          "%s %d is not one of the job's %d: it may join once a rescale names it (kestrel scale); retry",
+          RoleName(role), id, count));
+    }
+    Member& m = joining[place];
+    if (m.alive) {
+      return absl::AlreadyExistsError(
+          absl::StrFormat("%s %d is held by a live member at %s", RoleName(role), id, m.address));
+    }
+    m.role = role;
+    m.id = id;
+    m.address = std::string(address);
+    m.incarnation = NewIncarnationLocked();
+    m.last_heartbeat = now;
+    m.alive = true;
+    m.dead_since = absl::InfiniteFuture();
+    m.registered_generation = generation_;
+    for (int j = 0; j < static_cast<int>(joining.size()); ++j) {
+      if (joining[j].rank != -1 || j == place) joining[j].rank = count + j;
+    }
+    return Registration{m.rank, m.incarnation, generation_, state_, /*joining=*/true, id};
+  }
+  Member& m = ranks[rank];
   if (m.alive) {
-    return absl::AlreadyExistsError(absl::StrFormat("%s rank %d is held by a live member at %s", RoleName(role),
-                                                    rank, m.address));
+    return absl::AlreadyExistsError(absl::StrFormat("%s %d (rank %d) is held by a live member at %s", RoleName(role),
+                                                    id, rank, m.address));
   }
-  const bool replacement = m.rank != -1 && !joining_rank;
+  const bool replacement = m.rank != -1;
   m.role = role;
   m.rank = rank;
   m.address = std::string(address);
   m.incarnation = NewIncarnationLocked();
   m.last_heartbeat = now;
   m.alive = true;
+  m.dead_since = absl::InfiniteFuture();
   if (replacement) ++generation_;  // membership changed after a failure
   m.registered_generation = generation_;
-  if (joining_rank) return Registration{rank, m.incarnation, generation_, state_, /*joining=*/true};
   if (AllAliveLocked() && state_ != JobState::kFinished) {
     state_ = rolling_back_ ? JobState::kRecovering : JobState::kRunning;
   }
-  return Registration{rank, m.incarnation, generation_, state_};
+  return Registration{rank, m.incarnation, generation_, state_, /*joining=*/false, m.id};
+}
+
+int Membership::RankOfIdLocked(Role role, int id) {
+  const std::vector<Member>& ranks = RanksLocked(role);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    if (ranks[r].id == id) return r;
+  }
+  return -1;
 }
 
 std::string Membership::NewIncarnationLocked() {
@@ -133,17 +210,16 @@ std::string Membership::NewIncarnationLocked() {
   return incarnation;
 }
 
-Member* Membership::FindLocked(Role role, int rank, absl::string_view incarnation, bool* removed) {
+Member* Membership::FindLocked(Role role, int id, absl::string_view incarnation, bool* removed) {
   *removed = false;
-  std::vector<Member>& ranks = RanksLocked(role);
-  std::vector<Member>& joining = JoiningLocked(role);
-  const int count = static_cast<int>(ranks.size());
   Member* found = nullptr;
-  if (rank >= 0 && rank < count) found = &ranks[rank];
-  if (rank >= count && rank < count + static_cast<int>(joining.size())) found = &joining[rank - count];
+  if (const int rank = RankOfIdLocked(role, id); rank != -1) found = &RanksLocked(role)[rank];
+  for (Member& m : JoiningLocked(role)) {
+    if (found == nullptr && m.rank != -1 && m.id == id) found = &m;
+  }
   if (found != nullptr && CheckIncarnation(*found, incarnation).ok()) return found;
   for (const Member& m : removed_) {
-    if (m.role == role && m.rank == rank && CheckIncarnation(m, incarnation).ok()) {
+    if (m.role == role && m.id == id && CheckIncarnation(m, incarnation).ok()) {
       *removed = true;
       return nullptr;
     }
@@ -167,34 +243,33 @@ absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view inc
   if (m.incarnation.size() != kIncarnationBytes ||
       CRYPTO_memcmp(m.incarnation.data(), incarnation.data(), kIncarnationBytes) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s rank %d: not its current incarnation (superseded by a newer registration, or never issued): this "
+        "%s %d: not its current incarnation (superseded by a newer registration, or never issued): this "
         "process must stop",
-        RoleName(m.role), m.rank));
+        RoleName(m.role), m.id));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
-                                               uint64_t routing_generation) {
+absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
+                                               uint64_t routing_generation, int* rank) {
   absl::MutexLock lock(&mu_);
   bool removed = false;
-  Member* found = FindLocked(role, rank, incarnation, &removed);
+  Member* found = FindLocked(role, id, incarnation, &removed);
   if (removed) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("%s rank %d left the job in a rescale: it exits", RoleName(role), rank));
+    return absl::OutOfRangeError(absl::StrFormat("%s %d left the job in a rescale: it exits", RoleName(role), id));
   }
   if (found == nullptr) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s rank %d is not in [0, %d)", RoleName(role), rank,
-                                                      RanksLocked(role).size() + JoiningLocked(role).size()));
+    return absl::InvalidArgumentError(absl::StrFormat("%s %d is not a member of the job", RoleName(role), id));
   }
   Member& m = *found;
   KESTREL_RETURN_IF_ERROR(CheckIncarnation(m, incarnation));
   if (!m.alive) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("%s rank %d was declared dead: register again", RoleName(role), rank));
+        absl::StrFormat("%s %d was declared dead: register again", RoleName(role), id));
   }
   m.last_heartbeat = now;
   m.routing_generation = routing_generation;
+  if (rank != nullptr) *rank = m.rank;
   return generation_;
 }
 
@@ -205,6 +280,7 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
     for (Member& m : *ranks) {
       if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
         m.alive = false;
+        m.dead_since = now;
         expired.push_back(m);
         // Remembered until a rollback or failover: a replacement registering first must not hide the lost rows.
         // A server out of service serves nothing (a failed-over one's replacement): its death loses nothing.
@@ -226,6 +302,18 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
     if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
   }
   return expired;
+}
+
+DeadMembers Membership::DeadFor(absl::Duration timeout, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  DeadMembers out;
+  if (state_ == JobState::kForming || state_ == JobState::kFinished) return out;
+  for (auto [ranks, list] : {std::make_pair(&servers_, &out.servers), std::make_pair(&workers_, &out.workers)}) {
+    for (const Member& m : *ranks) {
+      if (m.rank != -1 && !m.alive && m.dead_since <= now - timeout) list->push_back(m.rank);
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<JobState> Membership::MarkWorkerDone(int rank) {
@@ -410,13 +498,45 @@ JobState Membership::state() const {
   return state_;
 }
 
+std::vector<int> MapRanks(int old_count, int target, const std::vector<int>& removed) {
+  std::vector<int> out;
+  for (int r = 0; r < old_count && static_cast<int>(out.size()) < target; ++r) {
+    if (std::find(removed.begin(), removed.end(), r) == removed.end()) out.push_back(r);
+  }
+  out.resize(std::max<int>(target, 0), -1);
+  return out;
+}
+
 absl::Status Membership::BeginScale(ScaleTarget target) {
   absl::MutexLock lock(&mu_);
   if (target.servers < 1 || target.servers > kMaxServers || target.workers < 1 || target.workers > kMaxWorkers) {
     return absl::InvalidArgumentError(absl::StrFormat("need 1..%d servers and 1..%d workers, got %d and %d",
                                                       kMaxServers, kMaxWorkers, target.servers, target.workers));
   }
-  if (target.servers == static_cast<int>(servers_.size()) && target.workers == static_cast<int>(workers_.size())) {
+  const bool removes = !target.remove_servers.empty() || !target.remove_workers.empty();
+  for (auto [list, ranks, role] : {std::make_tuple(&target.remove_servers, &servers_, Role::kServer),
+                                   std::make_tuple(&target.remove_workers, &workers_, Role::kWorker)}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const int r = (*list)[i];
+      if (r < 0 || r >= static_cast<int>(ranks->size()) || (i > 0 && r <= (*list)[i - 1])) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "the %s ranks to remove must increase and lie in [0, %d)", RoleName(role), ranks->size()));
+      }
+      if ((*ranks)[r].alive) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s rank %d is alive: only members that died are removed by rank (shrink the count instead)",
+            RoleName(role), r));
+      }
+    }
+    const int kept = static_cast<int>(ranks->size() - list->size());
+    const int count = role == Role::kServer ? target.servers : target.workers;
+    if (!list->empty() && count > kept) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a rescale that removes %s ranks cannot add others (%d remain, %d asked for)", RoleName(role), kept, count));
+    }
+  }
+  if (!removes && target.servers == static_cast<int>(servers_.size()) &&
+      target.workers == static_cast<int>(workers_.size())) {
     return absl::InvalidArgumentError(absl::StrFormat("the job already has %d servers and %d workers",
                                                       target.servers, target.workers));
   }
@@ -424,17 +544,26 @@ absl::Status Membership::BeginScale(ScaleTarget target) {
     return absl::FailedPreconditionError(absl::StrFormat("a rescale to %d servers and %d workers is in progress",
                                                          scale_->servers, scale_->workers));
   }
-  if (state_ != JobState::kRunning || rolling_back_) {
+  const bool grows = target.servers > static_cast<int>(servers_.size() - target.remove_servers.size()) ||
+                     target.workers > static_cast<int>(workers_.size() - target.remove_workers.size());
+  // Removing dead members is how an elastic job recovers: it may begin while the job recovers or rolls back.
+  const bool may_begin = state_ == JobState::kRunning && !rolling_back_;
+  if (!may_begin && !(removes && !grows && (state_ == JobState::kRecovering || rolling_back_))) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the job is %s, not running: it cannot be rescaled now", JobStateName(state_)));
   }
-  if (std::find(out_of_service_.begin(), out_of_service_.end(), true) != out_of_service_.end()) {
-    return absl::FailedPreconditionError(
-        "a server is out of service (failed over, not yet re-replicated): rescale once the job is whole again");
+  for (size_t s = 0; s < out_of_service_.size(); ++s) {
+    if (out_of_service_[s] && std::find(target.remove_servers.begin(), target.remove_servers.end(),
+                                        static_cast<int>(s)) == target.remove_servers.end()) {
+      return absl::FailedPreconditionError(
+          "a server is out of service (failed over, not yet re-replicated): rescale once the job is whole again");
+    }
   }
   scale_ = target;
-  joining_servers_.assign(std::max<int>(0, target.servers - static_cast<int>(servers_.size())), Member());
-  joining_workers_.assign(std::max<int>(0, target.workers - static_cast<int>(workers_.size())), Member());
+  joining_servers_.assign(
+      std::max<int>(0, target.servers - static_cast<int>(servers_.size() - target.remove_servers.size())), Member());
+  joining_workers_.assign(
+      std::max<int>(0, target.workers - static_cast<int>(workers_.size() - target.remove_workers.size())), Member());
   return absl::OkStatus();
 }
 
@@ -456,11 +585,19 @@ bool Membership::ScaleReady() const {
 
 std::vector<std::string> Membership::TargetServerAddresses() const {
   absl::MutexLock lock(&mu_);
-  const int n = scale_.has_value() ? scale_->servers : static_cast<int>(servers_.size());
-  std::vector<std::string> out(n);
-  for (int r = 0; r < n; ++r) {
-    const int count = static_cast<int>(servers_.size());
-    const Member& m = r < count ? servers_[r] : joining_servers_[r - count];
+  if (!scale_.has_value()) {
+    std::vector<std::string> out(servers_.size());
+    for (size_t r = 0; r < servers_.size(); ++r) {
+      if (servers_[r].alive) out[r] = servers_[r].address;
+    }
+    return out;
+  }
+  const std::vector<int> old_of_new =
+      MapRanks(static_cast<int>(servers_.size()), scale_->servers, scale_->remove_servers);
+  std::vector<std::string> out(old_of_new.size());
+  size_t j = 0;
+  for (size_t r = 0; r < old_of_new.size(); ++r) {
+    const Member& m = old_of_new[r] >= 0 ? servers_[old_of_new[r]] : joining_servers_[j++];
     if (m.alive) out[r] = m.address;
   }
   return out;
@@ -469,22 +606,59 @@ std::vector<std::string> Membership::TargetServerAddresses() const {
 absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
   absl::MutexLock lock(&mu_);
   if (!scale_.has_value()) return absl::FailedPreconditionError("no rescale is pending");
-  auto resize = [this](std::vector<Member>& ranks, std::vector<Member>& joining, int count) {
-    for (int r = count; r < static_cast<int>(ranks.size()); ++r) RemoveLocked(ranks[r]);
-    const int old = static_cast<int>(std::min<size_t>(ranks.size(), count));
-    ranks.resize(count);
-    for (int r = old; r < count; ++r) ranks[r] = joining[r - old];
+  bool workers_renumbered = false;
+  auto relayout = [&](std::vector<Member>& ranks, std::vector<Member>& joining, int count,
+                      const std::vector<int>& removed) {
+    const std::vector<int> old_of_new = MapRanks(static_cast<int>(ranks.size()), count, removed);
+    std::vector<bool> kept(ranks.size(), false);
+    std::vector<Member> next;
+    size_t j = 0;
+    for (int r = 0; r < count; ++r) {
+      const int old = old_of_new[r];
+      Member m = old >= 0 ? ranks[old] : joining[j++];
+      if (old >= 0) kept[old] = true;
+      if (m.role == Role::kWorker && old >= 0 && old != r && m.rank != -1) {
+        workers_renumbered = true;
+        m.rank = -2;  // marked: moves to the new generation below
+      } else if (m.rank != -1) {
+        m.rank = r;
+      }
+      next.push_back(std::move(m));
+    }
+    for (size_t old = 0; old < ranks.size(); ++old) {
+      if (kept[old]) continue;
+      if (std::find(removed.begin(), removed.end(), static_cast<int>(old)) != removed.end()) {
+        removed_ids_.insert({ranks[old].role, ranks[old].id});
+      }
+      RemoveLocked(ranks[old]);
+    }
+    ranks = std::move(next);
     joining.clear();
+    return old_of_new;
   };
-  resize(servers_, joining_servers_, scale_->servers);
-  resize(workers_, joining_workers_, scale_->workers);
+  relayout(servers_, joining_servers_, scale_->servers, scale_->remove_servers);
+  const std::vector<int> worker_map = relayout(workers_, joining_workers_, scale_->workers, scale_->remove_workers);
+  // A renumbered worker's requests of the old layout name a rank that is another's now: they must be refused
+  // (the servers compare each rank's generation), so it moves to a new generation, which it learns by rejoining.
+  if (workers_renumbered) ++generation_;
+  for (int r = 0; r < static_cast<int>(workers_.size()); ++r) {
+    if (workers_[r].rank == -2) {
+      workers_[r].rank = r;
+      workers_[r].registered_generation = generation_;
+    }
+  }
+  std::vector<bool> done(workers_.size(), false);
+  for (size_t r = 0; r < worker_map.size(); ++r) {
+    if (worker_map[r] >= 0) done[r] = done_[worker_map[r]];
+  }
+  done_ = std::move(done);
   out_of_service_.assign(servers_.size(), false);
   lost_.assign(servers_.size(), false);
-  done_.resize(workers_.size(), false);
   partition_ = partition;
   ++layout_generation_;
   scale_.reset();
   if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
+  if (state_ == JobState::kRecovering && !rolling_back_ && AllAliveLocked()) state_ = JobState::kRunning;
   return ++routing_generation_;
 }
 
@@ -504,6 +678,11 @@ JobLayout Membership::layout() const {
   out.num_workers = static_cast<int>(workers_.size());
   out.partition = partition_;
   out.generation = layout_generation_;
+  for (const Member& m : servers_) out.server_ids.push_back(m.id);
+  for (const Member& m : workers_) {
+    out.worker_ids.push_back(m.id);
+    out.worker_generations.push_back(m.rank == -1 ? 0 : m.registered_generation);
+  }
   return out;
 }
 

@@ -22,12 +22,24 @@
 // without it (kRunning once every other member is alive; its replacement may register but serves nothing). A
 // rollback puts every server back in service.
 //
-// Rescales (docs/elasticity.md). BeginScale names new server and worker counts: ranks beyond the job's counts may
-// then register as joining members (they heartbeat, but the job neither waits for them nor fails over them).
-// CommitScale makes the new counts the job's: joining members become ranks of the job, ranks beyond the new
-// counts are removed (their heartbeats are answered OutOfRange: they exit, they did not fail), and the layout
-// generation moves. CancelScale removes the joining members instead. The job's layout (its counts and
-// partition) lives here, the one place every other part of the scheduler reads it from.
+// Ranks and ids. A member's rank is its place in the job's layout: ranks are dense (0 .. n-1) because the
+// partition's owners, BSP's rank order and the workers' data shares are indexed by them. A member's id is the
+// rank its certificate names (spiffe://kestrel/<job>/<role>/<id>, common/peer_identity.h): the rank it asks for
+// when it registers (--shard_index, --rank), fixed for the life of the process. A job starts with rank == id;
+// a rescale that removes a rank from the middle (an elastic job dropping a member that did not come back)
+// renumbers the ranks above it, so their ids no longer equal their ranks. The layout records each rank's id;
+// Register, Heartbeat and Rejoin name the member by id, WaitToStart, Advance and the servers' requests by rank
+// (checked against the certificate through the layout's ids).
+//
+// Rescales (docs/elasticity.md). BeginScale names new server and worker counts, and optionally ranks to remove:
+// ids outside the job may then register as joining members (they heartbeat, but the job neither waits for them
+// nor fails over them; they take the new ranks in the order of their ids). CommitScale makes the new layout the
+// job's (MapRanks): the ranks kept keep their order, joining members follow, removed members' heartbeats are
+// answered OutOfRange (they exit, they did not fail), and the layout generation moves. CancelScale removes the
+// joining members instead. The job's layout (its counts, partition and ids) lives here, the one place every
+// other part of the scheduler reads it from. Elastic jobs: DeadFor() names the members dead for longer than a
+// timeout, which the coordinator removes with such a rescale; an id removed that way that registers again is
+// answered OutOfRange (it exits 0).
 //
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
@@ -38,6 +50,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +81,10 @@ struct MembershipOptions {
   // Rescales the job had before this scheduler started (a resume from a checkpoint of a rescaled job).
   // Default: 0.
   uint64_t layout_generation = 0;
+  // By rank, the id (certificate rank) of each rank, as of that rescale (CheckpointManifest.server_ids /
+  // worker_ids). Default: empty = every rank's id is the rank.
+  std::vector<int> server_ids;
+  std::vector<int> worker_ids;
 };
 
 // The length of an incarnation, in bytes (128 random bits).
@@ -75,13 +92,15 @@ inline constexpr size_t kIncarnationBytes = 16;
 
 struct Member {
   Role role = Role::kWorker;
-  int rank = -1;
+  int rank = -1;  // -1: never registered
+  int id = -1;    // the rank its certificate names (see the class comment); known before it registers
   std::string address;
   std::string incarnation;  // kIncarnationBytes random bytes; "" before the first registration
   uint64_t registered_generation = 0;  // the job generation right after this registration
   absl::Time last_heartbeat;
   bool alive = false;
   uint64_t routing_generation = 0;  // servers: the routing generation their latest heartbeat said they act on
+  absl::Time dead_since = absl::InfiniteFuture();  // when it was declared dead (InfiniteFuture: it was not)
 };
 
 // Which servers serve nothing (common/partition.h Routing), as of a routing generation.
@@ -98,6 +117,7 @@ struct Registration {
   uint64_t generation = 0;
   JobState state = JobState::kForming;
   bool joining = false;  // a rank of a pending rescale (BeginScale), not yet of the job
+  int id = -1;           // the member's id (the requested one, or the one taken for -1)
 };
 
 // The job's shape: its counts and key partition (common/partition.h Partition::ToString()), as of a rescale.
@@ -106,12 +126,33 @@ struct JobLayout {
   int num_workers = 1;
   std::string partition;
   uint64_t generation = 0;  // rescales so far
+  std::vector<int> server_ids;  // by rank: the id (certificate rank) of each server
+  std::vector<int> worker_ids;  // by rank: the id of each worker
+  std::vector<uint64_t> worker_generations;  // by rank: WorkerGenerations(), of the same moment
 };
 
 // Server and worker counts a rescale moves to.
 struct ScaleTarget {
   int servers = 1;
   int workers = 1;
+  // Ranks of the job to remove (elastic jobs: members that did not come back; each must be dead), increasing.
+  // The other ranks keep their order and are renumbered densely; a smaller count than what remains drops the
+  // highest of them too. Default: none.
+  std::vector<int> remove_servers;
+  std::vector<int> remove_workers;
+};
+
+// How the ranks of one role map across a rescale: for each rank of the new layout, the rank it had in the old
+// one, or -1 for a joining member. The ranks kept are those below `old_count` not in `removed` (increasing, so
+// they keep their order), the first `target` of them; joining members follow. E.g. old_count 3, removed {1},
+// target 2: {0, 2}; target 3: {0, 2, -1}.
+std::vector<int> MapRanks(int old_count, int target, const std::vector<int>& removed);
+
+// The members to remove from an elastic job (Membership::DeadFor).
+struct DeadMembers {
+  std::vector<int> servers;  // ranks, increasing
+  std::vector<int> workers;
+  bool empty() const { return servers.empty() && workers.empty(); }
 };
 
 class Membership {
@@ -120,22 +161,28 @@ class Membership {
   static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options,
                                                             std::string partition = "");
 
-  // Registers a member. requested_rank -1 takes the lowest rank never registered, else the lowest dead one.
-  // AlreadyExists when the requested rank is held by a live member; ResourceExhausted when every rank is;
-  // InvalidArgument for a rank out of range or a server without an address. During a pending rescale, ranks
-  // up to its counts register as joining members.
-  absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_rank, absl::Time now);
+  // Registers the member whose id (certificate rank) is `requested_id` and answers its rank. requested_id -1
+  // takes the lowest rank never registered, else the lowest dead one. AlreadyExists when the id is held by a
+  // live member; ResourceExhausted when every rank is; InvalidArgument for an id out of range or a server
+  // without an address. During a pending rescale, ids outside the job register as joining members (up to its
+  // counts); otherwise they are answered Unavailable (they retry until a rescale names them), or OutOfRange
+  // when an elastic rescale removed that id (it exits).
+  absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_id, absl::Time now);
 
-  // Records a heartbeat and returns the current generation. InvalidArgument when `incarnation` is not
-  // kIncarnationBytes long; FailedPrecondition when it is not this rank's current incarnation (superseded by a
-  // newer registration, never issued) or the rank was declared dead (it must register again).
+  // Records a heartbeat of the member with id `id` and returns the current generation (and, in *rank, the
+  // member's rank now: a rescale may have renumbered it). InvalidArgument when `incarnation` is not
+  // kIncarnationBytes long; FailedPrecondition when it is not this id's current incarnation (superseded by a
+  // newer registration, never issued) or the member was declared dead (it must register again).
   // `routing_generation`: the routing the member acts on (servers of replicated jobs). OutOfRange: a rescale
   // removed this member (it exits; not a failure).
-  absl::StatusOr<uint64_t> Heartbeat(Role role, int rank, absl::string_view incarnation, absl::Time now,
-                                     uint64_t routing_generation = 0);
+  absl::StatusOr<uint64_t> Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
+                                     uint64_t routing_generation = 0, int* rank = nullptr);
 
   // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
   std::vector<Member> ExpireSilent(absl::Time now);
+  // Elastic jobs: the job's members declared dead at least `timeout` before `now` and not registered again
+  // since (none while the job forms or after it finished).
+  DeadMembers DeadFor(absl::Duration timeout, absl::Time now) const;
 
   // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
   absl::StatusOr<JobState> MarkWorkerDone(int rank);
@@ -181,7 +228,9 @@ class Membership {
   bool ServersAtRouting(uint64_t generation) const;
 
   // Rescales. BeginScale: FailedPrecondition unless the job is running with no rescale pending and no server
-  // out of service; InvalidArgument for counts out of range or equal to the job's.
+  // out of service; InvalidArgument for counts out of range or a target that changes nothing. A target that
+  // removes ranks (every one dead, none joining) may also begin while the job recovers, rolls back, or has the
+  // removed servers out of service.
   absl::Status BeginScale(ScaleTarget target);
   std::optional<ScaleTarget> pending_scale() const;
   // Every joining rank of the pending rescale is alive (false when none is pending).
@@ -189,8 +238,9 @@ class Membership {
   // By rank, where each server of the pending rescale's layout serves ("" for one not alive): the job's servers
   // below both counts, joining ones above.
   std::vector<std::string> TargetServerAddresses() const;
-  // The pending rescale becomes the job's layout, with `partition`; a new routing generation, which is returned.
-  // FailedPrecondition when none is pending.
+  // The pending rescale becomes the job's layout, with `partition` (ranks mapped as MapRanks says); a new
+  // routing generation, which is returned. Workers whose rank changed move to a new generation (their requests
+  // of the old layout are refused; they rejoin). FailedPrecondition when none is pending.
   absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
   // Drops the pending rescale: joining members are removed.
   void CancelScale();
@@ -210,10 +260,12 @@ class Membership {
   std::vector<Member>& JoiningLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return role == Role::kServer ? joining_servers_ : joining_workers_;
   }
-  // The member holding (role, rank) for a heartbeat: of the job, joining, or null; *removed when a rescale
-  // removed the registration `incarnation` names.
-  Member* FindLocked(Role role, int rank, absl::string_view incarnation, bool* removed)
+  // The member with id `id` for a heartbeat: of the job, joining, or null; *removed when a rescale removed the
+  // registration `incarnation` names.
+  Member* FindLocked(Role role, int id, absl::string_view incarnation, bool* removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job rank whose id is `id`, or -1.
+  int RankOfIdLocked(Role role, int id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves `m` to the removed members (kept, bounded, so its heartbeats are answered OutOfRange).
   void RemoveLocked(Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,7 +275,7 @@ class Membership {
 
   const MembershipOptions options_;
   mutable absl::Mutex mu_;
-  std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered
+  std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered (id is set)
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
@@ -241,10 +293,13 @@ class Membership {
   std::string partition_ ABSL_GUARDED_BY(mu_);
   uint64_t layout_generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<ScaleTarget> scale_ ABSL_GUARDED_BY(mu_);
-  // By rank - the job's count: joining members of the pending rescale (rank -1: not registered yet).
+  // The joining members of the pending rescale: registered ones first, by id (their ranks follow the job's in
+  // that order), then free places (rank -1).
   std::vector<Member> joining_servers_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> joining_workers_ ABSL_GUARDED_BY(mu_);
   std::deque<Member> removed_ ABSL_GUARDED_BY(mu_);  // newest last, at most kMaxRemembered
+  // Ids an elastic rescale removed (dead members that did not come back), by role: registering again is refused.
+  std::set<std::pair<Role, int>> removed_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kestrel

@@ -309,5 +309,115 @@ TEST(MembershipTest, CancelledRescaleLetsTheJoiningRanksGo) {
   EXPECT_TRUE(absl::IsUnavailable(m->Register(Role::kServer, "h:1", 1, kStart).status()));
 }
 
+TEST(MembershipTest, MapRanksKeepsTheOrderOfWhatRemainsThenAddsJoiningRanks) {
+  EXPECT_EQ(MapRanks(3, 2, {1}), (std::vector<int>{0, 2}));
+  EXPECT_EQ(MapRanks(3, 1, {0}), (std::vector<int>{1}));
+  EXPECT_EQ(MapRanks(3, 4, {}), (std::vector<int>{0, 1, 2, -1}));
+  EXPECT_EQ(MapRanks(4, 2, {}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(MapRanks(4, 1, {0, 2}), (std::vector<int>{1}));
+}
+
+TEST(MembershipTest, RemovingADeadMiddleRankRenumbersTheRanksAboveItKeepingTheirIds) {
+  auto m = Make(3, 3);
+  std::vector<std::string> servers, workers;
+  for (int s = 0; s < 3; ++s) servers.push_back(m->Register(Role::kServer, absl::StrCat("h:", s), s, kStart)->incarnation);
+  for (int w = 0; w < 3; ++w) workers.push_back(m->Register(Role::kWorker, "", w, kStart)->incarnation);
+  ASSERT_EQ(m->state(), JobState::kRunning);
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->BeginScale({3, 2, {}, {1}}))) << "worker 1 is alive";
+
+  // Worker 1 and server 1 go silent; the others keep beating.
+  const absl::Time later = kStart + absl::Seconds(3);
+  for (int s : {0, 2}) ASSERT_TRUE(m->Heartbeat(Role::kServer, s, servers[s], later).ok());
+  for (int w : {0, 2}) ASSERT_TRUE(m->Heartbeat(Role::kWorker, w, workers[w], later).ok());
+  ASSERT_EQ(m->ExpireSilent(later).size(), 2u);
+  EXPECT_TRUE(m->DeadFor(absl::Seconds(5), later + absl::Seconds(4)).empty()) << "not dead long enough";
+  const DeadMembers dead = m->DeadFor(absl::Seconds(5), later + absl::Seconds(5));
+  EXPECT_EQ(dead.servers, std::vector<int>{1});
+  EXPECT_EQ(dead.workers, std::vector<int>{1});
+  EXPECT_EQ(m->state(), JobState::kRecovering);
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BeginScale({2, 3, {}, {1}}))) << "a removal cannot add ranks";
+  EXPECT_TRUE(absl::IsInvalidArgument(m->BeginScale({3, 2, {}, {1, 1}})));
+
+  // Removing them while the job recovers (it cannot run without them).
+  ASSERT_TRUE(m->BeginScale({2, 2, {1}, {1}}).ok()) << "a removal may begin while the job recovers";
+  EXPECT_TRUE(m->ScaleReady());
+  EXPECT_EQ(m->TargetServerAddresses(), (std::vector<std::string>{"h:0", "h:2"}));
+  const uint64_t generation = m->generation();
+  ASSERT_TRUE(m->CommitScale("p2").ok());
+  const JobLayout layout = m->layout();
+  EXPECT_EQ(layout.num_servers, 2);
+  EXPECT_EQ(layout.num_workers, 2);
+  EXPECT_EQ(layout.server_ids, (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout.worker_ids, (std::vector<int>{0, 2}));
+  EXPECT_EQ(m->state(), JobState::kRunning) << "every member left is alive";
+  // Worker id 2 is rank 1 now, at a new generation (its requests of the old layout named rank 2); worker 0
+  // keeps its generation.
+  EXPECT_GT(m->generation(), generation);
+  const std::vector<uint64_t> generations = m->WorkerGenerations();
+  ASSERT_EQ(generations.size(), 2u);
+  EXPECT_EQ(generations[1], m->generation());
+  EXPECT_LT(generations[0], generations[1]);
+  // Heartbeats name the id; the answer says the rank.
+  int rank = -1;
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 2, workers[2], later, 0, &rank).ok());
+  EXPECT_EQ(rank, 1);
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 2, servers[2], later, 0, &rank).ok());
+  EXPECT_EQ(rank, 1);
+  EXPECT_TRUE(m->CheckWorker(1, workers[2], generations[1]).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(m->CheckWorker(1, workers[2], generation)))
+      << "a request of the old layout is refused";
+  // The removed ids are told they are out, now and when they come back.
+  EXPECT_TRUE(absl::IsOutOfRange(m->Heartbeat(Role::kWorker, 1, workers[1], later).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->Register(Role::kWorker, "", 1, later).status()));
+  EXPECT_TRUE(absl::IsOutOfRange(m->Register(Role::kServer, "h:1", 1, later).status()));
+  // A later rescale that grows the job may take a removed id back: it joins after the ranks kept.
+  ASSERT_TRUE(m->BeginScale({2, 3}).ok());
+  auto back = m->Register(Role::kWorker, "", 1, later);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->joining);
+  EXPECT_EQ(back->rank, 2);
+  ASSERT_TRUE(m->CommitScale("p2").ok());
+  EXPECT_EQ(m->layout().worker_ids, (std::vector<int>{0, 2, 1}));
+}
+
+TEST(MembershipTest, JoiningMembersTakeTheNewRanksInTheOrderOfTheirIds) {
+  auto m = Make(1, 1);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:0", 0, kStart).ok());
+  ASSERT_TRUE(m->Register(Role::kWorker, "", 0, kStart).ok());
+  ASSERT_TRUE(m->BeginScale({1, 3}).ok());
+  auto five = m->Register(Role::kWorker, "", 5, kStart);
+  ASSERT_TRUE(five.ok());
+  EXPECT_EQ(five->rank, 1);
+  auto two = m->Register(Role::kWorker, "", 2, kStart);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->rank, 1);
+  EXPECT_TRUE(absl::IsAlreadyExists(m->Register(Role::kWorker, "", 5, kStart).status()));
+  EXPECT_TRUE(absl::IsUnavailable(m->Register(Role::kWorker, "", 7, kStart).status())) << "no place left";
+  int rank = -1;
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 5, five->incarnation, kStart, 0, &rank).ok());
+  EXPECT_EQ(rank, 2);
+  ASSERT_TRUE(m->CommitScale("p1").ok());
+  EXPECT_EQ(m->layout().worker_ids, (std::vector<int>{0, 2, 5}));
+}
+
+TEST(MembershipTest, ResumedIdsAreTheCheckpointsAndAreValidated) {
+  MembershipOptions options;
+  options.num_servers = 2;
+  options.num_workers = 2;
+  options.worker_ids = {0, 3};
+  auto m = Membership::Create(options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->layout().worker_ids, (std::vector<int>{0, 3}));
+  EXPECT_EQ((*m)->layout().server_ids, (std::vector<int>{0, 1}));
+  auto registered = (*m)->Register(Role::kWorker, "", 3, kStart);
+  ASSERT_TRUE(registered.ok());
+  EXPECT_EQ(registered->rank, 1);
+  EXPECT_TRUE(absl::IsUnavailable((*m)->Register(Role::kWorker, "", 1, kStart).status()));
+  options.worker_ids = {3, 3};
+  EXPECT_TRUE(absl::IsInvalidArgument(Membership::Create(options).status()));
+  options.worker_ids = {0};
+  EXPECT_TRUE(absl::IsInvalidArgument(Membership::Create(options).status()));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -17,24 +17,23 @@ class GrpcSchedulerClient final : public SchedulerClient {
         stub_(Scheduler::NewStub(grpc::CreateChannel(
             address, options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials()))) {}
 
-  absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
-                                            int requested_rank) override {
+  absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) override {
     RegisterRequest request;
     request.set_job_id(options_.job_id);
     request.set_role(role);
     request.set_address(address);
-    request.set_requested_rank(requested_rank);
+    request.set_requested_rank(id);
     RegisterResponse response;
     return Call(&Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation,
+  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
                                                uint64_t routing_generation) override {
     HeartbeatRequest request;
     request.set_routing_generation(routing_generation);
     request.set_job_id(options_.job_id);
     request.set_role(role);
-    request.set_rank(rank);
+    request.set_id(id);
     request.set_incarnation(incarnation);
     HeartbeatResponse response;
     return Call(&Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
@@ -56,9 +55,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
   }
 
   absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
-                                  bool done, const WorkerState* state) override {
+                                  bool done, const WorkerState* state, uint64_t layout_generation) override {
     AdvanceRequest request;
     if (state != nullptr) *request.mutable_state() = *state;
+    request.set_layout_generation(layout_generation);
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_finished(finished);
@@ -71,8 +71,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->min_clock();
   }
 
-  absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation) override {
+  absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
+                     uint64_t layout_generation) override {
     AdvanceRequest request;
+    request.set_layout_generation(layout_generation);
     request.set_job_id(options_.job_id);
     request.set_rank(rank);
     request.set_finished(finished);
@@ -91,10 +93,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
   }
 
-  absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) override {
+  absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) override {
     RejoinRequest request;
     request.set_job_id(options_.job_id);
-    request.set_rank(rank);
+    request.set_id(id);
     request.set_incarnation(incarnation);
     RegisterResponse response;
     return Call(&Scheduler::Stub::Rejoin, request, &response, options_.rpc_deadline);
@@ -109,18 +111,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return result->clock();
   }
 
-  absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout, bool verify,
-                                      int64_t at_clock) override {
-    ScaleRequest request;
-    request.set_verify(verify);
-    request.set_at_clock(at_clock);
+  absl::StatusOr<ScaleResponse> Scale(ScaleRequest request, absl::Duration deadline) override {
     request.set_job_id(options_.job_id);
-    request.set_servers(servers);
-    request.set_workers(workers);
-    request.set_join_timeout_ms(absl::ToInt64Milliseconds(join_timeout));
     ScaleResponse response;
-    // The new ranks may take join_timeout to start, then rows move: a generous deadline.
-    return Call(&Scheduler::Stub::Scale, request, &response, join_timeout + options_.wait_deadline);
+    return Call(&Scheduler::Stub::Scale, request, &response, deadline);
   }
 
  private:
@@ -160,10 +154,10 @@ bool ApplyRouting(RoutingTable& table, uint64_t generation,
   return true;
 }
 
-Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, std::string incarnation,
+Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int id, std::string incarnation,
                          absl::Duration interval, std::function<void(absl::Status)> on_refused,
                          std::function<void(const HeartbeatResponse&)> on_answer)
-    : thread_([this, client, role, rank, incarnation = std::move(incarnation), interval,
+    : thread_([this, client, role, id, incarnation = std::move(incarnation), interval,
                on_refused = std::move(on_refused), on_answer = std::move(on_answer)] {
         while (true) {
           {
@@ -177,13 +171,13 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int rank, std
             if (stop_) return;
             soon_ = false;
           }
-          auto response = client->Heartbeat(role, rank, incarnation, routing_generation_.load());
+          auto response = client->Heartbeat(role, id, incarnation, routing_generation_.load());
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
             return;
           }
           if (!response.ok()) {
-            KLOG(Warning) << "heartbeat of rank " << rank << " failed: " << response.status();
+            KLOG(Warning) << "heartbeat of id " << id << " failed: " << response.status();
           } else if (on_answer) {
             on_answer(*response);
           }

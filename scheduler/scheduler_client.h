@@ -21,10 +21,11 @@ namespace kestrel {
 class SchedulerClient {
  public:
   virtual ~SchedulerClient() = default;
-  virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address,
-                                                    int requested_rank) = 0;
+  // `id`: the member's id, the rank its certificate names (-1: any free one); the answer says its rank.
+  virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) = 0;
+  // `id`: as registered (a rescale may renumber the member's rank, never its id; the answer says the rank).
   // `routing_generation`: servers of replicated jobs, the routing they act on (0 otherwise).
-  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int rank, const std::string& incarnation,
+  virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
                                                       uint64_t routing_generation) = 0;
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
@@ -33,21 +34,22 @@ class SchedulerClient {
   virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
                                               const std::string& incarnation, uint64_t layout_generation = 0) = 0;
   // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
+  // `layout_generation`: as for WaitToStart.
   virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,
                                           const std::string& incarnation, bool done = false,
-                                          const WorkerState* state = nullptr) = 0;
+                                          const WorkerState* state = nullptr, uint64_t layout_generation = 0) = 0;
   // Once the job is finished: worker `rank`, at clock `finished`, needs the servers no more and exits.
-  virtual absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation) = 0;
+  virtual absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
+                             uint64_t layout_generation = 0) = 0;
   virtual absl::StatusOr<DescribeResponse> Describe() = 0;
-  // After a rollback: where live worker `rank` continues (clock, reader position, generation to stamp).
-  // UNAVAILABLE while the rollback is in progress.
-  virtual absl::StatusOr<RegisterResponse> Rejoin(int rank, const std::string& incarnation) = 0;
+  // After a rollback or rescale: where the live worker with id `id` continues (its rank, clock, reader position,
+  // generation to stamp). UNAVAILABLE while the rollback is in progress.
+  virtual absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) = 0;
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
-  // Resizes the running job (docs/elasticity.md); answers once the rescale is done. `verify`: read the
-  // full-table fingerprint before and after (ScaleResponse); `at_clock` > 0: at that clock's boundary.
-  virtual absl::StatusOr<ScaleResponse> Scale(int servers, int workers, absl::Duration join_timeout,
-                                              bool verify = false, int64_t at_clock = 0) = 0;
+  // Resizes the running job (docs/elasticity.md, ScaleRequest); answers once the rescale is done. The request's
+  // job id is the client's.
+  virtual absl::StatusOr<ScaleResponse> Scale(ScaleRequest request, absl::Duration deadline) = 0;
 };
 
 struct SchedulerClientOptions {
@@ -75,8 +77,9 @@ std::unique_ptr<SchedulerClient> NewGrpcSchedulerClient(const std::string& addre
 // superseded and must stop. Transient errors are logged and retried. Thread-safe.
 class Heartbeater {
  public:
-  // `on_answer` (optional) runs with every answered heartbeat (generation, worker generations).
-  Heartbeater(SchedulerClient* client, MemberRole role, int rank, std::string incarnation, absl::Duration interval,
+  // `id`: the member's id (as registered). `on_answer` (optional) runs with every answered heartbeat
+  // (generation, the member's rank, worker generations).
+  Heartbeater(SchedulerClient* client, MemberRole role, int id, std::string incarnation, absl::Duration interval,
               std::function<void(absl::Status)> on_refused,
               std::function<void(const HeartbeatResponse&)> on_answer = nullptr);
   ~Heartbeater();

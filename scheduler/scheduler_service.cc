@@ -146,6 +146,8 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   const RoutingState routing = membership_->routing();
   view->set_routing_generation(routing.generation);
   for (int s : routing.out_of_service) view->add_out_of_service(s);
+  for (int id : layout.server_ids) view->add_server_ids(id);
+  for (int id : layout.worker_ids) view->add_worker_ids(id);
   uint64_t fingerprint = Hash64(options_.job_id);
   fingerprint = HashCombine(fingerprint, Hash64(layout.partition));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(layout.num_servers));
@@ -203,6 +205,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
     status = registration.status();
     if (status.ok()) {
       response->set_rank(registration->rank);
+      response->set_id(registration->id);
       response->set_incarnation(registration->incarnation);
       response->set_generation(registration->generation);
       response->set_joining(registration->joining);
@@ -223,7 +226,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
         // Flushed after CancelWaits() ran? Then they must not stay queued in the ClockTable.
         if (shutting_down_.load()) clocks_->CancelAll(absl::UnavailableError("the scheduler is shutting down"));
       }
-      KLOG(Info) << RoleName(RoleOf(request->role())) << " rank " << registration->rank << " registered from "
+      KLOG(Info) << RoleName(RoleOf(request->role())) << " " << registration->id << " registered as rank "
+                 << registration->rank << " from "
                  << (request->address().empty() ? context->peer() : request->address()) << " (generation "
                  << registration->generation << ", job " << JobStateName(registration->state)
                  << (registration->joining ? ", joining in a rescale" : "") << ")";
@@ -237,19 +241,23 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
                                                           HeartbeatResponse* response) {
   const RpcMetrics::Call call = heartbeat_rpc_.Begin();
   absl::Status status =
-      CheckCaller(context, request->job_id(), kMemberRoles, "Heartbeat", request->role(), request->rank());
+      CheckCaller(context, request->job_id(), kMemberRoles, "Heartbeat", request->role(), request->id());
   if (status.ok()) {
-    auto generation =
-        membership_->Heartbeat(RoleOf(request->role()), request->rank(), request->incarnation(), MonotonicNow(),
-                               request->routing_generation());
+    int rank = -1;
+    auto generation = membership_->Heartbeat(RoleOf(request->role()), request->id(), request->incarnation(),
+                                             MonotonicNow(), request->routing_generation(), &rank);
     status = generation.status();
     if (absl::IsOutOfRange(status)) {  // a rescale removed it: it exits
       response->set_removed(true);
       status = absl::OkStatus();
     } else if (status.ok()) {
+      const JobLayout layout = membership_->layout();
       response->set_generation(*generation);
+      response->set_rank(rank);
       response->set_job_state(JobStateName(membership_->state()));
-      for (uint64_t g : membership_->WorkerGenerations()) response->add_worker_generations(g);
+      response->set_layout_generation(layout.generation);
+      for (uint64_t g : layout.worker_generations) response->add_worker_generations(g);
+      for (int id : layout.worker_ids) response->add_worker_ids(id);
       if (Replicated()) {  // members re-route from it
         const RoutingState routing = membership_->routing();
         response->set_routing_generation(routing.generation);
@@ -261,6 +269,21 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
   return Reply(context, call, status);
 }
 
+absl::Status SchedulerServiceImpl::CheckWorkerRank(const std::optional<PeerIdentity>& caller, const JobLayout& layout,
+                                                   int rank, uint64_t layout_generation, const char* method) const {
+  if (layout_generation < layout.generation) {
+    return absl::AbortedError(absl::StrFormat(
+        "the job was rescaled (rescale %d; this worker trains in the layout of rescale %d): rejoin",
+        layout.generation, layout_generation));
+  }
+  if (rank < 0 || rank >= static_cast<int>(layout.worker_ids.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("worker rank %d is not in [0, %d)", rank, layout.worker_ids.size()));
+  }
+  // The certificate names the worker's id, which is its rank unless a rescale renumbered it.
+  return CheckClaimedRank(caller, layout.worker_ids[rank], method);
+}
+
 grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServerContext* context,
                                                             const WaitToStartRequest* request,
                                                             WaitToStartResponse* response) {
@@ -268,14 +291,14 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   // Read before the generation check: a rollback between the check and the queuing (it moves the generation,
   // then cancels every wait) answers this request instead of leaving it queued on the abandoned timeline.
   const uint64_t epoch = clocks_->epoch();
+  std::optional<PeerIdentity> caller;
   absl::Status status =
-      CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, request->rank());
-  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
-  if (status.ok() && request->layout_generation() < membership_->layout().generation) {
-    status = absl::AbortedError(absl::StrFormat(
-        "the job was rescaled (rescale %d; this worker trains in the layout of rescale %d): rejoin",
-        membership_->layout().generation, request->layout_generation()));
+      CheckCaller(context, request->job_id(), kWorkerRoles, "WaitToStart", std::nullopt, std::nullopt, &caller);
+  if (status.ok()) {
+    status = CheckWorkerRank(caller, membership_->layout(), request->rank(), request->layout_generation(),
+                             "WaitToStart");
   }
+  if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Answered now or by the Advance() that allows it: never blocks this thread.
@@ -311,8 +334,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
   const RpcMetrics::Call call = advance_rpc_.Begin();
+  std::optional<PeerIdentity> caller;
   absl::Status status =
-      CheckCaller(context, request->job_id(), kWorkerRoles, "Advance", std::nullopt, request->rank());
+      CheckCaller(context, request->job_id(), kWorkerRoles, "Advance", std::nullopt, std::nullopt, &caller);
+  if (status.ok()) {
+    status = CheckWorkerRank(caller, membership_->layout(), request->rank(), request->layout_generation(), "Advance");
+  }
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
     coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
@@ -347,6 +374,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
       MemberStatus* s = response->add_members();
       s->set_role(m.role == Role::kServer ? ROLE_SERVER : ROLE_WORKER);
       s->set_rank(m.rank);
+      s->set_id(m.id);
       s->set_address(m.address);
       s->set_alive(m.alive);
       if (m.role == Role::kWorker) s->set_clock(clocks_->ClockOf(m.rank));
@@ -362,6 +390,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_failovers(routing.failovers);
     response->set_rereplications(routing.rereplications);
     response->set_under_replicated_ranges(UnderReplicatedRanges());
+    response->set_elastic_removals(checkpoints.elastic_removals);
   }
   return Reply(context, call, status);
 }
@@ -369,43 +398,44 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerContext* context,
                                                        const RejoinRequest* request, RegisterResponse* response) {
   const RpcMetrics::Call call = rejoin_rpc_.Begin();
-  absl::Status status =
-      CheckCaller(context, request->job_id(), kWorkerRoles, "Rejoin", std::nullopt, request->rank());
-  // Only the live holder of the rank may rejoin (this also counts as its heartbeat).
+  absl::Status status = CheckCaller(context, request->job_id(), kWorkerRoles, "Rejoin", std::nullopt, request->id());
+  // Only the live holder of the id may rejoin (this also counts as its heartbeat).
   bool removed = false;
+  int rank = -1;
   if (status.ok()) {
-    status = membership_->Heartbeat(Role::kWorker, request->rank(), request->incarnation(), MonotonicNow()).status();
-    if (absl::IsOutOfRange(status)) {  // a rescale left this rank out: it exits
+    status = membership_->Heartbeat(Role::kWorker, request->id(), request->incarnation(), MonotonicNow(), 0, &rank)
+                 .status();
+    if (absl::IsOutOfRange(status)) {  // a rescale left this worker out: it exits
       removed = true;
       status = absl::OkStatus();
     }
   }
-  if (status.ok() && !removed && request->rank() >= membership_->layout().num_workers) {
-    status = absl::UnavailableError("this rank joins in a rescale that is not done yet; retry shortly");
-  }
   if (status.ok() && removed) {
-    response->set_rank(request->rank());
+    response->set_rank(-1);
     response->set_removed(true);
     response->set_layout_generation(membership_->layout().generation);
-    KLOG(Info) << "worker rank " << request->rank() << " was left out by a rescale: it exits";
+    KLOG(Info) << "worker " << request->id() << " was left out by a rescale: it exits";
     return Reply(context, call, status);
   }
   if (status.ok() && (membership_->rolling_back() || membership_->state() == JobState::kForming)) {
     status = absl::UnavailableError("the job is rolling back to its last checkpoint; retry shortly");
   }
+  const JobLayout layout = membership_->layout();
+  if (status.ok() && (rank < 0 || rank >= layout.num_workers)) {
+    status = absl::UnavailableError("this worker joins in a rescale that is not done yet; retry shortly");
+  }
   if (status.ok()) {
-    response->set_rank(request->rank());
+    response->set_rank(rank);
+    response->set_id(request->id());
     response->set_incarnation(request->incarnation());
-    const std::vector<uint64_t> generations = membership_->WorkerGenerations();
-    response->set_generation(static_cast<size_t>(request->rank()) < generations.size() ? generations[request->rank()]
-                                                                                        : 0);
+    response->set_generation(layout.worker_generations[rank]);
     FillView(response->mutable_view());
-    response->set_clock(clocks_->ClockOf(request->rank()));
- if (auto state = coordinator_->StateFor(request->rank(), response->clock())) *response->mutable_state() = *state;
+    response->set_clock(clocks_->ClockOf(rank));
+    if (auto state = coordinator_->StateFor(rank, response->clock())) *response->mutable_state() = *state;
     response->set_rollbacks(coordinator_->status().rollbacks);
-    response->set_layout_generation(response->view().layout_generation());
-    KLOG(Info) << "worker rank " << request->rank() << " rejoins at clock " << response->clock() << " (generation "
-               << response->generation() << ")";
+    response->set_layout_generation(layout.generation);
+    KLOG(Info) << "worker " << request->id() << " rejoins as rank " << rank << " at clock " << response->clock()
+               << " (generation " << response->generation() << ", layout " << layout.generation << ")";
   }
   return Reply(context, call, status);
 }
@@ -436,8 +466,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
   const absl::Duration join_timeout =
       request->join_timeout_ms() > 0 ? absl::Milliseconds(request->join_timeout_ms()) : absl::Minutes(5);
   // Answered by the coordinator once the rescale is done; no gRPC thread waits for it.
+  ScaleTarget target{request->servers(), request->workers(),
+                     {request->remove_servers().begin(), request->remove_servers().end()},
+                     {request->remove_workers().begin(), request->remove_workers().end()}};
   status = coordinator_->Scale(
-      ScaleTarget{request->servers(), request->workers()}, join_timeout,
+      std::move(target), join_timeout,
       [reactor, response, call](absl::StatusOr<ScaleResult> result) {
         if (result.ok()) {
           response->set_clock(result->clock);
@@ -466,7 +499,8 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
   const std::vector<Member> expired = membership_->ExpireSilent(now);
   if (!expired.empty()) coordinator_->Wake();
   for (const Member& m : expired) {
-    KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " at " << m.address << " declared dead: silent for "
+    KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " (id " << m.id << ") at " << m.address
+                  << " declared dead: silent for "
                   << absl::FormatDuration(now - m.last_heartbeat) << "; job generation "
                   << membership_->generation() << ", " << JobStateName(membership_->state());
   }

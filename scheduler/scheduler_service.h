@@ -91,10 +91,15 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                        std::unique_ptr<ClockTable> clocks);
   absl::Status CheckJob(const std::string& job_id) const;
   // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
-  // workers and servers the member role (none: a worker-only call) and rank (none: no rank) the request claims. On success *caller is the identity (none on a plaintext listener).
+  // workers and servers the member role (none: a worker-only call) and id (none: no id) the request claims. On
+  // success *caller is the identity (none on a plaintext listener).
   absl::Status CheckCaller(grpc::CallbackServerContext* context, const std::string& job_id, PeerRoles allowed,
-                           const char* method, std::optional<MemberRole> claimed_role, std::optional<int> claimed_rank,
+                           const char* method, std::optional<MemberRole> claimed_role, std::optional<int> claimed_id,
                            std::optional<PeerIdentity>* caller = nullptr) const;
+  // A worker's call by rank (WaitToStart, Advance): ABORTED when it trains in an older layout than `layout`
+  // (it rejoins), else the rank must be of the layout and its id the caller's certificate's.
+  absl::Status CheckWorkerRank(const std::optional<PeerIdentity>& caller, const JobLayout& layout, int rank,
+                               uint64_t layout_generation, const char* method) const;
   void FillView(ClusterView* view) const;
   // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
   int UnderReplicatedRanges() const;

@@ -179,7 +179,7 @@ TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) 
   HeartbeatRequest heartbeat;
   heartbeat.set_job_id(kJob);
   heartbeat.set_role(ROLE_WORKER);
-  heartbeat.set_rank(w1.rank());
+  heartbeat.set_id(w1.rank());
   heartbeat.set_incarnation(w1.incarnation());
   HeartbeatResponse hb;
   EXPECT_EQ(stub_->Heartbeat(Context().get(), heartbeat, &hb).error_code(), grpc::StatusCode::FAILED_PRECONDITION);

@@ -27,6 +27,11 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
       absl::string_view(reinterpret_cast<const char*>(part.keys.data()), part.keys.size() * sizeof(uint64_t)),
       absl::string_view(reinterpret_cast<const char*>(part.grads.data()), part.grads.size() * sizeof(float)));
   absl::MutexLock lock(&mu_);
+  if (fenced_from_ >= 0 && part.clock >= fenced_from_ && fenced_[part.worker]) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "worker %d was removed from the job at clock %d: its push for clock %d is refused", part.worker,
+        fenced_from_, part.clock));
+  }
   if (part.clock <= applied_through_) {
     if (part.clock == applying_) {
       return absl::UnavailableError(absl::StrFormat("clock %d is being applied; retry", part.clock));
@@ -87,15 +92,68 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::Add(const Par
                                  std::vector<float>(part.grads.begin(), part.grads.end()), hash};
   if (static_cast<int>(w.parts.size()) < w.count) return std::optional<Batch>();
   if (++pending.complete_workers < num_workers_) return std::optional<Batch>();
-  Batch batch = CombineLocked(part.clock, pending);
-  auto& record = applied_parts_[part.clock];
+  Batch batch = CombineLocked(part.clock, pending, num_workers_);
+  MarkApplyingLocked(part.clock, pending);
+  return std::optional<Batch>(std::move(batch));
+}
+
+void BspAggregator::MarkApplyingLocked(int64_t clock, PendingClock& pending) {
+  auto& record = applied_parts_[clock];
   for (int wi = 0; wi < num_workers_; ++wi) {
     for (const auto& [index, data] : pending.workers[wi].parts) record[{wi, index}] = data.hash;
   }
   while (applied_parts_.size() > 2) applied_parts_.erase(applied_parts_.begin());  // repeats come right after
-  pending_.erase(part.clock);
-  applied_through_ = part.clock;
-  applying_ = part.clock;
+  pending_.erase(clock);
+  applied_through_ = clock;
+  applying_ = clock;
+}
+
+absl::StatusOr<BspAggregator::Fenced> BspAggregator::Fence(const std::vector<int>& workers, int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  std::vector<bool> fenced(num_workers_, false);
+  for (int w : workers) {
+    if (w < 0 || w >= num_workers_) {
+      return absl::InvalidArgumentError(absl::StrFormat("worker rank %d is not in [0, %d)", w, num_workers_));
+    }
+    fenced[w] = true;
+  }
+  if (std::count(fenced.begin(), fenced.end(), true) >= num_workers_) {
+    return absl::InvalidArgumentError("fencing every worker would leave nobody to complete the clock");
+  }
+  if (clock < 0) return absl::InvalidArgumentError(absl::StrFormat("clock %d is negative", clock));
+  fenced_ = std::move(fenced);
+  fenced_from_ = clock;
+  if (completed_without_ == clock) return Fenced::kCompletedWithout;
+  if (applied_through_ >= clock) return Fenced::kApplied;  // applying_ == clock included
+  return Fenced::kNotApplied;
+}
+
+absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::CompleteWithout(int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  if (fenced_from_ != clock) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("clock %d was not fenced (the fence is at clock %d)", clock, fenced_from_));
+  }
+  if (applied_through_ >= clock) return std::optional<Batch>();
+  auto it = pending_.find(clock);
+  if (it == pending_.end()) return std::optional<Batch>();  // nobody pushed it here
+  PendingClock& pending = it->second;
+  int contributors = 0;
+  for (int w = 0; w < num_workers_; ++w) {
+    WorkerParts& parts = pending.workers[w];
+    if (fenced_[w]) {
+      parts = WorkerParts();  // a removed worker's parts never count
+      continue;
+    }
+    if (parts.count == 0 || static_cast<int>(parts.parts.size()) < parts.count) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "clock %d cannot be completed: worker %d, which was not removed, has not pushed all of it", clock, w));
+    }
+    ++contributors;
+  }
+  Batch batch = CombineLocked(clock, pending, contributors);
+  MarkApplyingLocked(clock, pending);
+  completed_without_ = clock;
   return std::optional<Batch>(std::move(batch));
 }
 
@@ -104,7 +162,7 @@ void BspAggregator::Applied(int64_t clock) {
   if (applying_ == clock) applying_ = -1;
 }
 
-BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& pending) const {
+BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& pending, int contributors) const {
   // Every (key, position) in rank order, then part order; sorting by (key, position) keeps each key's
   // contributions in that order (the radix sort is stable, the small-batch sort compares positions), so the
   // sums below add the same numbers in the same order whatever the arrival order.
@@ -132,7 +190,7 @@ BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& p
     const float* src = rows[position];
     for (int j = 0; j < dim_; ++j) dst[j] += src[j];
   }
-  const float scale = 1.0f / static_cast<float>(num_workers_);
+  const float scale = 1.0f / static_cast<float>(contributors);
   for (float& g : batch.grads) g *= scale;
   return batch;
 }

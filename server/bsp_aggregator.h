@@ -13,6 +13,10 @@
 // so no sender can make a server hold many clocks. A repeat of a clock that is being applied is
 // answered Unavailable (retry), so nothing is acknowledged before it is in the table.
 //
+// Elastic jobs (docs/elasticity.md): when workers die mid-clock and are removed, Fence() refuses their parts from
+// that clock on and says whether the clock was applied with them already; CompleteWithout() then combines the
+// clock from the other workers' parts, averaged over those workers.
+//
 // Thread-safe. Owns copies of buffered gradients.
 #ifndef KESTREL_SERVER_BSP_AGGREGATOR_H_
 #define KESTREL_SERVER_BSP_AGGREGATOR_H_
@@ -58,6 +62,21 @@ class BspAggregator {
   // The batch of `clock` is in the table.
   void Applied(int64_t clock);
 
+  // What a clock was when workers were fenced off it.
+  enum class Fenced {
+    kNotApplied,        // still collected (or not started): it can be completed without them
+    kApplied,           // applied (or being applied) with their parts: too late to leave them out
+    kCompletedWithout,  // completed without them by an earlier CompleteWithout
+  };
+  // The workers `workers` (ranks in [0, num_workers)) were removed while clock `clock` was collected: their parts
+  // of `clock` and later are refused from now on (FailedPrecondition), and the answer says what `clock` is.
+  // InvalidArgument for a rank out of range or a fence that would leave no worker.
+  absl::StatusOr<Fenced> Fence(const std::vector<int>& workers, int64_t clock);
+  // Combines fenced `clock` from the parts of the workers not fenced, scaled by 1 / (their count), and hands it
+  // back to apply (then Applied(clock)); nullopt when `clock` was applied already or nobody pushed it.
+  // FailedPrecondition when `clock` is not the fenced one or a worker not fenced has not pushed all of it.
+  absl::StatusOr<std::optional<Batch>> CompleteWithout(int64_t clock);
+
   // The highest clock already combined, or -1.
   int64_t applied_through() const;
   // Clocks with buffered parts waiting for others.
@@ -78,7 +97,10 @@ class BspAggregator {
     int complete_workers = 0;
   };
 
-  Batch CombineLocked(int64_t clock, PendingClock& pending) const;
+  // Sums the parts in rank order and scales by 1 / `contributors`.
+  Batch CombineLocked(int64_t clock, PendingClock& pending, int contributors) const;
+  // Records the parts of `clock` (repeats are recognized) and hands it out to apply.
+  void MarkApplyingLocked(int64_t clock, PendingClock& pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_workers_;
   const int dim_;
@@ -88,6 +110,10 @@ class BspAggregator {
   int64_t applying_ ABSL_GUARDED_BY(mu_) = -1;  // handed out by Add, Applied() not yet called
   // Content hashes of the parts of the last applied clocks, by (worker, index), to recognize repeats.
   std::map<int64_t, std::map<std::pair<int, int>, size_t>> applied_parts_ ABSL_GUARDED_BY(mu_);
+  // Fence(): the workers whose parts of fenced_from_ and later are refused.
+  std::vector<bool> fenced_ ABSL_GUARDED_BY(mu_);
+  int64_t fenced_from_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t completed_without_ ABSL_GUARDED_BY(mu_) = -1;  // the clock CompleteWithout combined (-1: none)
 };
 
 }  // namespace kestrel

@@ -303,22 +303,30 @@ int Run() {
       }
       absl::SleepFor(absl::Milliseconds(500));
     } while (absl::Now() < deadline);
+    if (absl::IsOutOfRange(registration.status())) {  // an elastic job removed this server when it did not come back
+      KLOG(Info) << "not rejoining: " << registration.status().message();
+      return 0;
+    }
     if (!registration.ok()) {
       KLOG(Error) << "cannot register with the scheduler at " << address << ": " << registration.status();
       return 1;
     }
     const ClusterView& view = registration->view();
     const bool bsp = view.consistency() == "bsp";
+    // The rank is this server's place in the job's layout: its id (--shard_index) unless a rescale removed a
+    // lower rank (docs/elasticity.md).
+    const int rank = registration->rank();
     if (registration->joining()) {
       KLOG(Info) << "joining the job in a rescale to " << own->partition().num_servers()
                  << " servers: the ranges arrive from the other servers";
-    } else if (view.layout_generation() > 0 &&
+    } else if ((view.layout_generation() > 0 || rank != index) &&
                (view.partition() != own->partition().ToString() ||
-                shard_options.bsp_workers != (bsp ? view.num_workers() : 0))) {
+                shard_options.bsp_workers != (bsp ? view.num_workers() : 0) || rank != own->shard_index())) {
       // The job was rescaled since it started: its layout is the scheduler's, not this server's flags.
       absl::StatusOr<Partition> adopted = Partition::Parse(view.partition());
       ShardOptions options = shard_options;
       options.bsp_workers = bsp ? view.num_workers() : 0;
+      options.shard_index = rank;
       absl::StatusOr<std::unique_ptr<HostedShards>> groups =
           adopted.ok() ? HostedShards::Create(options, *adopted) : adopted.status();
       if (!groups.ok()) {
@@ -326,8 +334,10 @@ int Run() {
         return 2;
       }
       KLOG(Info) << "the job was rescaled to " << view.num_servers() << " servers and " << view.num_workers()
-                 << " workers (rescale " << view.layout_generation() << "): serving that layout, not the flags'";
-      service.AdoptLayout(*std::move(groups), view.layout_generation());
+                 << " workers (rescale " << view.layout_generation() << "): serving rank " << rank
+                 << " of that layout, not the flags'";
+      service.AdoptLayout(*std::move(groups), view.layout_generation(),
+                          {view.worker_ids().begin(), view.worker_ids().end()});
     } else if (view.partition() != own->partition().ToString() ||
                shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
       KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
@@ -338,13 +348,13 @@ int Run() {
       return 2;
     }
     SetLogGeneration(registration->view().generation());
-    KLOG(Info) << "registered with the scheduler at " << address << " as server rank " << registration->rank()
+    KLOG(Info) << "registered with the scheduler at " << address << " as server " << index << ", rank " << rank
                << " (generation " << registration->view().generation() << ")";
     PsServiceImpl* service_ptr = &service;
     PsServer* server_ptr = server->get();
     static std::atomic<Heartbeater*> beat_ptr{nullptr};  // set once the heartbeater exists
     heartbeater = std::make_unique<Heartbeater>(
-        scheduler.get(), ROLE_SERVER, registration->rank(), registration->incarnation(),
+        scheduler.get(), ROLE_SERVER, registration->id(), registration->incarnation(),
         absl::Milliseconds(registration->view().heartbeat_interval_ms()) / 2,  // twice per interval
         [](absl::Status status) {
           KLOG(Error) << "the scheduler refused this server: " << status << "; shutting down";
@@ -367,8 +377,11 @@ int Run() {
             last = answer.generation();
           }
           service_ptr->SetJobView(answer.generation(),
-                                  {answer.worker_generations().begin(), answer.worker_generations().end()});
-          if (hosted_ptr->replicated()) {
+                                  {answer.worker_generations().begin(), answer.worker_generations().end()},
+                                  answer.layout_generation(),
+                                  {answer.worker_ids().begin(), answer.worker_ids().end()});
+          // An answer of an older layout (in flight across a switch) names the servers by their old ranks.
+          if (hosted_ptr->replicated() && answer.layout_generation() >= service_ptr->layout_generation()) {
             server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
             if (ApplyRouting(hosted_ptr->routing(), answer.routing_generation(), answer.out_of_service())) {
               // Tell the scheduler at once: it waits for every server to act on a routing before workers use it.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/grpc_status.h"
 #include "common/pull_wire.h"
@@ -101,10 +102,13 @@ bool PsServiceImpl::left() const {
   return left_;
 }
 
-void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations) {
+void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations,
+                               uint64_t layout_generation, const std::vector<int>& worker_ids) {
   Hosted hosted;
   {
     absl::MutexLock lock(&layout_mu_);
+    if (layout_generation < layout_generation_) return;
+    if (!worker_ids.empty()) worker_ids_ = worker_ids;
     job_view_set_ = true;
     job_generation_ = job_generation;
     worker_generations_ = worker_generations;
@@ -128,10 +132,12 @@ void PsServiceImpl::SetSwitchListener(std::function<void(HostedShards&)> listene
   switch_listener_ = std::move(listener);
 }
 
-void PsServiceImpl::AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation) {
+void PsServiceImpl::AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation,
+                                const std::vector<int>& worker_ids) {
   std::function<void(HostedShards&)> listener;
   {
     absl::MutexLock lock(&layout_mu_);
+    if (!worker_ids.empty()) worker_ids_ = worker_ids;
     if (job_view_set_) groups->SetJobView(job_generation_, worker_generations_);
     if (generation_listener_) groups->SetGenerationListener(generation_listener_);
     hosted_ = groups;
@@ -199,6 +205,16 @@ grpc::ServerUnaryReactor* PsServiceImpl::RunAdmin(grpc::CallbackServerContext* c
     reactor->Finish(ToGrpcStatus(busy));
   }
   return reactor;
+}
+
+absl::Status PsServiceImpl::CheckWorkerCaller(const Caller& caller, int worker_rank, const char* what) const {
+  if (!caller.has_value() || caller->role != PeerRole::kWorker) return CheckClaimedRank(caller, worker_rank, what);
+  int id = worker_rank;
+  {
+    absl::MutexLock lock(&layout_mu_);
+    if (worker_rank >= 0 && static_cast<size_t>(worker_rank) < worker_ids_.size()) id = worker_ids_[worker_rank];
+  }
+  return CheckClaimedRank(caller, id, what);
 }
 
 absl::Status PsServiceImpl::CheckReplicated(const HostedShards& hosted) {
@@ -283,7 +299,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
                if (!status.ok()) {
                  return own.Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
                }
-               KESTREL_RETURN_IF_ERROR(own.Count(CheckClaimedRank(caller, parsed.header().worker_rank(), "the Pull")));
+               KESTREL_RETURN_IF_ERROR(own.Count(CheckWorkerCaller(caller, parsed.header().worker_rank(), "the Pull")));
                KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, parsed.header()));
                PullResponseWriter writer;
                absl::Status handled = HandlePullInto(*group, parsed, [&writer](size_t values, int dim, ValueType type) {
@@ -314,7 +330,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
                       PushRequestView view;
                       KESTREL_RETURN_IF_ERROR(own.Count(ReadPushRequest(*request, &view)));
                       KESTREL_RETURN_IF_ERROR(
-                          own.Count(CheckClaimedRank(caller, view.header->worker_rank(), "the Push")));
+                          own.Count(CheckWorkerCaller(caller, view.header->worker_rank(), "the Push")));
                       KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *view.header));
                       PushResponse answer;
                       KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
@@ -350,7 +366,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* 
   return Run(context, pull_dense_rpc_, kDataRoles, "PullDense",
              [=](const Hosted& hosted, const Caller& caller) -> absl::Status {
                KESTREL_RETURN_IF_ERROR(hosted->own().Count(
-                   CheckClaimedRank(caller, request->header().worker_rank(), "the PullDense")));
+                   CheckWorkerCaller(caller, request->header().worker_rank(), "the PullDense")));
                KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
                return HandlePullDense(*group, *request, response);
              });
@@ -362,7 +378,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
                   [=](const Hosted& hosted, const Caller& caller, Done done) {
                     absl::Status status = [&]() -> absl::Status {
                       KESTREL_RETURN_IF_ERROR(hosted->own().Count(
-                          CheckClaimedRank(caller, request->header().worker_rank(), "the PushDense")));
+                          CheckWorkerCaller(caller, request->header().worker_rank(), "the PushDense")));
                       KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
                       KESTREL_RETURN_IF_ERROR(HandlePushDense(*group, *request, response));
                       if (hosted->BackupsOf(group->shard_index()).empty()) {
@@ -465,14 +481,51 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
                   });
 }
 
+absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const HostedShards& hosted,
+                                                                       const RestoreShardRequest& request) const {
+  if (request.layout_generation() == 0) return std::shared_ptr<HostedShards>(nullptr);
+  if (!hosted.options().has_value()) {
+    return absl::FailedPreconditionError("this server's groups were not made by HostedShards::Create: no new layout");
+  }
+  if (request.layout_generation() <= layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat("layout %d is not after this server's layout %d",
+                                                         request.layout_generation(), layout_generation()));
+  }
+  absl::StatusOr<Partition> partition = Partition::Parse(request.partition());
+  if (!partition.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the restore's partition: ", partition.status().message()));
+  }
+  if (request.rank() < 0 || request.rank() >= partition->num_servers() || request.bsp_workers() < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
+                                                      request.rank(), partition->num_servers(), request.bsp_workers()));
+  }
+  for (const TableConfig& table : hosted.own().DescribeTables()) {
+    if (table.capacity().max_disk_bytes() > 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "table '%s' keeps rows on disk (capacity.max_disk_bytes): the layout cannot change while the job runs; "
+          "restart it with --resume",
+          table.name()));
+    }
+  }
+  ShardOptions options = *hosted.options();
+  options.shard_index = request.rank();
+  options.bsp_workers = request.bsp_workers();
+  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
+  return std::shared_ptr<HostedShards>(std::move(built));
+}
+
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* context,
                                                  const RestoreShardRequest* request, RestoreShardResponse* response) {
   return RunAdmin(context, restore_rpc_, "Restore", request->header(),
-                  [this, request, response](const Hosted& hosted) -> absl::Status {
-    Shard& own = hosted->own();
+                  [this, request, response](const Hosted& served) -> absl::Status {
     // The scheduler moves the job's generation before it asks for the restore; this server hears of it
     // within a heartbeat (it asks at once).
-    KESTREL_RETURN_IF_ERROR(own.Count(own.CheckRestoreGeneration(request->min_worker_generation(), absl::Seconds(5))));
+    KESTREL_RETURN_IF_ERROR(
+        served->own().Count(served->own().CheckRestoreGeneration(request->min_worker_generation(), absl::Seconds(5))));
+    // A rollback into a new layout restores into that layout's groups, served once they hold the checkpoint.
+    KESTREL_ASSIGN_OR_RETURN(Hosted next, served->own().Count(GroupsForRestore(*served, *request)));
+    const Hosted& hosted = next != nullptr ? next : served;  // AdoptLayout gives new groups the job view
+    Shard& own = hosted->own();
     const absl::Time start = absl::Now();
     auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
     if (store_ != nullptr) {
@@ -497,6 +550,13 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
     } else {
       return absl::FailedPreconditionError(absl::StrFormat(
           "server %d was started without --checkpoint_dir: it cannot restore %s", own.shard_index(), request->name()));
+    }
+    if (next != nullptr) {
+      AdoptLayout(next, request->layout_generation(),
+                  {request->worker_ids().begin(), request->worker_ids().end()});
+      KLOG(Info) << "serving the ranges of rank " << request->rank() << " of the layout of rescale "
+                 << request->layout_generation() << " (restored " << (request->name().empty() ? "empty tables" : request->name())
+                 << ")";
     }
     ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
     uint64_t rows = 0;
@@ -839,8 +899,12 @@ absl::Status PsServiceImpl::ReceiveRescale(const HostedShards& hosted, const Gro
         if (!partition.ok()) {
           return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
         }
+        if (chunk.recipient() < 0 || chunk.recipient() >= partition->num_servers()) {
+          return absl::InvalidArgumentError(absl::StrFormat("rescale rows for server %d of a layout of %d servers",
+                                                            chunk.recipient(), partition->num_servers()));
+        }
         ShardOptions options = *hosted.options();
-        options.shard_index = hosted.server();
+        options.shard_index = chunk.recipient();  // this server's rank in the new layout
         options.bsp_workers = chunk.bsp_workers();
         KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
         const std::vector<TableConfig> tables(chunk.tables().begin(), chunk.tables().end());
@@ -855,9 +919,11 @@ absl::Status PsServiceImpl::ReceiveRescale(const HostedShards& hosted, const Gro
         incoming_layout_->attempt = chunk.attempt();
         incoming_layout_->partition = chunk.partition();
         incoming_layout_->bsp_workers = chunk.bsp_workers();
+        incoming_layout_->rank = chunk.recipient();
         incoming_layout_->groups = std::move(built);
       } else if (chunk.partition() != incoming_layout_->partition ||
-                 chunk.bsp_workers() != incoming_layout_->bsp_workers) {
+                 chunk.bsp_workers() != incoming_layout_->bsp_workers ||
+                 chunk.recipient() != incoming_layout_->rank) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "rescale %d: server %d names another layout than the others", chunk.layout_generation(), chunk.sender()));
       }
@@ -926,6 +992,10 @@ grpc::ServerUnaryReactor* PsServiceImpl::RescaleShard(grpc::CallbackServerContex
                       case RescaleShardRequest::ABORT:
                         RescaleAbort(request->layout_generation(), request->attempt());
                         return absl::OkStatus();
+                      case RescaleShardRequest::FENCE:
+                        return RescaleFence(*hosted, *request, response);
+                      case RescaleShardRequest::COMPLETE:
+                        return RescaleComplete(*hosted, *request, response);
                       default:
                         return absl::InvalidArgumentError(absl::StrCat("unknown rescale phase ", request->phase()));
                     }
@@ -968,7 +1038,12 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
     return absl::InvalidArgumentError(absl::StrFormat("the rescale names %d addresses for %d servers",
                                                       request.server_addresses_size(), n));
   }
-  const int self = hosted.server();
+  const int self = hosted.server();   // the rank rows are sent from (of the old layout)
+  const int next_rank = request.new_rank();  // and the one this server has in the new layout (-1: it leaves)
+  if (next_rank < -1 || next_rank >= n) {
+    return absl::InvalidArgumentError(absl::StrFormat("rescale %d names rank %d for this server in a layout of %d",
+                                                      request.layout_generation(), next_rank, n));
+  }
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       peers_ != nullptr ? peers_->credentials() : grpc::InsecureChannelCredentials();
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs(n);
@@ -984,7 +1059,7 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
   const std::vector<TableConfig> tables = hosted.own().DescribeTables();
   for (int t = 0; t < n; ++t) {
     PieceStream::Deliver deliver;
-    if (t == self) {  // rows staying here: staged as any sender's
+    if (t == next_rank) {  // rows staying here: staged as any sender's
       deliver = [this, &hosted](const GroupChunk& piece) {
         uint64_t unused = 0;
         return Receive(hosted, piece, &unused);
@@ -997,7 +1072,9 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
       deliver = SendTo(stubs[t].get(), forward_deadline_,
                        absl::StrFormat("server %d at %s", t, request.server_addresses(t)));
     }
-    streams[t] = std::make_unique<PieceStream>(header, tables, std::move(deliver));
+    GroupChunk to = header;
+    to.set_recipient(t);
+    streams[t] = std::make_unique<PieceStream>(std::move(to), tables, std::move(deliver));
   }
   // Every group this server is the primary of: its rows go to every copy of their range in the new layout.
   for (Shard* group : hosted.shards()) {
@@ -1019,7 +1096,7 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
   uint64_t rows = 0, bytes = 0;
   for (int t = 0; t < n; ++t) {
     KESTREL_RETURN_IF_ERROR(streams[t]->Finish());
-    if (t == self) continue;  // staying here
+    if (t == next_rank) continue;  // staying here
     rows += streams[t]->rows();
     bytes += streams[t]->bytes();
   }
@@ -1033,9 +1110,9 @@ absl::Status PsServiceImpl::RescaleSend(const HostedShards& hosted, const Rescal
 absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const RescaleShardRequest& request,
                                            RescaleShardResponse* response) {
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
-  const int self = hosted.server();
+  const int self = request.new_rank();
   absl::MutexLock lock(&copy_mu_);
-  if (self >= next.num_servers()) {  // leaving: nothing to build
+  if (self < 0) {  // leaving: nothing to build
     DropLayoutLocked();
     return absl::OkStatus();
   }
@@ -1048,17 +1125,23 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
     return absl::InvalidArgumentError(
         absl::StrFormat("rescale %d: the rows received were sent for another layout", request.layout_generation()));
   }
-  for (int s = 0; s < request.senders(); ++s) {
+  if (incoming_layout_->rank != self) {
+    return absl::InvalidArgumentError(absl::StrFormat("rescale %d: the rows received were sent to rank %d, not %d",
+                                                      request.layout_generation(), incoming_layout_->rank, self));
+  }
+  std::vector<int> senders(request.from_servers().begin(), request.from_servers().end());
+  for (int s = 0; senders.empty() && s < request.senders(); ++s) senders.push_back(s);
+  for (int s : senders) {
     auto it = incoming_layout_->senders.find(s);
     if (it == incoming_layout_->senders.end() || !it->second.done || it->second.loaded != it->second.next_sequence) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "rescale %d: server %d has not sent all its rows", request.layout_generation(), s));
     }
   }
-  if (static_cast<int>(incoming_layout_->senders.size()) != request.senders()) {
+  if (incoming_layout_->senders.size() != senders.size()) {
     return absl::InvalidArgumentError(absl::StrFormat("rescale %d: rows from %d servers, expected %d",
                                                       request.layout_generation(), incoming_layout_->senders.size(),
-                                                      request.senders()));
+                                                      senders.size()));
   }
   uint64_t rows = 0;
   for (Shard* group : incoming_layout_->groups->shards()) {
@@ -1075,12 +1158,12 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
 
 absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request) {
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
-  const int self = hosted.server();
-  if (self >= next.num_servers()) {
+  const int self = request.new_rank();
+  if (self < 0) {
     absl::MutexLock lock(&layout_mu_);
     left_ = true;
     layout_generation_ = request.layout_generation();
-    KLOG(Info) << "rescale " << request.layout_generation() << ": server " << self
+    KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server()
                << " is not in the new layout and serves nothing from now on";
     return absl::OkStatus();
   }
@@ -1094,9 +1177,39 @@ absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const Resc
   // The working store held the old groups' rows: start it afresh (every row now held is dirty, so the next
   // checkpoint writes them all).
   if (store_ != nullptr) KESTREL_RETURN_IF_ERROR(store_->Rebase());
-  AdoptLayout(groups, request.layout_generation());
-  KLOG(Info) << "rescale " << request.layout_generation() << ": server " << self << " serves its ranges of "
-             << next.num_servers() << " servers";
+  AdoptLayout(groups, request.layout_generation(), {request.worker_ids().begin(), request.worker_ids().end()});
+  KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server() << " serves the ranges of "
+             << "rank " << self << " of " << next.num_servers() << " servers";
+  return absl::OkStatus();
+}
+
+absl::Status PsServiceImpl::RescaleFence(const HostedShards& hosted, const RescaleShardRequest& request,
+                                         RescaleShardResponse* response) {
+  KESTREL_RETURN_IF_ERROR(CheckRescale(hosted, request).status());
+  if (request.removed_workers().empty()) return absl::InvalidArgumentError("FENCE names no removed worker");
+  const std::vector<int> removed(request.removed_workers().begin(), request.removed_workers().end());
+  uint64_t applied = 0;
+  for (Shard* group : hosted.shards()) {
+    KESTREL_ASSIGN_OR_RETURN(const int n, group->FenceWorkers(removed, request.clock()));
+    applied += n;
+  }
+  response->set_applied_with_removed(applied);
+  KLOG(Info) << "rescale " << request.layout_generation() << ": workers " << absl::StrJoin(removed, ",")
+             << " fenced off clock " << request.clock() << " (" << applied << " tables had applied it with them)";
+  return absl::OkStatus();
+}
+
+absl::Status PsServiceImpl::RescaleComplete(const HostedShards& hosted, const RescaleShardRequest& request,
+                                            RescaleShardResponse* response) {
+  KESTREL_RETURN_IF_ERROR(CheckRescale(hosted, request).status());
+  uint64_t completed = 0;
+  for (Shard* group : hosted.shards()) {
+    KESTREL_ASSIGN_OR_RETURN(const int n, group->CompleteClockWithout(request.clock()));
+    completed += n;
+  }
+  response->set_completed(completed);
+  KLOG(Info) << "rescale " << request.layout_generation() << ": clock " << request.clock()
+             << " applied without the removed workers (" << completed << " tables)";
   return absl::OkStatus();
 }
 

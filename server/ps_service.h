@@ -117,14 +117,19 @@ class PsServiceImpl final
   // The last rescale left this server out: it serves nothing.
   bool left() const;
   // The scheduler's job view and the generation listener, for the groups served now and after every switch
-  // (HostedShards::SetJobView / SetGenerationListener).
-  void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations);
+  // (HostedShards::SetJobView / SetGenerationListener). `layout_generation`: the layout the view is of (a
+  // HeartbeatResponse's); a view of an older layout than the one served is ignored (it was in flight across a
+  // switch, and names the ranks as they were). `worker_ids` (empty: unchanged): by worker rank, the id each
+  // worker's certificate names (ClusterView.worker_ids), which a worker's requests are checked against.
+  void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations,
+                  uint64_t layout_generation = 0, const std::vector<int>& worker_ids = {});
   void SetGenerationListener(std::function<void()> listener);
   // Runs after every switch with the new groups (e.g. to attach the disk tier and failure listener).
   void SetSwitchListener(std::function<void(HostedShards&)> listener);
   // Before serving anything (a server registering with a job rescaled since it started): serve `groups`, the
-  // layout of rescale `layout_generation`, instead of the ones it started with.
-  void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation);
+  // layout of rescale `layout_generation`, instead of the ones it started with. `worker_ids`: as for SetJobView.
+  void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation,
+                   const std::vector<int>& worker_ids = {});
 
   // Most bytes of rows a group copy being received may stage before it is installed, and of rows a rescale may
   // load into this server's new groups. Default: 16 GiB.
@@ -149,6 +154,9 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* RunAdmin(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                      const char* method, const RequestHeader& header,
                                      std::function<absl::Status(const Hosted&)> work);
+  // PERMISSION_DENIED unless a worker caller's certificate names the id of the worker rank its request claims
+  // (common/peer_identity.h CheckClaimedRank, through the layout's worker ids).
+  absl::Status CheckWorkerCaller(const Caller& caller, int worker_rank, const char* what) const;
   // FailedPrecondition (counted) unless the job is replicated: Replicate has no business here otherwise.
   static absl::Status CheckReplicated(const HostedShards& hosted);
   // The group `header` names, when this server is its primary (workers' requests).
@@ -185,6 +193,7 @@ class PsServiceImpl final
     uint64_t attempt = 0;
     std::string partition;  // the pieces' (all must agree)
     int bsp_workers = 0;
+    int rank = -1;  // this server's in the new layout (the pieces' recipient: all must agree)
     std::shared_ptr<HostedShards> groups;
     struct Sender {
       uint64_t next_sequence = 0;  // pieces accepted
@@ -217,6 +226,13 @@ class PsServiceImpl final
                               RescaleShardResponse* response);
   absl::Status RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request);
   void RescaleAbort(uint64_t generation, uint64_t attempt);
+  // FENCE and COMPLETE (removed BSP workers' half-done clock) on every group held.
+  absl::Status RescaleFence(const HostedShards& hosted, const RescaleShardRequest& request,
+                            RescaleShardResponse* response);
+  absl::Status RescaleComplete(const HostedShards& hosted, const RescaleShardRequest& request,
+                               RescaleShardResponse* response);
+  // Restore into a new layout (RestoreShardRequest.layout_generation): builds the groups of rank `rank` of it.
+  absl::StatusOr<Hosted> GroupsForRestore(const HostedShards& hosted, const RestoreShardRequest& request) const;
 
   mutable absl::Mutex layout_mu_;
   Hosted hosted_ ABSL_GUARDED_BY(layout_mu_);
@@ -225,6 +241,7 @@ class PsServiceImpl final
   bool job_view_set_ ABSL_GUARDED_BY(layout_mu_) = false;   // SetJobView ran
   uint64_t job_generation_ ABSL_GUARDED_BY(layout_mu_) = 0;  // the last job view (SetJobView)
   std::vector<uint64_t> worker_generations_ ABSL_GUARDED_BY(layout_mu_);
+  std::vector<int> worker_ids_ ABSL_GUARDED_BY(layout_mu_);  // by worker rank (empty: id == rank)
   std::function<void()> generation_listener_ ABSL_GUARDED_BY(layout_mu_);
   std::function<void(HostedShards&)> switch_listener_ ABSL_GUARDED_BY(layout_mu_);
   // Admin thread only: the new layout's groups, complete since INSTALL, served from SWITCH.

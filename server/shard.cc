@@ -380,19 +380,7 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
     part.keys = keys;
     part.grads = grads;
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
-    if (batch.has_value()) {
-      {
-        absl::MutexLock lock(&undo_mu_);
-        Undo& undo = undo_[table->config().name()];
-        undo.clock = batch->clock;
-        undo.keys = batch->keys;
-        undo.values.resize(batch->keys.size() * static_cast<size_t>(table->dim()));
-        absl::Status applied = table->Pull(undo.keys, undo.values.data(), batch->clock);
-        if (applied.ok()) applied = table->Push(batch->keys, batch->grads.data(), batch->clock);
-        KESTREL_RETURN_IF_ERROR(TierFailed(applied));
-      }
-      AggregatorFor(*table)->Applied(batch->clock);
-    }
+    if (batch.has_value()) KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch));
   } else if (ctx.worker_rank < 0 || ctx.request_id == 0) {
     KESTREL_RETURN_IF_ERROR(TierFailed(table->Push(keys, grads.data(), ctx.clock)));  // tools: no idempotence
   } else {
@@ -477,6 +465,48 @@ void Shard::ApplyBudgetsLocked(const TableMap& tables) {
     }
     table->SetMemoryBudget(budget);
   }
+}
+
+absl::Status Shard::ApplyBsp(Table& table, const BspAggregator::Batch& batch) {
+  {
+    absl::MutexLock lock(&undo_mu_);
+    Undo& undo = undo_[table.config().name()];
+    undo.clock = batch.clock;
+    undo.keys = batch.keys;
+    undo.values.resize(batch.keys.size() * static_cast<size_t>(table.dim()));
+    absl::Status applied = table.Pull(undo.keys, undo.values.data(), batch.clock);
+    if (applied.ok()) applied = table.Push(batch.keys, batch.grads.data(), batch.clock);
+    KESTREL_RETURN_IF_ERROR(TierFailed(applied));
+  }
+  AggregatorFor(table)->Applied(batch.clock);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t clock) {
+  if (options_.bsp_workers <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
+  absl::ReaderMutexLock state(&state_mu_);
+  int applied = 0;
+  for (const TableConfig& config : DescribeTables()) {
+    KESTREL_ASSIGN_OR_RETURN(BspAggregator::Fenced fenced,
+                             AggregatorFor(*FindTable(config.name()))->Fence(workers, clock));
+    if (fenced == BspAggregator::Fenced::kApplied) ++applied;
+  }
+  return applied;
+}
+
+absl::StatusOr<int> Shard::CompleteClockWithout(int64_t clock) {
+  if (options_.bsp_workers <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
+  absl::ReaderMutexLock state(&state_mu_);
+  if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
+  int completed = 0;
+  for (const TableConfig& config : DescribeTables()) {
+    Table* table = const_cast<Table*>(FindTable(config.name()));
+    KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->CompleteWithout(clock));
+    if (!batch.has_value()) continue;
+    KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch));
+    ++completed;
+  }
+  return completed;
 }
 
 BspAggregator* Shard::AggregatorFor(const Table& table) {

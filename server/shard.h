@@ -197,6 +197,14 @@ class Shard {
   // the rows before the bad one are kept (the caller drops the whole group then). Returns the rows loaded.
   absl::StatusOr<uint64_t> LoadRows(absl::string_view table, absl::string_view keys, absl::string_view rows);
 
+  // Elastic jobs, BSP (server/bsp_aggregator.h Fence / CompleteWithout): BSP workers `workers` were removed while
+  // clock `clock` was collected. FenceWorkers refuses their pushes of `clock` and later on every table and
+  // answers how many tables had already applied `clock` with their parts (then it cannot be taken back).
+  // CompleteClockWithout applies `clock` on every table from the other workers' parts, averaged over them, and
+  // answers how many tables applied it now. FailedPrecondition outside BSP.
+  absl::StatusOr<int> FenceWorkers(const std::vector<int>& workers, int64_t clock);
+  absl::StatusOr<int> CompleteClockWithout(int64_t clock);
+
   // Where bounded tables with a disk budget put the rows they move out of memory (null: none, the default;
   // such tables then drop them). Must outlive the shard's use of it; set before serving.
   void SetColdTier(ColdTier* tier);
@@ -245,6 +253,9 @@ class Shard {
 
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);
+  // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: Undo), then tells the
+  // aggregator. Called with state_mu_ held shared.
+  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch);
 
   const ShardOptions options_;
   const Partition partition_;

@@ -185,12 +185,14 @@ absl::Status ShardStore::Reset() {
 absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::string_view name) {
   KESTREL_RETURN_IF_ERROR(CheckpointLayout::CheckName(name));
   if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
+  // The checkpoint's part is the rank's: after a rescale renumbered this server it is not its id's.
+  const int rank = shard.shard_index();
   ShardCheckpoint answer;
-  answer.set_shard(shard_);
-  answer.set_dir(CheckpointLayout::ShardDirName(shard_));
+  answer.set_shard(rank);
+  answer.set_dir(CheckpointLayout::ShardDirName(rank));
   const absl::Time start = absl::Now();
   absl::Time written;
-  const std::string dir = layout_.ShardDir(name, shard_);
+  const std::string dir = layout_.ShardDir(name, rank);
   auto snapshot = [&]() -> absl::Status {
     std::error_code error;
     fs::create_directories(fs::path(dir).parent_path(), error);
@@ -199,12 +201,12 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
           absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
     }
     KESTREL_RETURN_IF_ERROR(
-        FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", shard_)));
+        FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", rank)));
     rocksdb::Checkpoint* raw = nullptr;
     KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
     std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
     return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
-                     absl::StrFormat("shard %d: snapshot into %s", shard_, dir));
+                     absl::StrFormat("shard %d: snapshot into %s", rank, dir));
   };
   bool snapshot_taken = false;
   // Values, optimizer state, meta, deletions and admission sketches, with no request in between: one cut.
@@ -218,7 +220,7 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
     auto write = [&]() -> absl::Status {
       if (batch.Count() == 0) return absl::OkStatus();
       KESTREL_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch),
-                                        absl::StrFormat("shard %d: writing checkpoint rows", shard_)));
+                                        absl::StrFormat("shard %d: writing checkpoint rows", rank)));
       batch.Clear();
       return absl::OkStatus();
     };
@@ -296,7 +298,7 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
   answer.set_write_seconds(absl::ToDoubleSeconds(written - start));
   answer.set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - written));
   KLOG(Info) << absl::StrFormat("shard %d: checkpoint %s: wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s",
-                                shard_, name, answer.rows_written(), answer.bytes_written(), answer.rows(),
+                                rank, name, answer.rows_written(), answer.bytes_written(), answer.rows(),
                                 answer.write_seconds(), answer.snapshot_seconds());
   return answer;
 }

@@ -92,7 +92,9 @@ class CheckpointTableReader {
 class ShardStore : public ColdTier {
  public:
   // Creates an empty working store for server `shard` under layout's root (deleting a previous one: its
-  // contents are of an earlier life of this server).
+  // contents are of an earlier life of this server). `shard` names the process (its id, the rank its
+  // certificate names: scheduler/membership.h), not its rank, which a rescale may renumber: Checkpoint writes
+  // the part of the rank the Shard is (Shard::shard_index()).
   static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
   ~ShardStore() override;
 
@@ -100,7 +102,7 @@ class ShardStore : public ColdTier {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // Writes the rows changed since the last successful Checkpoint and snapshots the store into
-  // layout.ShardDir(name, shard). The answer lists the snapshot's files for the manifest.
+  // layout.ShardDir(name, shard.shard_index()). The answer lists the snapshot's files for the manifest.
   absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
 
   // Replaces the shard's state with the checkpoint `manifest` describes (nullopt: with empty tables, the

@@ -74,12 +74,12 @@ SCHEDULER = [
         job_id=job, role=scheduler_pb2.ROLE_SERVER if role == "server" else scheduler_pb2.ROLE_WORKER,
         address="127.0.0.1:1", requested_rank=0), {"worker", "server"}),
     ("Heartbeat", lambda role: scheduler_pb2.HeartbeatRequest(
-        job_id=job, role=scheduler_pb2.ROLE_SERVER if role == "server" else scheduler_pb2.ROLE_WORKER, rank=0,
+        job_id=job, role=scheduler_pb2.ROLE_SERVER if role == "server" else scheduler_pb2.ROLE_WORKER, id=0,
         incarnation=bytes(16)), {"worker", "server"}),
     ("WaitToStart", lambda role: scheduler_pb2.WaitToStartRequest(job_id=job, rank=0, clock=0), {"worker"}),
     ("Advance", lambda role: scheduler_pb2.AdvanceRequest(job_id=job, rank=0, finished=0), {"worker"}),
     ("Describe", lambda role: scheduler_pb2.DescribeRequest(job_id=job), {"worker", "server", "admin"}),
-    ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, rank=0, incarnation=bytes(16)), {"worker"}),
+    ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, id=0, incarnation=bytes(16)), {"worker"}),
     ("RequestCheckpoint", lambda role: scheduler_pb2.RequestCheckpointRequest(job_id=job), {"admin"}),
     # Counts out of range: refused as such (INVALID_ARGUMENT) once the caller is let through.
     ("Scale", lambda role: scheduler_pb2.ScaleRequest(job_id=job, servers=0, workers=0), {"admin"}),

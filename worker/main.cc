@@ -281,19 +281,26 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     if (reg.ok() || !(absl::IsUnavailable(reg.status()) || absl::IsAlreadyExists(reg.status()))) break;
     absl::SleepFor(absl::Milliseconds(500));
   } while (absl::Now() < deadline);
+  if (absl::IsOutOfRange(reg.status())) {  // an elastic job removed this worker when it did not come back
+    KLOG(Info) << "not rejoining: " << reg.status().message();
+    return 0;
+  }
   if (!reg.ok()) {
     KLOG(Error) << "cannot register with the scheduler at " << absl::GetFlag(FLAGS_scheduler) << ": " << reg.status();
     return 1;
   }
-  const int rank = reg->rank();
+  // The id (the rank the certificate names) is this process's for life; the rank is its place in the job's
+  // layout, which a rescale that removes a lower rank renumbers (docs/elasticity.md).
+  const int id = reg->id();
+  int rank = reg->rank();
   SetLogGeneration(reg->generation());
-  if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), rank); !tb.ok()) {
+  if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), id); !tb.ok()) {
     KLOG(Error) << "--tensorboard_dir: " << tb;
     return 1;
   }
-  SetLogIdentity(absl::StrCat("worker[", rank, "]"));
-  KLOG(Info) << "registered as worker " << rank << " (generation " << reg->generation() << ", " << reg->clock()
-             << " iterations already done)";
+  SetLogIdentity(absl::StrCat("worker[", id, "]"));
+  KLOG(Info) << "registered as worker " << id << " (rank " << rank << ", generation " << reg->generation() << ", "
+             << reg->clock() << " iterations already done)";
   // Set once this worker left the finished job: the scheduler then refuses its heartbeats, which is no reason
   // to exit 3.
   static std::atomic<bool> left{false};
@@ -302,15 +309,15 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   std::shared_ptr<RoutingTable> routing;  // set once the partition is known
   // The generation the scheduler's latest heartbeat answer holds for this worker (a rollback moves it).
   std::atomic<uint64_t> announced_generation{reg->generation()};
-  Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, rank, reg->incarnation(),
+  Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, id, reg->incarnation(),
                           absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
                             if (left.load()) return;
                             KLOG(Error) << "the scheduler refused this worker: " << status << "; exiting";
                             std::_Exit(3);
                           },
-                          [&routing_mu, &routing, &announced_generation, rank = reg->rank()](const HeartbeatResponse& answer) {
-                            if (rank < answer.worker_generations_size()) {
-                              announced_generation.store(answer.worker_generations(rank));
+                          [&routing_mu, &routing, &announced_generation](const HeartbeatResponse& answer) {
+                            if (answer.rank() >= 0 && answer.rank() < answer.worker_generations_size()) {
+                              announced_generation.store(answer.worker_generations(answer.rank()));
                             }
                             std::shared_ptr<RoutingTable> table;
                             {
@@ -343,13 +350,14 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
   if (reg->joining()) {  // a rank of a rescale not done yet: its share of the data is known once it is
     KLOG(Info) << "joining the job in a rescale: waiting for it";
     while (true) {
-      absl::StatusOr<RegisterResponse> joined = scheduler->Rejoin(rank, reg->incarnation());
+      absl::StatusOr<RegisterResponse> joined = scheduler->Rejoin(id, reg->incarnation());
       if (joined.ok() && joined->removed()) {
         KLOG(Info) << "the rescale this worker was to join was given up: exiting";
         return 0;
       }
       if (joined.ok()) {
         view = joined->view();
+        rank = joined->rank();
         generation = joined->generation();
         clock = joined->clock();
         state = joined->state();
@@ -451,7 +459,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       left.store(true);
       absl::Status s;
       for (int attempt = 0; attempt < 5; ++attempt) {  // else the scheduler counts us alive until it times out
-        s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation());
+        s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation(), layout_generation);
         if (s.ok() || !(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) break;
         absl::SleepFor(absl::Milliseconds(100) * (1 << attempt));
       }
@@ -466,9 +474,9 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     const absl::Time grace = absl::Now() + absl::Milliseconds(3 * view.heartbeat_interval_ms());
     absl::StatusOr<RegisterResponse> rejoined;
     while (true) {
-      rejoined = scheduler->Rejoin(rank, reg->incarnation());
+      rejoined = scheduler->Rejoin(id, reg->incarnation());
       if (rejoined.ok() && rejoined->removed()) {
-        KLOG(Info) << "a rescale left worker " << rank << " out of the job: its share of the data goes to the others";
+        KLOG(Info) << "a rescale left worker " << id << " out of the job: its share of the data goes to the others";
         left.store(true);
         return 0;
       }
@@ -495,6 +503,11 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
                  << "); continuing from clock " << rejoined->clock() << " in the new layout";
     }
     const bool rolled_back = rejoined->rollbacks() > rollbacks;
+    if (rejoined->rank() != rank) {
+      KLOG(Info) << "worker " << id << " is rank " << rejoined->rank() << " of the new layout (was " << rank
+                 << "): a lower rank was removed";
+      rank = rejoined->rank();
+    }
     layout_generation = rejoined->layout_generation();
     rollbacks = rejoined->rollbacks();
     view = rejoined->view();
