@@ -214,22 +214,13 @@ void CheckpointCoordinator::Step() {
                     << (final_committed ? "its replacement restores the final checkpoint"
                                         : "the workers redo their last iterations from the last checkpoint");
     }
-    final_attempts_ = 0;
-    next_final_attempt_ = absl::InfinitePast();
-    syncing_ = -1;  // a rollback restores every server: nothing to re-replicate
-    const uint64_t generation = membership_->BeginRollback();
-    rollback_generation_ = generation;
-    clocks_->SetHold(0);
-    const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
-        "a parameter server died: the job rolls back to its last checkpoint (generation %d); rejoin", generation)));
-    cut_ = ClockTable::kNoHold;
-    KLOG(Warning) << "a parameter server died: rolling the job back to its last checkpoint (generation "
-                  << generation << ", " << cancelled << " waits aborted); waiting for every server rank to be alive";
+    StartRollback("a parameter server died");
   }
   if (membership_->rolling_back()) {
-    if (membership_->AllServersAlive()) Restore();
+    if (membership_->AllServersAlive() || DropDeadServers()) Restore();
     return;
   }
+  RemoveDead();
   if (Rescale()) return;
   if (state == JobState::kFinished) {
     const int64_t clock = clocks_->MinClock();
@@ -296,6 +287,107 @@ void CheckpointCoordinator::Step() {
   clocks_->SetHold(cut_);
 }
 
+void CheckpointCoordinator::StartRollback(const std::string& why) {
+  final_attempts_ = 0;
+  next_final_attempt_ = absl::InfinitePast();
+  syncing_ = -1;  // a rollback restores every server: nothing to re-replicate
+  const uint64_t generation = membership_->BeginRollback();
+  rollback_generation_ = generation;
+  clocks_->SetHold(0);
+  const size_t cancelled = clocks_->CancelAll(absl::AbortedError(absl::StrFormat(
+      "%s: the job rolls back to its last checkpoint (generation %d); rejoin", why, generation)));
+  cut_ = ClockTable::kNoHold;
+  KLOG(Warning) << why << ": rolling the job back to its last checkpoint (generation " << generation << ", "
+                << cancelled << " waits aborted); waiting for every server rank to be alive";
+}
+
+void CheckpointCoordinator::RemoveDead() {
+  if (options_.elastic_timeout <= absl::ZeroDuration() || absl::Now() < next_removal_) return;
+  if (membership_->pending_scale().has_value() || scale_cut_ != ClockTable::kNoHold || syncing_ >= 0) return;
+  const JobState state = membership_->state();
+  if (state != JobState::kRunning && state != JobState::kRecovering) return;
+  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, absl::Now());
+  if (dead.empty()) return;
+  // A dead server still in service rolls the job back (DropDeadServers); one failed over is removed live.
+  const RoutingState routing = membership_->routing();
+  for (int s : dead.servers) {
+    if (std::find(routing.out_of_service.begin(), routing.out_of_service.end(), s) == routing.out_of_service.end()) {
+      return;
+    }
+  }
+  const absl::Duration retry = std::max(options_.elastic_timeout, 2 * membership_->options().heartbeat_timeout);
+  const int servers = job_.num_servers - static_cast<int>(dead.servers.size());
+  const int workers = job_.num_workers - static_cast<int>(dead.workers.size());
+  if (workers < 1 || servers < std::max(1, partition_->replicas())) {
+    KLOG(Warning) << "elastic: " << dead.servers.size() << " servers and " << dead.workers.size()
+                  << " workers are dead, but removing them would leave " << servers << " servers and " << workers
+                  << " workers (the job needs a worker, and a server per copy of each range): waiting for them";
+    next_removal_ = absl::Now() + retry;
+    return;
+  }
+  KLOG(Warning) << "elastic: removing server ranks [" << absl::StrJoin(dead.servers, ",") << "] and worker ranks ["
+                << absl::StrJoin(dead.workers, ",") << "], dead for more than "
+                << absl::FormatDuration(options_.elastic_timeout);
+  const absl::Status started = Scale(
+      ScaleTarget{servers, workers, dead.servers, dead.workers}, absl::ZeroDuration(),
+      [this, retry](absl::StatusOr<ScaleResult> result) {  // on this thread (EndRescale)
+        if (!result.ok()) {
+          KLOG(Warning) << "elastic: the removal failed (tried again in " << absl::FormatDuration(retry)
+                        << "): " << result.status();
+          next_removal_ = absl::Now() + retry;
+        }
+      });
+  if (!started.ok()) {
+    KLOG(Warning) << "elastic: cannot remove them now: " << started;
+    next_removal_ = absl::Now() + retry;
+  }
+}
+
+bool CheckpointCoordinator::DropDeadServers() {
+  if (options_.elastic_timeout <= absl::ZeroDuration() || absl::Now() < next_removal_) return false;
+  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, absl::Now());
+  if (dead.servers.empty()) return false;
+  const std::vector<std::string> alive = membership_->LiveServerAddresses();
+  for (int s = 0; s < static_cast<int>(alive.size()); ++s) {
+    if (alive[s].empty() && std::find(dead.servers.begin(), dead.servers.end(), s) == dead.servers.end()) {
+      return false;  // another server is down but may still come back: wait for it (or its timeout)
+    }
+  }
+  const absl::Duration retry = std::max(options_.elastic_timeout, 2 * membership_->options().heartbeat_timeout);
+  const int servers = job_.num_servers - static_cast<int>(dead.servers.size());
+  if (servers < std::max(1, partition_->replicas())) {
+    KLOG(Warning) << "elastic: removing servers [" << absl::StrJoin(dead.servers, ",") << "] would leave " << servers
+                  << ", fewer than the " << partition_->replicas() << " copies of each range: waiting for them";
+    next_removal_ = absl::Now() + retry;
+    return false;
+  }
+  const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
+  absl::StatusOr<Partition> next = Partition::Uniform(servers, ranges_per_server);
+  if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  absl::Status status = next.status();
+  if (status.ok()) status = membership_->BeginScale(ScaleTarget{servers, job_.num_workers, dead.servers, {}});
+  absl::StatusOr<uint64_t> committed = status.ok() ? membership_->CommitScale(next->ToString()) : status;
+  if (!committed.ok()) {
+    membership_->CancelScale();
+    KLOG(Warning) << "elastic: cannot drop servers [" << absl::StrJoin(dead.servers, ",") << "]: " << committed.status();
+    next_removal_ = absl::Now() + retry;
+    return false;
+  }
+  partition_ = *next;
+  job_.partition = next->ToString();
+  job_.num_servers = servers;
+  relayout_restore_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    status_.elastic_removals += dead.servers.size();
+  }
+  KLOG(Warning) << "elastic: server ranks [" << absl::StrJoin(dead.servers, ",") << "] did not come back within "
+                << absl::FormatDuration(options_.elastic_timeout) << ": the job continues with " << servers
+                << " servers (rescale " << membership_->layout().generation
+                << "); their ranges are restored onto the others from the last checkpoint";
+  return true;
+}
+
 absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration join_timeout,
                                           std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify,
                                           int64_t at_clock) {
@@ -321,11 +413,25 @@ absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration joi
 bool CheckpointCoordinator::Rescale() {
   const std::optional<ScaleTarget> target = membership_->pending_scale();
   if (!target.has_value()) return false;
+  // Removing dead members is how an elastic job recovers: it goes on while the job waits for them.
+  const bool removes = !target->remove_servers.empty() || !target->remove_workers.empty();
+  const JobState state = membership_->state();
   if (scale_cut_ == ClockTable::kNoHold) {
-    if (membership_->state() != JobState::kRunning || membership_->rolling_back()) {
+    if (!(state == JobState::kRunning || (removes && state == JobState::kRecovering)) ||
+        membership_->rolling_back()) {
       EndRescale(absl::AbortedError(absl::StrFormat("the job is %s: the rescale was abandoned",
                                                     JobStateName(membership_->state()))));
       return false;
+    }
+    for (auto [list, role] : {std::make_pair(&target->remove_servers, Role::kServer),
+                              std::make_pair(&target->remove_workers, Role::kWorker)}) {
+      for (int r : *list) {
+        if (membership_->Alive(role, r)) {
+          EndRescale(absl::AbortedError(absl::StrFormat(
+              "%s rank %d came back before the job was held: it is not removed", RoleName(role), r)));
+          return false;
+        }
+      }
     }
     if (!membership_->ScaleReady()) {
       absl::Time deadline;
@@ -357,29 +463,59 @@ bool CheckpointCoordinator::Rescale() {
     } else {
       scale_cut_ = clocks_->HoldAtEarliest();
     }
-    KLOG(Info) << "rescaling to " << target->servers << " servers and " << target->workers
-               << " workers: every worker stops at clock " << scale_cut_;
+    KLOG(Info) << "rescaling to " << target->servers << " servers and " << target->workers << " workers"
+               << (removes ? absl::StrCat(" (removing server ranks [", absl::StrJoin(target->remove_servers, ","),
+                                          "] and worker ranks [", absl::StrJoin(target->remove_workers, ","), "])")
+                           : "")
+               << ": every worker stops at clock " << scale_cut_;
     return true;
   }
   if (membership_->AnyServerDead() || membership_->rolling_back()) {
     EndRescale(absl::AbortedError("a server died while the job was held for a rescale: abandoned"));
     return false;
   }
-  if (membership_->state() == JobState::kFinished) {
+  if (state == JobState::kFinished) {
     EndRescale(absl::FailedPreconditionError("the job finished before the rescale's boundary: nothing to rescale"));
     return false;
   }
-  if (!clocks_->AllAt(scale_cut_)) return true;
+  // Every worker that stays is at the cut; a removed one is wherever it died (BSP: the cut or the clock before).
+  for (int w = 0; w < job_.num_workers; ++w) {
+    const bool removed =
+        std::find(target->remove_workers.begin(), target->remove_workers.end(), w) != target->remove_workers.end();
+    if (!removed && clocks_->ClockOf(w) != scale_cut_) return true;
+  }
+  // A removed BSP worker that died mid-clock left that clock half done on the servers: complete it without it.
+  std::vector<int> half_done;
+  for (int w : target->remove_workers) {
+    if (clocks_->ClockOf(w) < scale_cut_) half_done.push_back(w);
+  }
+  if (job_.consistency == "bsp" && !half_done.empty()) {
+    absl::StatusOr<bool> settled = CompleteWithout(target->remove_workers, scale_cut_ - 1);
+    if (!settled.ok()) {
+      EndRescale(settled.status());
+      return false;
+    }
+    if (!*settled) {  // some server applied that clock with their parts: only a rollback undoes it
+      EndRescale(absl::AbortedError(absl::StrFormat(
+          "workers [%s] died after some server applied clock %d with their pushes: the job rolls back to its last "
+          "checkpoint, and they are removed from there",
+          absl::StrJoin(target->remove_workers, ","), scale_cut_ - 1)));
+      StartRollback(absl::StrFormat("removing workers [%s]", absl::StrJoin(target->remove_workers, ",")));
+      return false;
+    }
+  }
   const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
   const int old_workers = job_.num_workers;
+  const bool workers_change = target->workers != old_workers || !target->remove_workers.empty();
+  const std::vector<int> worker_map = MapRanks(old_workers, target->workers, target->remove_workers);
   // The workers' shares of the rest of the epoch, before anything moves (a failure leaves the job as it was).
   absl::StatusOr<std::vector<WorkerState>> states =
-      target->workers != old_workers ? PlanWorkers(target->workers) : std::vector<WorkerState>();
+      workers_change ? PlanWorkers(worker_map, target->remove_workers) : std::vector<WorkerState>();
   if (!states.ok()) next = states.status();
   absl::StatusOr<ScaleResult> result =
-      next.ok() ? MoveTo(*next, *target, target->workers != old_workers ? &*states : nullptr) : next.status();
+      next.ok() ? MoveTo(*next, *target, workers_change ? &*states : nullptr) : next.status();
   if (!result.ok()) {
     EndRescale(result.status());
     return false;
@@ -391,7 +527,7 @@ bool CheckpointCoordinator::Rescale() {
   // A new worker count changes every worker's share of the data: a rollback must not restore the old shares,
   // so the workers stay held until a checkpoint of the new ones is committed (a rollback to an older one is
   // refused by Restore). Server moves need none: a checkpoint of the old layout restores into the new one.
-  if (!options_.dir.empty() && target->workers != old_workers) {
+  if (!options_.dir.empty() && workers_change) {
     for (int attempt = 1;; ++attempt) {
       if (TakeCheckpoint(scale_cut_, "rescale")) {
         last_checkpoint_clock_ = scale_cut_;
@@ -415,13 +551,74 @@ bool CheckpointCoordinator::Rescale() {
   return false;
 }
 
+absl::StatusOr<bool> CheckpointCoordinator::CompleteWithout(const std::vector<int>& workers, int64_t clock) {
+  const std::vector<std::string> addresses = membership_->LiveServerAddresses();
+  const uint64_t generation = membership_->layout().generation + 1;
+  auto phase = [&](RescaleShardRequest::Phase which, uint64_t* total) -> absl::Status {
+    RescaleShardRequest request;
+    request.set_phase(which);
+    request.set_layout_generation(generation);
+    for (int w : workers) request.add_removed_workers(w);
+    request.set_clock(clock);
+    std::vector<absl::StatusOr<RescaleShardResponse>> results(addresses.size(), absl::UnknownError("not run"));
+    std::vector<std::thread> calls;
+    for (size_t s = 0; s < addresses.size(); ++s) {
+      if (addresses[s].empty()) continue;  // a dead server being removed: its groups' copies are elsewhere
+      calls.emplace_back([&, s] { results[s] = admin_->Rescale(static_cast<int>(s), addresses[s], request); });
+    }
+    for (std::thread& t : calls) t.join();
+    for (size_t s = 0; s < addresses.size(); ++s) {
+      if (addresses[s].empty()) continue;
+      if (!results[s].ok()) return results[s].status();
+      *total += which == RescaleShardRequest::FENCE ? results[s]->applied_with_removed() : results[s]->completed();
+    }
+    return absl::OkStatus();
+  };
+  uint64_t applied = 0, completed = 0;
+  KESTREL_RETURN_IF_ERROR(phase(RescaleShardRequest::FENCE, &applied));
+  if (applied > 0) {
+    KLOG(Warning) << applied << " tables had applied clock " << clock << " with the pushes of workers ["
+                  << absl::StrJoin(workers, ",") << "]: it cannot be completed without them";
+    return false;
+  }
+  KESTREL_RETURN_IF_ERROR(phase(RescaleShardRequest::COMPLETE, &completed));
+  KLOG(Info) << "clock " << clock << " applied without the pushes of workers [" << absl::StrJoin(workers, ",")
+             << "], averaged over the others (" << completed << " tables); their batch of it goes to the others";
+  return true;
+}
+
 absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next, ScaleTarget target,
                                                           std::vector<WorkerState>* worker_states) {
   const JobLayout old = membership_->layout();
-  const std::vector<std::string> addresses = membership_->TargetServerAddresses();
-  const std::vector<std::string> old_addresses = membership_->LiveServerAddresses();
-  const int everyone = std::max(old.num_servers, target.servers);
-  auto address = [&](int s) { return s < old.num_servers ? old_addresses[s] : addresses[s]; };
+  const std::vector<std::string> addresses = membership_->TargetServerAddresses();  // by new rank
+  const std::vector<std::string> old_addresses = membership_->LiveServerAddresses();  // by old rank
+  const std::vector<int> server_map = MapRanks(old.num_servers, target.servers, target.remove_servers);
+  std::vector<int> new_of_old(old.num_servers, -1);
+  for (int r = 0; r < target.servers; ++r) {
+    if (server_map[r] >= 0) new_of_old[server_map[r]] = r;
+  }
+  // Who takes part: every live server of the old layout (it sends its rows; -1: it leaves), then the joining
+  // ones. A dead server being removed takes no part: with replicas, the primaries of its groups send its rows.
+  struct Participant {
+    int old_rank;  // -1: joining
+    int new_rank;  // -1: leaving
+    std::string address;
+  };
+  std::vector<Participant> everyone;
+  std::vector<int> senders;
+  for (int s = 0; s < old.num_servers; ++s) {
+    if (old_addresses[s].empty()) {
+      if (std::find(target.remove_servers.begin(), target.remove_servers.end(), s) == target.remove_servers.end()) {
+        return absl::UnavailableError(absl::StrFormat("server %d is not alive: the rescale was not done", s));
+      }
+      continue;
+    }
+    everyone.push_back({s, new_of_old[s], old_addresses[s]});
+    senders.push_back(s);
+  }
+  for (int r = 0; r < target.servers; ++r) {
+    if (server_map[r] == -1) everyone.push_back({-1, r, addresses[r]});
+  }
   const uint64_t generation = old.generation + 1;
   // Distinct for every attempt (a retry after an abort), across scheduler restarts too.
   const uint64_t attempt = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
@@ -430,22 +627,34 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     absl::MutexLock lock(&mu_);
     verify = scale_verify_;
   }
-  // The full table over servers [0, n).
-  auto fingerprint = [&](int n) -> absl::StatusOr<uint64_t> {
+  if (verify && static_cast<int>(senders.size()) != old.num_servers) {
+    KLOG(Warning) << "rescale " << generation << ": a server being removed is dead, so its own groups cannot be read: "
+                  << "no fingerprint check";
+    verify = false;
+  }
+  // The full table over the servers at `at` (each one's own group).
+  auto fingerprint = [&](const std::vector<std::string>& at) -> absl::StatusOr<uint64_t> {
     uint64_t sum = 0;
-    for (int s = 0; s < n; ++s) {
-      KESTREL_ASSIGN_OR_RETURN(const uint64_t f, admin_->Fingerprint(s, address(s)));
+    for (size_t s = 0; s < at.size(); ++s) {
+      KESTREL_ASSIGN_OR_RETURN(const uint64_t f, admin_->Fingerprint(static_cast<int>(s), at[s]));
       sum += f;
     }
     return sum;
   };
   uint64_t fingerprint_before = 0;
   if (verify) {
-    KESTREL_ASSIGN_OR_RETURN(fingerprint_before, fingerprint(old.num_servers));
+    KESTREL_ASSIGN_OR_RETURN(fingerprint_before, fingerprint(old_addresses));
+  }
+  // The new layout's worker ids (servers check workers' certificates against them from the switch on).
+  const std::vector<int> worker_map = MapRanks(old.num_workers, target.workers, target.remove_workers);
+  const std::vector<int> joining_ids = membership_->JoiningIds(Role::kWorker);
+  std::vector<int> worker_ids;
+  for (size_t r = 0, j = 0; r < worker_map.size(); ++r) {
+    worker_ids.push_back(worker_map[r] >= 0 ? old.worker_ids[worker_map[r]] : j < joining_ids.size() ? joining_ids[j++] : -1);
   }
   const absl::Time start = absl::Now();
-  // One phase on servers [0, n), concurrently; the first failure.
-  auto phase = [&](RescaleShardRequest::Phase which, int n,
+  // One phase on `who`, concurrently; the first failure.
+  auto phase = [&](RescaleShardRequest::Phase which, bool senders_only,
                    std::vector<RescaleShardResponse>* answers) -> absl::Status {
     RescaleShardRequest request;
     request.set_phase(which);
@@ -454,35 +663,42 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     request.set_partition(next.ToString());
     for (const std::string& a : addresses) request.add_server_addresses(a);
     request.set_senders(old.num_servers);
+    for (int s : senders) request.add_from_servers(s);
     request.set_bsp_workers(job_.consistency == "bsp" ? target.workers : 0);
     request.set_routing_generation(membership_->routing().generation + 1);
-    std::vector<absl::StatusOr<RescaleShardResponse>> results(n, absl::UnknownError("not run"));
+    for (int id : worker_ids) request.add_worker_ids(id);
+    std::vector<absl::StatusOr<RescaleShardResponse>> results(everyone.size(), absl::UnknownError("not run"));
     std::vector<std::thread> calls;
-    for (int s = 0; s < n; ++s) {
-      calls.emplace_back([&, s] {
-        results[s] = address(s).empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
-                                        : admin_->Rescale(s, address(s), request);
+    for (size_t i = 0; i < everyone.size(); ++i) {
+      if (senders_only && everyone[i].old_rank < 0) continue;
+      calls.emplace_back([&, i, request]() mutable {
+        const Participant& p = everyone[i];
+        request.set_new_rank(p.new_rank);
+        results[i] = p.address.empty()
+                         ? absl::UnavailableError(absl::StrFormat("server rank %d is not alive", p.new_rank))
+                         : admin_->Rescale(p.old_rank >= 0 ? p.old_rank : p.new_rank, p.address, request);
       });
     }
     for (std::thread& t : calls) t.join();
-    for (auto& r : results) {
-      if (!r.ok()) return r.status();
-      if (answers != nullptr) answers->push_back(*r);
+    for (size_t i = 0; i < everyone.size(); ++i) {
+      if (senders_only && everyone[i].old_rank < 0) continue;
+      if (!results[i].ok()) return results[i].status();
+      if (answers != nullptr) answers->push_back(*results[i]);
     }
     return absl::OkStatus();
   };
   std::vector<RescaleShardResponse> sent;
-  absl::Status status = phase(RescaleShardRequest::SEND, old.num_servers, &sent);
-  if (status.ok()) status = phase(RescaleShardRequest::INSTALL, everyone, nullptr);
+  absl::Status status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
+  if (status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
   if (!status.ok()) {
-    const absl::Status aborted = phase(RescaleShardRequest::ABORT, everyone, nullptr);
+    const absl::Status aborted = phase(RescaleShardRequest::ABORT, false, nullptr);
     if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
     return absl::Status(status.code(), absl::StrCat("the rescale failed (the job goes on unchanged): ",
                                                     status.message()));
   }
   const absl::Time installed = absl::Now();
   // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
-  status = phase(RescaleShardRequest::SWITCH, everyone, nullptr);
+  status = phase(RescaleShardRequest::SWITCH, false, nullptr);
   if (!status.ok()) {
     failed_ = true;
     on_fatal_(absl::InternalError(absl::StrCat(
@@ -493,7 +709,7 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   ScaleResult result;
   if (verify) {
     result.fingerprint_before = fingerprint_before;
-    absl::StatusOr<uint64_t> after = fingerprint(target.servers);
+    absl::StatusOr<uint64_t> after = fingerprint(addresses);
     if (!after.ok()) KLOG(Warning) << "rescale " << generation << ": cannot verify: " << after.status();
     result.fingerprint_after = after.ok() ? *after : 0;
     if (after.ok() && *after != fingerprint_before) {
@@ -522,56 +738,89 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     result.rows_moved += r.rows_sent();
     result.bytes_moved += r.bytes_sent();
   }
+  if (!target.remove_servers.empty() || !target.remove_workers.empty()) {
+    absl::MutexLock lock(&mu_);
+    status_.elastic_removals += target.remove_servers.size() + target.remove_workers.size();
+  }
   KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
              << " servers (routing generation " << routing << ")";
   return result;
 }
 
-absl::StatusOr<std::vector<WorkerState>> CheckpointCoordinator::PlanWorkers(int new_count) {
-  std::vector<WorkerState> old;
-  {
-    absl::MutexLock lock(&mu_);
-    old = worker_states_;
-  }
-  const int64_t cut = scale_cut_;
-  for (size_t w = 0; w < old.size(); ++w) {
-    const WorkerState& s = old[w];
+absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
+                                                   const std::vector<int>& old_of_new,
+                                                   const std::vector<int>& removed) {
+  auto is_removed = [&](int w) { return std::find(removed.begin(), removed.end(), w) != removed.end(); };
+  int ref = -1;  // a staying worker: they agree on where the cut falls
+  for (int w = 0; w < static_cast<int>(states.size()); ++w) {
+    if (is_removed(w)) continue;
+    const WorkerState& s = states[w];
     if (s.clock() != cut || !s.has_reader() || !s.has_share() || s.share().count() < 1) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "worker %d has not reported where its reader is at clock %d (an older worker binary?): its share of the "
           "epoch cannot be handed on",
           w, cut));
     }
-    if (s.epoch() != old[0].epoch() || s.epoch_start() != old[0].epoch_start()) {
+    if (ref == -1) ref = w;
+    if (s.epoch() != states[ref].epoch() || s.epoch_start() != states[ref].epoch_start()) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "workers %d and 0 disagree on the epoch at clock %d (%d and %d)", w, cut, s.epoch(), old[0].epoch()));
+          "workers %d and %d disagree on the epoch at clock %d (%d and %d)", w, ref, cut, s.epoch(),
+          states[ref].epoch()));
     }
   }
+  if (ref == -1) return absl::FailedPreconditionError("no worker stays: nobody to hand the epoch to");
+  const WorkerState& at = states[ref];
   EpochPlan plan;
-  plan.set_epoch(old[0].epoch());
+  plan.set_epoch(at.epoch());
   plan.set_start_clock(cut);
   std::optional<ReaderPositionProto> reader;  // none at an epoch's start: the next epoch starts afresh
-  if (cut != old[0].epoch_start()) {
+  if (cut != at.epoch_start()) {
     // Mid-epoch: every unread line of the epoch goes to exactly one worker (worker/data/reshard.h), read from
-    // the slowest worker's position (every unread line lies beyond it).
+    // the slowest worker's position (every unread line lies beyond it). A removed worker hands on the lines
+    // from where its last report says its reader was: under BSP its half-done clock was completed without it.
     std::vector<ShardAssignment> shares;
     std::vector<uint64_t> consumed;
-    for (const WorkerState& s : old) {
-      ShardAssignment a = AssignmentOf(s.share());
-      consumed.push_back(a.CountBelow(s.reader().global_line()));
-      shares.push_back(std::move(a));
-      if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
+    bool from_start = false;  // some worker's lines start at the epoch's first line
+    for (int w = 0; w < static_cast<int>(states.size()); ++w) {
+      const WorkerState& s = states[w];
+      if (s.has_share() && s.has_reader() && s.share().count() >= 1 && s.epoch() == at.epoch() &&
+          s.epoch_start() == at.epoch_start()) {
+        ShardAssignment a = AssignmentOf(s.share());
+        consumed.push_back(a.CountBelow(s.reader().global_line()));
+        shares.push_back(std::move(a));
+        if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
+      } else if (is_removed(w) && !s.has_share() && at.epoch() == 0 && !at.has_plan()) {
+        // Removed before it ever reported: it read nothing of the first epoch's plain sharding.
+        shares.push_back(PlainShard(w, static_cast<int>(states.size())));
+        consumed.push_back(0);
+        from_start = true;
+      } else {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "removed worker %d stopped in epoch %d, the others are in epoch %d: its unread lines cannot be handed on",
+            w, s.epoch(), at.epoch()));
+      }
     }
-    KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, new_count));
+    if (from_start) reader = ReaderPositionProto();
+    KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, old_of_new));
     for (const ShardAssignment& a : next) *plan.add_shares() = LineShareOf(a);
   }
-  std::vector<WorkerState> out(new_count);
+  std::vector<WorkerState> out(old_of_new.size());
   for (WorkerState& s : out) {
     s.set_clock(cut);
     if (reader.has_value()) *s.mutable_reader() = *reader;
     *s.mutable_plan() = plan;
   }
   return out;
+}
+
+absl::StatusOr<std::vector<WorkerState>> CheckpointCoordinator::PlanWorkers(const std::vector<int>& old_of_new,
+                                                                            const std::vector<int>& removed) {
+  std::vector<WorkerState> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = worker_states_;
+  }
+  return PlanEpoch(old, scale_cut_, old_of_new, removed);
 }
 
 void CheckpointCoordinator::EndRescale(absl::StatusOr<ScaleResult> result) {
@@ -735,7 +984,12 @@ bool CheckpointCoordinator::TakeCheckpoint(int64_t clock, const std::string& rea
   manifest.set_consistency(job_.consistency);
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_reason(reason);
-  manifest.set_layout_generation(membership_->layout().generation);
+  {
+    const JobLayout layout = membership_->layout();
+    manifest.set_layout_generation(layout.generation);
+    for (int id : layout.server_ids) manifest.add_server_ids(id);
+    for (int id : layout.worker_ids) manifest.add_worker_ids(id);
+  }
   {
     absl::MutexLock lock(&mu_);
     for (int w = 0; w < job_.num_workers; ++w) {
@@ -800,13 +1054,24 @@ bool CheckpointCoordinator::Restore() {
   // Every worker rank registered at or after the rollback's generation: older requests are the old timeline.
   const uint64_t generation = rollback_generation_;
   const std::vector<std::string> addresses = membership_->LiveServerAddresses();
+  const JobLayout layout = membership_->layout();
   std::vector<absl::Status> results(job_.num_servers);
   {
     std::vector<std::thread> calls;
     for (int s = 0; s < job_.num_servers; ++s) {
-      calls.emplace_back([&, s] {
+      RestoreShardRequest request;
+      request.set_name(name);
+      request.set_min_worker_generation(generation);
+      if (relayout_restore_) {  // the job dropped a server: every server restores into the new layout
+        request.set_layout_generation(layout.generation);
+        request.set_partition(layout.partition);
+        request.set_rank(s);
+        request.set_bsp_workers(job_.consistency == "bsp" ? job_.num_workers : 0);
+        for (int id : layout.worker_ids) request.add_worker_ids(id);
+      }
+      calls.emplace_back([&, s, request] {
         results[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
-                                          : admin_->Restore(s, addresses[s], name, generation);
+                                          : admin_->Restore(s, addresses[s], request);
       });
     }
     for (std::thread& t : calls) t.join();

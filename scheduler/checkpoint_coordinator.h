@@ -92,6 +92,9 @@ struct CheckpointOptions {
   bool resume = false;
   // Cut one when every worker has finished. Default: true.
   bool final_checkpoint = true;
+  // Elastic jobs (docs/elasticity.md): a server or worker dead for this long is removed from the job instead of
+  // waited for. Default: zero = off (the job waits for a replacement).
+  absl::Duration elastic_timeout = absl::ZeroDuration();
 };
 
 // What the manifest records about the job.
@@ -128,6 +131,15 @@ struct CheckpointStatus {
   bool final_model_settled = false;
   uint64_t elastic_removals = 0;  // members removed because they did not come back (elastic jobs)
 };
+
+// The states of the workers of a new layout at clock `cut` (a rescale), from the old workers' reported `states`:
+// the epoch's plan (worker/data/reshard.h: the rest of the epoch dealt to the new workers, or a fresh epoch at
+// its start) and where to read from. Every worker that stays is at `cut`; a removed one (its rank in `removed`)
+// is wherever its last report says, and its unread lines go to the others. `old_of_new`: scheduler/membership.h
+// MapRanks. FailedPrecondition when a worker's state is unknown or the epochs disagree. Pure.
+absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
+                                                   const std::vector<int>& old_of_new,
+                                                   const std::vector<int>& removed);
 
 class CheckpointCoordinator {
  public:
@@ -184,9 +196,22 @@ class CheckpointCoordinator {
   // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
   // just before the layout is committed.
   absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target, std::vector<WorkerState>* worker_states);
-  // A worker-count change at the held cut: every new worker's state (the epoch plan: the shares of the rest of
-  // the epoch, or a fresh epoch at its boundary) from the old workers' reported states.
-  absl::StatusOr<std::vector<WorkerState>> PlanWorkers(int new_count);
+  // A worker-count change at the held cut: every new worker's state (PlanEpoch) from the old workers' reported
+  // states.
+  absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
+                                                       const std::vector<int>& removed);
+  // BSP: removed `workers` died in `clock`, which every other worker finished: the servers fence them off and
+  // apply it without them. False (nothing applied) when some server had applied it with their pushes already.
+  absl::StatusOr<bool> CompleteWithout(const std::vector<int>& workers, int64_t clock);
+  // Elastic jobs: starts a rescale that removes the members dead for longer than the elastic timeout, when
+  // nothing else holds the clocks.
+  void RemoveDead();
+  // A rollback waiting for a server that stays dead (elastic jobs): the job's layout drops it, and the
+  // restore puts its ranges on the others. False when there is nothing to drop (or it cannot be).
+  bool DropDeadServers();
+  // Rolls the job back to its last checkpoint: a new generation, every wait cancelled; Restore() follows once the
+  // servers are alive.
+  void StartRollback(const std::string& why);
   // Ends a rescale with `result` (answering Scale's caller) and releases its hold.
   void EndRescale(absl::StatusOr<ScaleResult> result);
   // The next clock the every-N policy cuts at, after `clock` (kNoHold when off).
@@ -217,6 +242,8 @@ class CheckpointCoordinator {
   std::optional<CheckpointManifest> resume_from_;
   int64_t cut_ = ClockTable::kNoHold;  // the clock the current hold is for
   int64_t scale_cut_ = ClockTable::kNoHold;   // rescale: the clock it holds the workers at
+  absl::Time next_removal_ = absl::InfinitePast();  // elastic jobs: no removal is tried before (after a failure)
+  bool relayout_restore_ = false;  // the rollback in progress restores into a new layout (DropDeadServers)
   absl::Time scale_start_;
   int syncing_ = -1;                          // re-replication: the server being synced (-1: none)
   int64_t sync_cut_ = ClockTable::kNoHold;    // the clock it holds the workers at

@@ -109,7 +109,15 @@ class FakeServers final : public ShardAdmin {
     EXPECT_EQ(address, Address(shard));
     return stores_[shard]->Checkpoint(*shards_[shard], name);
   }
-  absl::Status Restore(int shard, const std::string&, const std::string& name, uint64_t generation) override {
+  absl::Status Restore(int shard, const std::string& address, const std::string& name, uint64_t generation) {
+    RestoreShardRequest request;
+    request.set_name(name);
+    request.set_min_worker_generation(generation);
+    return Restore(shard, address, request);
+  }
+  absl::Status Restore(int shard, const std::string&, RestoreShardRequest request) override {
+    const std::string& name = request.name();
+    const uint64_t generation = request.min_worker_generation();
     std::optional<CheckpointManifest> manifest;
     if (!name.empty()) {
       absl::StatusOr<CheckpointManifest> read = layout_.ReadManifest(name);

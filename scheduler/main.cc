@@ -62,6 +62,12 @@ ABSL_FLAG(bool, resume, false,
           "Continue the job from the latest committed checkpoint in --checkpoint_dir (a new job when there is "
           "none). Without it, a directory holding checkpoints is refused.");
 ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
+ABSL_FLAG(bool, elastic, false,
+          "Elastic job (docs/elasticity.md): a server or worker that stays dead for --elastic_timeout is removed "
+          "from the job instead of waited for (the ranks above it are renumbered; its data share goes to the "
+          "others; a server's ranges go to the others, from its backups or the last checkpoint). Default: off.");
+ABSL_FLAG(absl::Duration, elastic_timeout, absl::Seconds(60),
+          "With --elastic: how long a dead member may take to come back before it is removed. Default: 60s.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
           "see --metrics_port_file), N that port.");
@@ -131,6 +137,8 @@ int Run() {
       options.membership.num_workers = m.num_workers();
       options.partition = m.partition();
       options.membership.layout_generation = m.layout_generation();
+      options.membership.server_ids.assign(m.server_ids().begin(), m.server_ids().end());
+      options.membership.worker_ids.assign(m.worker_ids().begin(), m.worker_ids().end());
     }
   }
   options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
@@ -139,6 +147,13 @@ int Run() {
   options.checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
   options.checkpoint.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint.final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
+  if (absl::GetFlag(FLAGS_elastic)) {
+    if (absl::GetFlag(FLAGS_elastic_timeout) <= absl::ZeroDuration()) {
+      KLOG(Error) << "--elastic_timeout must be positive";
+      return 2;
+    }
+    options.checkpoint.elastic_timeout = absl::GetFlag(FLAGS_elastic_timeout);
+  }
   static std::atomic<bool> fatal{false};
   options.on_fatal = [](absl::Status) {
     fatal.store(true);

@@ -339,6 +339,12 @@ absl::Status Membership::MarkWorkerLeft(int rank) {
   return absl::OkStatus();
 }
 
+bool Membership::Alive(Role role, int rank) const {
+  absl::MutexLock lock(&mu_);
+  const std::vector<Member>& ranks = role == Role::kServer ? servers_ : workers_;
+  return rank >= 0 && rank < static_cast<int>(ranks.size()) && ranks[rank].alive;
+}
+
 bool Membership::AnyWorkerAlive() const {
   absl::MutexLock lock(&mu_);
   return std::any_of(workers_.begin(), workers_.end(), [](const Member& m) { return m.alive; });
@@ -669,6 +675,15 @@ void Membership::CancelScale() {
     joining->clear();
   }
   scale_.reset();
+}
+
+std::vector<int> Membership::JoiningIds(Role role) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> out;
+  for (const Member& m : role == Role::kServer ? joining_servers_ : joining_workers_) {
+    if (m.rank != -1) out.push_back(m.id);
+  }
+  return out;
 }
 
 JobLayout Membership::layout() const {

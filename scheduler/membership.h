@@ -191,6 +191,8 @@ class Membership {
   absl::Status MarkWorkerLeft(int rank);
   // Some worker rank is alive (registered, and neither declared dead nor left).
   bool AnyWorkerAlive() const;
+  // Rank `rank` of `role` is a live member of the job.
+  bool Alive(Role role, int rank) const;
 
   // FailedPrecondition when worker `rank` is not alive (declared dead: register again), `incarnation` is not
   // its current one or `generation` is not exactly the one its requests must carry (an older one: a superseded
@@ -244,6 +246,8 @@ class Membership {
   absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
   // Drops the pending rescale: joining members are removed.
   void CancelScale();
+  // The ids of the pending rescale's registered joining members of `role`, in the order they take the new ranks.
+  std::vector<int> JoiningIds(Role role) const;
   JobLayout layout() const;
 
   uint64_t generation() const;

@@ -31,12 +31,8 @@ class GrpcShardAdmin final : public ShardAdmin {
     return response.shard();
   }
 
-  absl::Status Restore(int shard, const std::string& address, const std::string& name,
-                       uint64_t min_worker_generation) override {
-    RestoreShardRequest request;
+  absl::Status Restore(int shard, const std::string& address, RestoreShardRequest request) override {
     Fill(request.mutable_header());
-    request.set_name(name);
-    request.set_min_worker_generation(min_worker_generation);
     RestoreShardResponse response;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));

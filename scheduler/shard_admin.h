@@ -22,10 +22,11 @@ class ShardAdmin {
   // Server `shard` at `address` writes its part of checkpoint `name` (cut at `clock`).
   virtual absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
                                                      int64_t clock) = 0;
-  // Server `shard` replaces its state with its part of committed checkpoint `name` ("" = empty tables) and
-  // refuses worker requests older than `min_worker_generation`.
-  virtual absl::Status Restore(int shard, const std::string& address, const std::string& name,
-                               uint64_t min_worker_generation) = 0;
+  // Server `shard` replaces its state with its part of committed checkpoint `request.name()` ("" = empty tables)
+  // and refuses worker requests older than `request.min_worker_generation()`; with request.layout_generation()
+  // set, it does so in that new layout, as the rank the request names (ParameterServer.Restore). The header is
+  // the admin's.
+  virtual absl::Status Restore(int shard, const std::string& address, RestoreShardRequest request) = 0;
   // Re-replication: server `source` at `address`, the primary of `owner`'s range group, copies the group whole
   // to server `target` at `target_address`. Returns the rows copied.
   virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,

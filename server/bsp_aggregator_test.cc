@@ -189,5 +189,61 @@ TEST(BspAggregatorTest, RejectsMalformedParts) {
   EXPECT_EQ(agg.Add(View(changed, 0)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(BspAggregatorTest, FencedWorkersAreLeftOutOfTheirHalfDoneClockAndAveragedOverTheOthers) {
+  BspAggregator agg(3, 1);
+  const std::vector<uint64_t> k = {7};
+  const std::vector<float> g0 = {3.0f}, g1 = {100.0f}, g2 = {5.0f};
+  auto part = [&](int worker, int index, int count, const std::vector<float>& grads) {
+    BspAggregator::Part p;
+    p.worker = worker;
+    p.clock = 4;
+    p.index = index;
+    p.count = count;
+    p.keys = k;
+    p.grads = grads;
+    return p;
+  };
+  // Workers 0 and 2 pushed clock 4 whole; worker 1 only one of its two parts, then died.
+  ASSERT_FALSE(agg.Add(part(0, 0, 1, g0))->has_value());
+  ASSERT_FALSE(agg.Add(part(1, 0, 2, g1))->has_value());
+  ASSERT_FALSE(agg.Add(part(2, 0, 1, g2))->has_value());
+  EXPECT_TRUE(absl::IsFailedPrecondition(agg.CompleteWithout(4).status())) << "not fenced";
+  EXPECT_TRUE(absl::IsInvalidArgument(agg.Fence({0, 1, 2}, 4).status())) << "nobody would be left";
+  EXPECT_TRUE(absl::IsInvalidArgument(agg.Fence({3}, 4).status()));
+  absl::StatusOr<BspAggregator::Fenced> fenced = agg.Fence({1}, 4);
+  ASSERT_TRUE(fenced.ok());
+  EXPECT_EQ(*fenced, BspAggregator::Fenced::kNotApplied);
+  // Its late part is refused now, and would not have completed the clock anyway.
+  EXPECT_TRUE(absl::IsFailedPrecondition(agg.Add(part(1, 1, 2, g1)).status()));
+  absl::StatusOr<std::optional<BspAggregator::Batch>> batch = agg.CompleteWithout(4);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_TRUE(batch->has_value());
+  EXPECT_EQ((*batch)->keys, k);
+  EXPECT_EQ((*batch)->grads, std::vector<float>{4.0f}) << "(3 + 5) / 2: worker 1's part is not in it";
+  agg.Applied(4);
+  EXPECT_EQ(agg.applied_through(), 4);
+  // Asked again (a retried removal): nothing more to apply, and the fence says it was completed without them.
+  EXPECT_FALSE(agg.CompleteWithout(4)->has_value());
+  EXPECT_EQ(*agg.Fence({1}, 4), BspAggregator::Fenced::kCompletedWithout);
+}
+
+TEST(BspAggregatorTest, AClockAppliedWithAFencedWorkerIsReportedAsSuch) {
+  BspAggregator agg(2, 1);
+  const std::vector<uint64_t> k = {1};
+  const std::vector<float> g = {1.0f};
+  for (int w = 0; w < 2; ++w) {
+    BspAggregator::Part p;
+    p.worker = w;
+    p.clock = 0;
+    p.keys = k;
+    p.grads = g;
+    auto out = agg.Add(p);
+    ASSERT_TRUE(out.ok());
+    if (out->has_value()) agg.Applied(0);
+  }
+  EXPECT_EQ(*agg.Fence({1}, 0), BspAggregator::Fenced::kApplied);
+  EXPECT_FALSE(agg.CompleteWithout(0)->has_value());
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -487,13 +487,17 @@ absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const Host
   if (!hosted.options().has_value()) {
     return absl::FailedPreconditionError("this server's groups were not made by HostedShards::Create: no new layout");
   }
-  if (request.layout_generation() <= layout_generation()) {
-    return absl::FailedPreconditionError(absl::StrFormat("layout %d is not after this server's layout %d",
-                                                         request.layout_generation(), layout_generation()));
-  }
   absl::StatusOr<Partition> partition = Partition::Parse(request.partition());
   if (!partition.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("the restore's partition: ", partition.status().message()));
+  }
+  if (request.layout_generation() == layout_generation() && request.rank() == hosted.server() &&
+      request.partition() == hosted.partition().ToString()) {
+    return std::shared_ptr<HostedShards>(nullptr);  // in that layout already (a retried restore): as usual
+  }
+  if (request.layout_generation() <= layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat("layout %d is not after this server's layout %d",
+                                                         request.layout_generation(), layout_generation()));
   }
   if (request.rank() < 0 || request.rank() >= partition->num_servers() || request.bsp_workers() < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
@@ -1130,7 +1134,9 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
                                                       request.layout_generation(), incoming_layout_->rank, self));
   }
   std::vector<int> senders(request.from_servers().begin(), request.from_servers().end());
-  for (int s = 0; senders.empty() && s < request.senders(); ++s) senders.push_back(s);
+  if (senders.empty()) {
+    for (int s = 0; s < request.senders(); ++s) senders.push_back(s);
+  }
   for (int s : senders) {
     auto it = incoming_layout_->senders.find(s);
     if (it == incoming_layout_->senders.end() || !it->second.done || it->second.loaded != it->second.next_sequence) {
@@ -1178,14 +1184,26 @@ absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const Resc
   // checkpoint writes them all).
   if (store_ != nullptr) KESTREL_RETURN_IF_ERROR(store_->Rebase());
   AdoptLayout(groups, request.layout_generation(), {request.worker_ids().begin(), request.worker_ids().end()});
+  // Replicated jobs forward to the other servers by their new ranks from now on.
+  if (peers_ != nullptr) peers_->SetAddresses({request.server_addresses().begin(), request.server_addresses().end()});
   KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server() << " serves the ranges of "
              << "rank " << self << " of " << next.num_servers() << " servers";
   return absl::OkStatus();
 }
 
+absl::Status PsServiceImpl::CheckSettle(const RescaleShardRequest& request) const {
+  if (left()) return absl::FailedPreconditionError("this server left the job in an earlier rescale");
+  if (request.layout_generation() <= layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat("rescale %d is not after this server's layout %d",
+                                                         request.layout_generation(), layout_generation()));
+  }
+  if (request.clock() < 0) return absl::InvalidArgumentError(absl::StrFormat("clock %d", request.clock()));
+  return absl::OkStatus();
+}
+
 absl::Status PsServiceImpl::RescaleFence(const HostedShards& hosted, const RescaleShardRequest& request,
                                          RescaleShardResponse* response) {
-  KESTREL_RETURN_IF_ERROR(CheckRescale(hosted, request).status());
+  KESTREL_RETURN_IF_ERROR(CheckSettle(request));
   if (request.removed_workers().empty()) return absl::InvalidArgumentError("FENCE names no removed worker");
   const std::vector<int> removed(request.removed_workers().begin(), request.removed_workers().end());
   uint64_t applied = 0;
@@ -1201,7 +1219,7 @@ absl::Status PsServiceImpl::RescaleFence(const HostedShards& hosted, const Resca
 
 absl::Status PsServiceImpl::RescaleComplete(const HostedShards& hosted, const RescaleShardRequest& request,
                                             RescaleShardResponse* response) {
-  KESTREL_RETURN_IF_ERROR(CheckRescale(hosted, request).status());
+  KESTREL_RETURN_IF_ERROR(CheckSettle(request));
   uint64_t completed = 0;
   for (Shard* group : hosted.shards()) {
     KESTREL_ASSIGN_OR_RETURN(const int n, group->CompleteClockWithout(request.clock()));

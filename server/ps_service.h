@@ -226,7 +226,9 @@ class PsServiceImpl final
                               RescaleShardResponse* response);
   absl::Status RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request);
   void RescaleAbort(uint64_t generation, uint64_t attempt);
-  // FENCE and COMPLETE (removed BSP workers' half-done clock) on every group held.
+  // FENCE and COMPLETE (removed BSP workers' half-done clock) on every group held; CheckSettle: the request may
+  // act here (the rescale is ahead of this server's layout, which it has not left).
+  absl::Status CheckSettle(const RescaleShardRequest& request) const;
   absl::Status RescaleFence(const HostedShards& hosted, const RescaleShardRequest& request,
                             RescaleShardResponse* response);
   absl::Status RescaleComplete(const HostedShards& hosted, const RescaleShardRequest& request,

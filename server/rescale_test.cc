@@ -95,16 +95,23 @@ class RescaleTest : public ::testing::Test {
     return rows;
   }
 
+  // `new_rank`: server s's rank in `next` (-2: s, or -1 when s is beyond it).
   absl::StatusOr<RescaleShardResponse> Phase(int s, RescaleShardRequest::Phase phase, uint64_t generation,
-                                             const Partition& next, int senders, uint64_t attempt = 0) {
+                                             const Partition& next, int senders, uint64_t attempt = 0,
+                                             int new_rank = -2, const std::vector<int>& from = {},
+                                             const std::vector<std::string>& addresses = {}) {
     RescaleShardRequest request;
+    request.set_new_rank(new_rank != -2 ? new_rank : s < next.num_servers() ? s : -1);
+    for (int f : from) request.add_from_servers(f);
     request.mutable_header()->set_job_id("t");
     request.mutable_header()->set_worker_rank(-1);
     request.set_phase(phase);
     request.set_layout_generation(generation);
     request.set_attempt(attempt);
     request.set_partition(next.ToString());
-    for (int t = 0; t < next.num_servers(); ++t) request.add_server_addresses(addresses_[t]);
+    for (int t = 0; t < next.num_servers(); ++t) {
+      request.add_server_addresses(addresses.empty() ? addresses_[t] : addresses[t]);
+    }
     request.set_senders(senders);
     request.set_routing_generation(generation);
     RescaleShardResponse response;
@@ -129,6 +136,25 @@ class RescaleTest : public ::testing::Test {
     for (int s = 0; s < everyone; ++s) {
       auto switched = Phase(s, RescaleShardRequest::SWITCH, generation, next, old_n, attempt);
       ASSERT_TRUE(switched.ok()) << switched.status();
+    }
+  }
+
+  // A rescale that removes server `removed` (dead: it takes no part) from a layout of `old_n`: the others send
+  // what they serve and are renumbered.
+  void RemoveServer(int old_n, int removed, const Partition& next, uint64_t generation) {
+    std::vector<int> from, new_rank(old_n, -1);
+    std::vector<std::string> addresses;
+    for (int s = 0, r = 0; s < old_n; ++s) {
+      if (s == removed) continue;
+      from.push_back(s);
+      new_rank[s] = r++;
+      addresses.push_back(addresses_[s]);
+    }
+    for (auto phase : {RescaleShardRequest::SEND, RescaleShardRequest::INSTALL, RescaleShardRequest::SWITCH}) {
+      for (int s : from) {
+        auto answer = Phase(s, phase, generation, next, old_n, 0, new_rank[s], from, addresses);
+        ASSERT_TRUE(answer.ok()) << "phase " << phase << " on server " << s << ": " << answer.status();
+      }
     }
   }
 
@@ -288,6 +314,151 @@ TEST_F(RescaleTest, RefusesBadRequestsWithoutChangingAnything) {
   for (int s = 0; s < 3; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::ABORT, 5, three, 2).ok());
   for (int s = 0; s < 2; ++s) EXPECT_EQ(servers_[s]->service().layout_generation(), 0u);
   EXPECT_EQ(Fingerprint(2), fingerprint);
+}
+
+TEST_F(RescaleTest, ADeadMiddleServerIsRemovedFromItsBackupsAndTheRanksAboveRenumbered) {
+  // Three servers, two copies of every range; server 1 dies and is failed over, then removed.
+  const Partition three = *Partition::Uniform(3, 4)->WithReplicas(2);
+  const Partition two = *Partition::Uniform(2, 4)->WithReplicas(2);
+  Start(three, three);
+  for (int s = 0; s < 3; ++s) {
+    for (Shard* group : Groups(s).shards()) ASSERT_TRUE(group->CreateTable(Ctx(), Emb()).ok());
+  }
+  // Every copy of every range gets the same pushes, as a primary forwarding to its backups keeps them.
+  std::map<int, std::vector<uint64_t>> keys;
+  for (uint64_t i = 0; i < 3000; ++i) keys[three.OwnerOf(Mix64(i))].push_back(Mix64(i));
+  for (auto& [owner, mine] : keys) {
+    std::sort(mine.begin(), mine.end());
+    std::vector<float> grads(mine.size() * kDim, 0.125f);
+    for (int j = 0; j < 2; ++j) {
+      auto group = Groups(three.ReplicaOfOwner(owner, j)).Group(owner);
+      ASSERT_TRUE(group.ok());
+      ASSERT_TRUE((*group)->Push(Ctx(), "emb", mine, grads, kDim).ok());
+    }
+  }
+  const uint64_t fingerprint = Fingerprint(3);
+  const uint64_t probe = keys[1].front();  // a row server 1 owned
+  std::string before;
+  ASSERT_TRUE(Groups(1).own().Pull(Ctx(), "emb", {probe}, kDim, &before).ok());
+  servers_[1]->Shutdown(absl::ZeroDuration());
+  for (int s : {0, 2}) ASSERT_TRUE(Groups(s).routing().Update(1, {1}).ok());  // failed over: 2 serves group 1
+
+  RemoveServer(3, 1, two, 1);
+  // Server 2 is rank 1 now: the two live servers hold the whole table, in both copies of each range.
+  EXPECT_EQ(Groups(2).server(), 1);
+  EXPECT_EQ(Groups(2).partition().num_servers(), 2);
+  uint64_t after = 0;
+  for (int s : {0, 2}) after += Groups(s).own().FindTable("emb")->RowsFingerprint();
+  EXPECT_EQ(after, fingerprint);
+  for (int owner = 0; owner < 2; ++owner) {
+    const int primary = owner == 0 ? 0 : 2, backup = owner == 0 ? 2 : 0;
+    EXPECT_EQ((*Groups(primary).Group(owner))->Fingerprint(), (*Groups(backup).Group(owner))->Fingerprint())
+        << "range group " << owner;
+  }
+  std::string moved;
+  const int holder = two.OwnerOf(probe) == 0 ? 0 : 2;
+  ASSERT_TRUE(Groups(holder).own().Pull(Ctx(), "emb", {probe}, kDim, &moved).ok());
+  EXPECT_EQ(moved, before) << "the dead server's row, from its backup";
+}
+
+TEST_F(RescaleTest, RestoreIntoANewLayoutServesTheRankItNames) {
+  const Partition three = *Partition::Uniform(3, 4);
+  const Partition two = *Partition::Uniform(2, 4);
+  Start(three, three);
+  RestoreShardRequest request;
+  request.mutable_header()->set_job_id("t");
+  request.set_layout_generation(1);
+  request.set_partition(two.ToString());
+  request.set_rank(1);
+  request.add_worker_ids(0);
+  request.add_worker_ids(2);
+  RestoreShardResponse response;
+  {
+    grpc::ClientContext context;
+    absl::Status status = FromGrpcStatus(stubs_[2]->Restore(&context, request, &response));
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  EXPECT_EQ(Groups(2).server(), 1);
+  EXPECT_EQ(Groups(2).partition().ToString(), two.ToString());
+  EXPECT_EQ(servers_[2]->service().layout_generation(), 1u);
+  // Retried (the scheduler retries a rollback whose other restores failed): restored again, same layout.
+  {
+    grpc::ClientContext context;
+    absl::Status status = FromGrpcStatus(stubs_[2]->Restore(&context, request, &response));
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  // A rank outside the layout, an older layout: refused, nothing changes.
+  request.set_rank(2);
+  request.set_layout_generation(2);
+  {
+    grpc::ClientContext context;
+    EXPECT_TRUE(absl::IsInvalidArgument(FromGrpcStatus(stubs_[2]->Restore(&context, request, &response))));
+  }
+  request.set_rank(0);
+  request.set_layout_generation(1);
+  {
+    grpc::ClientContext context;
+    EXPECT_TRUE(absl::IsFailedPrecondition(FromGrpcStatus(stubs_[2]->Restore(&context, request, &response))));
+  }
+  EXPECT_EQ(Groups(2).server(), 1);
+}
+
+TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone) {
+  // One BSP server with three workers; worker 1 pushes half of clock 0 and dies.
+  const Partition one = *Partition::Uniform(1, 1);
+  ShardOptions options;
+  options.job_id = "t";
+  options.bsp_workers = 3;
+  auto hosted = HostedShards::Create(options, one);
+  ASSERT_TRUE(hosted.ok());
+  PsServerOptions server_options;
+  server_options.address = "127.0.0.1:0";
+  auto server = PsServer::Start(server_options, std::shared_ptr<HostedShards>(*std::move(hosted)));
+  ASSERT_TRUE(server.ok());
+  auto stub = ParameterServer::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  Shard& shard = (*server)->service().hosted()->own();
+  ASSERT_TRUE(shard.CreateTable(Ctx(), Emb()).ok());
+  const std::vector<uint64_t> key = {Mix64(3)};
+  auto push = [&](int worker, int part, int parts, float value) {
+    RequestContext ctx = Ctx();
+    ctx.worker_rank = worker;
+    ctx.clock = 0;
+    ctx.part = part;
+    ctx.parts = parts;
+    return shard.Push(ctx, "emb", key, std::vector<float>(kDim, value), kDim);
+  };
+  ASSERT_TRUE(push(0, 0, 1, 1.0f).ok());
+  ASSERT_TRUE(push(1, 0, 2, 50.0f).ok());
+  ASSERT_TRUE(push(2, 0, 1, 3.0f).ok());
+  // Values and optimizer state (Emb's Adagrad has no learning rate: only its accumulators move).
+  const uint64_t before = shard.FindTable("emb")->RowsFingerprint();
+  auto phase = [&](RescaleShardRequest::Phase which) -> absl::StatusOr<RescaleShardResponse> {
+    RescaleShardRequest request;
+    request.mutable_header()->set_job_id("t");
+    request.set_phase(which);
+    request.set_layout_generation(1);
+    request.add_removed_workers(1);
+    request.set_clock(0);
+    RescaleShardResponse response;
+    grpc::ClientContext context;
+    absl::Status status = FromGrpcStatus(stub->RescaleShard(&context, request, &response));
+    if (!status.ok()) return status;
+    return response;
+  };
+  auto fenced = phase(RescaleShardRequest::FENCE);
+  ASSERT_TRUE(fenced.ok()) << fenced.status();
+  EXPECT_EQ(fenced->applied_with_removed(), 0u);
+  EXPECT_TRUE(absl::IsFailedPrecondition(push(1, 1, 2, 50.0f))) << "the removed worker is fenced off";
+  auto completed = phase(RescaleShardRequest::COMPLETE);
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  EXPECT_EQ(completed->completed(), 1u);
+  const uint64_t after = shard.FindTable("emb")->RowsFingerprint();
+  EXPECT_NE(after, before) << "clock 0 was applied";
+  // Applied once: a second COMPLETE changes nothing, and FENCE now says it was completed without them.
+  ASSERT_TRUE(phase(RescaleShardRequest::COMPLETE).ok());
+  EXPECT_EQ(shard.FindTable("emb")->RowsFingerprint(), after);
+  EXPECT_EQ(phase(RescaleShardRequest::FENCE)->applied_with_removed(), 0u);
 }
 
 }  // namespace

@@ -46,12 +46,31 @@ ShardAssignment PlainShard(int index, int count) {
 }
 
 absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
-                                                     absl::Span<const uint64_t> consumed, int new_count,
-                                                     uint64_t max_leftovers) {
+                                                     absl::Span<const uint64_t> consumed,
+                                                     absl::Span<const int> old_of_new, uint64_t max_leftovers) {
+  const int new_count = static_cast<int>(old_of_new.size());
   if (old.empty() || old.size() != consumed.size() || new_count < 1 || new_count > 65536) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "resharding %d workers (%d positions) to %d: need as many positions as workers and 1..65536 workers",
         old.size(), consumed.size(), new_count));
+  }
+  // new_of_old[w]: the new rank old worker w stays as, or -1 (it leaves).
+  std::vector<int> new_of_old(old.size(), -1);
+  std::vector<int> staying;  // new ranks that were old workers, increasing
+  for (int v = 0; v < new_count; ++v) {
+    const int w = old_of_new[v];
+    if (w < -1 || w >= static_cast<int>(old.size()) || (w >= 0 && new_of_old[w] != -1)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("resharding: new worker %d names old worker %d (of %d), or one named twice", v, w,
+                          old.size()));
+    }
+    if (w >= 0) {
+      new_of_old[w] = v;
+      staying.push_back(v);
+    }
+  }
+  if (staying.empty()) {
+    for (int v = 0; v < new_count; ++v) staying.push_back(v);
   }
   for (const ShardAssignment& a : old) {
     if (a.count < 1 || a.index < 0 || a.index >= a.count ||
@@ -75,7 +94,6 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
   }
   uint64_t total = 0;
   size_t next_heir = 0;  // leaving workers' leftovers go round-robin
-  const size_t staying = std::min<size_t>(old.size(), static_cast<size_t>(new_count));
   for (size_t w = 0; w < old.size(); ++w) {
     for (uint64_t n = consumed[w];; ++n) {
       const uint64_t line = old[w].Line(n);
@@ -85,12 +103,23 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
             "resharding: more than %d unread lines below the watermark %d (a worker is far behind)", max_leftovers,
             watermark));
       }
-      const size_t heir = w < staying ? w : next_heir++ % staying;
+      const int heir = new_of_old[w] >= 0 ? new_of_old[w] : staying[next_heir++ % staying.size()];
       out[heir].leftovers.push_back(line);
     }
   }
   for (ShardAssignment& a : out) std::sort(a.leftovers.begin(), a.leftovers.end());
   return out;
+}
+
+absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+                                                     absl::Span<const uint64_t> consumed, int new_count,
+                                                     uint64_t max_leftovers) {
+  if (new_count < 1 || new_count > 65536) {
+    return absl::InvalidArgumentError(absl::StrFormat("resharding to %d workers: need 1..65536", new_count));
+  }
+  std::vector<int> old_of_new(new_count);
+  for (int v = 0; v < new_count; ++v) old_of_new[v] = v < static_cast<int>(old.size()) ? v : -1;
+  return Reshard(old, consumed, old_of_new, max_leftovers);
 }
 
 }  // namespace kestrel

@@ -10,7 +10,8 @@
 // - The watermark G is the furthest line any worker will read next (and at least the previous watermark). No
 //   line at or above G has been read.
 // - Below G, each old worker's unread lines (its leftovers) stay with it if it stays. A leaving worker's
-//   leftovers are dealt round-robin to the staying workers.
+//   leftovers (a worker removed from the middle of the ranks included) are dealt round-robin to the staying
+//   workers.
 // - From G on, the new modulo deals the lines.
 // Every line of the epoch is read exactly once, however many times the job is rescaled (reshard_test checks
 // this against random schedules). Pure functions; thread-compatible values.
@@ -50,10 +51,17 @@ LineShare LineShareOf(const ShardAssignment& assignment);
 // The plain sharding: worker `index` of `count` reads lines congruent to index mod count.
 ShardAssignment PlainShard(int index, int count);
 
-// The assignments of `new_count` workers (in [1, 65536]) taking over from `old` (one per old worker, each
-// `consumed[w]` lines into its assignment). Worker ranks keep their identity: new worker v < old.size() is old
-// worker v. InvalidArgument for mismatched sizes or counts, or when the leftovers exceed `max_leftovers` lines
-// (a worker far behind the others; BSP keeps them within a batch).
+// The assignments of the workers of a new layout taking over from `old` (one per old worker, each `consumed[w]`
+// lines into its assignment). `old_of_new[v]` is the old worker new worker v was (-1: a new one), as
+// scheduler/membership.h MapRanks says; old workers it does not name leave, and their leftovers go round-robin
+// (in old rank order) to the staying ones (in new rank order; to every new worker when none stays).
+// InvalidArgument for mismatched sizes, a count outside [1, 65536], an old worker named twice, or leftovers
+// beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).
+absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+                                                     absl::Span<const uint64_t> consumed,
+                                                     absl::Span<const int> old_of_new,
+                                                     uint64_t max_leftovers = uint64_t{1} << 24);
+// The same with ranks that keep their identity: new worker v < old.size() is old worker v.
 absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
                                                      absl::Span<const uint64_t> consumed, int new_count,
                                                      uint64_t max_leftovers = uint64_t{1} << 24);

@@ -46,6 +46,66 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceAcrossRescales) {
   }
 }
 
+// The same with workers removed from anywhere in the ranks (elastic jobs) and new ones added after them.
+TEST(ReshardTest, EveryLineIsReadExactlyOnceWhenWorkersLeaveFromTheMiddle) {
+  constexpr uint64_t kLines = 20000;
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 200; ++trial) {
+    int count = std::uniform_int_distribution<int>(2, 6)(rng);
+    std::vector<ShardAssignment> shards;
+    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
+    std::vector<uint64_t> consumed(count, 0);
+    std::vector<int> reads(kLines, 0);
+    auto read = [&](int w, uint64_t n) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t line = shards[w].Line(consumed[w]);
+        if (line >= kLines) return;
+        ++reads[line];
+        ++consumed[w];
+      }
+    };
+    for (int step = 0; step < 4; ++step) {
+      const uint64_t batch = std::uniform_int_distribution<uint64_t>(0, 900)(rng);
+      for (int w = 0; w < count; ++w) read(w, batch + std::uniform_int_distribution<uint64_t>(0, 30)(rng));
+      // Drop a random set of ranks (at least one stays), then maybe add new ones after the rest.
+      std::vector<int> old_of_new;
+      for (int w = 0; w < count; ++w) {
+        if (std::uniform_int_distribution<int>(0, 2)(rng) != 0) old_of_new.push_back(w);
+      }
+      if (old_of_new.empty()) old_of_new.push_back(std::uniform_int_distribution<int>(0, count - 1)(rng));
+      const int added = std::uniform_int_distribution<int>(0, 2)(rng);
+      for (int i = 0; i < added; ++i) old_of_new.push_back(-1);
+      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(shards, consumed, old_of_new);
+      ASSERT_TRUE(resharded.ok()) << resharded.status();
+      // A staying worker keeps reading where it was: its own unread lines are still its.
+      std::vector<uint64_t> next_consumed(old_of_new.size(), 0);
+      shards = *std::move(resharded);
+      consumed = std::move(next_consumed);
+      count = static_cast<int>(shards.size());
+    }
+    for (int w = 0; w < count; ++w) read(w, kLines);
+    for (uint64_t line = 0; line < kLines; ++line) {
+      ASSERT_EQ(reads[line], 1) << "trial " << trial << ": line " << line;
+    }
+  }
+}
+
+TEST(ReshardTest, AWorkerRemovedFromTheMiddleHandsItsLinesToTheOthers) {
+  // 3 workers; worker 1 died one line behind: workers 0 and 2 stay as ranks 0 and 1.
+  std::vector<ShardAssignment> shards = {PlainShard(0, 3), PlainShard(1, 3), PlainShard(2, 3)};
+  const std::vector<uint64_t> consumed = {4, 3, 4};  // next lines: 12, 10, 14 -> watermark 14
+  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, std::vector<int>{0, 2});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].watermark, 14u);
+  EXPECT_EQ((*out)[0].leftovers, (std::vector<uint64_t>{10, 12}));  // its own 12, and worker 1's 10
+  EXPECT_EQ((*out)[1].leftovers, (std::vector<uint64_t>{13}));      // worker 1's 13 (old worker 2 read to 14)
+  EXPECT_EQ((*out)[1].index, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{0, 0}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{0, 3}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{}).status()));
+}
+
 TEST(ReshardTest, LeavingWorkersHandTheirUnreadLinesToTheStayingOnes) {
   // 3 workers; worker 2 is behind by one line of its class.
   std::vector<ShardAssignment> shards = {PlainShard(0, 3), PlainShard(1, 3), PlainShard(2, 3)};
