@@ -306,7 +306,7 @@ void CheckpointCoordinator::RemoveDead() {
   if (membership_->pending_scale().has_value() || scale_cut_ != ClockTable::kNoHold || syncing_ >= 0) return;
   const JobState state = membership_->state();
   if (state != JobState::kRunning && state != JobState::kRecovering) return;
-  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, absl::Now());
+  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, MonotonicNow());
   if (dead.empty()) return;
   // A dead server still in service rolls the job back (DropDeadServers); one failed over is removed live.
   const RoutingState routing = membership_->routing();
@@ -345,7 +345,7 @@ void CheckpointCoordinator::RemoveDead() {
 
 bool CheckpointCoordinator::DropDeadServers() {
   if (options_.elastic_timeout <= absl::ZeroDuration() || absl::Now() < next_removal_) return false;
-  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, absl::Now());
+  const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, MonotonicNow());
   if (dead.servers.empty()) return false;
   const std::vector<std::string> alive = membership_->LiveServerAddresses();
   for (int s = 0; s < static_cast<int>(alive.size()); ++s) {

@@ -1,6 +1,7 @@
 #include "scheduler/membership.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <tuple>
@@ -11,6 +12,10 @@
 #include "common/status.h"
 
 namespace kestrel {
+
+absl::Time MonotonicNow() {
+  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 const char* RoleName(Role role) { return role == Role::kServer ? "server" : "worker"; }
 

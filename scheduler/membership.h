@@ -69,6 +69,10 @@ enum class JobState { kForming, kRunning, kRecovering, kFinished };
 const char* RoleName(Role role);
 const char* JobStateName(JobState state);
 
+// The clock the scheduler passes Membership's `now` from: monotonic (a wall-clock step, e.g. NTP, must not
+// declare everyone dead), as an absl::Time that only means something compared with another of its values.
+absl::Time MonotonicNow();
+
 struct MembershipOptions {
   // Ranks of each role the job needs, >= 1. Defaults: 1 server, 1 worker.
   int num_servers = 1;

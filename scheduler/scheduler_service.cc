@@ -16,11 +16,6 @@
 namespace kestrel {
 namespace {
 
-// Liveness runs on a monotonic clock: a wall-clock step (NTP) must not declare everyone dead.
-absl::Time MonotonicNow() {
-  return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
-}
-
 Role RoleOf(MemberRole role) { return role == ROLE_SERVER ? Role::kServer : Role::kWorker; }
 
 const char* ConsistencyName(ConsistencyPolicy::Mode mode) {
@@ -499,8 +494,8 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
   const std::vector<Member> expired = membership_->ExpireSilent(now);
   if (!expired.empty()) coordinator_->Wake();
   for (const Member& m : expired) {
-    KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " (id " << m.id << ") at " << m.address
-                  << " declared dead: silent for "
+    KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " (id " << m.id << ")"
+                  << (m.address.empty() ? "" : " at ") << m.address << " declared dead: silent for "
                   << absl::FormatDuration(now - m.last_heartbeat) << "; job generation "
                   << membership_->generation() << ", " << JobStateName(membership_->state());
   }

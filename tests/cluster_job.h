@@ -14,6 +14,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,10 @@ class ClusterJob {
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
                                      absl::StrCat("--replicas=", replicas_)};
     if (resume) args.push_back("--resume");
+    if (elastic_timeout_ > absl::ZeroDuration()) {
+      args.push_back("--elastic");
+      args.push_back("--elastic_timeout=" + absl::FormatDuration(elastic_timeout_));
+    }
     if (port != 0) args.push_back(absl::StrCat("--port=", port));  // after the default --port=0: it wins
     auto p = StartWithFault(fault, "scheduler/kestrel_scheduler", args, "scheduler", 0, dir_,
                             absl::StrCat("scheduler", ++starts_));
@@ -115,15 +121,18 @@ class ClusterJob {
     return absl::OkStatus();
   }
 
-  absl::Status StartWorker(int w) {
+  // `fault` sets KESTREL_FAULT_POINT (common/fault_injection.h), e.g. "worker.push.before@40".
+  absl::Status StartWorker(int w, const std::string& fault = "") {
     absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
         {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(), absl::StrCat("--rank=", w),
          "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl",
          line_logs_ ? LineLog(w) : "--line_log="},
         kJob, "worker", w);
     if (!args.ok()) return args.status();
+    if (!fault.empty()) setenv("KESTREL_FAULT_POINT", fault.c_str(), 1);
     auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir_,
                                   absl::StrCat("worker", w, "_", ++starts_));
+    unsetenv("KESTREL_FAULT_POINT");
     if (!p.ok()) return p.status();
     workers_[w].emplace(std::move(p).value());
     return absl::OkStatus();
@@ -160,7 +169,15 @@ class ClusterJob {
   void Rescaled(int servers, int workers) {
     num_servers_ = servers;
     num_workers_ = workers;
+    worker_ids_.clear();
   }
+  // An elastic job removed members: the ids (--rank) of the workers left (Finish waits for them).
+  void WorkersLeft(std::vector<int> ids) {
+    num_workers_ = static_cast<int>(ids.size());
+    worker_ids_ = std::move(ids);
+  }
+  // The scheduler runs with --elastic: a member dead for `timeout` is removed (docs/elasticity.md).
+  void EnableElastic(absl::Duration timeout) { elastic_timeout_ = timeout; }
   std::optional<ServerProcess>& scheduler() { return scheduler_; }
 
   // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
@@ -199,7 +216,10 @@ class ClusterJob {
   // Waits for every worker to exit 0, then reads the outcome from worker 0's records and the servers of the
   // job's layout at the end.
   absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
-    for (int w = 0; w < num_workers_ && !workers_finished_; ++w) {
+    std::vector<int> ids = worker_ids_;
+    for (int w = 0; ids.empty() && w < num_workers_; ++w) ids.push_back(w);
+    for (int w : ids) {
+      if (workers_finished_) break;
       absl::StatusOr<int> code = workers_[w]->Wait(timeout);
       if (!code.ok() || *code != 0) {
         std::ifstream log(workers_[w]->log_path());
@@ -244,7 +264,9 @@ class ClusterJob {
     for (int owner = 0; owner < servers; ++owner) {  // each range group from its primary
       const int s = routing->PrimaryOfOwner(owner);
       if (s < 0) return absl::DataLossError(absl::StrCat("no copy of server ", owner, "'s ranges is in service"));
-      auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[s]->address(), *admin));
+      // Rank s's process: its id (--shard_index) differs once an elastic removal renumbered the ranks.
+      const int id = s < out.scheduler.view().server_ids_size() ? out.scheduler.view().server_ids(s) : s;
+      auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[id]->address(), *admin));
       StatsRequest request;
       request.mutable_header()->set_job_id("rec");
       request.mutable_header()->set_worker_rank(-1);
@@ -319,10 +341,45 @@ class ClusterJob {
   int starts_ = 0;
   bool line_logs_ = false;
   bool workers_finished_ = false;  // Supervise() saw both exit 0
+  absl::Duration elastic_timeout_ = absl::ZeroDuration();
+  std::vector<int> worker_ids_;  // WorkersLeft(); empty: 0 .. num_workers_ - 1
   std::optional<ServerProcess> scheduler_;
   std::vector<std::optional<ServerProcess>> servers_;  // by rank, up to kMaxRanks
   std::vector<std::optional<ServerProcess>> workers_;
 };
+
+// Every line log of a finished job: per epoch, the training lines read (each at most once is checked here).
+struct LineAudit {
+  std::map<int64_t, std::set<uint64_t>> by_epoch;
+  std::vector<int64_t> clocks;  // by worker (in the order of the ids asked for): the iterations it trained
+  std::string problem;  // the first line read twice in an epoch, or a clock trained twice by a rank
+};
+
+// The line logs (--line_log) of the workers with ids `ids`.
+inline LineAudit Audit(const ClusterJob& job, const std::vector<int>& ids) {
+  LineAudit audit;
+  for (int w : ids) {
+    std::ifstream in(job.LineLogPath(w));
+    int64_t last_clock = -1;
+    audit.clocks.push_back(0);
+    for (std::string text; std::getline(in, text);) {
+      ++audit.clocks.back();
+      std::istringstream fields(text);
+      int64_t clock = 0, epoch = 0;
+      fields >> clock >> epoch;
+      if (clock <= last_clock && audit.problem.empty()) {
+        audit.problem = absl::StrCat("worker ", w, " trained clock ", clock, " after clock ", last_clock);
+      }
+      last_clock = clock;
+      for (uint64_t line; fields >> line;) {
+        if (!audit.by_epoch[epoch].insert(line).second && audit.problem.empty()) {
+          audit.problem = absl::StrCat("line ", line, " was read twice in epoch ", epoch, " (worker ", w, ")");
+        }
+      }
+    }
+  }
+  return audit;
+}
 
 inline bool Equal(const Outcome& a, const Outcome& b) {
   return a.eval_fingerprint == b.eval_fingerprint && a.logloss == b.logloss && a.tables == b.tables;

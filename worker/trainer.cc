@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/hash.h"
+#include "common/fault_injection.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "worker/batch_reader.h"
@@ -298,10 +299,12 @@ class Trainer::Impl {
   // Pushes iteration `clock`'s gradients, then tells the gate it is done.
   absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last) {
     client_->SetClock(clock);
+    CrashPoint("worker.push.before");  // crash tests: dies with nothing of this clock pushed
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
       if (absl::Status pushed = Push(step, g); !pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
+    CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
     KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateOf(clock + 1, step.after)));
     if (!options_.line_log.empty()) LogLines(clock, step.lines);
