@@ -147,7 +147,10 @@ class FakeServers final : public ShardAdmin {
     absl::MutexLock lock(&copies_mu_);
     rescales_.push_back({static_cast<int>(request.phase()), shard});
     if (static_cast<int>(request.phase()) == fail_phase_) return absl::UnavailableError("injected failure");
-    return RescaleShardResponse();
+    RescaleShardResponse response;
+    // FENCE: how many tables applied the removed workers' clock with them (fence_applied_, once).
+    if (request.phase() == RescaleShardRequest::FENCE) response.set_applied_with_removed(fence_applied_.exchange(0));
+    return response;
   }
   absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string&) override {
     if (shard >= kServers) return 0;
@@ -159,6 +162,7 @@ class FakeServers final : public ShardAdmin {
     return rescales_;
   }
   int fail_phase_ = -1;
+  std::atomic<int> fence_applied_{0};
 
   std::atomic<int> fail_shard_{-1};
 
@@ -183,18 +187,19 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Builds the scheduler side and registers everyone. Returns Start()'s status.
-  absl::Status StartScheduler(CheckpointOptions options, int replicas = 1) {
+  // `bsp`: the clocks and the coordinator run BSP (else ASP: workers run apart).
+  absl::Status StartScheduler(CheckpointOptions options, int replicas = 1, bool bsp = false) {
     coordinator_.reset();
     MembershipOptions m;
     m.num_servers = kServers;
     m.num_workers = kWorkers;
     membership_ = std::move(Membership::Create(m, Partition::Uniform(kServers)->WithReplicas(replicas)->ToString())).value();
-    clocks_ = std::move(ClockTable::Create(kWorkers, ConsistencyPolicy::Asp())).value();
+    clocks_ = std::move(ClockTable::Create(kWorkers, bsp ? ConsistencyPolicy::Bsp() : ConsistencyPolicy::Asp())).value();
     options.dir = root_;
     JobDescription job;
     job.job_id = "job";
     job.partition = Partition::Uniform(kServers)->WithReplicas(replicas)->ToString();
-    job.consistency = "asp";
+    job.consistency = bsp ? "bsp" : "asp";
     job.num_servers = kServers;
     job.num_workers = kWorkers;
     coordinator_ = std::make_unique<CheckpointCoordinator>(options, job, membership_.get(), clocks_.get(),
@@ -205,12 +210,16 @@ class CoordinatorTest : public ::testing::Test {
     clocks_->SetListener([this] { coordinator_->Wake(); });
     absl::Status started = coordinator_->Start();
     if (!started.ok()) return started;
+    incarnations_.clear();
     for (int s = 0; s < kServers; ++s) {
-      EXPECT_TRUE(membership_->Register(Role::kServer, servers_->Address(s), s, now_).ok());
+      auto r = membership_->Register(Role::kServer, servers_->Address(s), s, now_);
+      EXPECT_TRUE(r.ok()) << r.status();
+      incarnations_[{Role::kServer, s}] = r->incarnation;
     }
     for (int w = 0; w < kWorkers; ++w) {
       auto r = membership_->Register(Role::kWorker, "", w, now_);
       EXPECT_TRUE(r.ok()) << r.status();
+      incarnations_[{Role::kWorker, w}] = r->incarnation;
     }
     return absl::OkStatus();
   }
@@ -232,6 +241,8 @@ class CoordinatorTest : public ::testing::Test {
       WorkerState state;
       state.set_clock(c + 1);
       state.mutable_reader()->set_global_line(static_cast<uint64_t>(c + 1) * 100 + rank);
+      *state.mutable_share() = LineShareOf(PlainShard(rank, kWorkers));
+      state.set_epoch_end(1 << 20);
       coordinator_->RecordWorkerState(rank, state);
       if (absl::Status advanced = clocks_->Advance(rank, c + 1); !advanced.ok()) return advanced;
     }
@@ -287,7 +298,17 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<ClockTable> clocks_;
   std::unique_ptr<CheckpointCoordinator> coordinator_;
+  // Every member but worker `silent` heartbeats at `at`; then the silent one is declared dead (at `at`).
+  void KeepAliveAllBut(int silent, absl::Time at) {
+    for (const auto& [member, incarnation] : incarnations_) {
+      if (member.first == Role::kWorker && member.second == silent) continue;
+      EXPECT_TRUE(membership_->Heartbeat(member.first, member.second, incarnation, at).ok());
+    }
+    EXPECT_EQ(membership_->ExpireSilent(at).size(), 1u);
+  }
+
   absl::Time now_ = absl::UnixEpoch();
+  std::map<std::pair<Role, int>, std::string> incarnations_;  // of the members StartScheduler registered
   absl::Status fatal_;
   absl::Notification fatal_seen_;
 };
@@ -761,6 +782,68 @@ TEST(PlanEpochTest, RefusesStatesThatCannotBeHandedOn) {
       PlanEpoch({ReadOf(0, 3, 8, 2), older, ReadOf(2, 3, 8, 2)}, 2, {0, 2}, {1}).status()));
   EXPECT_TRUE(absl::IsFailedPrecondition(PlanEpoch({ReadOf(0, 1, 8, 2)}, 2, {-1}, {0}).status()))
       << "nobody stays";
+}
+
+// Elastic removal of a BSP worker that died in clock 6, after worker 0 finished it. The phases asked of the
+// servers decide: its clock is completed without it (no rollback), or, when a server applied it with its pushes
+// already, the job rolls back to the checkpoint at clock 4 and the worker is removed from there.
+class ElasticCoordinatorTest : public CoordinatorTest {
+ protected:
+  void RunUntilWorker1Dies() {
+    CheckpointOptions options;
+    options.every_clocks = 4;
+    options.elastic_timeout = absl::Milliseconds(50);
+    ASSERT_TRUE(StartScheduler(options, /*replicas=*/1, /*bsp=*/true).ok());
+    ASSERT_TRUE(RunAll(0, 6).ok());
+    ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 4; }));
+    // Worker 0 finishes clock 6; worker 1 died in it. Membership's times here are far before the monotonic
+    // clock the coordinator reads: the death is older than the elastic timeout at once.
+    ASSERT_TRUE(RunWorker(0, 6, 7, membership_->generation()).ok());
+    KeepAliveAllBut(1, now_ + absl::Seconds(10));
+    coordinator_->Wake();
+  }
+  std::vector<int> Phases() {
+    std::vector<int> phases;
+    for (const auto& call : servers_->rescales()) {
+      if (phases.empty() || phases.back() != call[0]) phases.push_back(call[0]);
+    }
+    return phases;
+  }
+};
+
+TEST_F(ElasticCoordinatorTest, AWorkerDeadMidClockIsRemovedAndItsClockCompletedWithoutIt) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilWorker1Dies());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().elastic_removals == 1; }));
+  EXPECT_EQ(Phases(), (std::vector<int>{RescaleShardRequest::FENCE, RescaleShardRequest::COMPLETE,
+                                        RescaleShardRequest::SEND, RescaleShardRequest::INSTALL,
+                                        RescaleShardRequest::SWITCH}));
+  EXPECT_EQ(coordinator_->status().rollbacks, 0u);
+  const JobLayout layout = membership_->layout();
+  EXPECT_EQ(layout.num_workers, 1);
+  EXPECT_EQ(layout.worker_ids, std::vector<int>{0});
+  EXPECT_EQ(clocks_->num_workers(), 1);
+  EXPECT_EQ(clocks_->ClockOf(0), 7) << "worker 0 goes on from where it was";
+  EXPECT_EQ(membership_->state(), JobState::kRunning);
+  // Its shares: everything worker 1 had not read is worker 0's now, from the state the checkpoint at 7 keeps.
+  auto state = coordinator_->StateFor(0, 7);
+  ASSERT_TRUE(state.has_value());
+  ASSERT_EQ(state->plan().shares_size(), 1);
+  EXPECT_GT(state->plan().shares(0).leftovers_size(), 0) << "worker 1's unread lines";
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 7; })) << "cut at the removal";
+}
+
+TEST_F(ElasticCoordinatorTest, AWorkerWhosePushWasAppliedSomewhereIsRemovedAfterARollback) {
+  servers_->fence_applied_ = 1;
+  ASSERT_NO_FATAL_FAILURE(RunUntilWorker1Dies());
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().elastic_removals == 1; }));
+  EXPECT_EQ(coordinator_->status().rollbacks, 1u);
+  const std::vector<int> phases = Phases();
+  ASSERT_FALSE(phases.empty());
+  EXPECT_EQ(phases.front(), RescaleShardRequest::FENCE);
+  EXPECT_EQ(std::count(phases.begin(), phases.end(), RescaleShardRequest::COMPLETE), 0)
+      << "nothing is completed without it once a server applied its pushes";
+  EXPECT_EQ(membership_->layout().num_workers, 1);
+  EXPECT_EQ(clocks_->ClockOf(0), 4) << "removed at the checkpoint the job rolled back to";
 }
 
 }  // namespace
