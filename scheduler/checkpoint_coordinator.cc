@@ -654,10 +654,11 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   }
   const absl::Time start = absl::Now();
   // One phase on `who`, concurrently; the first failure.
-  auto phase = [&](RescaleShardRequest::Phase which, bool senders_only,
-                   std::vector<RescaleShardResponse>* answers) -> absl::Status {
+  auto phase = [&](RescaleShardRequest::Phase which, bool senders_only, std::vector<RescaleShardResponse>* answers,
+                   bool keep_groups = false) -> absl::Status {
     RescaleShardRequest request;
     request.set_phase(which);
+    request.set_keep_groups(keep_groups);
     request.set_layout_generation(generation);
     request.set_attempt(attempt);
     request.set_partition(next.ToString());
@@ -688,8 +689,27 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     return absl::OkStatus();
   };
   std::vector<RescaleShardResponse> sent;
-  absl::Status status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
-  if (status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
+  // Only the worker count changes: every server keeps its groups and rows and switches in place (idempotent, so a
+  // failed call is retried before the servers are taken to disagree).
+  const bool in_place = next.ToString() == partition_->ToString() && target.servers == old.num_servers &&
+                        target.remove_servers.empty() && !options_.move_rows_on_worker_change;
+  absl::Status status;
+  if (in_place) {
+    for (int attempt = 1;; ++attempt) {
+      status = phase(RescaleShardRequest::SWITCH, false, nullptr, /*keep_groups=*/true);
+      if (status.ok() || !Retriable(status) || attempt == kFinalAttempts) break;
+      absl::SleepFor(absl::Milliseconds(200) * attempt);
+    }
+    if (!status.ok()) {
+      failed_ = true;
+      on_fatal_(absl::InternalError(absl::StrCat(
+          "a server failed to take the new worker count, so the servers disagree on BSP's averaging: ",
+          status.message())));
+      return absl::InternalError("the rescale failed during the switch");
+    }
+  }
+  if (!in_place) status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
+  if (!in_place && status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
   if (!status.ok()) {
     const absl::Status aborted = phase(RescaleShardRequest::ABORT, false, nullptr);
     if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
@@ -698,7 +718,7 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   }
   const absl::Time installed = absl::Now();
   // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
-  status = phase(RescaleShardRequest::SWITCH, false, nullptr);
+  if (!in_place) status = phase(RescaleShardRequest::SWITCH, false, nullptr);
   if (!status.ok()) {
     failed_ = true;
     on_fatal_(absl::InternalError(absl::StrCat(

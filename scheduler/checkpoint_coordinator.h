@@ -95,6 +95,10 @@ struct CheckpointOptions {
   // Elastic jobs (docs/elasticity.md): a server or worker dead for this long is removed from the job instead of
   // waited for. Default: zero = off (the job waits for a replacement).
   absl::Duration elastic_timeout = absl::ZeroDuration();
+  // A rescale that changes only the worker count switches every server in place (no row moves). This makes it
+  // rebuild the servers' groups by moving every row instead, as a server-count change does: for comparisons
+  // (bench/rescale_bench.cc). Default: false.
+  bool move_rows_on_worker_change = false;
 };
 
 // What the manifest records about the job.

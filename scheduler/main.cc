@@ -66,6 +66,10 @@ ABSL_FLAG(bool, elastic, false,
           "Elastic job (docs/elasticity.md): a server or worker that stays dead for --elastic_timeout is removed "
           "from the job instead of waited for (the ranks above it are renumbered; its data share goes to the "
           "others; a server's ranges go to the others, from its backups or the last checkpoint). Default: off.");
+ABSL_FLAG(bool, move_rows_on_worker_change, false,
+          "Rebuild the servers' groups by moving every row even when a rescale changes only the worker count (which "
+          "is otherwise switched in place): the earlier behaviour, for comparisons (bench/rescale_bench.cc). "
+          "Default: false.");
 ABSL_FLAG(absl::Duration, elastic_timeout, absl::Seconds(60),
           "With --elastic: how long a dead member may take to come back before it is removed. Default: 60s.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -147,6 +151,7 @@ int Run() {
   options.checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
   options.checkpoint.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint.final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
+  options.checkpoint.move_rows_on_worker_change = absl::GetFlag(FLAGS_move_rows_on_worker_change);
   if (absl::GetFlag(FLAGS_elastic)) {
     if (absl::GetFlag(FLAGS_elastic_timeout) <= absl::ZeroDuration()) {
       KLOG(Error) << "--elastic_timeout must be positive";

@@ -107,7 +107,7 @@ void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64
   Hosted hosted;
   {
     absl::MutexLock lock(&layout_mu_);
-    if (layout_generation < layout_generation_) return;
+    if (layout_generation < layout_generation_ || worker_ids.size() > static_cast<size_t>(kMaxWorkerIds)) return;
     if (!worker_ids.empty()) worker_ids_ = worker_ids;
     job_view_set_ = true;
     job_generation_ = job_generation;
@@ -499,7 +499,11 @@ absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const Host
     return absl::FailedPreconditionError(absl::StrFormat("layout %d is not after this server's layout %d",
                                                          request.layout_generation(), layout_generation()));
   }
-  if (request.rank() < 0 || request.rank() >= partition->num_servers() || request.bsp_workers() < 0) {
+  if (request.worker_ids_size() > kMaxWorkerIds) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
+  }
+  if (request.rank() < 0 || request.rank() >= partition->num_servers() || request.bsp_workers() < 0 ||
+      request.bsp_workers() > kMaxWorkerIds) {
     return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
                                                       request.rank(), partition->num_servers(), request.bsp_workers()));
   }
@@ -1162,8 +1166,41 @@ absl::Status PsServiceImpl::RescaleInstall(const HostedShards& hosted, const Res
   return absl::OkStatus();
 }
 
+absl::Status PsServiceImpl::SwitchInPlace(const HostedShards& hosted, const RescaleShardRequest& request) {
+  if (left()) return absl::FailedPreconditionError("this server left the job in an earlier rescale");
+  if (request.partition() != hosted.partition().ToString() || request.new_rank() != hosted.server()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rescale %d keeps the groups but names another layout (partition or rank %d; this server is rank %d)",
+        request.layout_generation(), request.new_rank(), hosted.server()));
+  }
+  if (request.worker_ids_size() > kMaxWorkerIds) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
+  }
+  if (request.layout_generation() == layout_generation() &&
+      hosted.own().bsp_workers() == request.bsp_workers()) {
+    return absl::OkStatus();  // a repeat of this switch (the scheduler retried it)
+  }
+  if (request.layout_generation() < layout_generation()) {
+    return absl::FailedPreconditionError(absl::StrFormat("rescale %d is not after this server's layout %d",
+                                                         request.layout_generation(), layout_generation()));
+  }
+  for (Shard* group : hosted.shards()) KESTREL_RETURN_IF_ERROR(group->SetBspWorkers(request.bsp_workers()));
+  {
+    absl::MutexLock lock(&layout_mu_);
+    layout_generation_ = request.layout_generation();
+    worker_ids_.assign(request.worker_ids().begin(), request.worker_ids().end());
+  }
+  KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server()
+             << " keeps its ranges; BSP over " << request.bsp_workers() << " workers from now on";
+  return absl::OkStatus();
+}
+
 absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request) {
+  if (request.keep_groups()) return SwitchInPlace(hosted, request);
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
+  if (request.worker_ids_size() > kMaxWorkerIds) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
+  }
   const int self = request.new_rank();
   if (self < 0) {
     absl::MutexLock lock(&layout_mu_);

@@ -225,6 +225,8 @@ class PsServiceImpl final
   absl::Status RescaleInstall(const HostedShards& hosted, const RescaleShardRequest& request,
                               RescaleShardResponse* response);
   absl::Status RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request);
+  // SWITCH with keep_groups: the groups stay, BSP's worker count changes in place.
+  absl::Status SwitchInPlace(const HostedShards& hosted, const RescaleShardRequest& request);
   void RescaleAbort(uint64_t generation, uint64_t attempt);
   // FENCE and COMPLETE (removed BSP workers' half-done clock) on every group held; CheckSettle: the request may
   // act here (the rescale is ahead of this server's layout, which it has not left).
@@ -263,6 +265,8 @@ class PsServiceImpl final
 
 // Most servers a rescale may name (common/partition.h's bound).
 inline constexpr int kMaxServers = 65536;
+// Most workers a layout may name (the scheduler's bound).
+inline constexpr int kMaxWorkerIds = 1 << 20;
 
 // Most calls waiting for a handler thread (PsServerOptions::threads > 0); beyond it calls are answered
 // UNAVAILABLE at once, so a flood of requests cannot grow the server's queue without bound.

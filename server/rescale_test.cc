@@ -459,6 +459,43 @@ TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone)
   ASSERT_TRUE(phase(RescaleShardRequest::COMPLETE).ok());
   EXPECT_EQ(shard.FindTable("emb")->RowsFingerprint(), after);
   EXPECT_EQ(phase(RescaleShardRequest::FENCE)->applied_with_removed(), 0u);
+
+  // The switch to the two workers left, in place: the rows stay, and clock 1 completes with ranks 0 and 1.
+  RescaleShardRequest keep;
+  keep.mutable_header()->set_job_id("t");
+  keep.set_phase(RescaleShardRequest::SWITCH);
+  keep.set_keep_groups(true);
+  keep.set_layout_generation(1);
+  keep.set_partition(one.ToString());
+  keep.set_new_rank(0);
+  keep.set_bsp_workers(2);
+  keep.add_worker_ids(0);
+  keep.add_worker_ids(2);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a retried switch is answered OK
+    RescaleShardResponse response;
+    grpc::ClientContext context;
+    absl::Status status = FromGrpcStatus(stub->RescaleShard(&context, keep, &response));
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  EXPECT_EQ((*server)->service().layout_generation(), 1u);
+  EXPECT_EQ(shard.bsp_workers(), 2);
+  EXPECT_EQ(shard.FindTable("emb")->RowsFingerprint(), after) << "the rows stayed";
+  auto push1 = [&](int worker) {
+    RequestContext ctx = Ctx();
+    ctx.worker_rank = worker;
+    ctx.clock = 1;
+    return shard.Push(ctx, "emb", key, std::vector<float>(kDim, 1.0f), kDim);
+  };
+  ASSERT_TRUE(push1(0).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(push1(2))) << "rank 2 is beyond the two workers";
+  ASSERT_TRUE(push1(1).ok());
+  EXPECT_NE(shard.FindTable("emb")->RowsFingerprint(), after) << "clock 1 applied with two workers";
+  // A switch in place that names another layout is refused.
+  keep.set_layout_generation(2);
+  keep.set_new_rank(1);
+  RescaleShardResponse response;
+  grpc::ClientContext context;
+  EXPECT_TRUE(absl::IsInvalidArgument(FromGrpcStatus(stub->RescaleShard(&context, keep, &response))));
 }
 
 }  // namespace

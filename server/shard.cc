@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options
 
 Shard::Shard(const ShardOptions& options, Partition partition)
     : options_(options),
+      bsp_workers_(options.bsp_workers),
       partition_(std::move(partition)),
       ranges_(partition_.RangesOf(options.shard_index)),
       recent_requests_(RecentRequests::kDefaultWindow, options.max_push_workers) {
@@ -332,7 +333,7 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
         keys.size(), table->dim(), name, floats * sizeof(float), options_.max_response_bytes));
   }
   float* out = alloc(floats);
-  if (options_.bsp_workers > 0 && ctx.worker_rank >= 0) {
+  if (bsp_workers_.load(std::memory_order_acquire) > 0 && ctx.worker_rank >= 0) {
     absl::ReaderMutexLock lock(&undo_mu_);
     KESTREL_RETURN_IF_ERROR(table->Pull(keys, out, ctx.clock));
     // A pull for a clock already applied here: answer the rows as they were before it (see the class comment).
@@ -366,11 +367,11 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
   // Everything is validated: the update below cannot fail part-way.
-  if (options_.bsp_workers > 0) {
-    if (ctx.worker_rank < 0 || ctx.worker_rank >= options_.bsp_workers) {
+  if (const int bsp_workers = bsp_workers_.load(std::memory_order_acquire); bsp_workers > 0) {
+    if (ctx.worker_rank < 0 || ctx.worker_rank >= bsp_workers) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, shard_index(),
-          options_.bsp_workers));
+          bsp_workers));
     }
     BspAggregator::Part part;
     part.worker = ctx.worker_rank;
@@ -483,7 +484,7 @@ absl::Status Shard::ApplyBsp(Table& table, const BspAggregator::Batch& batch) {
 }
 
 absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t clock) {
-  if (options_.bsp_workers <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
+  if (bsp_workers_.load() <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
   absl::ReaderMutexLock state(&state_mu_);
   int applied = 0;
   for (const TableConfig& config : DescribeTables()) {
@@ -495,7 +496,7 @@ absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t
 }
 
 absl::StatusOr<int> Shard::CompleteClockWithout(int64_t clock) {
-  if (options_.bsp_workers <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
+  if (bsp_workers_.load() <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
   absl::ReaderMutexLock state(&state_mu_);
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   int completed = 0;
@@ -509,10 +510,37 @@ absl::StatusOr<int> Shard::CompleteClockWithout(int64_t clock) {
   return completed;
 }
 
+absl::Status Shard::SetBspWorkers(int bsp_workers) {
+  if ((bsp_workers > 0) != (bsp_workers_.load() > 0)) {
+    return absl::InvalidArgumentError("a rescale changes BSP's worker count, not the consistency mode");
+  }
+  if (bsp_workers < 0 || bsp_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrFormat("BSP worker count %d is not in [1, %d]", bsp_workers, kMaxWorkers));
+  }
+  absl::MutexLock state(&state_mu_);  // no request runs meanwhile
+  absl::MutexLock lock(&bsp_mu_);
+  for (const auto& [name, aggregator] : aggregators_) {
+    if (aggregator->pending_clocks() > 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "table '%s' still collects a clock's pushes: BSP's worker count changes only at a clock boundary",
+          Clip(name)));
+    }
+  }
+  aggregators_.clear();  // made anew for the new count; nothing was pending
+  {
+    absl::MutexLock undo(&undo_mu_);
+    undo_.clear();  // a replacement's re-pull of the last clock is for the old layout's ranks
+  }
+  bsp_workers_.store(bsp_workers, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 BspAggregator* Shard::AggregatorFor(const Table& table) {
   absl::MutexLock lock(&bsp_mu_);
   auto& aggregator = aggregators_[table.config().name()];
-  if (aggregator == nullptr) aggregator = std::make_unique<BspAggregator>(options_.bsp_workers, table.dim());
+  if (aggregator == nullptr) {
+    aggregator = std::make_unique<BspAggregator>(bsp_workers_.load(std::memory_order_acquire), table.dim());
+  }
   return aggregator.get();
 }
 

@@ -204,6 +204,12 @@ class Shard {
   // answers how many tables applied it now. FailedPrecondition outside BSP.
   absl::StatusOr<int> FenceWorkers(const std::vector<int>& workers, int64_t clock);
   absl::StatusOr<int> CompleteClockWithout(int64_t clock);
+  // A rescale that changes only the worker count (the partition stays): BSP's worker count becomes
+  // `bsp_workers` from the next clock on, in place. FailedPrecondition while a clock's pushes are being
+  // collected (it must be called at a clock boundary); InvalidArgument for a count out of range or a change of
+  // consistency mode (0 <-> > 0).
+  absl::Status SetBspWorkers(int bsp_workers);
+  int bsp_workers() const { return bsp_workers_.load(std::memory_order_acquire); }
 
   // Where bounded tables with a disk budget put the rows they move out of memory (null: none, the default;
   // such tables then drop them). Must outlive the shard's use of it; set before serving.
@@ -258,6 +264,7 @@ class Shard {
   absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch);
 
   const ShardOptions options_;
+  std::atomic<int> bsp_workers_;  // options_.bsp_workers until SetBspWorkers
   const Partition partition_;
   const std::vector<KeyRange> ranges_;
 

@@ -652,6 +652,26 @@ def k8s_replicas(case, k8s, deploy_dir, helpfull):
     case.check(seen == {"kestrel-scheduler", "kestrel-server"}, f"{r.name}: --replicas set on {sorted(seen)} only")
 
 
+def k8s_elastic(case, k8s, deploy_dir, helpfull):
+    """components/elastic: the scheduler alone runs with --elastic and a timeout (servers and workers take what
+    they need from it), every flag one the binaries know."""
+    r = render_with_component(deploy_dir, "components/elastic")
+    seen = False
+    for where, doc, template, c, env, argv, errors in K8s([r]).containers(r):
+        check_flags(case, where, argv, helpfull)
+        for e in errors:
+            case.errors.append(f"{where}: {e}")
+        if doc["metadata"]["name"] == "kestrel-scheduler":
+            case.check("--elastic" in argv, f"{where}: no --elastic")
+            case.check(flag(argv, "elastic_timeout") == "10m",
+                       f"{where}: --elastic_timeout={flag(argv, 'elastic_timeout')}, expected 10m")
+            seen = True
+        else:
+            case.check("--elastic" not in argv and flag(argv, "elastic_timeout") is None,
+                       f"{where}: only the scheduler takes --elastic")
+    case.check(seen, f"{r.name}: no scheduler")
+
+
 def k8s_plaintext(case, k8s, deploy_dir, helpfull):
     """The documented opt-out: an overlay with components/plaintext runs the same commands with --insecure in
     place of the TLS flags, and no TLS Secret volumes (which would keep the pods waiting)."""
@@ -1266,6 +1286,7 @@ def main():
     run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case))
     run("k8s_plaintext_component", lambda case: with_k8s(k8s_plaintext, deploy_dir, need_helpfull())(case))
     run("k8s_replicas_component", lambda case: with_k8s(k8s_replicas, deploy_dir, need_helpfull())(case))
+    run("k8s_elastic_component", lambda case: with_k8s(k8s_elastic, deploy_dir, need_helpfull())(case))
     run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli))
     run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
     run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli))
