@@ -11,6 +11,11 @@
 //      checkpoint of step 1, and 3 servers started; timed from their start until the job runs again (each new
 //      server reads the rows of its new ranges from the 2-server checkpoint). Process start-up is included;
 //      a real restart also pays for stopping the job and for the checkpoint itself (step 1).
+//   4. removing a dead worker (what --elastic does, asked for with ScaleRequest.remove_workers): a job of 2
+//      servers and 2 workers (both played by this process), filled and checkpointed; worker 1 stops
+//      heartbeating, is declared dead and removed. The partition stays, so the servers switch to the new worker
+//      count in place; the same removal in a second job started with --move_rows_on_worker_change rebuilds every
+//      server's groups by moving every row (as a server-count change does, and as worker-count changes did).
 // Figures are from one invocation, so the ratios compare like with like on a shared machine.
 #include <signal.h>
 
@@ -63,6 +68,8 @@ struct Result {
   uint64_t rows_moved = 0;
   uint64_t bytes_moved = 0;
   double restore_seconds = 0;  // the alternative's restart into 3 servers
+  double removal_held_seconds = 0;  // a dead worker removed: the servers switched in place
+  double removal_moving_held_seconds = 0;  // the same with every row moved (--move_rows_on_worker_change)
 };
 
 // A job on loopback: the scheduler, its servers, and this process as its one worker.
@@ -71,15 +78,17 @@ class Job {
   Job(const Binaries& binaries, std::string dir) : binaries_(binaries), dir_(std::move(dir)) {}
   ~Job() { Stop(); }
 
-  absl::Status StartScheduler(int servers, const std::string& checkpoints, bool resume) {
+  absl::Status StartScheduler(int servers, const std::string& checkpoints, bool resume, int workers = 1,
+                              std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {absl::StrCat("--job_id=", kJob),
                                      absl::StrCat("--num_servers=", servers),
-                                     "--num_workers=1",
+                                     absl::StrCat("--num_workers=", workers),
                                      "--consistency=asp",
-                                     "--heartbeat_interval=1s",
+                                     "--heartbeat_interval=300ms",
                                      "--checkpoint_dir=" + checkpoints,
                                      "--final_checkpoint=false"};
     if (resume) args.push_back("--resume");
+    for (std::string& arg : extra) args.push_back(std::move(arg));
     KESTREL_ASSIGN_OR_RETURN(ServerProcess p, ServerProcess::Start(binaries_.scheduler, args, dir_,
                                                                   absl::StrCat("scheduler", ++starts_)));
     scheduler_.emplace(std::move(p));
@@ -102,20 +111,39 @@ class Job {
     return absl::OkStatus();
   }
 
-  // Registers this process as worker 0 and heartbeats for it.
-  absl::Status RegisterWorker() {
+  // Registers this process as worker `id` and heartbeats for it.
+  absl::Status RegisterWorker(int id = 0) {
     absl::StatusOr<RegisterResponse> reg;
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     do {
-      reg = client_->Register(ROLE_WORKER, "", 0);
+      reg = client_->Register(ROLE_WORKER, "", id);
       if (reg.ok() || !absl::IsUnavailable(reg.status())) break;
       absl::SleepFor(absl::Milliseconds(100));
     } while (absl::Now() < deadline);
     KESTREL_RETURN_IF_ERROR(reg.status());
-    worker_ = *reg;
-    heartbeater_ = std::make_unique<Heartbeater>(client_.get(), ROLE_WORKER, 0, worker_.incarnation(),
-                                                 absl::Milliseconds(300), [](absl::Status) {});
+    if (id == 0) worker_ = *reg;
+    if (static_cast<int>(heartbeaters_.size()) <= id) heartbeaters_.resize(id + 1);
+    if (static_cast<int>(registrations_.size()) <= id) registrations_.resize(id + 1);
+    registrations_[id] = *reg;
+    heartbeaters_[id] = std::make_unique<Heartbeater>(client_.get(), ROLE_WORKER, id, reg->incarnation(),
+                                                      absl::Milliseconds(150), [](absl::Status) {});
     return absl::OkStatus();
+  }
+  // Worker `id` goes silent (the scheduler declares it dead).
+  void Silence(int id) { heartbeaters_[id].reset(); }
+
+  // Worker `id` trains its first iteration (ASP: never waits) and reports where its reader is, as a worker
+  // does: the scheduler hands its share on from there when the worker count changes.
+  absl::Status AdvanceWorker(int id, int workers) {
+    const RegisterResponse& reg = registrations_[id];
+    KESTREL_RETURN_IF_ERROR(client_->WaitToStart(id, 0, reg.generation(), reg.incarnation()).status());
+    WorkerState state;
+    state.set_clock(1);
+    state.set_epoch_end(1 << 30);
+    state.mutable_share()->set_index(id);
+    state.mutable_share()->set_count(workers);
+    state.mutable_reader()->set_global_line(id + 1);
+    return client_->Advance(id, 1, reg.generation(), reg.incarnation(), false, &state).status();
   }
 
   absl::StatusOr<DescribeResponse> WaitFor(absl::FunctionRef<bool(const DescribeResponse&)> done,
@@ -165,7 +193,7 @@ class Job {
   SchedulerClient& client() { return *client_; }
 
   void Stop() {
-    heartbeater_.reset();
+    heartbeaters_.clear();
     for (auto& s : servers_) {
       if (s.has_value()) (void)s->Stop(SIGKILL);
       s.reset();
@@ -182,8 +210,48 @@ class Job {
   std::vector<std::optional<ServerProcess>> servers_;
   std::unique_ptr<SchedulerClient> client_;
   RegisterResponse worker_;
-  std::unique_ptr<Heartbeater> heartbeater_;
+  std::vector<RegisterResponse> registrations_;             // by worker id
+  std::vector<std::unique_ptr<Heartbeater>> heartbeaters_;  // by worker id
 };
+
+// Step 4: a job of 2 servers and 2 workers filled with `rows` rows and checkpointed; worker 1 dies and is
+// removed. Returns how long the removal held the job.
+absl::StatusOr<double> MeasureWorkerRemoval(const Binaries& binaries, const std::string& dir, uint64_t rows,
+                                            int dim, bool move_rows) {
+  bench::MakeParentDirs(dir + "/x");
+  Job job(binaries, dir);
+  KESTREL_RETURN_IF_ERROR(job.StartScheduler(
+      2, dir + "/ckpt", /*resume=*/false, /*workers=*/2,
+      {absl::StrCat("--move_rows_on_worker_change=", move_rows ? "true" : "false")}));
+  for (int s = 0; s < 2; ++s) KESTREL_RETURN_IF_ERROR(job.StartServer(s, 2, dir + "/ckpt"));
+  for (int w = 0; w < 2; ++w) KESTREL_RETURN_IF_ERROR(job.RegisterWorker(w));
+  KESTREL_RETURN_IF_ERROR(
+      job.WaitFor([](const DescribeResponse& d) { return d.view().job_state() == "running"; }, absl::Seconds(30))
+          .status());
+  KESTREL_RETURN_IF_ERROR(job.Fill(rows, dim));
+  for (int w = 0; w < 2; ++w) KESTREL_RETURN_IF_ERROR(job.AdvanceWorker(w, 2));
+  // A checkpoint first, as a running job has one: the removal's own checkpoint then writes what changed since.
+  KESTREL_RETURN_IF_ERROR(job.client().RequestCheckpoint().status());
+  KESTREL_RETURN_IF_ERROR(
+      job.WaitFor([](const DescribeResponse& d) { return d.checkpoints_committed() >= 1; }, absl::Minutes(10))
+          .status());
+  job.Silence(1);
+  KESTREL_RETURN_IF_ERROR(job.WaitFor(
+                                 [](const DescribeResponse& d) {
+                                   for (const MemberStatus& m : d.members()) {
+                                     if (m.role() == ROLE_WORKER && m.rank() == 1) return !m.alive();
+                                   }
+                                   return false;
+                                 },
+                                 absl::Seconds(30))
+                              .status());
+  ScaleRequest request;
+  request.set_servers(2);
+  request.set_workers(1);
+  request.add_remove_workers(1);
+  KESTREL_ASSIGN_OR_RETURN(ScaleResponse removed, job.client().Scale(request, absl::Minutes(11)));
+  return removed.held_seconds();
+}
 
 absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim) {
   char dir_template[] = "/tmp/rescale_bench.XXXXXX";
@@ -243,6 +311,11 @@ absl::StatusOr<Result> Measure(const Binaries& binaries, uint64_t rows, int dim)
             .status());
     r.restore_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   }
+  // 4. A dead worker removed, in place and moving every row.
+  KESTREL_ASSIGN_OR_RETURN(r.removal_held_seconds,
+                           MeasureWorkerRemoval(binaries, dir + "/remove", rows, dim, /*move_rows=*/false));
+  KESTREL_ASSIGN_OR_RETURN(r.removal_moving_held_seconds,
+                           MeasureWorkerRemoval(binaries, dir + "/remove_moving", rows, dim, /*move_rows=*/true));
   if (absl::GetFlag(FLAGS_keep)) {
     std::printf("kept %s\n", dir.c_str());
   } else {
@@ -269,11 +342,13 @@ absl::Status Main(int argc, char** argv) {
     }
     KESTREL_ASSIGN_OR_RETURN(Result r, Measure(binaries, rows, absl::GetFlag(FLAGS_dim)));
     std::printf("%llu rows: rescale held %.2f s (moving %.2f s, %llu rows, %.0f MB); checkpoint %.2f s + restore "
-                "%.2f s = %.2f s (%.2fx the hold)\n",
+                "%.2f s = %.2f s (%.2fx the hold); a dead worker removed: held %.2f s in place, %.2f s moving every "
+                "row (%.1fx)\n",
                 static_cast<unsigned long long>(r.rows), r.held_seconds, r.moved_seconds,
                 static_cast<unsigned long long>(r.rows_moved), r.bytes_moved / 1e6, r.checkpoint_seconds,
                 r.restore_seconds, r.checkpoint_seconds + r.restore_seconds,
-                (r.checkpoint_seconds + r.restore_seconds) / r.held_seconds);
+                (r.checkpoint_seconds + r.restore_seconds) / r.held_seconds, r.removal_held_seconds,
+                r.removal_moving_held_seconds, r.removal_moving_held_seconds / r.removal_held_seconds);
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -296,6 +371,21 @@ absl::Status Main(int argc, char** argv) {
                                          r.held_seconds, r.moved_seconds, r.rows_moved, r.bytes_moved / 1e6,
                                          r.checkpoint_seconds, r.restore_seconds,
                                          (r.checkpoint_seconds + r.restore_seconds) / r.held_seconds));
+  }
+  absl::StrAppend(
+      &md,
+      "\n## A dead worker removed (elastic jobs)\n\n"
+      "2 servers and 2 workers (ASP), the table filled and checkpointed; worker 1 stops heartbeating, is declared "
+      "dead and removed (ScaleRequest.remove_workers, what --elastic does after its timeout). *In place*: the "
+      "partition stays, so every server keeps its rows and takes the new worker count (the hold is the switch and "
+      "the removal's checkpoint of what changed since the last one). *Moving every row*: the same job with "
+      "--move_rows_on_worker_change, which rebuilds every server's groups by sending each row, as a server-count "
+      "change does (and as worker-count changes did before). Both in this invocation.\n\n"
+      "| rows | held in place (s) | held moving every row (s) | moving / in place |\n|---:|---:|---:|---:|\n");
+  for (const Result& r : results) {
+    absl::StrAppend(&md, absl::StrFormat("| %d | %.3f | %.2f | %.1fx |\n", r.rows, r.removal_held_seconds,
+                                         r.removal_moving_held_seconds,
+                                         r.removal_moving_held_seconds / r.removal_held_seconds));
   }
   const std::string path = bench::UserPath(absl::GetFlag(FLAGS_output));
   KESTREL_RETURN_IF_ERROR(bench::WriteFile(path, md));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A live rescale against checkpoint + restore (bench/rescale_bench.cc): how long Scheduler.Scale holds a job
-# going from 2 to 3 servers, by table size, against a checkpoint and a restart into 3 servers of the same tables
-# -> bench/results/rescale_bench.md.
+# going from 2 to 3 servers, by table size, against a checkpoint and a restart into 3 servers of the same tables,
+# and how long removing a dead worker holds it (in place, against moving every row) -> bench/results/rescale_bench.md.
 #
 #   bench/run_rescale_bench.sh                                  # 1M and 10M rows of dim 16 (Adagrad)
 #   bench/run_rescale_bench.sh --rows=100000 --output=/tmp/quick.md

@@ -397,6 +397,11 @@ absl::Status CheckpointCoordinator::Scale(ScaleTarget target, absl::Duration joi
     return absl::InvalidArgumentError(absl::StrFormat("%d servers cannot hold %d copies of every key range",
                                                       target.servers, partition.replicas()));
   }
+  if (at_clock > 0 && (!target.remove_servers.empty() || !target.remove_workers.empty())) {
+    return absl::InvalidArgumentError(
+        "a rescale that removes dead ranks happens at the earliest clock boundary (the dead ones hold the others "
+        "back): no at_clock");
+  }
   // Under the lock the coordinator thread reads them with, so it never sees the rescale without them.
   absl::MutexLock lock(&mu_);
   if (scale_pending_) return absl::FailedPreconditionError("a rescale is in progress");
@@ -484,26 +489,6 @@ bool CheckpointCoordinator::Rescale() {
         std::find(target->remove_workers.begin(), target->remove_workers.end(), w) != target->remove_workers.end();
     if (!removed && clocks_->ClockOf(w) != scale_cut_) return true;
   }
-  // A removed BSP worker that died mid-clock left that clock half done on the servers: complete it without it.
-  std::vector<int> half_done;
-  for (int w : target->remove_workers) {
-    if (clocks_->ClockOf(w) < scale_cut_) half_done.push_back(w);
-  }
-  if (job_.consistency == "bsp" && !half_done.empty()) {
-    absl::StatusOr<bool> settled = CompleteWithout(target->remove_workers, scale_cut_ - 1);
-    if (!settled.ok()) {
-      EndRescale(settled.status());
-      return false;
-    }
-    if (!*settled) {  // some server applied that clock with their parts: only a rollback undoes it
-      EndRescale(absl::AbortedError(absl::StrFormat(
-          "workers [%s] died after some server applied clock %d with their pushes: the job rolls back to its last "
-          "checkpoint, and they are removed from there",
-          absl::StrJoin(target->remove_workers, ","), scale_cut_ - 1)));
-      StartRollback(absl::StrFormat("removing workers [%s]", absl::StrJoin(target->remove_workers, ",")));
-      return false;
-    }
-  }
   const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
@@ -513,11 +498,42 @@ bool CheckpointCoordinator::Rescale() {
   // The workers' shares of the rest of the epoch, before anything moves (a failure leaves the job as it was).
   absl::StatusOr<std::vector<WorkerState>> states =
       workers_change ? PlanWorkers(worker_map, target->remove_workers) : std::vector<WorkerState>();
+  const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target->remove_workers, ","));
+  if (!states.ok() && !target->remove_workers.empty()) {
+    // A removed worker's last report cannot be handed on (it stopped in another epoch than the others): from
+    // the last checkpoint every worker's state is known at one clock.
+    EndRescale(absl::AbortedError(absl::StrCat(states.status().message(), ": the job rolls back to its last "
+                                               "checkpoint, and they are removed from there")));
+    StartRollback(removing);
+    return false;
+  }
   if (!states.ok()) next = states.status();
+  // A removed BSP worker that died mid-clock left that clock half done on the servers: complete it without it.
+  // From the fence on, the servers refuse its pushes of that clock: the removal must go through, or the job
+  // roll back (a restore drops every fence and buffered push).
+  bool fenced = false;
+  for (int w : target->remove_workers) {
+    if (clocks_->ClockOf(w) < scale_cut_ && job_.consistency == "bsp" && next.ok()) fenced = true;
+  }
+  if (fenced) {
+    absl::StatusOr<bool> settled = CompleteWithout(target->remove_workers, scale_cut_ - 1);
+    if (!settled.ok() || !*settled) {
+      // Not settled: some server applied that clock with their parts (only a rollback undoes it), or a call
+      // failed with the fence in place on some servers.
+      EndRescale(absl::AbortedError(absl::StrFormat(
+          "%s: clock %d %s; the job rolls back to its last checkpoint, and they are removed from there", removing,
+          scale_cut_ - 1,
+          settled.ok() ? "was applied with their pushes on some server"
+                       : absl::StrCat("could not be completed without them (", settled.status().message(), ")"))));
+      StartRollback(removing);
+      return false;
+    }
+  }
   absl::StatusOr<ScaleResult> result =
       next.ok() ? MoveTo(*next, *target, workers_change ? &*states : nullptr) : next.status();
   if (!result.ok()) {
     EndRescale(result.status());
+    if (fenced && !failed_) StartRollback(absl::StrCat(removing, " failed after their clock was completed"));
     return false;
   }
   // The held workers learn of the new layout by rejoining; they continue from this same clock.

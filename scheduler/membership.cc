@@ -638,7 +638,8 @@ absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
     }
     for (size_t old = 0; old < ranks.size(); ++old) {
       if (kept[old]) continue;
-      if (std::find(removed.begin(), removed.end(), static_cast<int>(old)) != removed.end()) {
+      if (std::find(removed.begin(), removed.end(), static_cast<int>(old)) != removed.end() &&
+          removed_ids_.size() < kMaxRemembered) {
         removed_ids_.insert({ranks[old].role, ranks[old].id});
       }
       RemoveLocked(ranks[old]);

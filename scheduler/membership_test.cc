@@ -1,5 +1,10 @@
 #include "scheduler/membership.h"
 
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
 #include "gmock/gmock.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -417,6 +422,85 @@ TEST(MembershipTest, ResumedIdsAreTheCheckpointsAndAreValidated) {
   EXPECT_TRUE(absl::IsInvalidArgument(Membership::Create(options).status()));
   options.worker_ids = {0};
   EXPECT_TRUE(absl::IsInvalidArgument(Membership::Create(options).status()));
+}
+
+// Random deaths, removals of dead ranks from anywhere, and growths taking new ids: after every rescale the ranks
+// are dense, every id is held once, each live member's heartbeat (by id) answers the rank the layout gives its
+// id, worker generations only move forward, and removed ids are refused when they come back.
+TEST(MembershipTest, RandomRemovalsAndGrowthsKeepRanksDenseAndIdsUnique) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int servers = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int workers = std::uniform_int_distribution<int>(1, 5)(rng);
+    auto m = Make(servers, workers);
+    std::map<std::pair<Role, int>, std::string> live;  // (role, id) -> incarnation
+    absl::Time now = kStart;
+    for (int s = 0; s < servers; ++s) live[{Role::kServer, s}] = m->Register(Role::kServer, "h", s, now)->incarnation;
+    for (int w = 0; w < workers; ++w) live[{Role::kWorker, w}] = m->Register(Role::kWorker, "", w, now)->incarnation;
+    std::set<std::pair<Role, int>> removed;
+    int next_id = 10;
+    for (int step = 0; step < 8; ++step) {
+      const JobLayout before = m->layout();
+      now += absl::Seconds(5);
+      // Some members die (the others heartbeat); at least one of each role stays.
+      std::vector<int> dead_servers, dead_workers;
+      for (auto [role, ids, dead] : {std::make_tuple(Role::kServer, before.server_ids, &dead_servers),
+                                     std::make_tuple(Role::kWorker, before.worker_ids, &dead_workers)}) {
+        for (int r = 0; r < static_cast<int>(ids.size()); ++r) {
+          const bool dies = static_cast<int>(dead->size()) + 1 < static_cast<int>(ids.size()) &&
+                            std::uniform_int_distribution<int>(0, 3)(rng) == 0;
+          if (dies) {
+            dead->push_back(r);
+          } else {
+            ASSERT_TRUE(m->Heartbeat(role, ids[r], live[{role, ids[r]}], now).ok());
+          }
+        }
+      }
+      m->ExpireSilent(now);
+      const std::vector<uint64_t> generations_before = m->WorkerGenerations();
+      if (!dead_servers.empty() || !dead_workers.empty()) {
+        ScaleTarget target{before.num_servers - static_cast<int>(dead_servers.size()),
+                           before.num_workers - static_cast<int>(dead_workers.size()), dead_servers, dead_workers};
+        ASSERT_TRUE(m->BeginScale(target).ok());
+        ASSERT_TRUE(m->CommitScale("p").ok());
+        for (int r : dead_servers) removed.insert({Role::kServer, before.server_ids[r]});
+        for (int r : dead_workers) removed.insert({Role::kWorker, before.worker_ids[r]});
+      } else if (std::uniform_int_distribution<int>(0, 1)(rng) == 0) {
+        // Grow by one worker taking a new id (or a removed one back).
+        ASSERT_TRUE(m->BeginScale({before.num_servers, before.num_workers + 1}).ok());
+        const int id = next_id++;
+        auto joined = m->Register(Role::kWorker, "", id, now);
+        ASSERT_TRUE(joined.ok()) << joined.status();
+        live[{Role::kWorker, id}] = joined->incarnation;
+        ASSERT_TRUE(m->CommitScale("p").ok());
+      }
+      const JobLayout after = m->layout();
+      ASSERT_EQ(static_cast<int>(after.server_ids.size()), after.num_servers);
+      ASSERT_EQ(static_cast<int>(after.worker_ids.size()), after.num_workers);
+      for (auto [role, ids] : {std::make_pair(Role::kServer, after.server_ids),
+                               std::make_pair(Role::kWorker, after.worker_ids)}) {
+        EXPECT_EQ(std::set<int>(ids.begin(), ids.end()).size(), ids.size()) << "an id held twice";
+        for (int r = 0; r < static_cast<int>(ids.size()); ++r) {
+          EXPECT_EQ(removed.count({role, ids[r]}), 0u) << "a removed id is in the layout";
+          int rank = -1;
+          ASSERT_TRUE(m->Heartbeat(role, ids[r], live[{role, ids[r]}], now, 0, &rank).ok());
+          EXPECT_EQ(rank, r);
+        }
+      }
+      // A kept worker's generation never goes back.
+      const std::vector<uint64_t> generations = m->WorkerGenerations();
+      for (int r = 0; r < after.num_workers; ++r) {
+        const auto was = std::find(before.worker_ids.begin(), before.worker_ids.end(), after.worker_ids[r]);
+        if (was != before.worker_ids.end()) {
+          EXPECT_GE(generations[r], generations_before[was - before.worker_ids.begin()]);
+        }
+      }
+      for (const auto& [role, id] : removed) {
+        EXPECT_TRUE(absl::IsOutOfRange(m->Register(role, "h", id, now).status()));
+      }
+      EXPECT_EQ(m->state(), JobState::kRunning);
+    }
+  }
 }
 
 }  // namespace

@@ -252,7 +252,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       response->set_job_state(JobStateName(membership_->state()));
       response->set_layout_generation(layout.generation);
       for (uint64_t g : layout.worker_generations) response->add_worker_generations(g);
-      for (int id : layout.worker_ids) response->add_worker_ids(id);
+      // Only once a rescale renumbered some worker (empty: every worker's id is its rank).
+      bool renumbered = false;
+      for (size_t r = 0; r < layout.worker_ids.size(); ++r) renumbered |= layout.worker_ids[r] != static_cast<int>(r);
+      if (renumbered) {
+        for (int id : layout.worker_ids) response->add_worker_ids(id);
+      }
       if (Replicated()) {  // members re-route from it
         const RoutingState routing = membership_->routing();
         response->set_routing_generation(routing.generation);

@@ -108,7 +108,7 @@ void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64
   {
     absl::MutexLock lock(&layout_mu_);
     if (layout_generation < layout_generation_ || worker_ids.size() > static_cast<size_t>(kMaxWorkerIds)) return;
-    if (!worker_ids.empty()) worker_ids_ = worker_ids;
+    worker_ids_ = worker_ids;
     job_view_set_ = true;
     job_generation_ = job_generation;
     worker_generations_ = worker_generations;
@@ -137,7 +137,7 @@ void PsServiceImpl::AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t l
   std::function<void(HostedShards&)> listener;
   {
     absl::MutexLock lock(&layout_mu_);
-    if (!worker_ids.empty()) worker_ids_ = worker_ids;
+    worker_ids_ = worker_ids;
     if (job_view_set_) groups->SetJobView(job_generation_, worker_generations_);
     if (generation_listener_) groups->SetGenerationListener(generation_listener_);
     hosted_ = groups;

@@ -119,17 +119,18 @@ class PsServiceImpl final
   // The scheduler's job view and the generation listener, for the groups served now and after every switch
   // (HostedShards::SetJobView / SetGenerationListener). `layout_generation`: the layout the view is of (a
   // HeartbeatResponse's); a view of an older layout than the one served is ignored (it was in flight across a
-  // switch, and names the ranks as they were). `worker_ids` (empty: unchanged): by worker rank, the id each
-  // worker's certificate names (ClusterView.worker_ids), which a worker's requests are checked against.
+  // switch, and names the ranks as they were). `worker_ids`: by worker rank, the id each worker's certificate
+  // names (ClusterView.worker_ids; empty: every worker's id is its rank), which workers' requests are checked
+  // against.
   void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations,
-                  uint64_t layout_generation = 0, const std::vector<int>& worker_ids = {});
+                  uint64_t layout_generation, const std::vector<int>& worker_ids);
   void SetGenerationListener(std::function<void()> listener);
   // Runs after every switch with the new groups (e.g. to attach the disk tier and failure listener).
   void SetSwitchListener(std::function<void(HostedShards&)> listener);
   // Before serving anything (a server registering with a job rescaled since it started): serve `groups`, the
   // layout of rescale `layout_generation`, instead of the ones it started with. `worker_ids`: as for SetJobView.
   void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation,
-                   const std::vector<int>& worker_ids = {});
+                   const std::vector<int>& worker_ids);
 
   // Most bytes of rows a group copy being received may stage before it is installed, and of rows a rescale may
   // load into this server's new groups. Default: 16 GiB.
