@@ -377,6 +377,7 @@ bool CheckpointCoordinator::DropDeadServers() {
   job_.partition = next->ToString();
   job_.num_servers = servers;
   relayout_restore_ = true;
+  SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(dead.servers.size()));
   {
     absl::MutexLock lock(&mu_);
     status_.elastic_removals += dead.servers.size();
@@ -774,9 +775,10 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     result.rows_moved += r.rows_sent();
     result.bytes_moved += r.bytes_sent();
   }
-  if (!target.remove_servers.empty() || !target.remove_workers.empty()) {
+  if (const size_t removed = target.remove_servers.size() + target.remove_workers.size(); removed > 0) {
+    SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(removed));
     absl::MutexLock lock(&mu_);
-    status_.elastic_removals += target.remove_servers.size() + target.remove_workers.size();
+    status_.elastic_removals += removed;
   }
   KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
              << " servers (routing generation " << routing << ")";

@@ -161,13 +161,7 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
       return absl::AlreadyExistsError(
           absl::StrFormat("%s %d is held by a live member at %s", RoleName(role), id, m.address));
     }
-    m.role = role;
-    m.id = id;
-    m.address = std::string(address);
-    m.incarnation = NewIncarnationLocked();
-    m.last_heartbeat = now;
-    m.alive = true;
-    m.dead_since = absl::InfiniteFuture();
+    ClaimLocked(m, role, id, address, now);
     m.registered_generation = generation_;
     for (int j = 0; j < static_cast<int>(joining.size()); ++j) {
       if (joining[j].rank != -1 || j == place) joining[j].rank = count + j;
@@ -180,19 +174,24 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
                                                     id, rank, m.address));
   }
   const bool replacement = m.rank != -1;
-  m.role = role;
+  ClaimLocked(m, role, m.id, address, now);
   m.rank = rank;
-  m.address = std::string(address);
-  m.incarnation = NewIncarnationLocked();
-  m.last_heartbeat = now;
-  m.alive = true;
-  m.dead_since = absl::InfiniteFuture();
   if (replacement) ++generation_;  // membership changed after a failure
   m.registered_generation = generation_;
   if (AllAliveLocked() && state_ != JobState::kFinished) {
     state_ = rolling_back_ ? JobState::kRecovering : JobState::kRunning;
   }
   return Registration{rank, m.incarnation, generation_, state_, /*joining=*/false, m.id};
+}
+
+void Membership::ClaimLocked(Member& m, Role role, int id, absl::string_view address, absl::Time now) {
+  m.role = role;
+  m.id = id;
+  m.address = std::string(address);
+  m.incarnation = NewIncarnationLocked();
+  m.last_heartbeat = now;
+  m.alive = true;
+  m.dead_since = absl::InfiniteFuture();
 }
 
 int Membership::RankOfIdLocked(Role role, int id) {

@@ -272,6 +272,9 @@ class Membership {
   // registration `incarnation` names.
   Member* FindLocked(Role role, int id, absl::string_view incarnation, bool* removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A registration takes `m`: a new incarnation, alive from `now` (its rank and generation are the caller's).
+  void ClaimLocked(Member& m, Role role, int id, absl::string_view address, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job rank whose id is `id`, or -1.
   int RankOfIdLocked(Role role, int id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,6 +310,7 @@ class Membership {
   std::vector<Member> joining_workers_ ABSL_GUARDED_BY(mu_);
   std::deque<Member> removed_ ABSL_GUARDED_BY(mu_);  // newest last, at most kMaxRemembered
   // Ids an elastic rescale removed (dead members that did not come back), by role: registering again is refused.
+  // At most kMaxRemembered (later ones are answered Unavailable, as ids outside the job are).
   std::set<std::pair<Role, int>> removed_ids_ ABSL_GUARDED_BY(mu_);
 };
 

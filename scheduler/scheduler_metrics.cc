@@ -40,6 +40,9 @@ SchedulerMetrics::SchedulerMetrics()
                             "Servers lost without a rollback: their key ranges failed over to a backup copy.")),
       rereplications_(NewCounter("kestrel_scheduler_rereplications_total",
                                  "Replacement servers given synced copies of their key ranges and put back in service.")),
+      elastic_removals_(NewCounter("kestrel_scheduler_elastic_removals_total",
+                                   "Servers and workers removed from the job because they stayed dead (--elastic) "
+                                   "or were named by a rescale's remove_servers / remove_workers.")),
       under_replicated_ranges_(NewGauge("kestrel_scheduler_under_replicated_ranges",
                                         "Key ranges with fewer copies in service than the job's --replicas.")),
       latest_checkpoint_clock_(NewGauge("kestrel_scheduler_latest_checkpoint_clock",

@@ -19,6 +19,7 @@
 //   kestrel_scheduler_rollbacks_total                   counter    rollbacks of the job to its last checkpoint
 //   kestrel_scheduler_failovers_total                   counter    servers lost without a rollback (ranges failed over)
 //   kestrel_scheduler_rereplications_total              counter    replacements synced and put back in service
+//   kestrel_scheduler_elastic_removals_total            counter    dead servers and workers removed from the job
 //   kestrel_scheduler_under_replicated_ranges           gauge      key ranges with fewer copies in service than --replicas
 //   kestrel_scheduler_latest_checkpoint_clock           gauge      clock of the newest committed checkpoint (-1: none)
 //
@@ -52,6 +53,7 @@ class SchedulerMetrics {
   prometheus::Counter& rollbacks() { return rollbacks_; }
   prometheus::Counter& failovers() { return failovers_; }
   prometheus::Counter& rereplications() { return rereplications_; }
+  prometheus::Counter& elastic_removals() { return elastic_removals_; }
   // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
   prometheus::Gauge& under_replicated_ranges() { return under_replicated_ranges_; }
 
@@ -73,6 +75,7 @@ class SchedulerMetrics {
   prometheus::Counter& rollbacks_;
   prometheus::Counter& failovers_;
   prometheus::Counter& rereplications_;
+  prometheus::Counter& elastic_removals_;
   prometheus::Gauge& under_replicated_ranges_;
   prometheus::Gauge& latest_checkpoint_clock_;
 };

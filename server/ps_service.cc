@@ -507,14 +507,7 @@ absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const Host
     return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
                                                       request.rank(), partition->num_servers(), request.bsp_workers()));
   }
-  for (const TableConfig& table : hosted.own().DescribeTables()) {
-    if (table.capacity().max_disk_bytes() > 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "table '%s' keeps rows on disk (capacity.max_disk_bytes): the layout cannot change while the job runs; "
-          "restart it with --resume",
-          table.name()));
-    }
-  }
+  KESTREL_RETURN_IF_ERROR(CheckNoDiskTier(hosted));
   ShardOptions options = *hosted.options();
   options.shard_index = request.rank();
   options.bsp_workers = request.bsp_workers();
@@ -1010,6 +1003,18 @@ grpc::ServerUnaryReactor* PsServiceImpl::RescaleShard(grpc::CallbackServerContex
                   });
 }
 
+absl::Status PsServiceImpl::CheckNoDiskTier(const HostedShards& hosted) {
+  for (const TableConfig& table : hosted.own().DescribeTables()) {
+    if (table.capacity().max_disk_bytes() > 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "table '%s' keeps rows on disk (capacity.max_disk_bytes): the layout changes in memory only; resize "
+          "the job with a checkpoint and --resume instead",
+          table.name()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Partition> PsServiceImpl::CheckRescale(const HostedShards& hosted,
                                                       const RescaleShardRequest& request) const {
   if (!hosted.options().has_value()) {
@@ -1027,14 +1032,7 @@ absl::StatusOr<Partition> PsServiceImpl::CheckRescale(const HostedShards& hosted
   if (!partition.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
   }
-  for (const TableConfig& table : hosted.own().DescribeTables()) {
-    if (table.capacity().max_disk_bytes() > 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "table '%s' keeps rows on disk (capacity.max_disk_bytes): rescaling moves rows in memory only; resize "
-          "the job with a checkpoint and --resume instead",
-          table.name()));
-    }
-  }
+  KESTREL_RETURN_IF_ERROR(CheckNoDiskTier(hosted));
   return partition;
 }
 

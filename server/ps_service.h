@@ -158,6 +158,8 @@ class PsServiceImpl final
   // PERMISSION_DENIED unless a worker caller's certificate names the id of the worker rank its request claims
   // (common/peer_identity.h CheckClaimedRank, through the layout's worker ids).
   absl::Status CheckWorkerCaller(const Caller& caller, int worker_rank, const char* what) const;
+  // FailedPrecondition when a table keeps rows on disk: a new layout is built in memory only.
+  static absl::Status CheckNoDiskTier(const HostedShards& hosted);
   // FailedPrecondition (counted) unless the job is replicated: Replicate has no business here otherwise.
   static absl::Status CheckReplicated(const HostedShards& hosted);
   // The group `header` names, when this server is its primary (workers' requests).

@@ -298,6 +298,17 @@ class ClusterJob {
     return response;
   }
 
+  // Waits until every worker has finished at least `clock` iterations.
+  absl::Status WaitForClock(int64_t clock, absl::Duration timeout = absl::Minutes(2)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<DescribeResponse> d = DescribeJob();
+      if (d.ok() && d->min_clock() >= clock) return absl::OkStatus();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("the job did not reach clock ", clock));
+  }
+
   // The clock of the newest committed checkpoint, or -1.
   int64_t LatestCheckpointClock() const {
     std::ifstream latest(checkpoints() + "/LATEST");
@@ -379,6 +390,17 @@ inline LineAudit Audit(const ClusterJob& job, const std::vector<int>& ids) {
     }
   }
   return audit;
+}
+
+// The reference a test suite compares with: a job of `servers` x `workers` in `dir`, run to its end unscaled.
+inline absl::StatusOr<Outcome> RunReference(const std::string& dir, const std::string& data, int epochs,
+                                            int servers = 2, int workers = 2) {
+  ClusterJob job(dir, data, /*bounded=*/false, /*replicas=*/1, epochs, servers, workers);
+  if (absl::Status started = job.StartAll(/*resume=*/false); !started.ok()) return started;
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  job.KillAll();
+  if (outcome.ok() && outcome->tables.empty()) return absl::InternalError("the reference job wrote no table");
+  return outcome;
 }
 
 inline bool Equal(const Outcome& a, const Outcome& b) {

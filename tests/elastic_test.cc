@@ -38,15 +38,6 @@ absl::StatusOr<DescribeResponse> WaitForRemovals(ClusterJob& job, uint64_t remov
   return absl::DeadlineExceededError(absl::StrCat("the scheduler did not remove ", removals, " members"));
 }
 
-absl::Status WaitForClock(ClusterJob& job, int64_t clock) {
-  const absl::Time deadline = absl::Now() + absl::Minutes(2);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<DescribeResponse> d = job.DescribeJob();
-    if (d.ok() && d->min_clock() >= clock) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("the job did not reach clock ", clock));
-}
 
 class ElasticTest : public ::testing::Test {
  protected:
@@ -54,15 +45,12 @@ class ElasticTest : public ::testing::Test {
     data_ = new std::string(TmpDir() + "/elastic_data");
     std::filesystem::create_directories(*data_);
     ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
-    ClusterJob job(TmpDir() + "/elastic_reference", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
-    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
-    auto outcome = job.Finish();
+    absl::StatusOr<Outcome> outcome = RunReference(TmpDir() + "/elastic_reference", *data_, kEpochs);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     reference_ = new Outcome(*outcome);
     final_clock_ = outcome->scheduler.min_clock();
     std::printf("reference: %s, %lld clocks\n", DescribeOutcome(*reference_).c_str(),
                 static_cast<long long>(final_clock_));
-    job.KillAll();
   }
 
   static std::string* data_;
@@ -152,7 +140,7 @@ absl::StatusOr<Outcome> RunServerDeath(const std::string& name, const std::strin
   ClusterJob job(TmpDir() + "/" + name, data, /*bounded=*/false, replicas, kEpochs, /*servers=*/3, /*workers=*/2);
   job.EnableElastic(kElasticTimeout);
   KESTREL_RETURN_IF_ERROR(job.StartAll(/*resume=*/false));
-  KESTREL_RETURN_IF_ERROR(WaitForClock(job, kill_at));
+  KESTREL_RETURN_IF_ERROR(job.WaitForClock(kill_at));
   job.Kill(job.server(1));
   KESTREL_ASSIGN_OR_RETURN(DescribeResponse removed, WaitForRemovals(job, 1));
   if (removed.view().num_servers() != 2 || removed.view().server_ids_size() != 2 ||

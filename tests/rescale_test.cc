@@ -58,16 +58,6 @@ absl::StatusOr<ScaleResponse> Scale(ClusterJob& job, int servers, int workers, i
   return response;
 }
 
-// Waits until every worker has finished at least `clock` iterations.
-absl::Status WaitForClock(ClusterJob& job, int64_t clock) {
-  const absl::Time deadline = absl::Now() + absl::Minutes(2);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<DescribeResponse> d = job.DescribeJob();
-    if (d.ok() && d->min_clock() >= clock) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("the job did not reach clock ", clock));
-}
 
 class RescaleTest : public ::testing::Test {
  protected:
@@ -75,16 +65,12 @@ class RescaleTest : public ::testing::Test {
     data_ = new std::string(TmpDir() + "/rescale_data");
     std::filesystem::create_directories(*data_);
     ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
-    ClusterJob job(TmpDir() + "/rescale_reference", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
-    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
-    auto outcome = job.Finish();
+    absl::StatusOr<Outcome> outcome = RunReference(TmpDir() + "/rescale_reference", *data_, kEpochs);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
-    ASSERT_FALSE(outcome->tables.empty());
     reference_ = new Outcome(*outcome);
     final_clock_ = outcome->scheduler.min_clock();
     std::printf("reference: %s, %lld clocks\n", DescribeOutcome(*reference_).c_str(),
                 static_cast<long long>(final_clock_));
-    job.KillAll();
   }
 
   static std::string* data_;
@@ -100,7 +86,7 @@ TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithout
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
 
   // 2 -> 3: the new server starts first and waits to be named (it retries its registration).
-  ASSERT_TRUE(WaitForClock(job, final_clock_ / 5).ok());
+  ASSERT_TRUE(job.WaitForClock(final_clock_ / 5).ok());
   ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2);
   ASSERT_TRUE(grown.ok()) << grown.status();
@@ -117,7 +103,7 @@ TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithout
   EXPECT_EQ(d->view().layout_generation(), 1u);
 
   // 3 -> 2: server 2's rows move back to the others, and it exits by itself, 0: it did not fail.
-  ASSERT_TRUE(WaitForClock(job, grown->clock() + final_clock_ / 5).ok());
+  ASSERT_TRUE(job.WaitForClock(grown->clock() + final_clock_ / 5).ok());
   absl::StatusOr<ScaleResponse> shrunk = Scale(job, 2, 2);
   ASSERT_TRUE(shrunk.ok()) << shrunk.status();
   job.Rescaled(2, 2);
@@ -143,7 +129,7 @@ TEST_F(RescaleTest, ReplicatedServersScaledTwoToThreeToTwoEndBitwiseIdentical) {
   // Two copies of every range: each row goes to both servers holding its range in the new layout.
   ClusterJob job(TmpDir() + "/rescale_replicated", *data_, /*bounded=*/false, /*replicas=*/2, kEpochs);
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
-  ASSERT_TRUE(WaitForClock(job, 1).ok());
+  ASSERT_TRUE(job.WaitForClock(1).ok());
   ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 3);
   ASSERT_TRUE(grown.ok()) << grown.status();
@@ -169,7 +155,7 @@ TEST_F(RescaleTest, SchedulerRestartedWithTheStartingCountsResumesTheRescaledLay
   ClusterJob job(TmpDir() + "/rescale_restart", *data_, /*bounded=*/false, /*replicas=*/1, kEpochs);
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
   const int port = job.scheduler()->port();
-  ASSERT_TRUE(WaitForClock(job, 1).ok());
+  ASSERT_TRUE(job.WaitForClock(1).ok());
   ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 4);
   ASSERT_TRUE(grown.ok()) << grown.status();
@@ -199,7 +185,7 @@ absl::StatusOr<Outcome> RunWorkerSchedule(const std::string& name, const std::st
   ClusterJob job(TmpDir() + "/" + name, data, /*bounded=*/false, /*replicas=*/1, kEpochs);
   job.EnableLineLogs();
   KESTREL_RETURN_IF_ERROR(job.StartAll(/*resume=*/false));
-  KESTREL_RETURN_IF_ERROR(WaitForClock(job, 1));  // running
+  KESTREL_RETURN_IF_ERROR(job.WaitForClock(1));  // running
   // The new ranks retry their registration until the rescale names them.
   KESTREL_RETURN_IF_ERROR(job.StartServer(2, /*fault=*/"", /*num_shards=*/3));
   KESTREL_RETURN_IF_ERROR(job.StartWorker(2));

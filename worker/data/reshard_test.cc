@@ -9,39 +9,53 @@
 namespace kestrel {
 namespace {
 
+// Workers reading one epoch of `lines` lines through their assignments, counting how often each line is read.
+struct EpochReads {
+  explicit EpochReads(uint64_t lines, int count) : reads(lines, 0), consumed(count, 0) {
+    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
+  }
+  // Worker `w` reads its next `n` lines (those in the epoch).
+  void Read(int w, uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t line = shards[w].Line(consumed[w]);
+      if (line >= reads.size()) return;
+      ++reads[line];
+      ++consumed[w];
+    }
+  }
+  // Every worker reads about `batch` lines (a BSP clock with some skew).
+  void Step(std::mt19937& rng) {
+    const uint64_t batch = std::uniform_int_distribution<uint64_t>(0, 900)(rng);
+    for (size_t w = 0; w < shards.size(); ++w) {
+      Read(static_cast<int>(w), batch + std::uniform_int_distribution<uint64_t>(0, 30)(rng));
+    }
+  }
+  // The new assignments take over; each worker starts at their beginning.
+  void Take(std::vector<ShardAssignment> next) {
+    shards = std::move(next);
+    consumed.assign(shards.size(), 0);
+  }
+  std::vector<int> reads;
+  std::vector<ShardAssignment> shards;
+  std::vector<uint64_t> consumed;
+};
+
 // Random schedules of worker counts and progress: every line of a 20000-line epoch is read exactly once.
 TEST(ReshardTest, EveryLineIsReadExactlyOnceAcrossRescales) {
   constexpr uint64_t kLines = 20000;
   std::mt19937 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
-    int count = std::uniform_int_distribution<int>(1, 5)(rng);
-    std::vector<ShardAssignment> shards;
-    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
-    std::vector<uint64_t> consumed(count, 0);
-    std::vector<int> reads(kLines, 0);
-    // Reads a worker's next `n` lines (those in the epoch).
-    auto read = [&](int w, uint64_t n) {
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t line = shards[w].Line(consumed[w]);
-        if (line >= kLines) return;
-        ++reads[line];
-        ++consumed[w];
-      }
-    };
+    EpochReads epoch(kLines, std::uniform_int_distribution<int>(1, 5)(rng));
     for (int step = 0; step < 4; ++step) {
-      // BSP-like progress with some skew: each worker reads about the same number of lines.
-      const uint64_t batch = std::uniform_int_distribution<uint64_t>(0, 900)(rng);
-      for (int w = 0; w < count; ++w) read(w, batch + std::uniform_int_distribution<uint64_t>(0, 30)(rng));
+      epoch.Step(rng);
       const int next = std::uniform_int_distribution<int>(1, 6)(rng);
-      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(shards, consumed, next);
+      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(epoch.shards, epoch.consumed, next);
       ASSERT_TRUE(resharded.ok()) << resharded.status();
-      shards = *std::move(resharded);
-      consumed.assign(next, 0);
-      count = next;
+      epoch.Take(*std::move(resharded));
     }
-    for (int w = 0; w < count; ++w) read(w, kLines);  // to the end of the epoch
+    for (size_t w = 0; w < epoch.shards.size(); ++w) epoch.Read(static_cast<int>(w), kLines);  // to the end
     for (uint64_t line = 0; line < kLines; ++line) {
-      ASSERT_EQ(reads[line], 1) << "trial " << trial << ": line " << line;
+      ASSERT_EQ(epoch.reads[line], 1) << "trial " << trial << ": line " << line;
     }
   }
 }
@@ -51,23 +65,11 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceWhenWorkersLeaveFromTheMiddle) {
   constexpr uint64_t kLines = 20000;
   std::mt19937 rng(23);
   for (int trial = 0; trial < 200; ++trial) {
-    int count = std::uniform_int_distribution<int>(2, 6)(rng);
-    std::vector<ShardAssignment> shards;
-    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
-    std::vector<uint64_t> consumed(count, 0);
-    std::vector<int> reads(kLines, 0);
-    auto read = [&](int w, uint64_t n) {
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t line = shards[w].Line(consumed[w]);
-        if (line >= kLines) return;
-        ++reads[line];
-        ++consumed[w];
-      }
-    };
+    EpochReads epoch(kLines, std::uniform_int_distribution<int>(2, 6)(rng));
     for (int step = 0; step < 4; ++step) {
-      const uint64_t batch = std::uniform_int_distribution<uint64_t>(0, 900)(rng);
-      for (int w = 0; w < count; ++w) read(w, batch + std::uniform_int_distribution<uint64_t>(0, 30)(rng));
+      epoch.Step(rng);
       // Drop a random set of ranks (at least one stays), then maybe add new ones after the rest.
+      const int count = static_cast<int>(epoch.shards.size());
       std::vector<int> old_of_new;
       for (int w = 0; w < count; ++w) {
         if (std::uniform_int_distribution<int>(0, 2)(rng) != 0) old_of_new.push_back(w);
@@ -75,17 +77,13 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceWhenWorkersLeaveFromTheMiddle) {
       if (old_of_new.empty()) old_of_new.push_back(std::uniform_int_distribution<int>(0, count - 1)(rng));
       const int added = std::uniform_int_distribution<int>(0, 2)(rng);
       for (int i = 0; i < added; ++i) old_of_new.push_back(-1);
-      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(shards, consumed, old_of_new);
+      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(epoch.shards, epoch.consumed, old_of_new);
       ASSERT_TRUE(resharded.ok()) << resharded.status();
-      // A staying worker keeps reading where it was: its own unread lines are still its.
-      std::vector<uint64_t> next_consumed(old_of_new.size(), 0);
-      shards = *std::move(resharded);
-      consumed = std::move(next_consumed);
-      count = static_cast<int>(shards.size());
+      epoch.Take(*std::move(resharded));
     }
-    for (int w = 0; w < count; ++w) read(w, kLines);
+    for (size_t w = 0; w < epoch.shards.size(); ++w) epoch.Read(static_cast<int>(w), kLines);
     for (uint64_t line = 0; line < kLines; ++line) {
-      ASSERT_EQ(reads[line], 1) << "trial " << trial << ": line " << line;
+      ASSERT_EQ(epoch.reads[line], 1) << "trial " << trial << ": line " << line;
     }
   }
 }
