@@ -288,6 +288,14 @@ void CheckpointCoordinator::Step() {
 }
 
 void CheckpointCoordinator::StartRollback(const std::string& why) {
+  bool pending;
+  {
+    absl::MutexLock lock(&mu_);
+    pending = scale_pending_;
+  }
+  if (pending) {  // its hold and its plans are of the timeline being rolled back
+    EndRescale(absl::AbortedError(absl::StrCat(why, ": the job rolls back, the rescale was abandoned")));
+  }
   final_attempts_ = 0;
   next_final_attempt_ = absl::InfinitePast();
   syncing_ = -1;  // a rollback restores every server: nothing to re-replicate
@@ -308,6 +316,10 @@ void CheckpointCoordinator::RemoveDead() {
   if (state != JobState::kRunning && state != JobState::kRecovering) return;
   const DeadMembers dead = membership_->DeadFor(options_.elastic_timeout, MonotonicNow());
   if (dead.empty()) return;
+  // Another member dead but not for long enough yet holds the others back too (a BSP worker blocks the clock):
+  // wait, and remove them together, rather than hold the job at a boundary it cannot reach.
+  const DeadMembers all_dead = membership_->DeadFor(absl::ZeroDuration(), MonotonicNow());
+  if (all_dead.servers.size() != dead.servers.size() || all_dead.workers.size() != dead.workers.size()) return;
   // A dead server still in service rolls the job back (DropDeadServers); one failed over is removed live.
   const RoutingState routing = membership_->routing();
   for (int s : dead.servers) {
@@ -366,9 +378,10 @@ bool CheckpointCoordinator::DropDeadServers() {
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
   absl::Status status = next.status();
   if (status.ok()) status = membership_->BeginScale(ScaleTarget{servers, job_.num_workers, dead.servers, {}});
-  absl::StatusOr<uint64_t> committed = status.ok() ? membership_->CommitScale(next->ToString()) : status;
+  const bool began = status.ok();
+  absl::StatusOr<uint64_t> committed = began ? membership_->CommitScale(next->ToString()) : status;
   if (!committed.ok()) {
-    membership_->CancelScale();
+    if (began) membership_->CancelScale();  // only its own
     KLOG(Warning) << "elastic: cannot drop servers [" << absl::StrJoin(dead.servers, ",") << "]: " << committed.status();
     next_removal_ = absl::Now() + retry;
     return false;
@@ -488,8 +501,19 @@ bool CheckpointCoordinator::Rescale() {
   for (int w = 0; w < job_.num_workers; ++w) {
     const bool removed =
         std::find(target->remove_workers.begin(), target->remove_workers.end(), w) != target->remove_workers.end();
-    if (!removed && clocks_->ClockOf(w) != scale_cut_) return true;
+    if (removed || clocks_->ClockOf(w) == scale_cut_) continue;
+    if (!membership_->Alive(Role::kWorker, w)) {  // it may never reach the cut
+      EndRescale(absl::AbortedError(absl::StrFormat(
+          "worker rank %d died while the job was held for a rescale: abandoned (tried again once it is back or "
+          "removed)",
+          w)));
+      return false;
+    }
+    return true;
   }
+  // Replicated jobs: every server must act on the latest routing (a failover just before) before rows move, or
+  // a group whose primary changed could be sent by nobody.
+  if (partition_->replicas() > 1 && !membership_->ServersAtRouting(membership_->routing().generation)) return true;
   const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
   absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
   if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
@@ -500,24 +524,26 @@ bool CheckpointCoordinator::Rescale() {
   absl::StatusOr<std::vector<WorkerState>> states =
       workers_change ? PlanWorkers(worker_map, target->remove_workers) : std::vector<WorkerState>();
   const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target->remove_workers, ","));
-  if (!states.ok() && !target->remove_workers.empty()) {
+  if (!states.ok() && !target->remove_workers.empty() && scale_cut_ != removal_rollback_clock_) {
     // A removed worker's last report cannot be handed on (it stopped in another epoch than the others): from
-    // the last checkpoint every worker's state is known at one clock.
+    // the last checkpoint every worker's state is known at one clock. Once only: at that clock it is final.
     EndRescale(absl::AbortedError(absl::StrCat(states.status().message(), ": the job rolls back to its last "
                                                "checkpoint, and they are removed from there")));
     StartRollback(removing);
+    removal_rollback_clock_ = last_checkpoint_clock_;
     return false;
   }
   if (!states.ok()) next = states.status();
   // A removed BSP worker that died mid-clock left that clock half done on the servers: complete it without it.
   // From the fence on, the servers refuse its pushes of that clock: the removal must go through, or the job
   // roll back (a restore drops every fence and buffered push).
-  bool fenced = false;
+  std::vector<int> half_done;  // removed workers that died in the clock before the cut (the others finished it)
   for (int w : target->remove_workers) {
-    if (clocks_->ClockOf(w) < scale_cut_ && job_.consistency == "bsp" && next.ok()) fenced = true;
+    if (clocks_->ClockOf(w) < scale_cut_ && job_.consistency == "bsp" && next.ok()) half_done.push_back(w);
   }
+  const bool fenced = !half_done.empty();
   if (fenced) {
-    absl::StatusOr<bool> settled = CompleteWithout(target->remove_workers, scale_cut_ - 1);
+    absl::StatusOr<bool> settled = CompleteWithout(half_done, scale_cut_ - 1);
     if (!settled.ok() || !*settled) {
       // Not settled: some server applied that clock with their parts (only a rollback undoes it), or a call
       // failed with the fence in place on some servers.
@@ -842,11 +868,19 @@ absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState
     KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, old_of_new));
     for (const ShardAssignment& a : next) *plan.add_shares() = LineShareOf(a);
   }
-  std::vector<WorkerState> out(old_of_new.size());
-  for (WorkerState& s : out) {
+  // Each new worker's state at the cut as it will report it (a rollback to the checkpoint cut here, then another
+  // rescale at that clock, plans from these): its share of the epoch (the plan's, or the new count's modulo at
+  // an epoch's start), nothing of it read yet.
+  const int new_count = static_cast<int>(old_of_new.size());
+  std::vector<WorkerState> out(new_count);
+  for (int v = 0; v < new_count; ++v) {
+    WorkerState& s = out[v];
     s.set_clock(cut);
     if (reader.has_value()) *s.mutable_reader() = *reader;
     *s.mutable_plan() = plan;
+    s.set_epoch(at.epoch());
+    s.set_epoch_start(plan.shares_size() > 0 ? at.epoch_start() : cut);
+    *s.mutable_share() = plan.shares_size() > 0 ? plan.shares(v) : LineShareOf(PlainShard(v, new_count));
   }
   return out;
 }
@@ -1150,6 +1184,7 @@ bool CheckpointCoordinator::Restore() {
     absl::MutexLock lock(&mu_);
     status_.final_model_settled = finished;
   }
+  relayout_restore_ = false;
   membership_->EndRollback(finished);
   KLOG(Info) << "every server restored " << (name.empty() ? "empty tables (no checkpoint yet)" : name)
              << ": the job continues from clock " << clock << " at generation " << generation;

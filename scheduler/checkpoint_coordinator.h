@@ -45,9 +45,18 @@
 // checkpoint of the old layout restores into the new one (resharding on restore), so a server-count change
 // needs no checkpoint of its own; a worker-count change cuts one at that boundary. A failure before the switch
 // aborts the rescale and the job goes on as it was; one during the switch is fatal (the servers disagree).
-// A worker-count change also deals the rest of the current epoch anew (PlanWorkers, worker/data/reshard.h:
-// every unread line to exactly one worker) and resizes the ClockTable; BSP's servers average over the new count
-// from the boundary on (their new groups are built with it).
+// A worker-count change also deals the rest of the current epoch anew (PlanEpoch, worker/data/reshard.h: every
+// unread line to exactly one worker) and resizes the ClockTable; BSP's servers average over the new count from the
+// boundary on. When only the worker count changes, every server keeps its groups and switches in place.
+//
+// Elastic jobs (CheckpointOptions::elastic_timeout, docs/elasticity.md). A member dead for longer than the
+// timeout is removed by a rescale that names its rank (RemoveDead; the ranks above are renumbered). The others
+// are held at the earliest boundary; a BSP worker that died mid-clock left that clock half done, which every
+// server completes without it (CompleteWithout: FENCE, then COMPLETE). If some server had applied that clock with
+// its pushes already, or a removal fails once the fence is up, the job rolls back to its last checkpoint instead
+// and the member is removed from there. A failed-over server (replicated jobs) is removed by a live rescale; a
+// dead server without replicas is dropped from the layout of the rollback its death started (DropDeadServers),
+// and every server restores the checkpoint into the smaller layout. A rollback abandons a pending rescale.
 //
 // Resume. With `resume`, Start() loads the latest committed checkpoint and the job begins with that
 // rollback; a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a fresh
@@ -172,8 +181,9 @@ class CheckpointCoordinator {
 
   CheckpointStatus status() const;
 
-  // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the coordinator thread,
-  // when it is done or failed (the job unchanged). The new ranks must register within `join_timeout`. `verify`:
+  // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the coordinator thread
+  // (or in Stop(), after that thread ended), when it is done or failed (the job unchanged, or rolled back when a
+  // removal failed after its fence). The new ranks must register within `join_timeout`. `verify`:
   // read the full table's fingerprint before and after (ScaleResult).
   absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
                      std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false, int64_t at_clock = 0);
@@ -248,6 +258,7 @@ class CheckpointCoordinator {
   int64_t scale_cut_ = ClockTable::kNoHold;   // rescale: the clock it holds the workers at
   absl::Time next_removal_ = absl::InfinitePast();  // elastic jobs: no removal is tried before (after a failure)
   bool relayout_restore_ = false;  // the rollback in progress restores into a new layout (DropDeadServers)
+  int64_t removal_rollback_clock_ = -1;  // a removal rolled the job back to this clock's checkpoint (once)
   absl::Time scale_start_;
   int syncing_ = -1;                          // re-replication: the server being synced (-1: none)
   int64_t sync_cut_ = ClockTable::kNoHold;    // the clock it holds the workers at

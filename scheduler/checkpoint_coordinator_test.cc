@@ -751,6 +751,24 @@ TEST(PlanEpochTest, ARemovedWorkersUnreadLinesGoToTheOthersExactlyOnce) {
   EXPECT_EQ((*planned)[1].clock(), 6);
 }
 
+TEST(PlanEpochTest, PlannedStatesCanBePlannedFromAgainAtTheSameClock) {
+  // A rollback to the checkpoint cut at a removal restores the planned states; another worker is then removed
+  // at that same clock: every line is still read exactly once.
+  const std::vector<WorkerState> states = {ReadOf(0, 3, 24, 6), ReadOf(1, 3, 20, 5), ReadOf(2, 3, 24, 6)};
+  absl::StatusOr<std::vector<WorkerState>> first = PlanEpoch(states, 6, {0, 2}, {1});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::vector<WorkerState>> second = PlanEpoch(*first, 6, {0}, {1});
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::vector<int> reads(1000, 0);
+  for (int w = 0; w < 3; ++w) {
+    const ShardAssignment a = PlainShard(w, 3);
+    for (uint64_t n = 0; n < (w == 1 ? 20u : 24u); ++n) ++reads[a.Line(n)];
+  }
+  const ShardAssignment last = AssignmentOf((*second)[0].plan().shares(0));
+  for (uint64_t n = 0; last.Line(n) < 1000; ++n) ++reads[last.Line(n)];
+  for (int line = 0; line < 1000; ++line) ASSERT_EQ(reads[line], 1) << "line " << line;
+}
+
 TEST(PlanEpochTest, AtAnEpochsStartTheEpochStartsAfreshAndAWorkerThatNeverReportedReadNothing) {
   std::vector<WorkerState> states = {ReadOf(0, 3, 0, 0), WorkerState(), ReadOf(2, 3, 0, 0)};
   absl::StatusOr<std::vector<WorkerState>> fresh = PlanEpoch(states, 0, {0, 2}, {1});

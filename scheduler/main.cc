@@ -157,6 +157,12 @@ int Run() {
       KLOG(Error) << "--elastic_timeout must be positive";
       return 2;
     }
+    if (absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+      // A removal may roll the job back (a dead server without replicas, a worker whose push was applied
+      // already): without checkpoints that restarts it from its beginning.
+      KLOG(Error) << "--elastic needs --checkpoint_dir";
+      return 2;
+    }
     options.checkpoint.elastic_timeout = absl::GetFlag(FLAGS_elastic_timeout);
   }
   static std::atomic<bool> fatal{false};

@@ -132,6 +132,14 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   } else {
     rank = RankOfIdLocked(role, id);
   }
+  if (rank != -1 && scale_.has_value()) {  // a rank the pending rescale removes may not come back meanwhile
+    const std::vector<int>& removing = role == Role::kServer ? scale_->remove_servers : scale_->remove_workers;
+    if (std::find(removing.begin(), removing.end(), rank) != removing.end()) {
+      return absl::UnavailableError(absl::StrFormat(
+          "%s %d is being removed from the job (it stayed dead): retry; it will be told whether it may rejoin",
+          RoleName(role), id));
+    }
+  }
   if (rank == -1) {  // an id outside the job
     int place = -1;
     for (int j = 0; j < static_cast<int>(joining.size()) && place == -1; ++j) {
@@ -562,7 +570,7 @@ absl::Status Membership::BeginScale(ScaleTarget target) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the job is %s, not running: it cannot be rescaled now", JobStateName(state_)));
   }
-  for (size_t s = 0; s < out_of_service_.size(); ++s) {
+  for (size_t s = 0; s < out_of_service_.size() && !rolling_back_; ++s) {  // a rollback restores every server
     if (out_of_service_[s] && std::find(target.remove_servers.begin(), target.remove_servers.end(),
                                         static_cast<int>(s)) == target.remove_servers.end()) {
       return absl::FailedPreconditionError(

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -247,6 +248,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       status = absl::OkStatus();
     } else if (status.ok()) {
       const JobLayout layout = membership_->layout();
+      // The rank as of that layout (a rescale may have renumbered the member since the heartbeat was taken).
+      const std::vector<int>& ids = request->role() == ROLE_SERVER ? layout.server_ids : layout.worker_ids;
+      if (const auto at = std::find(ids.begin(), ids.end(), request->id()); at != ids.end()) {
+        rank = static_cast<int>(at - ids.begin());
+      }
       response->set_generation(*generation);
       response->set_rank(rank);
       response->set_job_state(JobStateName(membership_->state()));
@@ -421,6 +427,10 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     status = absl::UnavailableError("the job is rolling back to its last checkpoint; retry shortly");
   }
   const JobLayout layout = membership_->layout();
+  if (status.ok()) {  // the rank as of that layout (a rescale may have renumbered the worker meanwhile)
+    const auto at = std::find(layout.worker_ids.begin(), layout.worker_ids.end(), request->id());
+    rank = at != layout.worker_ids.end() ? static_cast<int>(at - layout.worker_ids.begin()) : -1;
+  }
   if (status.ok() && (rank < 0 || rank >= layout.num_workers)) {
     status = absl::UnavailableError("this worker joins in a rescale that is not done yet; retry shortly");
   }

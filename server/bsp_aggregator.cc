@@ -139,17 +139,17 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::CompleteWitho
   if (it == pending_.end()) return std::optional<Batch>();  // nobody pushed it here
   PendingClock& pending = it->second;
   int contributors = 0;
-  for (int w = 0; w < num_workers_; ++w) {
-    WorkerParts& parts = pending.workers[w];
-    if (fenced_[w]) {
-      parts = WorkerParts();  // a removed worker's parts never count
-      continue;
-    }
+  for (int w = 0; w < num_workers_; ++w) {  // checked whole before anything changes
+    const WorkerParts& parts = pending.workers[w];
+    if (fenced_[w]) continue;
     if (parts.count == 0 || static_cast<int>(parts.parts.size()) < parts.count) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "clock %d cannot be completed: worker %d, which was not removed, has not pushed all of it", clock, w));
     }
     ++contributors;
+  }
+  for (int w = 0; w < num_workers_; ++w) {
+    if (fenced_[w]) pending.workers[w] = WorkerParts();  // a removed worker's parts never count
   }
   Batch batch = CombineLocked(clock, pending, contributors);
   MarkApplyingLocked(clock, pending);

@@ -8,7 +8,10 @@
 //     accepted parts scaled by 1/N;
 //   - an accepted part of a clock already applied is a repeat of what was applied; an accepted part of the
 //     clock being collected never changes what was accepted before for its (worker, index);
-//   - at most one clock is buffered, and applied_through() never goes back.
+//   - at most one clock is buffered, and applied_through() never goes back;
+//   - Fence + CompleteWithout (removed workers): a fenced worker's later parts of that clock are refused, and
+//     the completed clock is exactly the rank-ordered sum of the other workers' accepted parts scaled by
+//     1/(their count), handed out only when each of them sent all of its parts.
 #include <cstring>
 #include <map>
 #include <optional>
@@ -35,9 +38,11 @@ struct PartCopy {
 using ClockParts = std::map<std::pair<int, int>, PartCopy>;  // (worker, index) -> part
 
 // What the aggregator must hand out for `parts`: sums in rank, then part, then position order, scaled by 1/N.
-BspAggregator::Batch Expected(int64_t clock, const ClockParts& parts, int num_workers, int dim) {
+BspAggregator::Batch Expected(int64_t clock, const ClockParts& parts, int num_workers, int dim,
+                              const std::vector<bool>& fenced = {}) {
   std::map<uint64_t, std::vector<float>> sums;
   for (const auto& [where, part] : parts) {
+    if (!fenced.empty() && fenced[where.first]) continue;
     for (size_t i = 0; i < part.keys.size(); ++i) {
       std::vector<float>& sum = sums[part.keys[i]];
       sum.resize(dim, 0.0f);
@@ -66,8 +71,63 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<int64_t, ClockParts> pending, applied;  // the shadow model
   std::optional<int64_t> applying;
   int64_t applied_through = -1;
+  std::vector<bool> fenced(num_workers, false);  // Fence(): their parts of fenced_from and later are refused
+  int64_t fenced_from = -1;
   for (int ops = 0; !in.empty() && ops < 256; ++ops) {
     const uint8_t op = in.U8();
+    if (op % 16 == 6) {  // Fence some workers off the clock being collected (or another), then complete it
+      std::vector<int> workers;
+      std::vector<bool> set(num_workers, false);
+      const uint8_t mask = in.U8();
+      for (int w = 0; w < num_workers; ++w) {
+        if ((mask >> w) & 1) {
+          workers.push_back(w);
+          set[w] = true;
+        }
+      }
+      const int64_t clock = (op & 0x80) != 0 ? applied_through + static_cast<int>(in.U8() % 3) - 1
+                                             : (pending.empty() ? applied_through + 1 : pending.begin()->first);
+      absl::StatusOr<BspAggregator::Fenced> f = aggregator.Fence(workers, clock);
+      if (!f.ok()) continue;
+      FUZZ_CHECK(static_cast<int>(workers.size()) < num_workers && clock >= 0, "an impossible fence was taken");
+      fenced = set;
+      fenced_from = clock;
+      if (*f == BspAggregator::Fenced::kApplied) FUZZ_CHECK(clock <= applied_through);
+      if (*f == BspAggregator::Fenced::kNotApplied) FUZZ_CHECK(clock > applied_through);
+      if ((op & 0x40) == 0) continue;
+      const int64_t through_before = aggregator.applied_through();
+      absl::StatusOr<std::optional<BspAggregator::Batch>> done = aggregator.CompleteWithout(clock);
+      if (!done.ok() || !done->has_value()) {
+        FUZZ_CHECK(aggregator.applied_through() == through_before, "a refused completion moved the clock");
+        continue;
+      }
+      // Every worker not fenced sent every part it announced; the batch leaves the fenced ones out.
+      ClockParts& parts = pending[clock];
+      int contributors = 0;
+      for (int w = 0; w < num_workers; ++w) {
+        if (fenced[w]) continue;
+        ++contributors;
+        int received = 0, announced = -1;
+        for (const auto& [at, p] : parts) {
+          if (at.first != w) continue;
+          ++received;
+          announced = p.count;
+        }
+        FUZZ_CHECK(received > 0 && received == announced, "a clock was completed before a worker's every part");
+      }
+      const BspAggregator::Batch expected = Expected(clock, parts, contributors, dim, fenced);
+      FUZZ_CHECK((*done)->keys == expected.keys && SameBits((*done)->grads, expected.grads),
+                 "the completed clock is not the other workers' rank-ordered average");
+      ClockParts kept;
+      for (const auto& [at, p] : parts) {
+        if (!fenced[at.first]) kept[at] = p;
+      }
+      applied[clock] = std::move(kept);
+      pending.erase(clock);
+      applied_through = clock;
+      aggregator.Applied(clock);
+      continue;
+    }
     if (op % 8 == 7) {  // Applied(): the batch handed out last is in the table (or an arbitrary clock)
       const int64_t clock = (op & 0x80) != 0 ? in.I64() : applying.value_or(-1);
       aggregator.Applied(clock);
@@ -92,6 +152,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t through_before = aggregator.applied_through();
     absl::StatusOr<std::optional<BspAggregator::Batch>> added = aggregator.Add(part);
     FUZZ_CHECK(aggregator.pending_clocks() <= 1, "more than the clock being collected is buffered");
+    if (added.ok() && fenced_from >= 0 && part.worker >= 0 && part.worker < num_workers) {
+      FUZZ_CHECK(!(fenced[part.worker] && part.clock >= fenced_from), "a fenced worker's part was accepted");
+    }
     FUZZ_CHECK(aggregator.applied_through() >= through_before, "applied_through went back");
     if (!added.ok()) {
       FUZZ_CHECK(aggregator.applied_through() == through_before);

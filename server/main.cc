@@ -380,6 +380,8 @@ int Run() {
                                   {answer.worker_generations().begin(), answer.worker_generations().end()},
                                   answer.layout_generation(),
                                   {answer.worker_ids().begin(), answer.worker_ids().end()});
+          // The routing this server acts on, reported with every heartbeat (a switch installs one too).
+          if (Heartbeater* beat = beat_ptr.load()) beat->SetRoutingGeneration(hosted_ptr->routing_generation());
           // An answer of an older layout (in flight across a switch) names the servers by their old ranks.
           if (hosted_ptr->replicated() && answer.layout_generation() >= service_ptr->layout_generation()) {
             server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});

@@ -507,7 +507,6 @@ absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const Host
     return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
                                                       request.rank(), partition->num_servers(), request.bsp_workers()));
   }
-  KESTREL_RETURN_IF_ERROR(CheckNoDiskTier(hosted));
   ShardOptions options = *hosted.options();
   options.shard_index = request.rank();
   options.bsp_workers = request.bsp_workers();
@@ -526,6 +525,9 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
     // A rollback into a new layout restores into that layout's groups, served once they hold the checkpoint.
     KESTREL_ASSIGN_OR_RETURN(Hosted next, served->own().Count(GroupsForRestore(*served, *request)));
     const Hosted& hosted = next != nullptr ? next : served;  // AdoptLayout gives new groups the job view
+    // Bounded tables with a disk budget keep rows in the working store: the new own group restores through it,
+    // as the served one would (the switch listener attaches it again, with the failure listener).
+    if (next != nullptr && store_ != nullptr) next->own().SetColdTier(store_);
     Shard& own = hosted->own();
     const absl::Time start = absl::Now();
     auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };

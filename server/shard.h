@@ -260,8 +260,8 @@ class Shard {
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);
   // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: Undo), then tells the
-  // aggregator. Called with state_mu_ held shared.
-  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch);
+  // aggregator.
+  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
 
   const ShardOptions options_;
   std::atomic<int> bsp_workers_;  // options_.bsp_workers until SetBspWorkers
