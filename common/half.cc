@@ -1,5 +1,6 @@
 #include "common/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,7 +47,12 @@ absl::Status EncodeError(ValueType type, const float* in, size_t n, size_t at, i
 namespace half_internal {
 
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c". AVX (its OS
+  // support included) from the builtin.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 
@@ -211,7 +217,7 @@ absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_e
   if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
   if (type == VALUE_TYPE_FLOAT32) {
     if (MaxMagnitudeBits(in, n) >= 0x7f800000u) return EncodeError(type, in, n, 0, 0);
-    std::memcpy(out, in, n * sizeof(float));
+    if (n > 0) std::memcpy(out, in, n * sizeof(float));
     return absl::OkStatus();
   }
   // Blocks, each converted straight into `out` and checked while in cache; scaling (exact) goes through a
@@ -264,7 +270,7 @@ absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_ex
   if (absl::Status s = CheckValueType(type, "decode"); !s.ok()) return s;
   if (absl::Status s = CheckScale(type, scale_exponent); !s.ok()) return s;
   if (type == VALUE_TYPE_FLOAT32) {
-    std::memcpy(out, in, n * sizeof(float));
+    if (n > 0) std::memcpy(out, in, n * sizeof(float));  // null pointers of an empty request: no memcpy
     if (MaxMagnitudeBits(out, n) >= 0x7f800000u) {
       return absl::InvalidArgumentError("a float32 value is infinite or NaN");
     }
