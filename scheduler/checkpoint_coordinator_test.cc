@@ -850,6 +850,30 @@ TEST_F(ElasticCoordinatorTest, AWorkerDeadMidClockIsRemovedAndItsClockCompletedW
   ASSERT_TRUE(WaitFor([&] { return coordinator_->status().latest_clock == 7; })) << "cut at the removal";
 }
 
+TEST_F(CoordinatorTest, AnAspWorkerDeadBehindTheOthersIsRemovedWithNothingToComplete) {
+  CheckpointOptions options;
+  options.elastic_timeout = absl::Milliseconds(50);
+  ASSERT_TRUE(StartScheduler(options).ok());  // ASP: workers run apart, pushes are applied on arrival
+  ASSERT_TRUE(RunAll(0, 3).ok());
+  ASSERT_TRUE(RunWorker(0, 3, 8, membership_->generation()).ok());  // worker 1 died at clock 3, far behind
+  KeepAliveAllBut(1, now_ + absl::Seconds(10));
+  coordinator_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->status().elastic_removals == 1; }));
+  std::vector<int> phases;
+  for (const auto& call : servers_->rescales()) phases.push_back(call[0]);
+  EXPECT_EQ(phases, (std::vector<int>{RescaleShardRequest::SWITCH, RescaleShardRequest::SWITCH}))
+      << "no clock to complete, no row to move: both servers switch in place";
+  EXPECT_EQ(coordinator_->status().rollbacks, 0u);
+  EXPECT_EQ(membership_->layout().num_workers, 1);
+  EXPECT_EQ(clocks_->ClockOf(0), 8);
+  // Worker 1's lines from clock 3 on are worker 0's now (leftovers below the watermark).
+  auto state = coordinator_->StateFor(0, 8);
+  ASSERT_TRUE(state.has_value());
+  ASSERT_EQ(state->plan().shares_size(), 1);
+  EXPECT_GT(state->plan().shares(0).leftovers_size(), 0);
+  EXPECT_EQ(state->reader().global_line(), 3u * 100 + 1) << "read from worker 1's last position";
+}
+
 TEST_F(ElasticCoordinatorTest, AWorkerWhosePushWasAppliedSomewhereIsRemovedAfterARollback) {
   servers_->fence_applied_ = 1;
   ASSERT_NO_FATAL_FAILURE(RunUntilWorker1Dies());
