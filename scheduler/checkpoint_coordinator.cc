@@ -802,6 +802,9 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     result.bytes_moved += r.bytes_sent();
   }
   if (const size_t removed = target.remove_servers.size() + target.remove_workers.size(); removed > 0) {
+    KLOG(Warning) << "elastic: removed server ranks [" << absl::StrJoin(target.remove_servers, ",")
+                  << "] and worker ranks [" << absl::StrJoin(target.remove_workers, ",") << "] (rescale "
+                  << generation << ")";
     SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(removed));
     absl::MutexLock lock(&mu_);
     status_.elastic_removals += removed;

@@ -5,7 +5,8 @@
 # Then the same job again, once with a server and once with the scheduler killed (SIGKILL) after the first
 # checkpoint: the supervisor restarts it (the scheduler with --resume on its address; the members it refuses
 # are restarted too), every server restores the checkpoint, and the job ends with the same predictions. With
-# --replicas=2 a killed server fails over to its backup instead: no rollback, the same predictions.
+# --replicas=2 a killed server fails over to its backup instead: no rollback, the same predictions. With --elastic
+# and no restarts, a killed worker is removed from the job, which finishes with the other one.
 set -euo pipefail
 
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
@@ -137,4 +138,28 @@ run_with_kill replicated_server "server 1" --replicas=2
   { echo "replicated: no failover in the scheduler log"; exit 1; }
 [[ -z "$(summary_field "$tmp/replicated_server/summary.json" rollbacks)" ]] ||
   { echo "replicated: the job rolled back"; exit 1; }
+
+echo "== worker 1 killed for good in an elastic job (--elastic, no restarts)"
+"${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/elastic" \
+  --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms \
+  --elastic --elastic_timeout=1s --max_restarts=0 &
+local_pid=$!
+pid=""
+for _ in $(seq 600); do
+  pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['worker 1'])" "$tmp/elastic/pids.json" \
+    2>/dev/null) && break
+  sleep 0.05
+done
+[[ -n "$pid" ]] || { echo "no pids.json"; exit 1; }
+for _ in $(seq 1200); do
+  grep -q "committed at clock" "$tmp/elastic/scheduler.log" 2>/dev/null && break
+  sleep 0.02
+done
+kill -9 "$pid"
+wait "$local_pid"
+check_auc "$tmp/elastic/summary.json"
+[[ "$(summary_field "$tmp/elastic/summary.json" elastic_removals)" == "1" ]] ||
+  { echo "elastic: worker 1 was not removed"; exit 1; }
+grep -q "elastic: removing server ranks \[\] and worker ranks \[1\]" "$tmp/elastic/scheduler.log" ||
+  { echo "elastic: no removal in the scheduler log"; exit 1; }
 echo "PASS"
