@@ -9,6 +9,7 @@
 
 #include <signal.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,8 @@
 #include "tests/records.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
+#include "worker/data/datagen.h"
+#include "gtest/gtest.h"
 
 namespace kestrel {
 
@@ -413,6 +416,21 @@ inline std::string DescribeOutcome(const Outcome& o) {
   return s;
 }
 
+
+// A test suite's shared setup: generated data under TmpDir()/<name>_data and the unscaled reference run of
+// 2 servers x 2 workers for `epochs` epochs (its outcome and final clock). Wrap in ASSERT_NO_FATAL_FAILURE.
+inline void SetUpDataAndReference(const std::string& name, int epochs, std::string** data, Outcome** reference,
+                                  int64_t* final_clock) {
+  *data = new std::string(TmpDir() + "/" + name + "_data");
+  std::filesystem::create_directories(**data);
+  ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), **data).ok());
+  absl::StatusOr<Outcome> outcome = RunReference(TmpDir() + "/" + name + "_reference", **data, epochs);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  *reference = new Outcome(*outcome);
+  *final_clock = outcome->scheduler.min_clock();
+  std::printf("reference: %s, %lld clocks\n", DescribeOutcome(**reference).c_str(),
+              static_cast<long long>(*final_clock));
+}
 
 }  // namespace kestrel
 

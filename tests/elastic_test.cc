@@ -42,15 +42,7 @@ absl::StatusOr<DescribeResponse> WaitForRemovals(ClusterJob& job, uint64_t remov
 class ElasticTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = new std::string(TmpDir() + "/elastic_data");
-    std::filesystem::create_directories(*data_);
-    ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
-    absl::StatusOr<Outcome> outcome = RunReference(TmpDir() + "/elastic_reference", *data_, kEpochs);
-    ASSERT_TRUE(outcome.ok()) << outcome.status();
-    reference_ = new Outcome(*outcome);
-    final_clock_ = outcome->scheduler.min_clock();
-    std::printf("reference: %s, %lld clocks\n", DescribeOutcome(*reference_).c_str(),
-                static_cast<long long>(final_clock_));
+    ASSERT_NO_FATAL_FAILURE(SetUpDataAndReference("elastic", kEpochs, &data_, &reference_, &final_clock_));
   }
 
   static std::string* data_;

@@ -98,9 +98,10 @@ PY
 
 # Runs the job again with `victim` (a key of pids.json) killed with SIGKILL after the first checkpoint; the
 # supervisor restarts it and the job must end with the plain run's predictions, bit for bit (BSP).
-run_with_kill() {
+# Starts `kestrel local` in $tmp/<name> (extra flags after the name) and kills <victim> (a pids.json name) with
+# SIGKILL right after the first checkpoint is committed; returns once the job has ended.
+kill_after_first_checkpoint() {
   local name=$1 victim=$2
-  echo "== $victim killed mid-run ${*:3}"
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
     --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms "${@:3}" &
   local local_pid=$!
@@ -121,6 +122,12 @@ run_with_kill() {
   kill -9 "$pid"
   echo "killed $victim (pid $pid)"
   wait "$local_pid"
+}
+
+run_with_kill() {
+  local name=$1 victim=$2
+  echo "== $victim killed mid-run ${*:3}"
+  kill_after_first_checkpoint "$@"
   check_auc "$tmp/$name/summary.json"
   local restarts
   restarts=$(summary_field "$tmp/$name/summary.json" restarts)
@@ -140,23 +147,7 @@ run_with_kill replicated_server "server 1" --replicas=2
   { echo "replicated: the job rolled back"; exit 1; }
 
 echo "== worker 1 killed for good in an elastic job (--elastic, no restarts)"
-"${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/elastic" \
-  --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms \
-  --elastic --elastic_timeout=1s --max_restarts=0 &
-local_pid=$!
-pid=""
-for _ in $(seq 600); do
-  pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['worker 1'])" "$tmp/elastic/pids.json" \
-    2>/dev/null) && break
-  sleep 0.05
-done
-[[ -n "$pid" ]] || { echo "no pids.json"; exit 1; }
-for _ in $(seq 1200); do
-  grep -q "committed at clock" "$tmp/elastic/scheduler.log" 2>/dev/null && break
-  sleep 0.02
-done
-kill -9 "$pid"
-wait "$local_pid"
+kill_after_first_checkpoint elastic "worker 1" --elastic --elastic_timeout=1s --max_restarts=0
 check_auc "$tmp/elastic/summary.json"
 [[ "$(summary_field "$tmp/elastic/summary.json" elastic_removals)" == "1" ]] ||
   { echo "elastic: worker 1 was not removed"; exit 1; }
