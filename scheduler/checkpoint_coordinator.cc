@@ -309,6 +309,23 @@ void CheckpointCoordinator::StartRollback(const std::string& why) {
                 << cancelled << " waits aborted); waiting for every server rank to be alive";
 }
 
+absl::Duration CheckpointCoordinator::RemovalRetry() const {
+  return std::max(options_.elastic_timeout, 2 * membership_->options().heartbeat_timeout);
+}
+
+absl::StatusOr<Partition> CheckpointCoordinator::PartitionOver(int servers) const {
+  const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
+  absl::StatusOr<Partition> next = Partition::Uniform(servers, ranges_per_server);
+  if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  return next;
+}
+
+void CheckpointCoordinator::CountRemovals(size_t removed) {
+  SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(removed));
+  absl::MutexLock lock(&mu_);
+  status_.elastic_removals += removed;
+}
+
 void CheckpointCoordinator::RemoveDead() {
   if (options_.elastic_timeout <= absl::ZeroDuration() || absl::Now() < next_removal_) return;
   if (membership_->pending_scale().has_value() || scale_cut_ != ClockTable::kNoHold || syncing_ >= 0) return;
@@ -327,7 +344,7 @@ void CheckpointCoordinator::RemoveDead() {
       return;
     }
   }
-  const absl::Duration retry = std::max(options_.elastic_timeout, 2 * membership_->options().heartbeat_timeout);
+  const absl::Duration retry = RemovalRetry();
   const int servers = job_.num_servers - static_cast<int>(dead.servers.size());
   const int workers = job_.num_workers - static_cast<int>(dead.workers.size());
   if (workers < 1 || servers < std::max(1, partition_->replicas())) {
@@ -365,7 +382,7 @@ bool CheckpointCoordinator::DropDeadServers() {
       return false;  // another server is down but may still come back: wait for it (or its timeout)
     }
   }
-  const absl::Duration retry = std::max(options_.elastic_timeout, 2 * membership_->options().heartbeat_timeout);
+  const absl::Duration retry = RemovalRetry();
   const int servers = job_.num_servers - static_cast<int>(dead.servers.size());
   if (servers < std::max(1, partition_->replicas())) {
     KLOG(Warning) << "elastic: removing servers [" << absl::StrJoin(dead.servers, ",") << "] would leave " << servers
@@ -373,16 +390,15 @@ bool CheckpointCoordinator::DropDeadServers() {
     next_removal_ = absl::Now() + retry;
     return false;
   }
-  const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
-  absl::StatusOr<Partition> next = Partition::Uniform(servers, ranges_per_server);
-  if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  absl::StatusOr<Partition> next = PartitionOver(servers);
   absl::Status status = next.status();
   if (status.ok()) status = membership_->BeginScale(ScaleTarget{servers, job_.num_workers, dead.servers, {}});
   const bool began = status.ok();
   absl::StatusOr<uint64_t> committed = began ? membership_->CommitScale(next->ToString()) : status;
   if (!committed.ok()) {
     if (began) membership_->CancelScale();  // only its own
-    KLOG(Warning) << "elastic: cannot drop servers [" << absl::StrJoin(dead.servers, ",") << "]: " << committed.status();
+    KLOG(Warning) << "elastic: cannot drop servers [" << absl::StrJoin(dead.servers, ",")
+                  << "]: " << committed.status();
     next_removal_ = absl::Now() + retry;
     return false;
   }
@@ -390,11 +406,7 @@ bool CheckpointCoordinator::DropDeadServers() {
   job_.partition = next->ToString();
   job_.num_servers = servers;
   relayout_restore_ = true;
-  SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(dead.servers.size()));
-  {
-    absl::MutexLock lock(&mu_);
-    status_.elastic_removals += dead.servers.size();
-  }
+  CountRemovals(dead.servers.size());
   KLOG(Warning) << "elastic: server ranks [" << absl::StrJoin(dead.servers, ",") << "] did not come back within "
                 << absl::FormatDuration(options_.elastic_timeout) << ": the job continues with " << servers
                 << " servers (rescale " << membership_->layout().generation
@@ -514,9 +526,7 @@ bool CheckpointCoordinator::Rescale() {
   // Replicated jobs: every server must act on the latest routing (a failover just before) before rows move, or
   // a group whose primary changed could be sent by nobody.
   if (partition_->replicas() > 1 && !membership_->ServersAtRouting(membership_->routing().generation)) return true;
-  const int ranges_per_server = std::max(1, partition_->num_ranges() / partition_->num_servers());
-  absl::StatusOr<Partition> next = Partition::Uniform(target->servers, ranges_per_server);
-  if (next.ok() && partition_->replicas() > 1) next = next->WithReplicas(partition_->replicas());
+  absl::StatusOr<Partition> next = PartitionOver(target->servers);
   const int old_workers = job_.num_workers;
   const bool workers_change = target->workers != old_workers || !target->remove_workers.empty();
   const std::vector<int> worker_map = MapRanks(old_workers, target->workers, target->remove_workers);
@@ -689,12 +699,7 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     KESTREL_ASSIGN_OR_RETURN(fingerprint_before, fingerprint(old_addresses));
   }
   // The new layout's worker ids (servers check workers' certificates against them from the switch on).
-  const std::vector<int> worker_map = MapRanks(old.num_workers, target.workers, target.remove_workers);
-  const std::vector<int> joining_ids = membership_->JoiningIds(Role::kWorker);
-  std::vector<int> worker_ids;
-  for (size_t r = 0, j = 0; r < worker_map.size(); ++r) {
-    worker_ids.push_back(worker_map[r] >= 0 ? old.worker_ids[worker_map[r]] : j < joining_ids.size() ? joining_ids[j++] : -1);
-  }
+  const std::vector<int> worker_ids = membership_->TargetIds(Role::kWorker);
   const absl::Time start = absl::Now();
   // One phase on `who`, concurrently; the first failure.
   auto phase = [&](RescaleShardRequest::Phase which, bool senders_only, std::vector<RescaleShardResponse>* answers,
@@ -733,39 +738,37 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
   };
   std::vector<RescaleShardResponse> sent;
   // Only the worker count changes: every server keeps its groups and rows and switches in place (idempotent, so a
-  // failed call is retried before the servers are taken to disagree).
+  // failed call is retried before the servers are taken to disagree). Otherwise rows move, and a failure before
+  // the switch aborts the rescale with the job unchanged.
   const bool in_place = next.ToString() == partition_->ToString() && target.servers == old.num_servers &&
                         target.remove_servers.empty() && !options_.move_rows_on_worker_change;
   absl::Status status;
+  absl::Time installed;
   if (in_place) {
+    installed = start;
     for (int attempt = 1;; ++attempt) {
       status = phase(RescaleShardRequest::SWITCH, false, nullptr, /*keep_groups=*/true);
       if (status.ok() || !Retriable(status) || attempt == kFinalAttempts) break;
       absl::SleepFor(absl::Milliseconds(200) * attempt);
     }
+  } else {
+    status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
+    if (status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
     if (!status.ok()) {
-      failed_ = true;
-      on_fatal_(absl::InternalError(absl::StrCat(
-          "a server failed to take the new worker count, so the servers disagree on BSP's averaging: ",
-          status.message())));
-      return absl::InternalError("the rescale failed during the switch");
+      const absl::Status aborted = phase(RescaleShardRequest::ABORT, false, nullptr);
+      if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
+      return absl::Status(status.code(), absl::StrCat("the rescale failed (the job goes on unchanged): ",
+                                                      status.message()));
     }
+    installed = absl::Now();
+    // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
+    status = phase(RescaleShardRequest::SWITCH, false, nullptr);
   }
-  if (!in_place) status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
-  if (!in_place && status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
-  if (!status.ok()) {
-    const absl::Status aborted = phase(RescaleShardRequest::ABORT, false, nullptr);
-    if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
-    return absl::Status(status.code(), absl::StrCat("the rescale failed (the job goes on unchanged): ",
-                                                    status.message()));
-  }
-  const absl::Time installed = absl::Now();
-  // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
-  if (!in_place) status = phase(RescaleShardRequest::SWITCH, false, nullptr);
   if (!status.ok()) {
     failed_ = true;
     on_fatal_(absl::InternalError(absl::StrCat(
-        "a server failed to switch to the rescaled layout, so the servers disagree on who owns which keys: ",
+        "a server failed to switch to the rescaled layout, so the servers disagree on who owns which keys or on "
+        "BSP's worker count: ",
         status.message())));
     return absl::InternalError("the rescale failed during the switch");
   }
@@ -805,9 +808,7 @@ absl::StatusOr<ScaleResult> CheckpointCoordinator::MoveTo(const Partition& next,
     KLOG(Warning) << "elastic: removed server ranks [" << absl::StrJoin(target.remove_servers, ",")
                   << "] and worker ranks [" << absl::StrJoin(target.remove_workers, ",") << "] (rescale "
                   << generation << ")";
-    SchedulerMetrics::Get().elastic_removals().Increment(static_cast<double>(removed));
-    absl::MutexLock lock(&mu_);
-    status_.elastic_removals += removed;
+    CountRemovals(removed);
   }
   KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
              << " servers (routing generation " << routing << ")";

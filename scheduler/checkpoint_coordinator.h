@@ -209,7 +209,8 @@ class CheckpointCoordinator {
   // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
   // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
   // just before the layout is committed.
-  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target, std::vector<WorkerState>* worker_states);
+  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target,
+                                     std::vector<WorkerState>* worker_states);
   // A worker-count change at the held cut: every new worker's state (PlanEpoch) from the old workers' reported
   // states.
   absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
@@ -223,6 +224,12 @@ class CheckpointCoordinator {
   // A rollback waiting for a server that stays dead (elastic jobs): the job's layout drops it, and the
   // restore puts its ranges on the others. False when there is nothing to drop (or it cannot be).
   bool DropDeadServers();
+  // How long an elastic removal that could not be done waits before it is tried again.
+  absl::Duration RemovalRetry() const;
+  // The uniform partition over `servers` servers with as many ranges per server and copies as the job's.
+  absl::StatusOr<Partition> PartitionOver(int servers) const;
+  // `removed` members left the job: the metric and Describe's count.
+  void CountRemovals(size_t removed);
   // Rolls the job back to its last checkpoint: a new generation, every wait cancelled; Restore() follows once the
   // servers are alive.
   void StartRollback(const std::string& why);

@@ -194,7 +194,8 @@ class CoordinatorTest : public ::testing::Test {
     m.num_servers = kServers;
     m.num_workers = kWorkers;
     membership_ = std::move(Membership::Create(m, Partition::Uniform(kServers)->WithReplicas(replicas)->ToString())).value();
-    clocks_ = std::move(ClockTable::Create(kWorkers, bsp ? ConsistencyPolicy::Bsp() : ConsistencyPolicy::Asp())).value();
+    const ConsistencyPolicy policy = bsp ? ConsistencyPolicy::Bsp() : ConsistencyPolicy::Asp();
+    clocks_ = std::move(ClockTable::Create(kWorkers, policy)).value();
     options.dir = root_;
     JobDescription job;
     job.job_id = "job";

@@ -601,30 +601,31 @@ bool Membership::ScaleReady() const {
   return true;
 }
 
+std::vector<const Member*> Membership::TargetLocked(Role role) const {
+  const std::vector<Member>& ranks = role == Role::kServer ? servers_ : workers_;
+  const std::vector<Member>& joining = role == Role::kServer ? joining_servers_ : joining_workers_;
+  const int count = static_cast<int>(ranks.size());
+  std::vector<int> old_of_new = MapRanks(count, count, {});
+  if (scale_.has_value()) {
+    old_of_new = role == Role::kServer ? MapRanks(count, scale_->servers, scale_->remove_servers)
+                                       : MapRanks(count, scale_->workers, scale_->remove_workers);
+  }
+  std::vector<const Member*> out;
+  size_t j = 0;
+  for (const int old : old_of_new) out.push_back(old >= 0 ? &ranks[old] : &joining[j++]);
+  return out;
+}
+
 std::vector<std::string> Membership::TargetServerAddresses() const {
   absl::MutexLock lock(&mu_);
-  if (!scale_.has_value()) {
-    std::vector<std::string> out(servers_.size());
-    for (size_t r = 0; r < servers_.size(); ++r) {
-      if (servers_[r].alive) out[r] = servers_[r].address;
-    }
-    return out;
-  }
-  const std::vector<int> old_of_new =
-      MapRanks(static_cast<int>(servers_.size()), scale_->servers, scale_->remove_servers);
-  std::vector<std::string> out(old_of_new.size());
-  size_t j = 0;
-  for (size_t r = 0; r < old_of_new.size(); ++r) {
-    const Member& m = old_of_new[r] >= 0 ? servers_[old_of_new[r]] : joining_servers_[j++];
-    if (m.alive) out[r] = m.address;
-  }
+  std::vector<std::string> out;
+  for (const Member* m : TargetLocked(Role::kServer)) out.push_back(m->alive ? m->address : "");
   return out;
 }
 
 absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
   absl::MutexLock lock(&mu_);
   if (!scale_.has_value()) return absl::FailedPreconditionError("no rescale is pending");
-  bool workers_renumbered = false;
   auto relayout = [&](std::vector<Member>& ranks, std::vector<Member>& joining, int count,
                       const std::vector<int>& removed) {
     const std::vector<int> old_of_new = MapRanks(static_cast<int>(ranks.size()), count, removed);
@@ -635,12 +636,7 @@ absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
       const int old = old_of_new[r];
       Member m = old >= 0 ? ranks[old] : joining[j++];
       if (old >= 0) kept[old] = true;
-      if (m.role == Role::kWorker && old >= 0 && old != r && m.rank != -1) {
-        workers_renumbered = true;
-        m.rank = -2;  // marked: moves to the new generation below
-      } else if (m.rank != -1) {
-        m.rank = r;
-      }
+      if (m.rank != -1) m.rank = r;
       next.push_back(std::move(m));
     }
     for (size_t old = 0; old < ranks.size(); ++old) {
@@ -659,12 +655,12 @@ absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
   const std::vector<int> worker_map = relayout(workers_, joining_workers_, scale_->workers, scale_->remove_workers);
   // A renumbered worker's requests of the old layout name a rank that is another's now: they must be refused
   // (the servers compare each rank's generation), so it moves to a new generation, which it learns by rejoining.
-  if (workers_renumbered) ++generation_;
-  for (int r = 0; r < static_cast<int>(workers_.size()); ++r) {
-    if (workers_[r].rank == -2) {
-      workers_[r].rank = r;
-      workers_[r].registered_generation = generation_;
-    }
+  bool renumbered = false;
+  for (int r = 0; r < static_cast<int>(worker_map.size()); ++r) {
+    if (worker_map[r] < 0 || worker_map[r] == r || workers_[r].rank == -1) continue;
+    if (!renumbered) ++generation_;
+    renumbered = true;
+    workers_[r].registered_generation = generation_;
   }
   std::vector<bool> done(workers_.size(), false);
   for (size_t r = 0; r < worker_map.size(); ++r) {
@@ -690,12 +686,10 @@ void Membership::CancelScale() {
   scale_.reset();
 }
 
-std::vector<int> Membership::JoiningIds(Role role) const {
+std::vector<int> Membership::TargetIds(Role role) const {
   absl::MutexLock lock(&mu_);
   std::vector<int> out;
-  for (const Member& m : role == Role::kServer ? joining_servers_ : joining_workers_) {
-    if (m.rank != -1) out.push_back(m.id);
-  }
+  for (const Member* m : TargetLocked(role)) out.push_back(m->id);
   return out;
 }
 

@@ -250,8 +250,9 @@ class Membership {
   absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
   // Drops the pending rescale: joining members are removed.
   void CancelScale();
-  // The ids of the pending rescale's registered joining members of `role`, in the order they take the new ranks.
-  std::vector<int> JoiningIds(Role role) const;
+  // By rank, the ids of `role` in the pending rescale's layout (the job's when none is pending; -1 for a joining
+  // rank not registered yet).
+  std::vector<int> TargetIds(Role role) const;
   JobLayout layout() const;
 
   uint64_t generation() const;
@@ -275,6 +276,9 @@ class Membership {
   // A registration takes `m`: a new incarnation, alive from `now` (its rank and generation are the caller's).
   void ClaimLocked(Member& m, Role role, int id, absl::string_view address, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // By rank of the pending rescale's layout (the job's when none is pending), its members: the ranks kept, then
+  // the joining places (MapRanks).
+  std::vector<const Member*> TargetLocked(Role role) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The job rank whose id is `id`, or -1.
   int RankOfIdLocked(Role role, int id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

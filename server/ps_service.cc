@@ -107,8 +107,8 @@ void PsServiceImpl::SetJobView(uint64_t job_generation, const std::vector<uint64
   Hosted hosted;
   {
     absl::MutexLock lock(&layout_mu_);
-    if (layout_generation < layout_generation_ || worker_ids.size() > static_cast<size_t>(kMaxWorkerIds)) return;
-    worker_ids_ = worker_ids;
+    if (layout_generation < layout_generation_ || !CheckWorkerIds(worker_ids.size()).ok()) return;
+    SetWorkerIdsLocked(worker_ids);
     job_view_set_ = true;
     job_generation_ = job_generation;
     worker_generations_ = worker_generations;
@@ -137,7 +137,7 @@ void PsServiceImpl::AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t l
   std::function<void(HostedShards&)> listener;
   {
     absl::MutexLock lock(&layout_mu_);
-    worker_ids_ = worker_ids;
+    SetWorkerIdsLocked(worker_ids);
     if (job_view_set_) groups->SetJobView(job_generation_, worker_generations_);
     if (generation_listener_) groups->SetGenerationListener(generation_listener_);
     hosted_ = groups;
@@ -210,11 +210,20 @@ grpc::ServerUnaryReactor* PsServiceImpl::RunAdmin(grpc::CallbackServerContext* c
 absl::Status PsServiceImpl::CheckWorkerCaller(const Caller& caller, int worker_rank, const char* what) const {
   if (!caller.has_value() || caller->role != PeerRole::kWorker) return CheckClaimedRank(caller, worker_rank, what);
   int id = worker_rank;
-  {
-    absl::MutexLock lock(&layout_mu_);
-    if (worker_rank >= 0 && static_cast<size_t>(worker_rank) < worker_ids_.size()) id = worker_ids_[worker_rank];
-  }
+  // Lock-free: every worker request with a certificate reads it.
+  const std::shared_ptr<const std::vector<int>> ids = std::atomic_load(&worker_ids_);
+  if (ids != nullptr && worker_rank >= 0 && static_cast<size_t>(worker_rank) < ids->size()) id = (*ids)[worker_rank];
   return CheckClaimedRank(caller, id, what);
+}
+
+void PsServiceImpl::SetWorkerIdsLocked(std::vector<int> ids) {
+  std::atomic_store(&worker_ids_, ids.empty() ? nullptr : std::make_shared<const std::vector<int>>(std::move(ids)));
+}
+
+absl::Status PsServiceImpl::CheckWorkerIds(size_t count) {
+  if (count <= static_cast<size_t>(kMaxWorkerIds)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("the layout names %d worker ids, more than the %d workers a job may have", count, kMaxWorkerIds));
 }
 
 absl::Status PsServiceImpl::CheckReplicated(const HostedShards& hosted) {
@@ -499,9 +508,7 @@ absl::StatusOr<PsServiceImpl::Hosted> PsServiceImpl::GroupsForRestore(const Host
     return absl::FailedPreconditionError(absl::StrFormat("layout %d is not after this server's layout %d",
                                                          request.layout_generation(), layout_generation()));
   }
-  if (request.worker_ids_size() > kMaxWorkerIds) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckWorkerIds(request.worker_ids_size()));
   if (request.rank() < 0 || request.rank() >= partition->num_servers() || request.bsp_workers() < 0 ||
       request.bsp_workers() > kMaxWorkerIds) {
     return absl::InvalidArgumentError(absl::StrFormat("rank %d of a layout of %d servers (bsp workers %d)",
@@ -558,8 +565,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
       AdoptLayout(next, request->layout_generation(),
                   {request->worker_ids().begin(), request->worker_ids().end()});
       KLOG(Info) << "serving the ranges of rank " << request->rank() << " of the layout of rescale "
-                 << request->layout_generation() << " (restored " << (request->name().empty() ? "empty tables" : request->name())
-                 << ")";
+                 << request->layout_generation() << " (restored "
+                 << (request->name().empty() ? "empty tables" : request->name()) << ")";
     }
     ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
     uint64_t rows = 0;
@@ -1173,9 +1180,7 @@ absl::Status PsServiceImpl::SwitchInPlace(const HostedShards& hosted, const Resc
         "rescale %d keeps the groups but names another layout (partition or rank %d; this server is rank %d)",
         request.layout_generation(), request.new_rank(), hosted.server()));
   }
-  if (request.worker_ids_size() > kMaxWorkerIds) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckWorkerIds(request.worker_ids_size()));
   if (request.layout_generation() == layout_generation() &&
       hosted.own().bsp_workers() == request.bsp_workers()) {
     return absl::OkStatus();  // a repeat of this switch (the scheduler retried it)
@@ -1188,7 +1193,7 @@ absl::Status PsServiceImpl::SwitchInPlace(const HostedShards& hosted, const Resc
   {
     absl::MutexLock lock(&layout_mu_);
     layout_generation_ = request.layout_generation();
-    worker_ids_.assign(request.worker_ids().begin(), request.worker_ids().end());
+    SetWorkerIdsLocked({request.worker_ids().begin(), request.worker_ids().end()});
   }
   KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server()
              << " keeps its ranges; BSP over " << request.bsp_workers() << " workers from now on";
@@ -1198,9 +1203,7 @@ absl::Status PsServiceImpl::SwitchInPlace(const HostedShards& hosted, const Resc
 absl::Status PsServiceImpl::RescaleSwitch(const HostedShards& hosted, const RescaleShardRequest& request) {
   if (request.keep_groups()) return SwitchInPlace(hosted, request);
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
-  if (request.worker_ids_size() > kMaxWorkerIds) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d worker ids", request.worker_ids_size()));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckWorkerIds(request.worker_ids_size()));
   const int self = request.new_rank();
   if (self < 0) {
     absl::MutexLock lock(&layout_mu_);

@@ -158,6 +158,9 @@ class PsServiceImpl final
   // PERMISSION_DENIED unless a worker caller's certificate names the id of the worker rank its request claims
   // (common/peer_identity.h CheckClaimedRank, through the layout's worker ids).
   absl::Status CheckWorkerCaller(const Caller& caller, int worker_rank, const char* what) const;
+  void SetWorkerIdsLocked(std::vector<int> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(layout_mu_);
+  // InvalidArgument for more worker ids than a job may have workers (a layout from the network).
+  static absl::Status CheckWorkerIds(size_t count);
   // FailedPrecondition when a table keeps rows on disk: a new layout is built in memory only.
   static absl::Status CheckNoDiskTier(const HostedShards& hosted);
   // FailedPrecondition (counted) unless the job is replicated: Replicate has no business here otherwise.
@@ -248,7 +251,9 @@ class PsServiceImpl final
   bool job_view_set_ ABSL_GUARDED_BY(layout_mu_) = false;   // SetJobView ran
   uint64_t job_generation_ ABSL_GUARDED_BY(layout_mu_) = 0;  // the last job view (SetJobView)
   std::vector<uint64_t> worker_generations_ ABSL_GUARDED_BY(layout_mu_);
-  std::vector<int> worker_ids_ ABSL_GUARDED_BY(layout_mu_);  // by worker rank (empty: id == rank)
+  // By worker rank, each worker's id (null: id == rank). Written under layout_mu_ (atomic_store), read without it
+  // (atomic_load) on the hot path.
+  std::shared_ptr<const std::vector<int>> worker_ids_;
   std::function<void()> generation_listener_ ABSL_GUARDED_BY(layout_mu_);
   std::function<void(HostedShards&)> switch_listener_ ABSL_GUARDED_BY(layout_mu_);
   // Admin thread only: the new layout's groups, complete since INSTALL, served from SWITCH.

@@ -515,7 +515,8 @@ absl::Status Shard::SetBspWorkers(int bsp_workers) {
     return absl::InvalidArgumentError("a rescale changes BSP's worker count, not the consistency mode");
   }
   if (bsp_workers < 0 || bsp_workers > kMaxWorkers) {
-    return absl::InvalidArgumentError(absl::StrFormat("BSP worker count %d is not in [1, %d]", bsp_workers, kMaxWorkers));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("BSP worker count %d is not in [1, %d]", bsp_workers, kMaxWorkers));
   }
   absl::MutexLock state(&state_mu_);  // no request runs meanwhile
   absl::MutexLock lock(&bsp_mu_);

@@ -26,7 +26,8 @@ class SchedulerGate final : public ClockGate {
     return min_clock.status();
   }
   absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
-    absl::StatusOr<int64_t> min_clock = client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_);
+    absl::StatusOr<int64_t> min_clock =
+        client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_);
     if (min_clock.ok()) Heard(*min_clock);
     return min_clock.status();
   }
