@@ -41,8 +41,8 @@
 #   KESTREL_CLI               the kestrel command that makes them (default scripts/kestrel: python3 and openssl)
 #   INSECURE=1                plaintext, unauthenticated gRPC instead of mutual TLS (--insecure on every process)
 #
-# Transport: every process talks mutual TLS with its own certificate (--tls_ca/--tls_cert/--tls_key, the README's
-# Security section). The processes all run as you, so each can read every key: the certificates keep out other
+# Transport: every process talks mutual TLS with its own certificate (--tls_ca/--tls_cert/--tls_key,
+# docs/security.md). The processes all run as you, so each can read every key: the certificates keep out other
 # users and anyone else on the network, not one process from another.
 #
 # The launcher ends the whole job when any process fails; this script then launches it again (up to
