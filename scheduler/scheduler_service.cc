@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   job.num_servers = options.membership.num_servers;
   job.num_workers = options.membership.num_workers;
   job.config_fingerprint = view.config_fingerprint();
-  service->coordinator_ = std::make_unique<CheckpointCoordinator>(
+  service->coordinator_ = std::make_unique<JobController>(
       options.checkpoint, job, service->membership_.get(), service->clocks_.get(), service->admin_.get(),
       [raw](absl::Status status) {
         KLOG(Error) << "the job cannot continue: " << status;

@@ -21,9 +21,9 @@
 #include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
-#include "scheduler/checkpoint_coordinator.h"
 #include "scheduler/clock_table.h"
 #include "common/partition.h"
+#include "scheduler/job_controller.h"
 #include "scheduler/membership.h"
 #include "scheduler/shard_admin.h"
 
@@ -38,7 +38,7 @@ struct SchedulerOptions {
   ConsistencyPolicy consistency;
   // The key partition handed to every member (Partition::ToString()). Default: "" = uniform over the servers.
   std::string partition;
-  // Checkpoints, rollbacks and resume (scheduler/checkpoint_coordinator.h). Default: no checkpoint directory.
+  // Checkpoints, rollbacks and resume (scheduler/job_controller.h). Default: no checkpoint directory.
   CheckpointOptions checkpoint;
   // Deadline of each server's Checkpoint / Restore call. Default: 10 min.
   absl::Duration admin_deadline = absl::Minutes(10);
@@ -84,7 +84,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 
   Membership& membership() { return *membership_; }
   ClockTable& clocks() { return *clocks_; }
-  CheckpointCoordinator& coordinator() { return *coordinator_; }
+  JobController& coordinator() { return *coordinator_; }
 
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
@@ -109,7 +109,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
   std::unique_ptr<ShardAdmin> admin_;
-  std::unique_ptr<CheckpointCoordinator> coordinator_;
+  std::unique_ptr<JobController> coordinator_;
   std::atomic<bool> shutting_down_{false};
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
   absl::Mutex forming_mu_;

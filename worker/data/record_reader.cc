@@ -14,7 +14,7 @@ absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, 
     if (a.count < 1 || a.index < 0 || a.index >= a.count ||
         !std::is_sorted(a.leftovers.begin(), a.leftovers.end()) ||
         (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
-      return absl::InvalidArgumentError("a malformed share of the lines (worker/data/reshard.h)");
+      return absl::InvalidArgumentError("a malformed share of the lines (common/reshard.h)");
     }
   } else if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(

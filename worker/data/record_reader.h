@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "worker/data/reshard.h"
+#include "common/reshard.h"
 
 namespace kestrel {
 
@@ -32,7 +32,7 @@ struct ReaderOptions {
   // This reader's shard of the lines. Defaults: 0 of 1 (every line).
   int shard_index = 0;
   int num_shards = 1;
-  // Instead of shard_index / num_shards: an explicit share of the lines (a rescaled epoch, worker/data/reshard.h).
+  // Instead of shard_index / num_shards: an explicit share of the lines (a rescaled epoch, common/reshard.h).
   // Default: none.
   std::shared_ptr<const ShardAssignment> assignment;
 };

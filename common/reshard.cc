@@ -1,8 +1,9 @@
-#include "worker/data/reshard.h"
+#include "common/reshard.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/limits.h"
 
 namespace kestrel {
 
@@ -49,10 +50,10 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
                                                      absl::Span<const uint64_t> consumed,
                                                      absl::Span<const int> old_of_new, uint64_t max_leftovers) {
   const int new_count = static_cast<int>(old_of_new.size());
-  if (old.empty() || old.size() != consumed.size() || new_count < 1 || new_count > 65536) {
+  if (old.empty() || old.size() != consumed.size() || new_count < 1 || new_count > kMaxWorkers) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "resharding %d workers (%d positions) to %d: need as many positions as workers and 1..65536 workers",
-        old.size(), consumed.size(), new_count));
+        "resharding %d workers (%d positions) to %d: need as many positions as workers and 1..%d workers",
+        old.size(), consumed.size(), new_count, kMaxWorkers));
   }
   // new_of_old[w]: the new rank old worker w stays as, or -1 (it leaves).
   std::vector<int> new_of_old(old.size(), -1);
@@ -114,8 +115,8 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
 absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
                                                      absl::Span<const uint64_t> consumed, int new_count,
                                                      uint64_t max_leftovers) {
-  if (new_count < 1 || new_count > 65536) {
-    return absl::InvalidArgumentError(absl::StrFormat("resharding to %d workers: need 1..65536", new_count));
+  if (new_count < 1 || new_count > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrFormat("resharding to %d workers: need 1..%d", new_count, kMaxWorkers));
   }
   std::vector<int> old_of_new(new_count);
   for (int v = 0; v < new_count; ++v) old_of_new[v] = v < static_cast<int>(old.size()) ? v : -1;

@@ -15,8 +15,8 @@
 // - From G on, the new modulo deals the lines.
 // Every line of the epoch is read exactly once, however many times the job is rescaled (reshard_test checks
 // this against random schedules). Pure functions; thread-compatible values.
-#ifndef KESTREL_WORKER_DATA_RESHARD_H_
-#define KESTREL_WORKER_DATA_RESHARD_H_
+#ifndef KESTREL_COMMON_RESHARD_H_
+#define KESTREL_COMMON_RESHARD_H_
 
 #include <cstdint>
 #include <vector>
@@ -55,8 +55,8 @@ ShardAssignment PlainShard(int index, int count);
 // lines into its assignment). `old_of_new[v]` is the old worker new worker v was (-1: a new one), as
 // scheduler/membership.h MapRanks says; old workers it does not name leave, and their leftovers go round-robin
 // (in old rank order) to the staying ones (in new rank order; to every new worker when none stays).
-// InvalidArgument for mismatched sizes, a count outside [1, 65536], an old worker named twice, or leftovers
-// beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).
+// InvalidArgument for mismatched sizes, a count outside [1, kMaxWorkers] (common/limits.h), an old worker named
+// twice, or leftovers beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).
 absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
                                                      absl::Span<const uint64_t> consumed,
                                                      absl::Span<const int> old_of_new,
@@ -68,4 +68,4 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
 
 }  // namespace kestrel
 
-#endif  // KESTREL_WORKER_DATA_RESHARD_H_
+#endif  // KESTREL_COMMON_RESHARD_H_

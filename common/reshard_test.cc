@@ -1,9 +1,9 @@
-#include "worker/data/reshard.h"
+#include "common/reshard.h"
 
 #include <algorithm>
-
 #include <random>
 
+#include "common/limits.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -127,6 +127,30 @@ TEST(ReshardTest, RefusesBadInputAndRunawayLeftovers) {
   ShardAssignment bad = PlainShard(0, 1);
   bad.leftovers = {5};  // not below the watermark (0)
   EXPECT_TRUE(absl::IsInvalidArgument(Reshard({bad}, std::vector<uint64_t>{0}, 1).status()));
+}
+
+// A job may have kMaxWorkers workers (common/limits.h): resharding to that many is accepted, one more is not.
+TEST(ReshardTest, AcceptsUpToTheJobsWorkerLimit) {
+  std::vector<ShardAssignment> shards = {PlainShard(0, 2), PlainShard(1, 2)};
+  const std::vector<uint64_t> consumed = {4, 3};  // next lines: 8, 7 -> watermark 8; worker 1's 7 is unread
+  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, kMaxWorkers);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), static_cast<size_t>(kMaxWorkers));
+  EXPECT_EQ((*out)[1].leftovers, (std::vector<uint64_t>{7}));
+  const ShardAssignment& last = out->back();
+  EXPECT_EQ(last.index, kMaxWorkers - 1);
+  EXPECT_EQ(last.count, kMaxWorkers);
+  EXPECT_EQ(last.Line(0), 8u + kMaxWorkers - 1);
+  std::vector<int> old_of_new(kMaxWorkers, -1);
+  old_of_new[0] = 1;  // old worker 1 stays as new worker 0, with its unread line; old worker 0 leaves
+  out = Reshard(shards, consumed, old_of_new);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->size(), static_cast<size_t>(kMaxWorkers));
+  EXPECT_EQ((*out)[0].leftovers, (std::vector<uint64_t>{7}));
+
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, kMaxWorkers + 1).status()));
+  old_of_new.push_back(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, old_of_new).status()));
 }
 
 TEST(ReshardTest, ContainsAndCountBelowAgreeWithLine) {

@@ -1,0 +1,280 @@
+#include "scheduler/checkpointer.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint_layout.h"
+#include "common/fault_injection.h"
+#include "common/logging.h"
+#include "scheduler/scheduler_metrics.h"
+
+namespace kestrel {
+
+Checkpointer::Checkpointer(JobContext* ctx) : ctx_(ctx) {}
+
+absl::StatusOr<std::optional<CheckpointManifest>> Checkpointer::Open() {
+  if (ctx_->options.keep < 1) {
+    return absl::InvalidArgumentError("must keep at least one checkpoint (--keep_checkpoints)");
+  }
+  if (ctx_->options.every_clocks < 0) return absl::InvalidArgumentError("--checkpoint_every_clocks must be >= 0");
+  if (ctx_->options.resume && ctx_->options.dir.empty()) {
+    return absl::InvalidArgumentError("--resume needs --checkpoint_dir");
+  }
+  last_checkpoint_ = absl::Now();
+  if (!ctx_->options.dir.empty()) {
+    absl::StatusOr<std::optional<CheckpointManifest>> latest = ctx_->layout.ReadLatest();
+    if (!latest.ok()) {
+      return absl::Status(latest.status().code(), absl::StrCat("cannot use checkpoint directory ", ctx_->options.dir,
+                                                               ": ", latest.status().message()));
+    }
+    if (latest->has_value()) {
+      const CheckpointManifest& m = **latest;
+      const std::string name = CheckpointLayout::CheckpointName(m.sequence());
+      if (!ctx_->options.resume) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "checkpoint directory %s already holds checkpoints (latest %s at clock %d): pass --resume to continue "
+            "from it, or use an empty directory",
+            ctx_->options.dir, name, m.clock()));
+      }
+      if (m.num_workers() != ctx_->job.num_workers) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "checkpoint %s was written by %d workers; this job has %d (each worker's data shard and reader position "
+            "depend on the worker count)",
+            name, m.num_workers(), ctx_->job.num_workers));
+      }
+      if (m.job_id() != ctx_->job.job_id) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("checkpoint %s belongs to job '%s', not '%s'", name, m.job_id(), ctx_->job.job_id));
+      }
+      KLOG(Info) << "resuming from checkpoint " << name << " at clock " << m.clock() << " (written by "
+                 << m.num_servers() << " servers; this job has " << ctx_->job.num_servers << ")";
+      {
+        absl::MutexLock lock(&ctx_->mu);
+        ctx_->status.latest = name;
+        ctx_->status.latest_clock = m.clock();
+      }
+      last_checkpoint_clock_ = m.clock();
+      return m;
+    } else if (ctx_->options.resume) {
+      KLOG(Info) << "no checkpoint in " << ctx_->options.dir << ": starting a new job";
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<int64_t> Checkpointer::Request() {
+  if (ctx_->options.dir.empty()) {
+    return absl::FailedPreconditionError("this scheduler was started without --checkpoint_dir");
+  }
+  if (ctx_->membership->state() != JobState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("the job is ", JobStateName(ctx_->membership->state()),
+                                                      ", not running: no checkpoint can be cut now"));
+  }
+  const int64_t cut = ctx_->clocks->HoldAtEarliest();
+  absl::MutexLock lock(&mu_);
+  requested_ = true;
+  return cut;
+}
+
+int64_t Checkpointer::NextScheduledCut(int64_t permitted) const {
+  if (ctx_->options.every_clocks <= 0) return ClockTable::kNoHold;
+  return ((permitted + 1) / ctx_->options.every_clocks + 1) * ctx_->options.every_clocks;
+}
+
+void Checkpointer::CutScheduled() {
+  if (ctx_->options.dir.empty()) return;
+  bool requested;
+  {
+    absl::MutexLock lock(&mu_);
+    requested = requested_;
+  }
+  const bool timed =
+      ctx_->options.every > absl::ZeroDuration() && absl::Now() - last_checkpoint_ >= ctx_->options.every;
+  if (timed) ctx_->clocks->HoldAtEarliest();
+  ctx_->cut = ctx_->clocks->hold();
+  if (ctx_->cut == ClockTable::kNoHold || !ctx_->clocks->AllAt(ctx_->cut)) return;
+  const std::string reason = requested ? "requested"
+                             : timed   ? absl::StrCat("every ", absl::FormatDuration(ctx_->options.every))
+                                       : absl::StrCat("every ", ctx_->options.every_clocks, " clocks");
+  if (ctx_->cut != last_checkpoint_clock_ && Degraded()) {
+    KLOG(Warning) << "checkpoint at clock " << ctx_->cut << " (" << reason
+                  << ") skipped: a server is out of service (failed over); checkpoints resume once the job is "
+                     "fully replicated again or rolls back";
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+  } else if (ctx_->cut != last_checkpoint_clock_ && TakeCheckpoint(ctx_->cut, reason)) {
+    absl::MutexLock lock(&mu_);
+    requested_ = false;
+  }
+  last_checkpoint_ = absl::Now();
+  last_checkpoint_clock_ = ctx_->cut;
+  ctx_->cut = NextScheduledCut(ctx_->cut - 1);
+  ctx_->clocks->SetHold(ctx_->cut);
+}
+
+void Checkpointer::SettleFinalModel() {
+  const int64_t clock = ctx_->clocks->MinClock();
+  finished_clock_ = clock;
+  bool settled, committed;
+  {
+    absl::MutexLock lock(&ctx_->mu);
+    settled = ctx_->status.final_model_settled;
+    committed = !ctx_->status.latest.empty() && ctx_->status.latest_clock == clock;
+  }
+  if (settled) return;
+  if (Degraded() && !ctx_->options.dir.empty() && ctx_->options.final_checkpoint && !committed) {
+    KLOG(Warning) << "no final checkpoint: a server is out of service (failed over), so its ranges' written copy "
+                     "would be stale; the model of clock "
+                  << clock << " is only in the servers' memory";
+  }
+  // Every worker waits for this before leaving, so the servers are all still there.
+  if (!ctx_->options.dir.empty() && ctx_->options.final_checkpoint && !committed && !Degraded()) {
+    if (!ctx_->clocks->AllAt(clock) || absl::Now() < next_final_attempt_) return;
+    ++final_attempts_;
+    if (TakeCheckpoint(clock, "final")) {
+      last_checkpoint_clock_ = clock;
+    } else if (final_attempts_ < kFinalAttempts) {
+      // Far enough apart that a server which died meanwhile is declared dead (and rolled back) first.
+      next_final_attempt_ = absl::Now() + 2 * ctx_->membership->options().heartbeat_timeout;
+      return;
+    } else {
+      KLOG(Error) << "the final checkpoint failed " << final_attempts_
+                  << " times: the workers leave, and the model of clock " << clock << " is only in the servers' memory";
+    }
+  }
+  absl::MutexLock lock(&ctx_->mu);
+  ctx_->status.final_model_settled = true;
+}
+
+bool Checkpointer::Degraded() const { return !ctx_->membership->routing().out_of_service.empty(); }
+
+bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<uint64_t> sequence = ctx_->layout.NextSequence();
+  if (!sequence.ok()) {
+    KLOG(Error) << "checkpoint at clock " << clock << " not taken: " << sequence.status();
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    return false;
+  }
+  const std::string name = CheckpointLayout::CheckpointName(*sequence);
+  const std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
+  std::vector<absl::StatusOr<ShardCheckpoint>> answers(ctx_->job.num_servers, absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> calls;
+    for (int s = 0; s < ctx_->job.num_servers; ++s) {
+      calls.emplace_back([&, s] {
+        answers[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
+                                          : ctx_->admin->Checkpoint(s, addresses[s], name, clock);
+      });
+    }
+    for (std::thread& t : calls) t.join();
+  }
+  std::vector<ShardCheckpoint> shards;
+  uint64_t rows = 0, rows_written = 0, bytes_written = 0;
+  for (auto& answer : answers) {
+    if (!answer.ok()) {
+      KLOG(Warning) << "checkpoint " << name << " at clock " << clock
+                    << " abandoned (nothing committed): " << answer.status();
+      SchedulerMetrics::Get().checkpoints_failed().Increment();
+      return false;
+    }
+    rows += answer->rows();
+    rows_written += answer->rows_written();
+    bytes_written += answer->bytes_written();
+    shards.push_back(*std::move(answer));
+  }
+  if (ctx_->membership->AnyServerDead()) {  // an answer may come from a replacement that holds none of the rows
+    KLOG(Warning) << "checkpoint " << name << " at clock " << clock
+                  << " abandoned (nothing committed): a server was lost while it was written";
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    return false;
+  }
+  CrashPoint("scheduler.checkpoint.shards_written");
+  CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_sequence(*sequence);
+  manifest.set_clock(clock);
+  manifest.set_job_id(ctx_->job.job_id);
+  manifest.set_config_fingerprint(ctx_->job.config_fingerprint);
+  manifest.set_partition(ctx_->job.partition);
+  manifest.set_num_servers(ctx_->job.num_servers);
+  manifest.set_num_workers(ctx_->job.num_workers);
+  manifest.set_consistency(ctx_->job.consistency);
+  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  manifest.set_reason(reason);
+  {
+    const JobLayout layout = ctx_->membership->layout();
+    manifest.set_layout_generation(layout.generation);
+    for (int id : layout.server_ids) manifest.add_server_ids(id);
+    for (int id : layout.worker_ids) manifest.add_worker_ids(id);
+  }
+  {
+    absl::MutexLock lock(&ctx_->mu);
+    for (int w = 0; w < ctx_->job.num_workers; ++w) {
+      WorkerCheckpoint* entry = manifest.add_workers();
+      entry->set_rank(w);
+      if (ctx_->worker_states[w].clock() == clock) {
+        *entry->mutable_state() = ctx_->worker_states[w];
+      } else {
+        entry->mutable_state()->set_clock(clock);  // reader position unknown: the worker re-reads and skips
+      }
+    }
+  }
+  absl::Status status = AddShardsToManifest(std::move(shards), ctx_->job.num_servers, &manifest);
+  if (status.ok()) status = ctx_->layout.WriteManifest(manifest);
+  CrashPoint("scheduler.checkpoint.manifest_written");
+  if (status.ok()) status = ctx_->layout.MoveLatest(name);
+  if (!status.ok()) {
+    KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (not committed): " << status;
+    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    return false;
+  }
+  CrashPoint("scheduler.checkpoint.committed");
+  {
+    absl::MutexLock lock(&ctx_->mu);
+    ctx_->status.latest = name;
+    ctx_->status.latest_clock = clock;
+    ++ctx_->status.committed;
+  }
+  SchedulerMetrics::Get().checkpoints_committed().Increment();
+  SchedulerMetrics::Get().checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  KLOG(Info) << absl::StrFormat(
+      "checkpoint %s committed at clock %d (%s): %d rows, %d changed rows (%.1f MB) written, %.3f s", name, clock,
+      reason, rows, rows_written, bytes_written / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
+  absl::StatusOr<std::vector<std::string>> pruned = ctx_->layout.Prune(ctx_->options.keep);
+  if (!pruned.ok()) KLOG(Warning) << "pruning old checkpoints: " << pruned.status();
+  return true;
+}
+
+void Checkpointer::CutRescaled(int64_t clock) {
+  if (ctx_->options.dir.empty()) return;
+  for (int attempt = 1;; ++attempt) {
+    if (TakeCheckpoint(clock, "rescale")) {
+      last_checkpoint_clock_ = clock;
+      break;
+    }
+    if (attempt == kFinalAttempts) {
+      KLOG(Error) << "no checkpoint of the new worker count after " << attempt
+                  << " attempts: a rollback before the next one would be refused";
+      break;
+    }
+    absl::SleepFor(2 * ctx_->membership->options().heartbeat_timeout);
+  }
+}
+
+void Checkpointer::RestartAt(int64_t clock) {
+  last_checkpoint_ = absl::Now();
+  last_checkpoint_clock_ = clock;
+  ctx_->cut = NextScheduledCut(clock - 1);
+  ctx_->clocks->SetHold(ctx_->cut);
+}
+
+void Checkpointer::ForgetFinalAttempts() {
+  final_attempts_ = 0;
+  next_final_attempt_ = absl::InfinitePast();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,99 @@
+// Checkpointer: the scheduler's part of global checkpoints. The one place that decides when a checkpoint is
+// cut and when it is committed, and that finds the checkpoint a resumed job starts from.
+//
+// Checkpoint at clock c (every N clocks, every T seconds, on request, and once when every worker is done):
+//   1. hold: ClockTable::SetHold(c) stops every worker at the boundary of iteration c; once all clocks are c,
+//      every push of iterations < c is acknowledged (and in BSP applied) and no other push is in flight,
+//   2. every server writes its part (ShardAdmin::Checkpoint: changed rows, RocksDB snapshot, checksums),
+//   3. the manifest is written (clock, job fingerprint, partition, tables, files with checksums, each
+//      worker's reader position at c), then LATEST is moved: the commit. Old checkpoints beyond `keep` are
+//      pruned, and the hold is released.
+// If any step fails, nothing is committed; the attempt's directory is deleted by a later prune.
+//
+// While a server is out of service (failed over, scheduler/recovery.h) no checkpoint is cut (its ranges' only
+// written copy would be stale): a scheduled cut is skipped and the hold released, and the final model is settled
+// without one.
+//
+// Resume. With `resume`, Open() reads the latest committed checkpoint and the job begins with a rollback to it
+// (Recovery::Resume); a damaged checkpoint is an error (the scheduler exits non-zero, naming the file), never a
+// fresh start. Without `resume`, a directory that already holds checkpoints is refused.
+//
+// Thread safety: Request() may be called from any thread; every other method runs on the job controller's
+// thread (scheduler/job_controller.h).
+#ifndef KESTREL_SCHEDULER_CHECKPOINTER_H_
+#define KESTREL_SCHEDULER_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/checkpoint.pb.h"
+#include "scheduler/job_context.h"
+
+namespace kestrel {
+
+class Checkpointer {
+ public:
+  // `ctx` must outlive it.
+  explicit Checkpointer(JobContext* ctx);
+
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Validates the options and reads the checkpoint to resume from (none: a new job). An error means the
+  // scheduler must not start.
+  absl::StatusOr<std::optional<CheckpointManifest>> Open();
+
+  // Asks for a checkpoint at the earliest clock every worker can still stop at; returns that clock.
+  // FailedPrecondition without a checkpoint directory or when the job is not running.
+  absl::StatusOr<int64_t> Request();
+
+  // The job runs: once every worker reached the held cut, cuts the checkpoint there (or skips it while a server
+  // is out of service) and holds the workers at the next one.
+  void CutScheduled();
+  // The job finished: commits the final checkpoint once every worker is at the last clock (a few attempts),
+  // then settles the final model (CheckpointStatus::final_model_settled).
+  void SettleFinalModel();
+  // A rescale changed the worker count at `clock`, where the workers are held: cuts the checkpoint of the new
+  // count (kFinalAttempts attempts). No-op without a checkpoint directory.
+  void CutRescaled(int64_t clock);
+
+  // The job continues from `clock` (a rollback restored it): the next cuts count from there, and the next
+  // scheduled one is held.
+  void RestartAt(int64_t clock);
+  // A rollback: the final checkpoint is tried afresh once the job finishes again.
+  void ForgetFinalAttempts();
+
+  // The next clock the every-N policy cuts at, after `permitted` (kNoHold when off).
+  int64_t NextScheduledCut(int64_t permitted) const;
+  // The clock of the last checkpoint cut or restored (-1: none yet).
+  int64_t last_checkpoint_clock() const { return last_checkpoint_clock_; }
+  // Every worker's clock when the job finished (-1: not yet).
+  int64_t finished_clock() const { return finished_clock_; }
+
+ private:
+  // Some server is out of service (failed over): checkpoints wait.
+  bool Degraded() const;
+  // Cuts, writes and commits a checkpoint at `clock`; false when it failed (logged).
+  bool TakeCheckpoint(int64_t clock, const std::string& reason);
+
+  JobContext* const ctx_;
+
+  absl::Mutex mu_;
+  bool requested_ ABSL_GUARDED_BY(mu_) = false;  // Request() asked for the held cut
+
+  // The controller thread's.
+  absl::Time last_checkpoint_;
+  int64_t last_checkpoint_clock_ = -1;
+  int64_t finished_clock_ = -1;
+  int final_attempts_ = 0;                                // final checkpoints tried since the job (last) finished
+  absl::Time next_final_attempt_ = absl::InfinitePast();  // after a failed one
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_CHECKPOINTER_H_

@@ -1,0 +1,87 @@
+#include "scheduler/epoch_plan.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/reshard.h"
+#include "common/status.h"
+
+namespace kestrel {
+
+absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
+                                                   const std::vector<int>& old_of_new,
+                                                   const std::vector<int>& removed) {
+  auto is_removed = [&](int w) { return std::find(removed.begin(), removed.end(), w) != removed.end(); };
+  int ref = -1;  // a staying worker: they agree on where the cut falls
+  for (int w = 0; w < static_cast<int>(states.size()); ++w) {
+    if (is_removed(w)) continue;
+    const WorkerState& s = states[w];
+    if (s.clock() != cut || !s.has_reader() || !s.has_share() || s.share().count() < 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "worker %d has not reported where its reader is at clock %d (an older worker binary?): its share of the "
+          "epoch cannot be handed on",
+          w, cut));
+    }
+    if (ref == -1) ref = w;
+    if (s.epoch() != states[ref].epoch() || s.epoch_start() != states[ref].epoch_start()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "workers %d and %d disagree on the epoch at clock %d (%d and %d)", w, ref, cut, s.epoch(),
+          states[ref].epoch()));
+    }
+  }
+  if (ref == -1) return absl::FailedPreconditionError("no worker stays: nobody to hand the epoch to");
+  const WorkerState& at = states[ref];
+  EpochPlan plan;
+  plan.set_epoch(at.epoch());
+  plan.set_start_clock(cut);
+  std::optional<ReaderPositionProto> reader;  // none at an epoch's start: the next epoch starts afresh
+  if (cut != at.epoch_start()) {
+    // Mid-epoch: every unread line of the epoch goes to exactly one worker (common/reshard.h), read from
+    // the slowest worker's position (every unread line lies beyond it). A removed worker hands on the lines
+    // from where its last report says its reader was: under BSP its half-done clock was completed without it.
+    std::vector<ShardAssignment> shares;
+    std::vector<uint64_t> consumed;
+    bool from_start = false;  // some worker's lines start at the epoch's first line
+    for (int w = 0; w < static_cast<int>(states.size()); ++w) {
+      const WorkerState& s = states[w];
+      if (s.has_share() && s.has_reader() && s.share().count() >= 1 && s.epoch() == at.epoch() &&
+          s.epoch_start() == at.epoch_start()) {
+        ShardAssignment a = AssignmentOf(s.share());
+        consumed.push_back(a.CountBelow(s.reader().global_line()));
+        shares.push_back(std::move(a));
+        if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
+      } else if (is_removed(w) && !s.has_share() && at.epoch() == 0 && !at.has_plan()) {
+        // Removed before it ever reported: it read nothing of the first epoch's plain sharding.
+        shares.push_back(PlainShard(w, static_cast<int>(states.size())));
+        consumed.push_back(0);
+        from_start = true;
+      } else {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "removed worker %d stopped in epoch %d, the others are in epoch %d: its unread lines cannot be handed on",
+            w, s.epoch(), at.epoch()));
+      }
+    }
+    if (from_start) reader = ReaderPositionProto();
+    KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, old_of_new));
+    for (const ShardAssignment& a : next) *plan.add_shares() = LineShareOf(a);
+  }
+  // Each new worker's state at the cut as it will report it (a rollback to the checkpoint cut here, then another
+  // rescale at that clock, plans from these): its share of the epoch (the plan's, or the new count's modulo at
+  // an epoch's start), nothing of it read yet.
+  const int new_count = static_cast<int>(old_of_new.size());
+  std::vector<WorkerState> out(new_count);
+  for (int v = 0; v < new_count; ++v) {
+    WorkerState& s = out[v];
+    s.set_clock(cut);
+    if (reader.has_value()) *s.mutable_reader() = *reader;
+    *s.mutable_plan() = plan;
+    s.set_epoch(at.epoch());
+    s.set_epoch_start(plan.shares_size() > 0 ? at.epoch_start() : cut);
+    *s.mutable_share() = plan.shares_size() > 0 ? plan.shares(v) : LineShareOf(PlainShard(v, new_count));
+  }
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,116 @@
+// Rescaler: changes the job's server and worker counts while it runs, and removes the members of an elastic job
+// that did not come back. The one place that drives the servers through a rescale.
+//
+// Rescale (docs/elasticity.md). Scale() names new counts (Membership::BeginScale); once every joining rank is
+// alive, the rescaler holds every worker at the earliest clock boundary (as for a checkpoint), computes the
+// new partition (uniform over the new servers, as many ranges per server as before, the same replicas), and
+// drives the servers through the move (ShardAdmin::Rescale: every old server sends each row it serves to the
+// servers holding its range in the new layout; every server builds its new groups; every server switches).
+// Then the new layout becomes the job's (Membership::CommitScale), the held workers are answered ABORTED (they
+// rejoin, and continue in the new layout from the same clock: no clock is redone), and the hold is released. A
+// checkpoint of the old layout restores into the new one (resharding on restore), so a server-count change
+// needs no checkpoint of its own; a worker-count change cuts one at that boundary. A failure before the switch
+// aborts the rescale and the job goes on as it was; one during the switch is fatal (the servers disagree).
+// A worker-count change also deals the rest of the current epoch anew (PlanEpoch, scheduler/epoch_plan.h) and
+// resizes the ClockTable; BSP's servers average over the new count from the boundary on. When only the worker
+// count changes, every server keeps its groups and switches in place.
+//
+// Elastic jobs (CheckpointOptions::elastic_timeout, docs/elasticity.md). A member dead for longer than the
+// timeout is removed by a rescale that names its rank (RemoveDead; the ranks above are renumbered). The others
+// are held at the earliest boundary; a BSP worker that died mid-clock left that clock half done, which every
+// server completes without it (CompleteWithout: FENCE, then COMPLETE). If some server had applied that clock with
+// its pushes already, or a removal fails once the fence is up, the job rolls back to its last checkpoint instead
+// and the member is removed from there. A failed-over server (replicated jobs) is removed by a live rescale; a
+// dead server without replicas is dropped by the rollback its death started (scheduler/recovery.h). A rollback
+// abandons a pending rescale.
+//
+// Thread safety: Scale() may be called from any thread; every other method runs on the job controller's thread
+// (scheduler/job_controller.h), and Shutdown() after that thread ended.
+#ifndef KESTREL_SCHEDULER_RESCALER_H_
+#define KESTREL_SCHEDULER_RESCALER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/partition.h"
+#include "proto/checkpoint.pb.h"
+#include "scheduler/checkpointer.h"
+#include "scheduler/clock_table.h"
+#include "scheduler/job_context.h"
+#include "scheduler/membership.h"
+
+namespace kestrel {
+
+class Rescaler {
+ public:
+  // `ctx` and `checkpointer` must outlive it. `wake` asks the controller to step now; `roll_back(why)` rolls the
+  // job back to its last checkpoint (a removal that cannot go on without one). Both run on the calling thread.
+  Rescaler(JobContext* ctx, Checkpointer* checkpointer, std::function<void()> wake,
+           std::function<void(const std::string& why)> roll_back);
+
+  Rescaler(const Rescaler&) = delete;
+  Rescaler& operator=(const Rescaler&) = delete;
+
+  // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the controller thread
+  // (or in Shutdown()), when it is done or failed (the job unchanged, or rolled back when a removal failed after
+  // its fence). The new ranks must register within `join_timeout`. `verify`: read the full table's fingerprint
+  // before and after (ScaleResult). `at_clock`: the boundary to rescale at (0: the earliest).
+  absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
+                     std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false, int64_t at_clock = 0);
+
+  // Elastic jobs: starts a rescale that removes the members dead for longer than the elastic timeout, when
+  // nothing else holds the clocks.
+  void RemoveDead();
+  // Drives a pending rescale; true while one holds the clocks (nothing else may).
+  bool Drive();
+  // The job rolls back (`why`): a pending rescale's hold and plans are of the abandoned timeline, so it ends
+  // ABORTED.
+  void Abandon(const std::string& why);
+  // The scheduler stops: a Scale call still waiting is answered (its gRPC call must finish for the server to
+  // shut down).
+  void Shutdown();
+
+ private:
+  // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
+  // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
+  // just before the layout is committed.
+  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target,
+                                     std::vector<WorkerState>* worker_states);
+  // A worker-count change at the held cut: every new worker's state (PlanEpoch) from the old workers' reported
+  // states.
+  absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
+                                                       const std::vector<int>& removed);
+  // BSP: removed `workers` died in `clock`, which every other worker finished: the servers fence them off and
+  // apply it without them. False (nothing applied) when some server had applied it with their pushes already.
+  absl::StatusOr<bool> CompleteWithout(const std::vector<int>& workers, int64_t clock);
+  // Ends a rescale with `result` (answering Scale's caller) and releases its hold.
+  void EndRescale(absl::StatusOr<ScaleResult> result);
+
+  JobContext* const ctx_;
+  Checkpointer* const checkpointer_;
+  const std::function<void()> wake_;
+  const std::function<void(const std::string&)> roll_back_;
+
+  absl::Mutex mu_;
+  bool scale_pending_ ABSL_GUARDED_BY(mu_) = false;  // Scale() started one, not yet ended
+  bool scale_verify_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t scale_at_ ABSL_GUARDED_BY(mu_) = 0;  // the boundary asked for (0: the earliest)
+  std::function<void(absl::StatusOr<ScaleResult>)> scale_done_ ABSL_GUARDED_BY(mu_);
+  absl::Time scale_deadline_ ABSL_GUARDED_BY(mu_);
+
+  // The controller thread's.
+  int64_t scale_cut_ = ClockTable::kNoHold;  // the clock it holds the workers at
+  absl::Time scale_start_;
+  int64_t removal_rollback_clock_ = -1;  // a removal rolled the job back to this clock's checkpoint (once)
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_SCHEDULER_RESCALER_H_
