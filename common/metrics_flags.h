@@ -1,13 +1,14 @@
-// --metrics_host, shared by every binary that serves /metrics (link this library to get the flag).
+// The /metrics flags shared by every binary that serves Prometheus metrics (link this library to get them):
+// --metrics_host, --metrics_port, --metrics_port_file.
 #ifndef KESTREL_COMMON_METRICS_FLAGS_H_
 #define KESTREL_COMMON_METRICS_FLAGS_H_
 
-#include <string>
+#include "common/metrics.h"
 
 namespace kestrel {
 
-// The flag's value (after absl::ParseCommandLine).
-std::string MetricsHostFromFlags();
+// The metrics server the flags ask for (after absl::ParseCommandLine); port -1 (the default) means none.
+MetricsServerOptions MetricsServerOptionsFromFlags();
 
 }  // namespace kestrel
 

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/limits.h"
 
 namespace kestrel {
 namespace {
@@ -32,8 +33,9 @@ Partition::Partition(int num_servers, std::vector<KeyRange> ranges, std::vector<
     : num_servers_(num_servers), ranges_(std::move(ranges)), owners_(std::move(owners)), uniform_(uniform) {}
 
 absl::StatusOr<Partition> Partition::Uniform(int num_servers, int ranges_per_server) {
-  if (num_servers < 1 || num_servers > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("num_servers must be in [1, 65536], got ", num_servers));
+  if (num_servers < 1 || num_servers > kMaxServers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_servers must be in [1, ", kMaxServers, "], got ", num_servers));
   }
   if (ranges_per_server < 1 || ranges_per_server > 1024) {
     return absl::InvalidArgumentError(
@@ -101,7 +103,7 @@ absl::StatusOr<Partition> Partition::ParseRanges(absl::string_view spec) {
     int owner = -1;
     if (range_owner.size() != 2 || bounds.size() != 2 || !ParseKey(bounds[0], &range.first) ||
         !ParseKey(bounds[1], &range.last) || !absl::SimpleAtoi(range_owner[1], &owner) || owner < 0 ||
-        owner >= 65536 || range.first > range.last) {
+        owner >= kMaxServers || range.first > range.last) {
       return absl::InvalidArgumentError(
           absl::StrCat("partition item '", item, "' is not of the form first-last:server (first <= last)"));
     }

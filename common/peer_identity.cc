@@ -36,6 +36,15 @@ const char* PeerRoleName(PeerRole role) {
   return "?";
 }
 
+absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name) {
+  for (PeerRole role : {PeerRole::kWorker, PeerRole::kServer, PeerRole::kScheduler, PeerRole::kAdmin}) {
+    if (name == PeerRoleName(role)) return role;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown role '", name, "' (worker, server, scheduler or admin)"));
+}
+
+bool IsListener(PeerRole role) { return role == PeerRole::kScheduler || role == PeerRole::kServer; }
+
 absl::StatusOr<PeerIdentity> ParseSpiffeId(absl::string_view uri) {
   auto invalid = [] {
     return absl::InvalidArgumentError("not a Kestrel identity (spiffe://kestrel/<job>/<role>/<rank>)");
@@ -46,14 +55,9 @@ absl::StatusOr<PeerIdentity> ParseSpiffeId(absl::string_view uri) {
   if (parts.size() != 3 || !ValidJob(parts[0])) return invalid();
   PeerIdentity id;
   id.job = std::string(parts[0]);
-  bool known = false;
-  for (PeerRole role : {PeerRole::kWorker, PeerRole::kServer, PeerRole::kScheduler, PeerRole::kAdmin}) {
-    if (parts[1] == PeerRoleName(role)) {
-      id.role = role;
-      known = true;
-    }
-  }
-  if (!known) return invalid();
+  absl::StatusOr<PeerRole> role = ParsePeerRole(parts[1]);
+  if (!role.ok()) return invalid();
+  id.role = *role;
   if (parts[2].empty() || parts[2].size() > 10 || !absl::SimpleAtoi(parts[2], &id.rank) || id.rank < 0 ||
       parts[2][0] == '+' || (parts[2].size() > 1 && parts[2][0] == '0')) {
     return invalid();

@@ -39,6 +39,12 @@ constexpr PeerRoles RolesOf(std::initializer_list<PeerRole> roles) {
 }
 
 const char* PeerRoleName(PeerRole role);
+// The role PeerRoleName names ("worker", "server", "scheduler", "admin"); InvalidArgument for anything else.
+absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name);
+
+// The certificate policy (what `kestrel certs` issues, and what tests issue): every certificate carries its SAN
+// URI; only the roles that listen (the scheduler and servers) also carry the host names they are dialled by.
+bool IsListener(PeerRole role);
 
 // "spiffe://kestrel/<job>/<role>/<rank>"; InvalidArgument for anything else (job: 1-128 characters of
 // [A-Za-z0-9._-], the first a letter or digit; rank: 0 to 2^31 - 1 in plain decimal).

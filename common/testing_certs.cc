@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/peer_identity.h"
 
 namespace kestrel {
 namespace {
@@ -37,6 +38,8 @@ std::vector<std::string> TestingCa::Flags(const TlsConfig& tls) {
 }
 
 absl::StatusOr<TlsConfig> TestingCa::Issue(const std::string& job, const std::string& role, int rank) const {
+  absl::StatusOr<PeerRole> peer_role = ParsePeerRole(role);
+  if (!peer_role.ok()) return peer_role.status();
   const std::string base = absl::StrCat(dir_, "/", name_, "-", job, "-", role, "-", rank);
   const std::string ext = base + ".ext";
   {
@@ -44,8 +47,8 @@ absl::StatusOr<TlsConfig> TestingCa::Issue(const std::string& job, const std::st
     out << "basicConstraints=CA:FALSE\n"
         << "keyUsage=critical,digitalSignature,keyEncipherment\n"
         << "extendedKeyUsage=serverAuth,clientAuth\n"
-        << "subjectAltName=IP:127.0.0.1,DNS:localhost,URI:spiffe://kestrel/" << job << "/" << role << "/" << rank
-        << "\n";
+        << "subjectAltName=URI:" << SpiffeIdOf({job, *peer_role, rank})
+        << (IsListener(*peer_role) ? ",IP:127.0.0.1,DNS:localhost" : "") << "\n";
   }
   absl::Status made = Run(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=",
                                        role, "-", rank, " -keyout ", base, ".key -out ", base, ".csr"));

@@ -3,14 +3,16 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "common/limits.h"
 
 namespace kestrel {
 
 absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, ConsistencyPolicy policy) {
-  if (num_workers < 1 || num_workers > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrFormat("num_workers must be in [1, 2^20], got %d", num_workers));
+  if (num_workers < 1 || num_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_workers must be in [1, %d], got %d", kMaxWorkers, num_workers));
   }
-  if (policy.mode == ConsistencyPolicy::Mode::kSsp && policy.staleness < 0) {
+  if (policy.mode == CONSISTENCY_SSP && policy.staleness < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("SSP staleness must be >= 0, got %d", policy.staleness));
   }
   return std::unique_ptr<ClockTable>(new ClockTable(num_workers, policy));
@@ -186,7 +188,7 @@ void ClockTable::Reset(int64_t clock, absl::Status status) {
 void ClockTable::Resize(int num_workers, int64_t clock, absl::Status status) {
   CancelAll(status);
   absl::MutexLock lock(&mu_);
-  clocks_.assign(static_cast<size_t>(std::clamp(num_workers, 1, 1 << 20)), clock);
+  clocks_.assign(static_cast<size_t>(std::clamp(num_workers, 1, kMaxWorkers)), clock);
   clocks_size_.store(clocks_.size(), std::memory_order_release);
   clock_counts_.clear();
   clock_counts_[clock] = static_cast<int>(clocks_.size());

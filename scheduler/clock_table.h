@@ -32,39 +32,15 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/consistency.h"
 
 namespace kestrel {
-
-struct ConsistencyPolicy {
-  enum class Mode { kBsp, kSsp, kAsp };
-  // Default: BSP.
-  Mode mode = Mode::kBsp;
-  // SSP only: how many iterations a worker may run ahead of the slowest one (>= 0). Default: 0.
-  int staleness = 0;
-
-  static ConsistencyPolicy Bsp() { return {Mode::kBsp, 0}; }
-  static ConsistencyPolicy Ssp(int s) { return {Mode::kSsp, s}; }
-  static ConsistencyPolicy Asp() { return {Mode::kAsp, 0}; }
-
-  // The smallest min clock at which iteration `clock` may start (the lowest int64 for ASP).
-  int64_t RequiredMinClock(int64_t clock) const {
-    switch (mode) {
-      case Mode::kBsp:
-        return clock;
-      case Mode::kSsp:
-        return clock - staleness;
-      case Mode::kAsp:
-        break;
-    }
-    return std::numeric_limits<int64_t>::min();
-  }
-};
 
 class ClockTable {
  public:
   using Callback = std::function<void(absl::Status)>;
 
-  // num_workers in [1, 1 << 20]; SSP staleness >= 0. All clocks start at 0.
+  // num_workers in [1, kMaxWorkers] (common/limits.h); SSP staleness >= 0. All clocks start at 0.
   static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy);
 
   // Worker `rank` asks to start iteration `clock`. `done(Ok)` runs before this returns when the policy allows
@@ -102,7 +78,7 @@ class ClockTable {
   int64_t MaxPermitted() const;
   // Sets every worker's clock to `clock` (a rollback), failing waiting and held requests with `status`.
   void Reset(int64_t clock, absl::Status status);
-  // A rescale: `num_workers` workers (in [1, 1 << 20]), every one at `clock` (the boundary the job was held at),
+  // A rescale: `num_workers` workers (in [1, kMaxWorkers], common/limits.h), every one at `clock` (the boundary the job was held at),
   // failing waiting and held requests with `status`.
   void Resize(int num_workers, int64_t clock, absl::Status status);
   // Runs after every Advance that moved a clock (outside the lock; must not block). Set before use.

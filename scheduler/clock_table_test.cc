@@ -192,7 +192,7 @@ void Simulate(int workers, ConsistencyPolicy policy, uint64_t seed) {
   }
   for (int r = 0; r < workers; ++r) EXPECT_EQ(table->ClockOf(r), kIterations) << "worker " << r << " stalled";
   EXPECT_EQ(table->num_waiting(), 0u);
-  if (policy.mode != ConsistencyPolicy::Mode::kAsp) {
+  if (policy.mode != CONSISTENCY_ASP) {
     // A worker starting c while the slowest has finished m is c - m ahead: at most s.
     EXPECT_LE(max_lead, policy.staleness);
   }

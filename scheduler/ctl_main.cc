@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
+#include "common/process_flags.h"
+#include "common/consistency.h"
 #include "common/json.h"
 #include "common/partition.h"
 #include "common/tls.h"
@@ -28,8 +29,6 @@
 #include "proto/ctl.pb.h"
 #include "scheduler/scheduler_client.h"
 
-ABSL_FLAG(std::string, scheduler, "localhost:7000", "host:port of kestrel_scheduler.");
-ABSL_FLAG(std::string, job_id, "kestrel", "The job's id.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of the call.");
 ABSL_FLAG(int, servers, 0, "scale: the server count to move to (0: unchanged).");
 ABSL_FLAG(int, workers, 0, "scale: the worker count to move to (0: unchanged).");
@@ -60,7 +59,7 @@ int Status(SchedulerClient& client) {
   status.set_generation(v.generation());
   status.set_servers(v.num_servers());
   status.set_workers(v.num_workers());
-  status.set_consistency(v.consistency());
+  status.set_consistency(std::string(ConsistencyPolicy{v.consistency(), v.staleness()}.name()));
   status.set_staleness(v.staleness());
   status.set_min_clock(d->min_clock());
   status.set_latest_checkpoint(d->latest_checkpoint());
@@ -157,9 +156,7 @@ int Scale(SchedulerClient& client) {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kestrel_ctl status|checkpoint|scale --scheduler=host:port: ask a running job's scheduler.");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = kestrel::ParseCommandLine(argc, argv, "kestrel_ctl status|checkpoint|scale --scheduler=host:port: ask a running job's scheduler.");
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: kestrel_ctl status|checkpoint|scale --scheduler=host:port [--job_id=ID] "
@@ -177,7 +174,8 @@ int main(int argc, char** argv) {
   }
   options.credentials = *credentials;
   std::unique_ptr<kestrel::SchedulerClient> client =
-      kestrel::NewGrpcSchedulerClient(absl::GetFlag(FLAGS_scheduler), options);
+      kestrel::NewGrpcSchedulerClient(
+          absl::GetFlag(FLAGS_scheduler).empty() ? "localhost:7000" : absl::GetFlag(FLAGS_scheduler), options);
   const std::string command = args[1];
   if (command == "status") return kestrel::Status(*client);
   if (command == "checkpoint") return kestrel::Checkpoint(*client);

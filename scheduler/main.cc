@@ -15,10 +15,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
+#include "common/process_flags.h"
 #include "common/checkpoint_layout.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
@@ -33,7 +33,6 @@
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7000, "Port to listen on; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file once serving.");
-ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
 ABSL_FLAG(int, num_servers, -1,
           "Parameter servers the job needs (>= 1). -1: from the environment (KESTREL_NUM_SERVERS, TF_CONFIG, "
           "DMLC_NUM_SERVER), else 1.");
@@ -51,9 +50,6 @@ ABSL_FLAG(std::string, consistency, "bsp",
 ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker may run ahead).");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Checkpoint root shared by every process of the job (see common/checkpoint_layout.h). Empty: no "
-          "checkpoints, and a server's death restarts the job from its beginning.");
 ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::ZeroDuration(),
           "Cut a global checkpoint when this long has passed since the last one (0: off).");
@@ -72,11 +68,6 @@ ABSL_FLAG(bool, move_rows_on_worker_change, false,
           "Default: false.");
 ABSL_FLAG(absl::Duration, elastic_timeout, absl::Seconds(60),
           "With --elastic: how long a dead member may take to come back before it is removed. Default: 60s.");
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
-          "see --metrics_port_file), N that port.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 
 namespace kestrel {
 namespace {
@@ -103,17 +94,13 @@ int Run() {
   options.membership.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.membership.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.membership.heartbeat_timeout = options.membership.heartbeat_interval * 1.5;
-  const std::string mode = absl::GetFlag(FLAGS_consistency);
-  if (mode == "bsp") {
-    options.consistency = ConsistencyPolicy::Bsp();
-  } else if (mode == "ssp") {
-    options.consistency = ConsistencyPolicy::Ssp(absl::GetFlag(FLAGS_staleness));
-  } else if (mode == "asp") {
-    options.consistency = ConsistencyPolicy::Asp();
-  } else {
-    KLOG(Error) << "--consistency must be bsp, ssp or asp, got '" << mode << "'";
+  absl::StatusOr<ConsistencyPolicy> consistency =
+      ConsistencyPolicy::Parse(absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness));
+  if (!consistency.ok()) {
+    KLOG(Error) << "--consistency: " << consistency.status().message();
     return 2;
   }
+  options.consistency = *consistency;
   auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_shard));
   if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
     partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
@@ -174,11 +161,7 @@ int Run() {
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
 
   // scheduler/scheduler_metrics.h lists the metrics.
-  MetricsServerOptions metrics_options;
-  metrics_options.host = MetricsHostFromFlags();
-  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(MetricsServerOptionsFromFlags());
   if (!metrics.ok()) {
     KLOG(Error) << "--metrics_port: " << metrics.status();
     return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
@@ -199,8 +182,8 @@ int Run() {
   KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
              << (*server)->port() << " (" << DescribeTransport(options.tls) << "): " << options.membership.num_servers
              << " servers, "
-             << options.membership.num_workers << " workers, " << mode
-             << (mode == "ssp" ? absl::StrCat("(", options.consistency.staleness, ")") : "") << ", heartbeat every "
+             << options.membership.num_workers << " workers, " << options.consistency.ToString()
+             << ", heartbeat every "
              << absl::FormatDuration(options.membership.heartbeat_interval);
   if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
     KLOG(Error) << "--port_file: " << written;
@@ -217,7 +200,6 @@ int Run() {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Kestrel scheduler: membership, liveness and BSP/SSP/ASP consistency of one job.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel scheduler: membership, liveness and BSP/SSP/ASP consistency of one job.");
   return kestrel::Run();
 }

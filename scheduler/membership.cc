@@ -9,6 +9,7 @@
 #include <openssl/crypto.h>
 
 #include "absl/strings/str_format.h"
+#include "common/limits.h"
 #include "common/status.h"
 
 namespace kestrel {
@@ -37,17 +38,15 @@ namespace {
 
 // Removed members remembered (so their heartbeats are answered OutOfRange, not FailedPrecondition).
 constexpr size_t kMaxRemembered = 1 << 16;
-constexpr int kMaxServers = 65536;
-constexpr int kMaxWorkers = 1 << 20;
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options,
                                                                std::string partition) {
-  if (options.num_servers < 1 || options.num_workers < 1 || options.num_servers > 65536 ||
-      options.num_workers > (1 << 20)) {
-    return absl::InvalidArgumentError(absl::StrFormat("need 1..65536 servers and 1..2^20 workers, got %d and %d",
-                                                      options.num_servers, options.num_workers));
+  if (options.num_servers < 1 || options.num_workers < 1 || options.num_servers > kMaxServers ||
+      options.num_workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrFormat("need 1..%d servers and 1..%d workers, got %d and %d", kMaxServers,
+                                                      kMaxWorkers, options.num_servers, options.num_workers));
   }
   if (options.heartbeat_interval < absl::Milliseconds(10) || options.heartbeat_timeout < options.heartbeat_interval) {
     return absl::InvalidArgumentError("need heartbeat_interval >= 10ms and heartbeat_timeout >= heartbeat_interval");

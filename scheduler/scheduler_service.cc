@@ -19,18 +19,6 @@ namespace {
 
 Role RoleOf(MemberRole role) { return role == ROLE_SERVER ? Role::kServer : Role::kWorker; }
 
-const char* ConsistencyName(ConsistencyPolicy::Mode mode) {
-  switch (mode) {
-    case ConsistencyPolicy::Mode::kBsp:
-      return "bsp";
-    case ConsistencyPolicy::Mode::kSsp:
-      return "ssp";
-    case ConsistencyPolicy::Mode::kAsp:
-      return "asp";
-  }
-  return "unknown";
-}
-
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const RpcMetrics::Call& call,
                                 const absl::Status& status) {
   call.End(status);
@@ -66,7 +54,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   JobDescription job;
   job.job_id = options.job_id;
   job.partition = view.partition();
-  job.consistency = view.consistency();
+  job.consistency = std::string(options.consistency.name());
   job.num_servers = options.membership.num_servers;
   job.num_workers = options.membership.num_workers;
   job.config_fingerprint = view.config_fingerprint();
@@ -136,7 +124,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_layout_generation(layout.generation);
   for (std::string& a : membership_->LiveServerAddresses()) view->add_server_addresses(std::move(a));
   view->set_partition(layout.partition);
-  view->set_consistency(ConsistencyName(options_.consistency.mode));
+  view->set_consistency(options_.consistency.mode);
   view->set_staleness(options_.consistency.staleness);
   view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
   const RoutingState routing = membership_->routing();
@@ -148,7 +136,8 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   fingerprint = HashCombine(fingerprint, Hash64(layout.partition));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(layout.num_servers));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(layout.num_workers));
-  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.mode));
+  // The mode as its place in bsp, ssp, asp (0, 1, 2): the fingerprints of committed checkpoints stay valid.
+  fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.mode - CONSISTENCY_BSP));
   fingerprint = HashCombine(fingerprint, static_cast<uint64_t>(options_.consistency.staleness));
   view->set_config_fingerprint(fingerprint);
 }

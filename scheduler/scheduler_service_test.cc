@@ -111,7 +111,7 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
   const RegisterResponse w1 = Register(ROLE_WORKER, "");
   EXPECT_EQ(w1.view().job_state(), "running");
   EXPECT_EQ(w1.view().server_addresses(0), "127.0.0.1:1");
-  EXPECT_EQ(w1.view().consistency(), "ssp");
+  EXPECT_EQ(w1.view().consistency(), CONSISTENCY_SSP);
   EXPECT_NE(w1.view().config_fingerprint(), 0u);
   EXPECT_EQ(w1.view().config_fingerprint(), s.view().config_fingerprint());
 

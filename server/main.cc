@@ -17,11 +17,13 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
+#include "common/command_line.h"
+#include "common/process_flags.h"
+#include "common/consistency.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
@@ -30,7 +32,7 @@
 #include "common/metrics.h"
 #include "common/partition.h"
 #include "common/process_setup.h"
-#include "server/ps_service.h"
+#include "server/ps_server.h"
 #include "server/server_metrics.h"
 #include "scheduler/scheduler_client.h"
 #include "server/hosted_shards.h"
@@ -42,14 +44,11 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server is serving.");
-ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request must carry.");
 ABSL_FLAG(int, shard_index, -1,
           "This server's index in [0, num_shards). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
 ABSL_FLAG(int, num_shards, -1,
           "Number of servers the key space is split across. -1: from the environment (KESTREL_NUM_SERVERS, "
           "TF_CONFIG, DMLC_NUM_SERVER), else 1.");
-ABSL_FLAG(int, rank_offset, 0,
-          "MPI / Slurm MPMD launches: subtracted from the launcher's global rank to give this server's index.");
 ABSL_FLAG(int, ranges_per_shard, 1,
           "Key ranges per server: the key space is cut into num_shards * ranges_per_shard equal ranges, dealt "
           "round-robin.");
@@ -79,24 +78,13 @@ ABSL_FLAG(int, max_push_workers, 256,
 ABSL_FLAG(int, bsp_workers, 0,
           "0: apply pushes on arrival (SSP/ASP). N > 0: BSP with N workers: each clock's pushes from all N are "
           "combined in rank order, averaged and applied once (clients must run with BSP pushes).");
-ABSL_FLAG(std::string, scheduler, "",
-          "host:port of kestrel_scheduler. If set, the server registers as rank --shard_index and heartbeats; "
-          "told it was declared dead or superseded, it shuts down and exits 3.");
 ABSL_FLAG(std::string, advertise_host, "",
           "Host the scheduler hands to workers for this server. Default: --host, or this machine's hostname "
           "when --host is 0.0.0.0.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(30), "How long to retry registering.");
-ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Checkpoint root shared by the job (common/checkpoint_layout.h); this server keeps its working RocksDB "
-          "under <dir>/live/. Empty: no checkpoints.");
 ABSL_FLAG(bool, resume, false,
           "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
           "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
-          "see --metrics_port_file), N that port.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM/SIGINT: stop accepting calls, give in-flight calls this long, then cancel the rest (a "
           "handler already running still finishes its table work).");
@@ -151,9 +139,10 @@ int Run() {
   const int threads = absl::GetFlag(FLAGS_threads);
   if (max_message_bytes < (1 << 20) || max_message_bytes > (1 << 30) || threads < 0 || threads > 1024 ||
       absl::GetFlag(FLAGS_max_keys_per_request) < 1 || absl::GetFlag(FLAGS_max_tables) < 1 ||
-      absl::GetFlag(FLAGS_max_push_workers) < 1 || absl::GetFlag(FLAGS_max_push_workers) > (1 << 20)) {
+      absl::GetFlag(FLAGS_max_push_workers) < 1 || absl::GetFlag(FLAGS_max_push_workers) > kMaxWorkers) {
     KLOG(Error) << "bad flags: need --max_message_bytes in [1 MiB, 1 GiB], --threads in [0, 1024], "
-                   "--max_keys_per_request >= 1, --max_tables >= 1 and --max_push_workers in [1, 1048576]";
+                   "--max_keys_per_request >= 1, --max_tables >= 1 and --max_push_workers in [1, "
+                << kMaxWorkers << "]";
     return 2;
   }
   ShardOptions shard_options;
@@ -179,11 +168,7 @@ int Run() {
   Shard* const own = &hosted->own();  // the ranges this server owns; backups' copies live in memory only
 
   // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
-  MetricsServerOptions metrics_options;
-  metrics_options.host = MetricsHostFromFlags();
-  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(metrics_options);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(MetricsServerOptionsFromFlags());
   if (!metrics.ok()) {
     KLOG(Error) << "--metrics_port: " << metrics.status();
     return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
@@ -312,7 +297,12 @@ int Run() {
       return 1;
     }
     const ClusterView& view = registration->view();
-    const bool bsp = view.consistency() == "bsp";
+    absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
+    if (!consistency.ok()) {
+      KLOG(Error) << "the scheduler at " << address << " announced no valid consistency: " << consistency.status();
+      return 1;
+    }
+    const bool bsp = consistency->bsp();
     // The rank is this server's place in the job's layout: its id (--shard_index) unless a rescale removed a
     // lower rank (docs/elasticity.md).
     const int rank = registration->rank();
@@ -341,7 +331,7 @@ int Run() {
     } else if (view.partition() != own->partition().ToString() ||
                shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
       KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
-                  << view.partition() << "', " << view.consistency() << " with " << view.num_workers()
+                  << view.partition() << "', " << consistency->ToString() << " with " << view.num_workers()
                   << " workers; this server: partition '" << own->partition().ToString()
                   << "', --bsp_workers=" << shard_options.bsp_workers
                   << " (must be the worker count in BSP, 0 otherwise)";
@@ -419,7 +409,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   kestrel::TuneMallocForLargeBuffers();
-  absl::SetProgramUsageMessage("Kestrel parameter server: one shard of the job's sparse and dense tables.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel parameter server: one shard of the job's sparse and dense tables.");
   return kestrel::Run();
 }

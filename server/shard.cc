@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/gradients.h"
+#include "common/limits.h"
 #include "common/hash.h"
 #include "common/packed.h"
 #include "common/status.h"
@@ -23,9 +24,6 @@ std::string RangesToString(const std::vector<KeyRange>& ranges) {
   if (ranges.size() > kMaxListed) absl::StrAppend(&out, " and ", ranges.size() - kMaxListed, " more");
   return out;
 }
-
-// Worker ranks above this are refused (they key per-worker server state).
-constexpr int32_t kMaxWorkers = 1 << 20;
 
 // Names from requests are echoed in errors only this long, so a huge bogus name cannot blow up a status.
 std::string Clip(absl::string_view s) {

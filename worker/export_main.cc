@@ -10,14 +10,13 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/command_line.h"
+#include "common/process_flags.h"
 #include "common/logging.h"
 #include "google/protobuf/text_format.h"
 #include "common/checkpoint_layout.h"
 #include "worker/export.h"
 
-ABSL_FLAG(std::string, checkpoint_dir, "", "Checkpoint root of the job (required).");
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint to export, e.g. ckpt-00000007. Default: the latest committed.");
 ABSL_FLAG(std::string, config, "", "The job config it was trained with (protobuf text format; required).");
 ABSL_FLAG(std::string, out, "", "Export directory to create (required; must not hold an export).");
@@ -52,7 +51,6 @@ int Run() {
 }  // namespace kestrel
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Kestrel export: a committed checkpoint to a serving artifact.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel export: a committed checkpoint to a serving artifact.");
   return kestrel::Run();
 }

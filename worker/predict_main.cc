@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/process_setup.h"
@@ -99,7 +98,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   kestrel::PreferPassiveOpenMpWaiting(argv);
-  absl::SetProgramUsageMessage("Kestrel predict: scores data files with an exported model.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel predict: scores data files with an exported model.");
   return kestrel::Run();
 }

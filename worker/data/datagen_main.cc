@@ -8,8 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "worker/data/datagen.h"
 
@@ -40,8 +39,7 @@ ABSL_FLAG(bool, large_vocab, false,
           "(default false).");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Kestrel data generator: Criteo-format data from a planted logistic model.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel data generator: Criteo-format data from a planted logistic model.");
   kestrel::SetLogIdentity("datagen");
   if (absl::GetFlag(FLAGS_small) && absl::GetFlag(FLAGS_large_vocab)) {
     KLOG(Error) << "--small and --large_vocab are two different presets: give at most one";
