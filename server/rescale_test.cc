@@ -13,7 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/hosted_shards.h"
-#include "server/ps_service.h"
+#include "server/ps_server.h"
 
 namespace kestrel {
 namespace {

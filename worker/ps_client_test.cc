@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "common/half.h"
 #include "common/hash.h"
-#include "server/ps_service.h"
+#include "server/ps_server.h"
 #include "server/shard.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/local_ps_client.h"

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "server/hosted_shards.h"
-#include "server/ps_service.h"
+#include "server/ps_server.h"
 #include "worker/grpc_ps_client.h"
 
 namespace kestrel {
