@@ -14,7 +14,7 @@
 // Job states: kForming until every rank has registered once, then kRunning; kRecovering while a rank is dead
 // or its replacement has not yet rejoined, kRunning again once all are alive; kFinished once every worker
 // reported its last iteration (MarkWorkerDone), after which members leaving is not a failure.
-// A rollback (BeginRollback .. EndRollback, driven by scheduler/checkpoint_coordinator.h) keeps the job
+// A rollback (BeginRollback .. EndRollback, driven by scheduler/recovery.h) keeps the job
 // kRecovering until every server has restored the checkpoint, whoever is alive.
 //
 // Routing (replicated jobs, docs/replication.md). A dead server whose ranges all have a copy elsewhere is

@@ -24,7 +24,7 @@
 //   kestrel_scheduler_latest_checkpoint_clock           gauge      clock of the newest committed checkpoint (-1: none)
 //
 // Membership, clocks and the latest checkpoint are read at every scrape (scheduler/scheduler_service.h); the
-// checkpoint counters and durations are recorded by scheduler/checkpoint_coordinator.h as they happen.
+// checkpoint counters and durations are recorded by scheduler/checkpointer.h as they happen.
 #ifndef KESTREL_SCHEDULER_SCHEDULER_METRICS_H_
 #define KESTREL_SCHEDULER_SCHEDULER_METRICS_H_
 

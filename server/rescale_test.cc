@@ -1,5 +1,5 @@
 // Rescale between live in-process servers over gRPC (server/ps_service.h RescaleShard): the scheduler's part is
-// played by the test, phase by phase, as scheduler/checkpoint_coordinator.cc drives it.
+// played by the test, phase by phase, as scheduler/rescaler.cc drives it.
 #include <algorithm>
 #include <map>
 #include <memory>

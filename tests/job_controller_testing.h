@@ -1,7 +1,9 @@
 // The job controller's test bench (scheduler/job_controller.h): a whole job's scheduler side (membership,
-// clocks, controller) driven in process, with FakeServers standing in for the parameter servers. Test-only.
-#ifndef KESTREL_SCHEDULER_JOB_CONTROLLER_TESTING_H_
-#define KESTREL_SCHEDULER_JOB_CONTROLLER_TESTING_H_
+// clocks, controller) driven in process, with FakeServers (real shards and stores, server/shard.h and
+// server/shard_store.h, reached in process) standing in for the parameter servers. Test-only; here rather than
+// in scheduler/ because it uses the servers' code (the layering: tools/BUILD).
+#ifndef KESTREL_TESTS_JOB_CONTROLLER_TESTING_H_
+#define KESTREL_TESTS_JOB_CONTROLLER_TESTING_H_
 
 #include <algorithm>
 #include <atomic>
@@ -328,4 +330,4 @@ class JobControllerTest : public ::testing::Test {
 
 }  // namespace kestrel
 
-#endif  // KESTREL_SCHEDULER_JOB_CONTROLLER_TESTING_H_
+#endif  // KESTREL_TESTS_JOB_CONTROLLER_TESTING_H_

@@ -1,13 +1,12 @@
-// Checkpoints through the job controller: scheduled, requested and timed cuts, failed ones, resume.
-#include "scheduler/checkpointer.h"
-
+// Checkpoints (scheduler/checkpointer.h) through the job controller: scheduled, requested and timed cuts, failed
+// ones, resume.
 #include <filesystem>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
-#include "scheduler/job_controller_testing.h"
+#include "tests/job_controller_testing.h"
 
 namespace kestrel {
 namespace {

@@ -1,12 +1,10 @@
-// Recovery through the job controller: rollback and restore, failover and re-replication, and servers lost
-// after the job finished.
-#include "scheduler/recovery.h"
-
+// Recovery (scheduler/recovery.h) through the job controller: rollback and restore, failover and
+// re-replication, and servers lost after the job finished.
 #include <cstdint>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "scheduler/job_controller_testing.h"
+#include "tests/job_controller_testing.h"
 
 namespace kestrel {
 namespace {

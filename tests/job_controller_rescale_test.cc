@@ -1,12 +1,11 @@
-// Rescales and elastic removals through the job controller: the phases asked of the servers, and the job after.
-#include "scheduler/rescaler.h"
-
+// Rescales and elastic removals (scheduler/rescaler.h) through the job controller: the phases asked of the
+// servers, and the job after.
 #include <algorithm>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "scheduler/job_controller_testing.h"
+#include "tests/job_controller_testing.h"
 
 namespace kestrel {
 namespace {
