@@ -106,6 +106,7 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
       auto client = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses, credentials[r]);
       if (!client->CreateTable(Weights(wire)).ok()) ++errors;
       std::mt19937_64 delay(delay_seed * 31 + r);
+      int64_t pushed = 0;  // pulls carry the clock of this worker's last push (0 before the first)
       for (int c = 0; c < kIterations; ++c) {
         absl::Notification allowed;
         clocks->WaitToStart(r, c, [&](absl::Status s) {
@@ -121,7 +122,7 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
           keys.insert(keys.end(), s.keys.begin(), s.keys.end());
         }
         std::vector<float> w(keys.size());
-        if (!client->Pull("w", keys, 1, w.data()).ok()) ++errors;
+        if (!client->Pull("w", keys, 1, w.data(), CallClock{pushed}).ok()) ++errors;
         // Mean squared-error gradient over this worker's batch: d/dw_k of mean (p - y)^2 / 2.
         std::vector<float> grads(keys.size());
         for (int i = 0; i < batch; ++i) {
@@ -130,9 +131,11 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
           for (int j = 0; j < kPerSample; ++j) p += w[i * kPerSample + j] * s.x[j];
           for (int j = 0; j < kPerSample; ++j) grads[i * kPerSample + j] = (p - s.y) * s.x[j] / batch;
         }
-        client->SetClock(c);
-        if (!client->Push("w", keys, 1, grads.data()).ok()) ++errors;
-        if (duplicate_push && r == 0 && c == 3 && !client->Push("w", keys, 1, grads.data()).ok()) ++errors;
+        pushed = c;
+        if (!client->Push("w", keys, 1, grads.data(), CallClock{c}).ok()) ++errors;
+        if (duplicate_push && r == 0 && c == 3 && !client->Push("w", keys, 1, grads.data(), CallClock{c}).ok()) {
+          ++errors;
+        }
         if (!clocks->Advance(r, c + 1).ok()) ++errors;
       }
     });
@@ -145,11 +148,10 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
   options.job_id = "bsp";
   options.worker_rank = 0;
   auto reader = *NewGrpcPsClient(options, *Partition::Uniform(kServers), addresses, credentials[0]);
-  reader->SetClock(kIterations);
   std::vector<uint64_t> all;
   for (int f = 0; f < kFeatures; ++f) all.push_back(Partition::FeatureKey(f));
   std::vector<float> out(all.size());
-  EXPECT_TRUE(reader->Pull("w", all, 1, out.data()).ok());
+  EXPECT_TRUE(reader->Pull("w", all, 1, out.data(), CallClock{kIterations}).ok());
   return out;
 }
 

@@ -139,6 +139,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
       table.set_name("emb");
       table.set_dim(4);
       if (!ps->CreateTable(table).ok()) ++errors;
+      int64_t pushed = 0;  // pulls carry the clock of this worker's last push (0 before the first)
       for (int64_t c = 0; c < kIterations; ++c) {
         auto min_clock = client->WaitToStart(w, c, reg->generation(), reg->incarnation());
         if (!min_clock.ok()) {
@@ -153,10 +154,10 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
         }
         std::vector<uint64_t> keys = {Partition::FeatureKey(w), Partition::FeatureKey(100 + c)};
         std::vector<float> rows(keys.size() * 4);
-        if (!ps->Pull("emb", keys, 4, rows.data()).ok()) ++errors;
+        if (!ps->Pull("emb", keys, 4, rows.data(), CallClock{pushed}).ok()) ++errors;
         std::vector<float> grads(rows.size(), 0.1f);
-        ps->SetClock(c);
-        if (!ps->Push("emb", keys, 4, grads.data()).ok()) ++errors;
+        pushed = c;
+        if (!ps->Push("emb", keys, 4, grads.data(), CallClock{c}).ok()) ++errors;
         if (w == 2 && c == 4) {  // worker 2 pauses after finishing iteration 4's work
           paused_clock = c;
           absl::SleepFor(absl::Milliseconds(1200));

@@ -40,7 +40,8 @@ void AppendCriteo(const CriteoExample& example, Batch* batch);
 // InvalidArgument when it has more features than slots.
 absl::Status AppendLibsvm(const LibsvmExample& example, Batch* batch);
 
-// A Batch with its keys deduped and sorted by server, and the gather/scatter indices:
+// A Batch with its keys deduped and sorted by server (once per step: the trainer hands `keys` to PsClient::Pull
+// and Push, so it must be built with the client's partition), and the gather/scatter indices:
 //   keys.inverse()[p]: the unique row of position p = n * fields + f;
 //   segment u's positions: positions[offsets[u] .. offsets[u + 1]), ascending.
 struct PreparedBatch {

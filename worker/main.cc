@@ -422,8 +422,9 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
     options.overlap_pushes = view.consistency() == "asp";
     options.evaluate = rank == 0;
-    // The row cache: under SSP(s >= 1) rows serve reads for s clocks past the min clock of their pull; under
-    // ASP for --asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows are gone.
+    // The row cache, wrapping the client: under SSP(s >= 1) rows serve reads for s clocks past the min clock of
+    // their pull; under ASP for --asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows
+    // are gone.
     std::unique_ptr<RowCache> row_cache;
     const bool ssp = view.consistency() == "ssp" && view.staleness() >= 1;
     const bool asp = view.consistency() == "asp" && absl::GetFlag(FLAGS_asp_cache_clocks) > 0;
@@ -444,7 +445,8 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
                << " from clock " << clock << " (generation " << generation << ")";
     absl::StatusOr<TrainResult> result;
     {
-      Trainer trainer(options, client->get(), gate.get(), backend);
+      PsClient* ps = row_cache != nullptr ? static_cast<PsClient*>(row_cache.get()) : client->get();
+      Trainer trainer(options, ps, gate.get(), backend);
       result = trainer.Run();
     }
     metrics.SetRowCache(nullptr);

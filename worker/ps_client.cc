@@ -40,12 +40,66 @@ struct Rpc {
 
 // Buffers one call reuses from earlier calls: request/response strings keep their capacity.
 struct CallBuffers {
-  KeyBatch batch;
-  std::vector<float> rows;        // unique rows: pulled values or reduced gradients
+  std::vector<float> rows;        // dense blocks: pulled values or gradients
   std::vector<uint64_t> ids;      // dense block ids grouped by server
   std::vector<size_t> offsets;    // server s's ids are [offsets[s], offsets[s+1])
   std::vector<std::unique_ptr<Rpc>> rpcs;
 };
+
+// Buffers of the raw-keys forms: the KeyBatch built from the keys, and its unique rows.
+struct RawKeysBuffers {
+  KeyBatch batch;
+  std::vector<float> rows;
+};
+
+// A free list of T, each lent to one call at a time, so calls reuse earlier calls' buffers. Thread-safe.
+template <typename T>
+class BufferPool {
+ public:
+  // Borrows a T (a new one when none is free) for its lifetime.
+  class Lease {
+   public:
+    explicit Lease(BufferPool* pool) : pool_(pool) {
+      absl::MutexLock lock(&pool_->mu_);
+      if (pool_->free_.empty()) {
+        item_ = std::make_unique<T>();
+      } else {
+        item_ = std::move(pool_->free_.back());
+        pool_->free_.pop_back();
+      }
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() {
+      absl::MutexLock lock(&pool_->mu_);
+      pool_->free_.push_back(std::move(item_));
+    }
+    T& operator*() const { return *item_; }
+
+   private:
+    BufferPool* const pool_;
+    std::unique_ptr<T> item_;
+  };
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<T>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+// One pool for every client's raw-keys calls (a decorator's nested call takes a buffer of its own).
+BufferPool<RawKeysBuffers>& RawKeysPool() {
+  static auto* pool = new BufferPool<RawKeysBuffers>();
+  return *pool;
+}
+
+// InvalidArgument unless one call can carry `keys` keys of `dim` floats.
+absl::Status CheckShape(size_t keys, int dim) {
+  if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", dim));
+  if (keys >= UINT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(keys, " keys in one call: split it below 2^32"));
+  }
+  return absl::OkStatus();
+}
 
 // Counts outstanding calls; Wait() returns when all have called Done().
 class Completion {
@@ -83,7 +137,7 @@ class RoutedPsClient final : public PsClient {
 
   absl::Status CreateTable(const TableConfig& config) override {
     CreateTableRequest request;
-    FillHeader(request.mutable_header());
+    FillHeader(request.mutable_header(), /*clock=*/0);
     *request.mutable_config() = config;
     std::vector<CreateTableResponse> responses;
     KESTREL_RETURN_IF_ERROR(Broadcast(PsMethod::kCreateTable, request, &responses));
@@ -92,50 +146,38 @@ class RoutedPsClient final : public PsClient {
     return absl::OkStatus();
   }
 
-  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) override {
-    KESTREL_RETURN_IF_ERROR(CheckShape(keys, dim));
-    Lease lease(this);
-    CallBuffers& b = *lease.buffers;
-    b.batch.Build(keys, partition_);
-    float* rows = out;
-    if (!b.batch.identity()) {
-      b.rows.resize(b.batch.num_unique() * dim);
-      rows = b.rows.data();
-    }
-    KESTREL_RETURN_IF_ERROR(Execute(PsMethod::kPull, table, WireType(table), dim, b.batch.unique_keys(),
-                                    BatchOffsets(&b), nullptr, rows, &b));
-    if (!b.batch.identity()) b.batch.Scatter(rows, dim, out);
-    return absl::OkStatus();
+  const Partition& partition() const override { return partition_; }
+
+  absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+                    const CallClock& clock) override {
+    KESTREL_RETURN_IF_ERROR(CheckBatch(keys, dim));
+    CallLease lease(&pool_);
+    CallBuffers& b = *lease;
+    return Execute(PsMethod::kPull, table, WireType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b),
+                   nullptr, rows, clock.clock, &b);
   }
 
-  absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
-                    const float* grads) override {
-    KESTREL_RETURN_IF_ERROR(CheckShape(keys, dim));
-    Lease lease(this);
-    CallBuffers& b = *lease.buffers;
-    b.batch.Build(keys, partition_);
-    const float* rows = grads;
-    if (!b.batch.identity()) {
-      b.rows.resize(b.batch.num_unique() * dim);
-      b.batch.Reduce(grads, dim, b.rows.data());
-      rows = b.rows.data();
-    }
+  absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+                    const CallClock& clock) override {
+    KESTREL_RETURN_IF_ERROR(CheckBatch(keys, dim));
     // Refuse bad gradients before anything is sent, so no server applies part of a batch it should not.
-    KESTREL_RETURN_IF_ERROR(CheckGradients(table, absl::MakeConstSpan(rows, b.batch.num_unique() * dim), dim,
-                                           [&](size_t row) { return b.batch.unique_keys()[row]; }));
-    return Execute(PsMethod::kPush, table, WireType(table), dim, b.batch.unique_keys(), BatchOffsets(&b), rows,
-                   nullptr, &b);
+    KESTREL_RETURN_IF_ERROR(CheckGradients(table, absl::MakeConstSpan(grads, keys.num_unique() * dim), dim,
+                                           [&](size_t row) { return keys.unique_keys()[row]; }));
+    CallLease lease(&pool_);
+    CallBuffers& b = *lease;
+    return Execute(PsMethod::kPush, table, WireType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b), grads,
+                   nullptr, clock.clock, &b);
   }
 
-  absl::Status PullDense(absl::string_view table, absl::Span<float> out) override {
-    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, out.size()));
+  absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override {
+    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, out.size(), clock.clock));
     const int dim = config.dim();
-    Lease lease(this);
-    CallBuffers& b = *lease.buffers;
+    CallLease lease(&pool_);
+    CallBuffers& b = *lease;
     GroupBlocks(config, &b);
     b.rows.resize(b.ids.size() * dim);
     KESTREL_RETURN_IF_ERROR(Execute(PsMethod::kPullDense, table, config.wire_type(), dim, b.ids, b.offsets, nullptr,
-                                    b.rows.data(), &b));
+                                    b.rows.data(), clock.clock, &b));
     for (size_t i = 0; i < b.ids.size(); ++i) {
       const size_t begin = b.ids[i] * dim;
       const size_t n = std::min<size_t>(dim, out.size() - begin);
@@ -144,12 +186,12 @@ class RoutedPsClient final : public PsClient {
     return absl::OkStatus();
   }
 
-  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads) override {
-    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size()));
+  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override {
+    KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size(), clock.clock));
     KESTREL_RETURN_IF_ERROR(CheckGradients(table, grads, config.dim(), [](size_t block) { return block; }));
     const int dim = config.dim();
-    Lease lease(this);
-    CallBuffers& b = *lease.buffers;
+    CallLease lease(&pool_);
+    CallBuffers& b = *lease;
     GroupBlocks(config, &b);
     b.rows.assign(b.ids.size() * dim, 0.0f);  // the last block's padding gets zero gradients
     for (size_t i = 0; i < b.ids.size(); ++i) {
@@ -158,39 +200,21 @@ class RoutedPsClient final : public PsClient {
       std::memcpy(b.rows.data() + i * dim, grads.data() + begin, n * sizeof(float));
     }
     return Execute(PsMethod::kPushDense, table, config.wire_type(), dim, b.ids, b.offsets, b.rows.data(), nullptr,
-                   &b);
+                   clock.clock, &b);
   }
 
   absl::StatusOr<std::vector<StatsResponse>> Stats() override {
     StatsRequest request;
-    FillHeader(request.mutable_header());
+    FillHeader(request.mutable_header(), /*clock=*/0);
     std::vector<StatsResponse> responses;
     KESTREL_RETURN_IF_ERROR(Broadcast(PsMethod::kStats, request, &responses));
     return responses;
   }
 
-  void SetClock(int64_t clock) override { clock_.store(clock, std::memory_order_relaxed); }
   void SetGeneration(uint64_t generation) override { generation_.store(generation, std::memory_order_relaxed); }
 
  private:
-  // Borrows a CallBuffers from the pool for one call.
-  struct Lease {
-    explicit Lease(RoutedPsClient* client) : client(client) {
-      absl::MutexLock lock(&client->pool_mu_);
-      if (client->pool_.empty()) {
-        buffers = std::make_unique<CallBuffers>();
-      } else {
-        buffers = std::move(client->pool_.back());
-        client->pool_.pop_back();
-      }
-    }
-    ~Lease() {
-      absl::MutexLock lock(&client->pool_mu_);
-      client->pool_.push_back(std::move(buffers));
-    }
-    RoutedPsClient* client;
-    std::unique_ptr<CallBuffers> buffers;
-  };
+  using CallLease = BufferPool<CallBuffers>::Lease;
 
   // InvalidArgument naming the first NaN/Inf/too-large gradient (common/gradients.h); `id_of(row)` names
   // the row's key (or dense block).
@@ -204,18 +228,20 @@ class RoutedPsClient final : public PsClient {
         grads[bad], id_of(bad / dim), bad % dim, table, kMaxGradientMagnitude));
   }
 
-  static absl::Status CheckShape(absl::Span<const uint64_t> keys, int dim) {
-    if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", dim));
-    if (keys.size() >= UINT32_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(keys.size(), " keys in one call: split it below 2^32"));
+  // CheckShape, and a batch built for this client's servers.
+  absl::Status CheckBatch(const KeyBatch& keys, int dim) const {
+    KESTREL_RETURN_IF_ERROR(CheckShape(keys.num_keys(), dim));
+    if (keys.num_servers() != partition_.num_servers()) {
+      return absl::InvalidArgumentError(absl::StrFormat("a key batch split over %d servers, the client has %d",
+                                                        keys.num_servers(), partition_.num_servers()));
     }
     return absl::OkStatus();
   }
 
-  void FillHeader(RequestHeader* header) {
+  void FillHeader(RequestHeader* header, int64_t clock) {
     header->set_job_id(options_.job_id);
     header->set_worker_rank(options_.worker_rank);
-    header->set_clock(clock_.load(std::memory_order_relaxed));
+    header->set_clock(clock);
     header->set_generation(generation_.load(std::memory_order_relaxed));
     header->set_request_id(next_request_id_.fetch_add(1, std::memory_order_relaxed));
   }
@@ -252,10 +278,11 @@ class RoutedPsClient final : public PsClient {
     transport_->Call(server, method, request, response, options_.rpc_deadline, std::move(done));
   }
 
-  const std::vector<size_t>& BatchOffsets(CallBuffers* b) {
+  // Where each server's keys start in keys.unique_keys(), and their end.
+  const std::vector<size_t>& BatchOffsets(const KeyBatch& keys, CallBuffers* b) {
     b->offsets.resize(partition_.num_servers() + 1);
     for (int s = 0; s <= partition_.num_servers(); ++s) {
-      b->offsets[s] = s < partition_.num_servers() ? b->batch.offset_of(s) : b->batch.num_unique();
+      b->offsets[s] = s < partition_.num_servers() ? keys.offset_of(s) : keys.num_unique();
     }
     return b->offsets;
   }
@@ -283,7 +310,7 @@ class RoutedPsClient final : public PsClient {
     return it == configs_.end() ? VALUE_TYPE_FLOAT32 : it->second.wire_type();
   }
 
-  absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size) {
+  absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size, int64_t clock) {
     {
       absl::MutexLock lock(&configs_mu_);
       auto it = configs_.find(table);
@@ -298,7 +325,7 @@ class RoutedPsClient final : public PsClient {
         return it->second;
       }
     }
-    KESTREL_RETURN_IF_ERROR(RefreshConfigs());
+    KESTREL_RETURN_IF_ERROR(RefreshConfigs(clock));
     absl::MutexLock lock(&configs_mu_);
     auto it = configs_.find(table);
     if (it == configs_.end()) return absl::NotFoundError(absl::StrCat("table '", table, "' does not exist"));
@@ -309,9 +336,9 @@ class RoutedPsClient final : public PsClient {
     return it->second;
   }
 
-  absl::Status RefreshConfigs() {
+  absl::Status RefreshConfigs(int64_t clock) {
     DescribeTablesRequest request;
-    FillHeader(request.mutable_header());
+    FillHeader(request.mutable_header(), clock);
     SetOwner(request.mutable_header(), 0);
     DescribeTablesResponse response;
     KESTREL_RETURN_IF_ERROR(CallWithRetries(0, PsMethod::kDescribeTables, request, &response));
@@ -363,10 +390,10 @@ class RoutedPsClient final : public PsClient {
   }
 
   // Sends ids [offsets[s], offsets[s+1]) to server s, split into requests of at most max_request_bytes, all in
-  // parallel. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
+  // parallel, each carrying `clock`. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
   absl::Status Execute(PsMethod method, absl::string_view table, ValueType wire, int dim,
                        absl::Span<const uint64_t> ids, const std::vector<size_t>& offsets, const float* in_rows,
-                       float* out_rows, CallBuffers* b) {
+                       float* out_rows, int64_t clock, CallBuffers* b) {
     const bool push = IsPush(method);
     const size_t value_bytes = BytesPerValue(wire);
     if (value_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("table '", table, "': unknown wire type"));
@@ -392,7 +419,7 @@ class RoutedPsClient final : public PsClient {
         auto id_bytes = absl::string_view(reinterpret_cast<const char*>(ids.data() + first),
                                           rpc.rows * sizeof(uint64_t));
         if (push) {
-          FillHeader(rpc.push_request.mutable_header());
+          FillHeader(rpc.push_request.mutable_header(), clock);
           SetOwner(rpc.push_request.mutable_header(), s);
           rpc.push_request.set_table(std::string(table));
           rpc.push_request.set_dim(dim);
@@ -418,7 +445,7 @@ class RoutedPsClient final : public PsClient {
             rpc.push_from = rpc.wire.data();
           }
         } else {
-          FillHeader(rpc.pull_request.mutable_header());
+          FillHeader(rpc.pull_request.mutable_header(), clock);
           SetOwner(rpc.pull_request.mutable_header(), s);
           rpc.pull_request.set_table(std::string(table));
           rpc.pull_request.set_dim(dim);
@@ -518,20 +545,43 @@ class RoutedPsClient final : public PsClient {
   const Partition partition_;
   const bool replicated_;  // requests name their group and go to its primary (options_.routing)
   const std::unique_ptr<PsTransport> transport_;
-  std::atomic<int64_t> clock_{0};
   std::atomic<uint64_t> generation_{0};
   // Random high bits: a restarted worker's request ids never collide with its predecessor's (servers
   // deduplicate pushes by (worker, request id)).
   std::atomic<uint64_t> next_request_id_{absl::Uniform<uint64_t>(absl::BitGen(), 1, uint64_t{1} << 62)};
 
-  absl::Mutex pool_mu_;
-  std::vector<std::unique_ptr<CallBuffers>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  BufferPool<CallBuffers> pool_;
 
   absl::Mutex configs_mu_;
   absl::flat_hash_map<std::string, TableConfig> configs_ ABSL_GUARDED_BY(configs_mu_);
 };
 
 }  // namespace
+
+absl::Status PsClient::Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out,
+                            const CallClock& clock) {
+  KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
+  BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
+  RawKeysBuffers& b = *lease;
+  b.batch.Build(keys, partition());
+  if (b.batch.identity()) return Pull(table, b.batch, dim, out, clock);
+  b.rows.resize(b.batch.num_unique() * dim);
+  KESTREL_RETURN_IF_ERROR(Pull(table, b.batch, dim, b.rows.data(), clock));
+  b.batch.Scatter(b.rows.data(), dim, out);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim, const float* grads,
+                            const CallClock& clock) {
+  KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
+  BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
+  RawKeysBuffers& b = *lease;
+  b.batch.Build(keys, partition());
+  if (b.batch.identity()) return Push(table, b.batch, dim, grads, clock);
+  b.rows.resize(b.batch.num_unique() * dim);
+  b.batch.Reduce(grads, dim, b.rows.data());
+  return Push(table, b.batch, dim, b.rows.data(), clock);
+}
 
 void PsTransport::PullInto(int server, const PullRequest& request, float* out, size_t floats,
                            absl::Duration deadline, std::function<void(absl::Status)> done) {

@@ -1,15 +1,20 @@
 // PsClient: how workers, tools and benchmarks talk to the parameter servers.
 //
-// A PsClient takes a batch's raw keys (any order, duplicates allowed), sorts and dedups them once
-// (common/key_batch.h), routes them with the job's Partition, splits each server's share into requests of at
-// most PsClientOptions::max_request_bytes, sends all requests to all servers in parallel, and scatters the
-// rows back into the caller's order. Gradients of duplicate keys are summed (in input order, so
+// The hot path takes a KeyBatch (common/key_batch.h): the batch's keys already sorted, deduplicated and grouped
+// by server with the job's Partition, once per step by the trainer (worker/batch.h PreparedBatch). The client
+// splits each server's share into requests of at most PsClientOptions::max_request_bytes, sends all requests to
+// all servers in parallel, and reads or writes one row per unique key. The raw-keys forms (any order,
+// duplicates allowed; tools and benchmarks) build a KeyBatch and take that same path: pulled rows are scattered
+// back into the caller's order, and the gradients of duplicate keys summed (in input order, so
 // deterministically) before a push. Values travel as each table's TableConfig.wire_type (fp32, fp16 or bf16,
 // common/half.h): the client encodes pushed gradients (fp16 with a per-request power-of-two scale) and decodes
 // pulled rows; the servers store fp32.
 //
+// Every Pull and Push carries its CallClock: the client keeps no clock of its own.
+//
 // The routing logic is written once, over a PsTransport; NewGrpcPsClient (worker/grpc_ps_client.h) talks to
-// real servers, NewLocalPsClient (worker/local_ps_client.h) calls in-process Shards for tests.
+// real servers, NewLocalPsClient (worker/local_ps_client.h) calls in-process Shards for tests. A PsClient may
+// wrap another (worker/row_cache.h).
 //
 // Thread-safe: any number of threads may call one PsClient concurrently.
 #ifndef KESTREL_WORKER_PS_CLIENT_H_
@@ -18,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/key_batch.h"
 #include "common/partition.h"
 #include "google/protobuf/message.h"
 #include "proto/ps.pb.h"
@@ -106,32 +113,64 @@ T* MessageAs(google::protobuf::Message* m) {
   return static_cast<T*>(m);
 }
 
+// What a row cache (worker/row_cache.h) needs to know of a training read.
+struct CacheRead {
+  // The iteration that reads the rows. Default: 0.
+  int64_t read_clock = 0;
+  // Rows pulled by this read hold every update of iterations below this clock (SSP: the min clock the worker
+  // knew before the pull; ASP: read_clock). Default: -1.
+  int64_t fresh_clock = -1;
+};
+
+// The clock one Pull or Push travels with.
+struct CallClock {
+  // Sent with every request of the call (RequestHeader.clock): a push's iteration; for a read, the clock the
+  // servers read at (BSP servers answer a read of a clock they have applied with the rows from before it;
+  // bounded tables expire rows by it). Default: 0 (tools).
+  int64_t clock = 0;
+  // Set on a training read that a row cache may answer from rows fresh enough for it; unset, the read goes to
+  // the servers (evaluations, tools). Clients without a cache ignore it. Default: unset.
+  std::optional<CacheRead> cache;
+};
+
 class PsClient {
  public:
   virtual ~PsClient() = default;
 
-  // Creates the table on every server (idempotent for an identical config).
+  // The partition keys are routed by: every KeyBatch handed to this client must be built with it.
+  virtual const Partition& partition() const = 0;
+
+  // Creates the table on every server (idempotent for an identical config). Its requests carry clock 0.
   virtual absl::Status CreateTable(const TableConfig& config) = 0;
-  // Pulls keys.size() rows of `dim` floats into `out`, in the order of `keys`.
-  virtual absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out) = 0;
-  // Pushes one gradient row of `dim` floats per key (keys.size() * dim floats). Gradients are checked
-  // (finite, |g| <= kMaxGradientMagnitude) before anything is sent. A push spanning several servers is not
-  // atomic: if one server fails (down, or refusing its share) the others may have applied theirs; the error
-  // names the server. Pushes are idempotent on the servers (by request id, and per (worker, clock, part) in
-  // BSP), so retrying is safe.
-  virtual absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim,
-                            const float* grads) = 0;
+  // Pulls one row of `dim` floats per unique key of `keys` into `rows` (keys.num_unique() * dim floats), in
+  // keys.unique_keys() order.
+  virtual absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+                            const CallClock& clock) = 0;
+  // Pushes one gradient row of `dim` floats per unique key of `keys` (keys.num_unique() * dim floats, in
+  // keys.unique_keys() order). Gradients are checked (finite, |g| <= kMaxGradientMagnitude) before anything is
+  // sent. A push spanning several servers is not atomic: if one server fails (down, or refusing its share) the
+  // others may have applied theirs; the error names the server. Pushes are idempotent on the servers (by
+  // request id, and per (worker, clock, part) in BSP), so retrying is safe.
+  virtual absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+                            const CallClock& clock) = 0;
   // Pulls the whole dense tensor (its dense_size floats) into `out`.
-  virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out) = 0;
+  virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) = 0;
   // Pushes a gradient for the whole dense tensor.
-  virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads) = 0;
-  // Every server's statistics, in server order.
+  virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads,
+                                 const CallClock& clock) = 0;
+  // Every server's statistics, in server order. Its requests carry clock 0.
   virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
-  // The clock sent with later requests.
-  virtual void SetClock(int64_t clock) = 0;
   // The job generation this worker registered at (its RegisterResponse view's generation), sent with later
   // requests: servers refuse it once the worker's rank has registered again (this process was superseded).
   virtual void SetGeneration(uint64_t generation) = 0;
+
+  // The raw-keys forms: keys.size() keys in any order, duplicates allowed. Pull writes keys.size() rows into
+  // `out` in the order of `keys`; Push sums the gradient rows of duplicate keys (in input order) and pushes
+  // one row per unique key. Both build a KeyBatch with partition() and call the forms above.
+  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out,
+                    const CallClock& clock = {});
+  absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim, const float* grads,
+                    const CallClock& clock = {});
 };
 
 // A PsClient over `transport`, routing by `partition` (which must have transport->num_servers() servers) and,

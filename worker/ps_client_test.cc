@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -161,9 +163,9 @@ TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
     ASSERT_TRUE(client_->CreateTable(dense).ok());
     std::vector<float> dense_grads(100);
     for (size_t i = 0; i < dense_grads.size(); ++i) dense_grads[i] = 0.1f * static_cast<float>(i);
-    ASSERT_TRUE(client_->PushDense(name + "_dense", dense_grads).ok());
+    ASSERT_TRUE(client_->PushDense(name + "_dense", dense_grads, {}).ok());
     std::vector<float> dense_out(100, 3.0f);
-    ASSERT_TRUE(client_->PullDense(name + "_dense", absl::MakeSpan(dense_out)).ok());
+    ASSERT_TRUE(client_->PullDense(name + "_dense", absl::MakeSpan(dense_out), {}).ok());
     for (size_t i = 0; i < dense_out.size(); ++i) {
       ASSERT_EQ(dense_out[i], round(dense_out[i]));
       ASSERT_NEAR(dense_out[i], -dense_grads[i], 0.1f * i * 8e-3 + 1e-6) << i;
@@ -182,10 +184,10 @@ TEST_P(PsClientTest, DenseTensorRoundTrip) {
   ASSERT_TRUE(client_->CreateTable(dense).ok());
   std::vector<float> grads(1000);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
-  ASSERT_TRUE(client_->PushDense("mlp", grads).ok());
-  ASSERT_TRUE(client_->PushDense("mlp", grads).ok());
+  ASSERT_TRUE(client_->PushDense("mlp", grads, {}).ok());
+  ASSERT_TRUE(client_->PushDense("mlp", grads, {}).ok());
   std::vector<float> out(1000, 1.0f);
-  ASSERT_TRUE(client_->PullDense("mlp", absl::MakeSpan(out)).ok());
+  ASSERT_TRUE(client_->PullDense("mlp", absl::MakeSpan(out), {}).ok());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], -2.0f * i) << i;
   // The blocks are spread over the servers.
   auto stats = client_->Stats();
@@ -201,12 +203,12 @@ TEST_P(PsClientTest, DenseTensorRoundTrip) {
     fresh = NewLocalPsClient(options_, shards);
   }
   std::vector<float> again(1000, 1.0f);
-  ASSERT_TRUE(fresh->PullDense("mlp", absl::MakeSpan(again)).ok());
+  ASSERT_TRUE(fresh->PullDense("mlp", absl::MakeSpan(again), {}).ok());
   EXPECT_EQ(again, out);
-  EXPECT_EQ(fresh->PullDense("nope", absl::MakeSpan(again)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(fresh->PullDense("nope", absl::MakeSpan(again), {}).code(), absl::StatusCode::kNotFound);
   // A buffer of the wrong size is refused before anything is sent.
   std::vector<float> wrong(999);
-  EXPECT_EQ(client_->PushDense("mlp", wrong).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PushDense("mlp", wrong, {}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(PsClientTest, ErrorsNameTheServerAndLeaveStateUnchanged) {
@@ -278,6 +280,31 @@ TEST_P(PsClientTest, OversizeMessagesAreRejectedWhole) {
   EXPECT_TRUE(client_->Push("emb", keys, 8, grads.data()).ok());
 }
 
+// The prepared form (a KeyBatch built once, rows in its unique-key order) reaches the same rows as the raw-keys
+// form; a batch split over another number of servers is refused.
+TEST_P(PsClientTest, PreparedBatchMatchesRawKeys) {
+  std::mt19937_64 rng(17);
+  std::vector<uint64_t> keys(500);
+  for (auto& k : keys) k = Partition::FeatureKey(rng() % 200);
+  KeyBatch batch;
+  batch.Build(keys, *partition_);
+  std::vector<float> unique_grads(batch.num_unique() * 8);
+  for (size_t i = 0; i < unique_grads.size(); ++i) unique_grads[i] = static_cast<float>(i % 7);
+  ASSERT_TRUE(client_->Push("emb", batch, 8, unique_grads.data(), CallClock{3}).ok());
+  std::vector<float> unique_rows(batch.num_unique() * 8, 1.0f);
+  ASSERT_TRUE(client_->Pull("emb", batch, 8, unique_rows.data(), CallClock{4}).ok());
+  for (size_t i = 0; i < unique_rows.size(); ++i) ASSERT_EQ(unique_rows[i], -unique_grads[i]) << i;
+  std::vector<float> out(keys.size() * 8);
+  ASSERT_TRUE(client_->Pull("emb", keys, 8, out.data()).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(out[i * 8 + j], unique_rows[batch.inverse()[i] * 8 + j]) << i;
+  }
+  KeyBatch other;
+  other.Build(keys, *Partition::Uniform(kServers + 1));
+  EXPECT_EQ(client_->Pull("emb", other, 8, unique_rows.data(), {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Pull("emb", batch, 0, unique_rows.data(), {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PsClientTest, ::testing::Values(Transport::kLocal, Transport::kGrpc),
                          [](const auto& info) { return info.param == Transport::kGrpc ? "Grpc" : "Local"; });
 
@@ -309,6 +336,64 @@ TEST(PsServerOptionsTest, QuotaAndStreamBoundsAreValidated) {
   std::vector<float> rows(keys.size() * 2);
   EXPECT_TRUE(client->Pull("t", keys, 2, rows.data()).ok());
   (*server)->Shutdown();
+}
+
+// Answers every call at once and records the clock of each request's header.
+class RecordingTransport final : public PsTransport {
+ public:
+  int num_servers() const override { return 2; }
+  void Call(int server, PsMethod method, const google::protobuf::Message& request,
+            google::protobuf::Message* response, absl::Duration, std::function<void(absl::Status)> done) override {
+    const auto& header = static_cast<const RequestHeader&>(
+        request.GetReflection()->GetMessage(request, request.GetDescriptor()->FindFieldByName("header")));
+    {
+      absl::MutexLock lock(&mu_);
+      clocks_[method].insert(header.clock());
+    }
+    if (method == PsMethod::kPull || method == PsMethod::kPullDense) {
+      const auto& pull = MessageAs<PullRequest>(request);
+      auto* answer = MessageAs<PullResponse>(response);
+      answer->set_value_type(VALUE_TYPE_FLOAT32);
+      answer->mutable_values()->assign(pull.keys().size() / sizeof(uint64_t) * pull.dim() * sizeof(float), '\0');
+    }
+    done(absl::OkStatus());
+  }
+  // The clocks each method's requests carried since the last Take.
+  std::map<PsMethod, std::set<int64_t>> Take() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(clocks_, {});
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<PsMethod, std::set<int64_t>> clocks_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each call's requests carry the clock it was given, and no call changes what a later one carries.
+TEST(PsClientClockTest, EveryRequestCarriesItsCallsClock) {
+  auto owned = std::make_unique<RecordingTransport>();
+  RecordingTransport* transport = owned.get();
+  std::unique_ptr<PsClient> client = NewPsClient(PsClientOptions(), *Partition::Uniform(2), std::move(owned));
+  TableConfig dense = Table("dense", 4);
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dense_size(8);
+  ASSERT_TRUE(client->CreateTable(dense).ok());
+  using Clocks = std::map<PsMethod, std::set<int64_t>>;
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kCreateTable, {0}}}));
+  std::vector<uint64_t> keys = {5, uint64_t{1} << 63, 5};
+  std::vector<float> rows(3 * 4), grads(3 * 4, 1.0f);
+  ASSERT_TRUE(client->Push("emb", keys, 4, grads.data(), CallClock{7}).ok());
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kPush, {7}}}));
+  ASSERT_TRUE(client->Pull("emb", keys, 4, rows.data(), CallClock{5, CacheRead{9, 4}}).ok());
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kPull, {5}}}));
+  ASSERT_TRUE(client->Pull("emb", keys, 4, rows.data()).ok());
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kPull, {0}}}));
+  std::vector<float> tensor(8);
+  ASSERT_TRUE(client->PushDense("dense", tensor, CallClock{11}).ok());
+  ASSERT_TRUE(client->PullDense("dense", absl::MakeSpan(tensor), CallClock{12}).ok());
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kPullDense, {12}}, {PsMethod::kPushDense, {11}}}));
+  ASSERT_TRUE(client->Stats().ok());
+  EXPECT_EQ(transport->Take(), (Clocks{{PsMethod::kStats, {0}}}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace kestrel {
 
@@ -20,7 +21,13 @@ void RowCache::AddTable(const TableConfig& config) {
   tables_[config.name()] = std::make_unique<TableCache>(config, std::move(replay));
 }
 
-RowCache::TableCache* RowCache::Find(const std::string& table) const {
+absl::Status RowCache::CreateTable(const TableConfig& config) {
+  KESTREL_RETURN_IF_ERROR(client_->CreateTable(config));
+  AddTable(config);
+  return absl::OkStatus();
+}
+
+RowCache::TableCache* RowCache::Find(absl::string_view table) const {
   absl::MutexLock lock(&mu_);
   auto it = tables_.find(table);
   return it == tables_.end() ? nullptr : it->second.get();
@@ -43,16 +50,20 @@ void RowCache::MakeRoom(TableCache& t, size_t incoming, int64_t read_clock) {
   t.values.clear();
 }
 
-absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t> keys, int dim, float* out,
-                            int64_t read_clock, int64_t fresh_clock) {
-  TableCache* t = Find(table);
-  if (t == nullptr) return client_->Pull(table, keys, dim, out);
+absl::Status RowCache::Pull(absl::string_view table, const KeyBatch& batch, int dim, float* out,
+                            const CallClock& clock) {
+  TableCache* t = clock.cache.has_value() ? Find(table) : nullptr;
+  if (t == nullptr) return client_->Pull(table, batch, dim, out, clock);
+  const int64_t read_clock = clock.cache->read_clock;
+  const int64_t fresh_clock = clock.cache->fresh_clock;
+  const absl::Span<const uint64_t> keys = batch.unique_keys();
   if (dim != t->config.dim()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s' has dim %d, the pull asks for %d", table, t->config.dim(), dim));
   }
-  // Hits are copied and misses collected under the lock; the misses are pulled without it (a push of this
-  // table, its replay, stats() all go on meanwhile), then stored unless a fresher copy was stored meanwhile.
+  // Hits are copied and misses collected under the lock; the misses (grouped by server like `keys`) are pulled
+  // without it (a push of this table, its replay, stats() all go on meanwhile), then stored unless a fresher
+  // copy was stored meanwhile.
   thread_local std::vector<uint64_t> miss_keys;
   thread_local std::vector<size_t> miss_positions;
   thread_local std::vector<float> miss_rows;
@@ -80,7 +91,7 @@ absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t>
   }
   if (misses == 0) return absl::OkStatus();
   miss_rows.resize(misses * dim);
-  absl::Status pulled = client_->Pull(table, miss_keys, dim, miss_rows.data());
+  absl::Status pulled = client_->Pull(table, miss_keys, dim, miss_rows.data(), CallClock{clock.clock});
   if (!pulled.ok()) return pulled;
   absl::MutexLock lock(&t->mu);
   // Stamped when stored: a push that began before this may be in these rows already, so it is not replayed
@@ -109,8 +120,8 @@ absl::Status RowCache::Pull(const std::string& table, absl::Span<const uint64_t>
   return absl::OkStatus();
 }
 
-absl::Status RowCache::Push(const std::string& table, absl::Span<const uint64_t> keys, int dim,
-                            const float* grads) {
+absl::Status RowCache::Push(absl::string_view table, const KeyBatch& batch, int dim, const float* grads,
+                            const CallClock& clock) {
   TableCache* t = Find(table);
   const bool replay = t != nullptr && t->replay != nullptr && dim == t->config.dim();
   uint64_t began = 0;
@@ -118,10 +129,11 @@ absl::Status RowCache::Push(const std::string& table, absl::Span<const uint64_t>
     absl::MutexLock lock(&t->mu);
     began = ++t->seq;
   }
-  absl::Status pushed = client_->Push(table, keys, dim, grads);
+  absl::Status pushed = client_->Push(table, batch, dim, grads, clock);
   if (!pushed.ok() || !replay) return pushed;
+  const absl::Span<const uint64_t> keys = batch.unique_keys();
   absl::MutexLock lock(&t->mu);
-  for (size_t i = 0; i < keys.size(); ++i) {  // the trainer pushes distinct keys
+  for (size_t i = 0; i < keys.size(); ++i) {
     auto it = t->index.find(keys[i]);
     if (it == t->index.end() || it->second.fetched > began) continue;
     t->replay->Apply(grads + i * dim, t->values.data() + static_cast<size_t>(it->second.slot) * dim, nullptr);

@@ -1,4 +1,5 @@
-// RowCache: a worker's cache of sparse rows, bounded by the job's consistency mode, in front of a PsClient.
+// RowCache: a PsClient that wraps another and answers training reads of sparse rows from a cache, bounded by the
+// job's consistency mode.
 //
 // Under SSP(s) the scheduler lets iteration c start once the slowest worker has finished c - s iterations, and
 // promises that every read at c sees all updates of iterations <= c - s - 1 of all workers. A row pulled when
@@ -7,7 +8,11 @@
 // m >= c - s without asking a server: the promise holds for every read, cached or not (row_cache_test checks
 // it). Hot keys (Zipf) then cost one pull per s clocks, a fresh key one pull. Under ASP the bound is a
 // configurable number of the worker's own clocks (`bound`, freshness = the clock of the pull). BSP (s = 0)
-// needs the latest rows, so the trainer uses no cache there.
+// needs the latest rows, so a BSP worker has no cache.
+//
+// Only reads whose CallClock carries a CacheRead (the trainer's training reads) use the cache; other reads,
+// dense tables and everything else go straight to the wrapped client, as do the sparse tables not registered
+// (CreateTable through the cache registers them, AddTable one created elsewhere).
 //
 // The worker's own pushes are applied to its cached copies where the client can do so exactly: tables whose
 // optimizer keeps no per-row state (SGD; the server's own Optimizer code and defaults) and whose gradients
@@ -20,7 +25,8 @@
 // Bounded: at most `max_rows` rows per table; a full table first drops the rows no read can use any more, then
 // everything. Hits and misses are counted (hit_ratio in the worker's metrics).
 //
-// Thread-safe (one mutex per table, never held across a pull or push RPC). The PsClient must outlive it.
+// Thread-safe (one mutex per table, never held across a pull or push RPC). Does not own the wrapped PsClient,
+// which must outlive it.
 #ifndef KESTREL_WORKER_ROW_CACHE_H_
 #define KESTREL_WORKER_ROW_CACHE_H_
 
@@ -32,6 +38,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/table.pb.h"
@@ -54,21 +62,34 @@ struct RowCacheStats {
   double hit_ratio() const { return hits + misses == 0 ? 0 : static_cast<double>(hits) / (hits + misses); }
 };
 
-class RowCache {
+class RowCache final : public PsClient {
  public:
   RowCache(PsClient* client, RowCacheOptions options);
 
-  // A sparse table whose rows may be cached (its dim and optimizer decide what a push does to them). Tables not
-  // registered pass straight through.
+  // A sparse table whose rows may be cached (its dim and optimizer decide what a push does to them).
   void AddTable(const TableConfig& config);
 
-  // Pulls keys.size() rows of `dim` floats into `out` for a read at `read_clock`: rows cached with freshness
-  // >= read_clock - bound are answered from the cache, the rest pulled and cached with freshness
-  // `fresh_clock` (SSP: the min clock the worker knew before this pull; ASP: read_clock). `keys` distinct.
-  absl::Status Pull(const std::string& table, absl::Span<const uint64_t> keys, int dim, float* out,
-                    int64_t read_clock, int64_t fresh_clock);
-  // Pushes through the client, then applies the push to the cached rows where that is exact (SGD).
-  absl::Status Push(const std::string& table, absl::Span<const uint64_t> keys, int dim, const float* grads);
+  const Partition& partition() const override { return client_->partition(); }
+  // Creates the table through the wrapped client, then registers it (AddTable).
+  absl::Status CreateTable(const TableConfig& config) override;
+  // With clock.cache set, for a registered table: rows cached with freshness >= cache->read_clock - bound are
+  // answered from the cache, the rest pulled (carrying clock.clock) and cached with freshness
+  // cache->fresh_clock. Otherwise a pull through the wrapped client.
+  absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+                    const CallClock& clock) override;
+  // Pushes through the wrapped client, then applies the push to the cached rows where that is exact (SGD).
+  absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+                    const CallClock& clock) override;
+  absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override {
+    return client_->PullDense(table, out, clock);
+  }
+  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override {
+    return client_->PushDense(table, grads, clock);
+  }
+  absl::StatusOr<std::vector<StatsResponse>> Stats() override { return client_->Stats(); }
+  void SetGeneration(uint64_t generation) override { client_->SetGeneration(generation); }
+  using PsClient::Pull;  // the raw-keys forms
+  using PsClient::Push;
 
   RowCacheStats stats() const;
 
@@ -88,7 +109,7 @@ class RowCache {
     std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
     uint64_t seq ABSL_GUARDED_BY(mu) = 0;  // counts pushes begun and pulls stored
   };
-  TableCache* Find(const std::string& table) const;
+  TableCache* Find(absl::string_view table) const;
   // Makes room for `incoming` rows: drops rows no read at `read_clock` or later can use, then everything.
   void MakeRoom(TableCache& t, size_t incoming, int64_t read_clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
 

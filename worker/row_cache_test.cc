@@ -51,6 +51,9 @@ struct Cluster {
   std::vector<std::unique_ptr<Shard>> shards;
 };
 
+// A training read at `clock` whose pulled rows get freshness `fresh` (the requests carry clock 0).
+CallClock Read(int64_t clock, int64_t fresh) { return CallClock{0, CacheRead{clock, fresh}}; }
+
 // Blocks until the ClockTable lets `rank` start `clock`.
 absl::Status WaitToStart(ClockTable& clocks, int rank, int64_t clock) {
   absl::Notification done;
@@ -95,7 +98,7 @@ Outcome Simulate(int workers, int s, int64_t cache_bound, int iterations, uint64
       for (int64_t c = 0; c < iterations; ++c) {
         ASSERT_TRUE(WaitToStart(*clocks, w, c).ok());
         const int64_t fresh = clocks->MinClock();  // every push of iterations < fresh is applied
-        ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), c, fresh).ok());
+        ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), Read(c, fresh)).ok());
         for (size_t i = 0; i < keys.size(); ++i) {
           // Own SGD pushes are applied to the cache as well, so a row may count more, never fewer.
           if (-rows[i * kDim] < static_cast<float>(workers) * (c - s)) ++violations;
@@ -150,21 +153,21 @@ TEST(RowCacheTest, HitsOwnPushesAndBounds) {
   std::vector<uint64_t> keys = {Partition::FeatureKey(1), Partition::FeatureKey(2)};
   std::sort(keys.begin(), keys.end());
   std::vector<float> rows(2 * kDim), grads(2 * kDim, 0.5f);
-  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), /*read_clock=*/0, /*fresh_clock=*/0).ok());
+  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), Read(/*clock=*/0, /*fresh=*/0)).ok());
   EXPECT_EQ(cache.stats().misses, 2u);
   ASSERT_TRUE(cache.Push("emb", keys, kDim, grads.data()).ok());
   // Clock 2 with freshness 0 and bound 2: answered from the cache, which holds the own push (-0.5).
-  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), 2, 0).ok());
+  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), Read(2, 0)).ok());
   EXPECT_EQ(cache.stats().hits, 2u);
   for (float v : rows) EXPECT_EQ(v, -0.5f);
   // Clock 3: too stale, pulled again (the server's value is the same).
-  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), 3, 3).ok());
+  ASSERT_TRUE(cache.Pull("emb", keys, kDim, rows.data(), Read(3, 3)).ok());
   EXPECT_EQ(cache.stats().misses, 4u);
   for (float v : rows) EXPECT_EQ(v, -0.5f);
   // Adagrad rows are cached but own pushes cannot be replayed: the cached copy stays as pulled.
-  ASSERT_TRUE(cache.Pull("ada", keys, kDim, rows.data(), 0, 0).ok());
+  ASSERT_TRUE(cache.Pull("ada", keys, kDim, rows.data(), Read(0, 0)).ok());
   ASSERT_TRUE(cache.Push("ada", keys, kDim, grads.data()).ok());
-  ASSERT_TRUE(cache.Pull("ada", keys, kDim, rows.data(), 1, 0).ok());
+  ASSERT_TRUE(cache.Pull("ada", keys, kDim, rows.data(), Read(1, 0)).ok());
   for (float v : rows) EXPECT_EQ(v, 0.0f);
   // Bounded: 30 more keys through a 10-row cache.
   std::vector<uint64_t> many(30);
@@ -172,12 +175,48 @@ TEST(RowCacheTest, HitsOwnPushesAndBounds) {
   std::sort(many.begin(), many.end());
   std::vector<float> out(many.size() * kDim);
   for (size_t i = 0; i < many.size(); i += 5) {
-    ASSERT_TRUE(cache.Pull("emb", absl::MakeConstSpan(many).subspan(i, 5), kDim, out.data(), 10 + i, 10 + i).ok());
+    ASSERT_TRUE(cache.Pull("emb", absl::MakeConstSpan(many).subspan(i, 5), kDim, out.data(), Read(10 + i, 10 + i)).ok());
     EXPECT_LE(cache.stats().rows, 10u + 2u) << "the 'ada' table holds 2";
   }
   // A table not registered passes through.
   ASSERT_TRUE(client->CreateTable(SgdTable("plain")).ok());
-  ASSERT_TRUE(cache.Pull("plain", keys, kDim, rows.data(), 0, 0).ok());
+  ASSERT_TRUE(cache.Pull("plain", keys, kDim, rows.data(), Read(0, 0)).ok());
+}
+
+// As a PsClient: tables created through it are cached, reads without a CacheRead (evaluations) and dense tables
+// go to the servers, and raw keys with duplicates are answered in their order.
+TEST(RowCacheTest, WrapsAPsClient) {
+  Cluster cluster;
+  std::unique_ptr<PsClient> client = cluster.Client();
+  RowCacheOptions options;
+  options.bound = 1;
+  RowCache cache(client.get(), options);
+  PsClient& ps = cache;
+  ASSERT_TRUE(ps.CreateTable(SgdTable("emb")).ok());
+  TableConfig dense = SgdTable("dense");
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dense_size(6);
+  ASSERT_TRUE(ps.CreateTable(dense).ok());
+  std::vector<uint64_t> keys = {Partition::FeatureKey(3), Partition::FeatureKey(1), Partition::FeatureKey(3)};
+  std::vector<float> rows(keys.size() * kDim, 1.0f);
+  ASSERT_TRUE(ps.Pull("emb", keys, kDim, rows.data(), Read(0, 0)).ok());
+  EXPECT_EQ(cache.stats().misses, 2u) << "the duplicate is one key";
+  for (float v : rows) EXPECT_EQ(v, 0.0f);
+  // Another worker's push: a training read within the bound still sees the cached rows, an evaluation does not.
+  std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_TRUE(client->Push("emb", keys, kDim, grads.data()).ok());
+  ASSERT_TRUE(ps.Pull("emb", keys, kDim, rows.data(), Read(1, 0)).ok());
+  EXPECT_EQ(cache.stats().hits, 2u);
+  for (float v : rows) EXPECT_EQ(v, 0.0f);
+  ASSERT_TRUE(ps.Pull("emb", keys, kDim, rows.data()).ok());
+  EXPECT_EQ(cache.stats().hits + cache.stats().misses, 4u) << "an evaluation's read is not counted";
+  EXPECT_EQ(rows[0], -2.0f) << "key 3's two gradients, summed";
+  EXPECT_EQ(rows[kDim], -1.0f);
+  std::vector<float> tensor(6, 0.5f);
+  ASSERT_TRUE(ps.PushDense("dense", tensor, {}).ok());
+  ASSERT_TRUE(ps.PullDense("dense", absl::MakeSpan(tensor), {}).ok());
+  for (float v : tensor) EXPECT_EQ(v, -0.5f);
+  EXPECT_EQ(&ps.partition(), &client->partition());
 }
 
 }  // namespace

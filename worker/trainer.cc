@@ -94,9 +94,7 @@ struct StepData {
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
   ReaderPosition after;               // the reader right after this batch
   std::vector<uint64_t> lines;        // the batch's global line indices (with TrainerOptions::line_log)
-  int64_t clock = 0;                  // the iteration that reads these rows
-  int64_t fresh = -1;                 // rows pulled now hold every update below this clock (row cache)
-  bool cacheable = false;             // a training read (Fetch) the row cache may answer; evaluations never
+  CallClock read;                     // what the pulls of these rows carry
 };
 
 WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
@@ -244,29 +242,26 @@ class Trainer::Impl {
     if (options_.create_tables) {
       for (const TableConfig& table : model_->Tables()) KESTREL_RETURN_IF_ERROR(client_->CreateTable(table));
     }
-    if (options_.row_cache != nullptr) {
-      for (const TableConfig& table : model_->Tables()) options_.row_cache->AddTable(table);
-    }
     return absl::OkStatus();
   }
 
-  // Pulls the rows of `step`'s unique keys and the dense tensor; the sparse tables concurrently.
+  // Pulls the rows of `step`'s unique keys and the dense tensor, at step->read; the sparse tables concurrently.
   absl::Status Pull(StepData* step) {
-    const absl::Span<const uint64_t> keys = step->batch.keys.unique_keys();
+    const KeyBatch& keys = step->batch.keys;
+    const CallClock& read = step->read;
     const int dim = model_->embedding_dim();
-    KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.size()));
-    KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.size() * dim));
+    KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.num_unique()));
+    KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.num_unique() * dim));
     KESTREL_RETURN_IF_ERROR(step->dense.Reserve(model_->dense_size()));
-    auto pull = [&](const char* table, int width, float* out) {
-      if (options_.row_cache == nullptr || !step->cacheable) return client_->Pull(table, keys, width, out);
-      return options_.row_cache->Pull(table, keys, width, out, step->clock, step->fresh);
-    };
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
-      emb = std::async(std::launch::async, [&] { return pull(kEmbeddingTable, dim, step->emb.data()); });
+      emb = std::async(std::launch::async,
+                       [&] { return client_->Pull(kEmbeddingTable, keys, dim, step->emb.data(), read); });
     }
-    absl::Status status = pull(kWideTable, 1, step->wide.data());
-    if (status.ok()) status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()));
+    absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data(), read);
+    if (status.ok()) {
+      status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
+    }
     if (emb.valid()) {
       absl::Status e = emb.get();
       if (status.ok()) status = e;
@@ -274,20 +269,19 @@ class Trainer::Impl {
     return status;
   }
 
-  absl::Status Push(const StepData& step, const GradBuffers& g) {
-    const absl::Span<const uint64_t> keys = step.batch.keys.unique_keys();
+  // Pushes iteration `clock`'s gradients; the sparse tables concurrently.
+  absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) {
+    const KeyBatch& keys = step.batch.keys;
+    const CallClock at{clock};
     const int dim = model_->embedding_dim();
-    auto push = [&](const char* table, int width, const float* grads) {
-      if (options_.row_cache == nullptr) return client_->Push(table, keys, width, grads);
-      return options_.row_cache->Push(table, keys, width, grads);
-    };
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
-      emb = std::async(std::launch::async, [&] { return push(kEmbeddingTable, dim, g.emb.data()); });
+      emb = std::async(std::launch::async,
+                       [&] { return client_->Push(kEmbeddingTable, keys, dim, g.emb.data(), at); });
     }
-    absl::Status status = push(kWideTable, 1, g.wide.data());
+    absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
     absl::Status dense =
-        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), model_->dense_size()));
+        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), model_->dense_size()), at);
     if (status.ok()) status = dense;
     if (emb.valid()) {
       absl::Status e = emb.get();
@@ -298,11 +292,10 @@ class Trainer::Impl {
 
   // Pushes iteration `clock`'s gradients, then tells the gate it is done.
   absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last) {
-    client_->SetClock(clock);
     CrashPoint("worker.push.before");  // crash tests: dies with nothing of this clock pushed
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
-      if (absl::Status pushed = Push(step, g); !pushed.ok()) return Annotate(pushed, clock, "pushing");
+      if (absl::Status pushed = Push(step, g, clock); !pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
     CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
@@ -443,25 +436,30 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock) {
+  // Waits for permission to run iteration `clock`, takes its batch and pulls its rows, sending `sent` with
+  // the pulls (see sent_clock_).
+  absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock, int64_t sent) {
     absl::StatusOr<std::unique_ptr<StepData>> step;
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
       // Read after the permission: every update below it is in the rows pulled from now on.
       const int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
-      // Without prefetching (BSP), pulls carry their iteration: a server that already applied it (this worker
-      // replaces one that died after pushing) answers the weights from before it.
-      if (!options_.prefetch_pulls) client_->SetClock(clock);
       step = queue_->Pop();
       if (!step.ok()) return step.status();
-      (*step)->clock = clock;
-      (*step)->fresh = fresh;
-      (*step)->cacheable = true;
+      (*step)->read = CallClock{sent, CacheRead{clock, fresh}};
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
     KESTREL_RETURN_IF_ERROR(Pull(step->get()));
     return step;
+  }
+
+  // The clock iteration `clock`'s pulls carry. Without prefetching (BSP), their iteration: a server that already
+  // applied it (this worker replaces one that died after pushing) answers the weights from before it. Prefetched
+  // pulls run ahead of the pushes before them and carry sent_clock_.
+  int64_t PullClock(int64_t clock) {
+    if (!options_.prefetch_pulls) sent_clock_ = clock;
+    return sent_clock_;
   }
 
   absl::StatusOr<TrainResult> Run() {
@@ -525,12 +523,13 @@ class Trainer::Impl {
     };
     absl::Time t0 = absl::Now();
     if (start < total) {
-      KESTREL_ASSIGN_OR_RETURN(current, Fetch(start));
+      KESTREL_ASSIGN_OR_RETURN(current, Fetch(start, PullClock(start)));
     }
     for (int64_t clock = start; clock < total; ++clock) {
       const bool last = clock + 1 == total;
       if (options_.prefetch_pulls && !last) {
-        next = std::async(std::launch::async, [this, clock] { return Fetch(clock + 1); });
+        next = std::async(std::launch::async,
+                          [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
       }
       const PreparedBatch& batch = current->batch;
       const size_t unique = batch.keys.num_unique();
@@ -546,6 +545,7 @@ class Trainer::Impl {
                             nullptr);
       }
       if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
+      sent_clock_ = clock;  // the push's
       if (overlap_push) {
         KESTREL_RETURN_IF_ERROR(finish_push());  // c - 1's, whose buffers c + 1 will fill
         pushed = std::move(current);
@@ -565,7 +565,7 @@ class Trainer::Impl {
           PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
           fetched = next.get();
         } else {
-          fetched = Fetch(clock + 1);
+          fetched = Fetch(clock + 1, PullClock(clock + 1));
         }
         if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
         if (current != nullptr) queue_->Recycle(std::move(current));  // (pushing: moved to `pushed`)
@@ -652,6 +652,7 @@ class Trainer::Impl {
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
                              BatchReader::Open(job.data(), job.model(), files, reader_options));
     StepData step_data(backend_);
+    step_data.read = CallClock{sent_clock_};  // never from a row cache
     std::vector<float> batch_probs;
     probs->clear();
     labels->clear();
@@ -676,7 +677,7 @@ class Trainer::Impl {
 
   absl::StatusOr<EvalResult> Evaluate(int64_t step) {
     KESTREL_RETURN_IF_ERROR(Init());
-    client_->SetClock(step);  // iterations done: reads the current weights
+    sent_clock_ = step;  // iterations done: reads the current weights
     const JobConfig& job = options_.job;
     const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
     const absl::Time start = absl::Now();
@@ -754,6 +755,10 @@ class Trainer::Impl {
   absl::Mutex line_log_mu_;
   std::FILE* line_log_ ABSL_GUARDED_BY(line_log_mu_) = nullptr;  // opened on first use
   EpochSchedule schedule_;
+  // The clock of the last pull or push that named its iteration (a push's, a pull's without prefetching) or of
+  // the last evaluation; 0 before any. Prefetched pulls and Score's carry it. Used only by the thread running
+  // Run(), Evaluate() or Score().
+  int64_t sent_clock_ = 0;
   std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
   PhaseClock phases_;
 };

@@ -94,7 +94,7 @@ struct TrainerOptions {
   JobConfig job;               // defaults of unset fields applied by the Trainer
   int rank = 0;                // this worker. Default: 0.
   int num_workers = 1;         // Default: 1.
-  Partition partition = *Partition::Uniform(1);  // the servers' partition (groups keys by server)
+  Partition partition = *Partition::Uniform(1);  // the servers' partition (groups keys by server): the client's
   int64_t start_clock = 0;     // iterations already done (a replacement worker continues there). Default: 0.
   // Where this rank's reader was at start_clock (from the scheduler or a checkpoint); without a reader position
   // the worker re-reads its epoch from the start and skips the batches before start_clock. Default: none.
@@ -110,12 +110,12 @@ struct TrainerOptions {
   // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
   // block. Default: none.
   std::function<void(const TrainerEvent&)> observer;
-  // Serves the sparse tables' pulls from the worker's cache within the consistency bound (worker/row_cache.h);
-  // the trainer registers the model's tables with it. Must outlive the Trainer. Default: none (BSP needs the
-  // latest rows).
-  RowCache* row_cache = nullptr;
-  // With row_cache under ASP (no min clock): rows serve reads this many of the worker's own clocks after their
-  // pull. Under SSP the cache's own bound applies to the gate's min clock. Default: false = SSP.
+  // The row cache the Trainer's PsClient is (worker/row_cache.h), if any: the done record reports its hit ratio
+  // and rows. Pulls and pushes reach it through the client. Must outlive the Trainer. Default: none.
+  const RowCache* row_cache = nullptr;
+  // The freshness training reads tell a row cache (CacheRead::fresh_clock): true, the read's own clock (ASP: no
+  // min clock; rows serve reads the cache's bound of the worker's own clocks after their pull); false, the gate's
+  // known min clock before the pull (SSP). Default: false = SSP.
   bool row_cache_own_clock = false;
 };
 
