@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -80,7 +81,8 @@ TEST(Crc32cTest, MaskRoundTripAndKnownValues) {
   EXPECT_EQ(Crc32cMask(0), 0xa282ead8u);
   EXPECT_EQ(Crc32cMask(0xE3069283u), 0xC78AB0E5u);
   EXPECT_EQ(Crc32cUnmask(0xC78AB0E5u), 0xE3069283u);
-  std::mt19937 rng(3);
+  const TestSeed seed(3);
+  std::mt19937 rng(seed.value());
   for (int i = 0; i < 10000; ++i) {
     const uint32_t x = rng();
     EXPECT_EQ(Crc32cUnmask(Crc32cMask(x)), x);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -126,8 +127,10 @@ TEST(KeyBatchTest, RandomBatchesWithDuplicatesMatchReference) {
     for (int ranges_per_server : {1, 3}) {
       const Partition p = MustUniform(servers, ranges_per_server);
       for (size_t n : {1, 2, 17, 1000, 5000}) {
-        SCOPED_TRACE(absl::StrCat("servers=", servers, " ranges_per_server=", ranges_per_server, " n=", n));
-        const std::vector<uint64_t> keys = RandomKeys(n, /*distinct=*/static_cast<int>(n / 4 + 1), seed++);
+        const uint64_t keys_seed = seed++;
+        SCOPED_TRACE(absl::StrCat("servers=", servers, " ranges_per_server=", ranges_per_server, " n=", n,
+                                  " seed=", keys_seed));
+        const std::vector<uint64_t> keys = RandomKeys(n, /*distinct=*/static_cast<int>(n / 4 + 1), keys_seed);
         KeyBatch batch;
         batch.Build(keys, p);
         ExpectAllCorrect(batch, keys, p);
@@ -284,7 +287,8 @@ namespace kestrel {
 namespace {
 
 TEST(KeyBatchSortTest, SortByKeyMatchesStdSortOnKeys) {
-  std::mt19937_64 rng(42);
+  const TestSeed seed(42);
+  std::mt19937_64 rng(seed.value());
   for (size_t n : {0, 1, 5, 511, 512, 513, 4096, 100000}) {
     for (int kind = 0; kind < 3; ++kind) {
       std::vector<std::pair<uint64_t, uint32_t>> a(n), tmp;

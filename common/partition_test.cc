@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/container/flat_hash_set.h"
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -323,7 +324,8 @@ TEST(PartitionTest, DenseBlockKeyDiffersForTablesAndBlocks) {
 
 // The moves cover exactly the keys whose owner changes, each from its old owner to its new one.
 TEST(MovesBetweenTest, CoverExactlyTheKeysThatChangeOwner) {
-  std::mt19937_64 rng(7);
+  const TestSeed seed(7);
+  std::mt19937_64 rng(seed.value());
   const std::vector<std::pair<Partition, Partition>> cases = {
       {*Partition::Uniform(2), *Partition::Uniform(3)},       {*Partition::Uniform(3), *Partition::Uniform(2)},
       {*Partition::Uniform(2, 4), *Partition::Uniform(3, 2)}, {*Partition::Uniform(4), *Partition::Uniform(4)},

@@ -4,7 +4,6 @@
 #include <set>
 
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -40,12 +39,16 @@ TEST(ThreadPoolTest, UsesSeveralThreads) {
 }
 
 TEST(ThreadPoolTest, TryScheduleRefusesBeyondTheBound) {
-  absl::Notification release;
+  absl::Notification started, release;
   std::atomic<int> ran{0};
   {
     ThreadPool pool(1, /*max_queued=*/2);
-    ASSERT_TRUE(pool.TrySchedule([&] { release.WaitForNotification(); ++ran; }));  // occupies the thread
-    absl::SleepFor(absl::Milliseconds(50));  // let it start, so the queue is empty again
+    ASSERT_TRUE(pool.TrySchedule([&] {  // occupies the thread
+      started.Notify();
+      release.WaitForNotification();
+      ++ran;
+    }));
+    started.WaitForNotification();  // it left the queue, which is empty again
     EXPECT_TRUE(pool.TrySchedule([&] { ++ran; }));
     EXPECT_TRUE(pool.TrySchedule([&] { ++ran; }));
     EXPECT_FALSE(pool.TrySchedule([&] { ++ran; })) << "two are waiting: the third is refused";

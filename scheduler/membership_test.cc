@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/test_seed.h"
 #include "gmock/gmock.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -428,7 +429,8 @@ TEST(MembershipTest, ResumedIdsAreTheCheckpointsAndAreValidated) {
 // are dense, every id is held once, each live member's heartbeat (by id) answers the rank the layout gives its
 // id, worker generations only move forward, and removed ids are refused when they come back.
 TEST(MembershipTest, RandomRemovalsAndGrowthsKeepRanksDenseAndIdsUnique) {
-  std::mt19937 rng(5);
+  const TestSeed seed(5);
+  std::mt19937 rng(seed.value());
   for (int trial = 0; trial < 50; ++trial) {
     const int servers = std::uniform_int_distribution<int>(1, 4)(rng);
     const int workers = std::uniform_int_distribution<int>(1, 5)(rng);

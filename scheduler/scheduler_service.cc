@@ -518,6 +518,11 @@ void SchedulerServiceImpl::CancelWaits() {
   if (n > 0) KLOG(Info) << "cancelled " << n << " pending WaitToStart calls";
 }
 
+size_t SchedulerServiceImpl::num_forming_waits() {
+  absl::MutexLock lock(&forming_mu_);
+  return forming_waits_.size();
+}
+
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const SchedulerServerOptions& server_options,
                                                                         const SchedulerOptions& options) {
   if (server_options.memory_quota_bytes < (int64_t{16} << 20) || server_options.max_concurrent_streams < 1) {

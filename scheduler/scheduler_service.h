@@ -81,6 +81,8 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   void ExpireSilent(absl::Time now);
   // Fails every pending and later WaitToStart with UNAVAILABLE (before shutting the server down).
   void CancelWaits();
+  // WaitToStart calls held because the job is still forming (the Register that completes it issues them).
+  size_t num_forming_waits();
 
   Membership& membership() { return *membership_; }
   ClockTable& clocks() { return *clocks_; }

@@ -142,13 +142,16 @@ TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
 TEST_F(SchedulerServiceTest, NothingStartsBeforeTheJobHasFormed) {
   ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
   const RegisterResponse w0 = Register(ROLE_WORKER, "");
-  // Iteration 0 never waits on clocks, but the job is still forming.
+  // Iteration 0 never waits on clocks, but the job is still forming: the wait is held, not answered.
   auto wait = StartWait(w0, 0);
-  Register(ROLE_SERVER, "127.0.0.1:1");
-  EXPECT_FALSE(wait->answered.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  ASSERT_TRUE(Eventually([&] { return server_->service().num_forming_waits() == 1; }));
+  Register(ROLE_SERVER, "127.0.0.1:1");  // answered after the scheduler handled it: a release would be done
+  EXPECT_EQ(server_->service().num_forming_waits(), 1u) << "a registration that leaves the job forming released it";
+  EXPECT_FALSE(wait->answered.HasBeenNotified());
   Register(ROLE_WORKER, "");  // the last member: the job starts
   ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_TRUE(wait->status.ok()) << wait->status.error_message();
+  EXPECT_EQ(server_->service().num_forming_waits(), 0u);
 }
 
 TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) {

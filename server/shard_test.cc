@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/packed.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -317,11 +318,15 @@ TEST_F(ShardTest, RestoreGenerationCannotRunAheadOfTheJob) {
   EXPECT_TRUE(shard_->CheckRestoreGeneration(7, absl::ZeroDuration()).ok());
   EXPECT_EQ(shard_->CheckRestoreGeneration(1000, absl::Milliseconds(10)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_GE(asked.load(), 1);
-  std::thread heard([this] {
-    absl::SleepFor(absl::Milliseconds(50));
+  // The scheduler's word arrives only once the restore is waiting for it (it asked again).
+  const int asked_before = asked.load();
+  std::thread heard([this, &asked, asked_before] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (asked.load() == asked_before && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
     shard_->SetJobView(8, {8, 8});  // the heartbeat answer after the scheduler's rollback
   });
   EXPECT_TRUE(shard_->CheckRestoreGeneration(8, absl::Seconds(30)).ok());
+  EXPECT_EQ(asked.load(), asked_before + 1);
   heard.join();
 }
 

@@ -9,8 +9,10 @@ DIR for --deploy is a writable copy of deploy/ (kustomize refuses symlinks that 
 directory, and runfiles are symlinks); --bin holds scheduler/kestrel_scheduler, server/kestrel_server and
 worker/kestrel_worker; --scripts is scripts/ (its shell scripts are shellchecked, its kestrel makes the
 certificates the TLS groups inspect, with the openssl command). Every group of checks is one JUnit test case
-(written to $XML_OUTPUT_FILE when set); a group whose tool is missing (kubectl, shellcheck, openssl) is skipped
-with the reason. Exit 1 when any check fails.
+(written to $XML_OUTPUT_FILE when set); a group whose tool is missing (PyYAML, kubectl, shellcheck, openssl,
+scripts/kestrel) is skipped with the reason, but when every group that needs a tool skips, the case
+tool_groups_ran fails naming the missing tools: such a run checked no Kubernetes manifest, certificate or
+shell script. Exit 1 when any check fails.
 Python 3 standard library plus PyYAML (Debian: python3-yaml).
 """
 import argparse
@@ -53,6 +55,12 @@ PLAINTEXT_COMPONENT = "components/plaintext"
 
 class Skip(Exception):
     pass
+
+
+# The tools each kind of group needs.
+K8S_TOOLS = ("PyYAML", "kubectl")
+CERT_TOOLS = ("scripts/kestrel", "openssl")
+SHELLCHECK_TOOLS = ("shellcheck",)
 
 
 class Case:
@@ -1182,6 +1190,15 @@ def find_tool(name):
     return None
 
 
+def tool_present(tool, kestrel_cli):
+    """Whether one of the tools named in K8S_TOOLS, CERT_TOOLS or SHELLCHECK_TOOLS is installed."""
+    if tool == "PyYAML":
+        return yaml is not None
+    if tool == "scripts/kestrel":
+        return bool(kestrel_cli) and os.path.isfile(kestrel_cli)
+    return find_tool(tool) is not None
+
+
 def write_xml(cases, path):
     suite = ET.Element("testsuite", name="deploy_test", tests=str(len(cases)),
                        failures=str(sum(1 for c in cases if c.errors)),
@@ -1210,9 +1227,12 @@ def main():
 
     cases = []
     state = {}
+    needs_tools = {}  # group name -> the tools it needs (groups that need none are not here)
 
-    def run(name, fn, *fargs):
+    def run(name, fn, *fargs, tools=()):
         case = Case(name)
+        if tools:
+            needs_tools[name] = tools
         start = time.time()
         try:
             fn(case, *fargs)
@@ -1269,30 +1289,46 @@ def main():
             fn(case, state["k8s"], *extra)
         return wrapped
 
+    def tool_groups_case(case):
+        ran = [c.name for c in cases if c.name in needs_tools and not c.skipped]
+        missing = sorted({tool for tools in needs_tools.values() for tool in tools
+                          if not tool_present(tool, kestrel_cli)})
+        why = f"missing: {', '.join(missing)}" if missing else "see their reasons above"
+        case.check(ran, f"every group that needs a tool skipped ({why}): this run checked no Kubernetes manifest, "
+                        "certificate or shell script (scripts/setup.sh installs python3-yaml and shellcheck; kubectl "
+                        "and openssl come with the image)")
+        print(f"  groups that needed a tool and ran: {len(ran)} of {len(needs_tools)}"
+              + (f"; missing: {', '.join(missing)}" if missing else ""))
+
     run("binaries_helpfull", helpfull_case)
     run("binaries_read_launcher_env", launcher_env, args.bin)
-    run("k8s_render", render_case)
-    run("k8s_kinds", with_k8s(k8s_kinds))
-    run("k8s_services", with_k8s(k8s_services))
-    run("k8s_ports_and_probes", with_k8s(k8s_ports_probes))
-    run("k8s_mutual_tls", with_k8s(k8s_tls))
-    run("k8s_env_and_scheduler_address", with_k8s(k8s_env))
-    run("k8s_counts_and_indexing", with_k8s(k8s_counts))
-    run("k8s_checkpoint_volume", with_k8s(k8s_checkpoints))
-    run("k8s_job_config", with_k8s(k8s_job_config, deploy_dir))
-    run("k8s_prometheus", with_k8s(k8s_prometheus))
-    run("k8s_resources", with_k8s(k8s_resources))
-    run("k8s_devices", with_k8s(k8s_devices))
-    run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case))
-    run("k8s_plaintext_component", lambda case: with_k8s(k8s_plaintext, deploy_dir, need_helpfull())(case))
-    run("k8s_replicas_component", lambda case: with_k8s(k8s_replicas, deploy_dir, need_helpfull())(case))
-    run("k8s_elastic_component", lambda case: with_k8s(k8s_elastic, deploy_dir, need_helpfull())(case))
-    run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli))
+    run("k8s_render", render_case, tools=K8S_TOOLS)
+    run("k8s_kinds", with_k8s(k8s_kinds), tools=K8S_TOOLS)
+    run("k8s_services", with_k8s(k8s_services), tools=K8S_TOOLS)
+    run("k8s_ports_and_probes", with_k8s(k8s_ports_probes), tools=K8S_TOOLS)
+    run("k8s_mutual_tls", with_k8s(k8s_tls), tools=K8S_TOOLS)
+    run("k8s_env_and_scheduler_address", with_k8s(k8s_env), tools=K8S_TOOLS)
+    run("k8s_counts_and_indexing", with_k8s(k8s_counts), tools=K8S_TOOLS)
+    run("k8s_checkpoint_volume", with_k8s(k8s_checkpoints), tools=K8S_TOOLS)
+    run("k8s_job_config", with_k8s(k8s_job_config, deploy_dir), tools=K8S_TOOLS)
+    run("k8s_prometheus", with_k8s(k8s_prometheus), tools=K8S_TOOLS)
+    run("k8s_resources", with_k8s(k8s_resources), tools=K8S_TOOLS)
+    run("k8s_devices", with_k8s(k8s_devices), tools=K8S_TOOLS)
+    run("k8s_flags", lambda case: with_k8s(k8s_flags, need_helpfull())(case), tools=K8S_TOOLS)
+    run("k8s_plaintext_component", lambda case: with_k8s(k8s_plaintext, deploy_dir, need_helpfull())(case),
+        tools=K8S_TOOLS)
+    run("k8s_replicas_component", lambda case: with_k8s(k8s_replicas, deploy_dir, need_helpfull())(case),
+        tools=K8S_TOOLS)
+    run("k8s_elastic_component", lambda case: with_k8s(k8s_elastic, deploy_dir, need_helpfull())(case),
+        tools=K8S_TOOLS)
+    run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli), tools=K8S_TOOLS + CERT_TOOLS)
     run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
-    run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli))
+    run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli), tools=CERT_TOOLS)
     run("mpi_mpmd", lambda case: mpi(case, deploy_dir, need_helpfull()))
-    run("mpi_generated_certs", lambda case: mpi_certs(case, deploy_dir, kestrel_cli, need_helpfull()))
-    run("shellcheck", shellcheck, deploy_dir, args.scripts, args.self)
+    run("mpi_generated_certs", lambda case: mpi_certs(case, deploy_dir, kestrel_cli, need_helpfull()),
+        tools=CERT_TOOLS)
+    run("shellcheck", shellcheck, deploy_dir, args.scripts, args.self, tools=SHELLCHECK_TOOLS)
+    run("tool_groups_ran", tool_groups_case)
 
     xml_path = os.environ.get("XML_OUTPUT_FILE")
     if xml_path:

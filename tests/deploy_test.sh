@@ -5,7 +5,7 @@
 # The checks are tests/deploy_check.py (one JUnit case per group; see there). Needs python3 with PyYAML,
 # kubectl (for `kubectl kustomize`, offline), shellcheck, and openssl with scripts/kestrel for the certificate
 # groups (`kestrel certs`, `kestrel k8s-secrets`, the Slurm and MPI scripts' own certificates); a group whose
-# tool is missing is skipped.
+# tool is missing is skipped, but a run in which every group that needs a tool skips fails, naming the tools.
 set -euo pipefail
 
 # Runfiles: $TEST_SRCDIR/$TEST_WORKSPACE under `bazel test`, else relative to this script's directory.

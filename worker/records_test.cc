@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -142,9 +143,20 @@ TEST(RecordsTest, NonFiniteNumbersAndBadLines) {
   }
 }
 
+// Run in an empty directory: nothing appears in it (nor anywhere a relative path would lead).
 TEST(RecordsTest, AnEmptyPathWritesNothing) {
-  RecordWriter writer("");
-  writer.Write(TrainRecord());  // no file, no crash
+  const std::filesystem::path dir = std::filesystem::path(TmpDir()) / "records_empty_path";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  {
+    RecordWriter writer("");
+    writer.Write(TrainRecord());
+    writer.Write(DoneRecord());
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << std::filesystem::directory_iterator(dir)->path();
 }
 
 }  // namespace

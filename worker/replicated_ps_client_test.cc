@@ -2,6 +2,7 @@
 // process, two copies of every key range. Pushes reach both copies identically before they are acknowledged;
 // a server that stops is failed over by a routing announcement, and the client's retried pushes are applied
 // exactly once on the survivors.
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -50,6 +51,10 @@ class ReplicatedPsClientTest : public ::testing::Test {
     options.max_request_bytes = 512;  // several requests per group
     options.routing = routing_;
     options.retry_backoff = absl::Milliseconds(10);
+    options.give_up = [this] {  // asked before every retry beyond max_retries: counts them, never gives up
+      ++failover_retries_;
+      return false;
+    };
     client_ = *NewGrpcPsClient(options, partition_, addresses_);
     ASSERT_TRUE(client_->CreateTable(Table()).ok());
   }
@@ -75,6 +80,7 @@ class ReplicatedPsClientTest : public ::testing::Test {
   std::vector<std::unique_ptr<PsServer>> servers_;
   std::vector<std::string> addresses_;
   std::shared_ptr<RoutingTable> routing_;
+  std::atomic<int> failover_retries_{0};  // requests retried beyond max_retries, waiting for a failover
   std::unique_ptr<PsClient> client_;
 };
 
@@ -110,14 +116,16 @@ TEST_F(ReplicatedPsClientTest, StoppedServerFailsOverAndRetriedPushesApplyOnce) 
 
   servers_[1]->Shutdown(absl::ZeroDuration());  // server 1 dies: primary of its ranges, backup of server 0's
   servers_[1]->Wait();
-  std::thread scheduler([this] {  // declared dead a little later
-    absl::SleepFor(absl::Milliseconds(300));
+  std::thread scheduler([this] {  // declared dead once the pushes are retrying past max_retries
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (failover_retries_.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
     Announce(1, {1});
   });
   // Pushes to server 1's ranges fail (it is gone), and so do server 0's (its backup is gone): retried until the
   // routing moves, then applied once on the survivors.
   ASSERT_TRUE(client_->Push("emb", keys, kDim, grads.data()).ok());
   scheduler.join();
+  EXPECT_GT(failover_retries_.load(), 0) << "the push was acknowledged without waiting for the failover";
   std::vector<float> rows(keys.size() * kDim);
   ASSERT_TRUE(client_->Pull("emb", keys, kDim, rows.data()).ok());
   for (float v : rows) ASSERT_EQ(v, -1.0f) << "both pushes, each applied exactly once";
