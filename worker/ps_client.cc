@@ -101,6 +101,18 @@ absl::Status CheckShape(size_t keys, int dim) {
   return absl::OkStatus();
 }
 
+// The raw-keys forms' common part: checks the call, builds `keys` into leased buffers (room for the unique rows
+// unless the batch is the keys themselves) and runs `call` with them.
+template <typename Call>
+absl::Status WithRawKeys(absl::Span<const uint64_t> keys, int dim, const Partition& partition, Call call) {
+  KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
+  BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
+  RawKeysBuffers& b = *lease;
+  b.batch.Build(keys, partition);
+  if (!b.batch.identity()) b.rows.resize(b.batch.num_unique() * dim);
+  return call(b);
+}
+
 // Counts outstanding calls; Wait() returns when all have called Done().
 class Completion {
  public:
@@ -560,27 +572,21 @@ class RoutedPsClient final : public PsClient {
 
 absl::Status PsClient::Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out,
                             const CallClock& clock) {
-  KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
-  BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
-  RawKeysBuffers& b = *lease;
-  b.batch.Build(keys, partition());
-  if (b.batch.identity()) return Pull(table, b.batch, dim, out, clock);
-  b.rows.resize(b.batch.num_unique() * dim);
-  KESTREL_RETURN_IF_ERROR(Pull(table, b.batch, dim, b.rows.data(), clock));
-  b.batch.Scatter(b.rows.data(), dim, out);
-  return absl::OkStatus();
+  return WithRawKeys(keys, dim, partition(), [&](RawKeysBuffers& b) -> absl::Status {
+    if (b.batch.identity()) return Pull(table, b.batch, dim, out, clock);
+    KESTREL_RETURN_IF_ERROR(Pull(table, b.batch, dim, b.rows.data(), clock));
+    b.batch.Scatter(b.rows.data(), dim, out);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status PsClient::Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim, const float* grads,
                             const CallClock& clock) {
-  KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
-  BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
-  RawKeysBuffers& b = *lease;
-  b.batch.Build(keys, partition());
-  if (b.batch.identity()) return Push(table, b.batch, dim, grads, clock);
-  b.rows.resize(b.batch.num_unique() * dim);
-  b.batch.Reduce(grads, dim, b.rows.data());
-  return Push(table, b.batch, dim, b.rows.data(), clock);
+  return WithRawKeys(keys, dim, partition(), [&](RawKeysBuffers& b) -> absl::Status {
+    if (b.batch.identity()) return Push(table, b.batch, dim, grads, clock);
+    b.batch.Reduce(grads, dim, b.rows.data());
+    return Push(table, b.batch, dim, b.rows.data(), clock);
+  });
 }
 
 void PsTransport::PullInto(int server, const PullRequest& request, float* out, size_t floats,

@@ -545,7 +545,7 @@ class Trainer::Impl {
                             nullptr);
       }
       if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
-      sent_clock_ = clock;  // the push's
+      sent_clock_ = clock;  // this iteration's push, below or overlapped with the next
       if (overlap_push) {
         KESTREL_RETURN_IF_ERROR(finish_push());  // c - 1's, whose buffers c + 1 will fill
         pushed = std::move(current);
