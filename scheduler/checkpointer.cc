@@ -202,7 +202,7 @@ bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
   manifest.set_partition(ctx_->job.partition);
   manifest.set_num_servers(ctx_->job.num_servers);
   manifest.set_num_workers(ctx_->job.num_workers);
-  manifest.set_consistency(ctx_->job.consistency);
+  manifest.set_consistency(ctx_->job.consistency.mode);
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   manifest.set_reason(reason);
   {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/consistency.h"
 
 namespace kestrel {
 
@@ -37,7 +38,7 @@ struct CheckpointOptions {
 struct JobDescription {
   std::string job_id;
   std::string partition;    // Partition::ToString()
-  std::string consistency;  // bsp, ssp, asp
+  ConsistencyPolicy consistency;
   int num_servers = 1;
   int num_workers = 1;
   uint64_t config_fingerprint = 0;

@@ -162,7 +162,7 @@ bool Recovery::Restore() {
         request.set_layout_generation(layout.generation);
         request.set_partition(layout.partition);
         request.set_rank(s);
-        request.set_bsp_workers(ctx_->job.consistency == "bsp" ? ctx_->job.num_workers : 0);
+        request.set_bsp_workers(ctx_->job.consistency.bsp() ? ctx_->job.num_workers : 0);
         for (int id : layout.worker_ids) request.add_worker_ids(id);
       }
       calls.emplace_back([&, s, request] {

@@ -204,7 +204,7 @@ bool Rescaler::Drive() {
   // roll back (a restore drops every fence and buffered push).
   std::vector<int> half_done;  // removed workers that died in the clock before the cut (the others finished it)
   for (int w : target->remove_workers) {
-    if (ctx_->clocks->ClockOf(w) < scale_cut_ && ctx_->job.consistency == "bsp" && next.ok()) half_done.push_back(w);
+    if (ctx_->clocks->ClockOf(w) < scale_cut_ && ctx_->job.consistency.bsp() && next.ok()) half_done.push_back(w);
   }
   const bool fenced = !half_done.empty();
   if (fenced) {
@@ -355,7 +355,7 @@ absl::StatusOr<ScaleResult> Rescaler::MoveTo(const Partition& next, ScaleTarget 
     for (const std::string& a : addresses) request.add_server_addresses(a);
     request.set_senders(old.num_servers);
     for (int s : senders) request.add_from_servers(s);
-    request.set_bsp_workers(ctx_->job.consistency == "bsp" ? target.workers : 0);
+    request.set_bsp_workers(ctx_->job.consistency.bsp() ? target.workers : 0);
     request.set_routing_generation(ctx_->membership->routing().generation + 1);
     for (int id : worker_ids) request.add_worker_ids(id);
     std::vector<absl::StatusOr<RescaleShardResponse>> results(everyone.size(), absl::UnknownError("not run"));

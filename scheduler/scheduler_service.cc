@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   JobDescription job;
   job.job_id = options.job_id;
   job.partition = view.partition();
-  job.consistency = std::string(options.consistency.name());
+  job.consistency = options.consistency;
   job.num_servers = options.membership.num_servers;
   job.num_workers = options.membership.num_workers;
   job.config_fingerprint = view.config_fingerprint();

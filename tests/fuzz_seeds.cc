@@ -242,7 +242,7 @@ std::string ManifestText(uint64_t sequence, const std::string& partition, int se
   m.set_partition(partition);
   m.set_num_servers(servers);
   m.set_num_workers(2);
-  m.set_consistency("bsp");
+  m.set_consistency(CONSISTENCY_BSP);
   TableConfig* table = m.add_tables();
   table->set_name("emb");
   table->set_dim(4);

@@ -214,7 +214,7 @@ class JobControllerTest : public ::testing::Test {
     JobDescription job;
     job.job_id = "job";
     job.partition = Partition::Uniform(kServers)->WithReplicas(replicas)->ToString();
-    job.consistency = bsp ? "bsp" : "asp";
+    job.consistency = bsp ? ConsistencyPolicy::Bsp() : ConsistencyPolicy::Asp();
     job.num_servers = kServers;
     job.num_workers = kWorkers;
     controller_ = std::make_unique<JobController>(options, job, membership_.get(), clocks_.get(),
