@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/command_line.h"
+#include "common/process_flags.h"
+#include "common/consistency.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
 #include "common/tls.h"
@@ -44,16 +45,12 @@
 ABSL_FLAG(absl::Duration, recovery_timeout, absl::Minutes(10),
           "How long a worker whose training stopped waits for the job to roll back and rejoins before giving up.");
 ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.proto). Required.");
-ABSL_FLAG(std::string, scheduler, "", "host:port of kestrel_scheduler (cluster mode).");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
 ABSL_FLAG(int, local_shards, 1, "--local: in-process server shards.");
 ABSL_FLAG(int, rank, -1,
           "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else any free rank.");
 ABSL_FLAG(std::string, tensorboard_dir, "",
           "Write TensorBoard event files (loss, AUC, examples/s by step) under <dir>/worker<rank>/. Default: none.");
-ABSL_FLAG(int, rank_offset, 0,
-          "MPI / Slurm MPMD launches: subtracted from the launcher's global rank to give this worker's rank.");
-ABSL_FLAG(std::string, job_id, "kestrel", "Job id every request carries.");
 ABSL_FLAG(std::string, device, "auto", "Compute backend: auto (CUDA when a GPU is present), cpu, cuda, cuda:N.");
 ABSL_FLAG(int, compute_threads, 0,
           "CPU backend: compute threads (GEMMs and every kernel). 0: the cores this process may use. For a fixed "
@@ -72,11 +69,6 @@ ABSL_FLAG(std::string, line_log, "",
           "the global index of each training line of its batch, to this file. Empty (default): none.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
           "How long to retry registering and to wait for every server to join.");
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics at http://<--metrics_host>:<port>/metrics: -1 off (default), 0 any free port (logged, "
-          "see --metrics_port_file), N that port.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written to this file (atomically) once metrics are served.");
 
 namespace kestrel {
 namespace {
@@ -380,6 +372,11 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
       return 1;
     }
+    absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
+    if (!consistency.ok()) {
+      KLOG(Error) << "the scheduler announced no valid consistency: " << consistency.status();
+      return 1;
+    }
     {
       std::shared_ptr<RoutingTable> table;
       if (partition->replicas() > 1) {
@@ -393,7 +390,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     PsClientOptions ps_options;
     ps_options.job_id = absl::GetFlag(FLAGS_job_id);
     ps_options.worker_rank = rank;
-    ps_options.bsp_pushes = view.consistency() == "bsp";
+    ps_options.bsp_pushes = consistency->bsp();
     {
       absl::MutexLock lock(&routing_mu);
       ps_options.routing = routing;
@@ -419,29 +416,28 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     options.partition = *partition;
     options.start_clock = clock;
     options.start_state = state;
-    options.prefetch_pulls = view.consistency() == "asp" || (view.consistency() == "ssp" && view.staleness() >= 1);
-    options.overlap_pushes = view.consistency() == "asp";
+    options.prefetch_pulls = consistency->prefetch_pulls();
+    options.overlap_pushes = consistency->overlap_pushes();
     options.evaluate = rank == 0;
     // The row cache, wrapping the client: under SSP(s >= 1) rows serve reads for s clocks past the min clock of
     // their pull; under ASP for --asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows
     // are gone.
     std::unique_ptr<RowCache> row_cache;
-    const bool ssp = view.consistency() == "ssp" && view.staleness() >= 1;
-    const bool asp = view.consistency() == "asp" && absl::GetFlag(FLAGS_asp_cache_clocks) > 0;
-    if (absl::GetFlag(FLAGS_row_cache) && (ssp || asp)) {
+    const int cache_bound = consistency->row_cache_bound(absl::GetFlag(FLAGS_asp_cache_clocks));
+    if (absl::GetFlag(FLAGS_row_cache) && cache_bound > 0) {
       RowCacheOptions cache_options;
-      cache_options.bound = ssp ? view.staleness() : absl::GetFlag(FLAGS_asp_cache_clocks);
+      cache_options.bound = cache_bound;
       cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_row_cache_rows)));
       row_cache = std::make_unique<RowCache>(client->get(), cache_options);
       options.row_cache = row_cache.get();
-      options.row_cache_own_clock = asp;
+      options.row_cache_own_clock = consistency->row_cache_own_clock();
     }
     metrics.SetRowCache(row_cache.get());
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.line_log = absl::GetFlag(FLAGS_line_log);
     options.observer = metrics.Observer();
     KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
-               << view.consistency() << (view.consistency() == "ssp" ? absl::StrCat("(", view.staleness(), ")") : "")
+               << consistency->ToString()
                << " from clock " << clock << " (generation " << generation << ")";
     absl::StatusOr<TrainResult> result;
     {
@@ -553,11 +549,7 @@ int Run() {
     return 2;
   }
   KLOG(Info) << "compute backend: " << (*backend)->name();
-  MetricsServerOptions metrics_options;
-  metrics_options.host = MetricsHostFromFlags();
-  metrics_options.port = absl::GetFlag(FLAGS_metrics_port);
-  metrics_options.port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::Start(metrics_options);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::Start(MetricsServerOptionsFromFlags());
   if (!metrics_server.ok()) {
     KLOG(Error) << "--metrics_port: " << metrics_server.status();
     return absl::IsInvalidArgument(metrics_server.status()) ? 2 : 1;
@@ -592,7 +584,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   kestrel::PreferPassiveOpenMpWaiting(argv);
-  absl::SetProgramUsageMessage("Kestrel training worker: trains a sparse recommendation model.");
-  absl::ParseCommandLine(argc, argv);
+  kestrel::ParseCommandLine(argc, argv, "Kestrel training worker: trains a sparse recommendation model.");
   return kestrel::Run();
 }
