@@ -38,18 +38,6 @@ std::string TmpDir() {
   return tmp != nullptr ? tmp : "/tmp";
 }
 
-// The port a process wrote to `path` (waits up to `timeout` for the file).
-absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("no port in ", path));
-}
-
 // Scrapes 127.0.0.1:port/metrics, checks the text with promtool (when installed), and parses it.
 absl::StatusOr<Exposition> Scrape(int port) {
   absl::StatusOr<std::string> body = HttpGet("127.0.0.1", port, "/metrics");

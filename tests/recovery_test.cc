@@ -9,7 +9,9 @@
 // the fingerprints as an admin.
 //
 // KESTREL_RECOVERY_TRIALS (default 2) sets the number of random kill trials per role; scripts/recovery_soak.sh
-// runs many more.
+// runs many more. Each test with random kills draws its choices (victims, moments) from one seed, printed as
+// "seed=N (replay: KESTREL_TEST_SEED=N)" (common/test_seed.h): a replay makes the same choices, though the
+// processes' own timing still varies.
 #include <signal.h>
 
 #include <cstdlib>
@@ -32,6 +34,7 @@
 #include "tests/records.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
+#include "common/test_seed.h"
 #include "worker/data/datagen.h"
 
 namespace kestrel {
@@ -150,7 +153,8 @@ void Damage(const std::string& path, const std::string& how) {
 // latest manifest and from the members registering again: the old servers and workers are refused (exit 3)
 // and restarted by the supervisor, every server restores the checkpoint, and the job ends as the reference.
 TEST_F(RecoveryTest, RestartedSchedulerRebuildsTheJobFromTheManifest) {
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   Job job(TmpDir() + "/recovery_scheduler", *data_);
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
   const int port = job.scheduler()->port();
@@ -250,7 +254,8 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
 }
 
 TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   for (int trial = 0; trial < Trials(); ++trial) {
     Job job(absl::StrCat(TmpDir(), "/recovery_server_", trial), *data_);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
@@ -269,7 +274,8 @@ TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
 // to the unreplicated reference with no rollback at all (so no clock was redone: clocks only move back in a
 // rollback), which the scheduler's records show, and no worker rejoined.
 TEST_F(RecoveryTest, ReplicatedJobFailsOverAKilledServerWithoutRollingBack) {
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   for (int trial = 0; trial < Trials(); ++trial) {
     Job job(absl::StrCat(TmpDir(), "/recovery_replicated_", trial), *data_, /*bounded=*/false, /*replicas=*/2);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
@@ -368,7 +374,8 @@ TEST_F(RecoveryTest, ReplicatedJobLosingEveryCopyRollsBack) {
 }
 
 TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   for (int trial = 0; trial < Trials(); ++trial) {
     Job job(absl::StrCat(TmpDir(), "/recovery_worker_", trial), *data_);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
@@ -388,7 +395,8 @@ TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
   const Outcome& reference = BoundedReference();
   ASSERT_FALSE(reference.tables.empty());
   EXPECT_NE(reference.tables, reference_->tables) << "the bounds changed nothing";
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   for (int trial = 0; trial < Trials(); ++trial) {
     Job job(absl::StrCat(TmpDir(), "/recovery_bounded_", trial), *data_, /*bounded=*/true);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());

@@ -5,7 +5,8 @@
 // each key's value (SGD, learning rate 1, zero-initialized) is minus the number of acknowledged pushes, and
 // both copies of every range still fully in service hold the same rows. The scheduler's records show the
 // failover and no rollback. Unlike BSP (tests/recovery_test.cc), copies may apply concurrent pushes in
-// different orders; here pushes are sequential, so the copies must also be identical.
+// different orders; here pushes are sequential, so the copies must also be identical. The victim and the push it
+// dies before come from the test's seed, printed as "seed=N (replay: KESTREL_TEST_SEED=N)" (common/test_seed.h).
 #include <csignal>
 #include <filesystem>
 #include <random>
@@ -18,6 +19,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/scheduler_client.h"
 #include "tests/server_process.h"
+#include "common/test_seed.h"
 #include "worker/grpc_ps_client.h"
 
 namespace kestrel {
@@ -119,7 +121,8 @@ TEST_P(ReplicationTest, KilledServerLosesNoAcknowledgedPush) {
   std::vector<uint64_t> keys;
   for (uint64_t i = 0; i < 500; ++i) keys.push_back(Partition::FeatureKey(i));
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
-  std::mt19937 rng(std::random_device{}());
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
   const int victim = std::uniform_int_distribution<int>(0, kServers - 1)(rng);
   const int kill_at = std::uniform_int_distribution<int>(5, kPushes - 20)(rng);
   int acknowledged = 0, failed = 0;

@@ -1,7 +1,8 @@
 // A real kestrel_scheduler and two real kestrel_server processes on loopback; worker threads drive clocks
 // through the real gRPC APIs.
 //   - SSP(1): no worker is ever allowed more than 1 iteration ahead of the slowest, also while one worker is
-//     paused, and everyone finishes once it resumes;
+//     paused (until the scheduler's metrics show it holding the others at the bound), and everyone finishes
+//     once it resumes;
 //   - a server killed with SIGKILL is declared dead (the 2-interval bound itself is proven with controlled
 //     time in scheduler/membership_test);
 //   - requests of the old generation are refused; a replacement server takes the dead rank.
@@ -10,9 +11,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/metrics_testing.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler_client.h"
 #include "tests/server_process.h"
@@ -81,6 +85,17 @@ DescribeResponse DescribeUntil(SchedulerClient& client, const std::function<bool
   return last;
 }
 
+// The WaitToStart calls the scheduler holds (its kestrel_scheduler_waiting_requests gauge), read from /metrics.
+absl::StatusOr<double> WaitingRequests(int metrics_port) {
+  absl::StatusOr<std::string> body = HttpGet("127.0.0.1", metrics_port, "/metrics");
+  if (!body.ok()) return body.status();
+  absl::StatusOr<Exposition> metrics = ParseExposition(*body);
+  if (!metrics.ok()) return metrics.status();
+  std::optional<double> waiting = metrics->Value("kestrel_scheduler_waiting_requests");
+  if (!waiting.has_value()) return absl::NotFoundError("no kestrel_scheduler_waiting_requests in the scrape");
+  return *waiting;
+}
+
 bool ServerAlive(const DescribeResponse& d, int rank) {
   for (const MemberStatus& m : d.members()) {
     if (m.role() == ROLE_SERVER && m.rank() == rank) return m.alive();
@@ -92,12 +107,15 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   auto scheduler_args = TestClusterTls::Get().WithFlags(
       {std::string("--job_id=") + kJob, "--num_servers=2", "--num_workers=" + std::to_string(kWorkers),
        "--consistency=ssp", "--staleness=" + std::to_string(kStaleness),
-       "--heartbeat_interval=" + absl::FormatDuration(kInterval)},
+       "--heartbeat_interval=" + absl::FormatDuration(kInterval), "--metrics_port=0",
+       "--metrics_port_file=" + TmpDir() + "/scheduler.metrics_port"},
       kJob, "scheduler", 0);
   ASSERT_TRUE(scheduler_args.ok()) << scheduler_args.status();
   auto scheduler =
       ServerProcess::Start(RunfilePath("scheduler/kestrel_scheduler"), *scheduler_args, TmpDir(), "scheduler");
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  const absl::StatusOr<int> metrics_port = ReadPortFile(TmpDir() + "/scheduler.metrics_port");
+  ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
   std::vector<ServerProcess> servers;
   for (int s = 0; s < 2; ++s) {
     auto server = StartServer(s, scheduler->address(), "server" + std::to_string(s));
@@ -114,7 +132,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
     as_worker.push_back(NewGrpcSchedulerClient(scheduler->address(), worker_options.back()));
   }
 
-  std::atomic<int> errors{0}, violations{0};
+  std::atomic<int> errors{0}, violations{0}, pauses_not_held{0};
   std::atomic<int64_t> paused_clock{-1}, max_start_during_pause{-1};
   std::vector<std::string> incarnations(kWorkers);  // each written by its worker's thread before the join
   std::vector<std::thread> workers;
@@ -158,9 +176,17 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
         std::vector<float> grads(rows.size(), 0.1f);
         pushed = c;
         if (!ps->Push("emb", keys, 4, grads.data(), CallClock{c}).ok()) ++errors;
-        if (w == 2 && c == 4) {  // worker 2 pauses after finishing iteration 4's work
+        if (w == 2 && c == 4) {  // worker 2 pauses after finishing iteration 4's work...
           paused_clock = c;
-          absl::SleepFor(absl::Milliseconds(1200));
+          // ...until the scheduler holds both others' requests to start iteration 4 + kStaleness + 1, the first
+          // one the bound forbids them while this worker sits at 4: only then has the pause tested the bound.
+          bool held = false;
+          for (absl::Time give_up = absl::Now() + absl::Seconds(60); !held && absl::Now() < give_up;) {
+            const absl::StatusOr<double> waiting = WaitingRequests(*metrics_port);
+            held = waiting.ok() && *waiting == kWorkers - 1;
+            if (!held) absl::SleepFor(absl::Milliseconds(20));
+          }
+          if (!held) ++pauses_not_held;
           paused_clock = -1;
         }
         if (!client->Advance(w, c + 1, reg->generation(), reg->incarnation()).ok()) ++errors;
@@ -172,6 +198,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   EXPECT_EQ(violations.load(), 0) << "a worker started more than " << kStaleness << " iteration(s) ahead";
   // While worker 2 sat at clock 4 (4 iterations finished), the others could start at most iteration 4 + 1.
   EXPECT_LE(max_start_during_pause.load(), 4 + kStaleness);
+  EXPECT_EQ(pauses_not_held.load(), 0) << "the scheduler never held the others while worker 2 paused";
   DescribeResponse done = *admin->Describe();
   EXPECT_EQ(done.min_clock(), kIterations) << "everyone finished after the pause";
 
@@ -201,7 +228,8 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   // Another member's death does not disturb a worker: worker 1 (not replaced) still pushes to server 0.
   auto w1 = PsClientAs(1, {servers[0].address(), "127.0.0.1:1"});
   w1->SetGeneration(1);
-  EXPECT_TRUE(w1->Push("emb", key, 4, grad.data()).ok());
+  const absl::Status pushed = w1->Push("emb", key, 4, grad.data());
+  EXPECT_TRUE(pushed.ok()) << pushed;
   // Worker 0 is replaced; the surviving server learns it from its heartbeats and refuses the old incarnation.
   auto replacement_worker = as_worker[0]->Register(ROLE_WORKER, "", 0);
   ASSERT_TRUE(replacement_worker.ok()) << replacement_worker.status();

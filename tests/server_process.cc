@@ -99,6 +99,17 @@ absl::StatusOr<int> ServerProcess::Wait(absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit in time"));
 }
 
+absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no port in ", path));
+}
+
 std::string RunfilePath(const std::string& workspace_relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");

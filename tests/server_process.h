@@ -51,6 +51,10 @@ class ServerProcess {
   std::string log_path_;
 };
 
+// The port a process wrote to `path` (e.g. its --metrics_port_file), waiting up to `timeout` for the file to
+// hold one. DeadlineExceeded naming the file when it never does.
+absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout = absl::Seconds(20));
+
 // The path of a binary in Bazel's runfiles (e.g. "server/kestrel_server"), for tests with `data` deps;
 // falls back to the path relative to the working directory.
 std::string RunfilePath(const std::string& workspace_relative);

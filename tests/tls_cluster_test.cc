@@ -213,12 +213,8 @@ TEST(TlsClusterTest, PlaintextOnANonLoopbackAddressNeedsInsecure) {
                                        "--port_file=" + dir + "/allowed.port"},
                                       dir, "allowed");
   ASSERT_TRUE(allowed.ok()) << allowed.status();
-  bool listening = false;
-  for (int i = 0; i < 200 && !listening; ++i) {
-    listening = std::filesystem::exists(dir + "/allowed.port");
-    if (!listening) absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_TRUE(listening) << ReadFile(allowed->log_path());
+  const absl::StatusOr<int> listening = ReadPortFile(dir + "/allowed.port");
+  EXPECT_TRUE(listening.ok()) << listening.status() << "\n" << ReadFile(allowed->log_path());
 }
 
 }  // namespace

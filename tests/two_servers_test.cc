@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "common/test_seed.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -80,7 +81,8 @@ TEST_F(TwoServersTest, PullPushAcrossBothRanges) {
   config.mutable_optimizer()->set_learning_rate(0.1f);
   ASSERT_TRUE(client_->CreateTable(config).ok());
 
-  std::mt19937_64 rng(7);
+  const TestSeed seed(7);
+  std::mt19937_64 rng(seed.value());
   std::vector<uint64_t> keys(20000);
   for (auto& k : keys) k = Partition::FeatureKey(rng() % 5000);
   std::vector<float> initial(keys.size() * 16);
