@@ -253,6 +253,7 @@ int Routing::UnderReplicatedRanges() const {
 
 RoutingTable::RoutingTable(Partition partition)
     : partition_(std::move(partition)),
+      addresses_(partition_.num_servers()),
       current_(std::make_shared<const Routing>(*Routing::Create(partition_))) {}
 
 absl::Status RoutingTable::Update(uint64_t generation, absl::Span<const int> out_of_service) {
@@ -277,25 +278,6 @@ absl::Status RoutingTable::Update(uint64_t generation, absl::Span<const int> out
 std::shared_ptr<const Routing> RoutingTable::Current() const {
   absl::MutexLock lock(&mu_);
   return current_;
-}
-
-void RoutingTable::SetAddresses(const std::vector<std::string>& addresses) {
-  absl::MutexLock lock(&mu_);
-  // One address per server of the partition; whatever else the announcement carries is ignored.
-  const size_t n = std::min(addresses.size(), static_cast<size_t>(partition_.num_servers()));
-  if (addresses_.size() < n) addresses_.resize(n);
-  bool changed = false;
-  for (size_t i = 0; i < n; ++i) {
-    if (addresses[i].empty() || addresses[i] == addresses_[i]) continue;
-    addresses_[i] = addresses[i];
-    changed = true;
-  }
-  if (changed) addresses_version_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-std::vector<std::string> RoutingTable::addresses() const {
-  absl::MutexLock lock(&mu_);
-  return addresses_;
 }
 
 uint64_t RoutingTable::generation() const {

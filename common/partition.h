@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/hash.h"
+#include "common/server_addresses.h"
 
 namespace kestrel {
 
@@ -178,18 +179,14 @@ class RoutingTable {
   std::shared_ptr<const Routing> Current() const;
   uint64_t generation() const;
 
-  // Where the servers serve, by index, as last announced (a replacement server may come back elsewhere). An
-  // empty entry (a server not alive now) keeps the address held; entries beyond the partition's servers are
-  // ignored. addresses_version() moves with every change.
-  void SetAddresses(const std::vector<std::string>& addresses);
-  std::vector<std::string> addresses() const;
-  uint64_t addresses_version() const { return addresses_version_.load(std::memory_order_acquire); }
+  // Where the partition's servers serve, as last announced (a replacement server may come back elsewhere).
+  ServerAddresses& addresses() { return addresses_; }
+  const ServerAddresses& addresses() const { return addresses_; }
 
  private:
   const Partition partition_;
-  std::atomic<uint64_t> addresses_version_{0};
+  ServerAddresses addresses_;
   mutable absl::Mutex mu_;
-  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const Routing> current_ ABSL_GUARDED_BY(mu_);
 };

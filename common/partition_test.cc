@@ -382,14 +382,14 @@ TEST(RoutingTableTest, TakesNewerAnnouncementsOnlyAndRefusesBadServers) {
   EXPECT_TRUE(absl::IsInvalidArgument(table.Update(5, {-1})));
 
   // Addresses: a replacement's new one moves the version; a dead server's "" keeps the one held.
-  table.SetAddresses({"a:1", "b:1", "c:1"});
-  const uint64_t v = table.addresses_version();
-  table.SetAddresses({"a:1", "", "c:1"});
-  EXPECT_EQ(table.addresses_version(), v);
-  EXPECT_EQ(table.addresses()[1], "b:1");
-  table.SetAddresses({"a:1", "b:2", "c:1", "d:1", "e:1"});  // more than the 3 servers
-  EXPECT_EQ(table.addresses_version(), v + 1);
-  EXPECT_EQ(table.addresses(), (std::vector<std::string>{"a:1", "b:2", "c:1"}));
+  table.addresses().Update({"a:1", "b:1", "c:1"});
+  const uint64_t v = table.addresses().version();
+  table.addresses().Update({"a:1", "", "c:1"});
+  EXPECT_EQ(table.addresses().version(), v);
+  EXPECT_EQ(table.addresses().Last()[1], "b:1");
+  table.addresses().Update({"a:1", "b:2", "c:1", "d:1", "e:1"});  // more than the 3 servers
+  EXPECT_EQ(table.addresses().version(), v + 1);
+  EXPECT_EQ(table.addresses().Last(), (std::vector<std::string>{"a:1", "b:2", "c:1"}));
 }
 
 }  // namespace

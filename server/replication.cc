@@ -11,32 +11,32 @@ namespace kestrel {
 
 PeerServers::PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, int num_servers)
     : credentials_(credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()),
-      num_servers_(static_cast<size_t>(std::max(num_servers, 0))),
-      addresses_(num_servers_),
-      stubs_(num_servers_) {}
+      addresses_(num_servers),
+      peers_(static_cast<size_t>(std::max(num_servers, 0))) {}
 
 void PeerServers::Resize(int num_servers) {
   absl::MutexLock lock(&mu_);
-  num_servers_ = static_cast<size_t>(std::max(num_servers, 0));
-  addresses_.resize(num_servers_);
-  stubs_.resize(num_servers_);
+  addresses_.Resize(num_servers);
+  peers_.resize(static_cast<size_t>(std::max(num_servers, 0)));
 }
 
 void PeerServers::SetAddresses(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < std::min(addresses.size(), num_servers_); ++i) {
-    if (addresses[i] == addresses_[i]) continue;
-    addresses_[i] = addresses[i];
-    stubs_[i] = addresses[i].empty()
-                    ? nullptr
-                    : std::make_shared<grpc::GenericStub>(grpc::CreateChannel(addresses[i], credentials_));
+  addresses_.Update(addresses);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    std::string address = addresses_.IfAlive(static_cast<int>(i));
+    if (address == peers_[i].address) continue;
+    peers_[i].stub = address.empty()
+                         ? nullptr
+                         : std::make_shared<grpc::GenericStub>(grpc::CreateChannel(address, credentials_));
+    peers_[i].address = std::move(address);
   }
 }
 
 std::shared_ptr<grpc::GenericStub> PeerServers::Stub(int server) const {
   absl::MutexLock lock(&mu_);
-  if (server < 0 || server >= static_cast<int>(stubs_.size())) return nullptr;
-  return stubs_[server];
+  if (server < 0 || server >= static_cast<int>(peers_.size())) return nullptr;
+  return peers_[server].stub;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> PeerCredentials(const PeerServers* peers) {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "common/server_addresses.h"
 #include "server/hosted_shards.h"
 
 namespace kestrel {
@@ -26,7 +27,8 @@ class PeerServers {
   PeerServers(std::shared_ptr<grpc::ChannelCredentials> credentials, int num_servers);
   // A rescale changed the job's server count: addresses beyond it are dropped, new ranks start unknown.
   void Resize(int num_servers);
-  // By server index: the address each serves on ("" while unknown); entries beyond num_servers are ignored.
+  // An announcement of where the servers serve (common/server_addresses.h): a server not alive now ("") gets no
+  // stub, a changed address a new channel.
   void SetAddresses(const std::vector<std::string>& addresses);
   // The stub of `server`, or null while its address is unknown.
   std::shared_ptr<grpc::GenericStub> Stub(int server) const;
@@ -35,10 +37,13 @@ class PeerServers {
 
  private:
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  ServerAddresses addresses_;
   mutable absl::Mutex mu_;
-  size_t num_servers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
+  struct Peer {
+    std::string address;  // the stub's ("" and no stub while the server is not alive)
+    std::shared_ptr<grpc::GenericStub> stub;
+  };
+  std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);  // by server index
 };
 
 // What a channel to another server of the job authenticates with: `peers`' credentials, plaintext without

@@ -28,9 +28,8 @@ class GrpcTransport final : public PsTransport {
     args_.SetMaxReceiveMessageSize(options.max_message_bytes);
     args_.SetMaxSendMessageSize(options.max_message_bytes);
     absl::MutexLock lock(&mu_);
-    addresses_ = addresses;
     for (size_t i = 0; i < addresses.size(); ++i) servers_.push_back(Connect(static_cast<int>(i), addresses[i]));
-    if (routing_ != nullptr) seen_version_ = routing_->addresses_version();
+    if (routing_ != nullptr) seen_version_ = routing_->addresses().version();
   }
 
   int num_servers() const override {
@@ -155,6 +154,7 @@ class GrpcTransport final : public PsTransport {
 
   // The channels to one server: channels_per_server_ of them, each with its two stubs.
   struct Channels {
+    std::string address;  // what they connect to
     std::vector<std::unique_ptr<ParameterServer::Stub>> stubs;
     std::vector<std::unique_ptr<grpc::GenericStub>> generic;
   };
@@ -165,6 +165,7 @@ class GrpcTransport final : public PsTransport {
 
   std::unique_ptr<Channels> Connect(int server, const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto out = std::make_unique<Channels>();
+    out->address = address;
     for (int c = 0; c < channels_per_server_; ++c) {
       // Distinct channel arguments keep each channel of each client on its own connection (gRPC shares
       // subchannels between channels with identical arguments).
@@ -181,13 +182,12 @@ class GrpcTransport final : public PsTransport {
   // One of `server`'s channels, round-robin; first reconnects to servers the routing says moved (a replacement
   // on another address). Stubs are never destroyed while the transport lives: calls in flight keep using them.
   Picked Pick(int server) {
-    if (routing_ != nullptr && routing_->addresses_version() != seen_version_.load(std::memory_order_acquire)) {
+    if (routing_ != nullptr && routing_->addresses().version() != seen_version_.load(std::memory_order_acquire)) {
       absl::MutexLock lock(&mu_);
-      const uint64_t version = routing_->addresses_version();
-      const std::vector<std::string> now = routing_->addresses();
+      const uint64_t version = routing_->addresses().version();
+      const std::vector<std::string> now = routing_->addresses().Last();
       for (size_t i = 0; i < now.size() && i < servers_.size(); ++i) {
-        if (now[i].empty() || now[i] == addresses_[i]) continue;
-        addresses_[i] = now[i];
+        if (now[i].empty() || now[i] == servers_[i]->address) continue;
         retired_.push_back(std::move(servers_[i]));
         servers_[i] = Connect(static_cast<int>(i), now[i]);
       }
@@ -206,7 +206,6 @@ class GrpcTransport final : public PsTransport {
   grpc::ChannelArguments args_;
   int client_id_ = 0;
   mutable absl::Mutex mu_;
-  std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Channels>> servers_ ABSL_GUARDED_BY(mu_);   // by server index
   std::vector<std::unique_ptr<Channels>> retired_ ABSL_GUARDED_BY(mu_);  // replaced: kept for calls in flight
   std::atomic<uint64_t> seen_version_{0};

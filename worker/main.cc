@@ -318,7 +318,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
                             }
                             if (table != nullptr) {
                               ApplyRouting(*table, answer.routing_generation(), answer.out_of_service());
-                              table->SetAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
+                              table->addresses().Update({answer.server_addresses().begin(), answer.server_addresses().end()});
                             }
                           });
   // Wait until every server has joined.
@@ -382,7 +382,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
       if (partition->replicas() > 1) {
         table = std::make_shared<RoutingTable>(*partition);
         ApplyRouting(*table, view.routing_generation(), view.out_of_service());
-        table->SetAddresses({view.server_addresses().begin(), view.server_addresses().end()});
+        table->addresses().Update({view.server_addresses().begin(), view.server_addresses().end()});
       }
       absl::MutexLock lock(&routing_mu);
       routing = std::move(table);
