@@ -102,6 +102,7 @@ void JobController::Loop() {
       woken_ = false;
     }
     if (!ctx_.failed) Step();
+    steps_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 

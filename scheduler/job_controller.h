@@ -15,6 +15,7 @@
 #ifndef KESTREL_SCHEDULER_JOB_CONTROLLER_H_
 #define KESTREL_SCHEDULER_JOB_CONTROLLER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -67,6 +68,9 @@ class JobController {
   absl::StatusOr<int64_t> Request();
 
   CheckpointStatus status() const;
+  // Steps the controller thread has completed (each looks at the job once and acts on what it sees). Tests wait
+  // for it to move past a Wake() to know the controller has seen a change.
+  uint64_t steps() const { return steps_.load(std::memory_order_acquire); }
 
   // Starts a rescale to `target` (Membership::BeginScale's errors); `done` runs once, on the controller thread
   // (or in Stop(), after that thread ended), when it is done or failed (the job unchanged, or rolled back when a
@@ -89,6 +93,7 @@ class JobController {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> steps_{0};
   std::thread thread_;
 };
 

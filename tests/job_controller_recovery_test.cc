@@ -85,9 +85,9 @@ TEST_F(JobControllerTest, ReplicatedServerDeathFailsOverAndTheReplacementIsReRep
   EXPECT_TRUE(membership_->routing().out_of_service.empty());
   EXPECT_EQ(servers_->copies(), (std::vector<std::vector<int>>{{0, 1, 1}, {0, 0, 1}}));  // (source, owner, target)
   EXPECT_EQ(clocks_->hold(), 8);
-  absl::SleepFor(absl::Milliseconds(100));
+  const uint64_t steps = controller_->steps();
   controller_->Wake();
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(WaitFor([&] { return controller_->steps() >= steps + 2; })) << "the controller steps";
   EXPECT_EQ(clocks_->hold(), 8) << "server 0 has not acted on the new routing yet";
   for (const Member& m : membership_->Members()) {
     ASSERT_TRUE(membership_->Heartbeat(m.role, m.rank, m.incarnation, now_, /*routing_generation=*/2).ok());
@@ -157,8 +157,9 @@ TEST_F(JobControllerTest, ServerLeavingAfterEveryWorkerLeftIsNoFailure) {
   for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(membership_->MarkWorkerLeft(w).ok());
   EXPECT_FALSE(membership_->AnyWorkerAlive());
   ASSERT_NO_FATAL_FAILURE(DeclareServer1Dead(*membership_, now_));
+  const uint64_t steps = controller_->steps();
   controller_->Wake();
-  absl::SleepFor(absl::Milliseconds(200));  // several controller steps
+  ASSERT_TRUE(WaitFor([&] { return controller_->steps() >= steps + 3; })) << "several controller steps";
   EXPECT_FALSE(membership_->rolling_back());
   EXPECT_EQ(membership_->state(), JobState::kFinished);
   EXPECT_EQ(controller_->status().rollbacks, 0u);

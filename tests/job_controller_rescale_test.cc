@@ -28,7 +28,9 @@ TEST_F(JobControllerTest, RescaleRunsEveryPhaseOnTheRightServersAndMovesTheLayou
   EXPECT_TRUE(absl::IsFailedPrecondition(controller_->Scale({kServers + 1, kWorkers}, absl::Minutes(1), nullptr)))
       << "one rescale at a time";
   // The new server registers as a joining rank; only then does the rescale hold the workers.
-  absl::SleepFor(absl::Milliseconds(200));
+  const uint64_t steps = controller_->steps();
+  controller_->Wake();
+  ASSERT_TRUE(WaitFor([&] { return controller_->steps() >= steps + 2; })) << "the controller steps";
   EXPECT_TRUE(servers_->rescales().empty());
   auto joined = membership_->Register(Role::kServer, "server-2", kServers, now_);
   ASSERT_TRUE(joined.ok()) << joined.status();
