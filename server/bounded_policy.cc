@@ -184,12 +184,11 @@ BoundedPush::BoundedPush(const BoundedPolicy& policy, int64_t clock)
       buffers_(ThreadBuffers()) {}
 
 absl::Status BoundedPush::BeginStripe(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint64_t> keys,
-                                      const StripedKeys& request, int si) {
+                                      StripeKeys request) {
   rows_ = &rows;
   stripe_ = &stripe;
   keys_ = keys;
-  request_ = &request;
-  si_ = si;
+  request_ = request;
   next_missing_ = 0;
   error_ = absl::OkStatus();
   if (policy_.ttl_ > 0 && clock_ % policy_.sweep_period_ == 0 && stripe.swept_at != clock_) {
@@ -199,7 +198,7 @@ absl::Status BoundedPush::BeginStripe(RowArena& rows, BoundedStripe& stripe, abs
   // Pin the push's rows in memory (room made for new rows never evicts them) and find those to read from disk.
   std::vector<uint32_t>& missing = buffers_.missing;
   missing.clear();
-  for (uint32_t o = request.begin(si); o < request.end(si); ++o) {
+  for (uint32_t o = request.begin; o < request.end; ++o) {
     const uint32_t i = request.Position(o);
     const int64_t id = rows.Find(request.hashes[i], keys[i]);
     if (id >= 0) {
@@ -221,9 +220,9 @@ absl::Status BoundedPush::BeginStripe(RowArena& rows, BoundedStripe& stripe, abs
 }
 
 void BoundedPush::Unpin() {
-  for (uint32_t o = request_->begin(si_); o < request_->end(si_); ++o) {
-    const uint32_t i = request_->Position(o);
-    const int64_t id = rows_->Find(request_->hashes[i], keys_[i]);
+  for (uint32_t o = request_.begin; o < request_.end; ++o) {
+    const uint32_t i = request_.Position(o);
+    const int64_t id = rows_->Find(request_.hashes[i], keys_[i]);
     if (id >= 0) rows_->ClearFlags(static_cast<uint32_t>(id), RowArena::kPinned);
   }
 }

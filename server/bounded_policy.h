@@ -204,10 +204,10 @@ class BoundedPush {
  public:
   BoundedPush(const BoundedPolicy& policy, int64_t clock);
 
-  // Sweeps expired rows when due, pins the request's rows of stripe `si` in memory and reads those absent from
-  // memory from the cold tier.
+  // Sweeps expired rows when due, pins the request's rows of the stripe (`request`) in memory and reads those
+  // absent from memory from the cold tier.
   absl::Status BeginStripe(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint64_t> keys,
-                           const StripedKeys& request, int si);
+                           StripeKeys request);
   // Whether a row in memory is expired (absent for this push).
   bool Expired(const float* row) const { return policy_.ExpiredAt(row, clock_); }
   // An expired row in memory pushed again: whether it is admitted (the caller reinitializes it) or dropped.
@@ -253,8 +253,7 @@ class BoundedPush {
   RowArena* rows_ = nullptr;
   BoundedStripe* stripe_ = nullptr;
   absl::Span<const uint64_t> keys_;
-  const StripedKeys* request_ = nullptr;
-  int si_ = 0;
+  StripeKeys request_ = {};
   size_t next_missing_ = 0;
   absl::Status error_;
 };
@@ -298,7 +297,7 @@ class BoundedPull {
 class UnboundedPush {
  public:
   UnboundedPush(const BoundedPolicy&, int64_t) {}
-  absl::Status BeginStripe(RowArena&, BoundedStripe&, absl::Span<const uint64_t>, const StripedKeys&, int) {
+  absl::Status BeginStripe(RowArena&, BoundedStripe&, absl::Span<const uint64_t>, StripeKeys) {
     return absl::OkStatus();
   }
   bool Expired(const float*) const { return false; }

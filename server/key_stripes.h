@@ -39,9 +39,20 @@ class KeyStripes {
   const int shift_;        // stripe = (key - key_lo_) >> shift_
 };
 
-// The positions of one request's keys, grouped by stripe, with each key's index hash. Stripe s's keys are
-// Position(o) for o in [begin(s), end(s)), in request order. Scratch space reused from request to request; not
-// thread-safe (each thread keeps its own).
+// One stripe's share of a request: request positions Position(o) for o in [begin, end), in request order, and
+// every key's index hash (by request position). A view of a StripedKeys, copied by value into the row loops
+// (so they keep it in registers rather than reload a thread-local scratch's fields); valid while it is.
+struct StripeKeys {
+  const uint64_t* hashes;
+  const uint32_t* order;  // null: the positions are begin .. end - 1
+  uint32_t begin;
+  uint32_t end;
+
+  uint32_t Position(uint32_t o) const { return order == nullptr ? o : order[o]; }
+};
+
+// The positions of one request's keys, grouped by stripe, with each key's index hash. Scratch space reused from
+// request to request; not thread-safe (each thread keeps its own).
 struct StripedKeys {
   std::vector<uint64_t> hashes;  // Mix64 of each key (by request position): its index slot
   std::vector<uint32_t> order;   // request positions grouped by stripe (unused when in_order)
@@ -51,10 +62,10 @@ struct StripedKeys {
   // Groups `keys` by stripe.
   void Group(absl::Span<const uint64_t> keys, const KeyStripes& stripes);
 
-  uint32_t begin(int stripe) const { return bounds[stripe]; }
-  uint32_t end(int stripe) const { return bounds[stripe + 1]; }
   bool empty(int stripe) const { return bounds[stripe] == bounds[stripe + 1]; }
-  uint32_t Position(uint32_t o) const { return in_order ? o : order[o]; }
+  StripeKeys Stripe(int stripe) const {
+    return {hashes.data(), in_order ? nullptr : order.data(), bounds[stripe], bounds[stripe + 1]};
+  }
 };
 
 }  // namespace kestrel

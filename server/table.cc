@@ -109,9 +109,9 @@ void Table::InitRow(float* row, uint64_t key) const {
 }
 
 template <typename Visit>
-void Table::VisitStripeLocked(const Stripe& s, const StripedKeys& request, int si, const float* request_rows,
-                              bool pushing, Visit visit) const {
-  const uint32_t begin = request.begin(si), end = request.end(si);
+void Table::VisitStripeLocked(const Stripe& s, StripeKeys request, const float* request_rows, bool pushing,
+                              Visit visit) const {
+  const uint32_t begin = request.begin, end = request.end;
   // Rows are scattered in memory, and so are the request's own rows (visited in stripe order): fetch the
   // index slot kSlotAhead keys ahead and the table row and request row kRowAhead keys ahead, so the work
   // below mostly hits the cache. A push writes table rows and reads request rows; a pull the reverse.
@@ -146,8 +146,9 @@ absl::Status Table::PullWith(absl::Span<const uint64_t> keys, const StripedKeys&
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
     hooks.BeginStripe(s.bounded);
-    VisitStripeLocked(s, request, si, out, /*pushing=*/false, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      const int64_t id = s.rows.Find(request.hashes[i], keys[i]);
+    const StripeKeys stripe_keys = request.Stripe(si);
+    VisitStripeLocked(s, stripe_keys, out, /*pushing=*/false, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const int64_t id = s.rows.Find(stripe_keys.hashes[i], keys[i]);
       float* dst = out + static_cast<size_t>(i) * dim_;
       if (id >= 0) {
         const float* row = s.rows.row(static_cast<uint32_t>(id));
@@ -183,10 +184,11 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
     if (request.empty(si)) continue;
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
-    KESTREL_RETURN_IF_ERROR(hooks.BeginStripe(s.rows, s.bounded, keys, request, si));
-    VisitStripeLocked(s, request, si, grads, /*pushing=*/true, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const StripeKeys stripe_keys = request.Stripe(si);
+    KESTREL_RETURN_IF_ERROR(hooks.BeginStripe(s.rows, s.bounded, keys, stripe_keys));
+    VisitStripeLocked(s, stripe_keys, grads, /*pushing=*/true, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       const uint64_t key = keys[i];
-      const uint64_t hash = request.hashes[i];
+      const uint64_t hash = stripe_keys.hashes[i];
       const int64_t id = s.rows.Find(hash, key);
       float* row;
       if (id >= 0) {

@@ -160,11 +160,11 @@ class Table {
   template <typename Hooks>
   absl::Status PushWith(absl::Span<const uint64_t> keys, const StripedKeys& request, const float* grads,
                         int64_t clock);
-  // Calls visit(i) for each request position i of stripe `si` in order, prefetching ahead (see table.cc), until
-  // visit returns false.
+  // Calls visit(i) for each request position i of the stripe `s` (`request`) in order, prefetching ahead (see
+  // table.cc), until visit returns false.
   template <typename Visit>
-  void VisitStripeLocked(const Stripe& s, const StripedKeys& request, int si, const float* request_rows,
-                         bool pushing, Visit visit) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
+  void VisitStripeLocked(const Stripe& s, StripeKeys request, const float* request_rows, bool pushing,
+                         Visit visit) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Writes a fresh row's initial values and optimizer state (a bounded row's meta is the policy's).
   void InitRow(float* row, uint64_t key) const;
   // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
