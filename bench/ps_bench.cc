@@ -792,7 +792,7 @@ absl::Status RunBench(int argc, char** argv) {
   auto start_servers = [&](const std::string& name, const std::function<Args(int)>& extra_args) -> Args {
     std::vector<std::string> started;
     for (int i = 0; i < num_servers; ++i) {
-      std::vector<std::string> args = {absl::StrCat("--shard_index=", i), absl::StrCat("--num_shards=", num_servers),
+      std::vector<std::string> args = {absl::StrCat("--rank=", i), absl::StrCat("--num_servers=", num_servers),
                                        absl::StrCat("--job_id=", kJob)};
       if (absl::GetFlag(FLAGS_server_threads) > 0)
         args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)));

@@ -98,12 +98,12 @@ class Job {
     return absl::OkStatus();
   }
 
-  absl::Status StartServer(int s, int num_shards, const std::string& checkpoints) {
+  absl::Status StartServer(int s, int num_servers, const std::string& checkpoints) {
     KESTREL_ASSIGN_OR_RETURN(
         ServerProcess p,
         ServerProcess::Start(binaries_.server,
-                             {absl::StrCat("--job_id=", kJob), absl::StrCat("--shard_index=", s),
-                              absl::StrCat("--num_shards=", num_shards), "--scheduler=" + scheduler_->address(),
+                             {absl::StrCat("--job_id=", kJob), absl::StrCat("--rank=", s),
+                              absl::StrCat("--num_servers=", num_servers), "--scheduler=" + scheduler_->address(),
                               "--checkpoint_dir=" + checkpoints, "--max_message_bytes=67108864"},
                              dir_, absl::StrCat("server", s, "_", ++starts_), absl::Seconds(60)));
     if (static_cast<int>(servers_.size()) <= s) servers_.resize(s + 1);

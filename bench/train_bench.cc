@@ -176,7 +176,7 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
   std::vector<ServerProcess> servers;
   for (int s = 0; s < 2; ++s) {
     KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> args,
-                             with_tls({"--job_id=bench", "--num_shards=2", absl::StrCat("--shard_index=", s),
+                             with_tls({"--job_id=bench", "--num_servers=2", absl::StrCat("--rank=", s),
                                        absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
                                        "--scheduler=" + scheduler.address(), absl::StrCat("--replicas=", replicas)},
                                       "server", s));

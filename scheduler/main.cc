@@ -39,7 +39,7 @@ ABSL_FLAG(int, num_servers, -1,
 ABSL_FLAG(int, num_workers, -1,
           "Workers the job needs (>= 1). -1: from the environment (KESTREL_NUM_WORKERS, TF_CONFIG, "
           "DMLC_NUM_WORKER), else 1.");
-ABSL_FLAG(int, ranges_per_shard, 1, "Key ranges per server in the uniform partition handed to members.");
+ABSL_FLAG(int, ranges_per_server, 1, "Key ranges per server in the uniform partition handed to members.");
 ABSL_FLAG(int, replicas, 1,
           "Copies of every key range, on distinct servers, in [1, --num_servers] (docs/replication.md). 1 (default): "
           "a server's death rolls the job back to its last checkpoint. R >= 2: it fails over to a backup copy "
@@ -101,7 +101,7 @@ int Run() {
     return 2;
   }
   options.consistency = *consistency;
-  auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_shard));
+  auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_server));
   if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
     partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
   }

@@ -25,7 +25,7 @@
 // Ranks and ids. A member's rank is its place in the job's layout: ranks are dense (0 .. n-1) because the
 // partition's owners, BSP's rank order and the workers' data shares are indexed by them. A member's id is the
 // rank its certificate names (spiffe://kestrel/<job>/<role>/<id>, common/peer_identity.h): the rank it asks for
-// when it registers (--shard_index, --rank), fixed for the life of the process. A job starts with rank == id;
+// when it registers (--rank, --rank), fixed for the life of the process. A job starts with rank == id;
 // a rescale that removes a rank from the middle (an elastic job dropping a member that did not come back)
 // renumbers the ranks above it, so their ids no longer equal their ranks. The layout records each rank's id;
 // Register, Heartbeat and Rejoin name the member by id, WaitToStart, Advance and the servers' requests by rank

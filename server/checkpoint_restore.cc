@@ -20,11 +20,11 @@ absl::Status CheckpointRestore::Checkpoint(const HostedShards& hosted, const Che
   Shard& own = hosted.own();
   if (store_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "server %d was started without --checkpoint_dir: it cannot write checkpoints", own.shard_index()));
+        "server %d was started without --checkpoint_dir: it cannot write checkpoints", own.owner()));
   }
   if (layout_->left()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("server %d left the job in a rescale: it has nothing to checkpoint", own.shard_index()));
+        absl::StrFormat("server %d left the job in a rescale: it has nothing to checkpoint", own.owner()));
   }
   const absl::Time start = absl::Now();
   KESTREL_ASSIGN_OR_RETURN(ShardCheckpoint written, store_->Checkpoint(own, request.name()));
@@ -61,7 +61,7 @@ absl::StatusOr<std::shared_ptr<HostedShards>> CheckpointRestore::GroupsForRestor
                                                       request.rank(), partition->num_servers(), request.bsp_workers()));
   }
   ShardOptions options = *hosted.options();
-  options.shard_index = request.rank();
+  options.owner = request.rank();
   options.bsp_workers = request.bsp_workers();
   KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
   return std::shared_ptr<HostedShards>(std::move(built));
@@ -103,7 +103,7 @@ absl::Status CheckpointRestore::Restore(const HostedShards& served, const Restor
     }
   } else {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "server %d was started without --checkpoint_dir: it cannot restore %s", own.shard_index(), request.name()));
+        "server %d was started without --checkpoint_dir: it cannot restore %s", own.owner(), request.name()));
   }
   if (next != nullptr) {
     layout_->Adopt(next, request.layout_generation(), {request.worker_ids().begin(), request.worker_ids().end()});

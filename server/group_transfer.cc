@@ -106,7 +106,7 @@ absl::StatusOr<uint64_t> GroupTransfer::Install(Shard& group, const std::vector<
             if (!took) {
               return absl::InvalidArgumentError(absl::StrFormat(
                   "key 0x%016x of table '%s' is not in the ranges of server %d", key, piece->table,
-                  group.shard_index()));
+                  group.owner()));
             }
             ++installed;
           }

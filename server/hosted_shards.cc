@@ -18,17 +18,17 @@ HostedShards::HostedShards(int server, std::optional<ShardOptions> options, std:
 absl::StatusOr<std::unique_ptr<HostedShards>> HostedShards::Create(const ShardOptions& options,
                                                                    Partition partition) {
   const int n = partition.num_servers();
-  if (options.shard_index < 0 || options.shard_index >= n) {
+  if (options.owner < 0 || options.owner >= n) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("server %d is not in a partition of %d servers", options.shard_index, n));
+        absl::StrFormat("server %d is not in a partition of %d servers", options.owner, n));
   }
   std::vector<std::unique_ptr<Shard>> owned;
   std::vector<Shard*> shards;
   std::vector<int> group_of_owner(n, -1);
   for (int j = 0; j < partition.replicas(); ++j) {
-    const int owner = ((options.shard_index - j) % n + n) % n;  // this server holds replica j of owner's ranges
+    const int owner = ((options.owner - j) % n + n) % n;  // this server holds replica j of owner's ranges
     ShardOptions group = options;
-    group.shard_index = owner;
+    group.owner = owner;
     absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(group, partition);
     if (!shard.ok()) return shard.status();
     group_of_owner[owner] = static_cast<int>(shards.size());
@@ -36,14 +36,14 @@ absl::StatusOr<std::unique_ptr<HostedShards>> HostedShards::Create(const ShardOp
     owned.push_back(*std::move(shard));
   }
   return std::unique_ptr<HostedShards>(
-      new HostedShards(options.shard_index, options, std::move(owned), std::move(shards), std::move(group_of_owner)));
+      new HostedShards(options.owner, options, std::move(owned), std::move(shards), std::move(group_of_owner)));
 }
 
 std::unique_ptr<HostedShards> HostedShards::Single(Shard* shard) {
   std::vector<int> group_of_owner(shard->partition().num_servers(), -1);
-  group_of_owner[shard->shard_index()] = 0;
+  group_of_owner[shard->owner()] = 0;
   return std::unique_ptr<HostedShards>(
-      new HostedShards(shard->shard_index(), std::nullopt, {}, {shard}, std::move(group_of_owner)));
+      new HostedShards(shard->owner(), std::nullopt, {}, {shard}, std::move(group_of_owner)));
 }
 
 std::shared_ptr<HostedShards> HostedShards::Unowned(HostedShards* hosted) {

@@ -29,7 +29,7 @@ namespace kestrel {
 
 class HostedShards {
  public:
-  // The groups server options.shard_index holds in `partition` (options.shard_index names this server; each
+  // The groups server options.owner hosts in `partition` (options.owner names this server; each
   // group's Shard gets its owner's index and otherwise the same options).
   static absl::StatusOr<std::unique_ptr<HostedShards>> Create(const ShardOptions& options, Partition partition);
   // One unreplicated shard, owned by the caller (tests, tools): its own group only. It cannot be rescaled.
@@ -42,7 +42,7 @@ class HostedShards {
 
   // This server's index.
   int server() const { return server_; }
-  // The options Create() made the groups with (shard_index: this server); none for Single().
+  // The options Create() made the groups with (owner: this server); none for Single().
   const std::optional<ShardOptions>& options() const { return options_; }
   const Partition& partition() const { return own().partition(); }
   bool replicated() const { return partition().replicas() > 1; }

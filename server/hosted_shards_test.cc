@@ -8,7 +8,7 @@ namespace {
 ShardOptions Options(int server) {
   ShardOptions options;
   options.job_id = "t";
-  options.shard_index = server;
+  options.owner = server;
   return options;
 }
 
@@ -17,7 +17,7 @@ TEST(HostedShardsTest, UnreplicatedServerHoldsItsOwnGroupOnly) {
   ASSERT_TRUE(hosted.ok()) << hosted.status();
   EXPECT_FALSE((*hosted)->replicated());
   ASSERT_EQ((*hosted)->shards().size(), 1u);
-  EXPECT_EQ((*hosted)->own().shard_index(), 1);
+  EXPECT_EQ((*hosted)->own().owner(), 1);
   EXPECT_EQ(*(*hosted)->Group(std::nullopt), &(*hosted)->own());
   EXPECT_EQ(*(*hosted)->Group(1), &(*hosted)->own());
   EXPECT_TRUE(absl::IsNotFound((*hosted)->Group(0).status()));
@@ -32,8 +32,8 @@ TEST(HostedShardsTest, ReplicatedServerHoldsItsNeighboursBackupsAndFollowsRoutin
   auto hosted = HostedShards::Create(Options(1), partition);
   ASSERT_TRUE(hosted.ok()) << hosted.status();
   ASSERT_EQ((*hosted)->shards().size(), 2u);
-  EXPECT_EQ((*hosted)->shards()[0]->shard_index(), 1);  // own
-  EXPECT_EQ((*hosted)->shards()[1]->shard_index(), 0);  // replica 1 of server 0's ranges
+  EXPECT_EQ((*hosted)->shards()[0]->owner(), 1);  // own
+  EXPECT_EQ((*hosted)->shards()[1]->owner(), 0);  // replica 1 of server 0's ranges
   EXPECT_EQ((*hosted)->shards()[1]->ranges(), partition.RangesOf(0));
   EXPECT_TRUE(absl::IsNotFound((*hosted)->Group(2).status()));
 

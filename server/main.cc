@@ -1,8 +1,8 @@
 // kestrel_server: one parameter-server shard.
 //
-//   kestrel_server --shard_index=0 --num_shards=2 --port=7100 --job_id=ctr
+//   kestrel_server --rank=0 --num_servers=2 --port=7100 --job_id=ctr
 //
-// Holds shard_index's key ranges of every table, serves the ParameterServer gRPC API and the standard gRPC
+// Holds owner's key ranges of every table, serves the ParameterServer gRPC API and the standard gRPC
 // health service, and shuts down cleanly on SIGTERM/SIGINT (in-flight calls get --shutdown_grace to finish).
 // With --checkpoint_dir it writes and restores its part of global checkpoints when the scheduler asks; without
 // a scheduler, --resume loads the latest committed checkpoint at startup (any number of servers may have
@@ -44,17 +44,17 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server is serving.");
-ABSL_FLAG(int, shard_index, -1,
-          "This server's index in [0, num_shards). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
-ABSL_FLAG(int, num_shards, -1,
+ABSL_FLAG(int, rank, -1,
+          "This server's index in [0, num_servers). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
+ABSL_FLAG(int, num_servers, -1,
           "Number of servers the key space is split across. -1: from the environment (KESTREL_NUM_SERVERS, "
           "TF_CONFIG, DMLC_NUM_SERVER), else 1.");
-ABSL_FLAG(int, ranges_per_shard, 1,
-          "Key ranges per server: the key space is cut into num_shards * ranges_per_shard equal ranges, dealt "
+ABSL_FLAG(int, ranges_per_server, 1,
+          "Key ranges per server: the key space is cut into num_servers * ranges_per_server equal ranges, dealt "
           "round-robin.");
 ABSL_FLAG(std::string, partition, "",
-          "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_shards and "
-          "--ranges_per_shard. Clients must use the same partition.");
+          "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_servers and "
+          "--ranges_per_server. Clients must use the same partition.");
 ABSL_FLAG(int, replicas, 1,
           "Copies of every key range, on distinct servers (docs/replication.md): 1 (default) none; R >= 2 makes this "
           "server also hold the backups of the ranges of the R-1 servers before it, and a server's death fail "
@@ -95,8 +95,8 @@ namespace {
 int Run() {
   {  // Identity: explicit flags first, then the environment the launcher gives (common/cluster_env.h).
     ExplicitSettings flags;
-    flags.rank = absl::GetFlag(FLAGS_shard_index);
-    flags.num_servers = absl::GetFlag(FLAGS_num_shards);
+    flags.rank = absl::GetFlag(FLAGS_rank);
+    flags.num_servers = absl::GetFlag(FLAGS_num_servers);
     flags.scheduler = absl::GetFlag(FLAGS_scheduler);
     flags.rank_offset = absl::GetFlag(FLAGS_rank_offset);
     absl::StatusOr<ClusterIdentity> id =
@@ -105,24 +105,24 @@ int Run() {
       KLOG(Error) << "cannot tell which server this is: " << id.status();
       return 2;
     }
-    absl::SetFlag(&FLAGS_shard_index, id->rank >= 0 ? id->rank : 0);
-    absl::SetFlag(&FLAGS_num_shards, id->num_servers > 0 ? id->num_servers : 1);
+    absl::SetFlag(&FLAGS_rank, id->rank >= 0 ? id->rank : 0);
+    absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
     absl::SetFlag(&FLAGS_scheduler, id->scheduler);
     if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "identity: " << id->DebugString();
   }
-  const int index = absl::GetFlag(FLAGS_shard_index);
+  const int index = absl::GetFlag(FLAGS_rank);
   SetLogIdentity(absl::StrCat("server[", index, "]"));
-  if (index >= absl::GetFlag(FLAGS_num_shards) && !absl::GetFlag(FLAGS_scheduler).empty() &&
+  if (index >= absl::GetFlag(FLAGS_num_servers) && !absl::GetFlag(FLAGS_scheduler).empty() &&
       absl::GetFlag(FLAGS_partition).empty()) {
     // A rank beyond the job's servers (a scaled-up StatefulSet whose environment still names the old count):
     // it can only join a rescale, whose layout the scheduler hands it (docs/elasticity.md).
-    KLOG(Info) << "server " << index << " is beyond --num_shards=" << absl::GetFlag(FLAGS_num_shards)
+    KLOG(Info) << "server " << index << " is beyond --num_servers=" << absl::GetFlag(FLAGS_num_servers)
                << ": it joins the job in a rescale (kestrel scale) or not at all";
-    absl::SetFlag(&FLAGS_num_shards, index + 1);
+    absl::SetFlag(&FLAGS_num_servers, index + 1);
   }
   absl::StatusOr<Partition> partition = absl::GetFlag(FLAGS_partition).empty()
-                                            ? Partition::Uniform(absl::GetFlag(FLAGS_num_shards),
-                                                                 absl::GetFlag(FLAGS_ranges_per_shard))
+                                            ? Partition::Uniform(absl::GetFlag(FLAGS_num_servers),
+                                                                 absl::GetFlag(FLAGS_ranges_per_server))
                                             : Partition::Parse(absl::GetFlag(FLAGS_partition));
   if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
     partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
@@ -151,7 +151,7 @@ int Run() {
   shard_options.bsp_workers = absl::GetFlag(FLAGS_bsp_workers);
   shard_options.max_push_workers = static_cast<size_t>(absl::GetFlag(FLAGS_max_push_workers));
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
-  shard_options.shard_index = index;
+  shard_options.owner = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
   if (absl::GetFlag(FLAGS_memory_budget_mb) < 0 || absl::GetFlag(FLAGS_memory_budget_mb) > (int64_t{1} << 30)) {
     KLOG(Error) << "bad flags: --memory_budget_mb must be in [0, 2^30]";
@@ -303,7 +303,7 @@ int Run() {
       return 1;
     }
     const bool bsp = consistency->bsp();
-    // The rank is this server's place in the job's layout: its id (--shard_index) unless a rescale removed a
+    // The rank is this server's place in the job's layout: its id (--rank) unless a rescale removed a
     // lower rank (docs/elasticity.md).
     const int rank = registration->rank();
     if (registration->joining()) {
@@ -311,12 +311,12 @@ int Run() {
                  << " servers: the ranges arrive from the other servers";
     } else if ((view.layout_generation() > 0 || rank != index) &&
                (view.partition() != own->partition().ToString() ||
-                shard_options.bsp_workers != (bsp ? view.num_workers() : 0) || rank != own->shard_index())) {
+                shard_options.bsp_workers != (bsp ? view.num_workers() : 0) || rank != own->owner())) {
       // The job was rescaled since it started: its layout is the scheduler's, not this server's flags.
       absl::StatusOr<Partition> adopted = Partition::Parse(view.partition());
       ShardOptions options = shard_options;
       options.bsp_workers = bsp ? view.num_workers() : 0;
-      options.shard_index = rank;
+      options.owner = rank;
       absl::StatusOr<std::unique_ptr<HostedShards>> groups =
           adopted.ok() ? HostedShards::Create(options, *adopted) : adopted.status();
       if (!groups.ok()) {

@@ -164,7 +164,7 @@ absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& req
                                   DescribeTablesResponse* response) {
   KESTREL_RETURN_IF_ERROR(shard.CheckJob(ContextOf(request.header())));
   for (const TableStats& table : shard.Stats().tables) Describe(table, response->add_tables());
-  response->set_shard_index(shard.shard_index());
+  response->set_owner(shard.owner());
   for (const KeyRange& range : shard.ranges()) {
     auto* r = response->add_ranges();
     r->set_begin(range.first);

@@ -48,7 +48,7 @@ TableConfig Config(const char* name, TableConfig::Kind kind, int dim, uint64_t d
 std::unique_ptr<Shard> MakeShard(uint8_t config) {
   ShardOptions options;
   options.job_id = kJob;
-  options.shard_index = (config >> 1) & 1;
+  options.owner = (config >> 1) & 1;
   options.bsp_workers = (config & 1) != 0 ? 2 : 0;
   options.max_keys_per_request = 64;
   options.max_response_bytes = 1024;

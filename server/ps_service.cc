@@ -130,7 +130,7 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
   }
   absl::StatusOr<Shard*> group = hosted.Group(OwnerOf(header));
   if (!group.ok()) return own.Count(group.status());
-  KESTREL_RETURN_IF_ERROR(own.Count(hosted.CheckPrimary((*group)->shard_index())));
+  KESTREL_RETURN_IF_ERROR(own.Count(hosted.CheckPrimary((*group)->owner())));
   return group;
 }
 
@@ -183,7 +183,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
                       KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
                       KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
                       // Applied here (or a repeat): the backups get it too before the worker hears OK.
-                      forwarder_.Forward(*hosted, "Replicate", group->shard_index(), *request, std::move(done));
+                      forwarder_.Forward(*hosted, "Replicate", group->owner(), *request, std::move(done));
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));
@@ -228,7 +228,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
                           layout_.CheckWorkerCaller(caller, request->header().worker_rank(), "the PushDense")));
                       KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
                       KESTREL_RETURN_IF_ERROR(HandlePushDense(*group, *request, response));
-                      if (hosted->BackupsOf(group->shard_index()).empty()) {
+                      if (hosted->BackupsOf(group->owner()).empty()) {
                         done(absl::OkStatus());
                         return absl::OkStatus();
                       }
@@ -237,7 +237,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
                       grpc::Status serialized =
                           grpc::SerializationTraits<PushRequest>::Serialize(*request, &bytes, &own_buffer);
                       if (!serialized.ok()) return absl::InternalError(serialized.error_message());
-                      forwarder_.Forward(*hosted, "ReplicateDense", group->shard_index(), bytes, std::move(done));
+                      forwarder_.Forward(*hosted, "ReplicateDense", group->owner(), bytes, std::move(done));
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));

@@ -94,7 +94,7 @@ absl::Status RescaleParticipant::Receive(const HostedShards& hosted, const Group
                                                             chunk.recipient(), partition->num_servers()));
         }
         ShardOptions options = *hosted.options();
-        options.shard_index = chunk.recipient();  // this server's rank in the new layout
+        options.owner = chunk.recipient();  // this server's rank in the new layout
         options.bsp_workers = chunk.bsp_workers();
         KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
         const std::vector<TableConfig> tables(chunk.tables().begin(), chunk.tables().end());
@@ -244,7 +244,7 @@ absl::Status RescaleParticipant::Send(const HostedShards& hosted, const RescaleS
   }
   // Every group this server is the primary of: its rows go to every copy of their range in the new layout.
   for (Shard* group : hosted.shards()) {
-    if (!hosted.CheckPrimary(group->shard_index()).ok()) continue;
+    if (!hosted.CheckPrimary(group->owner()).ok()) continue;
     KESTREL_RETURN_IF_ERROR(group->Exclusive([&](const std::vector<Table*>& group_tables) -> absl::Status {
       for (const Table* table : group_tables) {
         const std::string& name = table->config().name();

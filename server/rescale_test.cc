@@ -44,7 +44,7 @@ class RescaleTest : public ::testing::Test {
     for (int s = 0; s < kMaxServers; ++s) {
       ShardOptions options;
       options.job_id = "t";
-      options.shard_index = s;
+      options.owner = s;
       auto hosted = HostedShards::Create(options, s < partition.num_servers() ? partition : joining);
       ASSERT_TRUE(hosted.ok()) << hosted.status();
       PsServerOptions server_options;

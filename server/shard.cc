@@ -34,9 +34,9 @@ std::string Clip(absl::string_view s) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Create(const ShardOptions& options, Partition partition) {
-  if (options.shard_index < 0 || options.shard_index >= partition.num_servers()) {
+  if (options.owner < 0 || options.owner >= partition.num_servers()) {
     return absl::InvalidArgumentError(absl::StrFormat("shard index %d is not a server of a %d-server partition",
-                                                      options.shard_index, partition.num_servers()));
+                                                      options.owner, partition.num_servers()));
   }
   if (options.job_id.empty()) return absl::InvalidArgumentError("shard needs a non-empty job id");
   if (options.bsp_workers < 0) return absl::InvalidArgumentError("bsp_workers must be >= 0");
@@ -47,7 +47,7 @@ Shard::Shard(const ShardOptions& options, Partition partition)
     : options_(options),
       bsp_workers_(options.bsp_workers),
       partition_(std::move(partition)),
-      ranges_(partition_.RangesOf(options.shard_index)),
+      ranges_(partition_.RangesOf(options.owner)),
       recent_requests_(RecentRequests::kDefaultWindow, options.max_push_workers) {
   absl::MutexLock lock(&mu_);
   table_maps_.push_back(std::make_unique<TableMap>());
@@ -67,7 +67,7 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
   if (ctx.job_id != options_.job_id) {
     // Neither job id is echoed: a caller probing for the job's name learns nothing.
     return absl::FailedPreconditionError(
-        absl::StrFormat("the request's job id is not the one shard %d serves (check --job_id)", shard_index()));
+        absl::StrFormat("the request's job id is not the one shard %d serves (check --job_id)", owner()));
   }
   if (ctx.worker_rank < 0) return absl::OkStatus();
   const uint64_t rolled_back_before = min_worker_generation_.load(std::memory_order_acquire);
@@ -75,7 +75,7 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
     return absl::AbortedError(absl::StrFormat(
         "request of generation %d from worker rank %d reached shard %d after the job rolled back to a checkpoint "
         "at generation %d: resume from the checkpoint",
-        ctx.generation, ctx.worker_rank, shard_index(), rolled_back_before));
+        ctx.generation, ctx.worker_rank, owner(), rolled_back_before));
   }
   const std::shared_ptr<const JobView> view = std::atomic_load(&job_view_);
   if (view == nullptr) return absl::OkStatus();  // no scheduler (yet): unchecked
@@ -91,14 +91,14 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
     return absl::FailedPreconditionError(absl::StrFormat(
         "request of generation %d from worker rank %d reached shard %d, but that rank's requests carry generation "
         "%d since it registered again: the sender was superseded",
-        ctx.generation, ctx.worker_rank, shard_index(), expected));
+        ctx.generation, ctx.worker_rank, owner(), expected));
   }
   if (ctx.generation > expected) {
     TellGenerationListener();
     return absl::UnavailableError(absl::StrFormat(
         "request of generation %d from worker rank %d reached shard %d, which knows generation %d for that rank: "
         "it has not heard of the newer one from the scheduler yet; retry",
-        ctx.generation, ctx.worker_rank, shard_index(), expected));
+        ctx.generation, ctx.worker_rank, owner(), expected));
   }
   return absl::OkStatus();
 }
@@ -142,7 +142,7 @@ absl::Status Shard::CheckRestoreGeneration(uint64_t min_worker_generation, absl:
   if (job_generation_ < min_worker_generation) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "min_worker_generation %d is ahead of the job's generation %d (as shard %d heard it from the scheduler%s)",
-        min_worker_generation, job_generation_, shard_index(),
+        min_worker_generation, job_generation_, owner(),
         generation_listener_ ? "" : "; it runs without one, so only 0 is valid"));
   }
   return absl::OkStatus();
@@ -164,11 +164,11 @@ absl::StatusOr<bool> Shard::AddTable(const TableConfig& config) {
   if (it != current.end()) {
     if (google::protobuf::util::MessageDifferencer::Equals(it->second->config(), config)) return false;
     return absl::AlreadyExistsError(absl::StrFormat(
-        "table '%s' already exists on shard %d with a different config", config.name(), shard_index()));
+        "table '%s' already exists on shard %d with a different config", config.name(), owner()));
   }
   if (current.size() >= options_.max_tables) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "shard %d already holds %d tables, its limit (--max_tables)", shard_index(), current.size()));
+        "shard %d already holds %d tables, its limit (--max_tables)", owner(), current.size()));
   }
   auto next = std::make_unique<TableMap>(current);
   Table* added = table->get();
@@ -199,7 +199,7 @@ absl::StatusOr<Table*> Shard::LookupTable(const RequestContext& ctx, absl::strin
   const TableMap& tables = *tables_.load(std::memory_order_acquire);
   auto it = tables.find(name);
   if (it == tables.end()) {
-    return absl::NotFoundError(absl::StrFormat("table '%s' does not exist on shard %d", Clip(name), shard_index()));
+    return absl::NotFoundError(absl::StrFormat("table '%s' does not exist on shard %d", Clip(name), owner()));
   }
   Table* table = it->second.get();
   if (table->config().kind() != kind) {
@@ -224,7 +224,7 @@ absl::Status Shard::CheckKeys(absl::Span<const uint64_t> keys, bool sorted, cons
   const std::vector<int>& owners = partition_.owners();
   size_t r = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    int owner;
+    int key_owner;
     if (sorted) {
       if (i > 0 && keys[i] <= keys[i - 1]) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -232,14 +232,14 @@ absl::Status Shard::CheckKeys(absl::Span<const uint64_t> keys, bool sorted, cons
             what, i, keys[i], what, i - 1, keys[i - 1]));
       }
       while (keys[i] > ranges[r].last) ++r;
-      owner = owners[r];
+      key_owner = owners[r];
     } else {
-      owner = partition_.OwnerOf(keys[i]);
+      key_owner = partition_.OwnerOf(keys[i]);
     }
-    if (owner != shard_index()) {
+    if (key_owner != owner()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "key 0x%016x (%s[%d]) is outside shard %d's key ranges %s; it belongs to shard %d", keys[i], what, i,
-          shard_index(), RangesToString(ranges_), owner));
+          owner(), RangesToString(ranges_), key_owner));
     }
   }
   return absl::OkStatus();
@@ -368,7 +368,7 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
   if (const int bsp_workers = bsp_workers_.load(std::memory_order_acquire); bsp_workers > 0) {
     if (ctx.worker_rank < 0 || ctx.worker_rank >= bsp_workers) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, shard_index(),
+          "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, owner(),
           bsp_workers));
     }
     BspAggregator::Part part;
@@ -400,7 +400,7 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
         return absl::ResourceExhaustedError(absl::StrFormat(
             "shard %d remembers the pushes of %d workers (the job's; without a scheduler --max_push_workers): "
             "worker %d is one too many",
-            shard_index(), recent_requests_.max_workers(), ctx.worker_rank));
+            owner(), recent_requests_.max_workers(), ctx.worker_rank));
     }
   }
   push_requests_.fetch_add(1, std::memory_order_relaxed);
@@ -424,7 +424,7 @@ absl::Status Shard::TierFailed(absl::Status status) {
       tier_error_ = absl::StrFormat(
           "shard %d: its disk tier failed while applying a push (%s): it holds part of that push and refuses "
           "requests until it is restored from a checkpoint",
-          shard_index(), status.ToString());
+          owner(), status.ToString());
       tier_failed_.store(true, std::memory_order_release);
     }
     listener = failure_listener_;
@@ -558,7 +558,7 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
     absl::StatusOr<bool> added = AddTable(config);
     if (!added.ok()) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "shard %d cannot restore table '%s': %s", shard_index(), config.name(), added.status().message()));
+          "shard %d cannot restore table '%s': %s", owner(), config.name(), added.status().message()));
     }
   }
   {
@@ -579,7 +579,7 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
       return absl::DataLossError(absl::StrFormat("the checkpoint holds rows of table '%s', which its manifest lacks",
                                                  Clip(name)));
     }
-    if (partition_.OwnerOf(key) != shard_index()) return false;
+    if (partition_.OwnerOf(key) != owner()) return false;
     KESTREL_RETURN_IF_ERROR(it->second->LoadRow(key, row));
     return true;
   };
@@ -597,7 +597,7 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
   absl::Status loaded = load(rows, sketches);
   if (!loaded.ok()) {
     for (Table* table : all) table->Clear();
-    restore_error_ = absl::StrFormat("shard %d failed to restore a checkpoint and holds no data: %s", shard_index(),
+    restore_error_ = absl::StrFormat("shard %d failed to restore a checkpoint and holds no data: %s", owner(),
                                      loaded.message());
     return loaded;
   }
@@ -643,9 +643,9 @@ absl::StatusOr<uint64_t> Shard::LoadRows(absl::string_view table, absl::string_v
   for (size_t i = 0; i < n; ++i) {
     uint64_t key;
     std::memcpy(&key, keys.data() + i * sizeof(key), sizeof(key));
-    if (partition_.OwnerOf(key) != shard_index()) {
+    if (partition_.OwnerOf(key) != owner()) {
       return absl::InvalidArgumentError(absl::StrFormat("key 0x%016x of table '%s' is not in the ranges of server %d",
-                                                        key, Clip(table), shard_index()));
+                                                        key, Clip(table), owner()));
     }
     std::memcpy(row.data(), rows.data() + i * floats * sizeof(float), floats * sizeof(float));
     KESTREL_RETURN_IF_ERROR(t->LoadRow(key, row));

@@ -1,5 +1,7 @@
-// Shard: everything one parameter server holds — its key ranges of every sparse and dense table — and the
-// validation of every request against them.
+// Shard: one range group — the key ranges of one server (its owner) of every sparse and dense table, held by
+// that server or, in a replicated job, as a backup by another (server/hosted_shards.h) — and the validation of
+// every request against them. "Shard" means only this: a server process is a server (--rank), and a worker's
+// part of the training lines is its part (worker/data/record_reader.h).
 //
 // The Shard is the server's core and knows nothing of the network (server/ps_service.h adapts it to gRPC).
 // Every request is validated completely before anything is written, so a rejected request leaves the
@@ -65,8 +67,8 @@ struct RequestContext {
 struct ShardOptions {
   // Requests must name this job. Default: "kestrel".
   std::string job_id = "kestrel";
-  // This shard's server index in the partition. Default: 0.
-  int shard_index = 0;
+  // The server whose key ranges this Shard (a range group) holds: its own, or a backup of another's. Default: 0.
+  int owner = 0;
   // Largest number of keys (or dense blocks) in one request. Default: 4194304 (4Mi).
   size_t max_keys_per_request = size_t{1} << 22;
   // Largest pull answer, in bytes of values: larger pulls are refused before anything is allocated (the gRPC
@@ -108,13 +110,13 @@ struct ShardStats {
 
 class Shard {
  public:
-  // Fails when options.shard_index is not a server of `partition`.
+  // Fails when options.owner is not a server of `partition`.
   static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options, Partition partition);
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
-  int shard_index() const { return options_.shard_index; }
+  int owner() const { return options_.owner; }
   const Partition& partition() const { return partition_; }
   const std::string& job_id() const { return options_.job_id; }
   // The key ranges this shard owns.

@@ -186,7 +186,7 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
   KESTREL_RETURN_IF_ERROR(CheckpointLayout::CheckName(name));
   if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
   // The checkpoint's part is the rank's: after a rescale renumbered this server it is not its id's.
-  const int rank = shard.shard_index();
+  const int rank = shard.owner();
   ShardCheckpoint answer;
   answer.set_shard(rank);
   answer.set_dir(CheckpointLayout::ShardDirName(rank));
@@ -372,7 +372,7 @@ absl::Status ShardStore::Load(const CheckpointLayout& layout, const CheckpointMa
   KESTREL_RETURN_IF_ERROR(restored);
   KLOG(Info) << absl::StrFormat(
       "shard %d: loaded checkpoint %s (clock %d): %d rows from %d shard(s) (%d read), %d admission sketch(es) in %.3f s",
-      shard.shard_index(), name, manifest.clock(), loaded, sources.size(), read, sketches,
+      shard.owner(), name, manifest.clock(), loaded, sources.size(), read, sketches,
       absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
 }

@@ -94,7 +94,7 @@ class ShardStore : public ColdTier {
   // Creates an empty working store for server `shard` under layout's root (deleting a previous one: its
   // contents are of an earlier life of this server). `shard` names the process (its id, the rank its
   // certificate names: scheduler/membership.h), not its rank, which a rescale may renumber: Checkpoint writes
-  // the part of the rank the Shard is (Shard::shard_index()).
+  // the part of the rank the Shard is (Shard::owner()).
   static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
   ~ShardStore() override;
 
@@ -102,7 +102,7 @@ class ShardStore : public ColdTier {
   ShardStore& operator=(const ShardStore&) = delete;
 
   // Writes the rows changed since the last successful Checkpoint and snapshots the store into
-  // layout.ShardDir(name, shard.shard_index()). The answer lists the snapshot's files for the manifest.
+  // layout.ShardDir(name, shard.owner()). The answer lists the snapshot's files for the manifest.
   absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
 
   // Replaces the shard's state with the checkpoint `manifest` describes (nullopt: with empty tables, the
@@ -116,7 +116,7 @@ class ShardStore : public ColdTier {
   static absl::Status LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
                                      Shard& shard, uint64_t min_worker_generation);
 
-  int shard_index() const { return shard_; }
+  int owner() const { return shard_; }
   const CheckpointLayout& layout() const { return layout_; }
 
   // A rescale replaced the server's rows (server/ps_service.h): empties the working store, so that the next

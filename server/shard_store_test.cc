@@ -66,7 +66,7 @@ Cluster MakeCluster(int servers, const CheckpointLayout& layout, bool tables = t
   for (int i = 0; i < servers; ++i) {
     ShardOptions options;
     options.job_id = "job";
-    options.shard_index = i;
+    options.owner = i;
     c.shards.push_back(std::move(Shard::Create(options, c.partition)).value());
     auto store = ShardStore::Open(layout, i);
     EXPECT_TRUE(store.ok()) << store.status();

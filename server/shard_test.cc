@@ -40,7 +40,7 @@ TableConfig Sparse(const std::string& name, int dim, OptimizerConfig::Type opt =
 std::unique_ptr<Shard> MakeShard(int index, int num_servers) {
   ShardOptions options;
   options.job_id = "job";
-  options.shard_index = index;
+  options.owner = index;
   options.max_keys_per_request = 1000;
   auto shard = Shard::Create(options, *Partition::Uniform(num_servers));
   EXPECT_TRUE(shard.ok()) << shard.status();

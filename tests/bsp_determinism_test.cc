@@ -75,7 +75,7 @@ std::vector<float> Train(int workers, int batch, const std::vector<Sample>& data
   std::vector<ServerProcess> servers;
   std::vector<std::string> addresses;
   for (int s = 0; s < kServers; ++s) {
-    auto args = TestClusterTls::Get().WithFlags({"--job_id=bsp", "--num_shards=2", "--shard_index=" + std::to_string(s),
+    auto args = TestClusterTls::Get().WithFlags({"--job_id=bsp", "--num_servers=2", "--rank=" + std::to_string(s),
                                                  "--bsp_workers=" + std::to_string(workers)},
                                                 kJob, "server", s);
     EXPECT_TRUE(args.ok()) << args.status();

@@ -110,11 +110,11 @@ class ClusterJob {
     return absl::OkStatus();
   }
 
-  // `num_shards`: the server count it is launched for (default: the job's at the start; a rescale's new
+  // `num_servers`: the server count it is launched for (default: the job's at the start; a rescale's new
   // servers are launched for the count they join).
-  absl::Status StartServer(int s, const std::string& fault = "", int num_shards = 0) {
-    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_shards=", num_shards > 0 ? num_shards : num_servers_),
-                                     absl::StrCat("--shard_index=", s), absl::StrCat("--bsp_workers=", num_workers_),
+  absl::Status StartServer(int s, const std::string& fault = "", int num_servers = 0) {
+    std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", num_servers > 0 ? num_servers : num_servers_),
+                                     absl::StrCat("--rank=", s), absl::StrCat("--bsp_workers=", num_workers_),
                                      "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints(),
                                      absl::StrCat("--replicas=", replicas_)};
     auto p = StartWithFault(fault, "server/kestrel_server", args, "server", s, dir_,
@@ -267,7 +267,7 @@ class ClusterJob {
     for (int owner = 0; owner < servers; ++owner) {  // each range group from its primary
       const int s = routing->PrimaryOfOwner(owner);
       if (s < 0) return absl::DataLossError(absl::StrCat("no copy of server ", owner, "'s ranges is in service"));
-      // Rank s's process: its id (--shard_index) differs once an elastic removal renumbered the ranks.
+      // Rank s's process: its id (--rank) differs once an elastic removal renumbered the ranks.
       const int id = s < out.scheduler.view().server_ids_size() ? out.scheduler.view().server_ids(s) : s;
       auto stub = ParameterServer::NewStub(grpc::CreateChannel(servers_[id]->address(), *admin));
       StatsRequest request;

@@ -117,7 +117,7 @@ def flag(argv, name):
 
 
 def launcher_env(case, bin_dir):
-    """The Kubernetes manifests give servers no --shard_index and workers no --rank, and every process its
+    """The Kubernetes manifests give servers no --rank and workers no --rank, and every process its
     counts and scheduler through KESTREL_*: the binaries must resolve their identity from the environment
     (common/cluster_env). Heuristic: the variable names it reads are string constants in each binary."""
     for name, rel in BINARIES.items():
@@ -417,7 +417,7 @@ def k8s_counts(case, k8s):
             case.check(not (rule.get("action") == "FailJob" and 3 in codes),
                        f"{r.name}: podFailurePolicy fails the Job on exit 3 (superseded workers must be replaced)")
         for argv, name, want in ((sched_argv, "num_servers", num_servers), (sched_argv, "num_workers", num_workers),
-                                 (server_argv, "num_shards", num_servers), (server_argv, "bsp_workers", num_workers)):
+                                 (server_argv, "num_servers", num_servers), (server_argv, "bsp_workers", num_workers)):
             value = flag(argv, name)
             if value is not None:
                 case.check(str(value) == str(want), f"{r.name}: --{name}={value}, want {want}")
@@ -425,8 +425,8 @@ def k8s_counts(case, k8s):
             case.check(flag(server_argv, "bsp_workers") is not None,
                        f"{r.name}: BSP scheduler but the servers have no --bsp_workers")
         # One pod template for every replica: a fixed index would give them all the same one.
-        case.check(flag(server_argv, "shard_index") is None,
-                   f"{r.name}: servers pass --shard_index (the StatefulSet ordinal gives it)")
+        case.check(flag(server_argv, "rank") is None,
+                   f"{r.name}: servers pass --rank (the StatefulSet ordinal gives it)")
         case.check(flag(worker_argv, "rank") is None, f"{r.name}: workers pass --rank (the Job completion index gives it)")
 
 
@@ -881,8 +881,8 @@ def check_layout(case, where, argvs, num_servers, num_workers, scheduler_host=No
         roles.setdefault(got, []).append(argv)
     sched = (roles.get("kestrel_scheduler") or [[]])[0]
     servers, workers = roles.get("kestrel_server", []), roles.get("kestrel_worker", [])
-    case.check([flag(a, "shard_index") for a in servers] == [str(i) for i in range(num_servers)],
-               f"{where}: server --shard_index values {[flag(a, 'shard_index') for a in servers]}")
+    case.check([flag(a, "rank") for a in servers] == [str(i) for i in range(num_servers)],
+               f"{where}: server --rank values {[flag(a, 'rank') for a in servers]}")
     case.check([flag(a, "rank") for a in workers] == [str(i) for i in range(num_workers)],
                f"{where}: worker --rank values {[flag(a, 'rank') for a in workers]}")
     case.check(flag(sched, "num_servers") == str(num_servers) and flag(sched, "num_workers") == str(num_workers),
@@ -890,7 +890,7 @@ def check_layout(case, where, argvs, num_servers, num_workers, scheduler_host=No
     case.check(flag(sched, "resume") is True, f"{where}: scheduler lacks --resume")
     address = f"{scheduler_host}:{flag(sched, 'port')}" if scheduler_host else None
     for a in servers:
-        case.check(flag(a, "num_shards") == str(num_servers), f"{where}: server --num_shards={flag(a, 'num_shards')}")
+        case.check(flag(a, "num_servers") == str(num_servers), f"{where}: server --num_servers={flag(a, 'num_servers')}")
         case.check(flag(a, "bsp_workers") == str(num_workers), f"{where}: server --bsp_workers={flag(a, 'bsp_workers')}")
         case.check(flag(a, "checkpoint_dir") == flag(sched, "checkpoint_dir"),
                    f"{where}: server --checkpoint_dir={flag(a, 'checkpoint_dir')} != scheduler's")
@@ -905,7 +905,7 @@ def check_layout(case, where, argvs, num_servers, num_workers, scheduler_host=No
 def tls_stem(argv, rank, num_servers):
     if rank == 0:
         return "scheduler-0"
-    return f"server-{flag(argv, 'shard_index')}" if rank <= num_servers else f"worker-{flag(argv, 'rank')}"
+    return f"server-{flag(argv, 'rank')}" if rank <= num_servers else f"worker-{flag(argv, 'rank')}"
 
 
 def check_tls(case, where, argvs, num_servers, certs_dir, insecure=False):
@@ -992,8 +992,8 @@ def slurm(case, deploy_dir, helpfull):
         check_tls(case, where, tasks, num_servers, certs or default_certs, insecure=insecure == "1")
     with open(os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf")) as f:
         text = f.read()
-    case.check("--shard_index=%o" in text and "--rank=%o" in text,
-               "kestrel.multi-prog.conf: servers/workers must get --shard_index=%o / --rank=%o")
+    case.check("--rank=%o" in text and "--rank=%o" in text,
+               "kestrel.multi-prog.conf: servers/workers must get --rank=%o / --rank=%o")
     proc = subprocess.run(["bash", sbatch], env=dict(env, INSECURE="yes"), capture_output=True, text=True, timeout=60)
     case.check(proc.returncode == 2, f"slurm: INSECURE=yes accepted (exit {proc.returncode}), want 2")
 

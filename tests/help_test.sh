@@ -37,7 +37,7 @@ check() {
   echo "ok: $binary --help lists $# checked flags"
 }
 
-check server/kestrel_server shard_index num_shards bsp_workers memory_budget_mb job_id scheduler checkpoint_dir \
+check server/kestrel_server rank num_servers ranges_per_server bsp_workers memory_budget_mb job_id scheduler checkpoint_dir \
   metrics_port tls_cert insecure
 check scheduler/kestrel_scheduler num_servers num_workers consistency staleness elastic job_id checkpoint_dir \
   metrics_port tls_ca

@@ -76,7 +76,7 @@ class FakeServers final : public ShardAdmin {
   void Replace(int s) {
     ShardOptions options;
     options.job_id = "job";
-    options.shard_index = s;
+    options.owner = s;
     stores_[s].reset();  // the process is gone: its working store with it
     shards_[s] = std::move(Shard::Create(options, partition_)).value();
     auto store = ShardStore::Open(layout_, s);

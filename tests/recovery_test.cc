@@ -201,7 +201,7 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
       fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
       Damage(path, how);
       auto args = TestClusterTls::Get().WithFlags(
-          {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--port=0", "--checkpoint_dir=" + copy, "--resume"},
+          {"--job_id=rec", "--num_servers=2", "--rank=0", "--port=0", "--checkpoint_dir=" + copy, "--resume"},
           kJob, "server", 0);
       ASSERT_TRUE(args.ok()) << args.status();
       auto server = ServerProcess::Spawn(RunfilePath("server/kestrel_server"), *args, work,
@@ -219,7 +219,7 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
   fs::remove_all(copy);
   fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
   auto good_args = TestClusterTls::Get().WithFlags(
-      {"--job_id=rec", "--num_shards=2", "--shard_index=0", "--checkpoint_dir=" + copy, "--resume"}, kJob, "server", 0);
+      {"--job_id=rec", "--num_servers=2", "--rank=0", "--checkpoint_dir=" + copy, "--resume"}, kJob, "server", 0);
   ASSERT_TRUE(good_args.ok()) << good_args.status();
   auto good = ServerProcess::Start(RunfilePath("server/kestrel_server"), *good_args, work, "server_good");
   ASSERT_TRUE(good.ok()) << good.status();
@@ -236,7 +236,7 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
   std::vector<ServerProcess> servers;
   for (int s = 0; s < kServers; ++s) {
     auto server_args = TestClusterTls::Get().WithFlags(
-        {"--job_id=rec", "--num_shards=2", absl::StrCat("--shard_index=", s), "--scheduler=" + scheduler->address(),
+        {"--job_id=rec", "--num_servers=2", absl::StrCat("--rank=", s), "--scheduler=" + scheduler->address(),
          "--checkpoint_dir=" + copy},
         kJob, "server", s);
     ASSERT_TRUE(server_args.ok()) << server_args.status();

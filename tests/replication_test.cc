@@ -79,8 +79,8 @@ TEST_P(ReplicationTest, KilledServerLosesNoAcknowledgedPush) {
   std::vector<std::optional<ServerProcess>> servers(kServers);
   for (int s = 0; s < kServers; ++s) {
     auto p = ServerProcess::Start(RunfilePath("server/kestrel_server"),
-                                  {absl::StrCat("--job_id=", kJob), absl::StrCat("--num_shards=", kServers),
-                                   absl::StrCat("--shard_index=", s), "--replicas=2",
+                                  {absl::StrCat("--job_id=", kJob), absl::StrCat("--num_servers=", kServers),
+                                   absl::StrCat("--rank=", s), "--replicas=2",
                                    "--scheduler=" + scheduler->address()},
                                   dir, absl::StrCat("server", s));
     ASSERT_TRUE(p.ok()) << p.status();

@@ -79,7 +79,7 @@ TEST_F(RescaleTest, ServersScaledTwoToThreeToTwoMidRunEndBitwiseIdenticalWithout
 
   // 2 -> 3: the new server starts first and waits to be named (it retries its registration).
   ASSERT_TRUE(job.WaitForClock(final_clock_ / 5).ok());
-  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_servers=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2);
   ASSERT_TRUE(grown.ok()) << grown.status();
   job.Rescaled(3, 2);
@@ -122,7 +122,7 @@ TEST_F(RescaleTest, ReplicatedServersScaledTwoToThreeToTwoEndBitwiseIdentical) {
   ClusterJob job(TmpDir() + "/rescale_replicated", *data_, /*bounded=*/false, /*replicas=*/2, kEpochs);
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
   ASSERT_TRUE(job.WaitForClock(1).ok());
-  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_servers=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 3);
   ASSERT_TRUE(grown.ok()) << grown.status();
   job.Rescaled(3, 2);
@@ -148,7 +148,7 @@ TEST_F(RescaleTest, SchedulerRestartedWithTheStartingCountsResumesTheRescaledLay
   ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
   const int port = job.scheduler()->port();
   ASSERT_TRUE(job.WaitForClock(1).ok());
-  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_shards=*/3).ok());
+  ASSERT_TRUE(job.StartServer(2, /*fault=*/"", /*num_servers=*/3).ok());
   absl::StatusOr<ScaleResponse> grown = Scale(job, 3, 2, final_clock_ / 4);
   ASSERT_TRUE(grown.ok()) << grown.status();
   job.Rescaled(3, 2);
@@ -179,7 +179,7 @@ absl::StatusOr<Outcome> RunWorkerSchedule(const std::string& name, const std::st
   KESTREL_RETURN_IF_ERROR(job.StartAll(/*resume=*/false));
   KESTREL_RETURN_IF_ERROR(job.WaitForClock(1));  // running
   // The new ranks retry their registration until the rescale names them.
-  KESTREL_RETURN_IF_ERROR(job.StartServer(2, /*fault=*/"", /*num_shards=*/3));
+  KESTREL_RETURN_IF_ERROR(job.StartServer(2, /*fault=*/"", /*num_servers=*/3));
   KESTREL_RETURN_IF_ERROR(job.StartWorker(2));
   KESTREL_ASSIGN_OR_RETURN(ScaleResponse grown, Scale(job, 3, 3, grow));
   job.Rescaled(3, 3);

@@ -39,7 +39,7 @@ std::string TmpDir() {
 
 absl::StatusOr<ServerProcess> StartServer(int index, const std::string& scheduler, const std::string& name) {
   absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
-      {std::string("--job_id=") + kJob, "--num_shards=2", "--shard_index=" + std::to_string(index),
+      {std::string("--job_id=") + kJob, "--num_servers=2", "--rank=" + std::to_string(index),
        "--scheduler=" + scheduler},
       kJob, "server", index);
   if (!args.ok()) return args.status();

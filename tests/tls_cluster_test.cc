@@ -64,7 +64,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
     ASSERT_TRUE(tls.ok()) << tls.status();
     auto server = ServerProcess::Start(
         RunfilePath("server/kestrel_server"),
-        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s), "--bsp_workers=2",
+        Concat({"--job_id=tls", "--num_servers=2", absl::StrCat("--rank=", s), "--bsp_workers=2",
                 "--scheduler=" + scheduler->address()},
                TestingCa::Flags(*tls)),
         dir, absl::StrCat("server", s));
@@ -104,7 +104,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
     ASSERT_TRUE(tls.ok()) << tls.status();
     auto server = ServerProcess::Start(
         RunfilePath("server/kestrel_server"),
-        Concat({"--job_id=tls", "--num_shards=2", absl::StrCat("--shard_index=", s)}, TestingCa::Flags(*tls)), dir,
+        Concat({"--job_id=tls", "--num_servers=2", absl::StrCat("--rank=", s)}, TestingCa::Flags(*tls)), dir,
         absl::StrCat("probe", s));
     ASSERT_TRUE(server.ok()) << server.status();
     addresses.push_back(server->address());

@@ -54,7 +54,7 @@ class TrainClusterTest : public ::testing::Test {
     if (!scheduler.ok()) return scheduler.status();
     std::vector<ServerProcess> servers;
     for (int s = 0; s < 2; ++s) {
-      args = tls.WithFlags({"--job_id=e2e", "--num_shards=2", absl::StrCat("--shard_index=", s),
+      args = tls.WithFlags({"--job_id=e2e", "--num_servers=2", absl::StrCat("--rank=", s),
                             absl::StrCat("--bsp_workers=", consistency == "bsp" ? 2 : 0),
                             "--scheduler=" + scheduler->address()},
                            "e2e", "server", s);

@@ -29,7 +29,7 @@ class TwoServersTest : public ::testing::Test {
     const std::string dir = tmp != nullptr ? tmp : "/tmp";
     for (int s = 0; s < 2; ++s) {
       auto args = TestClusterTls::Get().WithFlags(
-          {"--job_id=it", "--num_shards=2", "--shard_index=" + std::to_string(s)}, "it", "server", s);
+          {"--job_id=it", "--num_servers=2", "--rank=" + std::to_string(s)}, "it", "server", s);
       ASSERT_TRUE(args.ok()) << args.status();
       auto p = ServerProcess::Start(binary, *args, dir, "server" + std::to_string(s));
       ASSERT_TRUE(p.ok()) << p.status();

@@ -56,7 +56,7 @@ TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
   for (int s = 0; s < 2; ++s) {
     ShardOptions options;
     options.job_id = "job";
-    options.shard_index = s;
+    options.owner = s;
     shards.push_back(std::move(Shard::Create(options, partition)).value());
     ASSERT_TRUE(shards[s]->CreateTable(Tool(), emb).ok());
     ASSERT_TRUE(shards[s]->CreateTable(Tool(), dense).ok());
@@ -198,7 +198,7 @@ class TestJob {
     for (int s = 0; s < 2; ++s) {
       ShardOptions options;
       options.job_id = job_id;
-      options.shard_index = s;
+      options.owner = s;
       shards_.push_back(std::move(Shard::Create(options, partition_)).value());
       for (const TableConfig& config : tables_) EXPECT_TRUE(shards_[s]->CreateTable(Ctx(0), config).ok());
       stores_.push_back(std::move(ShardStore::Open(layout_, s)).value());

@@ -11,12 +11,12 @@ namespace kestrel {
 
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
                                            const LocalTrainingOptions& options) {
-  KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(options.num_shards));
+  KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(options.num_servers));
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<Shard*> views;
-  for (int s = 0; s < options.num_shards; ++s) {
+  for (int s = 0; s < options.num_servers; ++s) {
     ShardOptions shard_options;
-    shard_options.shard_index = s;
+    shard_options.owner = s;
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, partition));
     views.push_back(shard.get());
     shards.push_back(std::move(shard));

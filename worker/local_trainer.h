@@ -16,7 +16,7 @@
 namespace kestrel {
 
 struct LocalTrainingOptions {
-  int num_shards = 1;          // in-process servers. Default: 1.
+  int num_servers = 1;          // in-process servers. Default: 1.
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
   std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
   // Called with the in-process servers once training ended (e.g. to read their tables' statistics).

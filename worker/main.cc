@@ -46,7 +46,7 @@ ABSL_FLAG(absl::Duration, recovery_timeout, absl::Minutes(10),
           "How long a worker whose training stopped waits for the job to roll back and rejoins before giving up.");
 ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.proto). Required.");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
-ABSL_FLAG(int, local_shards, 1, "--local: in-process server shards.");
+ABSL_FLAG(int, local_servers, 1, "--local: in-process server shards.");
 ABSL_FLAG(int, rank, -1,
           "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else any free rank.");
 ABSL_FLAG(std::string, tensorboard_dir, "",
@@ -561,7 +561,7 @@ int Run() {
       return 1;
     }
     LocalTrainingOptions options;
-    options.num_shards = absl::GetFlag(FLAGS_local_shards);
+    options.num_servers = absl::GetFlag(FLAGS_local_servers);
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.observer = metrics.Observer();
     absl::StatusOr<TrainResult> result = TrainInProcess(*job, backend->get(), options);

@@ -47,7 +47,7 @@ class PsClientTest : public ::testing::TestWithParam<Transport> {
     for (int s = 0; s < kServers; ++s) {
       ShardOptions options;
       options.job_id = "job";
-      options.shard_index = s;
+      options.owner = s;
       shards_.push_back(*Shard::Create(options, *partition_));
       shards.push_back(shards_.back().get());
       if (GetParam() == Transport::kGrpc) {

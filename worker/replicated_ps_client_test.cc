@@ -33,7 +33,7 @@ class ReplicatedPsClientTest : public ::testing::Test {
     for (int s = 0; s < kServers; ++s) {
       ShardOptions options;
       options.job_id = "job";
-      options.shard_index = s;
+      options.owner = s;
       hosted_.push_back(*HostedShards::Create(options, partition_));
       PsServerOptions server_options;
       server_options.address = "127.0.0.1:0";

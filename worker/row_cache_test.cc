@@ -36,7 +36,7 @@ struct Cluster {
     for (int s = 0; s < 2; ++s) {
       ShardOptions options;
       options.job_id = "job";
-      options.shard_index = s;
+      options.owner = s;
       shards.push_back(*Shard::Create(options, *partition));
     }
   }

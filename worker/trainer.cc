@@ -42,7 +42,7 @@ namespace {
 absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers) {
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
-  KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> counts, CountShardLines(files, num_workers));
+  KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> counts, CountPartLines(files, num_workers));
   const uint64_t smallest = *std::min_element(counts.begin(), counts.end());
   const int64_t per_epoch = static_cast<int64_t>(smallest / job.train().batch_size());
   if (per_epoch == 0) {
@@ -379,8 +379,8 @@ class Trainer::Impl {
       if (Shared(epoch)) {
         reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
       } else {
-        reader_options.shard_index = options_.rank;
-        reader_options.num_shards = options_.num_workers;
+        reader_options.part = options_.rank;
+        reader_options.num_parts = options_.num_workers;
       }
       return reader_options;
     };

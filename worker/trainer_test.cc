@@ -99,7 +99,7 @@ absl::StatusOr<AspRun> TrainAsp(const JobConfig& job, bool overlap, ClockGate* g
   std::vector<Shard*> views;
   for (int s = 0; s < 2; ++s) {
     ShardOptions shard_options;
-    shard_options.shard_index = s;
+    shard_options.owner = s;
     shards.push_back(*Shard::Create(shard_options, partition));
     views.push_back(shards.back().get());
   }
@@ -160,7 +160,7 @@ TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
   auto backend = NewCpuBackend();
   LocalTrainingOptions options;
   options.metrics_path = records;
-  options.num_shards = 2;
+  options.num_servers = 2;
   auto result = TrainInProcess(job, backend.get(), options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->steps, 20);

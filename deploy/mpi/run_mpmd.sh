@@ -7,7 +7,7 @@
 # script in `launch` mode, which turns the process's world rank into an explicit flag and execs the binary:
 #
 #   world rank 0                     kestrel_scheduler
-#   world ranks 1 .. S               kestrel_server --shard_index=<world rank - 1>
+#   world ranks 1 .. S               kestrel_server --rank=<world rank - 1>
 #   world ranks S+1 .. S+W           kestrel_worker --rank=<world rank - 1 - S>
 #
 # The world rank comes from OMPI_COMM_WORLD_RANK (Open MPI), PMIX_RANK (PMIx) or PMI_RANK (Hydra); the offsets
@@ -101,8 +101,8 @@ launch() {
       ;;
     server)
       # --port=0: a free port (several servers may share a host); the server registers its real address.
-      cmd=("$KESTREL_BIN/kestrel_server" --job_id="$JOB_ID" --port=0 --num_shards="$NUM_SERVERS"
-        --shard_index="$index" --bsp_workers="$NUM_WORKERS" --scheduler="$scheduler" --scheduler_timeout=5m
+      cmd=("$KESTREL_BIN/kestrel_server" --job_id="$JOB_ID" --port=0 --num_servers="$NUM_SERVERS"
+        --rank="$index" --bsp_workers="$NUM_WORKERS" --scheduler="$scheduler" --scheduler_timeout=5m
         --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --metrics_host=0.0.0.0 "${tls[@]}")
       ;;
     worker)

@@ -123,8 +123,8 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   std::vector<float> all;
   for (int s = 0; s < 3; ++s) {
     ReaderOptions options;
-    options.shard_index = s;
-    options.num_shards = 3;
+    options.part = s;
+    options.num_parts = 3;
     auto reader = *OpenCriteoReader(files, options);
     for (float v : FirstIntegers(*reader)) {
       EXPECT_EQ(static_cast<int>(v) % 3, s);
@@ -143,21 +143,21 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   EXPECT_EQ(FirstIntegers(*resumed), (std::vector<float>{7, 8, 9, 10, 11}));
 }
 
-TEST(CriteoReaderTest, CountShardLinesMatchesWhatEachShardReads) {
+TEST(CriteoReaderTest, CountPartLinesMatchesWhatEachShardReads) {
   // Blank lines (also "\r") count for sharding but are not records; the last line has no newline.
   const std::vector<std::string> files = {
       WriteFile("c.tsv", {Line(0, 0, "aa"), "", Line(1, 2, "aa"), "\r", Line(0, 4, "aa")}),
       WriteFile("d.tsv", {Line(1, 5, "bb"), Line(0, 6, "bb")}, /*final_newline=*/false)};
-  auto counts = CountShardLines(files, 2);
+  auto counts = CountPartLines(files, 2);
   ASSERT_TRUE(counts.ok()) << counts.status();
   for (int s = 0; s < 2; ++s) {
     ReaderOptions options;
-    options.shard_index = s;
-    options.num_shards = 2;
+    options.part = s;
+    options.num_parts = 2;
     EXPECT_EQ((*counts)[s], FirstIntegers(**OpenCriteoReader(files, options)).size()) << "shard " << s;
   }
   EXPECT_EQ((*counts)[0] + (*counts)[1], 5u);
-  EXPECT_EQ(CountShardLines({"/nonexistent"}, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CountPartLines({"/nonexistent"}, 1).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {

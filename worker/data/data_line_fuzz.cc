@@ -7,7 +7,7 @@
 //   - a parsed Criteo line has a 0/1 label, missing integers read 0, and a categorical value is the missing
 //     value exactly when its column is empty (a token must never alias a missing column);
 //   - a parsed libsvm line has a 0/1 label and one finite value per index;
-//   - every shard's reader returns (parsed + skipped) exactly the lines CountShardLines counts for it, and no
+//   - every shard's reader returns (parsed + skipped) exactly the lines CountPartLines counts for it, and no
 //     line twice across shards;
 //   - a reader resumed from the position after any record returns exactly the lines that followed it.
 #include <cmath>
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kestrel;  // NOLINT(build/namespaces): a fuzz entry point
   FuzzInput in(data, size);
   const uint8_t flags = in.U8();
-  const int num_shards = 1 + flags % 4;
+  const int num_parts = 1 + flags % 4;
   const std::string first = in.Bytes();
   const std::string second = in.Rest();
   for (const std::string* contents : {&first, &second}) {
@@ -111,16 +111,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> files = {dir + "/part-0", dir + "/part-1"};
   FuzzWriteFile(files[0], first);
   FuzzWriteFile(files[1], second);
-  absl::StatusOr<std::vector<uint64_t>> counts = CountShardLines(files, num_shards);
-  FUZZ_CHECK(counts.ok() && counts->size() == static_cast<size_t>(num_shards));
+  absl::StatusOr<std::vector<uint64_t>> counts = CountPartLines(files, num_parts);
+  FUZZ_CHECK(counts.ok() && counts->size() == static_cast<size_t>(num_parts));
   uint64_t total = 0;
-  for (int s = 0; s < num_shards; ++s) {
+  for (int s = 0; s < num_parts; ++s) {
     ReaderOptions options;
     options.on_error = ReaderOptions::OnError::kSkip;
-    options.shard_index = s;
-    options.num_shards = num_shards;
+    options.part = s;
+    options.num_parts = num_parts;
     const Read read = ReadAll(files, options, {});
-    FUZZ_CHECK(read.lines.size() == (*counts)[s], "CountShardLines disagrees with the reader");
+    FUZZ_CHECK(read.lines.size() == (*counts)[s], "CountPartLines disagrees with the reader");
     FUZZ_CHECK(CountRecords<CriteoExample>(&ParseCriteoLine, files, options) == (*counts)[s]);
     FUZZ_CHECK(CountRecords<LibsvmExample>(&ParseLibsvmLine, files, options) == (*counts)[s]);
     total += read.lines.size();

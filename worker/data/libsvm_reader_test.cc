@@ -31,8 +31,8 @@ TEST(LibsvmReaderTest, ReadsShardsAndNamesBadLines) {
   const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/data.svm";
   std::ofstream(path) << "1 1:1\n0 2:1\n\n1 3:1\n1 oops\n0 5:1\n";
   ReaderOptions options;
-  options.num_shards = 2;
-  options.shard_index = 1;  // global lines 1, 3 (blank lines count as lines), 5
+  options.num_parts = 2;
+  options.part = 1;  // global lines 1, 3 (blank lines count as lines), 5
   auto reader = *OpenLibsvmReader({path}, options);
   LibsvmExample e;
   ASSERT_TRUE(*reader->Next(&e));

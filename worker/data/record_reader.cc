@@ -16,9 +16,9 @@ absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, 
         (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
       return absl::InvalidArgumentError("a malformed share of the lines (common/reshard.h)");
     }
-  } else if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
+  } else if (options.num_parts < 1 || options.part < 0 || options.part >= options.num_parts) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d of %d is not a shard", options.shard_index, options.num_shards));
+        absl::StrFormat("shard %d of %d is not a shard", options.part, options.num_parts));
   }
   for (const std::string& f : files) {
     if (!std::ifstream(f).good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", f));
@@ -45,7 +45,7 @@ absl::StatusOr<bool> ShardedLines::Next(absl::string_view* line) {
     // Counted by hand: tellg() is -1 after a last line without a newline.
     position_.byte_offset += line_.size() + 1;
     if (options_.assignment != nullptr ? !options_.assignment->Contains(global)
-                                       : static_cast<int64_t>(global % options_.num_shards) != options_.shard_index) {
+                                       : static_cast<int64_t>(global % options_.num_parts) != options_.part) {
       continue;
     }
     absl::string_view view = line_;
@@ -94,10 +94,10 @@ absl::Status ForEachLine(const std::vector<std::string>& files, absl::FunctionRe
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards) {
-  if (num_shards < 1) return absl::InvalidArgumentError(absl::StrFormat("%d shards", num_shards));
-  std::vector<uint64_t> counts(num_shards, 0);
-  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) { ++counts[global % num_shards]; }));
+absl::StatusOr<std::vector<uint64_t>> CountPartLines(const std::vector<std::string>& files, int num_parts) {
+  if (num_parts < 1) return absl::InvalidArgumentError(absl::StrFormat("%d shards", num_parts));
+  std::vector<uint64_t> counts(num_parts, 0);
+  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) { ++counts[global % num_parts]; }));
   return counts;
 }
 

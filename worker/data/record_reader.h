@@ -1,8 +1,8 @@
 // RecordReader<Example>: streaming, sharded reading of line-oriented data files, one record per line, parsed
 // by a format's parse function (worker/data/criteo_reader.h, libsvm_reader.h). Bounded memory.
 //
-// Sharding: worker `shard_index` of `num_shards` reads the lines whose global index (counted across the files
-// in order, from 0) is congruent to shard_index modulo num_shards: deterministic, and every line is read by
+// Sharding: worker `part` of `num_parts` reads the lines whose global index (counted across the files
+// in order, from 0) is congruent to part modulo num_parts: deterministic, and every line is read by
 // exactly one worker. The reader's position (file, byte offset, line numbers) can be saved and resumed.
 // Blank lines carry nothing and are passed over.
 //
@@ -30,9 +30,9 @@ struct ReaderOptions {
   // What a malformed line does. Default: kFail.
   OnError on_error = OnError::kFail;
   // This reader's shard of the lines. Defaults: 0 of 1 (every line).
-  int shard_index = 0;
-  int num_shards = 1;
-  // Instead of shard_index / num_shards: an explicit share of the lines (a rescaled epoch, common/reshard.h).
+  int part = 0;
+  int num_parts = 1;
+  // Instead of part / num_parts: an explicit share of the lines (a rescaled epoch, common/reshard.h).
   // Default: none.
   std::shared_ptr<const ShardAssignment> assignment;
 };
@@ -67,9 +67,9 @@ class ShardedLines {
   std::string line_;
 };
 
-// The non-blank lines of each of `num_shards` shards of `files` (what each shard's reader will return, malformed
+// The non-blank lines of each of `num_parts` shards of `files` (what each shard's reader will return, malformed
 // lines included): one pass over the data.
-absl::StatusOr<std::vector<uint64_t>> CountShardLines(const std::vector<std::string>& files, int num_shards);
+absl::StatusOr<std::vector<uint64_t>> CountPartLines(const std::vector<std::string>& files, int num_parts);
 // The same for explicit shares (each line in at most one of them).
 absl::StatusOr<std::vector<uint64_t>> CountAssignmentLines(const std::vector<std::string>& files,
                                                            absl::Span<const ShardAssignment> shares);
