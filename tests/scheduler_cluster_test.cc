@@ -202,6 +202,24 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   DescribeResponse done = *admin->Describe();
   EXPECT_EQ(done.min_clock(), kIterations) << "everyone finished after the pause";
 
+  // The other workers' deaths do not disturb a worker: once they are declared dead, worker 1 (not replaced)
+  // still pushes to server 0 at the generation it registered at. (After a server's death the job rolls back,
+  // which moves every worker's generation: that is checked below.)
+  DescribeUntil(*admin, [](const DescribeResponse& d) {
+    for (const MemberStatus& m : d.members()) {
+      if (m.role() == ROLE_WORKER && m.rank() != 1 && m.alive()) return false;
+    }
+    return true;
+  });
+  {
+    const std::vector<uint64_t> key = {5};  // owned by server 0
+    const std::vector<float> grad(4, 1.0f);
+    auto w1 = PsClientAs(1, {servers[0].address(), "127.0.0.1:1"});
+    w1->SetGeneration(1);
+    const absl::Status pushed = w1->Push("emb", key, 4, grad.data());
+    EXPECT_TRUE(pushed.ok()) << pushed;
+  }
+
   // kill -9 of a server: declared dead, generation moves on, old-generation requests are refused.
   const uint64_t old_generation = done.view().generation();
   const absl::Time killed = absl::Now();
@@ -225,11 +243,6 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
   const std::vector<uint64_t> key = {5};  // owned by server 0
   const std::vector<float> grad(4, 1.0f);
-  // Another member's death does not disturb a worker: worker 1 (not replaced) still pushes to server 0.
-  auto w1 = PsClientAs(1, {servers[0].address(), "127.0.0.1:1"});
-  w1->SetGeneration(1);
-  const absl::Status pushed = w1->Push("emb", key, 4, grad.data());
-  EXPECT_TRUE(pushed.ok()) << pushed;
   // Worker 0 is replaced; the surviving server learns it from its heartbeats and refuses the old incarnation.
   auto replacement_worker = as_worker[0]->Register(ROLE_WORKER, "", 0);
   ASSERT_TRUE(replacement_worker.ok()) << replacement_worker.status();
