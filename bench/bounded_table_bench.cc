@@ -1,4 +1,4 @@
-// bounded_table_bench: what bounding a sparse table costs and buys (server/table.h, CapacityPolicy), measured
+// bounded_table_bench: what bounding a sparse table costs and buys (server/bounded_policy.h), measured
 // on the server's own core (Shard + ShardStore, RocksDB disk tier) in one process, all ratios from one run.
 //
 //   bench/run_bounded_table_bench.sh            # builds with -c opt, writes bench/results/bounded_tables.{md,svg}

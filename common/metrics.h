@@ -12,7 +12,7 @@
 // thread at all.
 //
 // Core classes (Shard, Table, ClockTable, Membership, Trainer) do not depend on this file: the gRPC services, the
-// checkpoint coordinator and the binaries' mains read their state and record events.
+// job controller and the binaries' mains read their state and record events.
 //
 //   prometheus::Counter& done = NewCounter("kestrel_worker_examples_total", "Training examples processed.");
 //   done.Increment(batch_size);

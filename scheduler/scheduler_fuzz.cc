@@ -1,5 +1,5 @@
 // Fuzz target: the scheduler's core, Membership (membership.h) and ClockTable (clock_table.h), driven as the
-// Scheduler service and the checkpoint coordinator drive them, by arbitrary sequences of operations.
+// Scheduler service and the job controller drive them, by arbitrary sequences of operations.
 //
 // Input: the job size (1-3 servers, 1-4 workers) and consistency (BSP, SSP(0-3), ASP), then operations with
 // arbitrary ranks, incarnations (current, stale, forged) and generations: Register, Heartbeat, Rejoin (a

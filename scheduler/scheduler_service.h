@@ -74,7 +74,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   grpc::ServerUnaryReactor* Scale(grpc::CallbackServerContext* context, const ScaleRequest* request,
                                   ScaleResponse* response) override;
 
-  // Starts the checkpoint coordinator (reads the checkpoint to resume from); an error means do not serve.
+  // Starts the job controller (reads the checkpoint to resume from); an error means do not serve.
   absl::Status StartCoordinator();
 
   // Declares silent members dead (logged); call every heartbeat_interval / 4.

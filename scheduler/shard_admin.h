@@ -1,4 +1,4 @@
-// ShardAdmin: how the scheduler's checkpoint coordinator reaches the parameter servers (their Checkpoint and
+// ShardAdmin: how the scheduler's job controller (scheduler/job_controller.h) reaches the parameter servers (their Checkpoint and
 // Restore admin calls), behind an interface so the coordinator's tests can use in-process servers.
 #ifndef KESTREL_SCHEDULER_SHARD_ADMIN_H_
 #define KESTREL_SCHEDULER_SHARD_ADMIN_H_

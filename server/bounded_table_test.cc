@@ -1,4 +1,4 @@
-// Bounded sparse tables (server/table.h, CapacityPolicy): admission, expiry, capacity eviction, the disk tier
+// Bounded sparse tables (server/bounded_policy.h): admission, expiry, capacity eviction, the disk tier
 // hook and the determinism every one of them promises.
 #include <algorithm>
 #include <cstdint>

@@ -5,7 +5,7 @@
 // replica 0 of its own ranges, and replica j of the ranges owned by server (self - j) mod n for j = 1..R-1.
 // Each group is a Shard created with its owner's index, so the Shard's key checks, statistics and checkpoints
 // name the owner; the copies of a group are kept identical because the group's primary forwards every update
-// to its backups (server/ps_service.h) and every copy applies it with the same arithmetic.
+// to its backups (server/replication.h) and every copy applies it with the same arithmetic.
 //
 // Which copy of a group is its primary follows the scheduler's routing (common/partition.h RoutingTable):
 // replica order, skipping the servers out of service. A server serves reads and accepts workers' writes only
@@ -34,7 +34,7 @@ class HostedShards {
   static absl::StatusOr<std::unique_ptr<HostedShards>> Create(const ShardOptions& options, Partition partition);
   // One unreplicated shard, owned by the caller (tests, tools): its own group only. It cannot be rescaled.
   static std::unique_ptr<HostedShards> Single(Shard* shard);
-  // Owned by the caller as well (server/ps_service.h takes shared ownership of the groups it serves).
+  // Owned by the caller as well (server/served_layout.h takes shared ownership of the groups it serves).
   static std::shared_ptr<HostedShards> Unowned(HostedShards* hosted);
 
   HostedShards(const HostedShards&) = delete;

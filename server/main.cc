@@ -163,7 +163,7 @@ int Run() {
     KLOG(Error) << "cannot create shard: " << created.status();
     return 2;
   }
-  // The groups this server starts with; a rescale replaces them (server/ps_service.h).
+  // The groups this server starts with; a rescale replaces them (server/rescale_participant.h).
   std::shared_ptr<HostedShards> hosted = *std::move(created);
   Shard* const own = &hosted->own();  // the ranges this server owns; backups' copies live in memory only
 

@@ -1,4 +1,4 @@
-// Rescale between live in-process servers over gRPC (server/ps_service.h RescaleShard): the scheduler's part is
+// Rescale between live in-process servers over gRPC (server/rescale_participant.h RescaleShard): the scheduler's part is
 // played by the test, phase by phase, as scheduler/rescaler.cc drives it.
 #include <algorithm>
 #include <map>

@@ -193,7 +193,7 @@ class Shard {
   absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
                        absl::FunctionRef<absl::Status(RowSink rows, SketchSink sketches)> load);
 
-  // A rescale's new range group, built before it serves anything (server/ps_service.h): adds rows to it, one
+  // A rescale's new range group, built before it serves anything (server/rescale_participant.h): adds rows to it, one
   // stored row (stored_floats() floats, packed little-endian in `rows`) per key of `keys` (packed uint64 LE).
   // InvalidArgument for an unknown table, bytes that are not whole rows, or a key outside this shard's ranges;
   // the rows before the bad one are kept (the caller drops the whole group then). Returns the rows loaded.

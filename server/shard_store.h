@@ -14,7 +14,7 @@
 //
 // Row encoding: key = table name, a zero byte, the key as 8 bytes big-endian (so a table's rows are contiguous
 // and in key order); value = dim values then the optimizer's slot floats, little-endian float32, then for
-// bounded tables the row's meta (last-push clock and push count, little-endian uint32 each; server/table.h).
+// bounded tables the row's meta (last-push clock and push count, little-endian uint32 each; server/bounded_policy.h).
 // Keys starting with byte 0x01 are metadata: "\x01sketch\0<table>" holds a bounded table's admission sketch
 // (AdmissionSketchState, proto/table.proto). The working store is written without a WAL: after a crash it is
 // discarded (Open() recreates it); the checkpoints are what survives.
@@ -119,7 +119,7 @@ class ShardStore : public ColdTier {
   int owner() const { return shard_; }
   const CheckpointLayout& layout() const { return layout_; }
 
-  // A rescale replaced the server's rows (server/ps_service.h): empties the working store, so that the next
+  // A rescale replaced the server's rows (server/rescale_participant.h): empties the working store, so that the next
   // Checkpoint writes exactly the rows held then (they are all dirty) and nothing of the old layout's.
   absl::Status Rebase() { return Reset(); }
 

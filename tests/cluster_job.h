@@ -60,7 +60,7 @@ struct Outcome {
 class ClusterJob {
  public:
   // `bounded`: the model's sparse table admits keys on their second push, expires rows after 40 clocks and
-  // keeps about 1000 rows per server (server/table.h), so admission, expiry and eviction all happen.
+  // keeps about 1000 rows per server (server/bounded_policy.h), so admission, expiry and eviction all happen.
   // `replicas`: copies of every key range (docs/replication.md); 1 = none.
   // `epochs`: passes over the training data (the reference job's: 2).
   // `servers` and `workers`: the counts the job starts with (a rescale may change them).
