@@ -1,6 +1,7 @@
 // Rescales and elastic removals (scheduler/rescaler.h) through the job controller: the phases asked of the
 // servers, and the job after.
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -10,21 +11,26 @@
 namespace kestrel {
 namespace {
 
+// A Scale() call's answer, once it comes.
+struct PendingScale {
+  absl::Notification done;
+  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
+  std::function<void(absl::StatusOr<ScaleResult>)> Callback() {
+    return [this](absl::StatusOr<ScaleResult> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+};
+
 // The rows' moves are tested with real servers (server/rescale_test.cc); here, the order of the phases and what
 // the job looks like after a rescale and after a failed one.
 TEST_F(JobControllerTest, RescaleRunsEveryPhaseOnTheRightServersAndMovesTheLayout) {
   CheckpointOptions options;
   ASSERT_TRUE(StartScheduler(options).ok());
   ASSERT_TRUE(RunAll(0, 3).ok());
-  absl::Notification done;
-  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
-  ASSERT_TRUE(controller_
-                  ->Scale({kServers + 1, kWorkers}, absl::Minutes(1),
-                          [&](absl::StatusOr<ScaleResult> r) {
-                            result = std::move(r);
-                            done.Notify();
-                          })
-                  .ok());
+  PendingScale scale;
+  ASSERT_TRUE(controller_->Scale({kServers + 1, kWorkers}, absl::Minutes(1), scale.Callback()).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(controller_->Scale({kServers + 1, kWorkers}, absl::Minutes(1), nullptr)))
       << "one rescale at a time";
   // The new server registers as a joining rank; only then does the rescale hold the workers.
@@ -36,10 +42,10 @@ TEST_F(JobControllerTest, RescaleRunsEveryPhaseOnTheRightServersAndMovesTheLayou
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_TRUE(joined->joining);
   controller_->Wake();
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->clock, 3);
-  EXPECT_EQ(result->layout_generation, 1u);
+  ASSERT_TRUE(scale.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(scale.result.ok()) << scale.result.status();
+  EXPECT_EQ(scale.result->clock, 3);
+  EXPECT_EQ(scale.result->layout_generation, 1u);
   // SEND on the old servers, then INSTALL and SWITCH on every server, each phase done before the next.
   const std::vector<std::vector<int>> calls = servers_->rescales();
   ASSERT_EQ(calls.size(), 2u + 3u + 3u);
@@ -61,20 +67,13 @@ TEST_F(JobControllerTest, FailedRescaleAbortsEveryServerAndTheJobGoesOnUnchanged
   ASSERT_TRUE(StartScheduler(options).ok());
   ASSERT_TRUE(RunAll(0, 2).ok());
   servers_->fail_phase_ = RescaleShardRequest::INSTALL;
-  absl::Notification done;
-  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
-  ASSERT_TRUE(controller_
-                  ->Scale({kServers + 1, kWorkers}, absl::Minutes(1),
-                          [&](absl::StatusOr<ScaleResult> r) {
-                            result = std::move(r);
-                            done.Notify();
-                          })
-                  .ok());
+  PendingScale scale;
+  ASSERT_TRUE(controller_->Scale({kServers + 1, kWorkers}, absl::Minutes(1), scale.Callback()).ok());
   auto joined = membership_->Register(Role::kServer, "server-2", kServers, now_);
   ASSERT_TRUE(joined.ok()) << joined.status();
   controller_->Wake();
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  EXPECT_TRUE(absl::IsUnavailable(result.status())) << result.status();
+  ASSERT_TRUE(scale.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsUnavailable(scale.result.status())) << scale.result.status();
   std::vector<std::vector<int>> calls = servers_->rescales();
   ASSERT_GE(calls.size(), 3u);
   EXPECT_EQ(calls.back()[0], RescaleShardRequest::ABORT);
@@ -91,18 +90,11 @@ TEST_F(JobControllerTest, RescaleWaitsForTheNewRanksOnlyUntilItsTimeout) {
   CheckpointOptions options;
   ASSERT_TRUE(StartScheduler(options).ok());
   ASSERT_TRUE(RunAll(0, 1).ok());
-  absl::Notification done;
-  absl::StatusOr<ScaleResult> result = absl::UnknownError("not answered");
-  ASSERT_TRUE(controller_
-                  ->Scale({kServers + 1, kWorkers}, absl::Milliseconds(200),
-                          [&](absl::StatusOr<ScaleResult> r) {
-                            result = std::move(r);
-                            done.Notify();
-                          })
-                  .ok());
+  PendingScale scale;
+  ASSERT_TRUE(controller_->Scale({kServers + 1, kWorkers}, absl::Milliseconds(200), scale.Callback()).ok());
   ASSERT_TRUE(RunAll(1, 3).ok()) << "the job runs on while the new ranks start";
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  EXPECT_TRUE(absl::IsDeadlineExceeded(result.status())) << result.status();
+  ASSERT_TRUE(scale.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(scale.result.status())) << scale.result.status();
   EXPECT_TRUE(servers_->rescales().empty());
   EXPECT_FALSE(membership_->pending_scale().has_value());
   EXPECT_TRUE(absl::IsUnavailable(membership_->Register(Role::kServer, "late", kServers, now_).status()));
