@@ -21,7 +21,8 @@ def kestrel_proto(name, src, deps = [], grpc = True):
         outs = outs,
         cmd = cmd,
     )
-    native.filegroup(name = name + "_srcs", srcs = [src])
+    # Transitive: a .proto that imports this one also needs what this one imports.
+    native.filegroup(name = name + "_srcs", srcs = [src] + [d + "_srcs" for d in deps])
     native.cc_library(
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],
