@@ -35,6 +35,8 @@ struct ReaderOptions {
   // Instead of part / num_parts: an explicit share of the lines (a rescaled epoch, common/reshard.h).
   // Default: none.
   std::shared_ptr<const ShardAssignment> assignment;
+  // The first line of every file is a header, not a record. Default: false.
+  bool header = false;
 };
 
 // Where a reader is: resume a reader from it to continue exactly after the last record returned.
