@@ -1,0 +1,53 @@
+// EmbeddingTables: the embedding tables a model's fields look up, pulled and pushed for one PreparedBatch.
+//
+// The model sees one matrix of embedding rows per batch, [num_unique, dim] in keys.unique_keys() order, whatever
+// table each row lives in. With one table (every field looks up "emb", e.g. the Criteo and libsvm presets) the
+// rows travel straight between that matrix and the servers. With several (proto/schema.proto
+// FeatureSchema.tables), PreparedBatch::tables says which unique keys belong to which table: each table's rows
+// are pulled into a staging buffer and placed into the matrix, and each table's gradient rows are gathered from
+// the model's gradient matrix and pushed; the tables travel concurrently. Every table is pulled and pushed every
+// step, also when the batch has no key of it (BSP servers need every worker's part of every table).
+//
+// Thread-compatible: Pull and Push may run concurrently on different Staging objects. The PsClient must outlive
+// it.
+#ifndef KESTREL_WORKER_EMBEDDING_TABLES_H_
+#define KESTREL_WORKER_EMBEDDING_TABLES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/batch.h"
+#include "worker/ps_client.h"
+
+namespace kestrel {
+
+class EmbeddingTables {
+ public:
+  // Per-table row buffers of one step, reused across steps.
+  struct Staging {
+    std::vector<std::vector<float>> rows;
+  };
+
+  // `names[t]`: table t's name on the servers (field_tables values index it); every table has `dim` floats per
+  // row.
+  EmbeddingTables(PsClient* client, std::vector<std::string> names, int dim)
+      : client_(client), names_(std::move(names)), dim_(dim) {}
+
+  int num_tables() const { return static_cast<int>(names_.size()); }
+  const std::string& name(int t) const { return names_[t]; }
+
+  // Pulls the rows of batch's unique keys into `rows` (num_unique x dim), at `read`.
+  absl::Status Pull(const PreparedBatch& batch, float* rows, const CallClock& read, Staging* staging) const;
+  // Pushes `grads` (num_unique x dim, one row per unique key) to the keys' tables, at `at`.
+  absl::Status Push(const PreparedBatch& batch, const float* grads, const CallClock& at, Staging* staging) const;
+
+ private:
+  PsClient* client_;
+  std::vector<std::string> names_;
+  int dim_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_EMBEDDING_TABLES_H_
