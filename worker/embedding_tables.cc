@@ -7,13 +7,20 @@ namespace kestrel {
 
 namespace {
 
-// Runs fn(t) for every table, the first on this thread and the rest concurrently; the first error wins (in
-// table order).
+// Runs fn(t) for every used table, the first on this thread and the rest concurrently; the first error wins
+// (in table order).
 template <typename Fn>
-absl::Status ForEachTable(int tables, const Fn& fn) {
+absl::Status ForEachTable(const std::vector<bool>& used, const Fn& fn) {
+  std::vector<int> tables;
+  for (size_t t = 0; t < used.size(); ++t) {
+    if (used[t]) tables.push_back(static_cast<int>(t));
+  }
+  if (tables.empty()) return absl::OkStatus();
   std::vector<std::future<absl::Status>> others;
-  for (int t = 1; t < tables; ++t) others.push_back(std::async(std::launch::async, [&fn, t] { return fn(t); }));
-  absl::Status status = fn(0);
+  for (size_t i = 1; i < tables.size(); ++i) {
+    others.push_back(std::async(std::launch::async, [&fn, t = tables[i]] { return fn(t); }));
+  }
+  absl::Status status = fn(tables[0]);
   for (auto& other : others) {
     absl::Status s = other.get();
     if (status.ok()) status = s;
@@ -23,6 +30,18 @@ absl::Status ForEachTable(int tables, const Fn& fn) {
 
 }  // namespace
 
+EmbeddingTables::EmbeddingTables(PsClient* client, std::vector<std::string> names, std::vector<bool> used, int dim)
+    : client_(client), names_(std::move(names)), used_(std::move(used)), dim_(dim) {
+  used_.resize(names_.size(), false);
+}
+
+bool EmbeddingTables::used(absl::string_view name) const {
+  for (size_t t = 0; t < names_.size(); ++t) {
+    if (names_[t] == name) return used_[t];
+  }
+  return false;
+}
+
 absl::Status EmbeddingTables::Pull(const PreparedBatch& batch, float* rows, const CallClock& read,
                                    Staging* staging) const {
   if (batch.tables.empty()) return client_->Pull(names_[0], batch.keys, dim_, rows, read);
@@ -30,7 +49,7 @@ absl::Status EmbeddingTables::Pull(const PreparedBatch& batch, float* rows, cons
     return absl::InternalError("the batch was prepared for another number of embedding tables");
   }
   staging->rows.resize(batch.tables.size());
-  return ForEachTable(num_tables(), [&](int t) -> absl::Status {
+  return ForEachTable(used_, [&](int t) -> absl::Status {
     const PreparedBatch::TableKeys& table = batch.tables[t];
     std::vector<float>& buffer = staging->rows[t];
     buffer.resize(table.rows.size() * dim_);
@@ -52,7 +71,7 @@ absl::Status EmbeddingTables::Push(const PreparedBatch& batch, const float* grad
     return absl::InternalError("the batch was prepared for another number of embedding tables");
   }
   staging->rows.resize(batch.tables.size());
-  return ForEachTable(num_tables(), [&](int t) -> absl::Status {
+  return ForEachTable(used_, [&](int t) -> absl::Status {
     const PreparedBatch::TableKeys& table = batch.tables[t];
     std::vector<float>& buffer = staging->rows[t];
     if (!table.keys.identity()) return absl::InternalError("a table's keys are not in the batch's order");

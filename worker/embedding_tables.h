@@ -5,8 +5,9 @@
 // rows travel straight between that matrix and the servers. With several (proto/schema.proto
 // FeatureSchema.tables), PreparedBatch::tables says which unique keys belong to which table: each table's rows
 // are pulled into a staging buffer and placed into the matrix, and each table's gradient rows are gathered from
-// the model's gradient matrix and pushed; the tables travel concurrently. Every table is pulled and pushed every
-// step, also when the batch has no key of it (BSP servers need every worker's part of every table).
+// the model's gradient matrix and pushed; the tables travel concurrently. Every table some field looks up is
+// pulled and pushed every step, also when the batch has no key of it (BSP servers need every worker's part of
+// every table); a table no field looks up is left alone.
 //
 // Thread-compatible: Pull and Push may run concurrently on different Staging objects. The PsClient must outlive
 // it.
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "worker/batch.h"
 #include "worker/ps_client.h"
 
@@ -29,13 +31,16 @@ class EmbeddingTables {
     std::vector<std::vector<float>> rows;
   };
 
-  // `names[t]`: table t's name on the servers (field_tables values index it); every table has `dim` floats per
-  // row.
+  // `names[t]`: table t's name on the servers (field_tables values index it); `used[t]`: some field looks it
+  // up (default: all). Every table has `dim` floats per row.
+  EmbeddingTables(PsClient* client, std::vector<std::string> names, std::vector<bool> used, int dim);
   EmbeddingTables(PsClient* client, std::vector<std::string> names, int dim)
-      : client_(client), names_(std::move(names)), dim_(dim) {}
+      : EmbeddingTables(client, names, std::vector<bool>(names.size(), true), dim) {}
 
   int num_tables() const { return static_cast<int>(names_.size()); }
   const std::string& name(int t) const { return names_[t]; }
+  // Whether some field looks up the table of this name.
+  bool used(absl::string_view name) const;
 
   // Pulls the rows of batch's unique keys into `rows` (num_unique x dim), at `read`.
   absl::Status Pull(const PreparedBatch& batch, float* rows, const CallClock& read, Staging* staging) const;
@@ -45,6 +50,7 @@ class EmbeddingTables {
  private:
   PsClient* client_;
   std::vector<std::string> names_;
+  std::vector<bool> used_;
   int dim_;
 };
 
