@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/counter_random.h"
-#include "worker/metrics.h"
+#include "worker/data/datagen_draws.h"
 
 namespace kestrel {
 namespace {
@@ -30,25 +30,15 @@ enum Stream : uint64_t {
 
 constexpr uint64_t kTokenMask = 0xffffffffULL;  // tokens are 32-bit
 
-uint64_t StreamBase(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b = 0) {
-  return HashCombine(HashCombine(HashCombine(Mix64(seed), stream), a), b);
-}
-
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
 }  // namespace
 
 PlantedModel::PlantedModel(const DatagenOptions& options) : options_(options) {
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {
     // Vocabulary sizes log-uniform in [min_vocab, max_vocab], fixed by the seed.
-    const double u = CounterUniform01(StreamBase(options.seed, kToken, f, 999), 0);
+    const double u = CounterUniform01(DrawStream(options.seed, kToken, f, 999), 0);
     const int vocab = static_cast<int>(std::exp(std::log(options.min_vocab) +
                                                 u * (std::log(options.max_vocab) - std::log(options.min_vocab))));
-    std::vector<double> cdf(std::max(vocab, 1));
-    double sum = 0;
-    for (int r = 0; r < vocab; ++r) cdf[r] = (sum += std::pow(r + 1.0, -options.zipf_exponent));
-    for (double& c : cdf) c /= sum;
-    zipf_cdf_.push_back(std::move(cdf));
+    zipf_cdf_.push_back(ZipfCdf(vocab, options.zipf_exponent));
     // Every id any row can draw: ranks 0 .. V - 1 shifted by at most the test split's shift (the largest).
     const int64_t ids = vocab + Shift(1, 0);
     auto& id_of = id_of_.emplace_back();
@@ -66,7 +56,7 @@ PlantedModel::PlantedModel(const DatagenOptions& options) : options_(options) {
 
 uint64_t PlantedModel::TokenOf(int field, int64_t id) const {
   // Distinct ids of a field get distinct tokens with overwhelming probability (32-bit hash).
-  return Mix64(StreamBase(options_.seed, kToken, field, static_cast<uint64_t>(id))) & kTokenMask;
+  return Mix64(DrawStream(options_.seed, kToken, field, static_cast<uint64_t>(id))) & kTokenMask;
 }
 
 int64_t PlantedModel::IdOf(int field, uint64_t token) const {
@@ -77,7 +67,7 @@ int64_t PlantedModel::IdOf(int field, uint64_t token) const {
 
 uint64_t PlantedModel::NewIdToken(int split, int64_t row, int field) const {
   const uint64_t h =
-      HashCombine(StreamBase(options_.seed, kNewToken, static_cast<uint64_t>(split), static_cast<uint64_t>(row)),
+      HashCombine(DrawStream(options_.seed, kNewToken, static_cast<uint64_t>(split), static_cast<uint64_t>(row)),
                   static_cast<uint64_t>(field));
   uint64_t token = Mix64(h) & kTokenMask;
   // Rehash the rare token (about ids / 2^32 of them) that is a planted id's, so a new id never has a weight.
@@ -125,27 +115,27 @@ double PlantedModel::ProbabilityOfIds(const std::array<int64_t, kCriteoCategoric
   double logit = options_.bias;
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {
     if (ids[f] < 0) continue;
-    logit += options_.value_weight_stddev * CounterNormal(StreamBase(seed, kValueWeight, f), ids[f]);
+    logit += options_.value_weight_stddev * CounterNormal(DrawStream(seed, kValueWeight, f), ids[f]);
   }
   for (int j = 0; j < kCriteoIntegerFields; ++j) {
     if (e.integer_missing[j]) continue;
     logit += options_.integer_weight_stddev *
-             CounterNormal(StreamBase(seed, kIntegerWeight, j), IntegerBucket(e.integers[j]));
+             CounterNormal(DrawStream(seed, kIntegerWeight, j), IntegerBucket(e.integers[j]));
   }
   // Latent entries of std c, so that <v_a, v_b> over latent_dim entries has std c^2 sqrt(L) = interaction_stddev.
   const double c = std::sqrt(options_.interaction_stddev) / std::pow(options_.latent_dim, 0.25);
   for (const auto& [a, b] : pairs_) {
     if (ids[a] < 0 || ids[b] < 0) continue;
     for (int l = 0; l < options_.latent_dim; ++l) {
-      logit += c * CounterNormal(StreamBase(seed, kLatent, a, l), ids[a]) * c *
-               CounterNormal(StreamBase(seed, kLatent, b, l), ids[b]);
+      logit += c * CounterNormal(DrawStream(seed, kLatent, a, l), ids[a]) * c *
+               CounterNormal(DrawStream(seed, kLatent, b, l), ids[b]);
     }
   }
   return Sigmoid(logit);
 }
 
 double PlantedModel::Draw(int split, int64_t row, CriteoExample* e) const {
-  const uint64_t base = StreamBase(options_.seed, kRank, static_cast<uint64_t>(split), static_cast<uint64_t>(row));
+  const uint64_t base = DrawStream(options_.seed, kRank, static_cast<uint64_t>(split), static_cast<uint64_t>(row));
   const int64_t shift = Shift(split, row);
   std::array<int64_t, kCriteoCategoricalFields> ids;
   for (int f = 0; f < kCriteoCategoricalFields; ++f) {
@@ -158,11 +148,7 @@ double PlantedModel::Draw(int split, int64_t row, CriteoExample* e) const {
       e->categories[f] = NewIdToken(split, row, f);  // unknown to the model: no weight
       continue;
     }
-    const auto& cdf = zipf_cdf_[f];
-    const double u = CounterUniform01(base, f);
-    const int64_t rank = std::min<int64_t>(std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin(),
-                                           static_cast<int64_t>(cdf.size()) - 1);
-    ids[f] = rank + shift;
+    ids[f] = ZipfRank(zipf_cdf_[f], CounterUniform01(base, f)) + shift;
     e->categories[f] = TokenOf(f, ids[f]);
   }
   for (int j = 0; j < kCriteoIntegerFields; ++j) {
@@ -171,7 +157,7 @@ double PlantedModel::Draw(int split, int64_t row, CriteoExample* e) const {
     e->integers[j] = e->integer_missing[j] ? 0 : static_cast<int64_t>(std::floor(std::exp(log_count))) - 1;
   }
   const double p = ProbabilityOfIds(ids, *e);
-  e->label = CounterUniform01(StreamBase(options_.seed, kLabel, static_cast<uint64_t>(split)), row) < p ? 1 : 0;
+  e->label = CounterUniform01(DrawStream(options_.seed, kLabel, static_cast<uint64_t>(split)), row) < p ? 1 : 0;
   return p;
 }
 
@@ -210,7 +196,6 @@ absl::StatusOr<DatagenTruth> GenerateCriteoData(const DatagenOptions& options, c
                                                    kMaxDatagenIdsPerField, " ids per field, got ", ids));
   }
   const PlantedModel model(options);
-  DatagenTruth truth;
   std::vector<float> probabilities, labels;
   for (int split = 0; split < 2; ++split) {
     const std::string path = absl::StrCat(out_dir, split == 0 ? "/train.tsv" : "/test.tsv");
@@ -228,12 +213,7 @@ absl::StatusOr<DatagenTruth> GenerateCriteoData(const DatagenOptions& options, c
     }
     if (!out.good()) return absl::DataLossError(absl::StrCat("writing ", path, " failed"));
   }
-  truth.test_rows = options.test_rows;
-  double positives = 0;
-  for (float y : labels) positives += y;
-  truth.positive_rate = positives / labels.size();
-  truth.bayes_logloss = LogLoss(probabilities, labels);
-  truth.bayes_auc = ExactAuc(probabilities, labels);
+  const DatagenTruth truth = BayesTruth(probabilities, labels);
   const std::string path = out_dir + "/truth.txt";
   std::ofstream out(path);
   out << absl::StrFormat(

@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "worker/data/criteo_reader.h"
+#include "worker/data/datagen_draws.h"
 
 namespace kestrel {
 
@@ -69,13 +70,6 @@ DatagenOptions SmallDatagenOptions();
 // 100k test rows, vocabularies up to 200k with a flatter Zipf law (1.05), 5% brand-new ids seen once, and a
 // drift of 0.05 ids per row (50k new ids per field over the training split); interactions 0.3.
 DatagenOptions LargeVocabDatagenOptions();
-
-struct DatagenTruth {
-  int64_t test_rows = 0;
-  double positive_rate = 0;  // of the test split
-  double bayes_logloss = 0;  // scoring the test split with the true probability
-  double bayes_auc = 0;
-};
 
 class PlantedModel {
  public:
