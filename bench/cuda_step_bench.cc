@@ -1,7 +1,8 @@
 // cuda_step_bench: the CUDA backend's training-step time against the CPU backend (same model, same batch,
-// ratio measured in one run), and the gather / segment-sum kernels' effective bandwidth. Runs on a GPU
-// machine from the GPU bundle (scripts/gpu_bundle.sh //bench:cuda_step_bench, then scripts/gpu_check.sh);
-// without a GPU it says so and exits 0. Prints a markdown report on stdout (gpu_check.sh saves it).
+// ratio measured in one run), and the pool / segment-sum kernels' effective bandwidth (one entry per bag, as in
+// Criteo). Runs on a GPU machine from the GPU bundle (scripts/gpu_bundle.sh //bench:cuda_step_bench, then
+// scripts/gpu_check.sh); without a GPU it says so and exits 0. Prints a markdown report on stdout (gpu_check.sh
+// saves it).
 //
 // Each configuration of --configs (embedding dim / MLP widths / batch) is one row: the demo size and the sizes
 // users run (dim 16-64, MLP 256-128 and 1024-512-256, batch 4096-16384). The CPU backend uses every core here.
@@ -70,7 +71,7 @@ bool MeasureRow(const ModelConfig& config, int batch_size, Backend& cpu, Backend
   const int dim = cpu_model->embedding_dim();
   std::vector<float> wide(unique, 0.01f), emb(unique * dim, 0.01f), dense(cpu_model->dense_size(), 0.01f);
 
-  std::vector<double> cpu_s, cuda_s, ratio, gather_gbs, segment_gbs;
+  std::vector<double> cpu_s, cuda_s, ratio, pool_gbs, segment_gbs;
   const int64_t positions = int64_t{batch_size} * kCriteoFields;
   DeviceArray<float> rows(&be), x(&be), values(&be), out(&be);
   DeviceArray<uint32_t> index(&be), offsets(&be), seg_positions(&be);
@@ -85,9 +86,9 @@ bool MeasureRow(const ModelConfig& config, int batch_size, Backend& cpu, Backend
   (void)be.CopyToDevice(index.data(), batch.keys.inverse().data(), positions * sizeof(uint32_t));
   (void)be.CopyToDevice(offsets.data(), batch.offsets.data(), (unique + 1) * sizeof(uint32_t));
   (void)be.CopyToDevice(seg_positions.data(), batch.positions.data(), positions * sizeof(uint32_t));
-  // Bytes each kernel moves: gather reads a row element + writes an output element per output (plus index and
+  // Bytes each kernel moves: the pool reads a row element + writes an output element per output (plus index and
   // value per position); the segment sum reads each position's gradient row once and writes the unique rows.
-  const double gather_bytes = positions * (dim * 8.0 + 8.0);
+  const double pool_bytes = positions * (dim * 8.0 + 8.0);
   const double segment_bytes = positions * (dim * 4.0 + 8.0) + unique * dim * 4.0;
   // The CPU runs a tenth of the steps (at least 1): its step is up to seconds long at the largest sizes.
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
@@ -97,19 +98,20 @@ bool MeasureRow(const ModelConfig& config, int batch_size, Backend& cpu, Backend
     cuda_s.push_back(g);
     ratio.push_back(c / g);
     const double tg = OpSeconds(be, 200, [&] {
-      (void)be.Gather(rows.data(), dim, index.data(), values.data(), positions, x.data());
+      (void)be.Pool(rows.data(), dim, index.data(), values.data(), /*bag_offsets=*/nullptr, positions, x.data());
     });
     const double ts = OpSeconds(be, 200, [&] {
-      (void)be.SegmentSum(x.data(), values.data(), offsets.data(), seg_positions.data(), dim, 1, unique, out.data());
+      (void)be.SegmentSum(x.data(), values.data(), offsets.data(), seg_positions.data(), /*entry_bags=*/nullptr, dim,
+                          1, unique, out.data());
     });
-    gather_gbs.push_back(gather_bytes / tg / 1e9);
+    pool_gbs.push_back(pool_bytes / tg / 1e9);
     segment_gbs.push_back(segment_bytes / ts / 1e9);
   }
   std::string widths;
   for (int h : config.hidden()) absl::StrAppend(&widths, widths.empty() ? "" : "-", h);
   std::printf("| %d | %s | %d | %zu | %.2f ms | %.3f ms | %.1fx | %.0f | %.0f | %.0f |\n", dim, widths.c_str(),
               batch_size, unique, Median(cpu_s) * 1e3, Median(cuda_s) * 1e3, Median(ratio),
-              batch_size / Median(cuda_s), Median(gather_gbs), Median(segment_gbs));
+              batch_size / Median(cuda_s), Median(pool_gbs), Median(segment_gbs));
   std::fflush(stdout);
   return true;
 }
@@ -134,7 +136,7 @@ int Main() {
   std::printf("Model %s, %d fields, CPU backend on %s; medians of %d runs, ratios within each run.\n\n",
               absl::GetFlag(FLAGS_model).c_str(), kCriteoFields, cpu->name().c_str(), absl::GetFlag(FLAGS_runs));
   std::printf("| dim | MLP | batch | unique keys | CPU step | CUDA step | CUDA / CPU speed-up | CUDA examples/s | "
-              "Gather GB/s | SegmentSum GB/s |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "Pool GB/s | SegmentSum GB/s |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_configs), ';', absl::SkipEmpty())) {
     const std::vector<std::string> parts = absl::StrSplit(spec, '/');
     ModelConfig config;

@@ -1,6 +1,7 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -10,12 +11,15 @@ namespace kestrel {
 // Device arrays, reused across steps (they only grow).
 struct Model::Buffers {
   explicit Buffers(Backend* b)
-      : index(b), values(b), labels(b), dense_in(b), offsets(b), positions(b), wide_rows(b), emb_rows(b),
-        dense(b), xw(b), wide_out(b), x(b), sum(b), fm_out(b), in0(b), prob(b), loss(b), dlogit(b), dx(b),
-        grad_wide(b), grad_emb(b), grad_dense(b), vectors(b), pairs(b), dpairs(b), dvectors(b), dbottom(b) {}
-  DeviceArray<uint32_t> index;
-  DeviceArray<float> values, labels, dense_in;
-  DeviceArray<uint32_t> offsets, positions;
+      : index(b), bag_offsets(b), values(b), labels(b), weights(b), dense_in(b), offsets(b), positions(b),
+        entry_bags(b), wide_rows(b), emb_rows(b), dense(b), xw(b), wide_out(b), x(b), sum(b), fm_out(b), in0(b),
+        prob(b), loss(b), dlogit(b), dx(b), grad_wide(b), grad_emb(b), grad_dense(b), vectors(b), pairs(b),
+        dpairs(b), dvectors(b), dbottom(b) {}
+  // The batch: entries' unique rows and values, bag offsets (jagged batches), labels, example weights.
+  DeviceArray<uint32_t> index, bag_offsets;
+  DeviceArray<float> values, labels, weights, dense_in;
+  // The gradient scatter's segments and each entry's bag (jagged batches).
+  DeviceArray<uint32_t> offsets, positions, entry_bags;
   DeviceArray<float> wide_rows, emb_rows, dense;
   DeviceArray<float> xw, wide_out, x, sum, fm_out, in0;
   DeviceArray<float> prob, loss, dlogit, dx, grad_wide, grad_emb, grad_dense;
@@ -73,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, 
                                                      Backend* backend) {
   const ModelConfig c = WithDefaults(config);
   if (fields < 1 || dense_dim < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a model needs >= 1 feature slots, got ", fields));
+    return absl::InvalidArgumentError(absl::StrCat("a model needs >= 1 fields, got ", fields));
   }
   if (c.embedding_dim() < 1 || c.embedding_dim() > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("model.embedding_dim must be in [1, 1024], got ", c.embedding_dim()));
@@ -253,14 +257,47 @@ std::vector<TableConfig> Model::Tables() const {
   return tables;
 }
 
+absl::Status Model::CheckBatch(const PreparedBatch& batch) const {
+  const Batch& b = batch.batch;
+  const size_t entries = b.num_entries();
+  if (b.size == 0 && entries == 0) return absl::OkStatus();  // an empty batch: nothing to compute
+  if (b.fields != fields_ || (dense_dim_ > 0 && b.dense_dim != dense_dim_)) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", b.fields, " fields and ", b.dense_dim,
+                                                   " dense inputs; the model expects ", fields_, " and ", dense_dim_));
+  }
+  const size_t examples = static_cast<size_t>(b.size);
+  const size_t bags = static_cast<size_t>(b.num_bags());
+  std::string problem;
+  if (b.values.size() != entries) {
+    problem = absl::StrCat(entries, " keys but ", b.values.size(), " values");
+  } else if (b.single_valued() ? entries != bags
+                               : b.bag_offsets.size() != bags + 1 || b.bag_offsets.front() != 0 ||
+                                     b.bag_offsets.back() != entries) {
+    problem = absl::StrCat(entries, " entries in ", bags, " bags, with ", b.bag_offsets.size(), " bag offsets");
+  } else if (b.labels.size() != examples || (!b.weights.empty() && b.weights.size() != examples) ||
+             (dense_dim_ > 0 && b.dense.size() != examples * dense_dim_)) {
+    problem = absl::StrCat(examples, " examples but ", b.labels.size(), " labels, ", b.weights.size(),
+                           " weights and ", b.dense.size(), " dense inputs");
+  } else if (batch.keys.inverse().size() != entries || batch.positions.size() != entries ||
+             batch.offsets.size() != batch.keys.num_unique() + 1 ||
+             batch.entry_bags.size() != (b.single_valued() ? 0 : entries)) {
+    problem = "its keys, segments or entry bags are not the batch's (PreparedBatch::Prepare was not run on it)";
+  }
+  if (problem.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("inconsistent batch: ", problem));
+}
+
 absl::StatusOr<double> Model::Step(const PreparedBatch& batch, const ModelParams& params, ModelGrads* grads,
                                    float* probabilities) {
   const Batch& b = batch.batch;
-  if (b.fields != fields_ || (dense_dim_ > 0 && b.dense_dim != dense_dim_)) {
-    return absl::InvalidArgumentError(absl::StrCat("batch has ", b.fields, " slots and ", b.dense_dim,
-                                                   " dense inputs; the model expects ", fields_, " and ", dense_dim_));
+  KESTREL_RETURN_IF_ERROR(CheckBatch(batch));
+  if (b.size == 0) {  // no examples: no sparse rows, and the dense gradient is zero
+    if (grads != nullptr) std::fill(grads->dense, grads->dense + dense_size_, 0.0f);
+    return 0.0;
   }
-  if (params.wide == nullptr || params.dense == nullptr || (has_embedding() && params.embedding == nullptr)) {
+  const bool has_keys = batch.keys.num_unique() > 0;
+  if (params.dense == nullptr ||
+      (has_keys && (params.wide == nullptr || (has_embedding() && params.embedding == nullptr)))) {
     return absl::InvalidArgumentError("missing model parameters");
   }
   KESTREL_RETURN_IF_ERROR(Forward(batch, params, grads != nullptr));
@@ -281,45 +318,63 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
   const Batch& b = batch.batch;
   Buffers& buf = *buffers_;
   const int64_t n = b.size;
-  const int64_t positions = n * fields_;
+  const int64_t bags = b.num_bags();
+  const int64_t entries = static_cast<int64_t>(b.num_entries());
   const int64_t unique = static_cast<int64_t>(batch.keys.num_unique());
+  const bool jagged = !b.single_valued();
+  const bool weighted = !b.weights.empty();
   Backend& be = *backend_;
 
-  KESTREL_RETURN_IF_ERROR(buf.index.Reserve(positions));
-  KESTREL_RETURN_IF_ERROR(buf.values.Reserve(positions));
+  KESTREL_RETURN_IF_ERROR(buf.index.Reserve(entries));
+  KESTREL_RETURN_IF_ERROR(buf.values.Reserve(entries));
   KESTREL_RETURN_IF_ERROR(buf.labels.Reserve(n));
   KESTREL_RETURN_IF_ERROR(buf.wide_rows.Reserve(unique));
   KESTREL_RETURN_IF_ERROR(buf.dense.Reserve(dense_size_));
-  KESTREL_RETURN_IF_ERROR(buf.xw.Reserve(positions));
+  KESTREL_RETURN_IF_ERROR(buf.xw.Reserve(bags));
   KESTREL_RETURN_IF_ERROR(buf.wide_out.Reserve(n));
   KESTREL_RETURN_IF_ERROR(buf.prob.Reserve(n));
   KESTREL_RETURN_IF_ERROR(buf.loss.Reserve(n));
   KESTREL_RETURN_IF_ERROR(buf.dlogit.Reserve(n));
-  KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.index.data(), batch.keys.inverse().data(), positions * sizeof(uint32_t)));
-  KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.values.data(), b.values.data(), positions * sizeof(float)));
+  KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.index.data(), batch.keys.inverse().data(), entries * sizeof(uint32_t)));
+  KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.values.data(), b.values.data(), entries * sizeof(float)));
   KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.labels.data(), b.labels.data(), n * sizeof(float)));
   KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.wide_rows.data(), params.wide, unique * sizeof(float)));
   KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.dense.data(), params.dense, dense_size_ * sizeof(float)));
+  if (jagged) {
+    KESTREL_RETURN_IF_ERROR(buf.bag_offsets.Reserve(bags + 1));
+    KESTREL_RETURN_IF_ERROR(
+        be.CopyToDevice(buf.bag_offsets.data(), b.bag_offsets.data(), (bags + 1) * sizeof(uint32_t)));
+  }
+  if (weighted) {
+    KESTREL_RETURN_IF_ERROR(buf.weights.Reserve(n));
+    KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.weights.data(), b.weights.data(), n * sizeof(float)));
+  }
   if (train) {
     KESTREL_RETURN_IF_ERROR(buf.offsets.Reserve(unique + 1));
-    KESTREL_RETURN_IF_ERROR(buf.positions.Reserve(positions));
+    KESTREL_RETURN_IF_ERROR(buf.positions.Reserve(entries));
     KESTREL_RETURN_IF_ERROR(
         be.CopyToDevice(buf.offsets.data(), batch.offsets.data(), (unique + 1) * sizeof(uint32_t)));
     KESTREL_RETURN_IF_ERROR(
-        be.CopyToDevice(buf.positions.data(), batch.positions.data(), positions * sizeof(uint32_t)));
+        be.CopyToDevice(buf.positions.data(), batch.positions.data(), entries * sizeof(uint32_t)));
+    if (jagged) {
+      KESTREL_RETURN_IF_ERROR(buf.entry_bags.Reserve(entries));
+      KESTREL_RETURN_IF_ERROR(
+          be.CopyToDevice(buf.entry_bags.data(), batch.entry_bags.data(), entries * sizeof(uint32_t)));
+    }
   }
+  const uint32_t* bag_offsets = jagged ? buf.bag_offsets.data() : nullptr;
 
-  // Wide part: one weight per slot, pooled.
-  KESTREL_RETURN_IF_ERROR(be.Gather(buf.wide_rows.data(), 1, buf.index.data(), buf.values.data(), positions,
-                                    buf.xw.data()));
+  // Wide part: each bag's weights pooled, then summed over the fields.
+  KESTREL_RETURN_IF_ERROR(be.Pool(buf.wide_rows.data(), 1, buf.index.data(), buf.values.data(), bag_offsets, bags,
+                                  buf.xw.data()));
   KESTREL_RETURN_IF_ERROR(be.FieldSum(buf.xw.data(), n, fields_, 1, buf.wide_out.data()));
 
   if (has_embedding()) {
     KESTREL_RETURN_IF_ERROR(buf.emb_rows.Reserve(unique * dim_));
-    KESTREL_RETURN_IF_ERROR(buf.x.Reserve(positions * dim_));
+    KESTREL_RETURN_IF_ERROR(buf.x.Reserve(bags * dim_));
     KESTREL_RETURN_IF_ERROR(be.CopyToDevice(buf.emb_rows.data(), params.embedding, unique * dim_ * sizeof(float)));
-    KESTREL_RETURN_IF_ERROR(be.Gather(buf.emb_rows.data(), dim_, buf.index.data(), buf.values.data(), positions,
-                                      buf.x.data()));
+    KESTREL_RETURN_IF_ERROR(be.Pool(buf.emb_rows.data(), dim_, buf.index.data(), buf.values.data(), bag_offsets,
+                                    bags, buf.x.data()));
   }
   if (fm_) {
     KESTREL_RETURN_IF_ERROR(buf.sum.Reserve(n * dim_));
@@ -339,8 +394,8 @@ absl::Status Model::Forward(const PreparedBatch& batch, const ModelParams& param
     KESTREL_RETURN_IF_ERROR(MlpForward(top_, DeepInput(), n, &deep_out));
   }
   return be.LogitLoss(buf.dense.data(), buf.wide_out.data(), fm_ ? buf.fm_out.data() : nullptr, deep_out,
-                      buf.labels.data(), n, /*scale=*/1.0f, buf.prob.data(), buf.loss.data(),
-                      train ? buf.dlogit.data() : nullptr);
+                      buf.labels.data(), weighted ? buf.weights.data() : nullptr, n, /*scale=*/1.0f,
+                      buf.prob.data(), buf.loss.data(), train ? buf.dlogit.data() : nullptr);
 }
 
 absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
@@ -348,25 +403,27 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
   Buffers& buf = *buffers_;
   Backend& be = *backend_;
   const int64_t n = b.size;
-  const int64_t positions = n * fields_;
+  const int64_t bags = b.num_bags();
   const int64_t unique = static_cast<int64_t>(batch.keys.num_unique());
+  const uint32_t* entry_bags = b.single_valued() ? nullptr : buf.entry_bags.data();
   KESTREL_RETURN_IF_ERROR(buf.grad_wide.Reserve(unique));
   KESTREL_RETURN_IF_ERROR(buf.grad_dense.Reserve(dense_size_));
 
-  // Bias and wide weights: every slot of example n receives dL/dlogit[n] times its value.
+  // Bias and wide weights: every entry of example n receives dL/dlogit[n] (weighted) times its value.
   KESTREL_RETURN_IF_ERROR(be.ColumnSum(buf.dlogit.data(), n, 1, buf.grad_dense.data()));
   KESTREL_RETURN_IF_ERROR(be.SegmentSum(buf.dlogit.data(), buf.values.data(), buf.offsets.data(),
-                                        buf.positions.data(), 1, fields_, unique, buf.grad_wide.data()));
+                                        buf.positions.data(), entry_bags, 1, fields_, unique,
+                                        buf.grad_wide.data()));
   KESTREL_RETURN_IF_ERROR(be.CopyToHost(grads->wide, buf.grad_wide.data(), unique * sizeof(float)));
 
   if (has_embedding()) {
-    KESTREL_RETURN_IF_ERROR(buf.dx.Reserve(positions * dim_));
+    KESTREL_RETURN_IF_ERROR(buf.dx.Reserve(bags * dim_));
     KESTREL_RETURN_IF_ERROR(buf.grad_emb.Reserve(unique * dim_));
     if (fm_) {
       KESTREL_RETURN_IF_ERROR(
           be.FmBackward(buf.x.data(), buf.sum.data(), buf.dlogit.data(), n, fields_, dim_, buf.dx.data()));
     } else {
-      KESTREL_RETURN_IF_ERROR(be.Zero(buf.dx.data(), positions * dim_ * sizeof(float)));
+      KESTREL_RETURN_IF_ERROR(be.Zero(buf.dx.data(), bags * dim_ * sizeof(float)));
     }
     if (dlrm_) {
       KESTREL_RETURN_IF_ERROR(DlrmBackward(n));
@@ -374,13 +431,15 @@ absl::Status Model::Backward(const PreparedBatch& batch, ModelGrads* grads) {
       // dL/d(MLP input): its embedding columns add to the FM gradient (zeros without FM).
       KESTREL_RETURN_IF_ERROR(MlpBackward(top_, DeepInput(), buf.dlogit.data(), n, nullptr, buf.dx.data()));
     }
+    // dx is per bag: each entry of a bag receives its gradient times the entry's value.
     KESTREL_RETURN_IF_ERROR(be.SegmentSum(buf.dx.data(), buf.values.data(), buf.offsets.data(), buf.positions.data(),
-                                          dim_, 1, unique, buf.grad_emb.data()));
+                                          entry_bags, dim_, 1, unique, buf.grad_emb.data()));
     KESTREL_RETURN_IF_ERROR(be.CopyToHost(grads->embedding, buf.grad_emb.data(), unique * dim_ * sizeof(float)));
   }
   KESTREL_RETURN_IF_ERROR(be.CopyToHost(grads->dense, buf.grad_dense.data(), dense_size_ * sizeof(float)));
   KESTREL_RETURN_IF_ERROR(be.Synchronize());
-  // The dense tensor is shared by every example: it takes the batch mean (the sparse rows keep the sum).
+  // The dense tensor is shared by every example: it takes the batch mean over examples (the sparse rows keep
+  // the sum; example weights are already in dlogit).
   const float mean = 1.0f / static_cast<float>(n);
   for (int64_t i = 0; i < dense_size_; ++i) grads->dense[i] *= mean;
   return absl::OkStatus();

@@ -1,17 +1,23 @@
-// Model: the sparse recommendation models (LR, FM, DeepFM, Wide&Deep) as one composable network, run on a
-// compute Backend. It knows nothing of the network or the servers: the Trainer pulls its tables' rows, hands
-// them to Step(), and pushes the gradients Step() returns.
+// Model: the sparse recommendation models (LR, FM, DeepFM, Wide&Deep, DLRM) as one composable network over
+// pooled fields, run on a compute Backend. It knows nothing of the network or the servers: the Trainer pulls
+// its tables' rows, hands them to Step(), and pushes the gradients Step() returns.
 //
+// Each example has `fields` fields; field f is a bag of entries (key k, value v) (worker/batch.h: MEAN and
+// SQRT_N pooling are folded into the values, a single-valued field is a bag of one entry, an empty bag adds
+// nothing). Each field is pooled into one vector per table, and the model sees only those:
+//   w_f   = sum over the bag of v * w[k]                             (table "wide", dim 1)
+//   e_f   = sum over the bag of v * e[k]                             (table "emb", dim embedding_dim)
 //   logit = bias + wide + fm + deep
-//   wide  = sum_f value_f * w[key_f]                                 (tables "wide", dim 1)
-//   fm    = sum_{f < g} <value_f e[key_f], value_g e[key_g]>         (table "emb", dim embedding_dim)
-//   deep  = MLP([value_f e[key_f] for every f] ++ dense inputs)      ReLU hidden layers, a linear output unit
-//   DLRM's deep = MLP([b] ++ [<u_i, u_j> for i < j]) over u = (b, value_f e[key_f] ...), b = BottomMLP(dense)
-//   loss  = logloss of each example
-// Gradients: each sparse row receives the SUM over the batch's examples of their loss gradients (a row is
+//   wide  = sum_f w_f
+//   fm    = sum_{f < g} <e_f, e_g>
+//   deep  = MLP([e_f for every f] ++ dense inputs)                   ReLU hidden layers, a linear output unit
+//   DLRM's deep = MLP([b] ++ [<u_i, u_j> for i < j]) over u = (b, e_f ...), b = BottomMLP(dense)
+//   loss  = weight * logloss of each example (Batch::weights; 1 where absent)
+// Gradients: each sparse row receives the SUM over the batch's entries of their loss gradients (a row is
 // touched by few examples of a batch; averaging would shrink a rare feature's step by the batch size, and the
 // servers' adaptive optimizers, FTRL and Adagrad, normalize per coordinate); the dense tensor, which every
-// example touches, receives the batch MEAN.
+// example touches, receives the batch MEAN over examples: the weighted gradients' sum divided by the number of
+// examples (not by the weights' sum, so an example's weight scales its share of every gradient alike).
 //   LR = bias + wide; FM = LR + fm; DeepFM = FM + deep; Wide&Deep = LR + deep; DLRM = LR + DLRM's deep.
 // The dense tensor (table "dense") holds [bias, top MLP layers, bottom MLP layers (DLRM)], each layer
 // [W row-major inputs x outputs, b].
@@ -45,8 +51,8 @@ struct ModelParams {
   const float* dense = nullptr;      // dense_size
 };
 
-// Gradients (summed over the batch for the sparse rows, averaged for the dense tensor; see above), same shapes
-// (host memory owned by the caller).
+// Gradients (summed over the batch for the sparse rows, averaged over its examples for the dense tensor; see
+// above), same shapes (host memory owned by the caller).
 struct ModelGrads {
   float* wide = nullptr;
   float* embedding = nullptr;
@@ -55,7 +61,7 @@ struct ModelGrads {
 
 class Model {
  public:
-  // `fields` feature slots and `dense_dim` dense inputs per example (dense inputs feed the MLP only).
+  // `fields` fields (bags) and `dense_dim` dense inputs per example (dense inputs feed the MLP only).
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, int fields, int dense_dim,
                                                        Backend* backend);
   ~Model();
@@ -74,7 +80,11 @@ class Model {
   std::vector<TableConfig> Tables() const;
 
   // Runs the batch forward; with `grads`, also backward. Writes each example's click probability to
-  // `probabilities` (batch.size floats, may be null) and returns the summed logloss of the batch.
+  // `probabilities` (batch.size floats, may be null) and returns the batch's summed weighted logloss. The batch
+  // may be single-valued or jagged (bag_offsets, with PreparedBatch::entry_bags), and weighted. An empty batch
+  // (size 0, of any shape) returns 0 and zero gradients. The sparse parameter and gradient arrays may be null
+  // when the batch has no keys. InvalidArgument when the batch's shape is not the model's or its arrays
+  // disagree with one another (e.g. bag_offsets without entry_bags: Prepare() was not run on it).
   absl::StatusOr<double> Step(const PreparedBatch& batch, const ModelParams& params, ModelGrads* grads,
                               float* probabilities);
 
@@ -116,9 +126,11 @@ class Model {
                            float* add_dinput_to = nullptr);
   // DeepFM's and Wide&Deep's MLP input: [Buffers::x | Buffers::dense_in].
   MlpInput DeepInput() const;
+  // The batch's shape and the sizes of its arrays (Step's InvalidArgument).
+  absl::Status CheckBatch(const PreparedBatch& batch) const;
   absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
   absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
-  // DLRM's deep part (after the embeddings are gathered into Buffers::x).
+  // DLRM's deep part (after the embeddings are pooled into Buffers::x).
   absl::Status DlrmForward(const Batch& batch, const float** deep_out);
   absl::Status DlrmBackward(int64_t n);
 

@@ -1,6 +1,7 @@
 // GPU test (tagged "gpu"): one whole training step (forward, backward, every gradient) of each model on the
-// CUDA backend against the CPU backend, on a Criteo-shaped batch, within 1e-5 (relative to 1 + |cpu|). Skips
-// where there is no GPU or the binary was built without CUDA.
+// CUDA backend against the CPU backend, on a Criteo-shaped batch (single-valued, and jagged with pooled
+// multi-valued fields and example weights), within 1e-5 (relative to 1 + |cpu|). Skips where there is no GPU or
+// the binary was built without CUDA.
 #include <cmath>
 #include <random>
 
@@ -28,16 +29,16 @@ void ExpectClose(const std::vector<float>& cuda, const std::vector<float>& cpu, 
   EXPECT_EQ(bad, 0) << what;
 }
 
-// One training step of `config` on `examples` Criteo-shaped examples, CUDA against CPU (gradients and
-// probabilities within `tolerance` relative to 1 + |cpu|), and the CUDA step repeated bit for bit.
-void CompareStep(const ModelConfig& config, int kExamples, double tolerance) {
+// One training step of `config` on a Criteo-shaped `batch`, CUDA against CPU (gradients and probabilities
+// within `tolerance` relative to 1 + |cpu|), and the CUDA step repeated bit for bit.
+void CompareStep(const ModelConfig& config, const PreparedBatch& batch, double tolerance) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU here (" << DescribeCudaDevices() << ")";
   absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
   if (!cuda.ok()) GTEST_SKIP() << "no CUDA backend: " << cuda.status();
   std::unique_ptr<Backend> cpu = NewCpuBackend();
   auto cpu_model = *Model::Create(config, kCriteoFields, kDenseDim, cpu.get());
   auto cuda_model = *Model::Create(config, kCriteoFields, kDenseDim, cuda->get());
-  const PreparedBatch batch = SyntheticCriteoBatch(kExamples, 500.0);
+  const int64_t examples = batch.batch.size;
   const size_t unique = batch.keys.num_unique();
   const int dim = cpu_model->embedding_dim();
   std::mt19937 rng(9);
@@ -55,7 +56,7 @@ void CompareStep(const ModelConfig& config, int kExamples, double tolerance) {
     o.wide.resize(unique);
     o.emb.resize(unique * dim);
     o.dense.resize(m.dense_size());
-    o.probs.resize(kExamples);
+    o.probs.resize(examples);
     ModelGrads g{o.wide.data(), o.emb.data(), o.dense.data()};
     absl::StatusOr<double> loss = m.Step(batch, {wide.data(), emb.data(), dense.data()}, &g, o.probs.data());
     EXPECT_TRUE(loss.ok()) << loss.status();
@@ -79,7 +80,13 @@ class ModelGpuTest : public ::testing::TestWithParam<ModelConfig::Type> {};
 TEST_P(ModelGpuTest, TrainingStepMatchesTheCpuBackend) {
   ModelConfig config;
   config.set_type(GetParam());
-  CompareStep(config, 512, 1e-5);
+  CompareStep(config, SyntheticCriteoBatch(512, 500.0), 1e-5);
+}
+
+TEST_P(ModelGpuTest, JaggedWeightedTrainingStepMatchesTheCpuBackend) {
+  ModelConfig config;
+  config.set_type(GetParam());
+  CompareStep(config, SyntheticMultiValuedBatch(512, 500.0), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, ModelGpuTest,
@@ -97,7 +104,7 @@ TEST_P(ModelGpuRealisticTest, TrainingStepMatchesTheCpuBackend) {
   const int dim = std::get<1>(GetParam());
   config.set_embedding_dim(dim);
   for (int h : dim == 16 ? std::vector<int>{256, 128} : std::vector<int>{1024, 512, 256}) config.add_hidden(h);
-  CompareStep(config, 4096, 1e-4);
+  CompareStep(config, SyntheticCriteoBatch(4096, 500.0), 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(RealisticSizes, ModelGpuRealisticTest,

@@ -39,9 +39,11 @@ class Backend {
   virtual absl::Status Synchronize() = 0;
 
   // Ops (layouts in kernel_math.h).
-  // x[p, :] = values[p] * rows[index[p], :] for p < count.
-  virtual absl::Status Gather(const float* rows, int dim, const uint32_t* index, const float* values,
-                              int64_t count, float* x) = 0;
+  // Pools each bag's rows: x[b, :] = sum over bag b's entries e (ascending) of values[e] * rows[index[e], :],
+  // for b < bags. Bag b holds entries [bag_offsets[b], bag_offsets[b + 1]); with bag_offsets null it holds
+  // entry b alone (x[b, :] = values[b] * rows[index[b], :] exactly). An empty bag gives zeros.
+  virtual absl::Status Pool(const float* rows, int dim, const uint32_t* index, const float* values,
+                            const uint32_t* bag_offsets, int64_t bags, float* x) = 0;
   // sum[n, :] = sum_f x[n, f, :] for n < examples.
   virtual absl::Status FieldSum(const float* x, int64_t examples, int fields, int dim, float* sum) = 0;
   // out[n] = the FM pairwise term of example n.
@@ -69,16 +71,18 @@ class Backend {
   // out[c] = sum_r x[r, c].
   virtual absl::Status ColumnSum(const float* x, int64_t rows, int cols, float* out) = 0;
   // For n < examples: logit = CombineLogit(*bias, wide, fm, deep, n) (null parts are absent); prob[n] =
-  // sigmoid(logit); loss[n] = logloss; dlogit[n] = LogitGrad(logit, labels[n], scale). `bias` is a device
-  // pointer to one float. `labels`, `loss` and `dlogit` may be null (inference).
+  // sigmoid(logit); loss[n] = weights[n] * logloss; dlogit[n] = weights[n] * LogitGrad(logit, labels[n],
+  // scale). `bias` is a device pointer to one float. `weights` null: every example weighs 1. `labels`, `loss`
+  // and `dlogit` may be null (inference).
   virtual absl::Status LogitLoss(const float* bias, const float* wide, const float* fm, const float* deep,
-                                 const float* labels, int64_t examples, float scale, float* prob, float* loss,
-                                 float* dlogit) = 0;
-  // grad_rows[u, :] = sum over segment u's positions p (ascending) of values[p] * dx[p / group, :], for
-  // u < segments (group >= 1; see kernel::SegmentSumElement).
+                                 const float* labels, const float* weights, int64_t examples, float scale,
+                                 float* prob, float* loss, float* dlogit) = 0;
+  // Pool's backward into unique rows: grad_rows[u, :] = sum over segment u's entries p (ascending) of
+  // values[p] * dx[bag(p) / group, :], for u < segments, where bag(p) = entry_bags[p], or p with entry_bags
+  // null (group >= 1; see kernel::SegmentSumElement).
   virtual absl::Status SegmentSum(const float* dx, const float* values, const uint32_t* offsets,
-                                  const uint32_t* positions, int dim, int group, int64_t segments,
-                                  float* grad_rows) = 0;
+                                  const uint32_t* positions, const uint32_t* entry_bags, int dim, int group,
+                                  int64_t segments, float* grad_rows) = 0;
 };
 
 // An array of T in device memory (kHost = false) or pinned host staging memory (kHost = true) that grows on

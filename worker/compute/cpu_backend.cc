@@ -57,10 +57,11 @@ class CpuBackend final : public Backend {
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  absl::Status Gather(const float* rows, int dim, const uint32_t* index, const float* values, int64_t count,
-                      float* x) override {
-    ParallelFor(count, dim, [=](int64_t p) {
-      for (int d = 0; d < dim; ++d) x[p * dim + d] = kernel::GatherElement(rows, index, values, dim, p, d);
+  absl::Status Pool(const float* rows, int dim, const uint32_t* index, const float* values,
+                    const uint32_t* bag_offsets, int64_t bags, float* x) override {
+    const int64_t entries = bag_offsets == nullptr ? bags : (bags > 0 ? bag_offsets[bags] : 0);
+    ParallelFor(bags, std::max<int64_t>(1, entries / std::max<int64_t>(bags, 1)) * dim, [=](int64_t b) {
+      kernel::PoolRow(rows, index, values, bag_offsets, dim, b, x + b * dim);
     });
     return absl::OkStatus();
   }
@@ -173,26 +174,24 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status LogitLoss(const float* bias, const float* wide, const float* fm, const float* deep,
-                         const float* labels, int64_t examples, float scale, float* prob, float* loss,
-                         float* dlogit) override {
+                         const float* labels, const float* weights, int64_t examples, float scale, float* prob,
+                         float* loss, float* dlogit) override {
     const float b = *bias;
     ParallelFor(examples, 64, [=](int64_t n) {
-      const float z = kernel::CombineLogit(b, wide, fm, deep, n);
-      prob[n] = kernel::Sigmoid(z);
-      if (labels == nullptr) return;
-      if (loss != nullptr) loss[n] = kernel::LogLossFromLogit(z, labels[n]);
-      if (dlogit != nullptr) dlogit[n] = kernel::LogitGrad(z, labels[n], scale);
+      kernel::LogitLossElement(b, wide, fm, deep, labels, weights, scale, n, prob, loss, dlogit);
     });
     return absl::OkStatus();
   }
   absl::Status SegmentSum(const float* dx, const float* values, const uint32_t* offsets, const uint32_t* positions,
-                          int dim, int group, int64_t segments, float* grad_rows) override {
-    // Work per segment varies (popular keys have many positions); the static partition over segments is still
+                          const uint32_t* entry_bags, int dim, int group, int64_t segments,
+                          float* grad_rows) override {
+    // Work per segment varies (popular keys have many entries); the static partition over segments is still
     // balanced enough at batch sizes where it matters, and it keeps one thread per output row.
     const int64_t positions_total = segments > 0 ? offsets[segments] : 0;
     ParallelFor(segments, std::max<int64_t>(1, positions_total / std::max<int64_t>(segments, 1)) * dim,
                 [=](int64_t u) {
-                  kernel::SegmentSumRow(dx, values, offsets, positions, dim, group, u, grad_rows + u * dim);
+                  kernel::SegmentSumRow(dx, values, offsets, positions, entry_bags, dim, group, u,
+                                        grad_rows + u * dim);
                 });
     return absl::OkStatus();
   }

@@ -1,8 +1,8 @@
 // Every op of the CPU backend (and so every kernel_math.h function) against a naive reference written
 // independently here, on random inputs, for the reference mode and the oneDNN-backed backend at several thread
 // counts; then every op of the oneDNN-backed backend against the reference mode at a realistic size (DeepFM with 39
-// slots of dim 16, MLP 256-128, 1024 examples): the element kernels bit for bit at any thread count, the
-// GEMMs within float rounding, and every op bitwise repeatable.
+// fields of dim 16, single-valued and jagged, MLP 256-128, 1024 examples): the element kernels bit for bit at
+// any thread count, the GEMMs within float rounding, and every op bitwise repeatable.
 #include "worker/compute/cpu_backend.h"
 
 #include "worker/compute/kernel_math.h"
@@ -47,18 +47,40 @@ class CpuBackendTest : public ::testing::TestWithParam<int> {
   std::mt19937 rng_{7};
 };
 
-TEST_P(CpuBackendTest, GatherScalesRowsByValue) {
-  const int dim = 3, rows = 4, count = 6;
+TEST_P(CpuBackendTest, PoolSumsEachBagsScaledRows) {
+  const int dim = 3, rows = 4;
   std::vector<float> table = Random(rows * dim, &rng_);
+  // Without bag offsets every entry is its own bag: exactly value * row (a zero value keeps a row's -0).
+  {
+    std::vector<uint32_t> index = {0, 3, 3, 1, 2, 0};
+    std::vector<float> values = {1, 0.5f, 1, 0, 2, 1};
+    const int count = static_cast<int>(index.size());
+    std::vector<float> x(count * dim, 7.0f);
+    ASSERT_TRUE(backend_->Pool(table.data(), dim, index.data(), values.data(), nullptr, count, x.data()).ok());
+    std::vector<float> want;
+    for (int p = 0; p < count; ++p) {
+      for (int d = 0; d < dim; ++d) want.push_back(values[p] * table[index[p] * dim + d]);
+    }
+    EXPECT_EQ(std::memcmp(x.data(), want.data(), want.size() * sizeof(float)), 0);
+  }
+  // Bags {0, 3, 3}, {}, {1}, {2, 0}: sums in order, zeros for the empty bag.
   std::vector<uint32_t> index = {0, 3, 3, 1, 2, 0};
-  std::vector<float> values = {1, 0.5f, 1, 0, 2, 1};
-  std::vector<float> x(count * dim);
-  ASSERT_TRUE(backend_->Gather(table.data(), dim, index.data(), values.data(), count, x.data()).ok());
+  std::vector<float> values = {1, 0.5f, 1, 0.25f, 2, 1};
+  std::vector<uint32_t> bag_offsets = {0, 3, 3, 4, 6};
+  const int bags = 4;
+  std::vector<float> x(bags * dim, 7.0f);
+  ASSERT_TRUE(
+      backend_->Pool(table.data(), dim, index.data(), values.data(), bag_offsets.data(), bags, x.data()).ok());
   std::vector<double> want;
-  for (int p = 0; p < count; ++p) {
-    for (int d = 0; d < dim; ++d) want.push_back(double{values[p]} * table[index[p] * dim + d]);
+  for (int b = 0; b < bags; ++b) {
+    for (int d = 0; d < dim; ++d) {
+      double s = 0;
+      for (uint32_t e = bag_offsets[b]; e < bag_offsets[b + 1]; ++e) s += double{values[e]} * table[index[e] * dim + d];
+      want.push_back(s);
+    }
   }
   ExpectNear(x, want);
+  for (int d = 0; d < dim; ++d) EXPECT_EQ(x[1 * dim + d], 0.0f);
 }
 
 TEST_P(CpuBackendTest, FieldSumAndFmMatchThePairwiseDefinition) {
@@ -198,54 +220,58 @@ TEST_P(CpuBackendTest, LogitLossIsStableAndItsGradientIsPMinusY) {
   std::vector<float> deep = {0.25f, 0.0f, 0.0f, -1.0f};
   std::vector<float> labels = {1, 1, 0, 0};
   const float bias = 0.1f;
-  std::vector<float> prob(4), loss(4), dlogit(4);
-  ASSERT_TRUE(backend_->LogitLoss(&bias, wide.data(), nullptr, deep.data(), labels.data(), 4, 0.25f, prob.data(),
-                                  loss.data(), dlogit.data())
-                  .ok());
-  for (int n = 0; n < 4; ++n) {
-    const double z = bias + wide[n] + deep[n];
-    const double p = 1 / (1 + std::exp(-z));
-    const double want_loss = labels[n] == 1 ? std::log1p(std::exp(-z)) : std::log1p(std::exp(z));
-    EXPECT_NEAR(prob[n], p, 1e-6);
-    EXPECT_TRUE(std::isfinite(loss[n]));
-    EXPECT_NEAR(loss[n], want_loss, 1e-5 * (1 + want_loss));
-    EXPECT_NEAR(dlogit[n], 0.25 * (p - labels[n]), 1e-7);
+  // Without weights, and with weights that scale each example's loss and gradient (0 drops it).
+  std::vector<float> weights = {2.0f, 0.5f, 0.0f, 1.0f};
+  for (bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted);
+    std::vector<float> prob(4), loss(4), dlogit(4);
+    ASSERT_TRUE(backend_->LogitLoss(&bias, wide.data(), nullptr, deep.data(), labels.data(),
+                                    weighted ? weights.data() : nullptr, 4, 0.25f, prob.data(), loss.data(),
+                                    dlogit.data())
+                    .ok());
+    for (int n = 0; n < 4; ++n) {
+      const double w = weighted ? weights[n] : 1.0;
+      const double z = bias + wide[n] + deep[n];
+      const double p = 1 / (1 + std::exp(-z));
+      const double want_loss = w * (labels[n] == 1 ? std::log1p(std::exp(-z)) : std::log1p(std::exp(z)));
+      EXPECT_NEAR(prob[n], p, 1e-6);
+      EXPECT_TRUE(std::isfinite(loss[n]));
+      EXPECT_NEAR(loss[n], want_loss, 1e-5 * (1 + want_loss));
+      EXPECT_NEAR(dlogit[n], w * 0.25 * (p - labels[n]), 1e-7);
+    }
   }
 }
 
-TEST_P(CpuBackendTest, SegmentSumAddsEachRowsPositionsInOrder) {
+TEST_P(CpuBackendTest, SegmentSumAddsEachRowsEntriesInOrder) {
   const int dim = 2;
-  // Positions 0..5 with unique rows {0, 2, 0, 1, 2, 2}: segments 0 -> {0, 2}, 1 -> {3}, 2 -> {1, 4, 5}.
+  // Entries 0..5 with unique rows {0, 2, 0, 1, 2, 2}: segments 0 -> {0, 2}, 1 -> {3}, 2 -> {1, 4, 5}.
   std::vector<uint32_t> offsets = {0, 2, 3, 6};
   std::vector<uint32_t> positions = {0, 2, 3, 1, 4, 5};
   std::vector<float> values = {1, 2, 1, 0.5f, 1, 3};
   std::vector<float> dx = Random(6 * dim, &rng_);
   std::vector<float> out(3 * dim);
-  ASSERT_TRUE(
-      backend_->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(), dim, 1, 3, out.data()).ok());
   const std::vector<std::vector<int>> segs = {{0, 2}, {3}, {1, 4, 5}};
-  std::vector<double> want;
-  for (const auto& seg : segs) {
-    for (int d = 0; d < dim; ++d) {
-      double s = 0;
-      for (int p : seg) s += double{values[p]} * dx[p * dim + d];
-      want.push_back(s);
+  // The entries' bags: none (entry p is bag p), or bags {0, 0, 1, 3, 3, 5} of 6.
+  std::vector<uint32_t> entry_bags = {0, 0, 1, 3, 3, 5};
+  for (bool jagged : {false, true}) {
+    // group = 1: each bag's row of dx; group = 3: bags 0-2 read dx row 0, bags 3-5 row 1.
+    for (int group : {1, 3}) {
+      SCOPED_TRACE(std::string(jagged ? "jagged" : "one entry per bag") + " group " + std::to_string(group));
+      ASSERT_TRUE(backend_
+                      ->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(),
+                                   jagged ? entry_bags.data() : nullptr, dim, group, 3, out.data())
+                      .ok());
+      std::vector<double> want;
+      for (const auto& seg : segs) {
+        for (int d = 0; d < dim; ++d) {
+          double s = 0;
+          for (int p : seg) s += double{values[p]} * dx[(jagged ? entry_bags[p] : p) / group * dim + d];
+          want.push_back(s);
+        }
+      }
+      ExpectNear(out, want);
     }
   }
-  ExpectNear(out, want);
-
-  // group = 3: positions 0-2 read dx row 0, positions 3-5 row 1.
-  ASSERT_TRUE(
-      backend_->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(), dim, 3, 3, out.data()).ok());
-  want.clear();
-  for (const auto& seg : segs) {
-    for (int d = 0; d < dim; ++d) {
-      double s = 0;
-      for (int p : seg) s += double{values[p]} * dx[(p / 3) * dim + d];
-      want.push_back(s);
-    }
-  }
-  ExpectNear(out, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CpuBackendTest, ::testing::Values(0, 1, 2, 3),
@@ -277,24 +303,45 @@ std::vector<std::pair<std::string, Op>> RealisticOps(std::mt19937* rng) {
   for (int n = 0; n < kN; ++n) (*labels)[n] = static_cast<float>((*rng)() % 2);
   auto v = std::make_shared<std::vector<float>>(Random(int64_t{kN} * kM * kDim, rng));
   auto dz = std::make_shared<std::vector<float>>(Random(int64_t{kN} * kPairs, rng));
-  // Segments: each position's unique row, Zipf-like (a few rows collect most positions, as popular keys do).
-  auto index = std::make_shared<std::vector<uint32_t>>(kPositions);
-  std::vector<std::vector<uint32_t>> by_row(kUnique);
-  for (int64_t p = 0; p < kPositions; ++p) {
-    const uint32_t r = static_cast<uint32_t>(std::min<uint64_t>((*rng)() % kUnique, (*rng)() % kUnique));
-    (*index)[p] = r;
-    by_row[r].push_back(static_cast<uint32_t>(p));
+  // Each entry's unique row, Zipf-like (a few rows collect most entries, as popular keys do), and the segments.
+  struct Sparse {
+    std::vector<uint32_t> index, offsets{0}, positions;
+  };
+  auto sparse = [&](int64_t entries) {
+    auto out = std::make_shared<Sparse>();
+    std::vector<std::vector<uint32_t>> by_row(kUnique);
+    for (int64_t p = 0; p < entries; ++p) {
+      const uint32_t r = static_cast<uint32_t>(std::min<uint64_t>((*rng)() % kUnique, (*rng)() % kUnique));
+      out->index.push_back(r);
+      by_row[r].push_back(static_cast<uint32_t>(p));
+    }
+    for (const auto& seg : by_row) {
+      out->positions.insert(out->positions.end(), seg.begin(), seg.end());
+      out->offsets.push_back(static_cast<uint32_t>(out->positions.size()));
+    }
+    return out;
+  };
+  // One entry per bag, and the same bags jagged: 0 to 4 entries each.
+  const std::shared_ptr<const Sparse> single = sparse(kPositions);
+  auto bag_offsets = std::make_shared<std::vector<uint32_t>>(1, 0);
+  auto entry_bags = std::make_shared<std::vector<uint32_t>>();
+  for (int64_t b = 0; b < kPositions; ++b) {
+    const int n = static_cast<int>((*rng)() % 5);
+    for (int e = 0; e < n; ++e) entry_bags->push_back(static_cast<uint32_t>(b));
+    bag_offsets->push_back(static_cast<uint32_t>(entry_bags->size()));
   }
-  auto offsets = std::make_shared<std::vector<uint32_t>>(1, 0);
-  auto positions = std::make_shared<std::vector<uint32_t>>();
-  for (const auto& seg : by_row) {
-    positions->insert(positions->end(), seg.begin(), seg.end());
-    offsets->push_back(static_cast<uint32_t>(positions->size()));
-  }
+  const int64_t kEntries = static_cast<int64_t>(entry_bags->size());
+  const std::shared_ptr<const Sparse> jagged = sparse(kEntries);
+  auto jagged_values = std::make_shared<std::vector<float>>(Random(kEntries, rng, 0.0f, 2.0f));
   std::vector<std::pair<std::string, Op>> ops;
-  ops.emplace_back("Gather", [=](Backend& b) {
-    std::vector<float> out(kPositions * kDim);
-    EXPECT_TRUE(b.Gather(rows->data(), kDim, index->data(), values->data(), kPositions, out.data()).ok());
+  ops.emplace_back("Pool", [=](Backend& b) {
+    std::vector<float> out(kPositions * kDim), pooled(kPositions * kDim);
+    EXPECT_TRUE(
+        b.Pool(rows->data(), kDim, single->index.data(), values->data(), nullptr, kPositions, out.data()).ok());
+    EXPECT_TRUE(b.Pool(rows->data(), kDim, jagged->index.data(), jagged_values->data(), bag_offsets->data(),
+                       kPositions, pooled.data())
+                    .ok());
+    out.insert(out.end(), pooled.begin(), pooled.end());
     return out;
   });
   ops.emplace_back("FieldSum+FmForward+FmBackward", [=](Backend& b) {
@@ -325,24 +372,34 @@ std::vector<std::pair<std::string, Op>> RealisticOps(std::mt19937* rng) {
     return y;
   });
   ops.emplace_back("LogitLoss", [=](Backend& b) {
-    std::vector<float> prob(kN), loss(kN), dlogit(kN);
+    std::vector<float> prob(kN), loss(kN), dlogit(kN), weighted(3 * kN);
     const float b0 = 0.25f;
-    EXPECT_TRUE(b.LogitLoss(&b0, g->data(), g->data(), act->data(), labels->data(), kN, 1.0f / kN, prob.data(),
-                            loss.data(), dlogit.data())
+    EXPECT_TRUE(b.LogitLoss(&b0, g->data(), g->data(), act->data(), labels->data(), nullptr, kN, 1.0f / kN,
+                            prob.data(), loss.data(), dlogit.data())
+                    .ok());
+    EXPECT_TRUE(b.LogitLoss(&b0, g->data(), g->data(), act->data(), labels->data(), values->data(), kN, 1.0f / kN,
+                            weighted.data(), weighted.data() + kN, weighted.data() + 2 * kN)
                     .ok());
     prob.insert(prob.end(), loss.begin(), loss.end());
     prob.insert(prob.end(), dlogit.begin(), dlogit.end());
+    prob.insert(prob.end(), weighted.begin(), weighted.end());
     return prob;
   });
   ops.emplace_back("SegmentSum", [=](Backend& b) {
-    std::vector<float> out(int64_t{kUnique} * kDim), wide(kUnique);
-    EXPECT_TRUE(b.SegmentSum(x->data(), values->data(), offsets->data(), positions->data(), kDim, 1, kUnique,
-                             out.data())
-                    .ok());
-    EXPECT_TRUE(b.SegmentSum(g->data(), values->data(), offsets->data(), positions->data(), 1, kFields, kUnique,
-                             wide.data())
-                    .ok());
-    out.insert(out.end(), wide.begin(), wide.end());
+    std::vector<float> out;
+    for (const Sparse* s : {single.get(), jagged.get()}) {
+      const float* v = s == single.get() ? values->data() : jagged_values->data();
+      const uint32_t* bags = s == single.get() ? nullptr : entry_bags->data();
+      std::vector<float> emb(int64_t{kUnique} * kDim), wide(kUnique);
+      EXPECT_TRUE(b.SegmentSum(x->data(), v, s->offsets.data(), s->positions.data(), bags, kDim, 1, kUnique,
+                               emb.data())
+                      .ok());
+      EXPECT_TRUE(b.SegmentSum(g->data(), v, s->offsets.data(), s->positions.data(), bags, 1, kFields, kUnique,
+                               wide.data())
+                      .ok());
+      out.insert(out.end(), emb.begin(), emb.end());
+      out.insert(out.end(), wide.begin(), wide.end());
+    }
     return out;
   });
   // The MLP's three GEMMs: forward, weight gradient, input gradient.
@@ -384,29 +441,51 @@ TEST(CpuBackendRealisticTest, EveryOpMatchesTheReferenceAndRepeatsBitForBit) {
   }
 }
 
-// The CPU backend walks each segment's rows once (kernel::SegmentSumRow); the CUDA backend computes one element
-// at a time (kernel::SegmentSumElement). Both must give the same bits.
-TEST(CpuBackendRealisticTest, SegmentSumRowHasTheBitsOfSegmentSumElement) {
+// The CPU backend walks each segment's and each bag's rows once (kernel::SegmentSumRow, PoolRow); the CUDA
+// backend computes one element at a time (kernel::SegmentSumElement, PoolElement). Both must give the same bits.
+TEST(CpuBackendRealisticTest, RowKernelsHaveTheBitsOfTheElementKernels) {
   std::mt19937 rng(5);
-  const int dim = 16, segments = 300, count = 6000;
-  std::vector<float> dx = Random(count * dim, &rng), values = Random(count, &rng);
-  std::vector<uint32_t> offsets = {0}, positions;
+  const int dim = 16, segments = 300, count = 6000, bags = 2500;
+  std::vector<float> dx = Random(int64_t{bags} * dim, &rng), values = Random(count, &rng);
+  std::vector<uint32_t> offsets = {0}, positions, index(count), bag_offsets = {0}, entry_bags;
   for (int u = 0; u < segments; ++u) {
-    for (int p = u; p < count; p += segments) positions.push_back(static_cast<uint32_t>(p));
+    for (int p = u; p < count; p += segments) {
+      positions.push_back(static_cast<uint32_t>(p));
+      index[p] = static_cast<uint32_t>(u);
+    }
     offsets.push_back(static_cast<uint32_t>(positions.size()));
+  }
+  for (int b = 0; b < bags; ++b) {  // 0 to 4 entries per bag; the last bag takes the rest
+    const int n = b + 1 == bags ? count - static_cast<int>(entry_bags.size())
+                                : std::min<int>(static_cast<int>(rng() % 5), count - entry_bags.size());
+    for (int e = 0; e < n; ++e) entry_bags.push_back(static_cast<uint32_t>(b));
+    bag_offsets.push_back(static_cast<uint32_t>(entry_bags.size()));
   }
   std::unique_ptr<Backend> backend = NewCpuBackend();
   std::vector<float> got(segments * dim), want(segments * dim);
-  ASSERT_TRUE(
-      backend->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(), dim, 1, segments, got.data())
-          .ok());
+  ASSERT_TRUE(backend
+                  ->SegmentSum(dx.data(), values.data(), offsets.data(), positions.data(), entry_bags.data(), dim, 1,
+                               segments, got.data())
+                  .ok());
   for (int u = 0; u < segments; ++u) {
     for (int d = 0; d < dim; ++d) {
-      want[u * dim + d] = kernel::SegmentSumElement(dx.data(), values.data(), offsets.data(), positions.data(), dim,
-                                                    1, u, d);
+      want[u * dim + d] = kernel::SegmentSumElement(dx.data(), values.data(), offsets.data(), positions.data(),
+                                                    entry_bags.data(), dim, 1, u, d);
     }
   }
   EXPECT_TRUE(SameBits(got, want));
+
+  const std::vector<float> rows = Random(int64_t{segments} * dim, &rng);
+  std::vector<float> pooled(int64_t{bags} * dim), want_pooled(int64_t{bags} * dim);
+  ASSERT_TRUE(
+      backend->Pool(rows.data(), dim, index.data(), values.data(), bag_offsets.data(), bags, pooled.data()).ok());
+  for (int b = 0; b < bags; ++b) {
+    for (int d = 0; d < dim; ++d) {
+      want_pooled[b * dim + d] =
+          kernel::PoolElement(rows.data(), index.data(), values.data(), bag_offsets.data(), dim, b, d);
+    }
+  }
+  EXPECT_TRUE(SameBits(pooled, want_pooled));
 }
 
 // Likewise the CPU backend's field sums and FM terms walk each example's rows (kernel::FieldSumRow,

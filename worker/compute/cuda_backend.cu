@@ -2,8 +2,8 @@
 //
 // Every op except Gemm is a grid-stride kernel that computes one output element per thread by calling the
 // same kernel_math.h function the CPU backend loops over, so the two backends share their math and a GPU test
-// only has to compare them. Elements that reduce (FieldSum, FmForward, ColumnSum, SegmentSum) are summed by
-// one thread in the same fixed order as on the CPU: no atomics, so every op is bitwise repeatable run to run.
+// only has to compare them. Elements that reduce (Pool, FieldSum, FmForward, ColumnSum, SegmentSum) are summed
+// by one thread in the same fixed order as on the CPU: no atomics, so every op is bitwise repeatable run to run.
 // They need not be bitwise equal to the CPU's, since nvcc fuses a * b + c into one FMA where g++ rounds twice;
 // the GPU test allows 1e-5. Gemm is cuBLAS SGEMM in full fp32 (no TF32), within 1e-5 of the CPU's loops.
 //
@@ -67,11 +67,13 @@ __device__ inline int64_t Stride() { return static_cast<int64_t>(blockDim.x) * g
 
 // ---- Kernels: one output element per thread, the math in kernel_math.h. ----
 
-__global__ void GatherKernel(const float* rows, int dim, const uint32_t* index, const float* values, int64_t count,
-                             float* x) {
-  const int64_t total = count * dim;
+// One thread per (bag, d): adjacent threads read adjacent elements of each entry's row, so the entry loop is
+// coalesced; each sums its bag's entries in ascending order.
+__global__ void PoolKernel(const float* rows, int dim, const uint32_t* index, const float* values,
+                           const uint32_t* bag_offsets, int64_t bags, float* x) {
+  const int64_t total = bags * dim;
   for (int64_t i = FirstIndex(); i < total; i += Stride()) {
-    x[i] = kernel::GatherElement(rows, index, values, dim, i / dim, static_cast<int>(i % dim));
+    x[i] = kernel::PoolElement(rows, index, values, bag_offsets, dim, i / dim, static_cast<int>(i % dim));
   }
 }
 
@@ -149,38 +151,34 @@ __global__ void ColumnSumKernel(const float* x, int64_t rows, int cols, float* o
 
 // One thread per example. `bias` is read on the device so the host never waits for the model's bias.
 __global__ void LogitLossKernel(const float* bias, const float* wide, const float* fm, const float* deep,
-                                const float* labels, int64_t examples, float scale, float* prob, float* loss,
-                                float* dlogit) {
+                                const float* labels, const float* weights, int64_t examples, float scale,
+                                float* prob, float* loss, float* dlogit) {
   const float b = *bias;
   for (int64_t n = FirstIndex(); n < examples; n += Stride()) {
-    const float z = kernel::CombineLogit(b, wide, fm, deep, n);
-    prob[n] = kernel::Sigmoid(z);
-    if (labels == nullptr) continue;
-    if (loss != nullptr) loss[n] = kernel::LogLossFromLogit(z, labels[n]);
-    if (dlogit != nullptr) dlogit[n] = kernel::LogitGrad(z, labels[n], scale);
+    kernel::LogitLossElement(b, wide, fm, deep, labels, weights, scale, n, prob, loss, dlogit);
   }
 }
 
-// One thread per (unique row, d): each sums its segment's positions in ascending order, which is what makes
+// One thread per (unique row, d): each sums its segment's entries in ascending order, which is what makes
 // the embedding gradient deterministic (an atomicAdd scatter would not be).
 __global__ void SegmentSumKernel(const float* dx, const float* values, const uint32_t* offsets,
-                                 const uint32_t* positions, int dim, int group, int64_t segments,
-                                 float* grad_rows) {
+                                 const uint32_t* positions, const uint32_t* entry_bags, int dim, int group,
+                                 int64_t segments, float* grad_rows) {
   const int64_t total = segments * dim;
   for (int64_t i = FirstIndex(); i < total; i += Stride()) {
-    grad_rows[i] =
-        kernel::SegmentSumElement(dx, values, offsets, positions, dim, group, i / dim, static_cast<int>(i % dim));
+    grad_rows[i] = kernel::SegmentSumElement(dx, values, offsets, positions, entry_bags, dim, group, i / dim,
+                                             static_cast<int>(i % dim));
   }
 }
 
 // ---- Launchers: size the grid, enqueue on `stream`, check the launch. Empty work launches nothing. ----
 
-absl::Status LaunchGather(cudaStream_t stream, const float* rows, int dim, const uint32_t* index,
-                          const float* values, int64_t count, float* x) {
-  const int64_t total = count * dim;
+absl::Status LaunchPool(cudaStream_t stream, const float* rows, int dim, const uint32_t* index,
+                        const float* values, const uint32_t* bag_offsets, int64_t bags, float* x) {
+  const int64_t total = bags * dim;
   if (total <= 0) return absl::OkStatus();
-  GatherKernel<<<BlocksFor(total), kThreads, 0, stream>>>(rows, dim, index, values, count, x);
-  return CheckLaunch("GatherKernel");
+  PoolKernel<<<BlocksFor(total), kThreads, 0, stream>>>(rows, dim, index, values, bag_offsets, bags, x);
+  return CheckLaunch("PoolKernel");
 }
 
 absl::Status LaunchFieldSum(cudaStream_t stream, const float* x, int64_t examples, int fields, int dim,
@@ -253,20 +251,21 @@ absl::Status LaunchColumnSum(cudaStream_t stream, const float* x, int64_t rows, 
 }
 
 absl::Status LaunchLogitLoss(cudaStream_t stream, const float* bias, const float* wide, const float* fm,
-                             const float* deep, const float* labels, int64_t examples, float scale, float* prob,
-                             float* loss, float* dlogit) {
+                             const float* deep, const float* labels, const float* weights, int64_t examples,
+                             float scale, float* prob, float* loss, float* dlogit) {
   if (examples <= 0) return absl::OkStatus();
-  LogitLossKernel<<<BlocksFor(examples), kThreads, 0, stream>>>(bias, wide, fm, deep, labels, examples, scale,
-                                                                 prob, loss, dlogit);
+  LogitLossKernel<<<BlocksFor(examples), kThreads, 0, stream>>>(bias, wide, fm, deep, labels, weights, examples,
+                                                                 scale, prob, loss, dlogit);
   return CheckLaunch("LogitLossKernel");
 }
 
 absl::Status LaunchSegmentSum(cudaStream_t stream, const float* dx, const float* values, const uint32_t* offsets,
-                              const uint32_t* positions, int dim, int group, int64_t segments, float* grad_rows) {
+                              const uint32_t* positions, const uint32_t* entry_bags, int dim, int group,
+                              int64_t segments, float* grad_rows) {
   const int64_t total = segments * dim;
   if (total <= 0) return absl::OkStatus();
-  SegmentSumKernel<<<BlocksFor(total), kThreads, 0, stream>>>(dx, values, offsets, positions, dim, group,
-                                                               segments, grad_rows);
+  SegmentSumKernel<<<BlocksFor(total), kThreads, 0, stream>>>(dx, values, offsets, positions, entry_bags, dim,
+                                                               group, segments, grad_rows);
   return CheckLaunch("SegmentSumKernel");
 }
 
@@ -379,10 +378,10 @@ class CudaBackend final : public Backend {
     return CudaStatus(cudaGetLastError(), absl::StrCat("after synchronizing ", name()));
   }
 
-  absl::Status Gather(const float* rows, int dim, const uint32_t* index, const float* values, int64_t count,
-                      float* x) override {
+  absl::Status Pool(const float* rows, int dim, const uint32_t* index, const float* values,
+                    const uint32_t* bag_offsets, int64_t bags, float* x) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;
-    return LaunchGather(stream_, rows, dim, index, values, count, x);
+    return LaunchPool(stream_, rows, dim, index, values, bag_offsets, bags, x);
   }
   absl::Status FieldSum(const float* x, int64_t examples, int fields, int dim, float* sum) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;
@@ -448,15 +447,16 @@ class CudaBackend final : public Backend {
     return LaunchColumnSum(stream_, x, rows, cols, out);
   }
   absl::Status LogitLoss(const float* bias, const float* wide, const float* fm, const float* deep,
-                         const float* labels, int64_t examples, float scale, float* prob, float* loss,
-                         float* dlogit) override {
+                         const float* labels, const float* weights, int64_t examples, float scale, float* prob,
+                         float* loss, float* dlogit) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;
-    return LaunchLogitLoss(stream_, bias, wide, fm, deep, labels, examples, scale, prob, loss, dlogit);
+    return LaunchLogitLoss(stream_, bias, wide, fm, deep, labels, weights, examples, scale, prob, loss, dlogit);
   }
   absl::Status SegmentSum(const float* dx, const float* values, const uint32_t* offsets, const uint32_t* positions,
-                          int dim, int group, int64_t segments, float* grad_rows) override {
+                          const uint32_t* entry_bags, int dim, int group, int64_t segments,
+                          float* grad_rows) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;
-    return LaunchSegmentSum(stream_, dx, values, offsets, positions, dim, group, segments, grad_rows);
+    return LaunchSegmentSum(stream_, dx, values, offsets, positions, entry_bags, dim, group, segments, grad_rows);
   }
 
  private:

@@ -22,7 +22,7 @@
 namespace kestrel {
 namespace {
 
-// A Criteo-like batch.
+// A Criteo-like batch (kCount bags).
 constexpr int kExamples = 512;
 constexpr int kFields = 39;
 constexpr int kDim = 8;
@@ -38,41 +38,51 @@ struct Twin {
   size_t size = 0;
 };
 
-// The sparse side of a batch as the worker builds it: each position's unique row, its feature value, and the
-// segments (positions of each unique row, ascending) that SegmentSum reduces over.
+// The sparse side of a batch as the worker builds it: each entry's unique row, its value, the segments
+// (entries of each unique row, ascending) that SegmentSum reduces over, and for a jagged batch the bags.
 struct SparseBatch {
   int rows = 0;
-  std::vector<uint32_t> index;      // [kCount]
-  std::vector<float> values;        // [kCount]
-  std::vector<uint32_t> offsets;    // [rows + 1]
-  std::vector<uint32_t> positions;  // [kCount]
+  std::vector<uint32_t> index;        // [entries]
+  std::vector<float> values;          // [entries]
+  std::vector<uint32_t> offsets;      // [rows + 1]
+  std::vector<uint32_t> positions;    // [entries]
+  std::vector<uint32_t> bag_offsets;  // [kCount + 1] (jagged), or empty: entry b is bag b
+  std::vector<uint32_t> entry_bags;   // [entries] (jagged), or empty
 };
 
 // Keys are skewed like real categorical data (log-uniform ids: a few hot keys repeat across many examples),
 // and field 0 is one constant key, so one segment holds every example. 70% of values are 1 (categorical),
-// 20% are real-valued, 10% are 0 (padding).
-SparseBatch MakeSparseBatch(std::mt19937* rng) {
+// 20% are real-valued, 10% are 0 (padding). max_entries 0: one entry per bag; else each of the kCount bags
+// holds 0 to max_entries entries (field 0 exactly one).
+SparseBatch MakeSparseBatch(std::mt19937* rng, int max_entries = 0) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::unordered_map<uint64_t, uint32_t> row_of;
   SparseBatch batch;
+  if (max_entries > 0) batch.bag_offsets.push_back(0);
   for (int n = 0; n < kExamples; ++n) {
     for (int f = 0; f < kFields; ++f) {
-      const uint64_t id = f == 0 ? 0 : static_cast<uint64_t>(std::pow(2000.0, u(*rng)));
-      const uint64_t key = uint64_t{static_cast<uint32_t>(f)} << 32 | id;
-      auto [it, inserted] = row_of.emplace(key, static_cast<uint32_t>(row_of.size()));
-      batch.index.push_back(it->second);
-      const double kind = u(*rng);
-      batch.values.push_back(kind < 0.7 ? 1.0f : kind < 0.9 ? static_cast<float>(2 * u(*rng)) : 0.0f);
+      const int entries = max_entries == 0 || f == 0 ? 1 : static_cast<int>((*rng)() % (max_entries + 1));
+      for (int e = 0; e < entries; ++e) {
+        const uint64_t id = f == 0 ? 0 : static_cast<uint64_t>(std::pow(2000.0, u(*rng)));
+        const uint64_t key = uint64_t{static_cast<uint32_t>(f)} << 32 | id;
+        auto [it, inserted] = row_of.emplace(key, static_cast<uint32_t>(row_of.size()));
+        batch.index.push_back(it->second);
+        const double kind = u(*rng);
+        batch.values.push_back(kind < 0.7 ? 1.0f : kind < 0.9 ? static_cast<float>(2 * u(*rng)) : 0.0f);
+        if (max_entries > 0) batch.entry_bags.push_back(static_cast<uint32_t>(n * kFields + f));
+      }
+      if (max_entries > 0) batch.bag_offsets.push_back(static_cast<uint32_t>(batch.index.size()));
     }
   }
   batch.rows = static_cast<int>(row_of.size());
-  // Counting sort by row; walking p upwards keeps each segment's positions ascending.
+  // Counting sort by row; walking p upwards keeps each segment's entries ascending.
+  const uint32_t count = static_cast<uint32_t>(batch.index.size());
   batch.offsets.assign(batch.rows + 1, 0);
   for (uint32_t row : batch.index) ++batch.offsets[row + 1];
   for (int r = 0; r < batch.rows; ++r) batch.offsets[r + 1] += batch.offsets[r];
   std::vector<uint32_t> next(batch.offsets.begin(), batch.offsets.end() - 1);
-  batch.positions.resize(kCount);
-  for (uint32_t p = 0; p < kCount; ++p) batch.positions[next[batch.index[p]]++] = p;
+  batch.positions.resize(count);
+  for (uint32_t p = 0; p < count; ++p) batch.positions[next[batch.index[p]]++] = p;
   return batch;
 }
 
@@ -202,7 +212,8 @@ TEST_F(CudaBackendTest, MemoryRoundTripThroughPinnedStaging) {
 TEST_F(CudaBackendTest, EmptyOpsLaunchNothing) {
   float* f = nullptr;
   const uint32_t* u = nullptr;
-  EXPECT_TRUE(cuda_->Gather(f, kDim, u, f, 0, f).ok());
+  EXPECT_TRUE(cuda_->Pool(f, kDim, u, f, nullptr, 0, f).ok());
+  EXPECT_TRUE(cuda_->Pool(f, kDim, u, f, u, 0, f).ok());
   EXPECT_TRUE(cuda_->FieldSum(f, 0, kFields, kDim, f).ok());
   EXPECT_TRUE(cuda_->FmForward(f, f, 0, kFields, kDim, f).ok());
   EXPECT_TRUE(cuda_->FmBackward(f, f, f, 0, kFields, kDim, f).ok());
@@ -211,13 +222,14 @@ TEST_F(CudaBackendTest, EmptyOpsLaunchNothing) {
   EXPECT_TRUE(cuda_->BiasActivation(f, f, 0, 4, true).ok());
   EXPECT_TRUE(cuda_->ReluBackward(f, f, 0).ok());
   EXPECT_TRUE(cuda_->ColumnSum(f, 4, 0, f).ok());
-  EXPECT_TRUE(cuda_->LogitLoss(f, f, f, f, f, 0, 1.0f, f, f, f).ok());
-  EXPECT_TRUE(cuda_->SegmentSum(f, f, u, u, kDim, 1, 0, f).ok());
+  EXPECT_TRUE(cuda_->LogitLoss(f, f, f, f, f, f, 0, 1.0f, f, f, f).ok());
+  EXPECT_TRUE(cuda_->SegmentSum(f, f, u, u, nullptr, kDim, 1, 0, f).ok());
+  EXPECT_TRUE(cuda_->SegmentSum(f, f, u, u, u, kDim, 1, 0, f).ok());
   EXPECT_TRUE(cuda_->Synchronize().ok());
 }
 
-// The embedding path of one step: gather, field pooling, FM forward and backward, and the segment reduce
-// into unique rows, for both the per-position (embedding) and per-example (wide) gradients.
+// The embedding path of one single-valued step: pool (one entry per bag), field sum, FM forward and backward,
+// and the segment reduce into unique rows, for both the per-bag (embedding) and per-example (wide) gradients.
 TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
   const SparseBatch batch = MakeSparseBatch(&rng_);
   ASSERT_LT(batch.rows, kCount / 4) << "the batch should repeat rows";
@@ -229,10 +241,10 @@ TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
   const Twin<uint32_t> positions = Upload(batch.positions);
 
   const Twin<float> x = Output(kCount * kDim);
-  RunBoth("Gather", [&](Backend* b) {
-    return b->Gather(On(b, table), kDim, On(b, index), On(b, values), kCount, On(b, x));
+  RunBoth("Pool", [&](Backend* b) {
+    return b->Pool(On(b, table), kDim, On(b, index), On(b, values), nullptr, kCount, On(b, x));
   });
-  ExpectClose(x, "Gather");
+  ExpectClose(x, "Pool");
 
   const Twin<float> sum = Output(kExamples * kDim);
   RunBoth("FieldSum", [&](Backend* b) { return b->FieldSum(On(b, x), kExamples, kFields, kDim, On(b, sum)); });
@@ -252,7 +264,7 @@ TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
 
   const Twin<float> grad_rows = Output(int64_t{batch.rows} * kDim);
   RunBoth("SegmentSum group 1", [&](Backend* b) {
-    return b->SegmentSum(On(b, dx), On(b, values), On(b, offsets), On(b, positions), kDim, /*group=*/1,
+    return b->SegmentSum(On(b, dx), On(b, values), On(b, offsets), On(b, positions), nullptr, kDim, /*group=*/1,
                          batch.rows, On(b, grad_rows));
   });
   ExpectClose(grad_rows, "SegmentSum group 1");
@@ -260,10 +272,51 @@ TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
   // The wide weights: one dL/dlogit per example, scattered to its fields' rows (dim 1).
   const Twin<float> wide_grad = Output(batch.rows);
   RunBoth("SegmentSum group fields", [&](Backend* b) {
-    return b->SegmentSum(On(b, g), On(b, values), On(b, offsets), On(b, positions), /*dim=*/1, kFields,
+    return b->SegmentSum(On(b, g), On(b, values), On(b, offsets), On(b, positions), nullptr, /*dim=*/1, kFields,
                          batch.rows, On(b, wide_grad));
   });
   ExpectClose(wide_grad, "SegmentSum group fields");
+}
+
+// The embedding path of a jagged step: kCount bags of 0 to 6 entries (multi-valued features, empty bags among
+// them), pooled, and the segment reduce through each entry's bag; the pool repeats bit for bit.
+TEST_F(CudaBackendTest, JaggedPoolAndSegmentSumMatchTheCpu) {
+  const SparseBatch batch = MakeSparseBatch(&rng_, /*max_entries=*/6);
+  const int64_t bags = kCount;
+  ASSERT_EQ(batch.bag_offsets.size(), static_cast<size_t>(bags + 1));
+  const int64_t entries = batch.bag_offsets.back();
+  const Twin<float> table = Upload(Random(int64_t{batch.rows} * kDim, -0.05f, 0.05f));
+  const Twin<uint32_t> index = Upload(batch.index);
+  const Twin<float> values = Upload(batch.values);
+  const Twin<uint32_t> bag_offsets = Upload(batch.bag_offsets);
+  const Twin<uint32_t> entry_bags = Upload(batch.entry_bags);
+  const Twin<uint32_t> offsets = Upload(batch.offsets);
+  const Twin<uint32_t> positions = Upload(batch.positions);
+
+  const Twin<float> x = Output(bags * kDim);
+  RunBoth("Pool jagged", [&](Backend* b) {
+    return b->Pool(On(b, table), kDim, On(b, index), On(b, values), On(b, bag_offsets), bags, On(b, x));
+  });
+  ExpectClose(x, "Pool jagged");
+  const std::vector<float> first = Download(cuda_.get(), x.cuda, x.size);
+  ASSERT_TRUE(cuda_->Pool(table.cuda, kDim, index.cuda, values.cuda, bag_offsets.cuda, bags, x.cuda).ok());
+  EXPECT_EQ(std::memcmp(first.data(), Download(cuda_.get(), x.cuda, x.size).data(), x.size * sizeof(float)), 0);
+
+  const Twin<float> dx = Upload(Random(bags * kDim, -1.0f, 1.0f));
+  const Twin<float> grad_rows = Output(int64_t{batch.rows} * kDim);
+  RunBoth("SegmentSum jagged group 1", [&](Backend* b) {
+    return b->SegmentSum(On(b, dx), On(b, values), On(b, offsets), On(b, positions), On(b, entry_bags), kDim,
+                         /*group=*/1, batch.rows, On(b, grad_rows));
+  });
+  ExpectClose(grad_rows, "SegmentSum jagged group 1");
+  const Twin<float> g = Upload(Random(kExamples, -1.0f, 1.0f));
+  const Twin<float> wide_grad = Output(batch.rows);
+  RunBoth("SegmentSum jagged group fields", [&](Backend* b) {
+    return b->SegmentSum(On(b, g), On(b, values), On(b, offsets), On(b, positions), On(b, entry_bags), /*dim=*/1,
+                         kFields, batch.rows, On(b, wide_grad));
+  });
+  ExpectClose(wide_grad, "SegmentSum jagged group fields");
+  EXPECT_GT(entries, 0);
 }
 
 TEST_F(CudaBackendTest, DotInteractionMatchesTheCpu) {
@@ -292,7 +345,8 @@ TEST_F(CudaBackendTest, SegmentSumIsBitwiseRepeatable) {
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 2; ++run) {
     const Twin<float> out = Output(n);
-    ASSERT_TRUE(cuda_->SegmentSum(dx.cuda, values.cuda, offsets.cuda, positions.cuda, kDim, 1, batch.rows, out.cuda)
+    ASSERT_TRUE(cuda_->SegmentSum(dx.cuda, values.cuda, offsets.cuda, positions.cuda, nullptr, kDim, 1, batch.rows,
+                                  out.cuda)
                     .ok());
     runs.push_back(Download(cuda_.get(), out.cuda, n));
   }
@@ -402,12 +456,27 @@ TEST_F(CudaBackendTest, LogitLossMatchesTheCpuWithAndWithoutLabels) {
     const std::string what = with_fm ? "LogitLoss" : "LogitLoss without fm";
     const Twin<float> prob = Output(n), loss = Output(n), dlogit = Output(n);
     RunBoth(what, [&](Backend* b) {
-      return b->LogitLoss(On(b, bias), On(b, wide), with_fm ? On(b, fm) : nullptr, On(b, deep), On(b, labels), n,
-                          scale, On(b, prob), On(b, loss), On(b, dlogit));
+      return b->LogitLoss(On(b, bias), On(b, wide), with_fm ? On(b, fm) : nullptr, On(b, deep), On(b, labels),
+                          nullptr, n, scale, On(b, prob), On(b, loss), On(b, dlogit));
     });
     ExpectClose(prob, what + " prob");
     ExpectClose(loss, what + " loss");
     ExpectClose(dlogit, what + " dlogit");
+  }
+
+  // Example weights (0 among them) scale each example's loss and dlogit.
+  std::vector<float> weights_host = Random(n, 0.0f, 2.0f);
+  weights_host[2] = 0.0f;
+  const Twin<float> weights = Upload(weights_host);
+  {
+    const Twin<float> prob = Output(n), loss = Output(n), dlogit = Output(n);
+    RunBoth("LogitLoss weighted", [&](Backend* b) {
+      return b->LogitLoss(On(b, bias), On(b, wide), On(b, fm), On(b, deep), On(b, labels), On(b, weights), n, scale,
+                          On(b, prob), On(b, loss), On(b, dlogit));
+    });
+    ExpectClose(prob, "LogitLoss weighted prob");
+    ExpectClose(loss, "LogitLoss weighted loss");
+    ExpectClose(dlogit, "LogitLoss weighted dlogit");
   }
 
   // Without labels (inference) only prob is written, even where loss and dlogit are given; with labels, a null
@@ -420,8 +489,8 @@ TEST_F(CudaBackendTest, LogitLossMatchesTheCpuWithAndWithoutLabels) {
     const std::string what = "LogitLoss variant " + std::to_string(variant);
     const Twin<float> prob = Output(n), loss = Upload(sentinel), dlogit = Upload(sentinel);
     RunBoth(what, [&](Backend* b) {
-      return b->LogitLoss(On(b, bias), nullptr, On(b, fm), On(b, deep), with_labels ? On(b, labels) : nullptr, n,
-                          scale, On(b, prob), with_loss ? On(b, loss) : nullptr,
+      return b->LogitLoss(On(b, bias), nullptr, On(b, fm), On(b, deep), with_labels ? On(b, labels) : nullptr,
+                          nullptr, n, scale, On(b, prob), with_loss ? On(b, loss) : nullptr,
                           with_dlogit ? On(b, dlogit) : nullptr);
     });
     ExpectClose(prob, what + " prob");

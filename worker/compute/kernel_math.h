@@ -2,11 +2,14 @@
 // (cpu_backend.cc) loops over them, the CUDA backend (cuda_backend.cu) runs them one element per thread. CPU
 // tests therefore cover the math itself, and GPU tests only compare the two backends.
 //
-// Layouts (all row-major float32):
-//   index/values: [count] positions p = n * fields + f (example n, field f); index[p] is the unique row of
-//                 the position's key, values[p] the feature's value (1 for categorical features, 0 padding).
-//   x:            [n, fields, dim] gathered, value-scaled embeddings.
-//   segments:     the positions of unique row u are positions[offsets[u] .. offsets[u + 1]), ascending, so
+// Layouts (all row-major float32; worker/batch.h describes the batch they come from):
+//   index/values: [entries] index[e] is the unique row of entry e's key, values[e] what the row is multiplied
+//                 by (1 for categorical features; MEAN and SQRT_N pooling already folded in).
+//   bag_offsets:  [bags + 1] bag b = n * fields + f (example n, field f) holds entries
+//                 [bag_offsets[b], bag_offsets[b + 1]); null when every bag holds one entry (entry b).
+//   entry_bags:   [entries] the bag of each entry; null when every bag holds one entry (entry e is bag e).
+//   x:            [bags, dim] = [n, fields, dim] pooled, value-scaled embeddings.
+//   segments:     the entries of unique row u are positions[offsets[u] .. offsets[u + 1]), ascending, so
 //                 every reduction below adds in one fixed order (BSP stays bitwise repeatable).
 #ifndef KESTREL_WORKER_COMPUTE_KERNEL_MATH_H_
 #define KESTREL_WORKER_COMPUTE_KERNEL_MATH_H_
@@ -23,10 +26,43 @@
 namespace kestrel {
 namespace kernel {
 
-// Gather: x[p, d] = values[p] * rows[index[p], d].
-KESTREL_HD inline float GatherElement(const float* rows, const uint32_t* index, const float* values, int dim,
-                                      int64_t p, int d) {
-  return values[p] * rows[static_cast<int64_t>(index[p]) * dim + d];
+// Bag b's entries: [*begin, *end).
+KESTREL_HD inline void BagEntries(const uint32_t* bag_offsets, int64_t b, int64_t* begin, int64_t* end) {
+  *begin = bag_offsets == nullptr ? b : bag_offsets[b];
+  *end = bag_offsets == nullptr ? b + 1 : bag_offsets[b + 1];
+}
+
+// Pooling: x[b, d] = sum over bag b's entries e, ascending, of values[e] * rows[index[e], d]. The sum starts
+// from the first entry's product, so a one-entry bag is exactly that product (a zero value times a negative
+// row keeps its -0); an empty bag is 0.
+KESTREL_HD inline float PoolElement(const float* rows, const uint32_t* index, const float* values,
+                                    const uint32_t* bag_offsets, int dim, int64_t b, int d) {
+  int64_t begin = 0, end = 0;
+  BagEntries(bag_offsets, b, &begin, &end);
+  if (begin == end) return 0.0f;
+  float s = values[begin] * rows[static_cast<int64_t>(index[begin]) * dim + d];
+  for (int64_t e = begin + 1; e < end; ++e) s += values[e] * rows[static_cast<int64_t>(index[e]) * dim + d];
+  return s;
+}
+
+// PoolElement for all dim elements of bag b at once, out[d] for d < dim: the same products added in the same
+// order for every d (so the same bits), walking each entry's row once.
+KESTREL_HD inline void PoolRow(const float* rows, const uint32_t* index, const float* values,
+                               const uint32_t* bag_offsets, int dim, int64_t b, float* out) {
+  int64_t begin = 0, end = 0;
+  BagEntries(bag_offsets, b, &begin, &end);
+  if (begin == end) {
+    for (int d = 0; d < dim; ++d) out[d] = 0.0f;
+    return;
+  }
+  const float first = values[begin];
+  const float* first_row = rows + static_cast<int64_t>(index[begin]) * dim;
+  for (int d = 0; d < dim; ++d) out[d] = first * first_row[d];
+  for (int64_t e = begin + 1; e < end; ++e) {
+    const float v = values[e];
+    const float* row = rows + static_cast<int64_t>(index[e]) * dim;
+    for (int d = 0; d < dim; ++d) out[d] += v * row[d];
+  }
 }
 
 // Field pooling: sum[n, d] = sum over f of x[n, f, d].
@@ -148,6 +184,20 @@ KESTREL_HD inline float CombineLogit(float bias, const float* wide, const float*
 // dLoss/dz of `scale` * logloss: scale * (sigmoid(z) - y).
 KESTREL_HD inline float LogitGrad(float z, float y, float scale) { return scale * (Sigmoid(z) - y); }
 
+// Example n's outputs: prob[n] = sigmoid(logit); with labels, loss[n] = weight * logloss and dlogit[n] =
+// weight * LogitGrad(logit, label, scale), each skipped where its array is null. weight = weights[n], or 1
+// where weights is null (a product with 1 is exact: the unweighted bits).
+KESTREL_HD inline void LogitLossElement(float bias, const float* wide, const float* fm, const float* deep,
+                                        const float* labels, const float* weights, float scale, int64_t n,
+                                        float* prob, float* loss, float* dlogit) {
+  const float z = CombineLogit(bias, wide, fm, deep, n);
+  prob[n] = Sigmoid(z);
+  if (labels == nullptr) return;
+  const float weight = weights == nullptr ? 1.0f : weights[n];
+  if (loss != nullptr) loss[n] = weight * LogLossFromLogit(z, labels[n]);
+  if (dlogit != nullptr) dlogit[n] = weight * LogitGrad(z, labels[n], scale);
+}
+
 // Bias and activation of one hidden unit: max(x + b, 0) with ReLU, x + b without.
 KESTREL_HD inline float BiasActivation(float x, float b, bool relu) {
   const float y = x + b;
@@ -177,29 +227,37 @@ KESTREL_HD inline float GemmElement(bool trans_a, bool trans_b, int m, int n, in
   return beta == 0.0f ? alpha * s : alpha * s + beta * c_old;
 }
 
-// Backward of the gather into unique rows (deterministic segment reduce):
-//   grad_rows[u, d] = sum over the positions p of segment u, ascending, of values[p] * dx[p / group, d].
-// group = 1 scatters per-position gradients (embeddings); group = fields scatters one gradient per example to
-// all its positions (the wide weights, whose per-position gradient is the example's dL/dlogit).
+// The bag of entry p: entry_bags[p], or p itself where every bag holds one entry (entry_bags null).
+KESTREL_HD inline int64_t EntryBag(const uint32_t* entry_bags, uint32_t p) {
+  return entry_bags == nullptr ? int64_t{p} : int64_t{entry_bags[p]};
+}
+
+// Backward of the pooling into unique rows (deterministic segment reduce):
+//   grad_rows[u, d] = sum over the entries p of segment u, ascending, of values[p] * dx[bag(p) / group, d],
+// bag(p) = EntryBag(entry_bags, p). group = 1 scatters per-bag gradients (embeddings); group = fields scatters
+// one gradient per example to all its entries (the wide weights, whose per-entry gradient is the example's
+// dL/dlogit times the entry's value).
 KESTREL_HD inline float SegmentSumElement(const float* dx, const float* values, const uint32_t* offsets,
-                                          const uint32_t* positions, int dim, int group, int64_t u, int d) {
+                                          const uint32_t* positions, const uint32_t* entry_bags, int dim,
+                                          int group, int64_t u, int d) {
   float s = 0.0f;
   for (uint32_t j = offsets[u]; j < offsets[u + 1]; ++j) {
     const uint32_t p = positions[j];
-    s += values[p] * dx[static_cast<int64_t>(p / group) * dim + d];
+    s += values[p] * dx[EntryBag(entry_bags, p) / group * dim + d];
   }
   return s;
 }
 
 // SegmentSumElement for all dim elements of segment u at once, out[d] for d < dim: the same products added in
-// the same order for every d (so the same bits), walking each position's row once instead of dim times.
+// the same order for every d (so the same bits), walking each entry's row once instead of dim times.
 KESTREL_HD inline void SegmentSumRow(const float* dx, const float* values, const uint32_t* offsets,
-                                     const uint32_t* positions, int dim, int group, int64_t u, float* out) {
+                                     const uint32_t* positions, const uint32_t* entry_bags, int dim, int group,
+                                     int64_t u, float* out) {
   for (int d = 0; d < dim; ++d) out[d] = 0.0f;
   for (uint32_t j = offsets[u]; j < offsets[u + 1]; ++j) {
     const uint32_t p = positions[j];
     const float v = values[p];
-    const float* row = dx + static_cast<int64_t>(p / group) * dim;
+    const float* row = dx + EntryBag(entry_bags, p) / group * dim;
     for (int d = 0; d < dim; ++d) out[d] += v * row[d];
   }
 }
