@@ -1,0 +1,86 @@
+// Schema guessing: a job config (proto/job.proto, DELIMITED data with a proto/schema.proto schema) written from
+// the header line and the first rows of a user's CSV or TSV file, as a starting point the user checks
+// (`kestrel init`, worker/data/schema_guess_main.cc).
+//
+// The rules, applied to each column but the label and the weight over the sampled rows (empty values and the
+// missing tokens "NA", "N/A", "NaN", "nan", "null", "NULL", "None" and "?" left out):
+//   - no value, or a single distinct one: left out (it carries nothing).
+//   - a name like an id ("id", "user_id", "userId", "item-id", "uuid"): CATEGORICAL, HASH encoding, whatever
+//     its values; ids are keys, never magnitudes, and their cardinality is usually huge.
+//   - every value a number:
+//       integers with at most `max_integer_vocabulary` distinct values: CATEGORICAL (codes, counts of a few
+//         levels, hours, ratings);
+//       otherwise NUMERIC, with LOG1P when every value is >= 0 and the sample's skewness is above 1 (a long
+//         right tail: counts, prices, durations), else STANDARDIZE (stddev left 0: computed from the training
+//         files before training). A missing token seen among numbers joins the schema's missing_tokens.
+//       Models without an MLP (LOGISTIC_REGRESSION, FM) take no dense inputs: there the column is BUCKETIZED
+//         instead, by the sample's quantiles (up to 16 buckets).
+//   - any other value: CATEGORICAL, HASH encoding. Multi-valued, pooled by POOLING_MEAN, when one of the
+//     separators "|", ";" and " " (not the delimiter; for " ", not counting spaces at either end) occurs in at
+//     least 10% of its values; the most frequent one is the separator.
+//   - a multi-valued column and a single-valued categorical one with 20 or more distinct values, each of whose
+//     values (counted with repeats) occur at least half in the other's: one vocabulary, named after the
+//     single-valued feature, so a history of item ids and the target item id share keys and embedding rows.
+// Every categorical feature uses HASH encoding: it accepts any token, so a value the sample did not show
+// cannot fail the job. No BUCKETIZED copy of a NUMERIC column is added (the MLP sees the number itself).
+//
+// Model defaults for a first run on a small file: embedding_dim 16, hidden [64, 32] (the MLP models),
+// batch_size 256 (more steps per epoch than the 512 default), epochs 1, shuffle_buffer 100000 (a file sorted by
+// date or by label still trains on mixed batches).
+#ifndef KESTREL_WORKER_DATA_SCHEMA_GUESS_H_
+#define KESTREL_WORKER_DATA_SCHEMA_GUESS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace kestrel {
+
+struct SchemaGuessOptions {
+  // The training files: the first one's header and first `sample_rows` rows are sampled, the others' headers
+  // must equal it. Required.
+  std::vector<std::string> train_files;
+  // The test files (their headers must equal the training files'). Default: none.
+  std::vector<std::string> test_files;
+  // The label column. Default: "label".
+  std::string label = "label";
+  // The example-weight column. Default: none.
+  std::string weight;
+  // The column separator. Default: 0 = ',' for a first training file ending in ".csv", '\t' for ".tsv" or
+  // ".tab", else whichever of the two the header line holds more of (outside quotes).
+  char delimiter = 0;
+  // The model the config trains. Default: DEEPFM.
+  ModelConfig::Type model = ModelConfig::DEEPFM;
+  // Rows of the first training file sampled. Default: 10000.
+  int64_t sample_rows = 10000;
+  // Integer columns with at most this many distinct values in the sample are CATEGORICAL. Default: 1000.
+  int64_t max_integer_vocabulary = 1000;
+};
+
+struct SchemaGuess {
+  JobConfig job;
+  // Rows sampled, and how many of them had a positive label (above 0).
+  int64_t sampled_rows = 0;
+  int64_t positive_rows = 0;
+  // One line per column of the header, in order: what it became and why, e.g.
+  // "price: NUMERIC LOG1P (2913 distinct numbers >= 0, skewness 4.1)".
+  std::vector<std::string> notes;
+};
+
+// Guesses a job config from `options.train_files`. InvalidArgument names what is wrong with the input: an
+// empty file, a header that is missing (the first line is all numbers), has an unnamed or repeated column, or
+// lacks the label (the message lists the columns) or the weight; a row with another column count than the
+// header, or broken quoting ("file:line: problem"); a label or weight that is not a number; headers that differ
+// between files. NotFound: a file that cannot be opened.
+absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options);
+
+// The guess as a job config in protobuf text format, after a comment block saying that it was guessed, from
+// which rows, and what to check (the notes).
+std::string GuessedJobConfigText(const SchemaGuess& guess, const SchemaGuessOptions& options);
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_DATA_SCHEMA_GUESS_H_

@@ -1,0 +1,222 @@
+#include "worker/data/schema_guess.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace kestrel {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Write(const std::string& name, const std::string& text) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// 400 rows of every kind of column (deterministic, no draws): the label, an id, a heavy-tailed price, a
+// symmetric temperature, a count with many distinct values, an hour, "|"- and " "-separated lists, a device
+// name that CSV quotes (a comma, a doubled quote), a constant, and a score missing as "NA" in some rows.
+std::string SampleCsv() {
+  std::string text = "clicked,user_id,price,temp,count,hour,tags,words,device,const,score\r\n";
+  const char* devices[] = {"\"phone,android\"", "tablet", "\"desk\"\"top\""};
+  for (int i = 0; i < 400; ++i) {
+    absl::StrAppendFormat(&text, "%d,%d,%.2f,%.1f,%d,%d,t%d|t%d,%s,%s,x,%s\r\n", i % 3 == 0, 1000 + i,
+                          std::exp((i % 37) / 5.0), (i % 101) - 50.5, (i * 7) % 1000, i % 24, i % 5, i % 7,
+                          i % 4 == 0 ? "w1 w2" : "w3", devices[i % 3],
+                          i % 10 == 0 ? "NA" : absl::StrFormat("%.3f", i / 7.0));
+  }
+  return text;
+}
+
+std::map<std::string, FeatureConfig> ByName(const JobConfig& job) {
+  std::map<std::string, FeatureConfig> features;
+  for (const FeatureConfig& f : job.data().schema().features()) features[f.name()] = f;
+  return features;
+}
+
+TEST(SchemaGuessTest, KindsOfASampleCsv) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("sample.csv", SampleCsv())};
+  options.test_files = {
+      Write("sample_test.csv", "clicked,user_id,price,temp,count,hour,tags,words,device,const,score\n")};
+  options.label = "clicked";
+  options.max_integer_vocabulary = 50;
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  EXPECT_EQ(guess->sampled_rows, 400);
+  EXPECT_EQ(guess->positive_rows, 134);
+  const JobConfig& job = guess->job;
+  EXPECT_EQ(job.model().type(), ModelConfig::DEEPFM);
+  EXPECT_EQ(job.model().embedding_dim(), 16);
+  EXPECT_EQ(job.data().format(), DataConfig::DELIMITED);
+  EXPECT_THAT(job.data().train_files(), ElementsAre(options.train_files[0]));
+  EXPECT_THAT(job.data().test_files(), ElementsAre(options.test_files[0]));
+  const FeatureSchema& schema = job.data().schema();
+  EXPECT_EQ(schema.delimiter(), ",");
+  EXPECT_TRUE(schema.header());
+  EXPECT_EQ(schema.label(), "clicked");
+  EXPECT_EQ(schema.weight(), "");
+  EXPECT_THAT(schema.missing_tokens(), ElementsAre("NA"));
+
+  std::map<std::string, FeatureConfig> f = ByName(job);
+  EXPECT_EQ(f.size(), 9u) << "every column but the label and the constant";
+  EXPECT_EQ(f.count("const"), 0u);
+  EXPECT_EQ(f["user_id"].kind(), FeatureConfig::CATEGORICAL) << "named like an id, though all numbers";
+  EXPECT_EQ(f["user_id"].encoding(), FeatureConfig::HASH);
+  EXPECT_EQ(f["price"].kind(), FeatureConfig::NUMERIC);
+  EXPECT_EQ(f["price"].transform(), FeatureConfig::LOG1P) << "non-negative and heavy-tailed";
+  EXPECT_EQ(f["temp"].kind(), FeatureConfig::NUMERIC);
+  EXPECT_EQ(f["temp"].transform(), FeatureConfig::STANDARDIZE) << "negative values";
+  EXPECT_EQ(f["temp"].stddev(), 0) << "computed before training";
+  EXPECT_EQ(f["count"].kind(), FeatureConfig::NUMERIC) << "integers, but more distinct ones than 50";
+  EXPECT_EQ(f["count"].transform(), FeatureConfig::STANDARDIZE) << "no long tail";
+  EXPECT_EQ(f["hour"].kind(), FeatureConfig::CATEGORICAL) << "24 distinct integers";
+  EXPECT_EQ(f["hour"].separator(), "");
+  EXPECT_EQ(f["tags"].kind(), FeatureConfig::CATEGORICAL);
+  EXPECT_EQ(f["tags"].separator(), "|");
+  EXPECT_EQ(f["tags"].pooling(), POOLING_MEAN);
+  EXPECT_EQ(f["words"].separator(), " ") << "in 25% of the values";
+  EXPECT_EQ(f["words"].pooling(), POOLING_MEAN);
+  EXPECT_EQ(f["device"].kind(), FeatureConfig::CATEGORICAL);
+  EXPECT_EQ(f["device"].separator(), "") << "the comma is the delimiter, quoted";
+  EXPECT_EQ(f["score"].kind(), FeatureConfig::NUMERIC) << "numbers and a missing token";
+  for (const auto& [name, feature] : f) EXPECT_EQ(feature.column(), "") << name << ": the name is the column";
+
+  ASSERT_EQ(guess->notes.size(), 11u);
+  EXPECT_EQ(guess->notes[0], "clicked: the label (134 of 400 rows positive)");
+  EXPECT_THAT(guess->notes[8], HasSubstr("device: CATEGORICAL (3 distinct values"));
+  EXPECT_THAT(guess->notes[9], HasSubstr("const: left out: one value in the sample, \"x\""));
+  EXPECT_THAT(guess->notes[10], HasSubstr("10% missing"));
+}
+
+TEST(SchemaGuessTest, PrintsACommentedConfigThatParsesBack) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("print.csv", SampleCsv())};
+  options.label = "clicked";
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  const std::string text = GuessedJobConfigText(*guess, options);
+  EXPECT_THAT(text, StartsWith("# Guessed by `kestrel init`"));
+  EXPECT_THAT(text, HasSubstr("first 400 rows of " + options.train_files[0]));
+  EXPECT_THAT(text, HasSubstr("#   tags: CATEGORICAL multi-valued by \"|\""));
+  JobConfig parsed;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &parsed));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, guess->job));
+  EXPECT_EQ(parsed.train().batch_size(), 256);
+  EXPECT_EQ(parsed.train().epochs(), 1);
+  EXPECT_THAT(parsed.model().hidden(), ElementsAre(64, 32));
+}
+
+TEST(SchemaGuessTest, ModelsWithoutAnMlpBucketizeNumbers) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("lr.csv", SampleCsv())};
+  options.label = "clicked";
+  options.model = ModelConfig::LOGISTIC_REGRESSION;
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  EXPECT_EQ(guess->job.model().embedding_dim(), 0);
+  EXPECT_EQ(guess->job.model().hidden_size(), 0);
+  std::map<std::string, FeatureConfig> f = ByName(guess->job);
+  for (const char* name : {"price", "temp", "score"}) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(f[name].kind(), FeatureConfig::BUCKETIZED);
+    ASSERT_GE(f[name].boundaries_size(), 8);
+    EXPECT_LE(f[name].boundaries_size(), 15);
+    for (int i = 1; i < f[name].boundaries_size(); ++i) EXPECT_LT(f[name].boundaries(i - 1), f[name].boundaries(i));
+  }
+}
+
+TEST(SchemaGuessTest, TabsFromTheHeaderWeightsAndOddColumnNames) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("odd.txt", "w\tlabel\tcity name\tuserId\n1.5\t1\tOslo\tu1\n0\t0\tRome\tu2\n"
+                                          "2\t0\tOslo\tu3\n")};
+  options.weight = "w";
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  const FeatureSchema& schema = guess->job.data().schema();
+  EXPECT_EQ(schema.delimiter(), "\t");
+  EXPECT_EQ(schema.weight(), "w");
+  ASSERT_EQ(schema.features_size(), 2);
+  EXPECT_EQ(schema.features(0).name(), "city_name");
+  EXPECT_EQ(schema.features(0).column(), "city name");
+  EXPECT_EQ(schema.features(1).name(), "userId");
+  EXPECT_THAT(guess->notes[3], HasSubstr("named like an id"));
+}
+
+TEST(SchemaGuessTest, AHistorySharesTheVocabularyOfItsTarget) {
+  // hist holds item ids 0..59 as the item column does; hour's 24 values occur in hist too, but are 40% of its
+  // tokens; few has under 20 values.
+  std::string text = "label,item,hour,few,hist\n";
+  for (int r = 0; r < 300; ++r) {
+    absl::StrAppendFormat(&text, "%d,%d,%d,%d,%d|%d|%d\n", r % 2, (r * 13) % 60, r % 24, r % 5, r % 60,
+                          (r + 1) % 60, (r + 2) % 60);
+  }
+  SchemaGuessOptions options;
+  options.train_files = {Write("history.csv", text)};
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  std::map<std::string, FeatureConfig> f = ByName(guess->job);
+  EXPECT_EQ(f["hist"].separator(), "|");
+  EXPECT_EQ(f["hist"].vocabulary(), "item");
+  EXPECT_EQ(f["item"].vocabulary(), "item");
+  EXPECT_EQ(f["hour"].vocabulary(), "");
+  EXPECT_EQ(f["few"].vocabulary(), "");
+  EXPECT_THAT(guess->notes[4], HasSubstr("shares vocabulary \"item\" (100% of the values in common)"));
+}
+
+TEST(SchemaGuessTest, BadInputIsNamed) {
+  const std::string good = Write("good.csv", "label,a\n1,x\n0,y\n");
+  struct Case {
+    std::string name, text, label, expected;
+    absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+  };
+  const std::vector<Case> cases = {
+      {"empty.csv", "", "label", "is empty: kestrel init needs a header line"},
+      {"noheader.csv", "1,0.5,3\n0,0.25,4\n", "label", "is all numbers, a row rather than a header"},
+      {"nolabel.csv", "click,a,b\n1,x,y\n", "label",
+       "has no label column \"label\"; its columns: \"click\", \"a\", \"b\". Name the label with --label"},
+      {"headeronly.csv", "label,a\n", "label", "has a header but no rows"},
+      {"short.csv", "label,a,b\n1,x,y\n0,x\n", "label", "short.csv:3: 2 columns, but the header names 3"},
+      {"quote.csv", "label,a\n1,\"x\n", "label", "quote.csv:2: column 2: the quote opened at character 3"},
+      {"afterquote.csv", "label,a\n1,\"x\"y\n", "label", "afterquote.csv:2: column 2: text after its closing quote"},
+      {"textlabel.csv", "label,a\nyes,x\n", "label", "the label \"label\" is \"yes\", not a number"},
+      {"unnamed.csv", "label,,b\n1,x,y\n", "label", "leaves column 2 unnamed"},
+      {"twice.csv", "label,a,a\n1,x,y\n", "label", "names two columns \"a\""},
+      {"onecolumn.csv", "label\n1\n", "label", "names one column"},
+      {"constant.csv", "label,a\n1,x\n0,x\n", "label", "no column of"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    SchemaGuessOptions options;
+    options.train_files = {Write(c.name, c.text)};
+    options.label = c.label;
+    auto guess = GuessJobConfig(options);
+    EXPECT_EQ(guess.status().code(), c.code);
+    EXPECT_THAT(guess.status().message(), HasSubstr(c.expected));
+  }
+  SchemaGuessOptions options;
+  options.train_files = {good};
+  options.test_files = {Write("othertest.csv", "label,b\n1,x\n")};
+  EXPECT_THAT(GuessJobConfig(options).status().message(), HasSubstr("othertest.csv differs from"));
+  options.test_files = {"/nonexistent/test.csv"};
+  EXPECT_EQ(GuessJobConfig(options).status().code(), absl::StatusCode::kNotFound);
+  options.test_files = {};
+  options.weight = "w";
+  EXPECT_THAT(GuessJobConfig(options).status().message(), HasSubstr("no weight column \"w\""));
+}
+
+}  // namespace
+}  // namespace kestrel
