@@ -276,6 +276,13 @@ void ExpectSameBits(const StepOutput& a, const StepOutput& b) {
   EXPECT_TRUE(SameBits(a.dense, b.dense)) << "dense gradient";
 }
 
+// A `type` model of the default configuration over Criteo's fields and dense inputs.
+std::unique_ptr<Model> CriteoModel(ModelConfig::Type type, Backend* backend) {
+  ModelConfig config;
+  config.set_type(type);
+  return *Model::Create(config, kCriteoFields, kCriteoIntegerFields, backend);
+}
+
 class ModelLayoutTest : public ::testing::TestWithParam<ModelConfig::Type> {};
 
 // A single-valued batch computes the same bits in the compact layout and with explicit one-entry bags; also
@@ -293,9 +300,7 @@ TEST_P(ModelLayoutTest, ExplicitOneEntryBagsGiveTheCompactLayoutsBits) {
     ASSERT_FALSE(explicit_bags.batch.single_valued());
     ASSERT_EQ(explicit_bags.entry_bags.size(), compact.batch.num_entries());
     auto backend = NewCpuBackend();
-    ModelConfig config;
-    config.set_type(GetParam());
-    auto model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, backend.get());
+    std::unique_ptr<Model> model = CriteoModel(GetParam(), backend.get());
     const Params params = RandomParams(*model, compact, 0.3f, 9);
     const StepOutput a = RunStep(*model, compact, params);
     ExpectSameBits(a, RunStep(*model, explicit_bags, params));
@@ -311,9 +316,7 @@ TEST_P(ModelLayoutTest, ExplicitOneEntryBagsGiveTheCompactLayoutsBits) {
 TEST_P(ModelLayoutTest, MultiValuedCriteoBatchRunsRepeatably) {
   const PreparedBatch batch = SyntheticMultiValuedBatch(100, 300.0);
   auto backend = NewCpuBackend();
-  ModelConfig config;
-  config.set_type(GetParam());
-  auto model = *Model::Create(config, kCriteoFields, kCriteoIntegerFields, backend.get());
+  std::unique_ptr<Model> model = CriteoModel(GetParam(), backend.get());
   const Params params = RandomParams(*model, batch, 0.3f, 9);
   const StepOutput a = RunStep(*model, batch, params);
   EXPECT_TRUE(std::isfinite(a.loss));
