@@ -50,7 +50,8 @@ std::string Packed(const std::vector<float>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }
 
-// ---- data_line: flags (bit 7: read the files too; bits 0-1: shards - 1), file 1 (Bytes), file 2 (rest).
+// ---- data_line: flags (bit 7: read the files too; bit 6: header lines; bits 2-5: shuffle window; bits 0-1:
+// shards - 1), file 1 (Bytes), file 2 (rest).
 
 std::string CriteoLine(int label, int64_t first, const std::string& token, bool missing) {
   std::string line = absl::StrCat(label);
@@ -69,6 +70,9 @@ void DataLineSeeds(const std::string& root) {
   corpus.Add("libsvm", FuzzOutput().U8(0x80).Bytes(libsvm).Raw("+1 3:1 10:0.5"));
   corpus.Add("libsvm-4-shards", FuzzOutput().U8(0x83).Bytes(libsvm + "\n\n" + libsvm).Raw(libsvm));
   corpus.Add("mixed", FuzzOutput().U8(0x81).Bytes(criteo + libsvm).Raw("\r\n" + libsvm + criteo));
+  corpus.Add("criteo-header-shuffled-2-shards",
+             FuzzOutput().U8(0x80 | 0x40 | 5 << 2 | 1).Bytes("label\tI1\n" + criteo + criteo).Raw("h\n\n" + criteo));
+  corpus.Add("libsvm-shuffled-3-shards", FuzzOutput().U8(0x80 | 3 << 2 | 2).Bytes(libsvm + libsvm).Raw(libsvm));
 }
 
 // ---- bsp_aggregator: workers - 1, dim - 1, then ops. Add: op (bit 6 full keys, 5 mismatch, 4 apply at

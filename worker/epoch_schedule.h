@@ -2,11 +2,11 @@
 // the worker count mid-job (docs/elasticity.md). Every worker computes the same schedule from the same inputs, so
 // BSP barriers always complete.
 //
-// Without a plan: `epochs` epochs of `per_epoch` iterations from clock 0 (per_epoch = the smallest share of the
-// job's workers, in whole batches). With one (proto EpochPlan, from the last worker-count change at clock S in
-// epoch e): epoch e runs [S, S + first) where `first` is the smallest of the plan's shares in whole batches (or
-// per_epoch when the plan starts epoch e afresh), then epochs e+1.. run per_epoch each. max_steps > 0 caps the
-// total. Immutable value type.
+// Without a plan: `epochs` epochs of `per_epoch` iterations from clock 0 (per_epoch = the largest share of the
+// job's workers in batches, the last one short; with TrainConfig.drop_last the smallest share's whole batches).
+// With one (proto EpochPlan, from the last worker-count change at clock S in epoch e): epoch e runs
+// [S, S + first) where `first` is the same count over the plan's shares (or per_epoch when the plan starts epoch
+// e afresh), then epochs e+1.. run per_epoch each. max_steps > 0 caps the total. Immutable value type.
 #ifndef KESTREL_WORKER_EPOCH_SCHEDULE_H_
 #define KESTREL_WORKER_EPOCH_SCHEDULE_H_
 

@@ -199,6 +199,14 @@ class RoutedPsClient final : public PsClient {
   }
 
   absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override {
+    if (grads.empty()) {  // nothing to push: BSP servers get an empty part each, others nothing
+      CallLease lease(&pool_);
+      CallBuffers& b = *lease;
+      b.ids.clear();
+      b.offsets.assign(partition_.num_servers() + 1, 0);
+      return Execute(PsMethod::kPushDense, table, WireType(table), /*dim=*/0, b.ids, b.offsets, nullptr, nullptr,
+                     clock.clock, &b);
+    }
     KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size(), clock.clock));
     KESTREL_RETURN_IF_ERROR(CheckGradients(table, grads, config.dim(), [](size_t block) { return block; }));
     const int dim = config.dim();

@@ -155,7 +155,8 @@ class PsClient {
                             const CallClock& clock) = 0;
   // Pulls the whole dense tensor (its dense_size floats) into `out`.
   virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) = 0;
-  // Pushes a gradient for the whole dense tensor.
+  // Pushes a gradient for the whole dense tensor. An empty `grads` pushes nothing (a worker with an empty batch):
+  // BSP servers still get this worker's part of the clock, empty.
   virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads,
                                  const CallClock& clock) = 0;
   // Every server's statistics, in server order. Its requests carry clock 0.

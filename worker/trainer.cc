@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -38,24 +39,39 @@ JobConfig JobWithDefaults(JobConfig job) {
 
 namespace {
 
-// Iterations per epoch: floor(smallest shard / batch_size).
-absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers) {
+// The training files' data lines (worker/data/record_reader.h: header and blank lines are not data lines).
+absl::StatusOr<uint64_t> TrainingLines(const JobConfig& job) {
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
-  KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> counts, CountPartLines(files, num_workers));
-  const uint64_t smallest = *std::min_element(counts.begin(), counts.end());
-  const int64_t per_epoch = static_cast<int64_t>(smallest / job.train().batch_size());
+  // The header lines of a DELIMITED schema (Schema::header).
+  return CountDataLines(files, job.data().format() == DataConfig::DELIMITED && job.data().schema().header());
+}
+
+// The iterations of an epoch whose workers read `shares` lines each: every line trained once (the largest share in
+// batches, the last one short and a shorter share's last ones short or empty), or with drop_last the smallest
+// share's whole batches (the rest unread).
+int64_t EpochIterations(const TrainConfig& train, absl::Span<const uint64_t> shares) {
+  const uint64_t batch = static_cast<uint64_t>(train.batch_size());
+  if (train.drop_last()) return static_cast<int64_t>(*std::min_element(shares.begin(), shares.end()) / batch);
+  return static_cast<int64_t>((*std::max_element(shares.begin(), shares.end()) + batch - 1) / batch);
+}
+
+// Iterations per epoch of `num_workers` workers sharing `lines` training lines.
+absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
+  std::vector<uint64_t> shares;
+  for (int w = 0; w < num_workers; ++w) shares.push_back(PlainShard(w, num_workers).CountBelow(lines));
+  const int64_t per_epoch = EpochIterations(job.train(), shares);
+  if (per_epoch == 0 && lines == 0) {
+    return absl::FailedPreconditionError("the training files hold no data lines");
+  }
   if (per_epoch == 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "a worker's share of the training data (%d lines of %d workers) is smaller than one batch of %d",
-        smallest, num_workers, job.train().batch_size()));
+        "a worker's share of the training data (%d lines of %d workers) is smaller than one batch of %d, and "
+        "train.drop_last drops it",
+        *std::min_element(shares.begin(), shares.end()), num_workers, job.train().batch_size()));
   }
   return per_epoch;
 }
-
-}  // namespace
-
-namespace {
 
 // All iterations, given the iterations per epoch.
 int64_t TotalIterations(const JobConfig& job, int64_t per_epoch) {
@@ -68,7 +84,8 @@ int64_t TotalIterations(const JobConfig& job, int64_t per_epoch) {
 
 absl::StatusOr<int64_t> IterationsOf(const JobConfig& job_in, int num_workers) {
   const JobConfig job = JobWithDefaults(job_in);
-  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers));
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t lines, TrainingLines(job));
+  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers, lines));
   return TotalIterations(job, per_epoch);
 }
 
@@ -105,6 +122,7 @@ WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
   r->set_byte_offset(p.byte_offset);
   r->set_file_line(p.file_line);
   r->set_global_line(p.global_line);
+  r->set_window_line(p.window_line);
   return state;
 }
 
@@ -114,6 +132,7 @@ ReaderPosition PositionOf(const ReaderPositionProto& r) {
   p.byte_offset = r.byte_offset();
   p.file_line = r.file_line();
   p.global_line = r.global_line();
+  p.window_line = r.window_line();
   return p;
 }
 
@@ -280,8 +299,10 @@ class Trainer::Impl {
                        [&] { return client_->Push(kEmbeddingTable, keys, dim, g.emb.data(), at); });
     }
     absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
-    absl::Status dense =
-        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), model_->dense_size()), at);
+    // An empty batch pushes no dense gradient (an empty part: BSP still counts this worker's part of the clock,
+    // while a zero gradient would move an Adam tensor's moments); its sparse pushes are empty anyway.
+    const size_t dense_floats = step.batch.batch.size > 0 ? model_->dense_size() : 0;
+    absl::Status dense = client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), dense_floats), at);
     if (status.ok()) status = dense;
     if (emb.valid()) {
       absl::Status e = emb.get();
@@ -372,19 +393,25 @@ class Trainer::Impl {
   absl::Status ReadBatchesUntilError(int64_t total) {
     const JobConfig& job = options_.job;
     const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-    ReaderOptions base;
-    base.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-    auto options_for = [&](const EpochSchedule::Epoch& epoch) {
-      ReaderOptions reader_options = base;
-      if (Shared(epoch)) {
-        reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
-      } else {
-        reader_options.part = options_.rank;
-        reader_options.num_parts = options_.num_workers;
-      }
-      return reader_options;
-    };
+    const int64_t batch_size = job.train().batch_size();
     std::unique_ptr<BatchReader> reader;
+    uint64_t unread = 0;  // lines of this worker's share of the epoch that its reader has not returned yet
+    // Opens the reader of `epoch` (at `at`, or at the data's beginning).
+    auto open = [&](const EpochSchedule::Epoch& epoch, const ReaderPosition& at) -> absl::Status {
+      ReaderOptions reader_options;
+      reader_options.on_error =
+          job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+      reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
+      if (job.train().shuffle_buffer() > 0) {
+        reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
+        reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();
+        reader_options.epoch = epoch.index;
+      }
+      KESTREL_ASSIGN_OR_RETURN(reader, BatchReader::Open(job.data(), job.model(), files, reader_options, at));
+      const uint64_t lines = reader_options.assignment->CountBelow(total_lines_);
+      unread = lines - std::min(lines, reader_options.assignment->CountBelow(at.global_line));
+      return absl::OkStatus();
+    };
     const int64_t start = options_.start_clock;
     // Iterations before start_clock are read (and dropped) from the start of its epoch.
     int64_t first = start < total ? schedule_.At(start).start : total;
@@ -392,10 +419,7 @@ class Trainer::Impl {
         (start != schedule_.At(start).start || Shared(schedule_.At(start)))) {
       // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch (at a
       // worker-count change: where the slowest worker was, every unread line of the epoch lying beyond it).
-      auto opened = BatchReader::Open(job.data(), job.model(), files, options_for(schedule_.At(start)),
-                                      PositionOf(options_.start_state.reader()));
-      if (!opened.ok()) return opened.status();
-      reader = std::move(opened).value();
+      KESTREL_RETURN_IF_ERROR(open(schedule_.At(start), PositionOf(options_.start_state.reader())));
       first = start;
       KLOG(Info) << "worker " << options_.rank << " resumes its reader at line "
                  << options_.start_state.reader().global_line() << " for iteration " << start;
@@ -403,28 +427,24 @@ class Trainer::Impl {
     for (int64_t it = first; it < total; ++it) {
       const EpochSchedule::Epoch epoch = schedule_.At(it);
       if (reader == nullptr || (it == epoch.start && it != first)) {  // an epoch starts from the data's beginning
-        auto opened = BatchReader::Open(job.data(), job.model(), files, options_for(epoch));
-        if (!opened.ok()) return opened.status();
-        reader = std::move(opened).value();
+        KESTREL_RETURN_IF_ERROR(open(epoch, ReaderPosition()));
       }
       std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
       absl::optional<PhaseClock::Scope> reading(absl::in_place, &phases_, PhaseClock::kRead);
       step->lines.clear();
       std::vector<uint64_t>* lines = options_.line_log.empty() ? nullptr : &step->lines;
-      auto filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/false, lines);
-      if (filled.ok() && *filled < job.train().batch_size() && job.data().skip_malformed()) {
-        // Skipped lines made this shard shorter than counted: complete the batch from the data's beginning
-        // (the next epoch starts afresh anyway), so every worker still runs the same number of iterations.
-        auto reopened = BatchReader::Open(job.data(), job.model(), files, options_for(epoch));
-        if (!reopened.ok()) return reopened.status();
-        reader = std::move(reopened).value();
-        filled = reader->Fill(job.train().batch_size(), &step->batch.batch, /*append=*/true, lines);
-      }
-      if (!filled.ok()) return filled.status();
-      if (*filled < job.train().batch_size()) {
+      // A share shorter than the epoch's iterations in batches gives short batches, then empty ones.
+      const uint64_t skipped = reader->skipped();
+      KESTREL_ASSIGN_OR_RETURN(const int64_t filled,
+                               reader->Fill(batch_size, &step->batch.batch, /*append=*/false, lines));
+      const uint64_t consumed = static_cast<uint64_t>(filled) + (reader->skipped() - skipped);
+      if (consumed > unread || (filled < batch_size && consumed < unread)) {
         return absl::DataLossError(absl::StrFormat(
-            "worker %d's shard ended early at iteration %d (the files changed while training?)", options_.rank, it));
+            "worker %d's share of epoch %d was counted as %d more lines at iteration %d, its reader %s %d (the "
+            "files changed while training?)",
+            options_.rank, epoch.index, unread, it, filled < batch_size ? "ended after" : "read", consumed));
       }
+      unread -= consumed;
       step->after = reader->position();
       reading.reset();
       if (it < options_.start_clock) {  // done before this worker was replaced
@@ -465,7 +485,8 @@ class Trainer::Impl {
   absl::StatusOr<TrainResult> Run() {
     KESTREL_RETURN_IF_ERROR(Init());
     const JobConfig& job = options_.job;
-    KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers));
+    KESTREL_ASSIGN_OR_RETURN(total_lines_, TrainingLines(job));
+    KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers, total_lines_));
     KESTREL_RETURN_IF_ERROR(PlanSchedule());
     const int64_t total = schedule_.total();
     phases_.Reset();
@@ -538,8 +559,10 @@ class Trainer::Impl {
       KESTREL_RETURN_IF_ERROR(g.emb.Reserve(unique * model_->embedding_dim()));
       KESTREL_RETURN_IF_ERROR(g.dense.Reserve(model_->dense_size()));
       ModelGrads grads{g.wide.data(), g.emb.data(), g.dense.data()};
-      absl::StatusOr<double> loss;
-      {
+      // An empty batch (this worker's share of the epoch ran out before the epoch's last iteration) computes
+      // nothing; its push is empty (Push).
+      absl::StatusOr<double> loss = 0.0;
+      if (batch.batch.size > 0) {
         PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
         loss = model_->Step(batch, {current->wide.data(), current->emb.data(), current->dense.data()}, &grads,
                             nullptr);
@@ -709,7 +732,8 @@ class Trainer::Impl {
   }
 
   // The schedule of epochs: plain, or from the plan of the last worker-count change (its epoch lasts as long as
-  // the smallest share has whole batches; every worker computes the same from the same shares).
+  // the largest share has batches, with drop_last the smallest share whole batches; every worker computes the
+  // same from the same shares).
   absl::Status PlanSchedule() {
     const JobConfig& job = options_.job;
     const int64_t epochs = job.train().epochs();
@@ -724,11 +748,9 @@ class Trainer::Impl {
         return absl::InvalidArgumentError(absl::StrFormat("the epoch plan has %d shares for %d workers",
                                                           plan_->shares_size(), options_.num_workers));
       }
-      std::vector<ShardAssignment> shares;
-      for (const LineShare& share : plan_->shares()) shares.push_back(AssignmentOf(share));
-      const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-      KESTREL_ASSIGN_OR_RETURN(std::vector<uint64_t> lines, CountAssignmentLines(files, shares));
-      first = static_cast<int64_t>(*std::min_element(lines.begin(), lines.end()) / job.train().batch_size());
+      std::vector<uint64_t> lines;
+      for (const LineShare& share : plan_->shares()) lines.push_back(AssignmentOf(share).CountBelow(total_lines_));
+      first = EpochIterations(job.train(), lines);
     }
     schedule_ = EpochSchedule::Planned(plan_->epoch(), plan_->start_clock(), first, total_per_epoch_, epochs,
                                        job.train().max_steps());
@@ -750,6 +772,7 @@ class Trainer::Impl {
   std::unique_ptr<Model> model_;
   std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
+  uint64_t total_lines_ = 0;  // the training files' data lines
   int64_t total_per_epoch_ = 1;
   std::optional<EpochPlan> plan_;  // the last worker-count change's (start_state.plan)
   absl::Mutex line_log_mu_;

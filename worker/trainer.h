@@ -13,9 +13,13 @@
 // starts. (Not under SSP: there the next pulls may wait for this worker's own Advance, and a failed push would
 // leave them waiting.)
 //
-// Steps: every worker runs the same number of iterations, epochs * floor(min shard size / batch_size) capped
-// by max_steps, so BSP barriers always complete. Worker `rank` of `num_workers` reads the training lines
-// whose index is rank modulo num_workers.
+// Steps: every worker runs the same number of iterations, epochs * ceil(largest share / batch_size) capped by
+// max_steps, so BSP barriers always complete: every line is trained once per epoch, and a worker whose share is
+// shorter trains a short batch, then empty ones (an empty batch computes nothing and pushes empty parts, which
+// BSP counts as this worker's part of the clock). With train.drop_last, epochs * floor(smallest share /
+// batch_size), the rest of each share unread. Worker `rank` of `num_workers` reads the training lines whose
+// position in the epoch's order (file order, or shuffled with train.shuffle_buffer: worker/data/line_shuffle.h)
+// is rank modulo num_workers.
 //
 // Every worker waits at the end until all have finished (a rollback in the meantime makes Run() fail with the
 // gate's error, so the caller can rejoin and continue from the checkpoint).
@@ -105,7 +109,8 @@ struct TrainerOptions {
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
   std::string metrics_path;    // JSON-lines records (proto/records.proto); empty: none. Default: none.
   // An audit of the data order: for every iteration this worker trains, a line "<clock> <epoch> <line>..." with
-  // the global index of each training line in its batch, appended to this file. Default: none.
+  // the global index of each training line in its batch (its place among the files' data lines, shuffled or not),
+  // appended to this file. Default: none.
   std::string line_log;
   // Called with every record, on the thread running Run() or Evaluate() (e.g. to export metrics); must not
   // block. Default: none.
@@ -157,8 +162,9 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The number of iterations every worker runs: epochs * floor(min shard lines / batch_size), capped by
-// max_steps. FailedPrecondition when a shard has fewer lines than one batch.
+// The number of iterations every worker runs: epochs * ceil(largest share / batch_size) (train.drop_last: epochs *
+// floor(smallest share / batch_size)), capped by max_steps. FailedPrecondition when that is 0: no data lines, or
+// with drop_last a share smaller than one batch.
 absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers);
 
 // The job config with every unset field given its documented default.

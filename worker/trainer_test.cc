@@ -58,7 +58,8 @@ TEST_F(TrainerTest, EveryModelComesWithin002OfTheBayesOptimalAuc) {
     std::printf("%-20s test AUC %.5f (Bayes %.5f), %.0f examples/s\n", ModelConfig::Type_Name(type).c_str(),
                 result.ok() ? result->eval.auc : 0.0, truth_->bayes_auc, result.ok() ? result->examples_per_second : 0.0);
     ASSERT_TRUE(result.ok()) << result.status();
-    EXPECT_EQ(result->steps, 2 * (SmallDatagenOptions().train_rows / 256));
+    EXPECT_EQ(result->steps, 2 * ((SmallDatagenOptions().train_rows + 255) / 256));  // the last batch short
+    EXPECT_EQ(result->examples, 2 * SmallDatagenOptions().train_rows);
     EXPECT_EQ(result->eval.examples, 10000);
     const std::string name = ModelConfig::Type_Name(type);
     RecordProperty(name + "_auc", absl::StrCat(result->eval.auc));
@@ -133,7 +134,7 @@ TEST_F(TrainerTest, OverlappedPushesAreAllAcknowledgedInOrderAndTheModelLearns) 
   absl::StatusOr<AspRun> plain = TrainAsp(job, /*overlap=*/false, plain_gate.get());
   ASSERT_TRUE(plain.ok()) << plain.status();
 
-  const int64_t steps = 2 * (SmallDatagenOptions().train_rows / 256);
+  const int64_t steps = 2 * ((SmallDatagenOptions().train_rows + 255) / 256);
   EXPECT_EQ(overlapped->result.steps, steps);
   {
     absl::MutexLock lock(&gate.mu_);
@@ -200,6 +201,13 @@ TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
 TEST_F(TrainerTest, TooLittleDataOrMalformedLinesAreClearErrors) {
   JobConfig job = Job(ModelConfig::LOGISTIC_REGRESSION);
   job.mutable_train()->set_batch_size(100000);
+  EXPECT_EQ(*IterationsOf(job, 1), 2) << "one short batch per epoch";
+  job.mutable_train()->set_drop_last(true);
+  EXPECT_EQ(IterationsOf(job, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string empty = TmpDir() + "/empty.tsv";
+  std::ofstream(empty) << "\n\n";
+  job.mutable_data()->set_train_files(0, empty);
+  job.mutable_train()->set_drop_last(false);
   EXPECT_EQ(IterationsOf(job, 1).status().code(), absl::StatusCode::kFailedPrecondition);
 
   const std::string bad = TmpDir() + "/bad.tsv";
@@ -217,10 +225,12 @@ TEST_F(TrainerTest, TooLittleDataOrMalformedLinesAreClearErrors) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(failed.status().message().find("bad.tsv:151"), std::string::npos) << failed.status();
-  // Skipping malformed lines trains on the rest.
+  // Skipping malformed lines trains on the rest, once per epoch: the last batch is one example short.
   job.mutable_data()->set_skip_malformed(true);
   auto skipped = TrainInProcess(job, backend.get());
-  EXPECT_TRUE(skipped.ok()) << skipped.status();
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(skipped->steps, 2 * 3);
+  EXPECT_EQ(skipped->examples, 2 * 299);
 }
 
 // libsvm data from a planted linear model over real-valued features: LR and FM learn it to near its Bayes AUC.

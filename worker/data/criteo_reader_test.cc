@@ -143,27 +143,28 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   EXPECT_EQ(FirstIntegers(*resumed), (std::vector<float>{7, 8, 9, 10, 11}));
 }
 
-TEST(CriteoReaderTest, CountPartLinesMatchesWhatEachShardReads) {
-  // Blank lines (also "\r") count for sharding but are not records; the last line has no newline.
+TEST(CriteoReaderTest, CountDataLinesMatchesWhatEachShardReads) {
+  // Blank lines (also "\r") are not data lines; the last line has no newline.
   const std::vector<std::string> files = {
       WriteFile("c.tsv", {Line(0, 0, "aa"), "", Line(1, 2, "aa"), "\r", Line(0, 4, "aa")}),
       WriteFile("d.tsv", {Line(1, 5, "bb"), Line(0, 6, "bb")}, /*final_newline=*/false)};
-  auto counts = CountPartLines(files, 2);
-  ASSERT_TRUE(counts.ok()) << counts.status();
+  auto lines = CountDataLines(files, /*header=*/false);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(*lines, 5u);
   for (int s = 0; s < 2; ++s) {
     ReaderOptions options;
     options.part = s;
     options.num_parts = 2;
-    EXPECT_EQ((*counts)[s], FirstIntegers(**OpenCriteoReader(files, options)).size()) << "shard " << s;
+    EXPECT_EQ(ShareOf(options).CountBelow(*lines), FirstIntegers(**OpenCriteoReader(files, options)).size())
+        << "shard " << s;
   }
-  EXPECT_EQ((*counts)[0] + (*counts)[1], 5u);
-  EXPECT_EQ(CountPartLines({"/nonexistent"}, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CountDataLines({"/nonexistent"}, false).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {
   std::vector<std::string> lines;
-  for (int i = 0; i < 12; ++i) lines.push_back(Line(i % 2, i, "aa"));
-  lines[5] = "";  // blank: a member of a share, but no record
+  for (int i = 0; i < 13; ++i) lines.push_back(Line(i % 2, i, "aa"));
+  lines.insert(lines.begin() + 5, "");  // blank: not a data line (line 5 is the record with integer 5)
   const std::vector<std::string> files = {WriteFile("e.tsv", lines)};
   // After a rescale: two workers' leftovers below line 8, then a modulo of 2 from there.
   std::vector<ShardAssignment> shares(2);
@@ -174,14 +175,14 @@ TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {
     shares[v].index = v;
     shares[v].count = 2;
   }
-  auto counts = CountAssignmentLines(files, shares);
-  ASSERT_TRUE(counts.ok()) << counts.status();
-  const std::vector<std::vector<float>> want = {{1, 8, 10}, {3, 4, 9, 11}};
+  const uint64_t total = *CountDataLines(files, /*header=*/false);
+  EXPECT_EQ(total, 13u);
+  const std::vector<std::vector<float>> want = {{1, 5, 8, 10, 12}, {3, 4, 9, 11}};
   for (int v = 0; v < 2; ++v) {
     ReaderOptions options;
     options.assignment = std::make_shared<ShardAssignment>(shares[v]);
     EXPECT_EQ(FirstIntegers(**OpenCriteoReader(files, options)), want[v]) << "share " << v;
-    EXPECT_EQ((*counts)[v], want[v].size()) << "share " << v;
+    EXPECT_EQ(shares[v].CountBelow(total), want[v].size()) << "share " << v;
   }
   ReaderOptions bad;
   bad.assignment = std::make_shared<ShardAssignment>(shares[0]);

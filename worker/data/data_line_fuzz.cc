@@ -1,17 +1,18 @@
 // Fuzz target: the Criteo and libsvm line parsers (criteo_reader.h, libsvm_reader.h) and the sharded,
 // resumable line reader that feeds them (record_reader.h).
 //
-// Input: a flags byte (bit 7: also read the files; bits 0-1: shards - 1), then two data files
-// (FuzzInput::Bytes, then the rest). Every line of both is parsed directly by both parsers, and (bit 7) the files
-// are read through each shard's RecordReader. Invariants:
+// Input: a flags byte (bit 7: also read the files; bit 6: header lines; bits 2-5: the shuffle window, 0 = file
+// order; bits 0-1: shards - 1), then two data files (FuzzInput::Bytes, then the rest). Every line of both is
+// parsed directly by both parsers, and (bit 7) the files are read through each shard's RecordReader. Invariants:
 //   - a parsed Criteo line has a 0/1 label, missing integers read 0, and a categorical value is the missing
 //     value exactly when its column is empty (a token must never alias a missing column);
 //   - a parsed libsvm line has a 0/1 label and one finite value per index;
-//   - every shard's reader returns (parsed + skipped) exactly the lines CountPartLines counts for it, and no
-//     line twice across shards;
+//   - every shard's reader returns (parsed + skipped) exactly the lines of its share of CountDataLines, in
+//     increasing position, and the shards together return every data line exactly once;
 //   - a reader resumed from the position after any record returns exactly the lines that followed it.
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,10 @@ void CheckLibsvmLine(absl::string_view line) {
   for (float v : e.values) FUZZ_CHECK(std::isfinite(v));
 }
 
-// Every line `lines` returns, with the position after each.
+// Every line `lines` returns, with its global index and the position after each.
 struct Read {
   std::vector<std::string> lines;
+  std::vector<uint64_t> globals;
   std::vector<ReaderPosition> after;
 };
 
@@ -66,6 +68,9 @@ Read ReadAll(const std::vector<std::string>& files, const ReaderOptions& options
     if (!*more) break;
     FUZZ_CHECK(!line.empty() && line.back() != '\n');
     read.lines.emplace_back(line);
+    read.globals.push_back(lines->line());
+    FUZZ_CHECK(read.after.empty() || lines->position().global_line > read.after.back().global_line,
+               "a reader's lines are not in increasing position");
     read.after.push_back(lines->position());
   }
   return read;
@@ -111,19 +116,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<std::string> files = {dir + "/part-0", dir + "/part-1"};
   FuzzWriteFile(files[0], first);
   FuzzWriteFile(files[1], second);
-  absl::StatusOr<std::vector<uint64_t>> counts = CountPartLines(files, num_parts);
-  FUZZ_CHECK(counts.ok() && counts->size() == static_cast<size_t>(num_parts));
-  uint64_t total = 0;
+  ReaderOptions base;
+  base.on_error = ReaderOptions::OnError::kSkip;
+  base.header = (flags & 0x40) != 0;
+  base.shuffle_window = (flags >> 2) & 0x0f;
+  base.shuffle_seed = flags;
+  base.epoch = flags & 1;
+  absl::StatusOr<uint64_t> data_lines = CountDataLines(files, base.header);
+  FUZZ_CHECK(data_lines.ok());
+  std::set<uint64_t> globals;
   for (int s = 0; s < num_parts; ++s) {
-    ReaderOptions options;
-    options.on_error = ReaderOptions::OnError::kSkip;
+    ReaderOptions options = base;
     options.part = s;
     options.num_parts = num_parts;
+    const uint64_t share = ShareOf(options).CountBelow(*data_lines);
     const Read read = ReadAll(files, options, {});
-    FUZZ_CHECK(read.lines.size() == (*counts)[s], "CountPartLines disagrees with the reader");
-    FUZZ_CHECK(CountRecords<CriteoExample>(&ParseCriteoLine, files, options) == (*counts)[s]);
-    FUZZ_CHECK(CountRecords<LibsvmExample>(&ParseLibsvmLine, files, options) == (*counts)[s]);
-    total += read.lines.size();
+    FUZZ_CHECK(read.lines.size() == share, "CountDataLines disagrees with the reader");
+    FUZZ_CHECK(CountRecords<CriteoExample>(&ParseCriteoLine, files, options) == share);
+    FUZZ_CHECK(CountRecords<LibsvmExample>(&ParseLibsvmLine, files, options) == share);
+    for (uint64_t g : read.globals) FUZZ_CHECK(g < *data_lines && globals.insert(g).second, "a line read twice");
     // Resuming after record k returns exactly records k+1, ... (checked for a few k).
     for (size_t k = 0; k < read.lines.size(); k += 1 + read.lines.size() / 2) {
       const Read rest = ReadAll(files, options, read.after[k]);
@@ -131,7 +142,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i = 0; i < rest.lines.size(); ++i) FUZZ_CHECK(rest.lines[i] == read.lines[k + 1 + i]);
     }
   }
-  const Read all = ReadAll(files, ReaderOptions{}, {});
-  FUZZ_CHECK(all.lines.size() == total, "the shards' lines do not add up to the whole");
+  FUZZ_CHECK(globals.size() == *data_lines, "the shards' lines do not add up to the whole");
   return 0;
 }

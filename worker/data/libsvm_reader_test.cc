@@ -29,10 +29,10 @@ TEST(LibsvmReaderTest, ParsesLabelsFeaturesAndComments) {
 TEST(LibsvmReaderTest, ReadsShardsAndNamesBadLines) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/data.svm";
-  std::ofstream(path) << "1 1:1\n0 2:1\n\n1 3:1\n1 oops\n0 5:1\n";
+  std::ofstream(path) << "1 1:1\n0 2:1\n\n1 9:1\n1 3:1\n1 oops\n0 5:1\n";
   ReaderOptions options;
   options.num_parts = 2;
-  options.part = 1;  // global lines 1, 3 (blank lines count as lines), 5
+  options.part = 1;  // data lines 1, 3, 5 (blank lines are not data lines)
   auto reader = *OpenLibsvmReader({path}, options);
   LibsvmExample e;
   ASSERT_TRUE(*reader->Next(&e));
@@ -46,7 +46,7 @@ TEST(LibsvmReaderTest, ReadsShardsAndNamesBadLines) {
   absl::StatusOr<bool> more;
   while ((more = strict->Next(&e)).ok() && *more) {
   }
-  EXPECT_THAT(std::string(more.status().message()), HasSubstr(path + ":5: feature 'oops'"));
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr(path + ":6: feature 'oops'"));
 }
 
 }  // namespace

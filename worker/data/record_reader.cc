@@ -2,10 +2,13 @@
 
 #include <algorithm>
 
-#include "absl/functional/function_ref.h"
 #include "common/status.h"
 
 namespace kestrel {
+
+ShardAssignment ShareOf(const ReaderOptions& options) {
+  return options.assignment != nullptr ? *options.assignment : PlainShard(options.part, options.num_parts);
+}
 
 absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, const ReaderOptions& options,
                                                 const ReaderPosition& start) {
@@ -20,58 +23,160 @@ absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, 
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d of %d is not a shard", options.part, options.num_parts));
   }
+  if (options.shuffle_window > 0 &&
+      (start.window_line % options.shuffle_window != 0 || start.global_line < start.window_line)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "reader position (line %d of the window at line %d) is not in a shuffle window of %d lines: was it saved "
+        "with other reader options?",
+        start.global_line, start.window_line, options.shuffle_window));
+  }
   for (const std::string& f : files) {
     if (!std::ifstream(f).good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", f));
   }
   return ShardedLines(std::move(files), options, start);
 }
 
-absl::StatusOr<bool> ShardedLines::Next(absl::string_view* line) {
-  while (position_.file < files_.size()) {
+ShardedLines::ShardedLines(std::vector<std::string> files, const ReaderOptions& options, const ReaderPosition& start)
+    : files_(std::move(files)), options_(options), share_(ShareOf(options)), position_(start) {
+  cursor_.file = start.file;
+  cursor_.byte_offset = start.byte_offset;
+  cursor_.file_line = start.file_line;
+  if (options.shuffle_window > 0) {
+    shuffle_.emplace(options.shuffle_window, options.shuffle_seed, options.epoch);
+    cursor_.line = start.window_line;
+  } else {
+    cursor_.line = start.global_line;
+    position_.window_line = 0;
+  }
+}
+
+absl::StatusOr<bool> ShardedLines::ReadDataLine() {
+  while (cursor_.file < files_.size()) {
     if (in_ == nullptr) {
-      in_ = std::make_unique<std::ifstream>(files_[position_.file]);
-      if (!in_->good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", files_[position_.file]));
-      in_->seekg(static_cast<std::streamoff>(position_.byte_offset));
+      in_ = std::make_unique<std::ifstream>(files_[cursor_.file]);
+      if (!in_->good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", files_[cursor_.file]));
+      in_->seekg(static_cast<std::streamoff>(cursor_.byte_offset));
     }
-    if (!std::getline(*in_, line_)) {  // the end of this file (or a resume past it)
+    if (!std::getline(*in_, text_)) {  // the end of this file (or a resume past it)
+      if (in_->bad()) return absl::DataLossError(absl::StrFormat("cannot read data file %s", files_[cursor_.file]));
       in_.reset();
-      ++position_.file;
-      position_.byte_offset = 0;
-      position_.file_line = 0;
+      ++cursor_.file;
+      cursor_.byte_offset = 0;
+      cursor_.file_line = 0;
       continue;
     }
-    ++position_.file_line;
-    const uint64_t global = position_.global_line++;
+    const bool header = options_.header && cursor_.file_line == 0;
+    ++cursor_.file_line;
     // Counted by hand: tellg() is -1 after a last line without a newline.
-    position_.byte_offset += line_.size() + 1;
-    if (options_.assignment != nullptr ? !options_.assignment->Contains(global)
-                                       : static_cast<int64_t>(global % options_.num_parts) != options_.part) {
-      continue;
-    }
-    absl::string_view view = line_;
+    cursor_.byte_offset += text_.size() + 1;
+    if (header) continue;
+    absl::string_view view = text_;
     if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
     if (view.empty()) continue;
-    *line = view;
+    data_ = view;
+    ++cursor_.line;
     return true;
   }
   return false;
 }
 
-namespace {
+absl::StatusOr<bool> ShardedLines::Next(absl::string_view* line) {
+  return shuffle_.has_value() ? NextShuffled(line) : NextInFileOrder(line);
+}
 
-// Calls on_line(global index) for every non-blank line of `files` (as ShardedLines::Next sees them): one pass.
-absl::Status ForEachLine(const std::vector<std::string>& files, absl::FunctionRef<void(uint64_t)> on_line) {
+absl::StatusOr<bool> ShardedLines::NextInFileOrder(absl::string_view* line) {
+  while (true) {
+    KESTREL_ASSIGN_OR_RETURN(const bool more, ReadDataLine());
+    position_.file = cursor_.file;
+    position_.byte_offset = cursor_.byte_offset;
+    position_.file_line = cursor_.file_line;
+    position_.global_line = cursor_.line;
+    if (!more) return false;
+    const uint64_t global = cursor_.line - 1;
+    if (!share_.Contains(global)) continue;
+    last_file_ = cursor_.file;
+    last_file_line_ = cursor_.file_line;
+    last_line_ = global;
+    *line = data_;
+    return true;
+  }
+}
+
+absl::StatusOr<bool> ShardedLines::NextShuffled(absl::string_view* line) {
+  while (true) {
+    if (next_ < window_.size()) {
+      const Kept& kept = window_[next_++];
+      position_.global_line = kept.position + 1;
+      last_file_ = kept.file;
+      last_file_line_ = kept.file_line;
+      last_line_ = kept.line;
+      *line = absl::string_view(window_text_).substr(kept.begin, kept.size);
+      return true;
+    }
+    if (window_loaded_) {  // all of this shard's lines of the window returned: the next window
+      window_loaded_ = false;
+      cursor_ = window_end_;
+      position_.file = cursor_.file;
+      position_.byte_offset = cursor_.byte_offset;
+      position_.file_line = cursor_.file_line;
+      position_.window_line = cursor_.line;
+      position_.global_line = std::max(position_.global_line, cursor_.line);
+    }
+    KESTREL_ASSIGN_OR_RETURN(const bool loaded, LoadWindow());
+    if (!loaded) return false;
+  }
+}
+
+absl::StatusOr<bool> ShardedLines::LoadWindow() {
+  const Cursor start = cursor_;
+  const uint64_t window = shuffle_->window();
+  // The window's line count decides its permutation: window lines, unless the data ends inside it, which shows
+  // only at its end; then the window is read again with the count it has (once, at the end of the data).
+  uint64_t lines = window;
+  while (true) {
+    window_.clear();
+    window_text_.clear();
+    next_ = 0;
+    while (cursor_.line - start.line < window) {
+      KESTREL_ASSIGN_OR_RETURN(const bool more, ReadDataLine());
+      if (!more) break;
+      const uint64_t global = cursor_.line - 1;
+      const uint64_t position = shuffle_->Position(global, lines);
+      if (position < position_.global_line || !share_.Contains(position)) continue;
+      window_.push_back(
+          Kept{position, global, cursor_.file, cursor_.file_line, window_text_.size(), data_.size()});
+      window_text_.append(data_.data(), data_.size());
+    }
+    const uint64_t read = cursor_.line - start.line;
+    if (read == 0) return false;
+    if (read == lines) break;
+    lines = read;
+    cursor_ = start;
+    in_.reset();
+  }
+  std::sort(window_.begin(), window_.end(), [](const Kept& a, const Kept& b) { return a.position < b.position; });
+  window_end_ = cursor_;
+  window_loaded_ = true;
+  return true;
+}
+
+std::string ShardedLines::Where() const {
+  return absl::StrFormat("%s:%d", files_[std::min(last_file_, files_.size() - 1)], last_file_line_);
+}
+
+absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header) {
   std::vector<char> buffer(1 << 20);
-  uint64_t global = 0;
+  uint64_t lines = 0;
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);
     if (!in.good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", f));
-    // A line is blank when it holds nothing but an optional '\r' (as ShardedLines::Next sees it).
+    // A line is blank when it holds nothing but an optional '\r' (as ShardedLines sees it).
     uint64_t line_chars = 0;
     bool only_cr = true;
+    bool first = true;
     auto end_line = [&] {
-      if (line_chars > 0 && !(only_cr && line_chars == 1)) on_line(global);
-      ++global;
+      if (!(header && first) && line_chars > 0 && !(only_cr && line_chars == 1)) ++lines;
+      first = false;
       line_chars = 0;
       only_cr = true;
     };
@@ -87,36 +192,10 @@ absl::Status ForEachLine(const std::vector<std::string>& files, absl::FunctionRe
         }
       }
     }
+    if (in.bad()) return absl::DataLossError(absl::StrFormat("cannot read data file %s", f));
     if (line_chars > 0) end_line();  // a last line without a newline
   }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<uint64_t>> CountPartLines(const std::vector<std::string>& files, int num_parts) {
-  if (num_parts < 1) return absl::InvalidArgumentError(absl::StrFormat("%d shards", num_parts));
-  std::vector<uint64_t> counts(num_parts, 0);
-  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) { ++counts[global % num_parts]; }));
-  return counts;
-}
-
-absl::StatusOr<std::vector<uint64_t>> CountAssignmentLines(const std::vector<std::string>& files,
-                                                           absl::Span<const ShardAssignment> shares) {
-  std::vector<uint64_t> counts(shares.size(), 0);
-  KESTREL_RETURN_IF_ERROR(ForEachLine(files, [&](uint64_t global) {
-    for (size_t v = 0; v < shares.size(); ++v) {
-      if (shares[v].Contains(global)) {
-        ++counts[v];
-        break;
-      }
-    }
-  }));
-  return counts;
-}
-
-std::string ShardedLines::Where() const {
-  return absl::StrFormat("%s:%d", files_[std::min(position_.file, files_.size() - 1)], position_.file_line);
+  return lines;
 }
 
 }  // namespace kestrel

@@ -1,10 +1,21 @@
-// RecordReader<Example>: streaming, sharded reading of line-oriented data files, one record per line, parsed
-// by a format's parse function (worker/data/criteo_reader.h, libsvm_reader.h). Bounded memory.
+// RecordReader<Example>: streaming, sharded, optionally shuffled reading of line-oriented data files, one record
+// per line, parsed by a format's parse function (worker/data/criteo_reader.h, libsvm_reader.h). Bounded memory.
 //
-// Sharding: worker `part` of `num_parts` reads the lines whose global index (counted across the files
-// in order, from 0) is congruent to part modulo num_parts: deterministic, and every line is read by
-// exactly one worker. The reader's position (file, byte offset, line numbers) can be saved and resumed.
-// Blank lines carry nothing and are passed over.
+// Lines. The data lines of `files` are every line but blank ones (nothing, or a lone '\r') and, with
+// ReaderOptions::header, the first line of each file. Their global indices count them across the files in order,
+// from 0; "file:line" in errors counts every line of the file, from 1.
+//
+// Order and sharding. Lines are dealt in an order: file order, or with shuffling the seeded order of
+// worker/data/line_shuffle.h (windows of shuffle_window lines, each permuted by (seed, epoch, window)). A line's
+// place in that order is its position (its global index without shuffling). A reader returns the lines whose
+// position is in its share (common/reshard.h ShardAssignment; plain sharding: position congruent to part modulo
+// num_parts), in increasing position: deterministic, every line read by exactly one shard, and the order does not
+// depend on the number of shards. With shuffling a reader reads a whole window and keeps its own lines of it:
+// memory for about shuffle_window / num_parts lines.
+//
+// Positions. The reader's position (ReaderPosition) can be saved and resumed: a resumed reader returns exactly
+// the lines after the last one returned. With shuffling it reads the current window again and skips what was
+// returned; ReaderPosition::global_line (the next position) is what resharding counts (scheduler/epoch_plan.h).
 //
 // Malformed lines are an InvalidArgument naming "file:line" and the problem (OnError::kFail, the default), or
 // are skipped and counted (OnError::kSkip). Thread-compatible.
@@ -14,14 +25,15 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
 #include "common/reshard.h"
+#include "worker/data/line_shuffle.h"
 
 namespace kestrel {
 
@@ -32,49 +44,107 @@ struct ReaderOptions {
   // This reader's shard of the lines. Defaults: 0 of 1 (every line).
   int part = 0;
   int num_parts = 1;
-  // Instead of part / num_parts: an explicit share of the lines (a rescaled epoch, common/reshard.h).
+  // Instead of part / num_parts: an explicit share of the positions (a rescaled epoch, common/reshard.h).
   // Default: none.
   std::shared_ptr<const ShardAssignment> assignment;
   // The first line of every file is a header, not a record. Default: false.
   bool header = false;
+  // Shuffling (worker/data/line_shuffle.h): windows of this many consecutive lines, each dealt in a seeded random
+  // order. 0: file order. Default: 0.
+  uint64_t shuffle_window = 0;
+  // The shuffle's seed, and the epoch being read (every epoch has its own order). Defaults: 0 and 0.
+  uint64_t shuffle_seed = 0;
+  int64_t epoch = 0;
 };
 
-// Where a reader is: resume a reader from it to continue exactly after the last record returned.
+// The positions a reader with `options` returns: options.assignment, or the plain sharding of part / num_parts.
+ShardAssignment ShareOf(const ReaderOptions& options);
+
+// Where a reader is: resume a reader (same files and options) from it to continue exactly after the last record
+// returned.
 struct ReaderPosition {
-  size_t file = 0;           // index into the file list
-  uint64_t byte_offset = 0;  // within that file
-  uint64_t file_line = 0;    // lines consumed in that file
-  uint64_t global_line = 0;  // lines consumed in all files (drives sharding)
+  // Where reading continues: the file (index into the file list), the byte offset within it, and the lines of the
+  // file before that offset (blank and header lines included).
+  size_t file = 0;
+  uint64_t byte_offset = 0;
+  uint64_t file_line = 0;
+  // The next position in the dealing order: every line of the reader's share before it has been returned, none
+  // from it on. Without shuffling also the global index of the data line at `byte_offset`.
+  uint64_t global_line = 0;
+  // With shuffling: the global index of the data line at `byte_offset`, the first line of the window being read.
+  // Unused without.
+  uint64_t window_line = 0;
 };
 
-// Finds this shard's next non-blank line. Shared by every RecordReader.
+// Finds this shard's next data line. Shared by every RecordReader.
 class ShardedLines {
  public:
+  // InvalidArgument for a malformed share, or a shuffled `start` that is not in a window it can resume;
+  // NotFound for a missing file.
   static absl::StatusOr<ShardedLines> Open(std::vector<std::string> files, const ReaderOptions& options,
                                            const ReaderPosition& start);
   // The next line of this shard (true), or the end of the data (false). `line` stays valid until the next call.
   absl::StatusOr<bool> Next(absl::string_view* line);
   // "file:line" of the line last returned.
   std::string Where() const;
+  // The global index of the line last returned (its place in the files, whatever the order).
+  uint64_t line() const { return last_line_; }
   const ReaderPosition& position() const { return position_; }
 
  private:
-  ShardedLines(std::vector<std::string> files, const ReaderOptions& options, const ReaderPosition& start)
-      : files_(std::move(files)), options_(options), position_(start) {}
+  // A place in the files: file, byte offset, file lines, and the global index of the next data line.
+  struct Cursor {
+    size_t file = 0;
+    uint64_t byte_offset = 0;
+    uint64_t file_line = 0;
+    uint64_t line = 0;
+  };
+  // A line of the window being read that belongs to this shard.
+  struct Kept {
+    uint64_t position = 0;
+    uint64_t line = 0;
+    size_t file = 0;
+    uint64_t file_line = 0;
+    size_t begin = 0;  // its text in window_text_
+    size_t size = 0;
+  };
+
+  ShardedLines(std::vector<std::string> files, const ReaderOptions& options, const ReaderPosition& start);
+
+  // Reads the data line at cursor_ into data_ and moves past it (and past the header and blank lines before it);
+  // false at the end of the files.
+  absl::StatusOr<bool> ReadDataLine();
+  absl::StatusOr<bool> NextInFileOrder(absl::string_view* line);
+  absl::StatusOr<bool> NextShuffled(absl::string_view* line);
+  // Reads the window at cursor_ (a window's first line), keeping this shard's lines from position_.global_line
+  // on, in increasing position; false at the end of the files.
+  absl::StatusOr<bool> LoadWindow();
 
   std::vector<std::string> files_;
   ReaderOptions options_;
+  ShardAssignment share_;
+  std::optional<LineShuffle> shuffle_;
   ReaderPosition position_;
-  std::unique_ptr<std::ifstream> in_;
-  std::string line_;
+  Cursor cursor_;
+  std::unique_ptr<std::ifstream> in_;  // open at cursor_
+  std::string text_;                   // the physical line last read
+  absl::string_view data_;             // the data line ReadDataLine found (in text_)
+  // The line last returned.
+  size_t last_file_ = 0;
+  uint64_t last_file_line_ = 0;
+  uint64_t last_line_ = 0;
+  // Shuffling: this shard's lines of the window being read, in increasing position; the next to return.
+  std::vector<Kept> window_;
+  std::string window_text_;
+  size_t next_ = 0;
+  bool window_loaded_ = false;
+  Cursor window_end_;  // the cursor after the window
 };
 
-// The non-blank lines of each of `num_parts` shards of `files` (what each shard's reader will return, malformed
-// lines included): one pass over the data.
-absl::StatusOr<std::vector<uint64_t>> CountPartLines(const std::vector<std::string>& files, int num_parts);
-// The same for explicit shares (each line in at most one of them).
-absl::StatusOr<std::vector<uint64_t>> CountAssignmentLines(const std::vector<std::string>& files,
-                                                           absl::Span<const ShardAssignment> shares);
+// The data lines of `files` (with `header`, the first line of each file is not one): the global indices run
+// from 0 to that count - 1, and a reader's lines are ShareOf(options).CountBelow(that count), malformed ones
+// included. One pass over the files.
+absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header);
 
 template <typename Example>
 class RecordReader {
@@ -108,6 +178,8 @@ class RecordReader {
   const ReaderPosition& position() const { return lines_.position(); }
   // "file:line" of the record last returned.
   std::string Where() const { return lines_.Where(); }
+  // The global index of the record last returned.
+  uint64_t line() const { return lines_.line(); }
   // Malformed lines skipped so far (OnError::kSkip).
   uint64_t skipped() const { return skipped_; }
 
