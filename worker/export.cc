@@ -536,6 +536,13 @@ absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const C
 
 }  // namespace
 
+absl::Status CheckExportTarget(const std::string& out_dir) {
+  if (fs::exists(out_dir + "/" + kModelFile)) {
+    return absl::AlreadyExistsError(absl::StrCat(out_dir, " already holds an export (", kModelFile, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   if (options.checkpoint_dir.empty() || options.out_dir.empty()) {
     return absl::InvalidArgumentError("export needs a checkpoint directory and an output directory");
@@ -560,9 +567,7 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   }
   const std::string checkpoint_name = CheckpointLayout::CheckpointName(manifest.sequence());
   const std::string model_path = options.out_dir + "/" + kModelFile;
-  if (fs::exists(model_path)) {
-    return absl::AlreadyExistsError(absl::StrCat(options.out_dir, " already holds an export (", kModelFile, ")"));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckExportTarget(options.out_dir));
   // A delta's base is checked whole before anything is written.
   std::unique_ptr<VerifiedExport> base;
   if (!options.base_export.empty()) {
@@ -600,6 +605,46 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
              << " tables" << (base != nullptr ? absl::StrCat(", a delta against ", model.base_checkpoint()) : "")
              << ") to " << options.out_dir;
   return model;
+}
+
+absl::StatusOr<ExportedModel> ExportServers(const std::vector<Shard*>& servers, const JobConfig& job, int64_t clock,
+                                            const std::string& out_dir) {
+  if (servers.empty() || out_dir.empty()) {
+    return absl::InvalidArgumentError("export needs the servers and an output directory");
+  }
+  KESTREL_RETURN_IF_ERROR(CheckExportTarget(out_dir));
+  const std::string scratch = out_dir + "/.checkpoint";
+  struct RemoveScratch {
+    const std::string& dir;
+    ~RemoveScratch() {
+      std::error_code ignored;  // a leftover scratch directory wastes space; the export stands
+      fs::remove_all(dir, ignored);
+    }
+  } remove_scratch{scratch};
+  const CheckpointLayout layout(scratch);
+  CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_sequence(1);
+  manifest.set_clock(clock);
+  manifest.set_job_id(servers[0]->job_id());
+  manifest.set_partition(servers[0]->partition().ToString());
+  manifest.set_num_servers(static_cast<int>(servers.size()));
+  const std::string name = CheckpointLayout::CheckpointName(manifest.sequence());
+  std::vector<ShardCheckpoint> answers;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Open(layout, static_cast<int>(s)));
+    KESTREL_ASSIGN_OR_RETURN(ShardCheckpoint answer, store->Checkpoint(*servers[s], name));
+    answers.push_back(std::move(answer));
+  }
+  KESTREL_RETURN_IF_ERROR(AddShardsToManifest(std::move(answers), manifest.num_servers(), &manifest));
+  KESTREL_RETURN_IF_ERROR(layout.WriteManifest(manifest));
+  KESTREL_RETURN_IF_ERROR(layout.MoveLatest(name));
+  ExportOptions options;
+  options.checkpoint_dir = scratch;
+  options.checkpoint = name;
+  options.job = job;
+  options.out_dir = out_dir;
+  return ExportCheckpoint(options);
 }
 
 absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {

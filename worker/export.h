@@ -30,8 +30,10 @@
 #ifndef KESTREL_WORKER_EXPORT_H_
 #define KESTREL_WORKER_EXPORT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/checkpoint.pb.h"
@@ -58,6 +60,17 @@ struct ExportOptions {
   // Default: "" = a full export.
   std::string base_export;
 };
+
+// Whether `out_dir` may receive an export: AlreadyExists when it holds one (a MODEL) already. Check it before
+// work whose result is to be exported (ExportCheckpoint and ExportServers check it again).
+absl::Status CheckExportTarget(const std::string& out_dir);
+
+// Exports the tables of in-process servers (worker/local_trainer.h: kestrel_worker --local) as a full export of
+// their state at `clock`, trained with `job`: the servers checkpoint their tables into a scratch checkpoint root,
+// <out_dir>/.checkpoint (removed again, also on failure), which is exported as ExportCheckpoint does. `servers`:
+// every server of one partition, the one of rank s at index s. Errors as ExportCheckpoint's.
+absl::StatusOr<ExportedModel> ExportServers(const std::vector<Shard*>& servers, const JobConfig& job, int64_t clock,
+                                            const std::string& out_dir);
 
 // The most delta exports a chain may stack on its full export (LoadExport and deltas of deltas resolve it).
 inline constexpr int kMaxDeltaChain = 64;

@@ -3,9 +3,13 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "server/shard.h"
+#include "worker/export.h"
 #include "worker/local_ps_client.h"
+#include "worker/records.h"
 
 namespace kestrel {
 
@@ -30,7 +34,24 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   trainer_options.observer = options.observer;
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
   absl::StatusOr<TrainResult> result = trainer.Run();
-  if (result.ok() && options.inspect) options.inspect(views);
+  if (!result.ok()) return result;
+  if (options.inspect) options.inspect(views);
+  if (!options.predictions_path.empty()) {
+    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
+    std::vector<float> probs, labels;
+    if (absl::Status scored = trainer.Score(files, /*limit=*/0, &probs, &labels); !scored.ok()) {
+      return absl::Status(scored.code(), absl::StrCat("scoring the test files: ", scored.message()));
+    }
+    KESTREL_RETURN_IF_ERROR(WritePredictions(options.predictions_path, probs));
+    KLOG(Info) << "wrote " << probs.size() << " predictions of the test files to " << options.predictions_path;
+  }
+  if (!options.export_dir.empty()) {
+    absl::StatusOr<ExportedModel> exported = ExportServers(views, job, result->steps, options.export_dir);
+    if (!exported.ok()) {
+      return absl::Status(exported.status().code(),
+                          absl::StrCat("exporting to ", options.export_dir, ": ", exported.status().message()));
+    }
+  }
   return result;
 }
 

@@ -1,5 +1,6 @@
 // Single-process training: the model's tables on in-process Shards (the servers' own code, no network), one
-// worker. The baseline of bench/train_bench and what `kestrel_worker --local` runs.
+// worker. The baseline of bench/train_bench and what `kestrel_worker --local` runs; it can also score the test
+// files and export the trained model, so one process trains, scores and hands over a serving artifact.
 #ifndef KESTREL_WORKER_LOCAL_TRAINER_H_
 #define KESTREL_WORKER_LOCAL_TRAINER_H_
 
@@ -22,8 +23,17 @@ struct LocalTrainingOptions {
   // Called with the in-process servers once training ended (e.g. to read their tables' statistics).
   // Default: none.
   std::function<void(const std::vector<Shard*>&)> inspect;
+  // After training: the trained model's probability for every example of the job's test files (all of them,
+  // whatever train.eval_max_examples), in file order, written here as kestrel_predict --output writes them
+  // (worker/records.h WritePredictions). Default: none.
+  std::string predictions_path;
+  // After training: every table the servers hold, exported to this directory (worker/export.h ExportServers;
+  // it must not hold an export yet), for kestrel_predict and serving. Default: none.
+  std::string export_dir;
 };
 
+// Trains `job` on `options.num_servers` in-process servers, evaluates, then writes the predictions and the
+// export that `options` asks for. An error names the step that failed.
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
                                            const LocalTrainingOptions& options = {});
 

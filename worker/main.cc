@@ -1,12 +1,17 @@
 // kestrel_worker: one training worker of a cluster, or a whole single-process training run (--local).
 //
 //   kestrel_worker --config=job.pbtxt --scheduler=host:7000 [--rank=N] [--device=auto|cpu|cuda|cuda:N]
-//   kestrel_worker --config=job.pbtxt --local
+//   kestrel_worker --config=job.pbtxt --local [--predictions_out=scores.txt] [--export_dir=model/]
 //
 // In a cluster it registers with kestrel_scheduler, learns the servers, the partition and the consistency mode
 // from it, heartbeats, and trains its shard of the data (worker/trainer.h); worker 0 also evaluates and writes
-// the evaluation records. Exit codes: 0 trained, 1 training failed, 2 bad flags or config, 3 the scheduler
-// declared this worker dead or superseded.
+// the evaluation records. With --local it trains on in-process tables (worker/local_trainer.h), evaluates, and
+// can then write the test files' predictions and export the model, as kestrel_predict and kestrel_export would.
+//
+// Before training it checks the flags, the config and the start of every data file (worker/job_check.h): a
+// problem found there exits 2, naming it, before the first iteration. Exit codes: 0 trained, 1 training failed,
+// 2 bad flags, config or data (found before training starts), 3 the scheduler declared this worker dead or
+// superseded.
 //
 // With --metrics_port it serves Prometheus metrics (the process's, listed at WorkerMetrics below).
 #include <atomic>
@@ -36,8 +41,11 @@
 #include "google/protobuf/text_format.h"
 #include "scheduler/scheduler_client.h"
 #include "worker/compute/backend_factory.h"
+#include "worker/export.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/job_check.h"
 #include "worker/local_trainer.h"
+#include "worker/records.h"
 #include "worker/row_cache.h"
 #include "worker/scheduler_gate.h"
 #include "worker/trainer.h"
@@ -63,7 +71,18 @@ ABSL_FLAG(bool, row_cache, true,
 ABSL_FLAG(int64_t, row_cache_rows, 1 << 20, "Most rows the row cache keeps per table.");
 ABSL_FLAG(int, asp_cache_clocks, 0,
           "Under ASP, serve cached rows for this many of the worker's own clocks after their pull (0: no cache).");
-ABSL_FLAG(std::string, metrics_out, "", "Append JSON-lines training and evaluation records to this file.");
+ABSL_FLAG(std::string, metrics_out, "",
+          "Write JSON-lines training and evaluation records (proto/records.proto) to this file, emptied at start "
+          "unless --metrics_append. Default: none.");
+ABSL_FLAG(bool, metrics_append, false,
+          "Add the records after what --metrics_out holds instead of emptying it at start (workers that share one "
+          "file, or a restarted worker continuing its run's records).");
+ABSL_FLAG(std::string, predictions_out, "",
+          "--local: after training, write the model's probability for every example of the test files here, one "
+          "per line in file order (kestrel_predict --output's format). Default: none.");
+ABSL_FLAG(std::string, export_dir, "",
+          "--local: after training, export the model (every table) to this directory, which must not hold an "
+          "export yet: what kestrel_export makes of a checkpoint, for kestrel_predict. Default: none.");
 ABSL_FLAG(std::string, line_log, "",
           "Audit of the data order: append, for every iteration this worker trains, '<clock> <epoch> <line>...' with "
           "the global index of each training line of its batch, to this file. Empty (default): none.");
@@ -291,6 +310,10 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
     return 1;
   }
   SetLogIdentity(absl::StrCat("worker[", id, "]"));
+  if (rank == 0 && job.data().test_files().empty()) {
+    KLOG(Error) << "worker 0 evaluates the model: set data.test_files or give --test_files";
+    return 2;
+  }
   KLOG(Info) << "registered as worker " << id << " (rank " << rank << ", generation " << reg->generation() << ", "
              << reg->clock() << " iterations already done)";
   // Set once this worker left the finished job: the scheduler then refuses its heartbeats, which is no reason
@@ -549,13 +572,40 @@ int Run() {
     return 2;
   }
   KLOG(Info) << "compute backend: " << (*backend)->name();
+  const bool local = absl::GetFlag(FLAGS_local);
+  if (!local && absl::GetFlag(FLAGS_scheduler).empty()) {
+    KLOG(Error) << "give --scheduler=host:port (or --local)";
+    return 2;
+  }
+  if (!local && !(absl::GetFlag(FLAGS_predictions_out).empty() && absl::GetFlag(FLAGS_export_dir).empty())) {
+    KLOG(Error) << "--predictions_out and --export_dir are for --local runs (a cluster: kestrel_export and "
+                   "kestrel_predict on its checkpoint)";
+    return 2;
+  }
+  JobCheckOptions check;
+  check.needs_test_files = local;  // it evaluates (a cluster's worker 0 is known once registered)
+  if (absl::Status checked = CheckJob(*job, backend->get(), check); !checked.ok()) {
+    KLOG(Error) << "the job cannot train: " << checked.message();
+    return 2;
+  }
+  if (const std::string dir = absl::GetFlag(FLAGS_export_dir); !dir.empty()) {
+    if (absl::Status target = CheckExportTarget(dir); !target.ok()) {
+      KLOG(Error) << "--export_dir: " << target.message();
+      return 2;
+    }
+  }
+  if (absl::Status started = StartRecordFile(absl::GetFlag(FLAGS_metrics_out), absl::GetFlag(FLAGS_metrics_append));
+      !started.ok()) {
+    KLOG(Error) << "--metrics_out: " << started.message();
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server = MetricsServer::Start(MetricsServerOptionsFromFlags());
   if (!metrics_server.ok()) {
     KLOG(Error) << "--metrics_port: " << metrics_server.status();
     return absl::IsInvalidArgument(metrics_server.status()) ? 2 : 1;
   }
   WorkerMetrics metrics;
-  if (absl::GetFlag(FLAGS_local)) {
+  if (local) {
     if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), 0); !tb.ok()) {
       KLOG(Error) << "--tensorboard_dir: " << tb;
       return 1;
@@ -564,6 +614,8 @@ int Run() {
     options.num_servers = absl::GetFlag(FLAGS_local_servers);
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.observer = metrics.Observer();
+    options.predictions_path = absl::GetFlag(FLAGS_predictions_out);
+    options.export_dir = absl::GetFlag(FLAGS_export_dir);
     absl::StatusOr<TrainResult> result = TrainInProcess(*job, backend->get(), options);
     if (!result.ok()) {
       KLOG(Error) << "training failed: " << result.status();
@@ -571,10 +623,6 @@ int Run() {
     }
     Report(*result);
     return 0;
-  }
-  if (absl::GetFlag(FLAGS_scheduler).empty()) {
-    KLOG(Error) << "give --scheduler=host:port (or --local)";
-    return 2;
   }
   return RunCluster(*job, backend->get(), metrics);
 }

@@ -70,14 +70,8 @@ int Run() {
     return 1;
   }
   if (const std::string output = absl::GetFlag(FLAGS_output); !output.empty()) {
-    FILE* out = std::fopen(output.c_str(), "w");
-    if (out == nullptr) {
-      KLOG(Error) << "cannot create " << output;
-      return 1;
-    }
-    for (float p : probs) std::fprintf(out, "%.9g\n", p);
-    if (std::fclose(out) != 0) {
-      KLOG(Error) << "cannot write " << output;
+    if (absl::Status written = WritePredictions(output, probs); !written.ok()) {
+      KLOG(Error) << written;
       return 1;
     }
   }

@@ -1,5 +1,6 @@
-// The workers' JSON-lines records (proto/records.proto): one Record per line, written and read with protobuf's
-// JSON printer and parser (common/json.h; field names as in the proto: "kind", "worker", "step", ...).
+// The files a worker writes besides its logs: JSON-lines records (proto/records.proto), one Record per line,
+// written and read with protobuf's JSON printer and parser (common/json.h; field names as in the proto: "kind",
+// "worker", "step", ...), and prediction files, one probability per line.
 //
 //   RecordWriter out("metrics.jsonl");
 //   Record r;
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/records.pb.h"
 
 namespace kestrel {
@@ -31,6 +33,15 @@ absl::StatusOr<Record> ParseRecord(absl::string_view line);
 
 // A fingerprint (worker/metrics.h PredictionFingerprint) as a record writes it: 16 lowercase hex digits.
 std::string FingerprintHex(uint64_t fingerprint);
+
+// Starts a records file for a run: creates it, emptied unless `append` (then records are added after what it
+// holds). `path` empty: nothing. InvalidArgument naming the path when it cannot be created or opened.
+absl::Status StartRecordFile(const std::string& path, bool append);
+
+// Writes `probs` to `path` (created or replaced), one per line as "%.9g" (a float's shortest form that reads
+// back bit-exact), in order: what kestrel_predict --output and kestrel_worker --predictions_out write.
+// Unavailable naming the path when it cannot be written.
+absl::Status WritePredictions(const std::string& path, absl::Span<const float> probs);
 
 // Appends one record per line to a file, flushing each. Not thread-safe.
 class RecordWriter {

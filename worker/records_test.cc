@@ -159,5 +159,31 @@ TEST(RecordsTest, AnEmptyPathWritesNothing) {
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << std::filesystem::directory_iterator(dir)->path();
 }
 
+// A run's records file starts empty unless appended to; one that cannot be created is named.
+TEST(RecordsTest, StartRecordFileEmptiesTheFileUnlessAppending) {
+  const std::string path = TmpDir() + "/records_start.jsonl";
+  std::ofstream(path) << "earlier run\n";
+  ASSERT_TRUE(StartRecordFile(path, /*append=*/true).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 12u);
+  ASSERT_TRUE(StartRecordFile(path, /*append=*/false).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 0u);
+  EXPECT_TRUE(StartRecordFile("", false).ok());
+  const absl::Status bad = StartRecordFile(TmpDir() + "/no_such_dir/records.jsonl", false);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("no_such_dir/records.jsonl"), absl::string_view::npos) << bad;
+}
+
+// Predictions read back bit-exact, one per line, in order.
+TEST(RecordsTest, PredictionsReadBackBitExact) {
+  const std::string path = TmpDir() + "/predictions.txt";
+  const std::vector<float> probs = {0.5f, 1e-7f, 0.123456789f, 0.99999994f};
+  ASSERT_TRUE(WritePredictions(path, probs).ok());
+  std::ifstream in(path);
+  std::vector<float> back;
+  for (std::string line; std::getline(in, line);) back.push_back(std::strtof(line.c_str(), nullptr));
+  EXPECT_EQ(back, probs);
+  EXPECT_EQ(WritePredictions(TmpDir() + "/no_such_dir/p.txt", probs).code(), absl::StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace kestrel

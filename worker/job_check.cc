@@ -1,0 +1,53 @@
+#include "worker/job_check.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "worker/batch_reader.h"
+#include "worker/model.h"
+#include "worker/trainer.h"
+
+namespace kestrel {
+namespace {
+
+// Reads the first `examples` examples of `file` as training would; the error says which list the file is in.
+absl::Status CheckFile(const JobConfig& job, const std::string& file, const char* list, int64_t examples) {
+  ReaderOptions options;
+  options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  absl::StatusOr<std::unique_ptr<BatchReader>> reader = BatchReader::Open(job.data(), job.model(), {file}, options);
+  absl::Status status = reader.status();
+  if (status.ok()) {
+    Batch batch;
+    status = (*reader)->Fill(examples, &batch).status();
+  }
+  if (status.ok()) return absl::OkStatus();
+  // The reader's errors name the file (and line).
+  return absl::InvalidArgumentError(absl::StrCat("the ", list, " data: ", status.message()));
+}
+
+}  // namespace
+
+absl::Status CheckJob(const JobConfig& job_in, Backend* backend, const JobCheckOptions& options) {
+  const JobConfig job = JobWithDefaults(job_in);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(job.model(), SlotsOf(job.data()), DenseInputsOf(job.data(), job.model()), backend);
+  if (!model.ok()) return absl::InvalidArgumentError(absl::StrCat("the model: ", model.status().message()));
+  if (job.data().train_files().empty()) {
+    return absl::InvalidArgumentError("no training files: set data.train_files or give --train_files");
+  }
+  if (options.needs_test_files && job.data().test_files().empty()) {
+    return absl::InvalidArgumentError("no test files: set data.test_files or give --test_files");
+  }
+  for (const std::string& file : job.data().train_files()) {
+    KESTREL_RETURN_IF_ERROR(CheckFile(job, file, "training", options.examples_per_file));
+  }
+  for (const std::string& file : job.data().test_files()) {
+    KESTREL_RETURN_IF_ERROR(CheckFile(job, file, "test", options.examples_per_file));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kestrel
