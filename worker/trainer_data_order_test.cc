@@ -1,6 +1,7 @@
 // The order in which workers train the data (TrainerOptions::line_log): every line exactly once per epoch at 1, 2
 // and 3 BSP workers, with and without shuffling, with a short and an empty last batch; the same examples in each
-// global step at any worker count; drop_last; a worker resumed mid-window; an empty batch's empty push.
+// global step at any worker count; header lines; drop_last; a worker resumed mid-window; an empty batch's empty
+// push.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -273,6 +274,42 @@ TEST_F(TrainerDataOrderTest, DropLastTrainsTheSmallestShareWholeBatchesOnly) {
   EXPECT_EQ(*IterationsOf(small, 1), 2) << "one short batch per epoch";
   small.mutable_train()->set_drop_last(true);
   EXPECT_EQ(IterationsOf(small, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A CSV with a header line in each file: the headers are neither trained nor counted.
+TEST_F(TrainerDataOrderTest, HeaderLinesAreNotTrained) {
+  std::vector<std::string> files;
+  for (int f = 0; f < 2; ++f) {
+    files.push_back(absl::StrCat(TmpDir(), "/header-", f, ".csv"));
+    std::ofstream out(files.back());
+    out << "label,item\n";
+    for (int i = 0; i < 25 + f; ++i) out << (i % 2) << ",v" << (f * 100 + i) << "\n";
+  }
+  for (int workers = 1; workers <= 3; ++workers) {
+    SCOPED_TRACE(absl::StrCat(workers, " workers"));
+    JobConfig job = Job(files[0], workers);
+    job.mutable_data()->add_train_files(files[1]);
+    job.mutable_data()->set_format(DataConfig::DELIMITED);
+    FeatureSchema& schema = *job.mutable_data()->mutable_schema();
+    schema.set_header(true);
+    schema.add_features()->set_name("item");
+    job.mutable_train()->set_shuffle_buffer(8);
+    // 51 lines in steps of 12: 5 per epoch.
+    ASSERT_EQ(*IterationsOf(job, workers), 2 * 5);
+    absl::StatusOr<BspRun> run = TrainBsp(job, workers, "header");
+    ASSERT_TRUE(run.ok()) << run.status();
+    std::map<int64_t, std::set<uint64_t>> epochs;
+    for (int w = 0; w < workers; ++w) {
+      for (const auto& [clock, logged] : run->logs[w]) {
+        for (uint64_t line : logged.lines) EXPECT_TRUE(epochs[logged.epoch].insert(line).second) << line;
+      }
+    }
+    ASSERT_EQ(epochs.size(), 2u);
+    for (const auto& [epoch, read] : epochs) {
+      EXPECT_EQ(read.size(), 51u) << "epoch " << epoch;
+      EXPECT_EQ(*read.rbegin(), 50u) << "epoch " << epoch;
+    }
+  }
 }
 
 // Records each Advance's state.
