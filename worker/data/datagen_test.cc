@@ -13,24 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/data/datagen_testing.h"
 #include "worker/metrics.h"
 
 namespace kestrel {
 namespace {
-
-std::string Dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::system(("mkdir -p " + dir).c_str());
-  return dir;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 DatagenOptions Small() {
   DatagenOptions o;
