@@ -294,9 +294,11 @@ bool GuessFeature(const ColumnSample& c, absl::string_view column, const SchemaG
       f->set_kind(FeatureConfig::CATEGORICAL);
       f->set_separator(std::string(1, kSeparators[best]));
       f->set_pooling(POOLING_MEAN);
-      *note = absl::StrFormat("CATEGORICAL multi-valued by %s, mean-pooled (%s of the values hold several, up to %d%s)",
-                              Quoted(f->separator()), Percent(c.with_separator[best], c.values),
-                              c.most_tokens[best], missing);
+      const std::string empty =
+          c.missing > 0 ? absl::StrCat(", ", Percent(c.missing, c.missing + c.values), " empty") : "";
+      *note = absl::StrFormat("CATEGORICAL multi-valued by %s, mean-pooled (%s of the values hold several, up to %d "
+                              "per row%s)", Quoted(f->separator()), Percent(c.with_separator[best], c.values),
+                              c.most_tokens[best], empty);
       return true;
     }
   }
@@ -400,8 +402,18 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> columns, HeaderColumns(file, header_line, delimiter));
   const int label = ColumnIndex(columns, options.label);
   if (label < 0) {
-    std::vector<std::string> quoted;
-    for (const std::string& c : columns) quoted.push_back(Quoted(c));
+    std::vector<std::string> quoted, numbers;
+    for (const std::string& c : columns) {
+      quoted.push_back(Quoted(c));
+      double x;
+      if (absl::SimpleAtod(c, &x)) numbers.push_back(Quoted(c));
+    }
+    if (!numbers.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the first line of %s has no label column %s and holds numbers (%s), a row rather than a header: "
+          "kestrel init needs a header line naming the columns (add one), and --label naming the label's",
+          file, Quoted(options.label), absl::StrJoin(numbers, ", ")));
+    }
     return absl::InvalidArgumentError(absl::StrFormat(
         "the header of %s has no label column %s; its columns: %s. Name the label with --label", file,
         Quoted(options.label), absl::StrJoin(quoted, ", ")));

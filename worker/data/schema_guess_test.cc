@@ -188,6 +188,8 @@ TEST(SchemaGuessTest, BadInputIsNamed) {
       {"noheader.csv", "1,0.5,3\n0,0.25,4\n", "label", "is all numbers, a row rather than a header"},
       {"nolabel.csv", "click,a,b\n1,x,y\n", "label",
        "has no label column \"label\"; its columns: \"click\", \"a\", \"b\". Name the label with --label"},
+      {"rowfirst.csv", "1,x,0.5\n0,y,0.25\n", "label",
+       "holds numbers (\"1\", \"0.5\"), a row rather than a header: kestrel init needs a header line"},
       {"headeronly.csv", "label,a\n", "label", "has a header but no rows"},
       {"short.csv", "label,a,b\n1,x,y\n0,x\n", "label", "short.csv:3: 2 columns, but the header names 3"},
       {"quote.csv", "label,a\n1,\"x\n", "label", "quote.csv:2: column 2: the quote opened at character 3"},
