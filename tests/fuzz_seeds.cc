@@ -75,6 +75,19 @@ void DataLineSeeds(const std::string& root) {
   corpus.Add("libsvm-shuffled-3-shards", FuzzOutput().U8(0x80 | 3 << 2 | 2).Bytes(libsvm + libsvm).Raw(libsvm));
 }
 
+// ---- schema_line: a schema byte (mod 4: Criteo, the CSV, the TSV, libsvm; worker/data/schema_line_fuzz.cc),
+// then lines.
+
+void SchemaLineSeeds(const std::string& root) {
+  Corpus corpus(root, "schema_line");
+  corpus.Add("criteo", FuzzOutput().U8(0).Raw(CriteoLine(1, 5, "05db9164", false) + "\n" +
+                                               CriteoLine(0, -3, "68fd1e64", true) + "\r\n2\t1\n"));
+  corpus.Add("csv", FuzzOutput().U8(1).Raw("1,2.5,17,a|b||c|d|e,3.5,40\n0,1,NA,\"x|\"\"y\"\"\",-,\n"
+                                           "1,1,-4,,\"7\",1e3\n1,-1,1,a,1,1\n1,1,x,a,1,1\n0,0,1,a,\"1,1\n"));
+  corpus.Add("tsv", FuzzOutput().U8(2).Raw("1\tff::10::abc\ta,b,c\t5\n0\t\t\t\n1\tzz\ta\t1\n1\t1\ta,b,c,d\t1\n"));
+  corpus.Add("libsvm", FuzzOutput().U8(3).Raw("+1 1:0.5 7:2 # c\n-1 1:1 2:1 3:1 4:1 5:1\n0 qid:3 9:1e-3\nx\n"));
+}
+
 // ---- bsp_aggregator: workers - 1, dim - 1, then ops. Add: op (bit 6 full keys, 5 mismatch, 4 apply at
 // once), worker + 1, clock byte (3 = the clock after the last applied), index + 1, count, n keys, keys, grads.
 
@@ -381,6 +394,7 @@ int main(int argc, char** argv) {
   }
   const std::string root = argv[1];
   kestrel::DataLineSeeds(root);
+  kestrel::SchemaLineSeeds(root);
   kestrel::BspSeeds(root);
   kestrel::PsRequestSeeds(root);
   kestrel::CheckpointSeeds(root);

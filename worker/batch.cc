@@ -36,8 +36,10 @@ void Batch::CloseBag(Pooling pooling) {
 }
 
 void Batch::CloseExample(float label, float weight) {
-  if (weight != 1.0f && weights.empty()) weights.assign(static_cast<size_t>(size), 1.0f);
-  if (!weights.empty()) weights.push_back(weight);
+  if (weight != 1.0f || !weights.empty()) {
+    weights.resize(static_cast<size_t>(size), 1.0f);  // the examples before the first weight other than 1
+    weights.push_back(weight);
+  }
   labels.push_back(label);
   ++size;
 }

@@ -1,5 +1,7 @@
-// BatchReader: the job's data files (Criteo or libsvm, per DataConfig) read as Batches for one worker's shard.
-// Thread-compatible.
+// BatchReader: one worker's share of a job's data files read as Batches, each line parsed as the job's Schema
+// (worker/data/schema.h) says. Lines come from ShardedLines (worker/data/record_reader.h: sharding, shuffling,
+// header lines, resumable positions); a malformed line fails the read with "file:line: problem" or, with
+// ReaderOptions::OnError::kSkip, is skipped and counted. Thread-compatible.
 #ifndef KESTREL_WORKER_BATCH_READER_H_
 #define KESTREL_WORKER_BATCH_READER_H_
 
@@ -10,20 +12,17 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "worker/batch.h"
-#include "worker/data/criteo_reader.h"
-#include "worker/data/libsvm_reader.h"
+#include "worker/data/record_reader.h"
+#include "worker/data/schema.h"
+#include "worker/data/schema_parser.h"
 
 namespace kestrel {
 
-// Feature slots and dense inputs per example of a data format: Criteo 39 slots and 13 dense inputs (0 when
-// dense inputs are off), libsvm data.libsvm_slots (default 64) and none.
-int SlotsOf(const DataConfig& data);
-int DenseInputsOf(const DataConfig& data, const ModelConfig& model);
-
 class BatchReader {
  public:
-  // `start`: where to continue (a position() saved earlier with the same files and options).
-  static absl::StatusOr<std::unique_ptr<BatchReader>> Open(const DataConfig& data, const ModelConfig& model,
+  // Reads `files` as `schema` says; options.header is taken from schema->header(). `start`: where to continue
+  // (a position() saved earlier with the same files and options). NotFound for a missing file.
+  static absl::StatusOr<std::unique_ptr<BatchReader>> Open(std::shared_ptr<const Schema> schema,
                                                            const std::vector<std::string>& files,
                                                            const ReaderOptions& options,
                                                            const ReaderPosition& start = {});
@@ -33,19 +32,31 @@ class BatchReader {
   // the global index of each example's line is appended to it.
   absl::StatusOr<int64_t> Fill(int64_t size, Batch* batch, bool append = false, std::vector<uint64_t>* lines = nullptr);
   // Where the reader is (to resume from; checkpointed with the worker's state).
-  const ReaderPosition& position() const;
-  uint64_t skipped() const;
+  const ReaderPosition& position() const { return lines_.position(); }
+  // Malformed lines skipped so far (OnError::kSkip).
+  uint64_t skipped() const { return skipped_; }
+
+  // TEMPORARY, until worker/trainer.cc resolves the job's Schema itself: resolves it from `data` and `model` at
+  // every call (LIBSVM without data.libsvm_slots and STANDARDIZE statistics read the data files each time).
+  static absl::StatusOr<std::unique_ptr<BatchReader>> Open(const DataConfig& data, const ModelConfig& model,
+                                                           const std::vector<std::string>& files,
+                                                           const ReaderOptions& options,
+                                                           const ReaderPosition& start = {});
 
  private:
-  BatchReader() = default;
+  BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error);
 
-  int fields_ = 0;
-  int dense_dim_ = 0;
-  std::unique_ptr<CriteoReader> criteo_;
-  std::unique_ptr<LibsvmReader> libsvm_;
-  CriteoExample criteo_example_;
-  LibsvmExample libsvm_example_;
+  const std::shared_ptr<const Schema> schema_;
+  ShardedLines lines_;
+  LineParser parser_;
+  const ReaderOptions::OnError on_error_;
+  uint64_t skipped_ = 0;
 };
+
+// TEMPORARY, until worker/trainer.cc takes them from the job's Schema: its fields and dense inputs (0 when the
+// data configuration is refused; the reader then reports why).
+int SlotsOf(const DataConfig& data);
+int DenseInputsOf(const DataConfig& data, const ModelConfig& model);
 
 }  // namespace kestrel
 

@@ -1,0 +1,177 @@
+#include "worker/batch_reader.h"
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "worker/data/criteo_reader.h"
+
+namespace kestrel {
+namespace {
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::shared_ptr<const Schema> Resolve(const std::string& text, const std::vector<std::string>& train_files = {}) {
+  DataConfig data;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &data)) << text;
+  for (const std::string& f : train_files) data.add_train_files(f);
+  ModelConfig model;
+  model.set_embedding_dim(8);
+  absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(data, model);
+  EXPECT_TRUE(schema.ok()) << schema.status();
+  return schema.ok() ? *schema : nullptr;
+}
+
+std::string CriteoLine(int i) {
+  std::string line = absl::StrCat(i % 2);
+  for (int j = 0; j < kCriteoIntegerFields; ++j) absl::StrAppend(&line, "\t", j == i % 13 ? "" : absl::StrCat(i * j));
+  for (int f = 0; f < kCriteoCategoricalFields; ++f) absl::StrAppend(&line, "\t", absl::Hex(i * 1000 + f));
+  return line;
+}
+
+TEST(BatchReaderTest, CriteoBatchesEqualAppendCriteo) {
+  std::string text;
+  Batch expected;
+  expected.Reset(kCriteoFields, kCriteoIntegerFields);
+  CriteoExample example;
+  for (int i = 0; i < 10; ++i) {
+    absl::StrAppend(&text, CriteoLine(i), "\n");
+    ASSERT_TRUE(ParseCriteoLine(CriteoLine(i), &example).ok());
+    AppendCriteo(example, &expected);
+  }
+  const std::string file = WriteFile("reader.criteo", text);
+  std::shared_ptr<const Schema> schema = Resolve("format: CRITEO");
+  ASSERT_NE(schema, nullptr);
+  auto reader = BatchReader::Open(schema, {file}, ReaderOptions{});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Batch batch;
+  std::vector<uint64_t> lines;
+  absl::StatusOr<int64_t> filled = (*reader)->Fill(4, &batch, /*append=*/false, &lines);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(*filled, 4);
+  filled = (*reader)->Fill(100, &batch, /*append=*/true, &lines);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(*filled, 10);
+  EXPECT_EQ(lines, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(batch.keys, expected.keys);
+  EXPECT_EQ(batch.dense, expected.dense);
+  EXPECT_EQ(batch.labels, expected.labels);
+  EXPECT_TRUE(batch.single_valued());
+  filled = (*reader)->Fill(4, &batch);
+  ASSERT_TRUE(filled.ok());
+  EXPECT_EQ(*filled, 0);
+}
+
+TEST(BatchReaderTest, ShardsAndResumedReadersSplitTheLines) {
+  std::string text;
+  for (int i = 0; i < 9; ++i) absl::StrAppend(&text, CriteoLine(i), "\n");
+  const std::string file = WriteFile("shards.criteo", text);
+  std::shared_ptr<const Schema> schema = Resolve("format: CRITEO");
+  ASSERT_NE(schema, nullptr);
+  std::vector<float> labels;
+  for (int part = 0; part < 2; ++part) {
+    ReaderOptions options;
+    options.part = part;
+    options.num_parts = 2;
+    auto reader = BatchReader::Open(schema, {file}, options);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    Batch batch;
+    std::vector<uint64_t> lines;
+    ASSERT_TRUE((*reader)->Fill(2, &batch, false, &lines).ok());
+    auto resumed = BatchReader::Open(schema, {file}, options, (*reader)->position());
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    ASSERT_TRUE((*resumed)->Fill(100, &batch, /*append=*/true, &lines).ok());
+    std::vector<uint64_t> expected;
+    for (uint64_t l = part; l < 9; l += 2) expected.push_back(l);
+    EXPECT_EQ(lines, expected);
+  }
+}
+
+TEST(BatchReaderTest, MalformedLinesFailWithTheirPlaceOrAreSkipped) {
+  const std::string file = WriteFile("malformed.svm", "1 1:1 2:1\n0 1:1 2:1 3:1 4:1\n1 3:0.5\nbad\n");
+  std::shared_ptr<const Schema> schema = Resolve("format: LIBSVM libsvm_slots: 3");
+  ASSERT_NE(schema, nullptr);
+  Batch batch;
+  auto failing = BatchReader::Open(schema, {file}, ReaderOptions{});
+  ASSERT_TRUE(failing.ok());
+  absl::StatusOr<int64_t> filled = (*failing)->Fill(10, &batch);
+  ASSERT_FALSE(filled.ok());
+  EXPECT_NE(filled.status().message().find("malformed.svm:2: "), std::string::npos) << filled.status();
+  EXPECT_NE(filled.status().message().find("libsvm_slots"), std::string::npos) << filled.status();
+
+  ReaderOptions skip;
+  skip.on_error = ReaderOptions::OnError::kSkip;
+  auto skipping = BatchReader::Open(schema, {file}, skip);
+  ASSERT_TRUE(skipping.ok());
+  std::vector<uint64_t> lines;
+  filled = (*skipping)->Fill(10, &batch, false, &lines);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(*filled, 2);
+  EXPECT_EQ((*skipping)->skipped(), 2u);
+  EXPECT_EQ(lines, (std::vector<uint64_t>{0, 2}));
+  EXPECT_EQ(batch.fields, 3);
+  EXPECT_EQ(batch.closed_bags, 6);
+}
+
+TEST(BatchReaderTest, DelimitedFilesWithAHeader) {
+  const std::string a = WriteFile("header_a.csv", "click,user,tags,price\n1,u1,\"a,b\",3\n0,u2,,\n");
+  const std::string b = WriteFile("header_b.csv", "click,user,tags,price\r\n1,u3,c,1.5\r\n");
+  std::shared_ptr<const Schema> schema = Resolve(R"pb(
+    format: DELIMITED
+    schema {
+      header: true
+      label: "click"
+      features { name: "user" }
+      features { name: "tags" separator: "," pooling: POOLING_MEAN }
+      features { name: "price" kind: NUMERIC transform: STANDARDIZE }
+    }
+  )pb", {a, b});
+  ASSERT_NE(schema, nullptr);
+  EXPECT_EQ(schema->columns(), (std::vector<std::string>{"click", "user", "tags", "price"}));
+  // Statistics over the numbers present: 3 and 1.5.
+  EXPECT_DOUBLE_EQ(schema->features()[2].mean, 2.25);
+  EXPECT_DOUBLE_EQ(schema->features()[2].stddev, 0.75);
+  ReaderOptions options;
+  options.header = false;  // taken from the schema
+  auto reader = BatchReader::Open(schema, {a, b}, options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Batch batch;
+  absl::StatusOr<int64_t> filled = (*reader)->Fill(10, &batch);
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(*filled, 3);
+  EXPECT_EQ(batch.labels, (std::vector<float>{1, 0, 1}));
+  EXPECT_EQ(batch.bag_offsets, (std::vector<uint32_t>{0, 1, 3, 4, 4, 5, 6}));
+  EXPECT_EQ(batch.values, (std::vector<float>{1, 0.5f, 0.5f, 1, 1, 1}));
+  EXPECT_EQ(batch.dense, (std::vector<float>{1, -3, -1}));
+}
+
+TEST(BatchReaderTest, TemporaryConfigurationEntryPoints) {
+  DataConfig data;
+  data.set_format(DataConfig::LIBSVM);
+  data.add_train_files(WriteFile("shim.svm", "1 1:1 2:1 3:1\n0 2:1\n"));
+  ModelConfig model;
+  EXPECT_EQ(SlotsOf(data), 3);
+  EXPECT_EQ(DenseInputsOf(data, model), 0);
+  data.set_format(DataConfig::CRITEO);
+  EXPECT_EQ(SlotsOf(data), kCriteoFields);
+  EXPECT_EQ(DenseInputsOf(data, model), kCriteoIntegerFields);
+  model.set_no_dense_inputs(true);
+  EXPECT_EQ(DenseInputsOf(data, model), 0);
+  data.set_format(DataConfig::LIBSVM);
+  auto reader = BatchReader::Open(data, model, {data.train_files(0)}, ReaderOptions{});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Batch batch;
+  ASSERT_TRUE((*reader)->Fill(10, &batch).ok());
+  EXPECT_EQ(batch.size, 2);
+  EXPECT_EQ(batch.fields, 3);
+}
+
+}  // namespace
+}  // namespace kestrel
