@@ -21,6 +21,8 @@
 #include "common/reshard.h"
 #include "common/status.h"
 #include "worker/batch_reader.h"
+#include "worker/data/schema.h"
+#include "worker/embedding_tables.h"
 #include "worker/epoch_schedule.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
@@ -102,6 +104,7 @@ class SingleWorkerGate final : public ClockGate {
 struct GradBuffers {
   explicit GradBuffers(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
   HostArray<float> wide, emb, dense;
+  mutable EmbeddingTables::Staging staging;  // the per-table gradient rows of a push
 };
 
 // A batch and the parameters pulled for it.
@@ -109,6 +112,7 @@ struct StepData {
   explicit StepData(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
   PreparedBatch batch;
   HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
+  EmbeddingTables::Staging staging;   // the per-table rows of a pull
   ReaderPosition after;               // the reader right after this batch
   std::vector<uint64_t> lines;        // the batch's global line indices (with TrainerOptions::line_log)
   CallClock read;                     // what the pulls of these rows carry
@@ -256,10 +260,23 @@ class Trainer::Impl {
   absl::Status Init() {
     if (model_ != nullptr) return absl::OkStatus();
     const JobConfig& job = options_.job;
-    KESTREL_ASSIGN_OR_RETURN(model_, Model::Create(job.model(), SlotsOf(job.data()),
-                                                   DenseInputsOf(job.data(), job.model()), backend_));
+    KESTREL_ASSIGN_OR_RETURN(schema_, Schema::Resolve(job.data(), job.model()));
+    KESTREL_ASSIGN_OR_RETURN(model_, Model::Create(job.model(), schema_->fields(), schema_->dense_dim(), backend_));
+    // The embedding tables some field looks up (every field looks up "emb" unless the schema says otherwise).
+    std::vector<bool> used(schema_->num_tables(), false);
+    for (int t : schema_->field_tables()) used[t] = true;
+    std::vector<std::string> names;
+    for (int t = 0; t < schema_->num_tables(); ++t) names.push_back(schema_->table_name(t));
+    tables_ = std::make_unique<EmbeddingTables>(client_, std::move(names), std::move(used), model_->embedding_dim());
     if (options_.create_tables) {
-      for (const TableConfig& table : model_->Tables()) KESTREL_RETURN_IF_ERROR(client_->CreateTable(table));
+      std::vector<TableConfig> tables = model_->Tables();
+      if (model_->has_embedding()) {
+        for (TableConfig& extra : schema_->ExtraTableConfigs(job.model())) tables.push_back(std::move(extra));
+      }
+      for (const TableConfig& table : tables) {
+        if (table.kind() == TableConfig::SPARSE && table.name() != kWideTable && !tables_->used(table.name())) continue;
+        KESTREL_RETURN_IF_ERROR(client_->CreateTable(table));
+      }
     }
     return absl::OkStatus();
   }
@@ -275,7 +292,7 @@ class Trainer::Impl {
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
       emb = std::async(std::launch::async,
-                       [&] { return client_->Pull(kEmbeddingTable, keys, dim, step->emb.data(), read); });
+                       [&] { return tables_->Pull(step->batch, step->emb.data(), read, &step->staging); });
     }
     absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data(), read);
     if (status.ok()) {
@@ -292,11 +309,10 @@ class Trainer::Impl {
   absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) {
     const KeyBatch& keys = step.batch.keys;
     const CallClock at{clock};
-    const int dim = model_->embedding_dim();
     std::future<absl::Status> emb;
     if (model_->has_embedding()) {
       emb = std::async(std::launch::async,
-                       [&] { return client_->Push(kEmbeddingTable, keys, dim, g.emb.data(), at); });
+                       [&] { return tables_->Push(step.batch, g.emb.data(), at, &g.staging); });
     }
     absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
     // An empty batch pushes no dense gradient (an empty part: BSP still counts this worker's part of the clock,
@@ -363,7 +379,7 @@ class Trainer::Impl {
       }
       {
         PhaseClock::Scope batching(&phases_, PhaseClock::kBatch);
-        (*step)->batch.Prepare(options_.partition);
+        (*step)->batch.Prepare(options_.partition, schema_->field_tables(), schema_->num_tables());
       }
       if (!queue_->Push(std::move(step).value())) return;
     }
@@ -407,7 +423,7 @@ class Trainer::Impl {
         reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();
         reader_options.epoch = epoch.index;
       }
-      KESTREL_ASSIGN_OR_RETURN(reader, BatchReader::Open(job.data(), job.model(), files, reader_options, at));
+      KESTREL_ASSIGN_OR_RETURN(reader, BatchReader::Open(schema_, files, reader_options, at));
       const uint64_t lines = reader_options.assignment->CountBelow(total_lines_);
       unread = lines - std::min(lines, reader_options.assignment->CountBelow(at.global_line));
       return absl::OkStatus();
@@ -673,7 +689,7 @@ class Trainer::Impl {
     ReaderOptions reader_options;
     reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
-                             BatchReader::Open(job.data(), job.model(), files, reader_options));
+                             BatchReader::Open(schema_, files, reader_options));
     StepData step_data(backend_);
     step_data.read = CallClock{sent_clock_};  // never from a row cache
     std::vector<float> batch_probs;
@@ -684,7 +700,7 @@ class Trainer::Impl {
       if (limit > 0) want = std::min<int64_t>(want, limit - static_cast<int64_t>(probs->size()));
       KESTREL_ASSIGN_OR_RETURN(const int64_t got, reader->Fill(want, &step_data.batch.batch));
       if (got == 0) break;
-      step_data.batch.Prepare(options_.partition);
+      step_data.batch.Prepare(options_.partition, schema_->field_tables(), schema_->num_tables());
       KESTREL_RETURN_IF_ERROR(Pull(&step_data));
       batch_probs.resize(got);
       KESTREL_RETURN_IF_ERROR(model_
@@ -769,7 +785,9 @@ class Trainer::Impl {
   ClockGate* gate_;
   Backend* backend_;
   RecordWriter records_;
+  std::shared_ptr<const Schema> schema_;     // the job's data format (Init)
   std::unique_ptr<Model> model_;
+  std::unique_ptr<EmbeddingTables> tables_;  // the embedding tables the model's fields look up (Init)
   std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
   uint64_t total_lines_ = 0;  // the training files' data lines
