@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "worker/batch_reader.h"
+#include "worker/data/schema.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -14,10 +15,11 @@ namespace kestrel {
 namespace {
 
 // Reads the first `examples` examples of `file` as training would; the error says which list the file is in.
-absl::Status CheckFile(const JobConfig& job, const std::string& file, const char* list, int64_t examples) {
+absl::Status CheckFile(const JobConfig& job, const std::shared_ptr<const Schema>& schema, const std::string& file,
+                       const char* list, int64_t examples) {
   ReaderOptions options;
   options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-  absl::StatusOr<std::unique_ptr<BatchReader>> reader = BatchReader::Open(job.data(), job.model(), {file}, options);
+  absl::StatusOr<std::unique_ptr<BatchReader>> reader = BatchReader::Open(schema, {file}, options);
   absl::Status status = reader.status();
   if (status.ok()) {
     Batch batch;
@@ -32,20 +34,23 @@ absl::Status CheckFile(const JobConfig& job, const std::string& file, const char
 
 absl::Status CheckJob(const JobConfig& job_in, Backend* backend, const JobCheckOptions& options) {
   const JobConfig job = JobWithDefaults(job_in);
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(job.model(), SlotsOf(job.data()), DenseInputsOf(job.data(), job.model()), backend);
-  if (!model.ok()) return absl::InvalidArgumentError(absl::StrCat("the model: ", model.status().message()));
   if (job.data().train_files().empty()) {
     return absl::InvalidArgumentError("no training files: set data.train_files or give --train_files");
   }
+  // The data format (the schema's columns, features and tables; the header lines; libsvm's slots).
+  absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), job.model());
+  if (!schema.ok()) return absl::InvalidArgumentError(absl::StrCat("the data: ", schema.status().message()));
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(job.model(), (*schema)->fields(), (*schema)->dense_dim(), backend);
+  if (!model.ok()) return absl::InvalidArgumentError(absl::StrCat("the model: ", model.status().message()));
   if (options.needs_test_files && job.data().test_files().empty()) {
     return absl::InvalidArgumentError("no test files: set data.test_files or give --test_files");
   }
   for (const std::string& file : job.data().train_files()) {
-    KESTREL_RETURN_IF_ERROR(CheckFile(job, file, "training", options.examples_per_file));
+    KESTREL_RETURN_IF_ERROR(CheckFile(job, *schema, file, "training", options.examples_per_file));
   }
   for (const std::string& file : job.data().test_files()) {
-    KESTREL_RETURN_IF_ERROR(CheckFile(job, file, "test", options.examples_per_file));
+    KESTREL_RETURN_IF_ERROR(CheckFile(job, *schema, file, "test", options.examples_per_file));
   }
   return absl::OkStatus();
 }
