@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
 #include "worker/data/record_reader.h"
+#include "worker/data/schema_parser.h"
 
 namespace kestrel {
 namespace {
@@ -131,49 +132,6 @@ bool HasMlp(ModelConfig::Type model) {
   return model == ModelConfig::DEEPFM || model == ModelConfig::WIDE_AND_DEEP || model == ModelConfig::DLRM;
 }
 
-// The columns of one line of delimited text: a column starting with `quote` (-1: no quoting) runs to the closing
-// quote, which a doubled one escapes (proto/schema.proto FeatureSchema.quote); the closing quote must end the
-// column. InvalidArgument for an unclosed quote or text after a closing one.
-absl::StatusOr<std::vector<std::string>> SplitColumns(absl::string_view line, char delimiter, int quote) {
-  std::vector<std::string> columns;
-  size_t i = 0;
-  while (true) {
-    std::string column;
-    if (quote >= 0 && i < line.size() && line[i] == static_cast<char>(quote)) {
-      const size_t start = i;
-      ++i;
-      while (true) {
-        if (i >= line.size()) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("column %d: the quote opened at character %d is never closed", columns.size() + 1,
-                              start + 1));
-        }
-        if (line[i] == static_cast<char>(quote)) {
-          if (i + 1 < line.size() && line[i + 1] == static_cast<char>(quote)) {
-            column.push_back(line[i]);
-            i += 2;
-            continue;
-          }
-          ++i;
-          break;
-        }
-        column.push_back(line[i++]);
-      }
-      if (i < line.size() && line[i] != delimiter) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "column %d: text after its closing quote (character %d)", columns.size() + 1, i + 1));
-      }
-    } else {
-      const size_t end = std::min(line.find(delimiter, i), line.size());
-      column = std::string(line.substr(i, end - i));
-      i = end;
-    }
-    columns.push_back(std::move(column));
-    if (i >= line.size()) return columns;
-    ++i;  // the delimiter
-  }
-}
-
 // The first non-blank line of `file` (ShardedLines' view: without a trailing '\r').
 absl::StatusOr<std::string> HeaderLine(const std::string& file) {
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open({file}, ReaderOptions(), ReaderPosition()));
@@ -212,7 +170,7 @@ char ChooseDelimiter(const SchemaGuessOptions& options, absl::string_view header
 // The header's columns, checked: named, unique, not all numbers (a file without a header).
 absl::StatusOr<std::vector<std::string>> HeaderColumns(const std::string& file, absl::string_view line,
                                                        char delimiter) {
-  auto columns = SplitColumns(line, delimiter, '"');
+  auto columns = SplitDelimitedLine(line, delimiter, '"');
   if (!columns.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ":1: ", columns.status().message()));
   if (columns->size() < 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -434,7 +392,7 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   while (guess.sampled_rows < options.sample_rows) {
     KESTREL_ASSIGN_OR_RETURN(more, lines.Next(&line));
     if (!more) break;
-    auto values = SplitColumns(line, delimiter, '"');
+    auto values = SplitDelimitedLine(line, delimiter, '"');
     if (!values.ok()) return absl::InvalidArgumentError(absl::StrCat(lines.Where(), ": ", values.status().message()));
     if (values->size() != columns.size()) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -466,7 +424,7 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   others.insert(others.end(), options.test_files.begin(), options.test_files.end());
   for (const std::string& other : others) {
     KESTREL_ASSIGN_OR_RETURN(std::string other_line, HeaderLine(other));
-    auto other_columns = SplitColumns(other_line, delimiter, '"');
+    auto other_columns = SplitDelimitedLine(other_line, delimiter, '"');
     if (!other_columns.ok() || *other_columns != columns) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the header of %s differs from %s's (every file must start with the same header line)", other, file));

@@ -11,6 +11,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "worker/data/schema.h"
 
 namespace kestrel {
 namespace {
@@ -139,6 +140,28 @@ TEST(SchemaGuessTest, ModelsWithoutAnMlpBucketizeNumbers) {
   }
 }
 
+TEST(SchemaGuessTest, TheSchemaReaderAcceptsTheGuessForEveryModel) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("resolve.csv", SampleCsv())};
+  options.test_files = {Write("resolve_test.csv", SampleCsv())};
+  options.label = "clicked";
+  options.max_integer_vocabulary = 50;
+  for (ModelConfig::Type model : {ModelConfig::LOGISTIC_REGRESSION, ModelConfig::FM, ModelConfig::DEEPFM,
+                                  ModelConfig::WIDE_AND_DEEP, ModelConfig::DLRM}) {
+    SCOPED_TRACE(ModelConfig::Type_Name(model));
+    options.model = model;
+    auto guess = GuessJobConfig(options);
+    ASSERT_TRUE(guess.ok()) << guess.status();
+    auto schema = Schema::Resolve(guess->job.data(), guess->job.model());
+    ASSERT_TRUE(schema.ok()) << schema.status();
+    const bool mlp = model != ModelConfig::LOGISTIC_REGRESSION && model != ModelConfig::FM;
+    // price, temp, count and score are dense inputs of an MLP, else bucketized fields.
+    EXPECT_EQ((*schema)->dense_dim(), mlp ? 4 : 0);
+    EXPECT_EQ((*schema)->fields(), mlp ? 5 : 9);
+    EXPECT_EQ((*schema)->label_column(), 0);
+  }
+}
+
 TEST(SchemaGuessTest, TabsFromTheHeaderWeightsAndOddColumnNames) {
   SchemaGuessOptions options;
   options.train_files = {Write("odd.txt", "w\tlabel\tcity name\tuserId\n1.5\t1\tOslo\tu1\n0\t0\tRome\tu2\n"
@@ -192,8 +215,8 @@ TEST(SchemaGuessTest, BadInputIsNamed) {
        "holds numbers (\"1\", \"0.5\"), a row rather than a header: kestrel init needs a header line"},
       {"headeronly.csv", "label,a\n", "label", "has a header but no rows"},
       {"short.csv", "label,a,b\n1,x,y\n0,x\n", "label", "short.csv:3: 2 columns, but the header names 3"},
-      {"quote.csv", "label,a\n1,\"x\n", "label", "quote.csv:2: column 2: the quote opened at character 3"},
-      {"afterquote.csv", "label,a\n1,\"x\"y\n", "label", "afterquote.csv:2: column 2: text after its closing quote"},
+      {"quote.csv", "label,a\n1,\"x\n", "label", "quote.csv:2: column 2 opens a quote that does not close"},
+      {"afterquote.csv", "label,a\n1,\"x\"y\n", "label", "afterquote.csv:2: column 2 has text after its closing quote"},
       {"textlabel.csv", "label,a\nyes,x\n", "label", "the label \"label\" is \"yes\", not a number"},
       {"unnamed.csv", "label,,b\n1,x,y\n", "label", "leaves column 2 unnamed"},
       {"twice.csv", "label,a,a\n1,x,y\n", "label", "names two columns \"a\""},
