@@ -44,8 +44,13 @@ constexpr int kFavorites = 3;
 constexpr double kFromFavoriteRate = 0.8;
 // The history's index of the target's draws in the per-item sub-streams.
 constexpr uint64_t kTargetIndex = 1u << 20;
-// Device popularity (cumulative) over SchemaDatagenDevices().
-constexpr double kDeviceCdf[] = {0.45, 0.75, 0.90, 0.97, 1.0};
+// The devices and their popularity (cumulative).
+struct Device {
+  const char* name;
+  double cdf;
+};
+constexpr Device kDevices[] = {{"android", 0.45}, {"ios", 0.75}, {"web", 0.90}, {"tablet", 0.97}, {"tv,console", 1.0}};
+constexpr int kNumDevices = sizeof(kDevices) / sizeof(kDevices[0]);
 
 double DeviceTerm(const SchemaDatagenOptions& o, int device) {
   return device < 0 ? 0 : o.value_weight_stddev * CounterNormal(DrawStream(o.seed, kDeviceWeight, 0), device);
@@ -117,7 +122,11 @@ std::vector<std::string> SchemaDatagenColumns(const SchemaDatagenOptions& option
 }
 
 const std::vector<std::string>& SchemaDatagenDevices() {
-  static const auto* const devices = new std::vector<std::string>{"android", "ios", "web", "tablet", "tv,console"};
+  static const auto* const devices = [] {
+    auto* names = new std::vector<std::string>;
+    for (const Device& d : kDevices) names->push_back(d.name);
+    return names;
+  }();
   return *devices;
 }
 
@@ -159,7 +168,7 @@ double HistoryModel::Draw(int split, int64_t row, SchemaExample* e) const {
   if (uniform(kMissing, 0) >= o.missing_rate) {
     const double d = uniform(kDevice, 0);
     e->device = 0;
-    while (d >= kDeviceCdf[e->device] && e->device + 1 < static_cast<int>(SchemaDatagenDevices().size())) ++e->device;
+    while (e->device + 1 < kNumDevices && d >= kDevices[e->device].cdf) ++e->device;
   }
   e->price_cents = -1;
   if (uniform(kMissing, 1) >= o.missing_rate) {
@@ -209,7 +218,7 @@ std::string HistoryModel::FormatLine(const SchemaExample& e, char delimiter) con
     absl::StrAppend(&line, j == 0 ? "c" : "|c", e.hist_categories[j]);
   }
   next();
-  if (e.device >= 0) AppendColumn(SchemaDatagenDevices()[e.device], delimiter, &line);
+  if (e.device >= 0) AppendColumn(kDevices[e.device].name, delimiter, &line);
   next();
   if (e.price_cents >= 0) absl::StrAppend(&line, e.price_cents / 100, ".", absl::Dec(e.price_cents % 100, absl::kZeroPad2));
   next();

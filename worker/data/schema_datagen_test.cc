@@ -15,24 +15,14 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "worker/data/datagen_testing.h"
+#include "worker/batch.h"
+#include "worker/data/schema.h"
+#include "worker/data/schema_parser.h"
 #include "worker/metrics.h"
 
 namespace kestrel {
 namespace {
-
-std::string Dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name);
-  std::system(("mkdir -p " + dir).c_str());
-  return dir;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> Lines(const std::string& path) {
   std::vector<std::string> lines = absl::StrSplit(Slurp(path), '\n');
@@ -41,31 +31,11 @@ std::vector<std::string> Lines(const std::string& path) {
   return lines;
 }
 
-// The columns of a line: `delimiter`-separated, a column starting with '"' running to its closing quote (a
-// doubled quote inside is one).
+// The columns of a line, as the job's line parser splits them.
 std::vector<std::string> Columns(const std::string& line, char delimiter) {
-  std::vector<std::string> columns(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c != '"') {
-        columns.back() += c;
-      } else if (i + 1 < line.size() && line[i + 1] == '"') {
-        columns.back() += '"';
-        ++i;
-      } else {
-        quoted = false;
-      }
-    } else if (c == delimiter) {
-      columns.emplace_back();
-    } else if (c == '"' && columns.back().empty()) {
-      quoted = true;
-    } else {
-      columns.back() += c;
-    }
-  }
-  return columns;
+  absl::StatusOr<std::vector<std::string>> columns = SplitDelimitedLine(line, delimiter, '"');
+  EXPECT_TRUE(columns.ok()) << columns.status() << ": " << line;
+  return columns.ok() ? *columns : std::vector<std::string>();
 }
 
 int64_t Id(absl::string_view token, absl::string_view prefix) {
@@ -110,6 +80,15 @@ SchemaDatagenOptions Small() {
   return o;
 }
 
+// Small() written as TSV, or as CSV with a weight column; histories of up to 12.
+SchemaDatagenOptions Formatted(bool csv) {
+  SchemaDatagenOptions options = Small();
+  options.csv = csv;
+  options.weight_column = csv;
+  options.max_history = 12;
+  return options;
+}
+
 TEST(SchemaDatagenTest, ReproducibleByteForByte) {
   const std::string a = Dir("schema_a"), b = Dir("schema_b"), c = Dir("schema_c");
   ASSERT_TRUE(GenerateSchemaData(Small(), ModelConfig::DEEPFM, a).ok());
@@ -130,10 +109,7 @@ TEST(SchemaDatagenTest, ReproducibleByteForByte) {
 TEST(SchemaDatagenTest, HeaderColumnsAndHistories) {
   for (bool csv : {false, true}) {
     SCOPED_TRACE(csv ? "csv" : "tsv");
-    SchemaDatagenOptions options = Small();
-    options.csv = csv;
-    options.weight_column = csv;
-    options.max_history = 12;
+    SchemaDatagenOptions options = Formatted(csv);
     const char delimiter = csv ? ',' : '\t';
     const std::string dir = Dir(csv ? "schema_csv" : "schema_tsv");
     ASSERT_TRUE(GenerateSchemaData(options, ModelConfig::DEEPFM, dir).ok());
@@ -252,6 +228,61 @@ TEST(SchemaDatagenTest, JobConfigDescribesTheFiles) {
   EXPECT_EQ(features["price"]->transform(), FeatureConfig::LOG1P);
   EXPECT_EQ(features["hour"]->kind(), FeatureConfig::BUCKETIZED);
   EXPECT_EQ(features["hour"]->boundaries_size(), 7);
+}
+
+// The job config resolves against the files it names (worker/data/schema.h), and every line parses into the
+// example drawn for it: the histories' bags hold the history, price is the one dense input.
+TEST(SchemaDatagenTest, ConfigResolvesAndEveryLineParses) {
+  for (bool csv : {false, true}) {
+    SCOPED_TRACE(csv ? "csv" : "tsv");
+    SchemaDatagenOptions options = Formatted(csv);
+    options.train_rows = 1000;
+    const std::string dir = Dir(csv ? "schema_parse_csv" : "schema_parse_tsv");
+    ASSERT_TRUE(GenerateSchemaData(options, ModelConfig::DEEPFM, dir).ok());
+    JobConfig job;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(Slurp(dir + "/job.pbtxt"), &job));
+    absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), job.model());
+    ASSERT_TRUE(schema.ok()) << schema.status();
+    EXPECT_TRUE((*schema)->header());
+    EXPECT_EQ((*schema)->dense_dim(), 1);
+    EXPECT_EQ((*schema)->num_tables(), 3);
+    const std::vector<std::string>& fields = (*schema)->field_names();
+    ASSERT_EQ(fields.size(), 7u);
+    auto field = [&](const std::string& name) {
+      return static_cast<int>(std::find(fields.begin(), fields.end(), name) - fields.begin());
+    };
+    const int hist_items = field("hist_items"), hist_categories = field("hist_categories");
+    ASSERT_LT(hist_items, 7);
+    ASSERT_LT(hist_categories, 7);
+    const std::vector<int>& tables = (*schema)->field_tables();
+    EXPECT_EQ(tables[hist_items], tables[field("item_id")]);
+    EXPECT_EQ(tables[hist_categories], tables[field("item_category")]);
+    EXPECT_NE(tables[hist_items], tables[hist_categories]);
+    EXPECT_EQ(tables[field("user_id")], 0);
+
+    LineParser parser(*schema);
+    Batch batch;
+    batch.Reset((*schema)->fields(), (*schema)->dense_dim());
+    const std::vector<std::string> lines = Lines(dir + "/" + SchemaDatagenFile(options, 0));
+    for (size_t i = 1; i < lines.size(); ++i) {
+      const absl::Status status = parser.Append(lines[i], &batch);
+      ASSERT_TRUE(status.ok()) << status << "\n" << lines[i];
+    }
+    ASSERT_EQ(batch.size, options.train_rows);
+    const HistoryModel model(options);
+    SchemaExample e;
+    for (int64_t row = 0; row < options.train_rows; ++row) {
+      model.Draw(0, row, &e);
+      EXPECT_EQ(batch.labels[row], e.label);
+      if (csv) EXPECT_EQ(batch.weights[row], e.weight);
+      const int64_t bag = row * batch.fields;
+      EXPECT_EQ(batch.bag_end(bag + hist_items) - batch.bag_begin(bag + hist_items), e.hist_items.size());
+      EXPECT_EQ(batch.bag_end(bag + hist_categories) - batch.bag_begin(bag + hist_categories),
+                e.hist_categories.size());
+      const float price = e.price_cents < 0 ? 0.0f : static_cast<float>(std::log1p(e.price_cents / 100.0));
+      EXPECT_NEAR(batch.dense[row], price, 1e-5);
+    }
+  }
 }
 
 // The committed example (examples/own_data, examples/README.md) is this generator's output, and its config the
