@@ -38,22 +38,4 @@ absl::StatusOr<int64_t> BatchReader::Fill(int64_t size, Batch* batch, bool appen
   return batch->size;
 }
 
-absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(const DataConfig& data, const ModelConfig& model,
-                                                               const std::vector<std::string>& files,
-                                                               const ReaderOptions& options,
-                                                               const ReaderPosition& start) {
-  KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<const Schema> schema, Schema::Resolve(data, model));
-  return Open(std::move(schema), files, options, start);
-}
-
-int SlotsOf(const DataConfig& data) {
-  absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(data, ModelConfig());
-  return schema.ok() ? (*schema)->fields() : 0;
-}
-
-int DenseInputsOf(const DataConfig& data, const ModelConfig& model) {
-  absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(data, model);
-  return schema.ok() ? (*schema)->dense_dim() : 0;
-}
-
 }  // namespace kestrel

@@ -36,13 +36,6 @@ class BatchReader {
   // Malformed lines skipped so far (OnError::kSkip).
   uint64_t skipped() const { return skipped_; }
 
-  // TEMPORARY, until worker/trainer.cc resolves the job's Schema itself: resolves it from `data` and `model` at
-  // every call (LIBSVM without data.libsvm_slots and STANDARDIZE statistics read the data files each time).
-  static absl::StatusOr<std::unique_ptr<BatchReader>> Open(const DataConfig& data, const ModelConfig& model,
-                                                           const std::vector<std::string>& files,
-                                                           const ReaderOptions& options,
-                                                           const ReaderPosition& start = {});
-
  private:
   BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error);
 
@@ -52,11 +45,6 @@ class BatchReader {
   const ReaderOptions::OnError on_error_;
   uint64_t skipped_ = 0;
 };
-
-// TEMPORARY, until worker/trainer.cc takes them from the job's Schema: its fields and dense inputs (0 when the
-// data configuration is refused; the reader then reports why).
-int SlotsOf(const DataConfig& data);
-int DenseInputsOf(const DataConfig& data, const ModelConfig& model);
 
 }  // namespace kestrel
 

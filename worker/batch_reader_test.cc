@@ -152,26 +152,5 @@ TEST(BatchReaderTest, DelimitedFilesWithAHeader) {
   EXPECT_EQ(batch.dense, (std::vector<float>{1, -3, -1}));
 }
 
-TEST(BatchReaderTest, TemporaryConfigurationEntryPoints) {
-  DataConfig data;
-  data.set_format(DataConfig::LIBSVM);
-  data.add_train_files(WriteFile("shim.svm", "1 1:1 2:1 3:1\n0 2:1\n"));
-  ModelConfig model;
-  EXPECT_EQ(SlotsOf(data), 3);
-  EXPECT_EQ(DenseInputsOf(data, model), 0);
-  data.set_format(DataConfig::CRITEO);
-  EXPECT_EQ(SlotsOf(data), kCriteoFields);
-  EXPECT_EQ(DenseInputsOf(data, model), kCriteoIntegerFields);
-  model.set_no_dense_inputs(true);
-  EXPECT_EQ(DenseInputsOf(data, model), 0);
-  data.set_format(DataConfig::LIBSVM);
-  auto reader = BatchReader::Open(data, model, {data.train_files(0)}, ReaderOptions{});
-  ASSERT_TRUE(reader.ok()) << reader.status();
-  Batch batch;
-  ASSERT_TRUE((*reader)->Fill(10, &batch).ok());
-  EXPECT_EQ(batch.size, 2);
-  EXPECT_EQ(batch.fields, 3);
-}
-
 }  // namespace
 }  // namespace kestrel

@@ -28,23 +28,25 @@ TEST(BatchTest, CriteoExampleFillsAllSlotsAndDenseInputs) {
   EXPECT_EQ(b.labels, std::vector<float>{1.0f});
 }
 
-TEST(BatchTest, LibsvmPadsAndRefusesTooManyFeatures) {
+TEST(BatchTest, LibsvmLeavesTheFieldsAfterItsFeaturesEmptyAndRefusesTooManyFeatures) {
   Batch b;
   b.Reset(3, 0);
   LibsvmExample e;
   e.label = 0;
-  e.indices = {7, 9};
+  e.indices = {7, 0};  // index 0 is a feature like any other
   e.values = {0.5f, 2.0f};
   ASSERT_TRUE(AppendLibsvm(e, &b).ok());
-  EXPECT_EQ(b.keys, (std::vector<uint64_t>{LibsvmKey(7), LibsvmKey(9), LibsvmKey(0)}));
-  EXPECT_EQ(b.values, (std::vector<float>{0.5f, 2.0f, 0.0f}));
+  EXPECT_EQ(b.keys, (std::vector<uint64_t>{LibsvmKey(7), LibsvmKey(0)}));
+  EXPECT_EQ(b.values, (std::vector<float>{0.5f, 2.0f}));
+  EXPECT_EQ(b.bag_offsets, (std::vector<uint32_t>{0, 1, 2, 2})) << "the third field is an empty bag";
   e.indices = {1, 2, 3, 4};
   e.values = {1, 1, 1, 1};
   absl::Status s = AppendLibsvm(e, &b);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("libsvm_slots"), absl::string_view::npos) << s;
   EXPECT_EQ(b.size, 1) << "a refused example leaves the batch unchanged";
-  EXPECT_EQ(b.keys.size(), 3u);
+  EXPECT_EQ(b.keys.size(), 2u);
+  EXPECT_EQ(b.bag_offsets.size(), 4u);
 }
 
 TEST(BatchTest, SegmentsListEachUniqueKeysPositionsInOrder) {
