@@ -1,6 +1,7 @@
 #include "worker/data/record_reader.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/status.h"
 
@@ -110,7 +111,7 @@ absl::StatusOr<bool> ShardedLines::NextShuffled(absl::string_view* line) {
       last_file_ = kept.file;
       last_file_line_ = kept.file_line;
       last_line_ = kept.line;
-      *line = absl::string_view(window_text_).substr(kept.begin, kept.size);
+      *line = absl::string_view(kept.text, kept.size);
       return true;
     }
     if (window_loaded_) {  // all of this shard's lines of the window returned: the next window
@@ -135,7 +136,8 @@ absl::StatusOr<bool> ShardedLines::LoadWindow() {
   uint64_t lines = window;
   while (true) {
     window_.clear();
-    window_text_.clear();
+    for (Block& block : blocks_) block.used = 0;
+    block_ = 0;
     next_ = 0;
     while (cursor_.line - start.line < window) {
       KESTREL_ASSIGN_OR_RETURN(const bool more, ReadDataLine());
@@ -143,9 +145,7 @@ absl::StatusOr<bool> ShardedLines::LoadWindow() {
       const uint64_t global = cursor_.line - 1;
       const uint64_t position = shuffle_->Position(global, lines);
       if (position < position_.global_line || !share_.Contains(position)) continue;
-      window_.push_back(
-          Kept{position, global, cursor_.file, cursor_.file_line, window_text_.size(), data_.size()});
-      window_text_.append(data_.data(), data_.size());
+      window_.push_back(Kept{position, global, cursor_.file, cursor_.file_line, Keep(data_), data_.size()});
     }
     const uint64_t read = cursor_.line - start.line;
     if (read == 0) return false;
@@ -158,6 +158,20 @@ absl::StatusOr<bool> ShardedLines::LoadWindow() {
   window_end_ = cursor_;
   window_loaded_ = true;
   return true;
+}
+
+const char* ShardedLines::Keep(absl::string_view text) {
+  constexpr size_t kBlockBytes = size_t{1} << 20;
+  while (block_ < blocks_.size() && blocks_[block_].size - blocks_[block_].used < text.size()) ++block_;
+  if (block_ == blocks_.size()) {
+    const size_t size = std::max(kBlockBytes, text.size());
+    blocks_.push_back(Block{std::make_unique<char[]>(size), size, 0});
+  }
+  Block& block = blocks_[block_];
+  char* out = block.data.get() + block.used;
+  std::memcpy(out, text.data(), text.size());
+  block.used += text.size();
+  return out;
 }
 
 std::string ShardedLines::Where() const {

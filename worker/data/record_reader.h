@@ -105,8 +105,14 @@ class ShardedLines {
     uint64_t line = 0;
     size_t file = 0;
     uint64_t file_line = 0;
-    size_t begin = 0;  // its text in window_text_
+    const char* text = nullptr;  // in blocks_
     size_t size = 0;
+  };
+  // Holds kept lines' text: filled, emptied whole, reused (a growing string would copy the text over and over).
+  struct Block {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+    size_t used = 0;
   };
 
   ShardedLines(std::vector<std::string> files, const ReaderOptions& options, const ReaderPosition& start);
@@ -119,6 +125,8 @@ class ShardedLines {
   // Reads the window at cursor_ (a window's first line), keeping this shard's lines from position_.global_line
   // on, in increasing position; false at the end of the files.
   absl::StatusOr<bool> LoadWindow();
+  // A copy of `text` in blocks_, valid until the blocks are emptied.
+  const char* Keep(absl::string_view text);
 
   std::vector<std::string> files_;
   ReaderOptions options_;
@@ -135,7 +143,8 @@ class ShardedLines {
   uint64_t last_line_ = 0;
   // Shuffling: this shard's lines of the window being read, in increasing position; the next to return.
   std::vector<Kept> window_;
-  std::string window_text_;
+  std::vector<Block> blocks_;
+  size_t block_ = 0;  // the first block with room
   size_t next_ = 0;
   bool window_loaded_ = false;
   Cursor window_end_;  // the cursor after the window

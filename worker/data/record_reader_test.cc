@@ -214,5 +214,22 @@ TEST(RecordReaderTest, ResumesAfterAnyLineMidWindow) {
   EXPECT_EQ(ShardedLines::Open(files, shuffled, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Lines of any length are kept whole while their window is held, lines longer than a buffer block among them.
+TEST(RecordReaderTest, ShuffledLongLinesComeBackWhole) {
+  std::string contents;
+  std::vector<std::string> want;
+  for (int i = 0; i < 12; ++i) {
+    want.push_back(std::string(i % 4 == 1 ? (3 << 19) + i : 100 * i + 1, static_cast<char>('a' + i)));
+    contents += want.back() + "\n";
+  }
+  const std::vector<std::string> files = {WriteFile("long", contents)};
+  ReaderOptions options;
+  options.shuffle_window = 5;
+  std::vector<std::string> got = Texts(ReadAll(files, options));
+  EXPECT_NE(got, want);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace kestrel
