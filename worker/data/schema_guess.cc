@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,9 @@ constexpr int kQuantileBuckets = 16;
 // other.
 constexpr double kSharedVocabularyShare = 0.5;
 constexpr int kSharedVocabularyValues = 20;
+// Epochs: enough passes over the training rows for about this many examples, at most kMostEpochs.
+constexpr int64_t kExamplesToTrain = 100000;
+constexpr int kMostEpochs = 10;
 
 bool IsMissingToken(absl::string_view value) {
   for (const char* token : kMissingTokens) {
@@ -389,9 +393,11 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open({file}, ReaderOptions(), ReaderPosition()));
   absl::string_view line;
   KESTREL_ASSIGN_OR_RETURN(bool more, lines.Next(&line));  // the header
+  int64_t sampled_bytes = 0;
   while (guess.sampled_rows < options.sample_rows) {
     KESTREL_ASSIGN_OR_RETURN(more, lines.Next(&line));
     if (!more) break;
+    sampled_bytes += static_cast<int64_t>(line.size()) + 1;
     auto values = SplitDelimitedLine(line, delimiter, '"');
     if (!values.ok()) return absl::InvalidArgumentError(absl::StrCat(lines.Where(), ": ", values.status().message()));
     if (values->size() != columns.size()) {
@@ -419,6 +425,19 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   }
   if (guess.sampled_rows == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s has a header but no rows", file));
+  }
+  guess.whole_file = !more;
+  guess.train_rows = guess.sampled_rows;
+  if (!guess.whole_file || options.train_files.size() > 1) {  // the sampled rows' mean length into the files' sizes
+    double bytes = -static_cast<double>(options.train_files.size() * (header_line.size() + 1));
+    for (const std::string& f : options.train_files) {
+      std::error_code error;
+      const uintmax_t size = std::filesystem::file_size(f, error);
+      if (error) return absl::NotFoundError(absl::StrFormat("cannot read the size of %s: %s", f, error.message()));
+      bytes += static_cast<double>(size);
+    }
+    guess.train_rows = std::max<int64_t>(
+        guess.sampled_rows, std::llround(bytes * guess.sampled_rows / static_cast<double>(sampled_bytes)));
   }
   std::vector<std::string> others(options.train_files.begin() + 1, options.train_files.end());
   others.insert(others.end(), options.test_files.begin(), options.test_files.end());
@@ -451,7 +470,8 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   if (weight >= 0) schema.set_weight(options.weight);
   TrainConfig& train = *job.mutable_train();
   train.set_batch_size(256);
-  train.set_epochs(1);
+  train.set_epochs(static_cast<int>(std::clamp<int64_t>(
+      std::llround(static_cast<double>(kExamplesToTrain) / guess.train_rows), 1, kMostEpochs)));
   train.set_shuffle_buffer(100000);
 
   absl::flat_hash_set<std::string> names, missing_tokens;
@@ -490,14 +510,18 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
 }
 
 std::string GuessedJobConfigText(const SchemaGuess& guess, const SchemaGuessOptions& options) {
+  const bool counted = guess.whole_file && options.train_files.size() == 1;
   std::string text = absl::StrFormat(
-      "# Guessed by `kestrel init` (kestrel_schema_guess) from the header and the first %d rows of %s.\n"
+      "# Guessed by `kestrel init` (kestrel_schema_guess) from the header and %s %d rows of %s.\n"
       "# Check before training (proto/schema.proto has every field and its default):\n"
       "#   - each column's kind below: NUMERIC (a number, transformed) or CATEGORICAL (a key; with a separator,\n"
-      "#     several keys pooled); rows beyond the sample may hold values these kinds refuse;\n"
-      "#   - the model, embedding_dim, hidden, batch_size and epochs: first-run choices for a small file.\n"
+      "#     several keys pooled)%s;\n"
+      "#   - the model, embedding_dim, hidden and batch_size: first-run choices for a small file;\n"
+      "#   - epochs %d: about %d examples over the %s%d training rows; fewer if the test logloss gets worse.\n"
       "# Columns:\n",
-      guess.sampled_rows, options.train_files[0]);
+      guess.whole_file ? "all" : "the first", guess.sampled_rows, options.train_files[0],
+      guess.whole_file ? "" : "; rows beyond the sample may hold values these kinds refuse",
+      guess.job.train().epochs(), kExamplesToTrain, counted ? "" : "~", guess.train_rows);
   for (const std::string& note : guess.notes) absl::StrAppend(&text, "#   ", note, "\n");
   std::string body;
   google::protobuf::TextFormat::PrintToString(guess.job, &body);

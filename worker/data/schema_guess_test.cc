@@ -111,14 +111,42 @@ TEST(SchemaGuessTest, PrintsACommentedConfigThatParsesBack) {
   ASSERT_TRUE(guess.ok()) << guess.status();
   const std::string text = GuessedJobConfigText(*guess, options);
   EXPECT_THAT(text, StartsWith("# Guessed by `kestrel init`"));
-  EXPECT_THAT(text, HasSubstr("first 400 rows of " + options.train_files[0]));
+  EXPECT_THAT(text, HasSubstr("all 400 rows of " + options.train_files[0]));
   EXPECT_THAT(text, HasSubstr("#   tags: CATEGORICAL multi-valued by \"|\""));
   JobConfig parsed;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &parsed));
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, guess->job));
   EXPECT_EQ(parsed.train().batch_size(), 256);
-  EXPECT_EQ(parsed.train().epochs(), 1);
+  EXPECT_EQ(parsed.train().epochs(), 10) << "400 rows: the most epochs";
+  EXPECT_THAT(text, HasSubstr("epochs 10: about 100000 examples over the 400 training rows"));
   EXPECT_THAT(parsed.model().hidden(), ElementsAre(64, 32));
+}
+
+TEST(SchemaGuessTest, EpochsFromTheTrainingRows) {
+  SchemaGuessOptions options;
+  const std::string file = Write("rows.csv", SampleCsv());
+  options.train_files = {file};
+  options.label = "clicked";
+  options.sample_rows = 100;
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  EXPECT_FALSE(guess->whole_file);
+  EXPECT_NEAR(guess->train_rows, 400, 40) << "estimated from the file's size";
+  EXPECT_THAT(GuessedJobConfigText(*guess, options), HasSubstr("the first 100 rows of"));
+  // 50000 rows in 10 files: 2 epochs.
+  options.sample_rows = 10000;
+  std::string big = "clicked,a\n";
+  for (int i = 0; i < 50000; ++i) absl::StrAppend(&big, i % 2, ",", i % 3, "\n");
+  options.train_files.assign(10, Write("big.csv", big));
+  guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  EXPECT_EQ(guess->train_rows, 500000);
+  EXPECT_EQ(guess->job.train().epochs(), 1);
+  options.train_files.resize(1);
+  guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  EXPECT_EQ(guess->train_rows, 50000);
+  EXPECT_EQ(guess->job.train().epochs(), 2);
 }
 
 TEST(SchemaGuessTest, ModelsWithoutAnMlpBucketizeNumbers) {
