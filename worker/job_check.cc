@@ -37,6 +37,10 @@ absl::Status CheckJob(const JobConfig& job_in, Backend* backend, const JobCheckO
   if (job.data().train_files().empty()) {
     return absl::InvalidArgumentError("no training files: set data.train_files or give --train_files");
   }
+  if (job.train().shuffle_buffer() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("train.shuffle_buffer must be >= 0 (0: no shuffling), got ",
+                                                   job.train().shuffle_buffer()));
+  }
   // The data format (the schema's columns, features and tables; the header lines; libsvm's slots).
   absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), job.model());
   if (!schema.ok()) return absl::InvalidArgumentError(absl::StrCat("the data: ", schema.status().message()));

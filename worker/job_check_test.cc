@@ -35,6 +35,21 @@ TEST(JobCheckTest, AcceptsAJobWhoseDataItsReaderReads) {
   EXPECT_TRUE(CheckJob(LibsvmJob(3), backend.get(), options).ok()) << CheckJob(LibsvmJob(3), backend.get(), options);
 }
 
+// Without data.libsvm_slots the job takes as many fields as the widest line of its files has features.
+TEST(JobCheckTest, CountsTheSlotsWhenNoneAreGiven) {
+  auto backend = NewCpuBackend();
+  EXPECT_TRUE(CheckJob(LibsvmJob(0), backend.get()).ok()) << CheckJob(LibsvmJob(0), backend.get());
+}
+
+TEST(JobCheckTest, NamesANegativeShuffleBuffer) {
+  auto backend = NewCpuBackend();
+  JobConfig job = LibsvmJob(0);
+  job.mutable_train()->set_shuffle_buffer(-1);
+  const absl::Status status = CheckJob(job, backend.get());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "train.shuffle_buffer")) << status;
+}
+
 TEST(JobCheckTest, NamesTheFileAndLineOfAnExampleWiderThanTheSlots) {
   auto backend = NewCpuBackend();
   const absl::Status status = CheckJob(LibsvmJob(2), backend.get());
