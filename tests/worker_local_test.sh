@@ -65,6 +65,8 @@ expect_config_error missing_file "$tmp/absent.tsv" --local --config="$tmp/job.pb
 echo 'model { type: DEEPFM' >"$tmp/broken.pbtxt"
 expect_config_error broken_config "not a valid JobConfig" --local --config="$tmp/broken.pbtxt"
 expect_config_error export_exists "already holds an export" --local --config="$tmp/job.pbtxt" --export_dir="$tmp/model"
+expect_config_error predictions_dir "cannot create" --local --config="$tmp/job.pbtxt" \
+  --predictions_out="$tmp/no_such_dir/scores.txt"
 expect_config_error cluster_export "are for --local runs" --config="$tmp/job.pbtxt" --scheduler=127.0.0.1:1 \
   --rank=0 --predictions_out="$tmp/x.txt"
 echo "PASS"

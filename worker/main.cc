@@ -594,6 +594,12 @@ int Run() {
       return 2;
     }
   }
+  if (const std::string path = absl::GetFlag(FLAGS_predictions_out); !path.empty()) {
+    if (absl::Status writable = WritePredictions(path, {}); !writable.ok()) {  // rewritten after training
+      KLOG(Error) << "--predictions_out: " << writable.message();
+      return 2;
+    }
+  }
   if (absl::Status started = StartRecordFile(absl::GetFlag(FLAGS_metrics_out), absl::GetFlag(FLAGS_metrics_append));
       !started.ok()) {
     KLOG(Error) << "--metrics_out: " << started.message();
