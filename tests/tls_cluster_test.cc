@@ -81,7 +81,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
         RunfilePath("worker/kestrel_worker"),
         Concat({"--job_id=tls", "--config=" + config, "--scheduler=" + scheduler->address(),
                 absl::StrCat("--rank=", w), "--device=cpu", "--compute_threads=1",
-                "--metrics_out=" + dir + "/metrics.jsonl"},
+                "--metrics_out=" + dir + "/metrics.jsonl", "--metrics_append"},
                TestingCa::Flags(*tls)),
         dir, absl::StrCat("worker", w));
     ASSERT_TRUE(worker.ok()) << worker.status();

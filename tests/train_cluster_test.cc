@@ -68,7 +68,7 @@ class TrainClusterTest : public ::testing::Test {
       args = tls.WithFlags({"--job_id=e2e", "--config=" + config, "--scheduler=" + scheduler->address(),
                             absl::StrCat("--rank=", w), "--device=cpu",
                             absl::StrCat("--compute_threads=", compute_threads),
-                            "--metrics_out=" + dir + "/metrics.jsonl"},
+                            "--metrics_out=" + dir + "/metrics.jsonl", "--metrics_append"},
                            "e2e", "worker", w);
       if (!args.ok()) return args.status();
       auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir, absl::StrCat("worker", w));

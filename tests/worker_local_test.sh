@@ -35,6 +35,32 @@ grep -q "\"fingerprint\":\"$eval_fingerprint\"" "$tmp/predict.json" ||
   fail "the export's fingerprint $(cat "$tmp/predict.json") is not the evaluation's $eval_fingerprint"
 echo "predictions and export agree bit for bit (fingerprint $eval_fingerprint)"
 
+echo "== libsvm with 85 features per line and the default config: train, score, export; the export scores alone"
+python3 - "$tmp" <<'PY'
+import random, sys
+random.seed(7)
+for split, rows in (("train", 3000), ("test", 600)):
+    with open(f"{sys.argv[1]}/wide85_{split}.svm", "w") as out:
+        for _ in range(rows):
+            idx = [a * 8 + random.randrange(8) for a in range(85)]  # index 0 is a real feature
+            label = "+1" if (idx[0] + idx[1]) % 3 == 0 else "-1"
+            out.write(label + " " + " ".join(f"{i}:1" for i in idx) + "\n")
+PY
+cat >"$tmp/wide85.pbtxt" <<JOB
+model { type: DEEPFM }
+data { format: LIBSVM train_files: "$tmp/wide85_train.svm" test_files: "$tmp/wide85_test.svm" }
+JOB
+"$worker" --local --config="$tmp/wide85.pbtxt" --device=cpu --compute_threads=1 --predictions_out="$tmp/wide85.txt" \
+  --export_dir="$tmp/wide85_model" 2>"$tmp/wide85.log" || fail "the libsvm run failed: $(tail -5 "$tmp/wide85.log")"
+[[ $(wc -l <"$tmp/wide85.txt") -eq 600 ]] || fail "$(wc -l <"$tmp/wide85.txt") predictions for 600 test rows"
+grep -q "libsvm_slots: 85" "$tmp/wide85_model/MODEL" || fail "the export does not pin the 85 counted slots"
+mv "$tmp/wide85_train.svm" "$tmp/wide85_train.moved"  # scoring an export needs no training file
+"$predict" --model="$tmp/wide85_model" --input="$tmp/wide85_test.svm" --output="$tmp/wide85_predict.txt" \
+  --device=cpu --compute_threads=1 >/dev/null 2>"$tmp/wide85_predict.log" ||
+  fail "kestrel_predict on the libsvm export: $(tail -3 "$tmp/wide85_predict.log")"
+cmp -s "$tmp/wide85.txt" "$tmp/wide85_predict.txt" || fail "the libsvm export scores otherwise than the trainer"
+echo "85 features per line: trained, scored and exported with the default config"
+
 echo "== --metrics_out starts empty; --metrics_append adds"
 local_run --metrics_out="$tmp/metrics.jsonl" 2>/dev/null || fail "second run"
 [[ $(records_of "$tmp/metrics.jsonl" done) -eq 1 ]] || fail "--metrics_out kept an earlier run's records"

@@ -23,6 +23,8 @@
 #include "server/initializer.h"
 #include "server/table.h"
 #include "server/shard_store.h"
+#include "worker/data/schema.h"
+#include "worker/model.h"
 
 namespace kestrel {
 namespace {
@@ -589,6 +591,13 @@ absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options) {
   model.set_clock(manifest.clock());
   model.set_job_id(manifest.job_id());
   *model.mutable_job() = options.job;
+  // The data format as resolved against the training files (libsvm's counted slots, STANDARDIZE statistics), so
+  // scoring with the export needs no training file. When they are gone already, the config stays as given.
+  if (absl::StatusOr<std::shared_ptr<const Schema>> schema =
+          Schema::Resolve(options.job.data(), WithDefaults(options.job.model()));
+      schema.ok()) {
+    *model.mutable_job()->mutable_data() = (*schema)->Pinned(options.job.data());
+  }
   if (base != nullptr) {
     model.set_base_dir(BaseDirFor(options.out_dir, options.base_export));
     model.set_base_checkpoint(base->model.checkpoint());

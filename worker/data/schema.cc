@@ -417,8 +417,10 @@ absl::Status SchemaBuilder::ComputeStatistics(const std::shared_ptr<Schema>& sch
   for (size_t i = 0; i < which.size(); ++i) {
     Schema::Feature& f = schema->features_[which[i]];
     const double stddev = n[i] > 0 ? std::sqrt(m2[i] / static_cast<double>(n[i])) : 0.0;
-    f.mean = mean[i];
-    f.stddev = stddev > 0 && std::isfinite(stddev) ? stddev : 1.0;  // a constant column: shifted only
+    // Rounded to the config's floats, so a config with them written in (Pinned) transforms exactly alike.
+    f.mean = static_cast<float>(mean[i]);
+    const float rounded = static_cast<float>(stddev);
+    f.stddev = rounded > 0 && std::isfinite(rounded) ? rounded : 1.0f;  // a constant column: shifted only
   }
   return absl::OkStatus();
 }
@@ -512,6 +514,19 @@ absl::StatusOr<std::shared_ptr<const Schema>> Schema::Resolve(const DataConfig& 
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown data.format ", static_cast<int>(data.format())));
   }
+}
+
+DataConfig Schema::Pinned(DataConfig data) const {
+  if (format_ == Format::kLibsvm) data.set_libsvm_slots(fields());
+  if (format_ == Format::kDelimited && data.schema().features_size() == static_cast<int>(features_.size())) {
+    for (size_t i = 0; i < features_.size(); ++i) {
+      if (features_[i].transform != FeatureConfig::STANDARDIZE) continue;
+      FeatureConfig* config = data.mutable_schema()->mutable_features(static_cast<int>(i));
+      config->set_mean(static_cast<float>(features_[i].mean));
+      config->set_stddev(static_cast<float>(features_[i].stddev));
+    }
+  }
+  return data;
 }
 
 std::vector<TableConfig> Schema::ExtraTableConfigs(const ModelConfig& model) const {

@@ -86,6 +86,10 @@ class Schema {
   // (its embedding_dim, embedding_optimizer, embedding_initializer, sparse_capacity and wire_type, as "emb"
   // does); table t's initializer seed is model.seed() + 2 + t ("wide", "emb" and "dense" have seed + 0, 1, 2).
   std::vector<TableConfig> ExtraTableConfigs(const ModelConfig& model_with_defaults) const;
+  // `data` (the config this schema was resolved from) with what Resolve read from the data files written in:
+  // LIBSVM's counted slots as libsvm_slots, and each computed STANDARDIZE mean and stddev. Resolving the result
+  // needs no training file and gives the same schema (an export stores it, so scoring needs only its inputs).
+  DataConfig Pinned(DataConfig data) const;
   // Whether the first line of every file is a header (ReaderOptions.header).
   bool header() const { return header_; }
 

@@ -217,6 +217,19 @@ TEST(SchemaTest, CriteoPreset) {
   EXPECT_TRUE((*without)->ExtraTableConfigs(Model()).empty());
 }
 
+TEST(SchemaTest, PinnedLibsvmSlotsNeedNoFiles) {
+  DataConfig data = Data("format: LIBSVM");
+  data.add_train_files(WriteFile("pin.svm", "1 1:1 2:1 3:1\n0 2:1\n"));
+  auto schema = Schema::Resolve(data, Model());
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  DataConfig pinned = (*schema)->Pinned(data);
+  EXPECT_EQ(pinned.libsvm_slots(), 3);
+  pinned.clear_train_files();
+  auto again = Schema::Resolve(pinned, Model());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->fields(), 3);
+}
+
 TEST(SchemaTest, LibsvmSlotsAreExplicitOrTheMostFeaturesOfAnyLine) {
   const std::string train = WriteFile("slots_train.svm", "1 1:1 2:1\n0 3:1\n\n1 4:1 5:1 6:0.5 # three\n");
   const std::string test = WriteFile("slots_test.svm", "0 1:1 2:1 3:1 4:1\n");
@@ -263,12 +276,22 @@ TEST(SchemaTest, StandardizeStatisticsComeFromTheTrainingFiles) {
   ASSERT_TRUE(schema.ok()) << schema.status();
   const std::vector<Schema::Feature>& f = (*schema)->features();
   EXPECT_DOUBLE_EQ(f[0].mean, 2.5);
-  EXPECT_DOUBLE_EQ(f[0].stddev, std::sqrt(1.25));
+  EXPECT_DOUBLE_EQ(f[0].stddev, static_cast<float>(std::sqrt(1.25)));  // rounded to the config's float
   EXPECT_DOUBLE_EQ(f[1].mean, 5);
   EXPECT_DOUBLE_EQ(f[1].stddev, 1);
   EXPECT_DOUBLE_EQ(f[2].mean, 1);
   EXPECT_DOUBLE_EQ(f[2].stddev, 2);
   EXPECT_DOUBLE_EQ(f[3].mean, 2.5);
+
+  // Pinned: the statistics written into the config, which then resolves alike without any training file.
+  DataConfig pinned = (*schema)->Pinned(data);
+  pinned.clear_train_files();
+  auto again = Schema::Resolve(pinned, Model());
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ((*again)->features()[i].mean, f[i].mean) << i;
+    EXPECT_EQ((*again)->features()[i].stddev, f[i].stddev) << i;
+  }
 
   // A malformed training line fails the statistics pass with its place, or is passed over.
   data.add_train_files(WriteFile("std_bad.tsv", "1\tseven\t5\n1\t100\n"));
