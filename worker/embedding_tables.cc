@@ -42,23 +42,31 @@ bool EmbeddingTables::used(absl::string_view name) const {
   return false;
 }
 
-absl::Status EmbeddingTables::Pull(const PreparedBatch& batch, float* rows, const CallClock& read,
-                                   Staging* staging) const {
-  if (batch.tables.empty()) return client_->Pull(names_[0], batch.keys, dim_, rows, read);
+absl::Status EmbeddingTables::ForEachUsed(const PreparedBatch& batch, Staging* staging,
+                                          const TableFn& fn) const {
   if (static_cast<int>(batch.tables.size()) != num_tables()) {
     return absl::InternalError("the batch was prepared for another number of embedding tables");
   }
   staging->rows.resize(batch.tables.size());
   return ForEachTable(used_, [&](int t) -> absl::Status {
     const PreparedBatch::TableKeys& table = batch.tables[t];
+    // The table's KeyBatch keeps the order of its unique keys (identity: grouped by server and increasing), so
+    // row i of its buffer is the batch's row table.rows[i].
+    if (!table.keys.identity()) return absl::InternalError("a table's keys are not in the batch's order");
     std::vector<float>& buffer = staging->rows[t];
     buffer.resize(table.rows.size() * dim_);
-    if (!table.keys.identity()) return absl::InternalError("a table's keys are not in the batch's order");
-    absl::Status pulled = client_->Pull(names_[t], table.keys, dim_, buffer.data(), read);
+    return fn(t, table, buffer.data());
+  });
+}
+
+absl::Status EmbeddingTables::Pull(const PreparedBatch& batch, float* rows, const CallClock& read,
+                                   Staging* staging) const {
+  if (batch.tables.empty()) return client_->Pull(names_[0], batch.keys, dim_, rows, read);
+  return ForEachUsed(batch, staging, [&](int t, const PreparedBatch::TableKeys& table, float* buffer) {
+    absl::Status pulled = client_->Pull(names_[t], table.keys, dim_, buffer, read);
     if (!pulled.ok()) return pulled;
-    // The table's KeyBatch keeps the order of its unique keys (identity: grouped by server and increasing).
     for (size_t i = 0; i < table.rows.size(); ++i) {
-      std::memcpy(rows + size_t{table.rows[i]} * dim_, buffer.data() + i * dim_, dim_ * sizeof(float));
+      std::memcpy(rows + size_t{table.rows[i]} * dim_, buffer + i * dim_, dim_ * sizeof(float));
     }
     return absl::OkStatus();
   });
@@ -67,19 +75,11 @@ absl::Status EmbeddingTables::Pull(const PreparedBatch& batch, float* rows, cons
 absl::Status EmbeddingTables::Push(const PreparedBatch& batch, const float* grads, const CallClock& at,
                                    Staging* staging) const {
   if (batch.tables.empty()) return client_->Push(names_[0], batch.keys, dim_, grads, at);
-  if (static_cast<int>(batch.tables.size()) != num_tables()) {
-    return absl::InternalError("the batch was prepared for another number of embedding tables");
-  }
-  staging->rows.resize(batch.tables.size());
-  return ForEachTable(used_, [&](int t) -> absl::Status {
-    const PreparedBatch::TableKeys& table = batch.tables[t];
-    std::vector<float>& buffer = staging->rows[t];
-    if (!table.keys.identity()) return absl::InternalError("a table's keys are not in the batch's order");
-    buffer.resize(table.rows.size() * dim_);
+  return ForEachUsed(batch, staging, [&](int t, const PreparedBatch::TableKeys& table, float* buffer) {
     for (size_t i = 0; i < table.rows.size(); ++i) {
-      std::memcpy(buffer.data() + i * dim_, grads + size_t{table.rows[i]} * dim_, dim_ * sizeof(float));
+      std::memcpy(buffer + i * dim_, grads + size_t{table.rows[i]} * dim_, dim_ * sizeof(float));
     }
-    return client_->Push(names_[t], table.keys, dim_, buffer.data(), at);
+    return client_->Push(names_[t], table.keys, dim_, buffer, at);
   });
 }
 

@@ -14,6 +14,7 @@
 #ifndef KESTREL_WORKER_EMBEDDING_TABLES_H_
 #define KESTREL_WORKER_EMBEDDING_TABLES_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ class EmbeddingTables {
   absl::Status Push(const PreparedBatch& batch, const float* grads, const CallClock& at, Staging* staging) const;
 
  private:
+  using TableFn = std::function<absl::Status(int t, const PreparedBatch::TableKeys& table, float* buffer)>;
+  // Checks the batch's tables, then runs fn for every used table (concurrently) with its staging buffer sized
+  // for its rows.
+  absl::Status ForEachUsed(const PreparedBatch& batch, Staging* staging, const TableFn& fn) const;
+
   PsClient* client_;
   std::vector<std::string> names_;
   std::vector<bool> used_;
