@@ -5,7 +5,7 @@
 # baseline built from an older commit and the current one — and compares the final test AUC and prediction
 # fingerprints. Writes bench/results/preset_parity.md.
 #
-#   bench/run_preset_parity.sh BASE_BIN_DIR NEW_BIN_DIR
+#   [BASE_LABEL="built at <commit>"] bench/run_preset_parity.sh BASE_BIN_DIR NEW_BIN_DIR
 # Each dir holds kestrel_worker; NEW_BIN_DIR also kestrel_datagen. Build the baseline with e.g.
 #   git worktree add /tmp/base/src <commit> && (cd /tmp/base/src && bazel build //worker:kestrel_worker)
 # The current build trains the last partial batch by default; the runs set train.drop_last so both read the
@@ -62,6 +62,7 @@ RESULT=bench/results/preset_parity.md
   echo "# Preset parity: Criteo and libsvm through the feature schema vs the dedicated readers"
   echo
   echo "\`bench/run_preset_parity.sh $BASE $NEW\`, $(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
+  echo "Baseline: ${BASE_LABEL:-$BASE}; current: the tree at $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)."
   echo "kestrel_worker --local, 1 compute thread, demo data (kestrel_datagen --small: 80k train, 10k test), 3 epochs, batch 256."
   echo
   echo "| format | model | baseline AUC | current AUC | abs diff | fingerprints |"
