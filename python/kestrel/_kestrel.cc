@@ -1,0 +1,230 @@
+// _kestrel: the Python binding of Kestrel's C++ parameter-server client (worker/ps_client.h), built by Bazel with
+// pybind11. Python never re-implements what the client does — routing by the partition, request splitting,
+// retries with exactly-once request ids, the wire's value types, mutual TLS: it hands numpy arrays to it.
+//
+//   Client.in_process(servers, job_id)   a client over in-process servers (Shards) it owns: tests and notebooks
+//   Client.connect(addresses, job_id, tls_ca, tls_cert, tls_key)   a client of a running job's servers over gRPC
+//   create_table(config)                 a TableConfig in protobuf text format (proto/table.proto)
+//   pull(table, keys, dim) -> float32 [len(keys), dim]; push(table, keys, grads); pull_dense / push_dense
+//
+// Keys are a 1-D numpy uint64 array (any order, duplicates allowed: pushes sum a key's rows); rows and gradients
+// 2-D float32 C-contiguous arrays, read and written in place (no copies on the Python side). Calls release the
+// GIL. A refused call raises kestrel.KestrelError carrying the server's status code (`code`, e.g.
+// "INVALID_ARGUMENT") and message; nothing of it was applied. A Client is thread-safe as PsClient is.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+#include "common/tls.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "proto/table.pb.h"
+#include "server/shard.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/local_ps_client.h"
+#include "worker/ps_client.h"
+
+namespace py = pybind11;
+
+namespace kestrel {
+namespace {
+
+// kestrel.KestrelError: a RuntimeError with `code` (the absl/gRPC status code's name) and `message`.
+PyObject* g_error_type = nullptr;
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  const std::string code = absl::StatusCodeToString(status.code());
+  py::object error = py::reinterpret_borrow<py::object>(g_error_type)(
+      absl::StrCat(code, ": ", status.message()));
+  error.attr("code") = code;
+  error.attr("message") = std::string(status.message());
+  PyErr_SetObject(g_error_type, error.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+absl::Span<const uint64_t> KeysOf(const py::array& keys) {
+  if (keys.ndim() != 1 || !keys.dtype().is(py::dtype::of<uint64_t>()) ||
+      !(keys.flags() & py::array::c_style)) {
+    throw py::value_error("keys must be a 1-D C-contiguous numpy array of uint64");
+  }
+  return absl::MakeConstSpan(static_cast<const uint64_t*>(keys.data()), static_cast<size_t>(keys.shape(0)));
+}
+
+// A float32 C-contiguous array of `rows` x `dim` (any shape with that many elements when rows < 0).
+const float* RowsOf(const py::array& a, int64_t rows, int64_t dim, const char* what) {
+  if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style)) {
+    throw py::value_error(absl::StrCat(what, " must be a C-contiguous numpy array of float32"));
+  }
+  if (rows >= 0 && (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != dim)) {
+    throw py::value_error(absl::StrCat(what, " must have shape (", rows, ", ", dim, ")"));
+  }
+  return static_cast<const float*>(a.data());
+}
+
+// Collects a text-format parse's errors for the exception instead of logging them.
+struct TextErrors : google::protobuf::io::ErrorCollector {
+  void AddError(int line, int column, const std::string& message) override {
+    if (text.empty()) text = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  std::string text;
+};
+
+class Client {
+ public:
+  static std::unique_ptr<Client> InProcess(int servers, const std::string& job_id) {
+    if (servers < 1) throw py::value_error("servers must be >= 1");
+    absl::StatusOr<Partition> partition = Partition::Uniform(servers);
+    Check(partition.status());
+    auto client = std::unique_ptr<Client>(new Client());
+    std::vector<Shard*> shards;
+    for (int s = 0; s < servers; ++s) {
+      ShardOptions options;
+      options.job_id = job_id;
+      options.owner = s;
+      absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options, *partition);
+      Check(shard.status());
+      shards.push_back(shard->get());
+      client->shards_.push_back(std::move(shard).value());
+    }
+    PsClientOptions options;
+    options.job_id = job_id;
+    client->client_ = NewLocalPsClient(options, shards);
+    return client;
+  }
+
+  static std::unique_ptr<Client> Connect(const std::vector<std::string>& addresses, const std::string& job_id,
+                                         const std::string& tls_ca, const std::string& tls_cert,
+                                         const std::string& tls_key, int rank) {
+    if (addresses.empty()) throw py::value_error("give the servers' addresses");
+    absl::StatusOr<Partition> partition = Partition::Uniform(static_cast<int>(addresses.size()));
+    Check(partition.status());
+    TlsConfig tls;
+    tls.ca_file = tls_ca;
+    tls.cert_file = tls_cert;
+    tls.key_file = tls_key;
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
+    Check(credentials.status());
+    PsClientOptions options;
+    options.job_id = job_id;
+    options.worker_rank = rank;
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        NewGrpcPsClient(options, *std::move(partition), addresses, *std::move(credentials));
+    Check(client.status());
+    auto result = std::unique_ptr<Client>(new Client());
+    result->client_ = std::move(client).value();
+    return result;
+  }
+
+  void CreateTable(const std::string& text) {
+    TableConfig config;
+    TextErrors errors;
+    google::protobuf::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(text, &config)) {
+      throw py::value_error(absl::StrCat("config is not a TableConfig in protobuf text format (proto/table.proto): ",
+                                         errors.text));
+    }
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->CreateTable(config);
+    }
+    Check(status);
+  }
+
+  py::array_t<float> Pull(const std::string& table, const py::array& keys, int dim, int64_t clock) {
+    if (dim < 1) throw py::value_error("dim must be >= 1");
+    const absl::Span<const uint64_t> k = KeysOf(keys);
+    py::array_t<float> rows({static_cast<py::ssize_t>(k.size()), static_cast<py::ssize_t>(dim)});
+    float* out = rows.mutable_data();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->Pull(table, k, dim, out, CallClock{clock});
+    }
+    Check(status);
+    return rows;
+  }
+
+  void Push(const std::string& table, const py::array& keys, const py::array& grads, int64_t clock) {
+    const absl::Span<const uint64_t> k = KeysOf(keys);
+    if (grads.ndim() != 2) throw py::value_error("grads must be 2-D: one row per key");
+    const int64_t dim = grads.shape(1);
+    const float* g = RowsOf(grads, static_cast<int64_t>(k.size()), dim, "grads");
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->Push(table, k, static_cast<int>(dim), g, CallClock{clock});
+    }
+    Check(status);
+  }
+
+  py::array_t<float> PullDense(const std::string& table, int64_t size, int64_t clock) {
+    if (size < 1) throw py::value_error("size must be >= 1");
+    py::array_t<float> out(static_cast<py::ssize_t>(size));
+    float* data = out.mutable_data();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), CallClock{clock});
+    }
+    Check(status);
+    return out;
+  }
+
+  void PushDense(const std::string& table, const py::array& grads, int64_t clock) {
+    const float* g = RowsOf(grads, -1, 0, "grads");
+    const size_t n = static_cast<size_t>(grads.size());
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->PushDense(table, absl::MakeConstSpan(g, n), CallClock{clock});
+    }
+    Check(status);
+  }
+
+  int num_servers() const { return client_->partition().num_servers(); }
+
+ private:
+  Client() = default;
+
+  std::vector<std::unique_ptr<Shard>> shards_;  // in-process servers (declared first: destroyed after the client)
+  std::unique_ptr<PsClient> client_;
+};
+
+}  // namespace
+}  // namespace kestrel
+
+PYBIND11_MODULE(_kestrel, m) {
+  using kestrel::Client;
+  m.doc() = "Kestrel's C++ parameter-server client (the kestrel package wraps it).";
+  kestrel::g_error_type = PyErr_NewException("kestrel.KestrelError", PyExc_RuntimeError, nullptr);
+  m.attr("KestrelError") = py::handle(kestrel::g_error_type);
+  py::class_<Client>(m, "Client")
+      .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
+                  "A client over `servers` in-process servers it owns.")
+      .def_static("connect", &Client::Connect, py::arg("addresses"), py::arg("job_id") = "kestrel",
+                  py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("rank") = -1,
+                  "A client of a running job's servers (addresses in rank order), over mutual TLS when the files "
+                  "are given.")
+      .def("create_table", &Client::CreateTable, py::arg("config"),
+           "Creates a table on every server from a TableConfig in protobuf text format (idempotent).")
+      .def("pull", &Client::Pull, py::arg("table"), py::arg("keys"), py::arg("dim"), py::arg("clock") = 0,
+           "The rows of `keys` (uint64), float32 [len(keys), dim].")
+      .def("push", &Client::Push, py::arg("table"), py::arg("keys"), py::arg("grads"), py::arg("clock") = 0,
+           "Pushes one gradient row per key (float32 [len(keys), dim]); duplicate keys' rows are summed.")
+      .def("pull_dense", &Client::PullDense, py::arg("table"), py::arg("size"), py::arg("clock") = 0)
+      .def("push_dense", &Client::PushDense, py::arg("table"), py::arg("grads"), py::arg("clock") = 0)
+      .def_property_readonly("num_servers", &Client::num_servers);
+}
