@@ -11,7 +11,7 @@ PACKAGES=(
   prometheus-cpp-dev prometheus
   libopenblas-openmp-dev libeigen3-dev libdnnl-dev
   python3-grpcio python3-protobuf
-  python3-dev pybind11-dev python3-numpy
+  python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-openmp
   "$@"
 )
 

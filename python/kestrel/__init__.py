@@ -2,8 +2,9 @@
 
 A thin layer over the C++ client (the `_kestrel` extension, python/kestrel/_kestrel.cc): tables are created,
 pulled and pushed through it with numpy arrays, and a refused call raises KestrelError with the server's status
-code and message.
+code and message. kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
+model.
 """
-from kestrel._kestrel import Client, KestrelError
+from kestrel._kestrel import Client, KestrelError, feature_keys
 
-__all__ = ["Client", "KestrelError"]
+__all__ = ["Client", "KestrelError", "feature_keys"]

@@ -6,6 +6,7 @@
 //   Client.connect(addresses, job_id, tls_ca, tls_cert, tls_key)   a client of a running job's servers over gRPC
 //   create_table(config)                 a TableConfig in protobuf text format (proto/table.proto)
 //   pull(table, keys, dim) -> float32 [len(keys), dim]; push(table, keys, grads); pull_dense / push_dense
+//   feature_keys(ids)                    the keys of ids, spread over the servers (Partition::FeatureKey)
 //
 // Keys are a 1-D numpy uint64 array (any order, duplicates allowed: pushes sum a key's rows); rows and gradients
 // 2-D float32 C-contiguous arrays, read and written in place (no copies on the Python side). Calls release the
@@ -203,6 +204,15 @@ class Client {
   std::unique_ptr<PsClient> client_;
 };
 
+// Partition::FeatureKey of every id: the keys of ids spread evenly over the servers' key ranges.
+py::array_t<uint64_t> FeatureKeys(const py::array& ids) {
+  const absl::Span<const uint64_t> in = KeysOf(ids);
+  py::array_t<uint64_t> out(static_cast<py::ssize_t>(in.size()));
+  uint64_t* keys = out.mutable_data();
+  for (size_t i = 0; i < in.size(); ++i) keys[i] = Partition::FeatureKey(in[i]);
+  return out;
+}
+
 }  // namespace
 }  // namespace kestrel
 
@@ -211,6 +221,8 @@ PYBIND11_MODULE(_kestrel, m) {
   m.doc() = "Kestrel's C++ parameter-server client (the kestrel package wraps it).";
   kestrel::g_error_type = PyErr_NewException("kestrel.KestrelError", PyExc_RuntimeError, nullptr);
   m.attr("KestrelError") = py::handle(kestrel::g_error_type);
+  m.def("feature_keys", &kestrel::FeatureKeys, py::arg("ids"),
+        "The parameter-server keys of uint64 ids (a bijection that spreads them over the servers' key ranges).");
   py::class_<Client>(m, "Client")
       .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
                   "A client over `servers` in-process servers it owns.")

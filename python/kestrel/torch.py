@@ -1,0 +1,92 @@
+"""kestrel.torch: Kestrel's embedding tables inside a PyTorch model.
+
+EmbeddingBagCollection looks up pooled features in server-side tables: its forward pulls the rows of the batch's
+unique ids from the servers (through the C++ client) and pools each example's ids per feature (sum, mean or
+sqrt-n, torch.nn.functional.embedding_bag); its backward pushes each unique row's summed gradient to the
+servers, whose optimizer applies it. The rows live on the servers, not in the module: an optimizer over
+module.parameters() sees none of them.
+
+    ebc = EmbeddingBagCollection(client, {"items": 16}, {"hist_items": ("items", "mean"), "item_id": ("items", "sum")})
+    pooled = ebc({"hist_items": (ids, offsets), "item_id": (ids, offsets)}, clock=step)   # name -> [B, 16]
+    loss(model(pooled)).backward()                                                       # pushes at `clock`
+
+Ids are int64 tensors or arrays (any 64-bit value; reinterpreted as uint64) with torch-style offsets (each
+example's first position, B of them). Features naming one table share its rows.
+"""
+import numpy as np
+import torch
+
+from kestrel._kestrel import feature_keys
+
+_MODES = {"sum": "sum", "mean": "mean", "sqrt_n": "sum"}
+
+
+class _Rows(torch.autograd.Function):
+    """The rows of `keys` in `table`, pulled in forward; their gradient pushed in backward."""
+
+    @staticmethod
+    def forward(ctx, anchor, client, table, keys, dim, clock):
+        ctx.client, ctx.table, ctx.keys, ctx.clock = client, table, keys, clock
+        return torch.from_numpy(client.pull(table, keys, dim, clock))
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.client.push(ctx.table, ctx.keys, np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32), ctx.clock)
+        return None, None, None, None, None, None
+
+
+def _as_ids(ids):
+    array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    return np.ascontiguousarray(array.astype(np.int64, copy=False)).view(np.uint64)
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """Pooled lookups of named features in Kestrel tables (see the module docstring).
+
+    client: a kestrel.Client. tables: table name -> dim (created by the caller, e.g. client.create_table).
+    features: feature name -> (table name, pooling: "sum", "mean" or "sqrt_n").
+    """
+
+    def __init__(self, client, tables, features):
+        super().__init__()
+        for name, (table, pooling) in features.items():
+            if table not in tables:
+                raise ValueError(f"feature '{name}' names table '{table}', which is not among {sorted(tables)}")
+            if pooling not in _MODES:
+                raise ValueError(f"feature '{name}': pooling '{pooling}' is not one of {sorted(_MODES)}")
+        self.client = client
+        self.tables = dict(tables)
+        self.features = dict(features)
+        # Carries the graph from the inputs to the pulled rows, so backward reaches _Rows without a parameter.
+        self.register_buffer("_anchor", torch.zeros((), requires_grad=False))
+
+    def forward(self, inputs, clock=0):
+        """inputs: feature name -> (ids, offsets). Returns feature name -> float32 [B, dim]."""
+        unknown = sorted(set(inputs) - set(self.features))
+        if unknown:
+            raise ValueError(f"unknown features {unknown}; this collection has {sorted(self.features)}")
+        # One pull per table over the unique ids of every feature looking it up.
+        per_table = {}
+        for name, (ids, _) in inputs.items():
+            per_table.setdefault(self.features[name][0], []).append(_as_ids(ids))
+        rows, inverse = {}, {}
+        for table, id_lists in per_table.items():
+            all_ids = np.concatenate(id_lists)
+            unique, where = np.unique(all_ids, return_inverse=True)
+            anchor = self._anchor.detach().requires_grad_(True)
+            rows[table] = _Rows.apply(anchor, self.client, table, feature_keys(unique), self.tables[table], clock)
+            starts = np.cumsum([0] + [len(x) for x in id_lists])
+            inverse[table] = [torch.from_numpy(where[a:b].astype(np.int64)) for a, b in zip(starts[:-1], starts[1:])]
+        out = {}
+        for name, (ids, offsets) in inputs.items():
+            table, pooling = self.features[name]
+            index = inverse[table].pop(0)
+            offsets = torch.as_tensor(offsets, dtype=torch.int64)
+            weights = None
+            if pooling == "sqrt_n":
+                lengths = torch.diff(offsets, append=torch.tensor([len(index)]))
+                per_bag = torch.where(lengths > 0, lengths.double().rsqrt(), torch.zeros_like(lengths, dtype=torch.double))
+                weights = torch.repeat_interleave(per_bag, lengths).float()
+            out[name] = torch.nn.functional.embedding_bag(index, rows[table], offsets, mode=_MODES[pooling],
+                                                          per_sample_weights=weights)
+        return out

@@ -1,0 +1,85 @@
+"""kestrel.torch.EmbeddingBagCollection over in-process servers: its pooled outputs and the rows' gradients equal
+a plain PyTorch computation over a local copy of the rows, and backward's push moves the server's rows by them."""
+import unittest
+
+import numpy as np
+import torch
+
+import kestrel
+from kestrel import torch as ktorch
+
+DIM = 4
+
+
+class EmbeddingBagCollectionTest(unittest.TestCase):
+    def setUp(self):
+        self.client = kestrel.Client.in_process(servers=2, job_id="torch")
+        self.client.create_table(f"""
+            name: "items" dim: {DIM} seed: 3
+            initializer {{ type: NORMAL stddev: 0.5 }}
+            optimizer {{ type: SGD learning_rate: 1 }}""")
+        self.ebc = ktorch.EmbeddingBagCollection(
+            self.client, {"items": DIM},
+            {"history": ("items", "mean"), "target": ("items", "sum"), "tags": ("items", "sqrt_n")})
+        # Three examples; the history's second bag is empty; id 7 appears in every feature.
+        self.inputs = {
+            "history": (torch.tensor([7, 8, 9, 7], dtype=torch.int64), torch.tensor([0, 3, 3])),
+            "target": (torch.tensor([7, 1 << 40, -5], dtype=torch.int64), torch.tensor([0, 1, 2])),
+            "tags": (torch.tensor([2, 7, 3, 4, 5], dtype=torch.int64), torch.tensor([0, 2, 4])),
+        }
+
+    def rows_of(self, ids):
+        keys = kestrel.feature_keys(np.asarray(ids, dtype=np.int64).view(np.uint64))
+        return torch.from_numpy(self.client.pull("items", keys, DIM))
+
+    def reference(self, rows_by_id):
+        """Pooled outputs from a dict id -> row tensor, as plain PyTorch."""
+        out = {}
+        for name, (ids, offsets) in self.inputs.items():
+            pooling = self.ebc.features[name][1]
+            bounds = offsets.tolist() + [len(ids)]
+            bags = []
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                members = [rows_by_id[int(i)] for i in ids[a:b]]
+                total = torch.stack(members).sum(0) if members else torch.zeros(DIM)
+                n = b - a
+                scale = {"sum": 1.0, "mean": 1.0 / n if n else 0.0, "sqrt_n": n ** -0.5 if n else 0.0}[pooling]
+                bags.append(total * scale)
+            out[name] = torch.stack(bags)
+        return out
+
+    def test_forward_and_backward_match_pytorch(self):
+        all_ids = sorted({int(i) for ids, _ in self.inputs.values() for i in ids})
+        before = self.rows_of(all_ids)
+        local = {i: before[k].clone().requires_grad_(True) for k, i in enumerate(all_ids)}
+        expected = self.reference(local)
+        weights = {name: torch.randn(t.shape, generator=torch.Generator().manual_seed(k))
+                   for k, (name, t) in enumerate(sorted(expected.items()))}
+        sum(float_sum for float_sum in ((expected[n] * weights[n]).sum() for n in expected)).backward()
+
+        pooled = self.ebc(self.inputs, clock=1)
+        for name in expected:
+            torch.testing.assert_close(pooled[name], expected[name].detach(), rtol=1e-6, atol=1e-6)
+        sum((pooled[n] * weights[n]).sum() for n in pooled).backward()  # pushes the rows' gradients
+
+        after = self.rows_of(all_ids)
+        for k, i in enumerate(all_ids):  # SGD at rate 1: each row moved by minus its gradient
+            torch.testing.assert_close(after[k], before[k] - local[i].grad, rtol=1e-5, atol=1e-6)
+
+    def test_unknown_names_are_value_errors(self):
+        with self.assertRaises(ValueError):
+            ktorch.EmbeddingBagCollection(self.client, {"items": DIM}, {"f": ("nope", "sum")})
+        with self.assertRaises(ValueError):
+            ktorch.EmbeddingBagCollection(self.client, {"items": DIM}, {"f": ("items", "max")})
+        with self.assertRaises(ValueError):
+            self.ebc({"other": (torch.tensor([1]), torch.tensor([0]))})
+
+    def test_a_table_the_servers_lack_raises_kestrel_error(self):
+        ebc = ktorch.EmbeddingBagCollection(self.client, {"missing": DIM}, {"f": ("missing", "sum")})
+        with self.assertRaises(kestrel.KestrelError) as caught:
+            ebc({"f": (torch.tensor([1]), torch.tensor([0]))})
+        self.assertEqual(caught.exception.code, "NOT_FOUND")
+
+
+if __name__ == "__main__":
+    unittest.main()
