@@ -28,7 +28,12 @@
 #include "google/protobuf/text_format.h"
 #include "proto/table.pb.h"
 #include "server/shard.h"
+#include "proto/job.pb.h"
+#include "worker/batch.h"
+#include "worker/batch_reader.h"
+#include "worker/data/schema.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/model.h"
 #include "worker/local_ps_client.h"
 #include "worker/ps_client.h"
 
@@ -204,6 +209,96 @@ class Client {
   std::unique_ptr<PsClient> client_;
 };
 
+// A job's training or test data read by the C++ reader (worker/batch_reader.h) with the job's Schema: the same
+// keys, pooling, shuffle and sharding as the C++ worker. Each batch is a dict:
+//   "labels": float32 [B], "weights": float32 [B] (all 1 without a weight column), "dense": float32 [B, dense_dim],
+//   "features": {field name: (keys uint64 [n], offsets int64 [B], values float32 [n])} — a field's entries of
+//   every example in order, each example's starting at its offset; a value is the feature's value times its
+//   pooling weight (MEAN, SQRT_N), so summing value * row per example is the schema's pooling.
+class Reader {
+ public:
+  Reader(const std::string& config_text, std::vector<std::string> files, bool test, int part, int num_parts,
+         int64_t epoch) {
+    JobConfig job;
+    if (!google::protobuf::TextFormat::ParseFromString(config_text, &job)) {
+      throw py::value_error("config is not a JobConfig in protobuf text format (proto/job.proto)");
+    }
+    const ModelConfig model = WithDefaults(job.model());
+    absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), model);
+    Check(schema.status());
+    schema_ = *std::move(schema);
+    if (files.empty()) {
+      const auto& from = test ? job.data().test_files() : job.data().train_files();
+      files.assign(from.begin(), from.end());
+    }
+    ReaderOptions options;
+    options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+    options.part = part;
+    options.num_parts = num_parts;
+    if (!test && job.train().shuffle_buffer() > 0) {
+      options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
+      options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : model.seed();
+      options.epoch = epoch;
+    }
+    absl::StatusOr<std::unique_ptr<BatchReader>> reader = BatchReader::Open(schema_, files, options);
+    Check(reader.status());
+    reader_ = *std::move(reader);
+  }
+
+  // The next batch of up to `size` examples, or None at the end of the data.
+  py::object Next(int64_t size) {
+    if (size < 1) throw py::value_error("size must be >= 1");
+    absl::StatusOr<int64_t> got;
+    {
+      py::gil_scoped_release release;
+      got = reader_->Fill(size, &batch_);
+    }
+    Check(got.status());
+    if (*got == 0) return py::none();
+    const Batch& b = batch_;
+    const int64_t n = b.size;
+    py::dict out;
+    out["labels"] = py::array_t<float>(n, b.labels.data());
+    py::array_t<float> weights(n);
+    for (int64_t i = 0; i < n; ++i) weights.mutable_data()[i] = b.weights.empty() ? 1.0f : b.weights[i];
+    out["weights"] = weights;
+    out["dense"] = py::array_t<float>({n, static_cast<int64_t>(b.dense_dim)}, b.dense.data());
+    py::dict features;
+    for (int f = 0; f < b.fields; ++f) {
+      int64_t entries = 0;
+      for (int64_t e = 0; e < n; ++e) entries += b.bag_end(e * b.fields + f) - b.bag_begin(e * b.fields + f);
+      py::array_t<uint64_t> keys(entries);
+      py::array_t<int64_t> offsets(n);
+      py::array_t<float> values(entries);
+      int64_t at = 0;
+      for (int64_t e = 0; e < n; ++e) {
+        offsets.mutable_data()[e] = at;
+        for (uint32_t p = b.bag_begin(e * b.fields + f); p < b.bag_end(e * b.fields + f); ++p, ++at) {
+          keys.mutable_data()[at] = b.keys[p];
+          values.mutable_data()[at] = b.values[p];
+        }
+      }
+      features[py::str(schema_->field_names()[f])] = py::make_tuple(keys, offsets, values);
+    }
+    out["features"] = features;
+    return out;
+  }
+
+  std::vector<std::string> fields() const { return schema_->field_names(); }
+  // The embedding table each field looks up.
+  std::vector<std::string> field_tables() const {
+    std::vector<std::string> names;
+    for (int t : schema_->field_tables()) names.push_back(schema_->table_name(t));
+    return names;
+  }
+  int dense_dim() const { return schema_->dense_dim(); }
+
+ private:
+  std::shared_ptr<const Schema> schema_;
+  std::unique_ptr<BatchReader> reader_;
+  Batch batch_;
+};
+
 // Partition::FeatureKey of every id: the keys of ids spread evenly over the servers' key ranges.
 py::array_t<uint64_t> FeatureKeys(const py::array& ids) {
   const absl::Span<const uint64_t> in = KeysOf(ids);
@@ -223,6 +318,16 @@ PYBIND11_MODULE(_kestrel, m) {
   m.attr("KestrelError") = py::handle(kestrel::g_error_type);
   m.def("feature_keys", &kestrel::FeatureKeys, py::arg("ids"),
         "The parameter-server keys of uint64 ids (a bijection that spreads them over the servers' key ranges).");
+  py::class_<kestrel::Reader>(m, "Reader")
+      .def(py::init<const std::string&, std::vector<std::string>, bool, int, int, int64_t>(), py::arg("config"),
+           py::arg("files") = std::vector<std::string>(), py::arg("test") = false, py::arg("part") = 0,
+           py::arg("num_parts") = 1, py::arg("epoch") = 0,
+           "Reads a job's data (its train files, or test ones with test=True, or `files`) as the C++ worker does: "
+           "`config` is the JobConfig in protobuf text format.")
+      .def("next", &kestrel::Reader::Next, py::arg("size"), "The next batch (a dict), or None at the end.")
+      .def_property_readonly("fields", &kestrel::Reader::fields)
+      .def_property_readonly("field_tables", &kestrel::Reader::field_tables)
+      .def_property_readonly("dense_dim", &kestrel::Reader::dense_dim);
   py::class_<Client>(m, "Client")
       .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
                   "A client over `servers` in-process servers it owns.")

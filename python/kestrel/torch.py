@@ -11,7 +11,9 @@ module.parameters() sees none of them.
     loss(model(pooled)).backward()                                                       # pushes at `clock`
 
 Ids are int64 tensors or arrays (any 64-bit value; reinterpreted as uint64) with torch-style offsets (each
-example's first position, B of them). Features naming one table share its rows.
+example's first position, B of them). A feature may also come as (keys, offsets, values) — what kestrel.Reader
+yields: parameter-server keys (uint64) used as they are, and per-entry values that already carry the schema's
+pooling, summed as value * row. Features naming one table share its rows.
 """
 import numpy as np
 import torch
@@ -61,29 +63,39 @@ class EmbeddingBagCollection(torch.nn.Module):
         self.register_buffer("_anchor", torch.zeros((), requires_grad=False))
 
     def forward(self, inputs, clock=0):
-        """inputs: feature name -> (ids, offsets). Returns feature name -> float32 [B, dim]."""
+        """inputs: feature name -> (ids, offsets) or (keys, offsets, values). Returns name -> float32 [B, dim]."""
         unknown = sorted(set(inputs) - set(self.features))
         if unknown:
             raise ValueError(f"unknown features {unknown}; this collection has {sorted(self.features)}")
-        # One pull per table over the unique ids of every feature looking it up.
+        # Each feature's keys (and per-entry values), then one pull per table over the unique keys of every
+        # feature looking it up.
+        keys_of, values_of = {}, {}
+        for name, given in inputs.items():
+            if len(given) == 3:
+                keys_of[name] = np.ascontiguousarray(given[0], dtype=np.uint64)
+                values_of[name] = torch.as_tensor(np.asarray(given[2], dtype=np.float32))
+            else:
+                keys_of[name] = feature_keys(_as_ids(given[0]))
         per_table = {}
-        for name, (ids, _) in inputs.items():
-            per_table.setdefault(self.features[name][0], []).append(_as_ids(ids))
+        for name in inputs:
+            per_table.setdefault(self.features[name][0], []).append(keys_of[name])
         rows, inverse = {}, {}
         for table, id_lists in per_table.items():
             all_ids = np.concatenate(id_lists)
             unique, where = np.unique(all_ids, return_inverse=True)
             anchor = self._anchor.detach().requires_grad_(True)
-            rows[table] = _Rows.apply(anchor, self.client, table, feature_keys(unique), self.tables[table], clock)
+            rows[table] = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
             starts = np.cumsum([0] + [len(x) for x in id_lists])
             inverse[table] = [torch.from_numpy(where[a:b].astype(np.int64)) for a, b in zip(starts[:-1], starts[1:])]
         out = {}
-        for name, (ids, offsets) in inputs.items():
+        for name, given in inputs.items():
             table, pooling = self.features[name]
             index = inverse[table].pop(0)
-            offsets = torch.as_tensor(offsets, dtype=torch.int64)
-            weights = None
-            if pooling == "sqrt_n":
+            offsets = torch.as_tensor(np.asarray(given[1]), dtype=torch.int64)
+            weights = values_of.get(name)
+            if weights is not None:  # the reader's values carry the pooling
+                pooling = "sum"
+            elif pooling == "sqrt_n":
                 lengths = torch.diff(offsets, append=torch.tensor([len(index)]))
                 per_bag = torch.where(lengths > 0, lengths.double().rsqrt(), torch.zeros_like(lengths, dtype=torch.double))
                 weights = torch.repeat_interleave(per_bag, lengths).float()
