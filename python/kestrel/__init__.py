@@ -5,6 +5,6 @@ pulled and pushed through it with numpy arrays, and a refused call raises Kestre
 code and message. kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
 model.
 """
-from kestrel._kestrel import Client, KestrelError, Reader, feature_keys
+from kestrel._kestrel import Client, KestrelError, Reader, feature_keys, job_settings
 
-__all__ = ["Client", "KestrelError", "Reader", "feature_keys"]
+__all__ = ["Client", "KestrelError", "Reader", "feature_keys", "job_settings"]

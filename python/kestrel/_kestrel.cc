@@ -34,6 +34,7 @@
 #include "worker/data/schema.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/model.h"
+#include "worker/trainer.h"
 #include "worker/local_ps_client.h"
 #include "worker/ps_client.h"
 
@@ -299,6 +300,24 @@ class Reader {
   Batch batch_;
 };
 
+// The training settings of a job config with every default applied (worker/trainer.h JobWithDefaults): what a
+// Python model needs to build what the built-in one would.
+py::dict JobSettings(const std::string& config_text) {
+  JobConfig job;
+  if (!google::protobuf::TextFormat::ParseFromString(config_text, &job)) {
+    throw py::value_error("config is not a JobConfig in protobuf text format (proto/job.proto)");
+  }
+  job = JobWithDefaults(job);
+  py::dict out;
+  out["model"] = ModelConfig::Type_Name(job.model().type());
+  out["embedding_dim"] = job.model().embedding_dim();
+  out["hidden"] = std::vector<int>(job.model().hidden().begin(), job.model().hidden().end());
+  out["batch_size"] = job.train().batch_size();
+  out["epochs"] = job.train().epochs();
+  out["seed"] = job.model().seed();
+  return out;
+}
+
 // Partition::FeatureKey of every id: the keys of ids spread evenly over the servers' key ranges.
 py::array_t<uint64_t> FeatureKeys(const py::array& ids) {
   const absl::Span<const uint64_t> in = KeysOf(ids);
@@ -316,6 +335,9 @@ PYBIND11_MODULE(_kestrel, m) {
   m.doc() = "Kestrel's C++ parameter-server client (the kestrel package wraps it).";
   kestrel::g_error_type = PyErr_NewException("kestrel.KestrelError", PyExc_RuntimeError, nullptr);
   m.attr("KestrelError") = py::handle(kestrel::g_error_type);
+  m.def("job_settings", &kestrel::JobSettings, py::arg("config"),
+        "A JobConfig's (text format) model type, embedding_dim, hidden widths, batch_size, epochs and seed, "
+        "defaults applied.");
   m.def("feature_keys", &kestrel::FeatureKeys, py::arg("ids"),
         "The parameter-server keys of uint64 ids (a bijection that spreads them over the servers' key ranges).");
   py::class_<kestrel::Reader>(m, "Reader")

@@ -102,3 +102,39 @@ class EmbeddingBagCollection(torch.nn.Module):
             out[name] = torch.nn.functional.embedding_bag(index, rows[table], offsets, mode=_MODES[pooling],
                                                           per_sample_weights=weights)
         return out
+
+
+class ServerDense:
+    """A PyTorch module's parameters kept on the servers as one dense table, updated there by its optimizer.
+
+    pull(clock) copies the servers' values into the parameters; push(clock) sends their gradients (scaled by
+    `grad_scale`, e.g. 1 / batch size for a summed loss). Every worker pulling the same table starts from the
+    same values (the table's initializer, on the servers), and in BSP the servers combine the workers' pushes
+    in rank order, so training stays bitwise repeatable.
+
+    client: a kestrel.Client; table: the dense table's name; parameters: the module's parameters, in a fixed
+    order; optimizer, initializer: OptimizerConfig / InitializerConfig text (proto/table.proto).
+    """
+
+    def __init__(self, client, table, parameters, optimizer='type: ADAM learning_rate: 0.001',
+                 initializer='type: UNIFORM min: -0.05 max: 0.05', seed=3):
+        self.client, self.table = client, table
+        self.parameters = list(parameters)
+        self.size = sum(p.numel() for p in self.parameters)
+        client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} dense_size: {self.size} '
+                            f'seed: {seed} initializer {{ {initializer} }} optimizer {{ {optimizer} }}')
+
+    def pull(self, clock=0):
+        values = torch.from_numpy(self.client.pull_dense(self.table, self.size, clock))
+        with torch.no_grad():
+            at = 0
+            for p in self.parameters:
+                p.copy_(values[at:at + p.numel()].view_as(p))
+                at += p.numel()
+
+    def push(self, clock=0, grad_scale=1.0):
+        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                           for p in self.parameters]) * grad_scale
+        self.client.push_dense(self.table, np.ascontiguousarray(grads.detach().numpy(), dtype=np.float32), clock)
+        for p in self.parameters:
+            p.grad = None
