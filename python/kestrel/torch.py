@@ -62,8 +62,10 @@ class EmbeddingBagCollection(torch.nn.Module):
         # Carries the graph from the inputs to the pulled rows, so backward reaches _Rows without a parameter.
         self.register_buffer("_anchor", torch.zeros((), requires_grad=False))
 
-    def forward(self, inputs, clock=0):
-        """inputs: feature name -> (ids, offsets) or (keys, offsets, values). Returns name -> float32 [B, dim]."""
+    def forward(self, inputs, clock=0, sequences=()):
+        """inputs: feature name -> (ids, offsets) or (keys, offsets, values). Returns name -> float32 [B, dim];
+        for the features named in `sequences`, instead of a pooled vector, (rows [n, dim], offsets [B]): each
+        entry's row, unpooled (e.g. for attention over a history)."""
         unknown = sorted(set(inputs) - set(self.features))
         if unknown:
             raise ValueError(f"unknown features {unknown}; this collection has {sorted(self.features)}")
@@ -92,6 +94,9 @@ class EmbeddingBagCollection(torch.nn.Module):
             table, pooling = self.features[name]
             index = inverse[table].pop(0)
             offsets = torch.as_tensor(np.asarray(given[1]), dtype=torch.int64)
+            if name in sequences:
+                out[name] = (rows[table].index_select(0, index), offsets)
+                continue
             weights = values_of.get(name)
             if weights is not None:  # the reader's values carry the pooling
                 pooling = "sum"

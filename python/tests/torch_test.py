@@ -66,6 +66,17 @@ class EmbeddingBagCollectionTest(unittest.TestCase):
         for k, i in enumerate(all_ids):  # SGD at rate 1: each row moved by minus its gradient
             torch.testing.assert_close(after[k], before[k] - local[i].grad, rtol=1e-5, atol=1e-6)
 
+    def test_sequences_give_each_entrys_row(self):
+        all_ids = [7, 8, 9]
+        before = self.rows_of(all_ids)
+        out = self.ebc({"history": self.inputs["history"]}, clock=1, sequences=("history",))
+        rows, offsets = out["history"]
+        torch.testing.assert_close(rows, torch.stack([before[0], before[1], before[2], before[0]]))
+        self.assertEqual(offsets.tolist(), [0, 3, 3])
+        rows.sum().backward()  # every entry's row gets gradient 1 per element: id 7 twice
+        after = self.rows_of(all_ids)
+        torch.testing.assert_close(after, before - torch.tensor([[2.0], [1.0], [1.0]]))
+
     def test_unknown_names_are_value_errors(self):
         with self.assertRaises(ValueError):
             ktorch.EmbeddingBagCollection(self.client, {"items": DIM}, {"f": ("nope", "sum")})
