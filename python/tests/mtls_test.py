@@ -18,6 +18,11 @@ def path(relative):
     return os.path.join(RUNFILES, relative)
 
 
+def read(file_name):
+    with open(file_name) as f:
+        return f.read()
+
+
 class MtlsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -38,11 +43,11 @@ class MtlsTest(unittest.TestCase):
         for s in range(SERVERS):
             port_file = f"{cls.work}/port{s}"
             deadline = time.monotonic() + 30
-            while not (os.path.exists(port_file) and open(port_file).read().strip()):
+            while not (os.path.exists(port_file) and read(port_file).strip()):
                 if time.monotonic() > deadline or cls.servers[s].poll() is not None:
-                    raise RuntimeError(f"server {s} did not start: {open(f'{cls.work}/server{s}.log').read()[-2000:]}")
+                    raise RuntimeError(f"server {s} did not start: {read(f'{cls.work}/server{s}.log')[-2000:]}")
                 time.sleep(0.05)
-            cls.addresses.append("127.0.0.1:" + open(port_file).read().strip())
+            cls.addresses.append("127.0.0.1:" + read(port_file).strip())
 
     @classmethod
     def tearDownClass(cls):
