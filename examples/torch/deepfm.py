@@ -111,31 +111,30 @@ def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
     return auc(np.concatenate(labels), np.concatenate(scores))
 
 
-def parse_args(doc):
+def run(model_class, doc, job_id):
+    """The example's command line: builds `model_class` (DeepFM's constructor arguments) for the job's data on
+    in-process servers, trains it and prints its test AUC."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--train", required=True)
     parser.add_argument("--test", required=True)
     parser.add_argument("--servers", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=None)
-    return parser.parse_args()
-
-
-def main():
-    args = parse_args(__doc__)
-    config = open(args.config).read()
+    args = parser.parse_args()
+    with open(args.config) as f:
+        config = f.read()
     torch.manual_seed(1)
     torch.set_num_threads(2)
-    client = kestrel.Client.in_process(servers=args.servers, job_id="torch-deepfm")
+    client = kestrel.Client.in_process(servers=args.servers, job_id=job_id)
     settings = kestrel.job_settings(config)
     probe = kestrel.Reader(config, files=[args.train])
     create_tables(client, probe.field_tables, settings["embedding_dim"])
-    model = DeepFM(client, probe.fields, probe.field_tables, probe.dense_dim, settings["embedding_dim"],
-                   settings["hidden"])
+    model = model_class(client, probe.fields, probe.field_tables, probe.dense_dim, settings["embedding_dim"],
+                        settings["hidden"])
     result = train_and_evaluate(client, model, config, args.train, args.test, args.epochs or settings["epochs"],
                                 settings["batch_size"])
     print(f"test AUC {result:.5f}")
 
 
 if __name__ == "__main__":
-    main()
+    run(DeepFM, __doc__, "torch-deepfm")

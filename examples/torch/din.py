@@ -68,21 +68,5 @@ class Din(deepfm.DeepFM):
         return out, extra
 
 
-def main():
-    args = deepfm.parse_args(__doc__)
-    config = open(args.config).read()
-    torch.manual_seed(1)
-    torch.set_num_threads(2)
-    client = kestrel.Client.in_process(servers=args.servers, job_id="torch-din")
-    settings = kestrel.job_settings(config)
-    probe = kestrel.Reader(config, files=[args.train])
-    deepfm.create_tables(client, probe.field_tables, settings["embedding_dim"])
-    model = Din(client, probe.fields, probe.field_tables, probe.dense_dim, settings["embedding_dim"],
-                settings["hidden"])
-    result = deepfm.train_and_evaluate(client, model, config, args.train, args.test,
-                                       args.epochs or settings["epochs"], settings["batch_size"])
-    print(f"test AUC {result:.5f}")
-
-
 if __name__ == "__main__":
-    main()
+    deepfm.run(Din, __doc__, "torch-din")

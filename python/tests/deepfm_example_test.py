@@ -7,11 +7,8 @@ import sys
 import tempfile
 import unittest
 
-RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "kestrel"))
+from runfiles import child_env, path
 
-
-def path(relative):
-    return os.path.join(RUNFILES, relative)
 
 
 class DeepFmExampleTest(unittest.TestCase):
@@ -28,7 +25,7 @@ class DeepFmExampleTest(unittest.TestCase):
                                    f"--train_files={train}", f"--test_files={test}"],
                                   capture_output=True, text=True, check=True)
         built_in_auc = float(re.search(r"test logloss \S+ AUC ([0-9.]+)", built_in.stderr).group(1))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = child_env()
         torch_run = subprocess.run([sys.executable, path("examples/torch/deepfm.py"), f"--config={config}",
                                     f"--train={train}", f"--test={test}"],
                                    capture_output=True, text=True, env=env)

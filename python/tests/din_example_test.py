@@ -7,11 +7,8 @@ import sys
 import tempfile
 import unittest
 
-RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "kestrel"))
+from runfiles import child_env, path
 
-
-def path(relative):
-    return os.path.join(RUNFILES, relative)
 
 
 class DinExampleTest(unittest.TestCase):
@@ -19,7 +16,7 @@ class DinExampleTest(unittest.TestCase):
         work = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         subprocess.run([path("worker/data/kestrel_datagen"), "--format=schema", "--train_rows=40000",
                         "--test_rows=8000", f"--out_dir={work}"], check=True, capture_output=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = child_env()
         aucs = {}
         for example in ("deepfm", "din"):
             run = subprocess.run([sys.executable, path(f"examples/torch/{example}.py"),

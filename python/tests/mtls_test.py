@@ -9,13 +9,9 @@ import unittest
 import numpy as np
 
 import kestrel
+from runfiles import path
 
-RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "kestrel"))
 SERVERS = 2
-
-
-def path(relative):
-    return os.path.join(RUNFILES, relative)
 
 
 def read(file_name):
