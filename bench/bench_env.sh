@@ -23,3 +23,17 @@ bench_invocation() {
   done
   echo "${invocation}"
 }
+
+# The `kestrel_datagen --format=schema` set of bench/run_history_bench.sh and run_history_cluster.sh, generated
+# once per row counts under WORK_DIR (its log in WORK_DIR/datagen.log) and reused; prints its directory.
+#   data="$(bench_history_data BIN WORK_DIR TRAIN_ROWS TEST_ROWS)"
+bench_history_data() {
+  local bin="$1" work_dir="$2" train_rows="$3" test_rows="$4"
+  local data="${work_dir}/data_${train_rows}_${test_rows}"
+  mkdir -p "${work_dir}"
+  if [[ ! -f "${data}/truth.txt" ]]; then
+    "${bin}/worker/data/kestrel_datagen" --format=schema --out_dir="${data}" --train_rows="${train_rows}" \
+      --test_rows="${test_rows}" > "${work_dir}/datagen.log" 2>&1 || { cat "${work_dir}/datagen.log" >&2; return 1; }
+  fi
+  echo "${data}"
+}

@@ -80,6 +80,15 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+absl::Status PublishReport(const std::string& markdown, const std::string& output_flag) {
+  std::printf("\n%s", markdown.c_str());
+  const std::string output = UserPath(output_flag);
+  if (output.empty()) return absl::OkStatus();
+  if (absl::Status written = WriteFile(output, markdown); !written.ok()) return written;
+  std::printf("\nwrote %s\n", output.c_str());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> FindBinary(const std::string& flag_value, const std::string& workspace_relative,
                                        const char* argv0, const std::string& flag_name) {
   if (!flag_value.empty()) {

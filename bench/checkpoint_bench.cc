@@ -557,13 +557,7 @@ absl::Status RunBench(int argc, char** argv) {
 
   const std::string md = Markdown(machine, load_start, Since(bench_start), file_system, rows, changed, runs, batch,
                                   row_bytes, fill_seconds, figures);
-  std::printf("\n%s", md.c_str());
-  const std::string output = bench::UserPath(absl::GetFlag(FLAGS_output));
-  if (!output.empty()) {
-    KESTREL_RETURN_IF_ERROR(bench::WriteFile(output, md));
-    std::printf("\nwrote %s\n", output.c_str());
-  }
-  return absl::OkStatus();
+  return bench::PublishReport(md, absl::GetFlag(FLAGS_output));
 }
 
 }  // namespace

@@ -971,12 +971,7 @@ absl::Status RunBench(int argc, char** argv) {
                                   absl::GetFlag(FLAGS_memory_dim), total_seconds);
   md += TlsSection(rows);
   md += ReplicasSection(rows, absl::GetFlag(FLAGS_replicas));
-  std::printf("\n%s", md.c_str());
-  const std::string output = UserPath(absl::GetFlag(FLAGS_output));
-  if (!output.empty()) {
-    KESTREL_RETURN_IF_ERROR(WriteFile(output, md));
-    std::printf("\nwrote %s\n", output.c_str());
-  }
+  KESTREL_RETURN_IF_ERROR(bench::PublishReport(md, absl::GetFlag(FLAGS_output)));
   const std::string json = UserPath(absl::GetFlag(FLAGS_json));
   if (!json.empty()) {
     KESTREL_RETURN_IF_ERROR(WriteFile(json, Json(machine, num_servers, runs, min_seconds, rows, memory,

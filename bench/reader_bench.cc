@@ -334,13 +334,7 @@ absl::Status RunBench(int argc, char** argv) {
                   ratio("Criteo preset / dedicated, reading files", 1, 2),
                   ratio("Criteo preset / dedicated, parsing in memory", 4, 5),
                   ratio("history schema reader / Criteo preset, reading files", 0, 1), "\n");
-  std::printf("\n%s", md.c_str());
-  const std::string output = bench::UserPath(absl::GetFlag(FLAGS_output));
-  if (!output.empty()) {
-    KESTREL_RETURN_IF_ERROR(bench::WriteFile(output, md));
-    std::printf("\nwrote %s\n", output.c_str());
-  }
-  return absl::OkStatus();
+  return bench::PublishReport(md, absl::GetFlag(FLAGS_output));
 }
 
 }  // namespace

@@ -13,7 +13,11 @@
 # training and the final evaluation) and time by phase (the trainer's "done" record) to
 # bench/results/history_bench.md:
 #
-#   bench/run_history_bench.sh [--train_rows=500000] [--test_rows=100000] [--output=FILE] [--work_dir=DIR]
+#   bench/run_history_bench.sh [--train_rows=500000] [--test_rows=100000] [--realistic] [--output=FILE]
+#     [--work_dir=DIR]
+#
+# --realistic: the sizes users run (embedding dim 16, MLP 256-128, batch 4096) instead of the generated config's
+# (dim 8, MLP 64-32, batch 256); use it with --train_rows=1000000.
 #
 # Data, configs, logs and records go to /tmp/kestrel_history_bench (--work_dir); generated data is kept and
 # reused for the same row counts.
@@ -26,14 +30,16 @@ train_rows=500000
 test_rows=100000
 output=bench/results/history_bench.md
 work_dir=/tmp/kestrel_history_bench
+realistic=0
 for arg in "$@"; do
   case "${arg}" in
     --train_rows=*) train_rows="${arg#--train_rows=}" ;;
     --test_rows=*) test_rows="${arg#--test_rows=}" ;;
     --output=*) output="${arg#--output=}" ;;
     --work_dir=*) work_dir="${arg#--work_dir=}" ;;
+    --realistic) realistic=1 ;;
     *)
-      echo "usage: $0 [--train_rows=N] [--test_rows=N] [--output=FILE] [--work_dir=DIR]" >&2
+      echo "usage: $0 [--train_rows=N] [--test_rows=N] [--realistic] [--output=FILE] [--work_dir=DIR]" >&2
       exit 2
       ;;
   esac
@@ -49,27 +55,31 @@ source bench/bench_env.sh
 commit="$(bench_commit)"
 invocation="$(bench_invocation bench/run_history_bench.sh "${command_line[@]}")"
 
-data="${work_dir}/data_${train_rows}_${test_rows}"
-mkdir -p "${work_dir}"
-if [[ ! -f "${data}/truth.txt" ]]; then
-  "${bin}/worker/data/kestrel_datagen" --format=schema --out_dir="${data}" --train_rows="${train_rows}" \
-    --test_rows="${test_rows}" 2>&1 | tee "${work_dir}/datagen.log"
-fi
+data="$(bench_history_data "${bin}" "${work_dir}" "${train_rows}" "${test_rows}")"
 
 # The generated config (DEEPFM) with another model type, or without the history features. The config is
 # protobuf's text format as kestrel_datagen prints it: each schema feature a "    features {" ... "    }" block.
-with_model() { sed "s/^  type: DEEPFM\$/  type: $1/" "${data}/job.pbtxt"; }
+base="${work_dir}/base.pbtxt"
+if (( realistic )); then
+  sed -e 's/^  embedding_dim: .*/  embedding_dim: 16/' -e 's/^  hidden: 64$/  hidden: 256/' \
+    -e 's/^  hidden: 32$/  hidden: 128/' -e 's/^  batch_size: .*/  batch_size: 4096/' "${data}/job.pbtxt" > "${base}"
+  sizes="embedding dim 16, MLP 256-128, batch 4096"
+else
+  cp "${data}/job.pbtxt" "${base}"
+  sizes="embedding dim 8, MLP 64-32, batch 256"
+fi
+with_model() { sed "s/^  type: DEEPFM\$/  type: $1/" "${base}"; }
 without_history() {
   awk '/^    features \{$/ { block = $0 "\n"; inside = 1; next }
        inside { block = block $0 "\n"; if ($0 ~ /^    }$/) { inside = 0; if (block !~ /name: "hist_/) printf "%s", block }; next }
-       { print }' "${data}/job.pbtxt"
+       { print }' "${base}"
 }
 
 runs=(deepfm deepfm_no_history lr fm dlrm)
 for run in "${runs[@]}"; do
   config="${work_dir}/${run}.pbtxt"
   case "${run}" in
-    deepfm) cp "${data}/job.pbtxt" "${config}" ;;
+    deepfm) cp "${base}" "${config}" ;;
     deepfm_no_history) without_history > "${config}" ;;
     lr) with_model LOGISTIC_REGRESSION > "${config}" ;;
     fm) with_model FM > "${config}" ;;
@@ -86,12 +96,12 @@ done
 cpu="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
 memory="$(free -g 2>/dev/null | awk '/^Mem:/ { print $2 " GiB" }')"
 python3 - "${work_dir}" "${data}" "${output}" "${commit}" "${invocation}" "$(nproc)" "${cpu:-unknown}" \
-  "${memory:-unknown}" "$(uname -srm)" "$(date +%F)" "${runs[@]}" <<'EOF'
+  "${memory:-unknown}" "$(uname -srm)" "$(date +%F)" "${sizes}" "${runs[@]}" <<'EOF'
 import json
 import sys
 
-work, data, output, commit, invocation, nproc, cpu, memory, kernel, date = sys.argv[1:11]
-runs = sys.argv[11:]
+work, data, output, commit, invocation, nproc, cpu, memory, kernel, date, sizes = sys.argv[1:12]
+runs = sys.argv[12:]
 names = {
     "deepfm": "DEEPFM", "deepfm_no_history": "DEEPFM, no history", "lr": "LR", "fm": "FM", "dlrm": "DLRM",
 }
@@ -122,8 +132,8 @@ with open(output, "w") as out:
     out.write(f"`{invocation}` at {commit}. One `kestrel_datagen --format=schema` set: "
               f"{int(truth['train_rows'])} training rows, {int(truth['test_rows'])} test rows, seed "
               f"{int(truth['seed'])}; histories of up to 50 items and their categories (a third of it on average), "
-              "mean-pooled into the shared `items` and `categories` tables; the generated job config (embedding "
-              "dim 8, MLP 64-32, batch 256, 2 epochs), trained in one process (`kestrel_worker --local`). "
+              "mean-pooled into the shared `items` and `categories` tables; the generated job config ("
+              f"{sizes}, 2 epochs), trained in one process (`kestrel_worker --local`). "
               "\"no history\" drops `hist_items` and `hist_categories` from the schema.\n\n")
     out.write("## Machine\n\n| | |\n|---|---|\n")
     out.write(f"| nproc | {nproc} |\n| CPU | {cpu} |\n| Memory | {memory} |\n| Kernel | {kernel} |\n| Date | {date} |\n\n")

@@ -31,12 +31,7 @@ source bench/bench_env.sh
 commit="$(bench_commit)"
 invocation="$(bench_invocation bench/run_history_cluster.sh "${command_line[@]}")"
 
-data="${work_dir}/data_${train_rows}_${test_rows}"
-mkdir -p "${work_dir}"
-if [[ ! -f "${data}/truth.txt" ]]; then
-  "${bin}/worker/data/kestrel_datagen" --format=schema --out_dir="${data}" --train_rows="${train_rows}" \
-    --test_rows="${test_rows}"
-fi
+data="$(bench_history_data "${bin}" "${work_dir}" "${train_rows}" "${test_rows}")"
 # The generated config with another model type, trained for one epoch.
 config_for() { sed -e "s/^  type: DEEPFM\$/  type: $1/" -e "s/^  epochs: .*/  epochs: 1/" "${data}/job.pbtxt"; }
 

@@ -32,7 +32,8 @@ absl::Status CheckFile(const JobConfig& job, const std::shared_ptr<const Schema>
 
 }  // namespace
 
-absl::Status CheckJob(const JobConfig& job_in, Backend* backend, const JobCheckOptions& options) {
+absl::StatusOr<std::shared_ptr<const Schema>> CheckJob(const JobConfig& job_in, Backend* backend,
+                                                       const JobCheckOptions& options) {
   const JobConfig job = JobWithDefaults(job_in);
   if (job.data().train_files().empty()) {
     return absl::InvalidArgumentError("no training files: set data.train_files or give --train_files");
@@ -56,7 +57,7 @@ absl::Status CheckJob(const JobConfig& job_in, Backend* backend, const JobCheckO
   for (const std::string& file : job.data().test_files()) {
     KESTREL_RETURN_IF_ERROR(CheckFile(job, *schema, file, "test", options.examples_per_file));
   }
-  return absl::OkStatus();
+  return *std::move(schema);
 }
 
 }  // namespace kestrel

@@ -11,9 +11,12 @@
 
 #include <cstdint>
 
-#include "absl/status/status.h"
+#include <memory>
+
+#include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
+#include "worker/data/schema.h"
 
 namespace kestrel {
 
@@ -24,9 +27,11 @@ struct JobCheckOptions {
   int64_t examples_per_file = 1000;
 };
 
-// OK when the job can start; InvalidArgument naming the problem (the config field, or the file and line)
-// otherwise. `backend`: the one the job computes on (the model is built on it, then dropped).
-absl::Status CheckJob(const JobConfig& job, Backend* backend, const JobCheckOptions& options = {});
+// The job's data format, resolved (hand it to the Trainer: TrainerOptions::schema), when the job can start;
+// InvalidArgument naming the problem (the config field, or the file and line) otherwise. `backend`: the one the
+// job computes on (the model is built on it, then dropped).
+absl::StatusOr<std::shared_ptr<const Schema>> CheckJob(const JobConfig& job, Backend* backend,
+                                                       const JobCheckOptions& options = {});
 
 }  // namespace kestrel
 

@@ -32,27 +32,31 @@ TEST(JobCheckTest, AcceptsAJobWhoseDataItsReaderReads) {
   auto backend = NewCpuBackend();
   JobCheckOptions options;
   options.needs_test_files = true;
-  EXPECT_TRUE(CheckJob(LibsvmJob(3), backend.get(), options).ok()) << CheckJob(LibsvmJob(3), backend.get(), options);
+  const auto schema = CheckJob(LibsvmJob(3), backend.get(), options);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ((*schema)->fields(), 3);
 }
 
 // Without data.libsvm_slots the job takes as many fields as the widest line of its files has features.
 TEST(JobCheckTest, CountsTheSlotsWhenNoneAreGiven) {
   auto backend = NewCpuBackend();
-  EXPECT_TRUE(CheckJob(LibsvmJob(0), backend.get()).ok()) << CheckJob(LibsvmJob(0), backend.get());
+  const auto schema = CheckJob(LibsvmJob(0), backend.get());
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ((*schema)->fields(), 3) << "the widest line of train.svm and test.svm";
 }
 
 TEST(JobCheckTest, NamesANegativeShuffleBuffer) {
   auto backend = NewCpuBackend();
   JobConfig job = LibsvmJob(0);
   job.mutable_train()->set_shuffle_buffer(-1);
-  const absl::Status status = CheckJob(job, backend.get());
+  const absl::Status status = CheckJob(job, backend.get()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), "train.shuffle_buffer")) << status;
 }
 
 TEST(JobCheckTest, NamesTheFileAndLineOfAnExampleWiderThanTheSlots) {
   auto backend = NewCpuBackend();
-  const absl::Status status = CheckJob(LibsvmJob(2), backend.get());
+  const absl::Status status = CheckJob(LibsvmJob(2), backend.get()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), "test.svm:2")) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "data.libsvm_slots")) << status;
@@ -62,7 +66,7 @@ TEST(JobCheckTest, NamesAMissingFileAndMissingFileLists) {
   auto backend = NewCpuBackend();
   JobConfig missing = LibsvmJob(3);
   missing.mutable_data()->add_train_files(::testing::TempDir() + "/absent.svm");
-  absl::Status status = CheckJob(missing, backend.get());
+  absl::Status status = CheckJob(missing, backend.get()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), "absent.svm")) << status;
 
@@ -71,12 +75,12 @@ TEST(JobCheckTest, NamesAMissingFileAndMissingFileLists) {
   EXPECT_TRUE(CheckJob(no_test, backend.get()).ok());
   JobCheckOptions evaluating;
   evaluating.needs_test_files = true;
-  status = CheckJob(no_test, backend.get(), evaluating);
+  status = CheckJob(no_test, backend.get(), evaluating).status();
   EXPECT_TRUE(absl::StrContains(status.message(), "test files")) << status;
 
   JobConfig no_train = LibsvmJob(3);
   no_train.mutable_data()->clear_train_files();
-  status = CheckJob(no_train, backend.get());
+  status = CheckJob(no_train, backend.get()).status();
   EXPECT_TRUE(absl::StrContains(status.message(), "train_files")) << status;
 }
 
@@ -84,7 +88,7 @@ TEST(JobCheckTest, NamesAFormatThatDoesNotMatchTheDataAndABadModel) {
   auto backend = NewCpuBackend();
   JobConfig criteo = LibsvmJob(3);
   criteo.mutable_data()->set_format(DataConfig::CRITEO);  // libsvm lines are not Criteo's 40 columns
-  absl::Status status = CheckJob(criteo, backend.get());
+  absl::Status status = CheckJob(criteo, backend.get()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), "train.svm:1")) << status;
 
@@ -93,7 +97,7 @@ TEST(JobCheckTest, NamesAFormatThatDoesNotMatchTheDataAndABadModel) {
 
   JobConfig wide = LibsvmJob(3);
   wide.mutable_model()->set_embedding_dim(5000);
-  status = CheckJob(wide, backend.get());
+  status = CheckJob(wide, backend.get()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(status.message(), "embedding_dim")) << status;
 }

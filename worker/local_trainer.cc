@@ -9,6 +9,7 @@
 #include "server/shard.h"
 #include "worker/export.h"
 #include "worker/local_ps_client.h"
+#include "worker/model.h"
 #include "worker/records.h"
 
 namespace kestrel {
@@ -27,8 +28,13 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   }
   std::unique_ptr<PsClient> client = NewLocalPsClient(PsClientOptions(), views);
   std::unique_ptr<ClockGate> gate = NewSingleWorkerGate();
+  std::shared_ptr<const Schema> schema = options.schema;
+  if (schema == nullptr) {
+    KESTREL_ASSIGN_OR_RETURN(schema, Schema::Resolve(job.data(), WithDefaults(job.model())));
+  }
   TrainerOptions trainer_options;
   trainer_options.job = job;
+  trainer_options.schema = schema;
   trainer_options.partition = partition;
   trainer_options.metrics_path = options.metrics_path;
   trainer_options.observer = options.observer;
@@ -46,7 +52,11 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
     KLOG(Info) << "wrote " << probs.size() << " predictions of the test files to " << options.predictions_path;
   }
   if (!options.export_dir.empty()) {
-    absl::StatusOr<ExportedModel> exported = ExportServers(views, job, result->steps, options.export_dir);
+    // With what the schema read from the data files written in (libsvm's slots, STANDARDIZE statistics), so
+    // the export neither reads them again nor needs them to score.
+    JobConfig pinned = job;
+    *pinned.mutable_data() = schema->Pinned(job.data());
+    absl::StatusOr<ExportedModel> exported = ExportServers(views, pinned, result->steps, options.export_dir);
     if (!exported.ok()) {
       return absl::Status(exported.status().code(),
                           absl::StrCat("exporting to ", options.export_dir, ": ", exported.status().message()));

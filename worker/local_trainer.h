@@ -5,6 +5,7 @@
 #define KESTREL_WORKER_LOCAL_TRAINER_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "proto/job.pb.h"
 #include "server/shard.h"
 #include "worker/compute/backend.h"
+#include "worker/data/schema.h"
 #include "worker/trainer.h"
 
 namespace kestrel {
@@ -30,6 +32,8 @@ struct LocalTrainingOptions {
   // After training: every table the servers hold, exported to this directory (worker/export.h ExportServers;
   // it must not hold an export yet), for kestrel_predict and serving. Default: none.
   std::string export_dir;
+  // The job's data format, resolved (TrainerOptions::schema). Default: null: resolved here.
+  std::shared_ptr<const Schema> schema;
 };
 
 // Trains `job` on `options.num_servers` in-process servers, evaluates, then writes the predictions and the

@@ -272,7 +272,8 @@ void Report(const TrainResult& r) {
       p.read, p.batch, p.pull, p.compute, p.push, p.wait);
 }
 
-int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
+int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema, Backend* backend,
+               WorkerMetrics& metrics) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials(TlsConfigFromFlags());
   if (!credentials.ok()) {
@@ -434,6 +435,7 @@ int RunCluster(const JobConfig& job, Backend* backend, WorkerMetrics& metrics) {
 
     TrainerOptions options;
     options.job = job;
+    options.schema = schema;  // resolved once (CheckJob), for every pass
     options.rank = rank;
     options.num_workers = view.num_workers();
     options.partition = *partition;
@@ -584,8 +586,9 @@ int Run() {
   }
   JobCheckOptions check;
   check.needs_test_files = local;  // it evaluates (a cluster's worker 0 is known once registered)
-  if (absl::Status checked = CheckJob(*job, backend->get(), check); !checked.ok()) {
-    KLOG(Error) << "the job cannot train: " << checked.message();
+  absl::StatusOr<std::shared_ptr<const Schema>> schema = CheckJob(*job, backend->get(), check);
+  if (!schema.ok()) {
+    KLOG(Error) << "the job cannot train: " << schema.status().message();
     return 2;
   }
   if (const std::string dir = absl::GetFlag(FLAGS_export_dir); !dir.empty()) {
@@ -622,6 +625,7 @@ int Run() {
     options.observer = metrics.Observer();
     options.predictions_path = absl::GetFlag(FLAGS_predictions_out);
     options.export_dir = absl::GetFlag(FLAGS_export_dir);
+    options.schema = *schema;
     absl::StatusOr<TrainResult> result = TrainInProcess(*job, backend->get(), options);
     if (!result.ok()) {
       KLOG(Error) << "training failed: " << result.status();
@@ -630,7 +634,7 @@ int Run() {
     Report(*result);
     return 0;
   }
-  return RunCluster(*job, backend->get(), metrics);
+  return RunCluster(*job, *schema, backend->get(), metrics);
 }
 
 }  // namespace

@@ -260,7 +260,10 @@ class Trainer::Impl {
   absl::Status Init() {
     if (model_ != nullptr) return absl::OkStatus();
     const JobConfig& job = options_.job;
-    KESTREL_ASSIGN_OR_RETURN(schema_, Schema::Resolve(job.data(), job.model()));
+    schema_ = options_.schema;
+    if (schema_ == nullptr) {
+      KESTREL_ASSIGN_OR_RETURN(schema_, Schema::Resolve(job.data(), job.model()));
+    }
     KESTREL_ASSIGN_OR_RETURN(model_, Model::Create(job.model(), schema_->fields(), schema_->dense_dim(), backend_));
     // The embedding tables some field looks up (every field looks up "emb" unless the schema says otherwise).
     std::vector<bool> used(schema_->num_tables(), false);

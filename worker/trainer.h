@@ -43,6 +43,7 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
+#include "worker/data/schema.h"
 #include "worker/ps_client.h"
 #include "worker/row_cache.h"
 
@@ -96,6 +97,9 @@ struct TrainerEvent {
 
 struct TrainerOptions {
   JobConfig job;               // defaults of unset fields applied by the Trainer
+  // The job's data format, resolved from `job` (worker/job_check.h CheckJob returns it). Default: null: the
+  // Trainer resolves it (which may read the data files: libsvm's slot count, STANDARDIZE statistics).
+  std::shared_ptr<const Schema> schema;
   int rank = 0;                // this worker. Default: 0.
   int num_workers = 1;         // Default: 1.
   Partition partition = *Partition::Uniform(1);  // the servers' partition (groups keys by server): the client's

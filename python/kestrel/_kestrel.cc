@@ -28,6 +28,7 @@
 #include "google/protobuf/text_format.h"
 #include "proto/table.pb.h"
 #include "server/shard.h"
+#include "server/table.h"
 #include "proto/job.pb.h"
 #include "worker/batch.h"
 #include "worker/batch_reader.h"
@@ -151,7 +152,8 @@ class Client {
   }
 
   py::array_t<float> Pull(const std::string& table, const py::array& keys, int dim, int64_t clock) {
-    if (dim < 1) throw py::value_error("dim must be >= 1");
+    // Checked before the answer's array is allocated (the servers refuse any other dim anyway).
+    if (dim < 1 || dim > Table::kMaxDim) throw py::value_error(absl::StrCat("dim must be in [1, ", Table::kMaxDim, "]"));
     const absl::Span<const uint64_t> k = KeysOf(keys);
     py::array_t<float> rows({static_cast<py::ssize_t>(k.size()), static_cast<py::ssize_t>(dim)});
     float* out = rows.mutable_data();
@@ -178,7 +180,9 @@ class Client {
   }
 
   py::array_t<float> PullDense(const std::string& table, int64_t size, int64_t clock) {
-    if (size < 1) throw py::value_error("size must be >= 1");
+    if (size < 1 || size > Table::kMaxDenseSize) {
+      throw py::value_error(absl::StrCat("size must be in [1, ", Table::kMaxDenseSize, "]"));
+    }
     py::array_t<float> out(static_cast<py::ssize_t>(size));
     float* data = out.mutable_data();
     absl::Status status;

@@ -64,6 +64,10 @@ class ClientTest(unittest.TestCase):
             self.client.push("emb", np.array([1], dtype=np.uint64), np.ones((1, 4), dtype=np.float64))
         with self.assertRaises(ValueError):
             self.client.create_table("this is not a table config")
+        with self.assertRaises(ValueError):  # refused before the answer's array is allocated
+            self.client.pull("emb", np.array([1], dtype=np.uint64), 1 << 30)
+        with self.assertRaises(ValueError):
+            self.client.pull_dense("dense", 1 << 40)
 
     def test_dense_tensor(self):
         self.client.create_table("""
