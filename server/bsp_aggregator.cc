@@ -181,17 +181,22 @@ BspAggregator::Batch BspAggregator::CombineLocked(int64_t clock, PendingClock& p
   KeyBatch::SortByKey(&order, &scratch);
   Batch batch;
   batch.clock = clock;
+  // Pushed values (kSum) start from -0, the identity of float addition (0 + -0 is +0), so that a key's single
+  // contribution keeps its bits.
+  const float zero = combine_ == Combine::kSum ? -0.0f : 0.0f;
   for (const auto& [key, position] : order) {
     if (batch.keys.empty() || batch.keys.back() != key) {
       batch.keys.push_back(key);
-      batch.grads.resize(batch.grads.size() + dim_, 0.0f);
+      batch.grads.resize(batch.grads.size() + dim_, zero);
     }
     float* dst = batch.grads.data() + batch.grads.size() - dim_;
     const float* src = rows[position];
     for (int j = 0; j < dim_; ++j) dst[j] += src[j];
   }
-  const float scale = 1.0f / static_cast<float>(contributors);
-  for (float& g : batch.grads) g *= scale;
+  if (combine_ == Combine::kMean) {
+    const float scale = 1.0f / static_cast<float>(contributors);
+    for (float& g : batch.grads) g *= scale;
+  }
   return batch;
 }
 

@@ -13,9 +13,13 @@
 // so no sender can make a server hold many clocks. A repeat of a clock that is being applied is
 // answered Unavailable (retry), so nothing is acknowledged before it is in the table.
 //
+// Tables whose pushes are values, not gradients (OptimizerConfig::ASSIGN), combine with Combine::kSum: the sum
+// is not scaled, so a key written by one worker while the others push nothing for it (empty parts, or parts
+// without that key) gets that worker's value bit for bit.
+//
 // Elastic jobs (docs/elasticity.md): when workers die mid-clock and are removed, Fence() refuses their parts from
 // that clock on and says whether the clock was applied with them already; CompleteWithout() then combines the
-// clock from the other workers' parts, averaged over those workers.
+// clock from the other workers' parts, averaged over those workers (summed with Combine::kSum).
 //
 // Thread-safe. Owns copies of buffered gradients.
 #ifndef KESTREL_SERVER_BSP_AGGREGATOR_H_
@@ -52,7 +56,15 @@ class BspAggregator {
     std::vector<float> grads;
   };
 
-  BspAggregator(int num_workers, int dim) : num_workers_(num_workers), dim_(dim) {}
+  // How the parts of a clock combine into what is applied.
+  enum class Combine {
+    kMean,  // the sum over the contributing workers divided by their count (gradients: synchronous SGD)
+    kSum,   // the sum alone (pushed values, OptimizerConfig::ASSIGN)
+  };
+
+  // Default: Combine::kMean.
+  BspAggregator(int num_workers, int dim, Combine combine = Combine::kMean)
+      : num_workers_(num_workers), dim_(dim), combine_(combine) {}
 
   // Buffers `part`. Returns the clock's combined batch when this part completes it (every worker's every
   // part has arrived), nullopt otherwise (or for a repeat). The caller applies the batch, then calls
@@ -72,8 +84,8 @@ class BspAggregator {
   // of `clock` and later are refused from now on (FailedPrecondition), and the answer says what `clock` is.
   // InvalidArgument for a rank out of range or a fence that would leave no worker.
   absl::StatusOr<Fenced> Fence(const std::vector<int>& workers, int64_t clock);
-  // Combines fenced `clock` from the parts of the workers not fenced, scaled by 1 / (their count), and hands it
-  // back to apply (then Applied(clock)); nullopt when `clock` was applied already or nobody pushed it.
+  // Combines fenced `clock` from the parts of the workers not fenced (kMean: scaled by 1 / their count), and hands
+  // it back to apply (then Applied(clock)); nullopt when `clock` was applied already or nobody pushed it.
   // FailedPrecondition when `clock` is not the fenced one or a worker not fenced has not pushed all of it.
   absl::StatusOr<std::optional<Batch>> CompleteWithout(int64_t clock);
 
@@ -97,13 +109,14 @@ class BspAggregator {
     int complete_workers = 0;
   };
 
-  // Sums the parts in rank order and scales by 1 / `contributors`.
+  // Sums the parts in rank order and, for Combine::kMean, scales by 1 / `contributors`.
   Batch CombineLocked(int64_t clock, PendingClock& pending, int contributors) const;
   // Records the parts of `clock` (repeats are recognized) and hands it out to apply.
   void MarkApplyingLocked(int64_t clock, PendingClock& pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_workers_;
   const int dim_;
+  const Combine combine_;
   mutable absl::Mutex mu_;
   std::map<int64_t, PendingClock> pending_ ABSL_GUARDED_BY(mu_);
   int64_t applied_through_ ABSL_GUARDED_BY(mu_) = -1;

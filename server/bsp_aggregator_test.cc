@@ -245,5 +245,31 @@ TEST(BspAggregatorTest, AClockAppliedWithAFencedWorkerIsReportedAsSuch) {
   EXPECT_FALSE(agg.CompleteWithout(0)->has_value());
 }
 
+TEST(BspAggregatorTest, SumKeepsTheOneWritersValuesBitForBitAndAddsSeveral) {
+  BspAggregator agg(3, kDim, BspAggregator::Combine::kSum);
+  // 0.1f * (1/3) * 3 is not 0.1f, and 0 + -0 is +0: only an unscaled copy keeps these.
+  const OwnedPart writer{0, 0, 1, {2, 5}, {0.1f, -0.0f, 1e-40f, 1e15f, -1e15f, 3.14159274f}};
+  const OwnedPart empty1{1, 0, 1, {}, {}}, empty2{2, 0, 1, {}, {}};
+  BspAggregator::Batch batch = Feed(agg, {empty1, writer, empty2}, /*clock=*/0);
+  agg.Applied(0);
+  EXPECT_EQ(batch.keys, writer.keys);
+  ASSERT_EQ(batch.grads.size(), writer.grads.size());
+  EXPECT_EQ(std::memcmp(batch.grads.data(), writer.grads.data(), sizeof(float) * writer.grads.size()), 0);
+
+  // Two writers of one key: their sum, unscaled.
+  const OwnedPart a{0, 0, 1, {5}, {1.0f, 2.0f, 3.0f}}, b{2, 0, 1, {5}, {0.5f, 0.5f, 0.5f}};
+  batch = Feed(agg, {a, empty1, b}, /*clock=*/1);
+  agg.Applied(1);
+  EXPECT_EQ(batch.grads, (std::vector<float>{1.5f, 2.5f, 3.5f}));
+
+  // A clock completed without a removed worker is summed too.
+  ASSERT_FALSE(agg.Add(View(writer, 2))->has_value());
+  ASSERT_FALSE(agg.Add(View(empty2, 2))->has_value());
+  ASSERT_EQ(*agg.Fence({1}, 2), BspAggregator::Fenced::kNotApplied);
+  absl::StatusOr<std::optional<BspAggregator::Batch>> without = agg.CompleteWithout(2);
+  ASSERT_TRUE(without.ok() && without->has_value()) << without.status();
+  EXPECT_EQ(std::memcmp((*without)->grads.data(), writer.grads.data(), sizeof(float) * writer.grads.size()), 0);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -132,6 +132,14 @@ class Ftrl final : public Optimizer {
   const float alpha_, beta_, l1_, l2_;
 };
 
+class Assign final : public Optimizer {
+ public:
+  explicit Assign(int dim) : Optimizer(dim) {}
+  int slot_floats() const override { return 0; }
+  void InitSlots(const float*, float*) const override {}
+  void Apply(const float* g, float* w, float*) const override { std::memcpy(w, g, sizeof(float) * dim_); }
+};
+
 absl::Status CheckPositive(const char* name, float v) {
   if (!(v > 0.0f) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be finite and > 0, got %g", name, v));
@@ -157,6 +165,7 @@ absl::Status CheckDecay(const char* name, float v) {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConfig& c, int dim) {
   if (dim < 1) return absl::InvalidArgumentError(absl::StrFormat("optimizer dim must be >= 1, got %d", dim));
+  if (c.type() == OptimizerConfig::ASSIGN) return std::unique_ptr<Optimizer>(new Assign(dim));  // no fields
   const float lr = Or(c.learning_rate(), 0.01f);
   absl::Status s = CheckPositive("learning_rate", lr);
   if (!s.ok()) return s;

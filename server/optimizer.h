@@ -5,8 +5,9 @@
 //   ADAGRAD  acc[dim]                   acc += g^2;  w -= lr * g / (sqrt(acc) + eps)
 //   ADAM     m[dim], v[dim], step (1)   per-row step t for bias correction (Kingma & Ba, Algorithm 1)
 //   FTRL     z[dim], n[dim]             FTRL-Proximal with L1/L2 (McMahan et al., KDD 2013, Algorithm 1)
+//   ASSIGN   none                       w = g (the pushed value, bit for bit)
 // Hyper-parameters come from OptimizerConfig; zero fields take the defaults documented in table.proto. The
-// learning rate must lie in [1e-12, 1e4].
+// learning rate must lie in [1e-12, 1e4]. ASSIGN has none: it ignores every field but the type.
 //
 // Immutable after Create(): thread-safe. Callers serialize updates of the same row.
 #ifndef KESTREL_SERVER_OPTIMIZER_H_

@@ -153,6 +153,7 @@ TEST(OptimizerTest, SlotFloatsPerOptimizer) {
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::ADAGRAD), dim)->slot_floats(), dim);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::ADAM), dim)->slot_floats(), 2 * dim + 1);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::FTRL), dim)->slot_floats(), 2 * dim);
+    EXPECT_EQ(MustCreate(Config(OptimizerConfig::ASSIGN), dim)->slot_floats(), 0);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::FTRL), dim)->dim(), dim);
   }
 }
@@ -273,6 +274,42 @@ TEST(OptimizerTest, FtrlInitSlotsReproducesNonZeroInitialValue) {
   const FtrlState ref = RefFtrl({{0.3f, -0.7f, 0.0}, z0, Vec(3, 0.0)}, kGrads, alpha, beta, l1, l2);
   ExpectClose(row.w.data(), ref.w, "w");
   ExpectClose(row.slots.data(), ref.z, "z");
+}
+
+TEST(OptimizerTest, AssignStoresThePushedValueBitForBit) {
+  const auto opt = MustCreate(Config(OptimizerConfig::ASSIGN), 6);
+  // Values that arithmetic would disturb: -0, a subnormal, the gradient bounds, and one that 0 + x or x - w
+  // rounds differently.
+  const std::vector<float> pushed = {-0.0f, 1e-40f, 1e15f, -1e15f, 0.1f, 3.14159274f};
+  std::vector<float> w = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  std::vector<float> slots;  // none
+  opt->InitSlots(w.data(), slots.data());
+  opt->Apply(pushed.data(), w.data(), slots.data());
+  EXPECT_TRUE(SameBits(w, pushed));
+  // A second push replaces the first.
+  const std::vector<float> again = {7.0f, -0.5f, 0.0f, 1e-3f, -2.0f, 0.25f};
+  opt->Apply(again.data(), w.data(), slots.data());
+  EXPECT_TRUE(SameBits(w, again));
+}
+
+TEST(OptimizerTest, AssignIgnoresEveryHyperParameter) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  OptimizerConfig c = Config(OptimizerConfig::ASSIGN, -1.0f);  // a learning rate other types refuse
+  c.set_initial_accumulator(nan);
+  c.set_epsilon(-1.0f);
+  c.set_beta1(2.0f);
+  c.set_beta2(nan);
+  c.set_ftrl_beta(-3.0f);
+  c.set_l1(-1.0f);
+  c.set_l2(std::numeric_limits<float>::infinity());
+  const auto opt = MustCreate(c, 2);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->slot_floats(), 0);
+  const std::vector<float> pushed = {0.5f, -0.25f};
+  std::vector<float> w = {0.0f, 0.0f};
+  opt->Apply(pushed.data(), w.data(), nullptr);
+  EXPECT_TRUE(SameBits(w, pushed));
+  ExpectInvalid(Config(OptimizerConfig::ASSIGN), /*dim=*/0);
 }
 
 TEST(OptimizerTest, ZeroFieldsTakeDocumentedDefaults) {

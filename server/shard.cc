@@ -538,7 +538,11 @@ BspAggregator* Shard::AggregatorFor(const Table& table) {
   absl::MutexLock lock(&bsp_mu_);
   auto& aggregator = aggregators_[table.config().name()];
   if (aggregator == nullptr) {
-    aggregator = std::make_unique<BspAggregator>(bsp_workers_.load(std::memory_order_acquire), table.dim());
+    const BspAggregator::Combine combine = table.config().optimizer().type() == OptimizerConfig::ASSIGN
+                                               ? BspAggregator::Combine::kSum
+                                               : BspAggregator::Combine::kMean;
+    aggregator =
+        std::make_unique<BspAggregator>(bsp_workers_.load(std::memory_order_acquire), table.dim(), combine);
   }
   return aggregator.get();
 }

@@ -77,8 +77,8 @@ struct ShardOptions {
   // Most tables a shard holds. Default: 1024.
   size_t max_tables = 1024;
   // 0: pushes are applied on arrival (SSP, ASP). N > 0: BSP with N workers: each clock's pushes from workers
-  // 0..N-1 are combined in rank order, averaged and applied once all have arrived (server/bsp_aggregator.h);
-  // a duplicate part is applied once. Default: 0.
+  // 0..N-1 are combined in rank order, averaged (summed for OptimizerConfig::ASSIGN tables) and applied once
+  // all have arrived (server/bsp_aggregator.h); a duplicate part is applied once. Default: 0.
   int bsp_workers = 0;
   // SSP/ASP: the workers whose recent push ids the shard remembers (so a retried push is applied once), each
   // up to RecentRequests' window. Once the shard hears from the scheduler, the job's worker count replaces it;

@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -383,6 +384,33 @@ TEST_F(ShardStoreTest, TableOfAnotherShapeIsRefusedBeforeAnythingChanges) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "'emb'")) << status;
   EXPECT_EQ(target.shards[0]->Fingerprint(), before);
+}
+
+TEST_F(ShardStoreTest, AssignTableRoundTripsThroughACheckpoint) {
+  TableConfig state = Mlp();
+  state.set_name("state");
+  state.mutable_optimizer()->set_type(OptimizerConfig::ASSIGN);
+  const uint64_t blocks = Partition::DenseBlockCount(kDenseSize, kBlockDim);
+  std::vector<uint64_t> all(blocks);
+  for (uint64_t b = 0; b < blocks; ++b) all[b] = b;
+  std::mt19937_64 rng(11);
+  const std::vector<float> pushed = Grads(blocks, kBlockDim, rng);
+  {
+    Cluster source = MakeCluster(1, *layout_, /*tables=*/false);
+    ASSERT_TRUE(source.shards[0]->CreateTable(Ctx(), state).ok());
+    ASSERT_TRUE(source.shards[0]->PushDense(Ctx(), "state", all, pushed, kBlockDim).ok());
+    CheckpointAll(source, *layout_, 1);
+  }
+  Cluster target = MakeCluster(1, *layout_, /*tables=*/false);
+  auto latest = layout_->ReadLatest();
+  ASSERT_TRUE(latest.ok() && latest->has_value()) << latest.status();
+  ASSERT_TRUE(RestoreAll(target, *latest).ok());
+  ASSERT_NE(target.shards[0]->FindTable("state"), nullptr);
+  EXPECT_EQ(target.shards[0]->FindTable("state")->slot_floats(), 0);
+  std::string values;
+  ASSERT_TRUE(target.shards[0]->PullDense(Ctx(), "state", all, kBlockDim, &values).ok());
+  ASSERT_EQ(values.size(), pushed.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(values.data(), pushed.data(), values.size()), 0);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "server/shard.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -498,6 +500,82 @@ TEST(ShardBspTest, PullForAnAppliedClockSeesTheWeightsFromBeforeIt) {
   RequestContext tool = Ctx();
   ASSERT_TRUE(shard->Pull(tool, "emb", keys, 2, &current).ok());
   EXPECT_EQ(current, after);
+}
+
+TableConfig DenseAssign(const std::string& name, int dim, uint64_t size) {
+  TableConfig c = Sparse(name, dim, OptimizerConfig::ASSIGN, /*lr=*/0.0f);
+  c.set_kind(TableConfig::DENSE);
+  c.set_dense_size(size);
+  return c;
+}
+
+bool SameBits(const std::string& packed, const std::vector<float>& floats) {
+  return packed.size() == floats.size() * sizeof(float) &&
+         std::memcmp(packed.data(), floats.data(), packed.size()) == 0;
+}
+
+TEST(ShardAssignTest, DenseTableHoldsTheLastPushBitForBit) {
+  std::unique_ptr<Shard> shard = MakeShard(0, 1);
+  ASSERT_TRUE(shard->CreateTable(Ctx(), DenseAssign("state", 4, 10)).ok());  // 3 blocks, the last half used
+  const std::vector<uint64_t> all = {0, 1, 2};
+  const std::vector<float> first = {-0.0f, 1e-40f, 1e15f, -1e15f, 0.1f, 3.14159274f, 2.0f, -3.0f,
+                                    4.0f,  5.0f,   0.0f,  0.0f};
+  std::vector<float> second(12);
+  for (size_t i = 0; i < second.size(); ++i) second[i] = 0.3f * static_cast<float>(i) - 1.0f;
+  ASSERT_TRUE(shard->PushDense(Ctx(), "state", all, first, 4).ok());
+  std::string values;
+  ASSERT_TRUE(shard->PullDense(Ctx(), "state", all, 4, &values).ok());
+  EXPECT_TRUE(SameBits(values, first));
+  ASSERT_TRUE(shard->PushDense(Ctx(), "state", all, second, 4).ok());
+  ASSERT_TRUE(shard->PullDense(Ctx(), "state", all, 4, &values).ok());
+  EXPECT_TRUE(SameBits(values, second));
+
+  // A push of some blocks replaces those only; an empty push changes nothing.
+  const std::vector<float> block1 = {9.0f, 8.0f, 7.0f, 6.0f};
+  ASSERT_TRUE(shard->PushDense(Ctx(), "state", {1}, block1, 4).ok());
+  ASSERT_TRUE(shard->PushDense(Ctx(), "state", {}, {}, 4).ok());
+  std::vector<float> expected = second;
+  std::copy(block1.begin(), block1.end(), expected.begin() + 4);
+  ASSERT_TRUE(shard->PullDense(Ctx(), "state", all, 4, &values).ok());
+  EXPECT_TRUE(SameBits(values, expected));
+
+  // Values are checked as gradients are, and a refused push changes nothing.
+  const uint64_t fingerprint = shard->Fingerprint();
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 2e15f}) {
+    const absl::Status refused = shard->PushDense(Ctx(), "state", {0}, {1.0f, bad, 1.0f, 1.0f}, 4);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("bad gradient")) << bad;
+  }
+  EXPECT_EQ(shard->Fingerprint(), fingerprint);
+}
+
+TEST(ShardBspTest, AssignTableTakesTheValuesOfAClocksOneWriter) {
+  ShardOptions options;
+  options.job_id = "job";
+  options.bsp_workers = 3;
+  auto shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
+  ASSERT_TRUE(shard->CreateTable(Ctx(), DenseAssign("state", 4, 8)).ok());
+  const auto worker = [](int rank, int64_t clock) {
+    RequestContext ctx = Ctx();
+    ctx.worker_rank = rank;
+    ctx.clock = clock;
+    return ctx;
+  };
+  const std::vector<uint64_t> all = {0, 1};
+  for (int64_t clock = 0; clock < 2; ++clock) {
+    // Worker 0 writes the whole tensor; the others push empty parts (PsClient::PushDense of nothing).
+    std::vector<float> pushed(8);
+    for (size_t i = 0; i < pushed.size(); ++i) pushed[i] = 0.1f * static_cast<float>(i + 1) + clock;
+    pushed[3] = -0.0f;
+    ASSERT_TRUE(shard->PushDense(worker(1, clock), "state", {}, {}, 0).ok());
+    ASSERT_TRUE(shard->PushDense(worker(0, clock), "state", all, pushed, 4).ok());
+    std::string values;
+    ASSERT_TRUE(shard->PullDense(Ctx(), "state", all, 4, &values).ok());
+    EXPECT_FALSE(SameBits(values, pushed)) << "clock " << clock << " applied before worker 2 pushed";
+    ASSERT_TRUE(shard->PushDense(worker(2, clock), "state", {}, {}, 0).ok());
+    ASSERT_TRUE(shard->PullDense(Ctx(), "state", all, 4, &values).ok());
+    EXPECT_TRUE(SameBits(values, pushed)) << "clock " << clock;
+  }
 }
 
 }  // namespace

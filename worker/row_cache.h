@@ -15,7 +15,7 @@
 // (CreateTable through the cache registers them, AddTable one created elsewhere).
 //
 // The worker's own pushes are applied to its cached copies where the client can do so exactly: tables whose
-// optimizer keeps no per-row state (SGD; the server's own Optimizer code and defaults) and whose gradients
+// optimizer keeps no per-row state (SGD, ASSIGN; the server's own Optimizer code and defaults) and whose values
 // travel as fp32 (a half-precision wire rounds them on the way). They are applied once the push is
 // acknowledged, to the rows cached before the push began (a row pulled meanwhile may already hold it, and is
 // left as pulled). Other optimizers keep per-row state on the servers (Adagrad's sums, FTRL's z and n), so a
