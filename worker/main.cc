@@ -39,16 +39,14 @@
 #include "common/metrics.h"
 #include "common/process_setup.h"
 #include "google/protobuf/text_format.h"
-#include "scheduler/scheduler_client.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/export.h"
-#include "worker/grpc_ps_client.h"
 #include "worker/job_check.h"
 #include "worker/local_trainer.h"
 #include "worker/records.h"
 #include "worker/row_cache.h"
-#include "worker/scheduler_gate.h"
 #include "worker/trainer.h"
+#include "worker/worker_session.h"
 
 ABSL_FLAG(absl::Duration, recovery_timeout, absl::Minutes(10),
           "How long a worker whose training stopped waits for the job to roll back and rejoins before giving up.");
@@ -214,26 +212,6 @@ class WorkerMetrics {
   double counted_[6] ABSL_GUARDED_BY(phases_mu_) = {};
 };
 
-// Passes every call to `gate` and exports the clock this worker has reached after each iteration. As
-// thread-safe as `gate` is.
-class MeteredGate final : public ClockGate {
- public:
-  MeteredGate(std::unique_ptr<ClockGate> gate, prometheus::Gauge* clock) : gate_(std::move(gate)), clock_(clock) {}
-
-  absl::Status WaitToStart(int64_t clock) override { return gate_->WaitToStart(clock); }
-  absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
-    absl::Status status = gate_->Advance(finished, done, state);
-    if (status.ok()) clock_->Set(static_cast<double>(finished));
-    return status;
-  }
-  absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
-  int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
-
- private:
-  const std::unique_ptr<ClockGate> gate_;
-  prometheus::Gauge* const clock_;
-};
-
 absl::StatusOr<JobConfig> LoadConfig() {
   const std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) return absl::InvalidArgumentError("--config is required");
@@ -280,268 +258,93 @@ int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema
     KLOG(Error) << credentials.status();
     return 2;
   }
-  SchedulerClientOptions scheduler_options;
-  scheduler_options.job_id = absl::GetFlag(FLAGS_job_id);
-  scheduler_options.credentials = *credentials;
-  std::unique_ptr<SchedulerClient> scheduler =
-      NewGrpcSchedulerClient(absl::GetFlag(FLAGS_scheduler), scheduler_options);
-  const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
-  absl::StatusOr<RegisterResponse> reg;
-  do {
-    reg = scheduler->Register(ROLE_WORKER, "", absl::GetFlag(FLAGS_rank));
-    // UNAVAILABLE: the scheduler is not up yet; ALREADY_EXISTS: our crashed predecessor is not declared dead yet.
-    if (reg.ok() || !(absl::IsUnavailable(reg.status()) || absl::IsAlreadyExists(reg.status()))) break;
-    absl::SleepFor(absl::Milliseconds(500));
-  } while (absl::Now() < deadline);
-  if (absl::IsOutOfRange(reg.status())) {  // an elastic job removed this worker when it did not come back
-    KLOG(Info) << "not rejoining: " << reg.status().message();
+  WorkerSessionOptions session_options;
+  session_options.scheduler = absl::GetFlag(FLAGS_scheduler);
+  session_options.job_id = absl::GetFlag(FLAGS_job_id);
+  session_options.id = absl::GetFlag(FLAGS_rank);
+  session_options.credentials = *credentials;
+  session_options.scheduler_timeout = absl::GetFlag(FLAGS_scheduler_timeout);
+  session_options.recovery_timeout = absl::GetFlag(FLAGS_recovery_timeout);
+  session_options.row_cache = absl::GetFlag(FLAGS_row_cache);
+  session_options.row_cache_rows = absl::GetFlag(FLAGS_row_cache_rows);
+  session_options.asp_cache_clocks = absl::GetFlag(FLAGS_asp_cache_clocks);
+  session_options.clock_gauge = &metrics.clock();
+  absl::StatusOr<std::unique_ptr<WorkerSession>> joined = WorkerSession::Join(session_options);
+  if (absl::IsOutOfRange(joined.status())) {  // an elastic job removed this worker when it did not come back
+    KLOG(Info) << "not rejoining: " << joined.status().message();
     return 0;
   }
-  if (!reg.ok()) {
-    KLOG(Error) << "cannot register with the scheduler at " << absl::GetFlag(FLAGS_scheduler) << ": " << reg.status();
-    return 1;
+  if (!joined.ok()) {
+    KLOG(Error) << joined.status();
+    return absl::IsFailedPrecondition(joined.status()) ? 3 : 1;
   }
-  // The id (the rank the certificate names) is this process's for life; the rank is its place in the job's
-  // layout, which a rescale that removes a lower rank renumbers (docs/elasticity.md).
-  const int id = reg->id();
-  int rank = reg->rank();
-  SetLogGeneration(reg->generation());
-  if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), id); !tb.ok()) {
+  WorkerSession& session = **joined;
+  if (absl::Status tb = metrics.OpenTensorBoard(absl::GetFlag(FLAGS_tensorboard_dir), session.id()); !tb.ok()) {
     KLOG(Error) << "--tensorboard_dir: " << tb;
     return 1;
   }
-  SetLogIdentity(absl::StrCat("worker[", id, "]"));
-  if (rank == 0 && job.data().test_files().empty()) {
+  if (session.pass().rank == 0 && job.data().test_files().empty()) {
     KLOG(Error) << "worker 0 evaluates the model: set data.test_files or give --test_files";
     return 2;
   }
-  KLOG(Info) << "registered as worker " << id << " (rank " << rank << ", generation " << reg->generation() << ", "
-             << reg->clock() << " iterations already done)";
-  // Set once this worker left the finished job: the scheduler then refuses its heartbeats, which is no reason
-  // to exit 3.
-  static std::atomic<bool> left{false};
-  // Replicated jobs: the routing the scheduler announces, kept current from every heartbeat answer.
-  absl::Mutex routing_mu;
-  std::shared_ptr<RoutingTable> routing;  // set once the partition is known
-  // The generation the scheduler's latest heartbeat answer holds for this worker (a rollback moves it).
-  std::atomic<uint64_t> announced_generation{reg->generation()};
-  Heartbeater heartbeater(scheduler.get(), ROLE_WORKER, id, reg->incarnation(),
-                          absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2, [](absl::Status status) {
-                            if (left.load()) return;
-                            KLOG(Error) << "the scheduler refused this worker: " << status << "; exiting";
-                            std::_Exit(3);
-                          },
-                          [&routing_mu, &routing, &announced_generation](const HeartbeatResponse& answer) {
-                            if (answer.rank() >= 0 && answer.rank() < answer.worker_generations_size()) {
-                              announced_generation.store(answer.worker_generations(answer.rank()));
-                            }
-                            std::shared_ptr<RoutingTable> table;
-                            {
-                              absl::MutexLock lock(&routing_mu);
-                              table = routing;
-                            }
-                            if (table != nullptr) {
-                              ApplyRouting(*table, answer.routing_generation(), answer.out_of_service());
-                              table->addresses().Update({answer.server_addresses().begin(), answer.server_addresses().end()});
-                            }
-                          });
-  // Wait until every server has joined.
-  ClusterView view;
+  // Each pass trains from (clock, state) in the job's layout as of the pass; a rollback (a server died and every
+  // server restored the last checkpoint) or a rescale ends the pass with an error, and the session opens the
+  // next one from the checkpoint, or from the same clock in the new layout.
   while (true) {
-    absl::StatusOr<DescribeResponse> d = scheduler->Describe();
-    if (d.ok() && d->view().job_state() != "forming") {
-      view = d->view();
-      break;
-    }
-    if (absl::Now() > deadline) {
-      KLOG(Error) << "the job did not form within --scheduler_timeout (" << (d.ok() ? d->view().job_state() : d.status().ToString()) << ")";
-      return 1;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  uint64_t generation = reg->generation();  // stamped on every request, exactly; a rejoin moves it
-  uint64_t rollbacks = reg->rollbacks();
-  int64_t clock = reg->clock();
-  WorkerState state = reg->state();
-  if (reg->joining()) {  // a rank of a rescale not done yet: its share of the data is known once it is
-    KLOG(Info) << "joining the job in a rescale: waiting for it";
-    while (true) {
-      absl::StatusOr<RegisterResponse> joined = scheduler->Rejoin(id, reg->incarnation());
-      if (joined.ok() && joined->removed()) {
-        KLOG(Info) << "the rescale this worker was to join was given up: exiting";
-        return 0;
-      }
-      if (joined.ok()) {
-        view = joined->view();
-        rank = joined->rank();
-        generation = joined->generation();
-        clock = joined->clock();
-        state = joined->state();
-        break;
-      }
-      if (!absl::IsUnavailable(joined.status())) {
-        KLOG(Error) << "the rescale this worker was to join did not happen: " << joined.status();
-        return 3;
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-  }
-  uint64_t layout_generation = view.layout_generation();  // the rescale whose layout this worker trains in
-  // Each pass trains from (clock, state) in the job's layout as of `view`; a rollback (a server died and every
-  // server restored the last checkpoint) or a rescale ends the pass with an error, and the worker rejoins and
-  // continues from the checkpoint, or from the same clock in the new layout.
-  while (true) {
-    absl::StatusOr<Partition> partition = Partition::Parse(view.partition());
-    if (!partition.ok()) {
-      KLOG(Error) << "the scheduler's partition is invalid: " << partition.status();
-      return 1;
-    }
-    absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
-    if (!consistency.ok()) {
-      KLOG(Error) << "the scheduler announced no valid consistency: " << consistency.status();
-      return 1;
-    }
-    {
-      std::shared_ptr<RoutingTable> table;
-      if (partition->replicas() > 1) {
-        table = std::make_shared<RoutingTable>(*partition);
-        ApplyRouting(*table, view.routing_generation(), view.out_of_service());
-        table->addresses().Update({view.server_addresses().begin(), view.server_addresses().end()});
-      }
-      absl::MutexLock lock(&routing_mu);
-      routing = std::move(table);
-    }
-    PsClientOptions ps_options;
-    ps_options.job_id = absl::GetFlag(FLAGS_job_id);
-    ps_options.worker_rank = rank;
-    ps_options.bsp_pushes = consistency->bsp();
-    {
-      absl::MutexLock lock(&routing_mu);
-      ps_options.routing = routing;
-    }
-    ps_options.give_up = [&announced_generation, generation] { return announced_generation.load() != generation; };
-    std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
-    absl::StatusOr<std::unique_ptr<PsClient>> client =
-        NewGrpcPsClient(ps_options, *partition, servers, *credentials);
-    if (!client.ok()) {
-      KLOG(Error) << "cannot create the parameter-server client: " << client.status();
-      return 1;
-    }
-    (*client)->SetGeneration(generation);
-    metrics.clock().Set(static_cast<double>(clock));
-    std::unique_ptr<ClockGate> gate = std::make_unique<MeteredGate>(
-        NewSchedulerGate(scheduler.get(), rank, generation, reg->incarnation(), rollbacks, layout_generation),
-        &metrics.clock());
-
+    const WorkerPass& pass = session.pass();
     TrainerOptions options;
     options.job = job;
     options.schema = schema;  // resolved once (CheckJob), for every pass
-    options.rank = rank;
-    options.num_workers = view.num_workers();
-    options.partition = *partition;
-    options.start_clock = clock;
-    options.start_state = state;
-    options.prefetch_pulls = consistency->prefetch_pulls();
-    options.overlap_pushes = consistency->overlap_pushes();
-    options.evaluate = rank == 0;
-    // The row cache, wrapping the client: under SSP(s >= 1) rows serve reads for s clocks past the min clock of
-    // their pull; under ASP for --asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows
-    // are gone.
-    std::unique_ptr<RowCache> row_cache;
-    const int cache_bound = consistency->row_cache_bound(absl::GetFlag(FLAGS_asp_cache_clocks));
-    if (absl::GetFlag(FLAGS_row_cache) && cache_bound > 0) {
-      RowCacheOptions cache_options;
-      cache_options.bound = cache_bound;
-      cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_row_cache_rows)));
-      row_cache = std::make_unique<RowCache>(client->get(), cache_options);
-      options.row_cache = row_cache.get();
-      options.row_cache_own_clock = consistency->row_cache_own_clock();
-    }
-    metrics.SetRowCache(row_cache.get());
+    options.rank = pass.rank;
+    options.num_workers = pass.num_workers;
+    options.partition = pass.partition;
+    options.start_clock = pass.clock;
+    options.start_state = pass.state;
+    options.prefetch_pulls = pass.consistency.prefetch_pulls();
+    options.overlap_pushes = pass.consistency.overlap_pushes();
+    options.evaluate = pass.rank == 0;
+    options.row_cache = session.row_cache();
+    if (options.row_cache != nullptr) options.row_cache_own_clock = pass.consistency.row_cache_own_clock();
+    metrics.SetRowCache(session.row_cache());
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.line_log = absl::GetFlag(FLAGS_line_log);
     options.observer = metrics.Observer();
-    KLOG(Info) << "training with " << view.num_servers() << " servers, " << view.num_workers() << " workers, "
-               << consistency->ToString()
-               << " from clock " << clock << " (generation " << generation << ")";
+    KLOG(Info) << "training with " << pass.num_servers << " servers, " << pass.num_workers << " workers, "
+               << pass.consistency.ToString() << " from clock " << pass.clock << " (generation " << pass.generation
+               << ")";
     absl::StatusOr<TrainResult> result;
     {
-      PsClient* ps = row_cache != nullptr ? static_cast<PsClient*>(row_cache.get()) : client->get();
-      Trainer trainer(options, ps, gate.get(), backend);
+      Trainer trainer(options, session.client(), session.gate(), backend);
       result = trainer.Run();
     }
     metrics.SetRowCache(nullptr);
-    if (row_cache != nullptr) {
-      const RowCacheStats stats = row_cache->stats();
+    if (const RowCache* cache = session.row_cache()) {
+      const RowCacheStats stats = cache->stats();
       KLOG(Info) << absl::StrFormat("row cache: %d keys answered from it, %d pulled (hit ratio %.3f), %d rows held",
                                     stats.hits, stats.misses, stats.hit_ratio(), stats.rows);
     }
     if (result.ok()) {
       Report(*result);
       // The final model is settled (Trainer waited for it) and evaluated: the servers may go.
-      left.store(true);
-      absl::Status s;
-      for (int attempt = 0; attempt < 5; ++attempt) {  // else the scheduler counts us alive until it times out
-        s = scheduler->Leave(rank, clock + result->steps, generation, reg->incarnation(), layout_generation);
-        if (s.ok() || !(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s))) break;
-        absl::SleepFor(absl::Milliseconds(100) * (1 << attempt));
+      if (absl::Status s = session.Leave(pass.clock + result->steps); !s.ok()) {
+        KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
       }
-      if (!s.ok()) KLOG(Warning) << "telling the scheduler this worker leaves: " << s;
       return 0;
     }
-    // Did the job roll back or get rescaled? Ask until it has (the scheduler may not have noticed the dead server
-    // yet), it is clear it has not (the job runs on without a rollback: the error was this worker's own), or
-    // time runs out.
-    KLOG(Warning) << "training stopped: " << result.status() << "; asking the scheduler whether the job rolls back";
-    const absl::Time give_up = absl::Now() + absl::GetFlag(FLAGS_recovery_timeout);
-    const absl::Time grace = absl::Now() + absl::Milliseconds(3 * view.heartbeat_interval_ms());
-    absl::StatusOr<RegisterResponse> rejoined;
-    while (true) {
-      rejoined = scheduler->Rejoin(id, reg->incarnation());
-      if (rejoined.ok() && rejoined->removed()) {
-        KLOG(Info) << "a rescale left worker " << id << " out of the job: its share of the data goes to the others";
-        left.store(true);
-        return 0;
-      }
-      if (rejoined.ok() && (rejoined->rollbacks() > rollbacks || rejoined->layout_generation() > layout_generation)) {
-        break;
-      }
-      if (absl::IsFailedPrecondition(rejoined.status())) {
-        KLOG(Error) << "the scheduler refused this worker: " << rejoined.status();
-        return 3;
-      }
-      // Running (or finished) past the grace with no rollback: the error was this worker's own.
-      const bool running = rejoined.ok() && (rejoined->view().job_state() == "running" ||
-                                             rejoined->view().job_state() == "finished");
-      if ((running && absl::Now() > grace) || absl::Now() > give_up) {
-        KLOG(Error) << "training failed: " << result.status();
-        return 1;
-      }
-      absl::SleepFor(absl::Milliseconds(100));
+    absl::Status recovered = session.Recover(result.status());
+    if (absl::IsOutOfRange(recovered)) {
+      KLOG(Info) << recovered.message();
+      return 0;
+    }
+    if (absl::IsFailedPrecondition(recovered)) {
+      KLOG(Error) << recovered;
+      return 3;
+    }
+    if (!recovered.ok()) {
+      KLOG(Error) << "training failed: " << recovered;
+      return 1;
     }
     metrics.rejoins().Increment();
-    if (rejoined->rollbacks() == rollbacks) {  // a rescale, not a rollback
-      KLOG(Info) << "the job was rescaled to " << rejoined->view().num_servers() << " servers and "
-                 << rejoined->view().num_workers() << " workers (rescale " << rejoined->layout_generation()
-                 << "); continuing from clock " << rejoined->clock() << " in the new layout";
-    }
-    const bool rolled_back = rejoined->rollbacks() > rollbacks;
-    if (rejoined->rank() != rank) {
-      KLOG(Info) << "worker " << id << " is rank " << rejoined->rank() << " of the new layout (was " << rank
-                 << "): a lower rank was removed";
-      rank = rejoined->rank();
-    }
-    layout_generation = rejoined->layout_generation();
-    rollbacks = rejoined->rollbacks();
-    view = rejoined->view();
-    generation = rejoined->generation();
-    SetLogGeneration(generation);
-    clock = rejoined->clock();
-    state = rejoined->state();
-    if (rolled_back) {
-      KLOG(Info) << "the job rolled back to clock " << clock << "; continuing from there (generation " << generation
-                 << ")";
-    }
   }
 }
 

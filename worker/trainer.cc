@@ -27,6 +27,7 @@
 #include "worker/metrics.h"
 #include "worker/model.h"
 #include "worker/records.h"
+#include "worker/training_feed.h"
 
 namespace kestrel {
 
@@ -39,56 +40,8 @@ JobConfig JobWithDefaults(JobConfig job) {
   return job;
 }
 
-namespace {
-
-// The training files' data lines (worker/data/record_reader.h: header and blank lines are not data lines).
-absl::StatusOr<uint64_t> TrainingLines(const JobConfig& job) {
-  const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-  if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
-  // The header lines of a DELIMITED schema (Schema::header).
-  return CountDataLines(files, job.data().format() == DataConfig::DELIMITED && job.data().schema().header());
-}
-
-// The iterations of an epoch whose workers read `shares` lines each: every line trained once (the largest share in
-// batches, the last one short and a shorter share's last ones short or empty), or with drop_last the smallest
-// share's whole batches (the rest unread).
-int64_t EpochIterations(const TrainConfig& train, absl::Span<const uint64_t> shares) {
-  const uint64_t batch = static_cast<uint64_t>(train.batch_size());
-  if (train.drop_last()) return static_cast<int64_t>(*std::min_element(shares.begin(), shares.end()) / batch);
-  return static_cast<int64_t>((*std::max_element(shares.begin(), shares.end()) + batch - 1) / batch);
-}
-
-// Iterations per epoch of `num_workers` workers sharing `lines` training lines.
-absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
-  std::vector<uint64_t> shares;
-  for (int w = 0; w < num_workers; ++w) shares.push_back(PlainShard(w, num_workers).CountBelow(lines));
-  const int64_t per_epoch = EpochIterations(job.train(), shares);
-  if (per_epoch == 0 && lines == 0) {
-    return absl::FailedPreconditionError("the training files hold no data lines");
-  }
-  if (per_epoch == 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "a worker's share of the training data (%d lines of %d workers) is smaller than one batch of %d, and "
-        "train.drop_last drops it",
-        *std::min_element(shares.begin(), shares.end()), num_workers, job.train().batch_size()));
-  }
-  return per_epoch;
-}
-
-// All iterations, given the iterations per epoch.
-int64_t TotalIterations(const JobConfig& job, int64_t per_epoch) {
-  int64_t total = per_epoch * job.train().epochs();
-  if (job.train().max_steps() > 0) total = std::min(total, job.train().max_steps());
-  return total;
-}
-
-}  // namespace
-
-absl::StatusOr<int64_t> IterationsOf(const JobConfig& job_in, int num_workers) {
-  const JobConfig job = JobWithDefaults(job_in);
-  KESTREL_ASSIGN_OR_RETURN(const uint64_t lines, TrainingLines(job));
-  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers, lines));
-  return TotalIterations(job, per_epoch);
+absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers) {
+  return PlainIterations(JobWithDefaults(job), num_workers);
 }
 
 namespace {
@@ -117,28 +70,6 @@ struct StepData {
   std::vector<uint64_t> lines;        // the batch's global line indices (with TrainerOptions::line_log)
   CallClock read;                     // what the pulls of these rows carry
 };
-
-WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
-  WorkerState state;
-  state.set_clock(clock);
-  ReaderPositionProto* r = state.mutable_reader();
-  r->set_file(p.file);
-  r->set_byte_offset(p.byte_offset);
-  r->set_file_line(p.file_line);
-  r->set_global_line(p.global_line);
-  r->set_window_line(p.window_line);
-  return state;
-}
-
-ReaderPosition PositionOf(const ReaderPositionProto& r) {
-  ReaderPosition p;
-  p.file = r.file();
-  p.byte_offset = r.byte_offset();
-  p.file_line = r.file_line();
-  p.global_line = r.global_line();
-  p.window_line = r.window_line();
-  return p;
-}
 
 // A bounded queue of batches between two of the reader, preparer and training threads, and the free list that
 // recycles them (with their pinned buffers) once trained.
@@ -339,14 +270,14 @@ class Trainer::Impl {
     }
     CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-    KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, StateOf(clock + 1, step.after)));
+    KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, feed_->StateOf(clock + 1, step.after)));
     if (!options_.line_log.empty()) LogLines(clock, step.lines);
     return absl::OkStatus();
   }
 
   // Appends iteration `clock`'s lines to the line log (TrainerOptions::line_log); a failure is logged once.
   void LogLines(int64_t clock, const std::vector<uint64_t>& lines) {
-    std::string text = absl::StrCat(clock, " ", schedule_.At(clock).index);
+    std::string text = absl::StrCat(clock, " ", feed_->EpochAt(clock).index);
     for (uint64_t line : lines) absl::StrAppend(&text, " ", line);
     text.push_back('\n');
     absl::MutexLock lock(&line_log_mu_);
@@ -364,8 +295,8 @@ class Trainer::Impl {
 
   // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
   // prepares them), then closes it.
-  void ReadBatches(int64_t total) {
-    if (absl::Status status = ReadBatchesUntilError(total); !status.ok()) {
+  void ReadBatches() {
+    if (absl::Status status = ReadBatchesUntilError(); !status.ok()) {
       filled_->Fail(std::move(status));
     } else {
       filled_->Close();
@@ -388,91 +319,18 @@ class Trainer::Impl {
     }
   }
 
-  // Whether epoch `epoch` is read by the plan's shares (a worker-count change in its middle).
-  bool Shared(const EpochSchedule::Epoch& epoch) const {
-    return plan_.has_value() && epoch.index == plan_->epoch() && plan_->shares_size() > 0;
-  }
-  // This worker's lines of `epoch`.
-  ShardAssignment ShareOf(const EpochSchedule::Epoch& epoch) const {
-    return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainShard(options_.rank, options_.num_workers);
-  }
-  // The state after iteration clock - 1: the reader, the plan, and where `clock` falls in it.
-  WorkerState StateOf(int64_t clock, const ReaderPosition& after) const {
-    WorkerState state = StateAt(clock, after);
-    if (plan_.has_value()) *state.mutable_plan() = *plan_;
-    const EpochSchedule::Epoch epoch = schedule_.At(clock);
-    state.set_epoch(epoch.index);
-    state.set_epoch_start(epoch.start);
-    state.set_epoch_end(epoch.end);
-    *state.mutable_share() = LineShareOf(ShareOf(epoch));
-    return state;
-  }
-
   // ReadBatches' loop; an error ends it. OK also when filled_ was closed under it.
-  absl::Status ReadBatchesUntilError(int64_t total) {
-    const JobConfig& job = options_.job;
-    const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-    const int64_t batch_size = job.train().batch_size();
-    std::unique_ptr<BatchReader> reader;
-    uint64_t unread = 0;  // lines of this worker's share of the epoch that its reader has not returned yet
-    // Opens the reader of `epoch` (at `at`, or at the data's beginning).
-    auto open = [&](const EpochSchedule::Epoch& epoch, const ReaderPosition& at) -> absl::Status {
-      ReaderOptions reader_options;
-      reader_options.on_error =
-          job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-      reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
-      if (job.train().shuffle_buffer() > 0) {
-        reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
-        reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();
-        reader_options.epoch = epoch.index;
-      }
-      KESTREL_ASSIGN_OR_RETURN(reader, BatchReader::Open(schema_, files, reader_options, at));
-      const uint64_t lines = reader_options.assignment->CountBelow(total_lines_);
-      unread = lines - std::min(lines, reader_options.assignment->CountBelow(at.global_line));
-      return absl::OkStatus();
-    };
-    const int64_t start = options_.start_clock;
-    // Iterations before start_clock are read (and dropped) from the start of its epoch.
-    int64_t first = start < total ? schedule_.At(start).start : total;
-    if (start > 0 && start < total && options_.start_state.clock() == start && options_.start_state.has_reader() &&
-        (start != schedule_.At(start).start || Shared(schedule_.At(start)))) {
-      // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch (at a
-      // worker-count change: where the slowest worker was, every unread line of the epoch lying beyond it).
-      KESTREL_RETURN_IF_ERROR(open(schedule_.At(start), PositionOf(options_.start_state.reader())));
-      first = start;
-      KLOG(Info) << "worker " << options_.rank << " resumes its reader at line "
-                 << options_.start_state.reader().global_line() << " for iteration " << start;
-    }
-    for (int64_t it = first; it < total; ++it) {
-      const EpochSchedule::Epoch epoch = schedule_.At(it);
-      if (reader == nullptr || (it == epoch.start && it != first)) {  // an epoch starts from the data's beginning
-        KESTREL_RETURN_IF_ERROR(open(epoch, ReaderPosition()));
-      }
+  absl::Status ReadBatchesUntilError() {
+    while (true) {
       std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
       absl::optional<PhaseClock::Scope> reading(absl::in_place, &phases_, PhaseClock::kRead);
-      step->lines.clear();
       std::vector<uint64_t>* lines = options_.line_log.empty() ? nullptr : &step->lines;
-      // A share shorter than the epoch's iterations in batches gives short batches, then empty ones.
-      const uint64_t skipped = reader->skipped();
-      KESTREL_ASSIGN_OR_RETURN(const int64_t filled,
-                               reader->Fill(batch_size, &step->batch.batch, /*append=*/false, lines));
-      const uint64_t consumed = static_cast<uint64_t>(filled) + (reader->skipped() - skipped);
-      if (consumed > unread || (filled < batch_size && consumed < unread)) {
-        return absl::DataLossError(absl::StrFormat(
-            "worker %d's share of epoch %d was counted as %d more lines at iteration %d, its reader %s %d (the "
-            "files changed while training?)",
-            options_.rank, epoch.index, unread, it, filled < batch_size ? "ended after" : "read", consumed));
-      }
-      unread -= consumed;
-      step->after = reader->position();
+      int64_t clock = 0;
+      KESTREL_ASSIGN_OR_RETURN(const bool more, feed_->Next(&step->batch.batch, &clock, &step->after, lines));
       reading.reset();
-      if (it < options_.start_clock) {  // done before this worker was replaced
-        queue_->Recycle(std::move(step));
-        continue;
-      }
+      if (!more) return absl::OkStatus();
       if (!filled_->Push(std::move(step))) return absl::OkStatus();  // stopped
     }
-    return absl::OkStatus();
   }
 
   // Waits for permission to run iteration `clock`, takes its batch and pulls its rows, sending `sent` with
@@ -504,15 +362,20 @@ class Trainer::Impl {
   absl::StatusOr<TrainResult> Run() {
     KESTREL_RETURN_IF_ERROR(Init());
     const JobConfig& job = options_.job;
-    KESTREL_ASSIGN_OR_RETURN(total_lines_, TrainingLines(job));
-    KESTREL_ASSIGN_OR_RETURN(total_per_epoch_, IterationsPerEpoch(job, options_.num_workers, total_lines_));
-    KESTREL_RETURN_IF_ERROR(PlanSchedule());
-    const int64_t total = schedule_.total();
+    TrainingFeedOptions feed_options;
+    feed_options.job = job;
+    feed_options.schema = schema_;
+    feed_options.rank = options_.rank;
+    feed_options.num_workers = options_.num_workers;
+    feed_options.start_clock = options_.start_clock;
+    feed_options.start_state = options_.start_state;
+    KESTREL_ASSIGN_OR_RETURN(feed_, TrainingFeed::Open(std::move(feed_options)));
+    const int64_t total = feed_->total();
     phases_.Reset();
     const int64_t batch_size = job.train().batch_size();
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
                << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for " << total
-               << " iterations of " << batch_size << " examples (" << total_per_epoch_ << " per epoch), from "
+               << " iterations of " << batch_size << " examples (" << feed_->per_epoch() << " per epoch), from "
                << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "")
                << (options_.prefetch_pulls && options_.overlap_pushes ? ", overlapping pushes" : "");
 
@@ -521,7 +384,7 @@ class Trainer::Impl {
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
     queue_ = std::make_unique<BatchQueue>(3);
     filled_ = std::make_unique<BatchQueue>(2);
-    std::thread reader([this, total] { ReadBatches(total); });
+    std::thread reader([this] { ReadBatches(); });
     std::thread preparer([this] { PrepareBatches(); });
     struct JoinReader {
       BatchQueue* filled;
@@ -750,35 +613,6 @@ class Trainer::Impl {
     return r;
   }
 
-  // The schedule of epochs: plain, or from the plan of the last worker-count change (its epoch lasts as long as
-  // the largest share has batches, with drop_last the smallest share whole batches; every worker computes the
-  // same from the same shares).
-  absl::Status PlanSchedule() {
-    const JobConfig& job = options_.job;
-    const int64_t epochs = job.train().epochs();
-    if (!options_.start_state.has_plan()) {
-      schedule_ = EpochSchedule::Plain(total_per_epoch_, epochs, job.train().max_steps());
-      return absl::OkStatus();
-    }
-    plan_ = options_.start_state.plan();
-    int64_t first = total_per_epoch_;
-    if (plan_->shares_size() > 0) {
-      if (plan_->shares_size() != options_.num_workers) {
-        return absl::InvalidArgumentError(absl::StrFormat("the epoch plan has %d shares for %d workers",
-                                                          plan_->shares_size(), options_.num_workers));
-      }
-      std::vector<uint64_t> lines;
-      for (const LineShare& share : plan_->shares()) lines.push_back(AssignmentOf(share).CountBelow(total_lines_));
-      first = EpochIterations(job.train(), lines);
-    }
-    schedule_ = EpochSchedule::Planned(plan_->epoch(), plan_->start_clock(), first, total_per_epoch_, epochs,
-                                       job.train().max_steps());
-    KLOG(Info) << "worker " << options_.rank << ": epoch " << plan_->epoch() << " continues from clock "
-               << plan_->start_clock() << " for " << first << " iterations with " << options_.num_workers
-               << " workers" << (plan_->shares_size() > 0 ? " (the rest of its lines dealt anew)" : "");
-    return absl::OkStatus();
-  }
-
   void Notify(const TrainerEvent& event) {
     if (options_.observer) options_.observer(event);
   }
@@ -793,12 +627,9 @@ class Trainer::Impl {
   std::unique_ptr<EmbeddingTables> tables_;  // the embedding tables the model's fields look up (Init)
   std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
   std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
-  uint64_t total_lines_ = 0;  // the training files' data lines
-  int64_t total_per_epoch_ = 1;
-  std::optional<EpochPlan> plan_;  // the last worker-count change's (start_state.plan)
   absl::Mutex line_log_mu_;
   std::FILE* line_log_ ABSL_GUARDED_BY(line_log_mu_) = nullptr;  // opened on first use
-  EpochSchedule schedule_;
+  std::unique_ptr<TrainingFeed> feed_;  // the batches of this worker's iterations (Run); read by the reader thread
   // The clock of the last pull or push that named its iteration (a push's, a pull's without prefetching) or of
   // the last evaluation; 0 before any. Prefetched pulls and Score's carry it. Used only by the thread running
   // Run(), Evaluate() or Score().

@@ -1,0 +1,197 @@
+#include "worker/training_feed.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/reshard.h"
+#include "common/status.h"
+
+namespace kestrel {
+namespace {
+
+// The training files' data lines (worker/data/record_reader.h: header and blank lines are not data lines).
+absl::StatusOr<uint64_t> TrainingLines(const JobConfig& job) {
+  const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
+  if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
+  // The header lines of a DELIMITED schema (Schema::header).
+  return CountDataLines(files, job.data().format() == DataConfig::DELIMITED && job.data().schema().header());
+}
+
+// The iterations of an epoch whose workers read `shares` lines each: every line trained once (the largest share in
+// batches, the last one short and a shorter share's last ones short or empty), or with drop_last the smallest
+// share's whole batches (the rest unread).
+int64_t EpochIterations(const TrainConfig& train, absl::Span<const uint64_t> shares) {
+  const uint64_t batch = static_cast<uint64_t>(train.batch_size());
+  if (train.drop_last()) return static_cast<int64_t>(*std::min_element(shares.begin(), shares.end()) / batch);
+  return static_cast<int64_t>((*std::max_element(shares.begin(), shares.end()) + batch - 1) / batch);
+}
+
+// Iterations per epoch of `num_workers` workers sharing `lines` training lines.
+absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
+  std::vector<uint64_t> shares;
+  for (int w = 0; w < num_workers; ++w) shares.push_back(PlainShard(w, num_workers).CountBelow(lines));
+  const int64_t per_epoch = EpochIterations(job.train(), shares);
+  if (per_epoch == 0 && lines == 0) {
+    return absl::FailedPreconditionError("the training files hold no data lines");
+  }
+  if (per_epoch == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "a worker's share of the training data (%d lines of %d workers) is smaller than one batch of %d, and "
+        "train.drop_last drops it",
+        *std::min_element(shares.begin(), shares.end()), num_workers, job.train().batch_size()));
+  }
+  return per_epoch;
+}
+
+WorkerState StateAt(int64_t clock, const ReaderPosition& p) {
+  WorkerState state;
+  state.set_clock(clock);
+  ReaderPositionProto* r = state.mutable_reader();
+  r->set_file(p.file);
+  r->set_byte_offset(p.byte_offset);
+  r->set_file_line(p.file_line);
+  r->set_global_line(p.global_line);
+  r->set_window_line(p.window_line);
+  return state;
+}
+
+ReaderPosition PositionOf(const ReaderPositionProto& r) {
+  ReaderPosition p;
+  p.file = r.file();
+  p.byte_offset = r.byte_offset();
+  p.file_line = r.file_line();
+  p.global_line = r.global_line();
+  p.window_line = r.window_line();
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers) {
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t lines, TrainingLines(job));
+  KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers, lines));
+  return EpochSchedule::Plain(per_epoch, job.train().epochs(), job.train().max_steps()).total();
+}
+
+absl::StatusOr<std::unique_ptr<TrainingFeed>> TrainingFeed::Open(TrainingFeedOptions options) {
+  if (options.schema == nullptr) return absl::InvalidArgumentError("TrainingFeed needs the job's resolved schema");
+  std::unique_ptr<TrainingFeed> feed(new TrainingFeed(std::move(options)));
+  KESTREL_RETURN_IF_ERROR(feed->Plan());
+  return feed;
+}
+
+// The schedule of epochs: plain, or from the plan of the last worker-count change (its epoch lasts as long as
+// the largest share has batches, with drop_last the smallest share whole batches; every worker computes the
+// same from the same shares). Then where reading starts.
+absl::Status TrainingFeed::Plan() {
+  const JobConfig& job = options_.job;
+  KESTREL_ASSIGN_OR_RETURN(total_lines_, TrainingLines(job));
+  KESTREL_ASSIGN_OR_RETURN(per_epoch_, IterationsPerEpoch(job, options_.num_workers, total_lines_));
+  const int64_t epochs = job.train().epochs();
+  if (!options_.start_state.has_plan()) {
+    schedule_ = EpochSchedule::Plain(per_epoch_, epochs, job.train().max_steps());
+  } else {
+    plan_ = options_.start_state.plan();
+    int64_t first = per_epoch_;
+    if (plan_->shares_size() > 0) {
+      if (plan_->shares_size() != options_.num_workers) {
+        return absl::InvalidArgumentError(absl::StrFormat("the epoch plan has %d shares for %d workers",
+                                                          plan_->shares_size(), options_.num_workers));
+      }
+      std::vector<uint64_t> lines;
+      for (const LineShare& share : plan_->shares()) lines.push_back(AssignmentOf(share).CountBelow(total_lines_));
+      first = EpochIterations(job.train(), lines);
+    }
+    schedule_ = EpochSchedule::Planned(plan_->epoch(), plan_->start_clock(), first, per_epoch_, epochs,
+                                       job.train().max_steps());
+    KLOG(Info) << "worker " << options_.rank << ": epoch " << plan_->epoch() << " continues from clock "
+               << plan_->start_clock() << " for " << first << " iterations with " << options_.num_workers
+               << " workers" << (plan_->shares_size() > 0 ? " (the rest of its lines dealt anew)" : "");
+  }
+  const int64_t total = schedule_.total();
+  const int64_t start = options_.start_clock;
+  // Iterations before start_clock are read (and dropped) from the start of its epoch.
+  first_ = start < total ? schedule_.At(start).start : total;
+  if (start > 0 && start < total && options_.start_state.clock() == start && options_.start_state.has_reader() &&
+      (start != schedule_.At(start).start || Shared(schedule_.At(start)))) {
+    // Continue exactly where this rank's reader was at start_clock, without re-reading the epoch (at a
+    // worker-count change: where the slowest worker was, every unread line of the epoch lying beyond it).
+    KESTREL_RETURN_IF_ERROR(OpenReader(schedule_.At(start), PositionOf(options_.start_state.reader())));
+    first_ = start;
+    KLOG(Info) << "worker " << options_.rank << " resumes its reader at line "
+               << options_.start_state.reader().global_line() << " for iteration " << start;
+  }
+  next_ = first_;
+  return absl::OkStatus();
+}
+
+bool TrainingFeed::Shared(const EpochSchedule::Epoch& epoch) const {
+  return plan_.has_value() && epoch.index == plan_->epoch() && plan_->shares_size() > 0;
+}
+
+ShardAssignment TrainingFeed::ShareOf(const EpochSchedule::Epoch& epoch) const {
+  return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainShard(options_.rank, options_.num_workers);
+}
+
+WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) const {
+  WorkerState state = StateAt(clock, after);
+  if (plan_.has_value()) *state.mutable_plan() = *plan_;
+  const EpochSchedule::Epoch epoch = schedule_.At(clock);
+  state.set_epoch(epoch.index);
+  state.set_epoch_start(epoch.start);
+  state.set_epoch_end(epoch.end);
+  *state.mutable_share() = LineShareOf(ShareOf(epoch));
+  return state;
+}
+
+absl::Status TrainingFeed::OpenReader(const EpochSchedule::Epoch& epoch, const ReaderPosition& at) {
+  const JobConfig& job = options_.job;
+  const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
+  ReaderOptions reader_options;
+  reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
+  if (job.train().shuffle_buffer() > 0) {
+    reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
+    reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();
+    reader_options.epoch = epoch.index;
+  }
+  KESTREL_ASSIGN_OR_RETURN(reader_, BatchReader::Open(options_.schema, files, reader_options, at));
+  const uint64_t lines = reader_options.assignment->CountBelow(total_lines_);
+  unread_ = lines - std::min(lines, reader_options.assignment->CountBelow(at.global_line));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> TrainingFeed::Next(Batch* batch, int64_t* clock, ReaderPosition* after,
+                                        std::vector<uint64_t>* lines) {
+  const int64_t batch_size = options_.job.train().batch_size();
+  for (; next_ < total(); ++next_) {
+    const int64_t it = next_;
+    const EpochSchedule::Epoch epoch = schedule_.At(it);
+    if (reader_ == nullptr || (it == epoch.start && it != first_)) {  // an epoch starts from the data's beginning
+      KESTREL_RETURN_IF_ERROR(OpenReader(epoch, ReaderPosition()));
+    }
+    if (lines != nullptr) lines->clear();
+    // A share shorter than the epoch's iterations in batches gives short batches, then empty ones.
+    const uint64_t skipped = reader_->skipped();
+    KESTREL_ASSIGN_OR_RETURN(const int64_t filled, reader_->Fill(batch_size, batch, /*append=*/false, lines));
+    const uint64_t consumed = static_cast<uint64_t>(filled) + (reader_->skipped() - skipped);
+    if (consumed > unread_ || (filled < batch_size && consumed < unread_)) {
+      return absl::DataLossError(absl::StrFormat(
+          "worker %d's share of epoch %d was counted as %d more lines at iteration %d, its reader %s %d (the "
+          "files changed while training?)",
+          options_.rank, epoch.index, unread_, it, filled < batch_size ? "ended after" : "read", consumed));
+    }
+    unread_ -= consumed;
+    if (it < options_.start_clock) continue;  // done before this worker was replaced
+    *after = reader_->position();
+    *clock = it;
+    ++next_;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace kestrel

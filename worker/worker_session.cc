@@ -1,0 +1,287 @@
+#include "worker/worker_session.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/scheduler_gate.h"
+
+namespace kestrel {
+namespace {
+
+// Passes every call to `gate` and sets `clock` to the clock this worker has reached after each Advance. As
+// thread-safe as `gate` is.
+class MeteredGate final : public ClockGate {
+ public:
+  MeteredGate(std::unique_ptr<ClockGate> gate, prometheus::Gauge* clock) : gate_(std::move(gate)), clock_(clock) {}
+
+  absl::Status WaitToStart(int64_t clock) override { return gate_->WaitToStart(clock); }
+  absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
+    absl::Status status = gate_->Advance(finished, done, state);
+    if (status.ok()) clock_->Set(static_cast<double>(finished));
+    return status;
+  }
+  absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
+  int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
+
+ private:
+  const std::unique_ptr<ClockGate> gate_;
+  prometheus::Gauge* const clock_;
+};
+
+bool Transient(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+
+}  // namespace
+
+WorkerSession::WorkerSession(WorkerSessionOptions options) : options_(std::move(options)) {}
+
+WorkerSession::~WorkerSession() {
+  heartbeater_.reset();  // its callbacks read the members below
+  gate_.reset();
+  row_cache_.reset();
+  ps_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSessionOptions options) {
+  if (options.scheduler.empty()) return absl::InvalidArgumentError("no scheduler address (host:port) given");
+  if (options.credentials == nullptr) return absl::InvalidArgumentError("no channel credentials given");
+  std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(options)));
+  if (absl::Status registered = session->Register(); !registered.ok()) return registered;
+  return session;
+}
+
+absl::Status WorkerSession::Register() {
+  SchedulerClientOptions scheduler_options;
+  scheduler_options.job_id = options_.job_id;
+  scheduler_options.credentials = options_.credentials;
+  scheduler_ = NewGrpcSchedulerClient(options_.scheduler, scheduler_options);
+  const absl::Time deadline = absl::Now() + options_.scheduler_timeout;
+  absl::StatusOr<RegisterResponse> reg;
+  do {
+    reg = scheduler_->Register(ROLE_WORKER, options_.address, options_.id);
+    // UNAVAILABLE: the scheduler is not up yet; ALREADY_EXISTS: our crashed predecessor is not declared dead yet.
+    if (reg.ok() || !(absl::IsUnavailable(reg.status()) || absl::IsAlreadyExists(reg.status()))) break;
+    absl::SleepFor(absl::Milliseconds(500));
+  } while (absl::Now() < deadline);
+  if (!reg.ok()) {
+    if (absl::IsOutOfRange(reg.status())) return reg.status();  // an elastic job removed this worker
+    return absl::Status(reg.status().code(), absl::StrCat("cannot register with the scheduler at ", options_.scheduler,
+                                                          ": ", reg.status().message()));
+  }
+  // The id (the rank the certificate names) is this process's for life; the rank is its place in the job's
+  // layout, which a rescale that removes a lower rank renumbers (docs/elasticity.md).
+  id_ = reg->id();
+  incarnation_ = reg->incarnation();
+  SetLogGeneration(reg->generation());
+  SetLogIdentity(absl::StrCat("worker[", id_, "]"));
+  KLOG(Info) << "registered as worker " << id_ << " (rank " << reg->rank() << ", generation " << reg->generation()
+             << ", " << reg->clock() << " iterations already done)";
+  announced_generation_.store(reg->generation());
+  std::function<void(absl::Status)> refused = options_.on_refused;
+  if (refused == nullptr) {
+    refused = [](absl::Status status) {
+      KLOG(Error) << "the scheduler refused this worker: " << status << "; exiting";
+      std::_Exit(3);
+    };
+  }
+  heartbeater_ = std::make_unique<Heartbeater>(
+      scheduler_.get(), ROLE_WORKER, id_, incarnation_, absl::Milliseconds(reg->view().heartbeat_interval_ms()) / 2,
+      [this, refused](absl::Status status) {
+        if (!left_.load()) refused(std::move(status));
+      },
+      [this](const HeartbeatResponse& answer) {
+        if (answer.rank() >= 0 && answer.rank() < answer.worker_generations_size()) {
+          announced_generation_.store(answer.worker_generations(answer.rank()));
+        }
+        std::shared_ptr<RoutingTable> table;
+        {
+          absl::MutexLock lock(&routing_mu_);
+          table = routing_;
+        }
+        if (table != nullptr) {
+          ApplyRouting(*table, answer.routing_generation(), answer.out_of_service());
+          table->addresses().Update({answer.server_addresses().begin(), answer.server_addresses().end()});
+        }
+      });
+  // Wait until every server has joined.
+  while (true) {
+    absl::StatusOr<DescribeResponse> d = scheduler_->Describe();
+    if (d.ok() && d->view().job_state() != "forming") {
+      pass_.view = d->view();
+      break;
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("the job did not form within the scheduler timeout (",
+                                                      d.ok() ? d->view().job_state() : d.status().ToString(), ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  pass_.rank = reg->rank();
+  pass_.generation = reg->generation();
+  pass_.rollbacks = reg->rollbacks();
+  pass_.clock = reg->clock();
+  pass_.state = reg->state();
+  if (reg->joining()) {  // a rank of a rescale not done yet: its share of the data is known once it is
+    KLOG(Info) << "joining the job in a rescale: waiting for it";
+    while (true) {
+      absl::StatusOr<RegisterResponse> joined = scheduler_->Rejoin(id_, incarnation_);
+      if (joined.ok() && joined->removed()) {
+        return absl::OutOfRangeError("the rescale this worker was to join was given up");
+      }
+      if (joined.ok()) {
+        TakeAnswer(*joined);
+        break;
+      }
+      if (!absl::IsUnavailable(joined.status())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the rescale this worker was to join did not happen: ", joined.status().ToString()));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  pass_.layout_generation = pass_.view.layout_generation();
+  return OpenPass();
+}
+
+void WorkerSession::TakeAnswer(const RegisterResponse& answer) {
+  pass_.view = answer.view();
+  pass_.rank = answer.rank();
+  pass_.generation = answer.generation();
+  pass_.rollbacks = answer.rollbacks();
+  pass_.layout_generation = answer.layout_generation();
+  pass_.clock = answer.clock();
+  pass_.state = answer.state();
+}
+
+absl::Status WorkerSession::OpenPass() {
+  const ClusterView& view = pass_.view;
+  absl::StatusOr<Partition> partition = Partition::Parse(view.partition());
+  if (!partition.ok()) {
+    return absl::InternalError(absl::StrCat("the scheduler's partition is invalid: ", partition.status().message()));
+  }
+  absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
+  if (!consistency.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the scheduler announced no valid consistency: ", consistency.status().message()));
+  }
+  pass_.partition = *partition;
+  pass_.consistency = *consistency;
+  pass_.num_workers = view.num_workers();
+  pass_.num_servers = view.num_servers();
+  // The previous pass's gate, cache and client go first (the cache wraps the client).
+  gate_.reset();
+  row_cache_.reset();
+  ps_.reset();
+  std::shared_ptr<RoutingTable> table;
+  if (partition->replicas() > 1) {
+    table = std::make_shared<RoutingTable>(*partition);
+    ApplyRouting(*table, view.routing_generation(), view.out_of_service());
+    table->addresses().Update({view.server_addresses().begin(), view.server_addresses().end()});
+  }
+  {
+    absl::MutexLock lock(&routing_mu_);
+    routing_ = table;
+  }
+  PsClientOptions ps_options;
+  ps_options.job_id = options_.job_id;
+  ps_options.worker_rank = pass_.rank;
+  ps_options.bsp_pushes = consistency->bsp();
+  ps_options.routing = table;
+  const uint64_t generation = pass_.generation;
+  ps_options.give_up = [this, generation] { return announced_generation_.load() != generation; };
+  std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      NewGrpcPsClient(ps_options, *partition, servers, options_.credentials);
+  if (!client.ok()) {
+    return absl::Status(client.status().code(), absl::StrCat("cannot create the parameter-server client: ",
+                                                             client.status().message()));
+  }
+  ps_ = *std::move(client);
+  ps_->SetGeneration(generation);
+  // The row cache, wrapping the client: under SSP(s >= 1) rows serve reads for s clocks past the min clock of
+  // their pull; under ASP for asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows
+  // are gone.
+  const int cache_bound = consistency->row_cache_bound(options_.asp_cache_clocks);
+  if (options_.row_cache && cache_bound > 0) {
+    RowCacheOptions cache_options;
+    cache_options.bound = cache_bound;
+    cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, options_.row_cache_rows));
+    row_cache_ = std::make_unique<RowCache>(ps_.get(), cache_options);
+  }
+  gate_ = NewSchedulerGate(scheduler_.get(), pass_.rank, generation, incarnation_, pass_.rollbacks,
+                           pass_.layout_generation);
+  if (options_.clock_gauge != nullptr) {
+    options_.clock_gauge->Set(static_cast<double>(pass_.clock));
+    gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge);
+  }
+  return absl::OkStatus();
+}
+
+PsClient* WorkerSession::client() const {
+  return row_cache_ != nullptr ? static_cast<PsClient*>(row_cache_.get()) : ps_.get();
+}
+
+absl::Status WorkerSession::Recover(const absl::Status& error) {
+  // Did the job roll back or get rescaled? Ask until it has (the scheduler may not have noticed the dead server
+  // yet), it is clear it has not (the job runs on without a rollback: the error was this worker's own), or
+  // time runs out.
+  KLOG(Warning) << "training stopped: " << error << "; asking the scheduler whether the job rolls back";
+  const absl::Time give_up = absl::Now() + options_.recovery_timeout;
+  const absl::Time grace = absl::Now() + absl::Milliseconds(3 * pass_.view.heartbeat_interval_ms());
+  absl::StatusOr<RegisterResponse> rejoined;
+  while (true) {
+    rejoined = scheduler_->Rejoin(id_, incarnation_);
+    if (rejoined.ok() && rejoined->removed()) {
+      left_.store(true);
+      return absl::OutOfRangeError(absl::StrCat("a rescale left worker ", id_,
+                                                " out of the job: its share of the data goes to the others"));
+    }
+    if (rejoined.ok() &&
+        (rejoined->rollbacks() > pass_.rollbacks || rejoined->layout_generation() > pass_.layout_generation)) {
+      break;
+    }
+    if (absl::IsFailedPrecondition(rejoined.status())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the scheduler refused this worker: ", rejoined.status().message()));
+    }
+    // Running (or finished) past the grace with no rollback: the error was this worker's own.
+    const bool running = rejoined.ok() && (rejoined->view().job_state() == "running" ||
+                                           rejoined->view().job_state() == "finished");
+    if ((running && absl::Now() > grace) || absl::Now() > give_up) return error;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const bool rolled_back = rejoined->rollbacks() > pass_.rollbacks;
+  if (!rolled_back) {
+    KLOG(Info) << "the job was rescaled to " << rejoined->view().num_servers() << " servers and "
+               << rejoined->view().num_workers() << " workers (rescale " << rejoined->layout_generation()
+               << "); continuing from clock " << rejoined->clock() << " in the new layout";
+  }
+  if (rejoined->rank() != pass_.rank) {
+    KLOG(Info) << "worker " << id_ << " is rank " << rejoined->rank() << " of the new layout (was " << pass_.rank
+               << "): a lower rank was removed";
+  }
+  TakeAnswer(*rejoined);
+  pass_.rolled_back = rolled_back;
+  SetLogGeneration(pass_.generation);
+  if (rolled_back) {
+    KLOG(Info) << "the job rolled back to clock " << pass_.clock << "; continuing from there (generation "
+               << pass_.generation << ")";
+  }
+  return OpenPass();
+}
+
+absl::Status WorkerSession::Leave(int64_t finished) {
+  left_.store(true);
+  absl::Status s;
+  for (int attempt = 0; attempt < 5; ++attempt) {  // else the scheduler counts us alive until it times out
+    s = scheduler_->Leave(pass_.rank, finished, pass_.generation, incarnation_, pass_.layout_generation);
+    if (s.ok() || !Transient(s)) break;
+    absl::SleepFor(absl::Milliseconds(100) * (1 << attempt));
+  }
+  return s;
+}
+
+}  // namespace kestrel
