@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/partition.h"
 
 namespace kestrel {
@@ -77,6 +78,18 @@ absl::StatusOr<int64_t> JobController::Request() {
   return cut;
 }
 
+void JobController::RequestRollback(uint64_t generation, std::string why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (rollback_request_.has_value()) {
+      KLOG(Info) << why << ": joins the rollback already asked for (" << rollback_request_->why << ")";
+      return;
+    }
+    rollback_request_ = RollbackRequest{generation, std::move(why)};
+  }
+  Wake();
+}
+
 CheckpointStatus JobController::status() const {
   absl::MutexLock lock(&ctx_.mu);
   return ctx_.status;
@@ -119,6 +132,7 @@ void JobController::Step() {
     if (!recovery_.MustRollBack(state)) return;
     RollBack("a parameter server died");
   }
+  RollBackIfRequested(state);
   if (membership->rolling_back()) {
     if (membership->AllServersAlive() || recovery_.DropDeadServers()) recovery_.Restore();
     return;
@@ -136,6 +150,24 @@ void JobController::Step() {
 void JobController::RollBack(const std::string& why) {
   rescaler_.Abandon(why);
   recovery_.StartRollback(why);
+}
+
+void JobController::RollBackIfRequested(JobState state) {
+  std::optional<RollbackRequest> request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.swap(rollback_request_);
+  }
+  if (!request.has_value()) return;
+  if (ctx_.membership->rolling_back() || request->generation < recovery_.rollback_generation()) {
+    KLOG(Info) << request->why << ": the job rolls back (or rolled back) already";
+    return;
+  }
+  if (state == JobState::kForming || state == JobState::kFinished) {
+    KLOG(Warning) << request->why << ": not rolled back, the job is " << JobStateName(state);
+    return;
+  }
+  RollBack(request->why);
 }
 
 }  // namespace kestrel

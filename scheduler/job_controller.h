@@ -5,8 +5,8 @@
 //     checkpoint and restores it; a failed-over server's replacement is re-replicated and put back.
 //   - Rescaler (scheduler/rescaler.h): Scale() and the elastic removal of members that did not come back.
 //   - Checkpointer (scheduler/checkpointer.h): scheduled, requested, final and rescale checkpoints; resume.
-// Each step goes in that order, and the first that holds the clocks ends it: a failover or rollback, the
-// restore, an elastic removal or a rescale, the final checkpoint of a finished job, a re-replication, and last
+// Each step goes in that order, and the first that holds the clocks ends it: a failover or rollback (a lost
+// server's, or one a worker asked for: RequestRollback), the restore, an elastic removal or a rescale, the final checkpoint of a finished job, a re-replication, and last
 // the scheduled checkpoint cut. The collaborators share the job's state through a JobContext
 // (scheduler/job_context.h), which the controller owns with them.
 //
@@ -67,6 +67,12 @@ class JobController {
   // FailedPrecondition without a checkpoint directory or when the job is not running.
   absl::StatusOr<int64_t> Request();
 
+  // A live worker asks for a rollback to the last checkpoint on behalf of the timeline of `generation` (the
+  // generation its requests carry). Never blocks: the controller rolls the job back at its next step unless a
+  // rollback began since `generation` was issued (that one serves it) or the job finished meanwhile. Requests
+  // made before that step join the first. `why` (the requester and its reason) is logged with the rollback.
+  void RequestRollback(uint64_t generation, std::string why);
+
   CheckpointStatus status() const;
   // Steps the controller thread has completed (each looks at the job once and acts on what it sees). Tests wait
   // for it to move past a Wake() to know the controller has seen a change.
@@ -84,6 +90,14 @@ class JobController {
   void Step();
   // Rolls the job back to its last checkpoint, abandoning a pending rescale first (Recovery::StartRollback).
   void RollBack(const std::string& why);
+  // Takes the pending RequestRollback and rolls back for it when it still applies.
+  void RollBackIfRequested(JobState state);
+
+  // A rollback a worker asked for (RequestRollback), not yet taken by the controller.
+  struct RollbackRequest {
+    uint64_t generation = 0;
+    std::string why;
+  };
 
   JobContext ctx_;
   Checkpointer checkpointer_;
@@ -93,6 +107,7 @@ class JobController {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<RollbackRequest> rollback_request_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> steps_{0};
   std::thread thread_;
 };

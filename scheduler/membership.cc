@@ -98,6 +98,10 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   if (role == Role::kServer && address.empty()) {
     return absl::InvalidArgumentError("a server must register with the address it serves on");
   }
+  if (address.size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("a %s's address must be at most %d bytes, got %d",
+                                                      RoleName(role), kMaxAddressBytes, address.size()));
+  }
   const int max_id = role == Role::kServer ? kMaxServers : kMaxWorkers;
   if (requested_id < -1 || requested_id >= max_id) {
     return absl::InvalidArgumentError(
@@ -476,11 +480,12 @@ bool Membership::ServersAtRouting(uint64_t generation) const {
   return true;
 }
 
-std::vector<std::string> Membership::LiveServerAddresses() const {
+std::vector<std::string> Membership::LiveAddresses(Role role) const {
   absl::MutexLock lock(&mu_);
-  std::vector<std::string> out(servers_.size());
-  for (size_t r = 0; r < servers_.size(); ++r) {
-    if (servers_[r].alive) out[r] = servers_[r].address;
+  const std::vector<Member>& ranks = role == Role::kServer ? servers_ : workers_;
+  std::vector<std::string> out(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].alive) out[r] = ranks[r].address;
   }
   return out;
 }

@@ -94,6 +94,9 @@ struct MembershipOptions {
 // The length of an incarnation, in bytes (128 random bits).
 inline constexpr size_t kIncarnationBytes = 16;
 
+// The longest address a member may register with (a DNS name is at most 253 bytes; a Unix socket path 108).
+inline constexpr size_t kMaxAddressBytes = 512;
+
 struct Member {
   Role role = Role::kWorker;
   int rank = -1;  // -1: never registered
@@ -167,8 +170,8 @@ class Membership {
 
   // Registers the member whose id (certificate rank) is `requested_id` and answers its rank. requested_id -1
   // takes the lowest rank never registered, else the lowest dead one. AlreadyExists when the id is held by a
-  // live member; ResourceExhausted when every rank is; InvalidArgument for an id out of range or a server
-  // without an address. During a pending rescale, ids outside the job register as joining members (up to its
+  // live member; ResourceExhausted when every rank is; InvalidArgument for an id out of range, a server
+  // without an address, or an address longer than kMaxAddressBytes (a worker's may be empty). During a pending rescale, ids outside the job register as joining members (up to its
   // counts); otherwise they are answered Unavailable (they retry until a rescale names them), or OutOfRange
   // when an elastic rescale removed that id (it exits).
   absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_id, absl::Time now);
@@ -225,8 +228,10 @@ class Membership {
   // refuses. `covered` runs under the membership's lock: it must not call back.
   std::vector<int> FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
   RoutingState routing() const;
+  // By rank of `role`: the address each live member registered with ("" for a rank not alive).
+  std::vector<std::string> LiveAddresses(Role role) const;
   // By server rank: where each live server serves ("" for a rank not alive).
-  std::vector<std::string> LiveServerAddresses() const;
+  std::vector<std::string> LiveServerAddresses() const { return LiveAddresses(Role::kServer); }
   // Re-replication: server `rank` (alive, out of service) holds synced copies of its groups now; it serves again
   // in a new routing generation, which is returned. FailedPrecondition when it is not alive and out of service.
   absl::StatusOr<uint64_t> PutBackInService(int rank);

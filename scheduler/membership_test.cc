@@ -62,6 +62,28 @@ TEST(MembershipTest, RefusesTakenRanksAndBadRegistrations) {
   EXPECT_FALSE(Membership::Create(MembershipOptions{0, 1}).ok());
 }
 
+TEST(MembershipTest, LiveAddressesFollowRegistrationsAndDeaths) {
+  auto m = Make(1, 2);
+  ASSERT_TRUE(m->Register(Role::kServer, "h:1", 0, kStart).ok());
+  ASSERT_TRUE(m->Register(Role::kWorker, "w0:29500", 0, kStart).ok());
+  EXPECT_EQ(m->LiveAddresses(Role::kWorker), (std::vector<std::string>{"w0:29500", ""}));
+  ASSERT_TRUE(m->Register(Role::kWorker, "", 1, kStart).ok());  // a worker's address is optional
+  EXPECT_EQ(m->LiveAddresses(Role::kWorker), (std::vector<std::string>{"w0:29500", ""}));
+  EXPECT_EQ(m->LiveServerAddresses(), std::vector<std::string>{"h:1"});
+  ASSERT_EQ(m->ExpireSilent(kStart + absl::Seconds(2)).size(), 3u);
+  EXPECT_EQ(m->LiveAddresses(Role::kWorker), (std::vector<std::string>{"", ""}));
+  ASSERT_TRUE(m->Register(Role::kWorker, "w0b:29500", 0, kStart + absl::Seconds(2)).ok());
+  EXPECT_EQ(m->LiveAddresses(Role::kWorker), (std::vector<std::string>{"w0b:29500", ""}));
+  // At most kMaxAddressBytes, whatever the role.
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    auto refused = m->Register(role, std::string(kMaxAddressBytes + 1, 'a'), role == Role::kServer ? 0 : 1,
+                               kStart + absl::Seconds(2));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << RoleName(role);
+    EXPECT_THAT(refused.status().message(), HasSubstr("at most 512 bytes"));
+  }
+  EXPECT_TRUE(m->Register(Role::kWorker, std::string(kMaxAddressBytes, 'a'), 1, kStart + absl::Seconds(2)).ok());
+}
+
 TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
   auto m = Make(1, 2);
   auto server = *m->Register(Role::kServer, "h:1", -1, kStart);

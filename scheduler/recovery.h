@@ -73,6 +73,10 @@ class Recovery {
   // Rolls every server back to the latest checkpoint; false to retry later (a server unreachable).
   bool Restore();
 
+  // The generation the latest rollback (or resume) began (0: none yet): every request stamped with an older one
+  // belongs to a timeline it discarded.
+  uint64_t rollback_generation() const { return rollback_generation_; }
+
   // Drives re-replication onto a live out-of-service server; true while one is in progress (nothing else may
   // hold the clocks).
   bool ReReplicate();

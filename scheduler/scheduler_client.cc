@@ -102,6 +102,18 @@ class GrpcSchedulerClient final : public SchedulerClient {
     return Call(&Scheduler::Stub::Rejoin, request, &response, options_.rpc_deadline);
   }
 
+  absl::StatusOr<RequestRollbackResponse> RequestRollback(int id, const std::string& incarnation, uint64_t generation,
+                                                          const std::string& reason) override {
+    RequestRollbackRequest request;
+    request.set_job_id(options_.job_id);
+    request.set_id(id);
+    request.set_incarnation(incarnation);
+    request.set_generation(generation);
+    request.set_reason(reason);
+    RequestRollbackResponse response;
+    return Call(&Scheduler::Stub::RequestRollback, request, &response, options_.rpc_deadline);
+  }
+
   absl::StatusOr<int64_t> RequestCheckpoint() override {
     RequestCheckpointRequest request;
     request.set_job_id(options_.job_id);

@@ -45,6 +45,14 @@ class SchedulerClient {
   // After a rollback or rescale: where the live worker with id `id` continues (its rank, clock, reader position,
   // generation to stamp). UNAVAILABLE while the rollback is in progress.
   virtual absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) = 0;
+  // Asks the job to roll back to its last checkpoint (RequestRollbackRequest): the live worker with id `id`,
+  // whose requests carry `generation` (what Register or Rejoin answered), for `reason` (at most 1024 bytes,
+  // logged). Answers once the rollback is scheduled; the worker then rejoins until Rejoin's rollbacks exceeds
+  // the count it knew. rolled_back false: a rollback since `generation` (or one in progress) serves it.
+  // FAILED_PRECONDITION when the job is forming or finished, a rescale is pending, or `incarnation` is not the
+  // id's current one.
+  virtual absl::StatusOr<RequestRollbackResponse> RequestRollback(int id, const std::string& incarnation,
+                                                                  uint64_t generation, const std::string& reason) = 0;
   // Asks for a checkpoint; returns the clock it will cut at.
   virtual absl::StatusOr<int64_t> RequestCheckpoint() = 0;
   // Resizes the running job (docs/elasticity.md, ScaleRequest); answers once the rescale is done. The request's

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
@@ -18,6 +19,15 @@ namespace kestrel {
 namespace {
 
 Role RoleOf(MemberRole role) { return role == ROLE_SERVER ? Role::kServer : Role::kWorker; }
+
+// The longest reason a RequestRollback may give.
+constexpr size_t kMaxRollbackReasonBytes = 1024;
+
+// The rank whose id is `id` in `ids` (a layout's ids, by rank), or -1.
+int RankOfId(const std::vector<int>& ids, int id) {
+  const auto at = std::find(ids.begin(), ids.end(), id);
+  return at != ids.end() ? static_cast<int>(at - ids.begin()) : -1;
+}
 
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const RpcMetrics::Call& call,
                                 const absl::Status& status) {
@@ -88,6 +98,7 @@ SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std:
       advance_rpc_(SchedulerMetrics::Get().rpc().method("Advance")),
       describe_rpc_(SchedulerMetrics::Get().rpc().method("Describe")),
       rejoin_rpc_(SchedulerMetrics::Get().rpc().method("Rejoin")),
+      request_rollback_rpc_(SchedulerMetrics::Get().rpc().method("RequestRollback")),
       request_checkpoint_rpc_(SchedulerMetrics::Get().rpc().method("RequestCheckpoint")),
       scale_rpc_(SchedulerMetrics::Get().rpc().method("Scale")) {}
 
@@ -123,6 +134,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_num_workers(layout.num_workers);
   view->set_layout_generation(layout.generation);
   for (std::string& a : membership_->LiveServerAddresses()) view->add_server_addresses(std::move(a));
+  for (std::string& a : membership_->LiveAddresses(Role::kWorker)) view->add_worker_addresses(std::move(a));
   view->set_partition(layout.partition);
   view->set_consistency(options_.consistency.mode);
   view->set_staleness(options_.consistency.staleness);
@@ -238,10 +250,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
     } else if (status.ok()) {
       const JobLayout layout = membership_->layout();
       // The rank as of that layout (a rescale may have renumbered the member since the heartbeat was taken).
-      const std::vector<int>& ids = request->role() == ROLE_SERVER ? layout.server_ids : layout.worker_ids;
-      if (const auto at = std::find(ids.begin(), ids.end(), request->id()); at != ids.end()) {
-        rank = static_cast<int>(at - ids.begin());
-      }
+      const int in_layout =
+          RankOfId(request->role() == ROLE_SERVER ? layout.server_ids : layout.worker_ids, request->id());
+      if (in_layout != -1) rank = in_layout;
       response->set_generation(*generation);
       response->set_rank(rank);
       response->set_job_state(JobStateName(membership_->state()));
@@ -416,10 +427,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     status = absl::UnavailableError("the job is rolling back to its last checkpoint; retry shortly");
   }
   const JobLayout layout = membership_->layout();
-  if (status.ok()) {  // the rank as of that layout (a rescale may have renumbered the worker meanwhile)
-    const auto at = std::find(layout.worker_ids.begin(), layout.worker_ids.end(), request->id());
-    rank = at != layout.worker_ids.end() ? static_cast<int>(at - layout.worker_ids.begin()) : -1;
-  }
+  // The rank as of that layout (a rescale may have renumbered the worker meanwhile).
+  if (status.ok()) rank = RankOfId(layout.worker_ids, request->id());
   if (status.ok() && (rank < 0 || rank >= layout.num_workers)) {
     status = absl::UnavailableError("this worker joins in a rescale that is not done yet; retry shortly");
   }
@@ -435,6 +444,64 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     response->set_layout_generation(layout.generation);
     KLOG(Info) << "worker " << request->id() << " rejoins as rank " << rank << " at clock " << response->clock()
                << " (generation " << response->generation() << ", layout " << layout.generation << ")";
+  }
+  return Reply(context, call, status);
+}
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestRollback(grpc::CallbackServerContext* context,
+                                                                const RequestRollbackRequest* request,
+                                                                RequestRollbackResponse* response) {
+  const RpcMetrics::Call call = request_rollback_rpc_.Begin();
+  absl::Status status =
+      CheckCaller(context, request->job_id(), kWorkerRoles, "RequestRollback", std::nullopt, request->id());
+  if (status.ok() && request->reason().size() > kMaxRollbackReasonBytes) {
+    status = absl::InvalidArgumentError(absl::StrFormat("a rollback's reason must be at most %d bytes, got %d",
+                                                        kMaxRollbackReasonBytes, request->reason().size()));
+  }
+  // Only the live holder of the id may ask (this also counts as its heartbeat).
+  if (status.ok()) {
+    status = membership_->Heartbeat(Role::kWorker, request->id(), request->incarnation(), MonotonicNow()).status();
+  }
+  const JobLayout layout = membership_->layout();
+  const int rank = RankOfId(layout.worker_ids, request->id());
+  if (status.ok() && rank == -1) {
+    status = absl::FailedPreconditionError(absl::StrFormat(
+        "worker %d joins in a rescale that is not done yet: it has no timeline to roll back", request->id()));
+  }
+  const uint64_t current = status.ok() ? layout.worker_generations[rank] : 0;
+  if (status.ok() && request->generation() > current) {
+    status = absl::InvalidArgumentError(absl::StrFormat(
+        "rollback request of generation %d from worker %d, ahead of the generation %d its requests carry: stamp "
+        "the generation Register or Rejoin answered",
+        request->generation(), request->id(), current));
+  }
+  // A rollback (or a rescale that renumbered this worker) since the request's generation, or one in progress,
+  // already discards that timeline: every worker asking for the same failure gets the same answer.
+  const bool served = status.ok() && (request->generation() < current || membership_->rolling_back());
+  if (status.ok() && !served) {
+    const JobState state = membership_->state();
+    if (state == JobState::kForming || state == JobState::kFinished) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat("the job is ", JobStateName(state), ", not running: there is nothing to roll back"));
+    } else if (membership_->pending_scale().has_value()) {
+      status = absl::FailedPreconditionError(
+          "a rescale is in progress: the job cannot roll back before it is done (the workers then rejoin in the new "
+          "layout)");
+    }
+  }
+  if (status.ok()) {
+    // The reason is the client's text: escaped, so it cannot forge log lines.
+    std::string why = absl::StrFormat("worker %d (rank %d, generation %d) asked for a rollback: %s", request->id(),
+                                      rank, request->generation(), absl::CHexEscape(request->reason()));
+    if (served) {
+      KLOG(Info) << why << ": its timeline is already discarded (generation " << current << " now)";
+    } else {
+      KLOG(Warning) << why;
+      coordinator_->RequestRollback(request->generation(), std::move(why));
+    }
+    response->set_rolled_back(!served);
+    response->set_generation(current);
+    response->set_rollbacks(coordinator_->status().rollbacks);
   }
   return Reply(context, call, status);
 }

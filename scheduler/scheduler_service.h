@@ -2,8 +2,9 @@
 //
 // WaitToStart is answered when the ClockTable allows it (from the Advance that allows it), and not before
 // the job has formed (every server and worker registered), so no gRPC thread ever blocks on a wait. Every call
-// checks the job id; WaitToStart and Advance also check the worker: a request from a worker declared dead or
-// superseded (a revived zombie) is refused with FAILED_PRECONDITION.
+// checks the job id; WaitToStart, Advance, Rejoin and RequestRollback also check the worker: a request from a
+// worker declared dead or superseded (a revived zombie) is refused with FAILED_PRECONDITION. RequestRollback
+// only asks the job controller, whose thread rolls the job back.
 #ifndef KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
 #define KESTREL_SCHEDULER_SCHEDULER_SERVICE_H_
 
@@ -68,6 +69,9 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                                      DescribeResponse* response) override;
   grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context, const RejoinRequest* request,
                                    RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* RequestRollback(grpc::CallbackServerContext* context,
+                                            const RequestRollbackRequest* request,
+                                            RequestRollbackResponse* response) override;
   grpc::ServerUnaryReactor* RequestCheckpoint(grpc::CallbackServerContext* context,
                                               const RequestCheckpointRequest* request,
                                               RequestCheckpointResponse* response) override;
@@ -118,7 +122,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   std::vector<std::function<void()>> forming_waits_ ABSL_GUARDED_BY(forming_mu_);
   // Per-method call counts and latencies (kestrel_scheduler_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &register_rpc_, &heartbeat_rpc_, &wait_to_start_rpc_, &advance_rpc_, &describe_rpc_,
-      &rejoin_rpc_, &request_checkpoint_rpc_, &scale_rpc_;
+      &rejoin_rpc_, &request_rollback_rpc_, &request_checkpoint_rpc_, &scale_rpc_;
   ScrapeHook metrics_hook_;  // last: unregistered first, while the members above are still in use
 };
 

@@ -1,22 +1,67 @@
 // The Scheduler service over real gRPC on loopback (in-process server).
 #include "scheduler/scheduler_service.h"
 
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "scheduler/scheduler_client.h"
 
 namespace kestrel {
 namespace {
 
 constexpr char kJob[] = "job";
 
+// A parameter server that only answers the scheduler's Checkpoint and Restore: a checkpoint is an empty
+// directory under `root`, and every Restore is recorded.
+class FakeServer final : public ParameterServer::Service {
+ public:
+  explicit FakeServer(std::string root) : root_(std::move(root)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeServer() override { server_->Shutdown(); }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Every Restore so far: (checkpoint name, min_worker_generation).
+  std::vector<std::pair<std::string, uint64_t>> restores() {
+    absl::MutexLock lock(&mu_);
+    return restores_;
+  }
+
+  grpc::Status Checkpoint(grpc::ServerContext*, const CheckpointShardRequest* request,
+                          CheckpointShardResponse* response) override {
+    std::filesystem::create_directories(std::filesystem::path(root_) / request->name());
+    response->mutable_shard()->set_shard(0);
+    return grpc::Status::OK;
+  }
+  grpc::Status Restore(grpc::ServerContext*, const RestoreShardRequest* request, RestoreShardResponse*) override {
+    absl::MutexLock lock(&mu_);
+    restores_.emplace_back(request->name(), request->min_worker_generation());
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string root_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, uint64_t>> restores_ ABSL_GUARDED_BY(mu_);
+};
+
 class SchedulerServiceTest : public ::testing::Test {
  protected:
   // Starts the scheduler. Tests that do not heartbeat use a long interval so nobody is declared dead.
-  void Start(absl::Duration heartbeat_interval) {
+  // `checkpoint`: checkpoints and rollbacks (default: none).
+  void Start(absl::Duration heartbeat_interval, CheckpointOptions checkpoint = CheckpointOptions()) {
     SchedulerOptions options;
     options.job_id = kJob;
     options.membership.num_servers = 1;
@@ -24,13 +69,17 @@ class SchedulerServiceTest : public ::testing::Test {
     options.membership.heartbeat_interval = heartbeat_interval;
     options.membership.heartbeat_timeout = heartbeat_interval * 1.5;
     options.consistency = ConsistencyPolicy::Ssp(1);
+    options.checkpoint = std::move(checkpoint);
     SchedulerServerOptions server_options;
     server_options.address = "127.0.0.1:0";
     auto server = SchedulerServer::Start(server_options, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
-    stub_ = Scheduler::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    const std::string address = "127.0.0.1:" + std::to_string(server_->port());
+    stub_ = Scheduler::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    SchedulerClientOptions client_options;
+    client_options.job_id = kJob;
+    client_ = NewGrpcSchedulerClient(address, client_options);
   }
 
   std::unique_ptr<grpc::ClientContext> Context() {
@@ -39,12 +88,12 @@ class SchedulerServiceTest : public ::testing::Test {
     return context;
   }
 
-  RegisterResponse Register(MemberRole role, const std::string& address) {
+  RegisterResponse Register(MemberRole role, const std::string& address, int id = -1) {
     RegisterRequest request;
     request.set_job_id(kJob);
     request.set_role(role);
     request.set_address(address);
-    request.set_requested_rank(-1);
+    request.set_requested_rank(id);
     RegisterResponse response;
     grpc::Status status = stub_->Register(Context().get(), request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
@@ -89,6 +138,31 @@ class SchedulerServiceTest : public ::testing::Test {
     return wait;
   }
 
+  DescribeResponse Describe() {
+    DescribeRequest request;
+    request.set_job_id(kJob);
+    DescribeResponse response;
+    grpc::Status status = stub_->Describe(Context().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  // Worker `w` (what its Register or Rejoin answered) asks for a rollback, with its generation unless told
+  // otherwise.
+  absl::StatusOr<RequestRollbackResponse> RequestRollback(const RegisterResponse& w,
+                                                          std::optional<uint64_t> generation = std::nullopt,
+                                                          const std::string& reason = "allreduce failed") {
+    return client_->RequestRollback(w.id(), w.incarnation(), generation.value_or(w.generation()), reason);
+  }
+
+  // Advances worker `w` from clock `from` to `to`, one iteration at a time.
+  void AdvanceTo(const RegisterResponse& w, int64_t from, int64_t to) {
+    for (int64_t c = from + 1; c <= to; ++c) {
+      grpc::Status status = Advance(w, c);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
+  }
+
   // Polls `condition` for up to 10 s.
   static bool Eventually(const std::function<bool()>& condition) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -101,6 +175,7 @@ class SchedulerServiceTest : public ::testing::Test {
 
   std::unique_ptr<SchedulerServer> server_;
   std::unique_ptr<Scheduler::Stub> stub_;
+  std::unique_ptr<SchedulerClient> client_;
 };
 
 TEST_F(SchedulerServiceTest, WaitIsAnsweredByTheAdvanceThatAllowsIt) {
@@ -207,6 +282,185 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(wait->status.error_code(), grpc::StatusCode::UNAVAILABLE);
   server_->Wait();
+}
+
+TEST_F(SchedulerServiceTest, WorkerRequestedRollbackRestoresTheLastCheckpointOnce) {
+  const std::string root = ::testing::TempDir() + "/requested_rollback";
+  std::filesystem::remove_all(root);
+  FakeServer ps(root);
+  CheckpointOptions checkpoint;
+  checkpoint.dir = root;
+  checkpoint.every_clocks = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10), checkpoint));
+  Register(ROLE_SERVER, ps.address());
+  const RegisterResponse w0 = Register(ROLE_WORKER, "", 0);
+  const RegisterResponse w1 = Register(ROLE_WORKER, "", 1);
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w0, 0, 2));
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w1, 0, 2));
+  ASSERT_TRUE(Eventually([&] { return Describe().latest_checkpoint_clock() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w0, 2, 3));
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w1, 2, 3));
+  auto wait = StartWait(w0, 5);  // held at the next scheduled cut (4)
+  ASSERT_TRUE(Eventually([&] { return server_->service().clocks().num_waiting() == 1; }));
+  const uint64_t generation = Describe().view().generation();
+
+  // A wrong incarnation, a generation from the future and an over-long reason are refused, and change nothing.
+  RegisterResponse impostor = w1;
+  impostor.set_incarnation(w0.incarnation());
+  EXPECT_EQ(RequestRollback(impostor).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RequestRollback(w1, w1.generation() + 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RequestRollback(w1, std::nullopt, std::string(1025, 'x')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const uint64_t steps = server_->service().coordinator().steps();
+  ASSERT_TRUE(Eventually([&] { return server_->service().coordinator().steps() > steps + 1; }));
+  EXPECT_FALSE(server_->service().membership().rolling_back());
+  EXPECT_EQ(Describe().view().generation(), generation);
+  EXPECT_EQ(Describe().rollbacks(), 0u);
+  EXPECT_FALSE(wait->answered.HasBeenNotified());
+
+  // Worker 0's request rolls the job back: every wait is aborted, the server restores the checkpoint of clock 2.
+  absl::StatusOr<RequestRollbackResponse> asked = RequestRollback(w0);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_TRUE(asked->rolled_back());
+  EXPECT_EQ(asked->generation(), w0.generation());
+  ASSERT_TRUE(wait->answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(wait->status.error_code(), grpc::StatusCode::ABORTED);
+  ASSERT_TRUE(Eventually([&] {
+    const DescribeResponse d = Describe();
+    return d.rollbacks() == 1 && d.view().job_state() == "running";
+  }));
+  const DescribeResponse after = Describe();
+  EXPECT_GT(after.view().generation(), generation);
+  EXPECT_EQ(after.min_clock(), 2);
+  ASSERT_EQ(ps.restores().size(), 1u);
+  EXPECT_EQ(ps.restores()[0].first, after.latest_checkpoint());
+  EXPECT_EQ(ps.restores()[0].second, after.view().generation());
+
+  // Worker 1 asks for the same failure with its old generation: answered, nothing changes.
+  asked = RequestRollback(w1);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_FALSE(asked->rolled_back());
+  EXPECT_GT(asked->generation(), w1.generation());
+  EXPECT_EQ(asked->rollbacks(), 1u);
+  // Both rejoin at the checkpoint's clock, with the rollback's generation; the old one is refused.
+  for (const RegisterResponse* w : {&w0, &w1}) {
+    absl::StatusOr<RegisterResponse> rejoined = client_->Rejoin(w->id(), w->incarnation());
+    ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+    EXPECT_EQ(rejoined->clock(), 2);
+    EXPECT_EQ(rejoined->rollbacks(), 1u);
+    EXPECT_EQ(rejoined->generation(), after.view().generation());
+    EXPECT_EQ(Advance(*w, 3).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  const uint64_t steps_after = server_->service().coordinator().steps();
+  ASSERT_TRUE(Eventually([&] { return server_->service().coordinator().steps() > steps_after + 1; }));
+  EXPECT_EQ(Describe().rollbacks(), 1u);
+  EXPECT_EQ(Describe().view().generation(), after.view().generation());
+  EXPECT_EQ(ps.restores().size(), 1u);
+}
+
+TEST_F(SchedulerServiceTest, RequestedRollbackWithoutACheckpointRestartsFromEmptyTablesAtClockZero) {
+  FakeServer ps(::testing::TempDir());
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  Register(ROLE_SERVER, ps.address());
+  const RegisterResponse w0 = Register(ROLE_WORKER, "", 0);
+  // The job is still forming: nothing to roll back.
+  absl::StatusOr<RequestRollbackResponse> asked = RequestRollback(w0);
+  EXPECT_EQ(asked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(asked.status().message().find("forming"), std::string::npos) << asked.status();
+  const RegisterResponse w1 = Register(ROLE_WORKER, "", 1);
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w0, 0, 2));
+  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w1, 0, 1));
+
+  asked = RequestRollback(w1);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_TRUE(asked->rolled_back());
+  ASSERT_TRUE(Eventually([&] {
+    const DescribeResponse d = Describe();
+    return d.rollbacks() == 1 && d.view().job_state() == "running";
+  }));
+  ASSERT_EQ(ps.restores().size(), 1u);
+  EXPECT_EQ(ps.restores()[0].first, "") << "no checkpoint: empty tables";
+  absl::StatusOr<RegisterResponse> r0 = client_->Rejoin(w0.id(), w0.incarnation());
+  absl::StatusOr<RegisterResponse> r1 = client_->Rejoin(w1.id(), w1.incarnation());
+  ASSERT_TRUE(r0.ok() && r1.ok()) << r0.status() << " " << r1.status();
+  EXPECT_EQ(r0->clock(), 0);
+  EXPECT_EQ(r1->clock(), 0);
+
+  // Once every worker has finished, a rollback is refused.
+  for (const RegisterResponse& w : {*r0, *r1}) {
+    AdvanceRequest done;
+    done.set_job_id(kJob);
+    done.set_rank(w.rank());
+    done.set_finished(1);
+    done.set_generation(w.generation());
+    done.set_incarnation(w.incarnation());
+    done.set_done(true);
+    AdvanceResponse response;
+    ASSERT_TRUE(stub_->Advance(Context().get(), done, &response).ok());
+  }
+  asked = RequestRollback(*r0);
+  EXPECT_EQ(asked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(asked.status().message().find("finished"), std::string::npos) << asked.status();
+  EXPECT_EQ(Describe().rollbacks(), 1u);
+}
+
+TEST_F(SchedulerServiceTest, RequestedRollbackIsRefusedWhileARescaleIsPending) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  Register(ROLE_SERVER, "127.0.0.1:1");
+  const RegisterResponse w0 = Register(ROLE_WORKER, "", 0);
+  Register(ROLE_WORKER, "", 1);
+  // A rescale to 3 workers waits for the third to register.
+  ScaleRequest scale;
+  scale.set_job_id(kJob);
+  scale.set_servers(1);
+  scale.set_workers(3);
+  ScaleResponse scaled;
+  grpc::Status scale_status;
+  absl::Notification scale_answered;
+  std::unique_ptr<grpc::ClientContext> scale_context = Context();
+  stub_->async()->Scale(scale_context.get(), &scale, &scaled, [&](grpc::Status s) {
+    scale_status = s;
+    scale_answered.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return server_->service().membership().pending_scale().has_value(); }));
+  absl::StatusOr<RequestRollbackResponse> asked = RequestRollback(w0);
+  EXPECT_EQ(asked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(asked.status().message().find("rescale"), std::string::npos) << asked.status();
+  EXPECT_FALSE(server_->service().membership().rolling_back());
+  server_->Shutdown();  // answers the rescale still waiting
+  ASSERT_TRUE(scale_answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(scale_status.ok());
+  server_->Wait();
+}
+
+TEST_F(SchedulerServiceTest, WorkerAddressesFollowRegistrations) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  Register(ROLE_SERVER, "127.0.0.1:1");
+  const RegisterResponse w0 = Register(ROLE_WORKER, "10.0.0.1:29500", 0);
+  EXPECT_EQ(w0.view().worker_addresses_size(), 2);
+  EXPECT_EQ(w0.view().worker_addresses(0), "10.0.0.1:29500");
+  EXPECT_EQ(w0.view().worker_addresses(1), "") << "not registered yet";
+  Register(ROLE_WORKER, "", 1);
+  DescribeResponse d = Describe();
+  ASSERT_EQ(d.view().worker_addresses_size(), 2);
+  EXPECT_EQ(d.view().worker_addresses(0), "10.0.0.1:29500");
+  EXPECT_EQ(d.view().worker_addresses(1), "");
+
+  // Everyone is declared dead; worker 0's replacement registers from elsewhere.
+  server_->service().ExpireSilent(MonotonicNow() + absl::Hours(1));
+  EXPECT_EQ(Describe().view().worker_addresses(0), "") << "a dead worker's address is withdrawn";
+  Register(ROLE_WORKER, "10.0.0.2:29500", 0);
+  d = Describe();
+  EXPECT_EQ(d.view().worker_addresses(0), "10.0.0.2:29500");
+  EXPECT_EQ(d.view().worker_addresses(1), "");
+
+  RegisterRequest too_long;
+  too_long.set_job_id(kJob);
+  too_long.set_role(ROLE_WORKER);
+  too_long.set_address(std::string(kMaxAddressBytes + 1, 'a'));
+  too_long.set_requested_rank(1);
+  RegisterResponse refused;
+  EXPECT_EQ(stub_->Register(Context().get(), too_long, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST(SchedulerServerOptionsTest, QuotaAndStreamBoundsAreValidated) {
