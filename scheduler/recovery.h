@@ -1,7 +1,8 @@
 // Recovery: how the job survives a lost server. The one place that decides when the job rolls back to its last
 // checkpoint, when a dead server is failed over instead, and when a replacement is synced and put back.
 //
-// Rollback. A server declared dead makes the job roll back: a new generation (Membership::BeginRollback; the
+// Rollback. A server declared dead makes the job roll back, and so does a live worker that asks for it
+// (Scheduler.RequestRollback: the workers' own collective broke; JobController::RequestRollback): a new generation (Membership::BeginRollback; the
 // old timeline's requests are refused everywhere), every wait is failed with ABORTED, nothing may start.
 // Once every server rank is alive again (the launcher restarted the dead one), every server restores the
 // latest committed checkpoint (or empty tables if there is none), the clocks are set to its clock and the

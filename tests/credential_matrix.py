@@ -80,6 +80,9 @@ SCHEDULER = [
     ("Advance", lambda role: scheduler_pb2.AdvanceRequest(job_id=job, rank=0, finished=0), {"worker"}),
     ("Describe", lambda role: scheduler_pb2.DescribeRequest(job_id=job), {"worker", "server", "admin"}),
     ("Rejoin", lambda role: scheduler_pb2.RejoinRequest(job_id=job, id=0, incarnation=bytes(16)), {"worker"}),
+    # A made-up incarnation: refused (FAILED_PRECONDITION) once the caller is let through; nothing rolls back.
+    ("RequestRollback", lambda role: scheduler_pb2.RequestRollbackRequest(job_id=job, id=0, incarnation=bytes(16)),
+     {"worker"}),
     ("RequestCheckpoint", lambda role: scheduler_pb2.RequestCheckpointRequest(job_id=job), {"admin"}),
     # Counts out of range: refused as such (INVALID_ARGUMENT) once the caller is let through.
     ("Scale", lambda role: scheduler_pb2.ScaleRequest(job_id=job, servers=0, workers=0), {"admin"}),
