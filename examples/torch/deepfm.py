@@ -5,33 +5,25 @@ there); the bias and MLP are a dense table on the servers (kestrel.torch.ServerD
 job's own reader (kestrel.Reader), so keys, fields and dense inputs are the C++ worker's.
 
     python3 examples/torch/deepfm.py --config deploy/jobs/deepfm.pbtxt --train FILE --test FILE [--servers 2]
+    scripts/kestrel local --config deploy/jobs/deepfm.pbtxt --data DIR --worker_cmd "python3 examples/torch/deepfm.py"
 
-Prints the test AUC. With in-process servers (this script) it is one process; the gradients follow the
-built-in model: sparse rows get the sum over the batch, the dense tensor the mean.
+Prints the test AUC. With in-process servers it is one process. As a cluster worker (a scheduler named by
+--scheduler or the launcher's environment, as for kestrel_worker) it trains its share of the job under the job's
+consistency mode, recovers from rollbacks, and rank 0 evaluates; --dense allreduce keeps the bias and MLP on the
+workers, averaged by a gloo allreduce each step (kestrel.torch.AllreduceDense). The gradients follow the built-in
+model: sparse rows get the sum over the batch, the dense tensor the mean.
 """
 import argparse
+import json
+import sys
+import time
 
 import numpy as np
 import torch
 
 import kestrel
 from kestrel import torch as ktorch
-
-
-def auc(labels, scores):
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    # Ties share their mean rank.
-    sorted_scores = scores[order]
-    start = 0
-    for i in range(1, len(scores) + 1):
-        if i == len(scores) or sorted_scores[i] != sorted_scores[start]:
-            ranks[order[start:i]] = (start + 1 + i) / 2
-            start = i
-    positives = labels > 0.5
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    return (ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+from kestrel import worker as kworker
 
 
 def create_tables(client, field_tables, dim, seed=1):
@@ -86,8 +78,22 @@ class DeepFM(torch.nn.Module):
         return self.bias + wide + fm + h[:, 0]
 
 
+def evaluate(model, config, clock, files=None):
+    """The model's test AUC, logloss and prediction fingerprint on the job's test files (or `files`), reading the
+    servers' rows at `clock`."""
+    scores, labels = [], []
+    reader = kestrel.Reader(config, files=files or [], test=True)
+    with torch.no_grad():
+        while (batch := reader.next(4096)) is not None:
+            scores.append(torch.sigmoid(model(batch, clock)).numpy())
+            labels.append(batch["labels"])
+    scores, labels = np.concatenate(scores).astype(np.float32), np.concatenate(labels).astype(np.float32)
+    return kestrel.auc(labels, scores), kestrel.logloss(labels, scores), kestrel.fingerprint(scores)
+
+
 def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
-    """Trains `model` (its dense part on the servers) on `train` and returns its test AUC on `test`."""
+    """Trains `model` (its dense part on the servers) on `train` in this process and returns its test AUC on
+    `test`."""
     dense = ktorch.ServerDense(client, "dense", list(model.dense_parameters()))
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
     clock = 0
@@ -102,25 +108,104 @@ def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
             dense.push(clock, grad_scale=1.0 / len(batch["labels"]))  # the dense tensor takes the batch mean
         print(f"epoch {epoch + 1}: {clock} steps", flush=True)
     dense.pull(clock)
-    scores, labels = [], []
-    reader = kestrel.Reader(config, files=[test], test=True)
-    with torch.no_grad():
-        while (batch := reader.next(4096)) is not None:
-            scores.append(torch.sigmoid(model(batch, clock)).numpy())
-            labels.append(batch["labels"])
-    return auc(np.concatenate(labels), np.concatenate(scores))
+    return evaluate(model, config, clock, [test])[0]
+
+
+class Progress:
+    """The worker's "train" records (proto/records.proto) every log_every_steps iterations, as kestrel_worker
+    writes them to --metrics_out (kestrel local shows them)."""
+
+    def __init__(self, worker, path, every):
+        self.worker, self.path, self.every = worker, path, every
+        self.loss, self.examples, self.start = 0.0, 0, time.monotonic()
+
+    def add(self, clock, loss, examples):
+        self.loss += loss
+        self.examples += examples
+        if (clock + 1) % self.every and clock + 1 != self.worker.total:
+            return
+        now = time.monotonic()
+        record = {"kind": "train", "worker": self.worker.rank, "step": clock + 1, "steps": self.worker.total,
+                  "logloss": self.loss / max(1, self.examples),
+                  "examples_per_second": self.examples / max(1e-9, now - self.start)}
+        if self.path:
+            kestrel.write_record(self.path, json.dumps(record))
+        self.loss, self.examples, self.start = 0.0, 0, now
+
+
+def run_worker(model_class, args):
+    """A worker of a cluster job: joins it (kestrel.worker), trains its share under the job's consistency mode
+    with the dense part on the servers or allreduced among the workers (--dense), and, as rank 0, evaluates."""
+    torch.manual_seed(1)
+    torch.set_num_threads(int(args.compute_threads or 1))
+    rendezvous = ktorch.Rendezvous(scheduler=args.scheduler) if args.dense == "allreduce" else None
+    worker = kworker.join(args, address=rendezvous.address if rendezvous else "")
+    settings = kestrel.job_settings(worker.config)
+    dim = settings["embedding_dim"]
+    client = worker.client
+    create_tables(client, worker.field_tables, dim)
+    model = model_class(client, worker.fields, worker.field_tables, worker.dense_dim, dim, settings["hidden"])
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+    progress = Progress(worker, args.metrics_out, settings["log_every_steps"])
+    if args.dense == "servers":
+        dense = ktorch.ServerDense(client, "dense", list(model.dense_parameters()))
+        on_pass = None
+    else:
+        dense = ktorch.AllreduceDense(worker, rendezvous, "dense_state", list(model.dense_parameters()))
+        on_pass = dense.start_pass
+
+    def step(clock, batch):
+        n = len(batch["labels"])
+        if args.dense == "servers":
+            dense.pull(clock)
+        loss = loss_fn(model(batch, clock), torch.from_numpy(batch["labels"]))
+        loss.backward()  # pushes the sparse rows' gradient sums at `clock`
+        if args.dense == "servers":
+            dense.push(clock, grad_scale=1.0 / max(1, n))
+        else:
+            dense.step(clock, grad_scale=1.0 / max(1, n))
+        if args.clock_log:
+            with open(args.clock_log, "a") as f:
+                f.write(f"{worker.id} {clock} {worker.generation}\n")
+        progress.add(clock, float(loss), n)
+
+    if not kworker.train(worker, step, on_pass):
+        print(f"worker {worker.id}: a rescale left this worker out", flush=True)
+        return
+    if worker.rank == 0:
+        if args.dense == "servers":
+            dense.pull(worker.total)
+        auc, logloss, fingerprint = evaluate(model, worker.config, worker.total)
+        print(f"test AUC {auc:.5f} logloss {logloss:.5f} fingerprint {fingerprint}", flush=True)
+        if args.metrics_out:
+            kestrel.write_record(args.metrics_out, json.dumps(
+                {"kind": "eval", "worker": 0, "step": worker.total, "auc": auc, "logloss": logloss,
+                 "fingerprint": fingerprint}))
+    worker.leave()
 
 
 def run(model_class, doc, job_id):
-    """The example's command line: builds `model_class` (DeepFM's constructor arguments) for the job's data on
-    in-process servers, trains it and prints its test AUC."""
+    """The example's command line: a worker of a cluster job when a scheduler is named (flags or the launcher's
+    environment, as kestrel_worker); else `model_class` (DeepFM's constructor arguments) trained on in-process
+    servers, printing its test AUC."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--test", required=True)
-    parser.add_argument("--servers", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=None)
+    kworker.add_flags(parser)
+    parser.add_argument("--train", help="in process: the training file")
+    parser.add_argument("--test", help="in process: the test file")
+    parser.add_argument("--servers", type=int, default=1, help="in process: in-process servers (default 1)")
+    parser.add_argument("--epochs", type=int, default=None, help="in process: epochs (default the config's)")
+    parser.add_argument("--dense", choices=["servers", "allreduce"], default="servers",
+                        help="a cluster's dense weights: on the servers (default) or allreduced among the workers")
+    parser.add_argument("--clock_log", default="", help="append '<worker id> <clock> <generation>' per step here")
     args = parser.parse_args()
+    if kworker.is_cluster_worker(args):
+        try:
+            return run_worker(model_class, args)
+        except (kestrel.KestrelError, ValueError, OSError) as error:
+            print(f"worker: {error}", file=sys.stderr, flush=True)
+            sys.exit(kworker.exit_code(error))
+    if not (args.config and args.train and args.test):
+        parser.error("in process, give --config, --train and --test (or --scheduler to join a cluster job)")
     with open(args.config) as f:
         config = f.read()
     torch.manual_seed(1)

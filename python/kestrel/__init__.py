@@ -2,9 +2,12 @@
 
 A thin layer over the C++ client (the `_kestrel` extension, python/kestrel/_kestrel.cc): tables are created,
 pulled and pushed through it with numpy arrays, and a refused call raises KestrelError with the server's status
-code and message. kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
+code and message. kestrel.Worker joins a cluster job as a training worker (kestrel.worker drives its loop).
+kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
 model.
 """
-from kestrel._kestrel import Client, KestrelError, Reader, feature_keys, job_settings
+from kestrel._kestrel import (Client, KestrelError, Reader, Worker, auc, feature_keys, fingerprint, job_settings,
+                              logloss, write_record)
 
-__all__ = ["Client", "KestrelError", "Reader", "feature_keys", "job_settings"]
+__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "feature_keys", "fingerprint", "job_settings",
+           "logloss", "write_record"]

@@ -23,6 +23,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
+#include "proto/records.pb.h"
+#include "worker/metrics.h"
+#include "worker/records.h"
+#include "worker/training_feed.h"
+#include "worker/worker_session.h"
+#include "common/cluster_env.h"
 #include "common/tls.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -88,6 +94,14 @@ struct TextErrors : google::protobuf::io::ErrorCollector {
   std::string text;
 };
 
+// What a kestrel.Worker and the Clients it hands out share: the session, and the iteration reading through it.
+// Python's threads reach it under the GIL.
+struct WorkerCore {
+  std::unique_ptr<WorkerSession> session;
+  int64_t read_clock = -1;   // the iteration that last passed WaitToStart
+  int64_t fresh_clock = -1;  // what the row cache may assume of rows pulled for it (CacheRead::fresh_clock)
+};
+
 class Client {
  public:
   static std::unique_ptr<Client> InProcess(int servers, const std::string& job_id) {
@@ -108,6 +122,13 @@ class Client {
     PsClientOptions options;
     options.job_id = job_id;
     client->client_ = NewLocalPsClient(options, shards);
+    return client;
+  }
+
+  // The client of `worker`'s passes, each call through the current one's.
+  static std::unique_ptr<Client> OfWorker(std::shared_ptr<WorkerCore> worker) {
+    auto client = std::unique_ptr<Client>(new Client());
+    client->worker_ = std::move(worker);
     return client;
   }
 
@@ -143,10 +164,11 @@ class Client {
       throw py::value_error(absl::StrCat("config is not a TableConfig in protobuf text format (proto/table.proto): ",
                                          errors.text));
     }
+    PsClient* ps = Current();
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = client_->CreateTable(config);
+      status = ps->CreateTable(config);
     }
     Check(status);
   }
@@ -157,10 +179,11 @@ class Client {
     const absl::Span<const uint64_t> k = KeysOf(keys);
     py::array_t<float> rows({static_cast<py::ssize_t>(k.size()), static_cast<py::ssize_t>(dim)});
     float* out = rows.mutable_data();
+    PsClient* ps = Current();
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = client_->Pull(table, k, dim, out, CallClock{clock});
+      status = ps->Pull(table, k, dim, out, ClockOf(clock));
     }
     Check(status);
     return rows;
@@ -171,10 +194,11 @@ class Client {
     if (grads.ndim() != 2) throw py::value_error("grads must be 2-D: one row per key");
     const int64_t dim = grads.shape(1);
     const float* g = RowsOf(grads, static_cast<int64_t>(k.size()), dim, "grads");
+    PsClient* ps = Current();
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = client_->Push(table, k, static_cast<int>(dim), g, CallClock{clock});
+      status = ps->Push(table, k, static_cast<int>(dim), g, CallClock{clock});
     }
     Check(status);
   }
@@ -185,10 +209,11 @@ class Client {
     }
     py::array_t<float> out(static_cast<py::ssize_t>(size));
     float* data = out.mutable_data();
+    PsClient* ps = Current();
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = client_->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), CallClock{clock});
+      status = ps->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), CallClock{clock});
     }
     Check(status);
     return out;
@@ -197,22 +222,80 @@ class Client {
   void PushDense(const std::string& table, const py::array& grads, int64_t clock) {
     const float* g = RowsOf(grads, -1, 0, "grads");
     const size_t n = static_cast<size_t>(grads.size());
+    PsClient* ps = Current();
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = client_->PushDense(table, absl::MakeConstSpan(g, n), CallClock{clock});
+      status = ps->PushDense(table, absl::MakeConstSpan(g, n), CallClock{clock});
     }
     Check(status);
   }
 
-  int num_servers() const { return client_->partition().num_servers(); }
+  int num_servers() { return Current()->partition().num_servers(); }
 
  private:
   Client() = default;
 
+  // The client calls go to: this one's own, or its worker's current pass's (stamped with the pass's generation:
+  // once the job rolled back, its calls fail until the worker recovers).
+  PsClient* Current() { return worker_ == nullptr ? client_.get() : worker_->session->client(); }
+  // A training read of the iteration that passed the worker's gate may be answered by the row cache.
+  CallClock ClockOf(int64_t clock) const {
+    if (worker_ != nullptr && clock == worker_->read_clock) return CallClock{clock, CacheRead{clock, worker_->fresh_clock}};
+    return CallClock{clock};
+  }
+
   std::vector<std::unique_ptr<Shard>> shards_;  // in-process servers (declared first: destroyed after the client)
   std::unique_ptr<PsClient> client_;
+  std::shared_ptr<WorkerCore> worker_;  // set instead of client_ for a worker's client
 };
+
+// One batch as Python sees it (kestrel.Reader.next, kestrel.Worker.next_batch): see Reader.
+py::dict BatchToDict(const Batch& b, const Schema& schema) {
+  const int64_t n = b.size;
+  py::dict out;
+  out["labels"] = py::array_t<float>(n, b.labels.data());
+  py::array_t<float> weights(n);
+  for (int64_t i = 0; i < n; ++i) weights.mutable_data()[i] = b.weights.empty() ? 1.0f : b.weights[i];
+  out["weights"] = weights;
+  out["dense"] = py::array_t<float>({n, static_cast<int64_t>(b.dense_dim)}, b.dense.data());
+  py::dict features;
+  for (int f = 0; f < b.fields; ++f) {
+    int64_t entries = 0;
+    for (int64_t e = 0; e < n; ++e) entries += b.bag_end(e * b.fields + f) - b.bag_begin(e * b.fields + f);
+    py::array_t<uint64_t> keys(entries);
+    py::array_t<int64_t> offsets(n);
+    py::array_t<float> values(entries);
+    int64_t at = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      offsets.mutable_data()[e] = at;
+      for (uint32_t p = b.bag_begin(e * b.fields + f); p < b.bag_end(e * b.fields + f); ++p, ++at) {
+        keys.mutable_data()[at] = b.keys[p];
+        values.mutable_data()[at] = b.values[p];
+      }
+    }
+    features[py::str(schema.field_names()[f])] = py::make_tuple(keys, offsets, values);
+  }
+  out["features"] = features;
+  return out;
+}
+
+// A job config in protobuf text format, with train/test file overrides (as kestrel_worker's --train_files and
+// --test_files) and every default applied.
+JobConfig ParseJob(const std::string& config_text, const std::vector<std::string>& train_files = {},
+                   const std::vector<std::string>& test_files = {}) {
+  JobConfig job;
+  TextErrors errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(config_text, &job)) {
+    throw py::value_error(
+        absl::StrCat("config is not a JobConfig in protobuf text format (proto/job.proto): ", errors.text));
+  }
+  if (!train_files.empty()) *job.mutable_data()->mutable_train_files() = {train_files.begin(), train_files.end()};
+  if (!test_files.empty()) *job.mutable_data()->mutable_test_files() = {test_files.begin(), test_files.end()};
+  return JobWithDefaults(job);
+}
 
 // A job's training or test data read by the C++ reader (worker/batch_reader.h) with the job's Schema: the same
 // keys, pooling, shuffle and sharding as the C++ worker. Each batch is a dict:
@@ -224,11 +307,8 @@ class Reader {
  public:
   Reader(const std::string& config_text, std::vector<std::string> files, bool test, int part, int num_parts,
          int64_t epoch) {
-    JobConfig job;
-    if (!google::protobuf::TextFormat::ParseFromString(config_text, &job)) {
-      throw py::value_error("config is not a JobConfig in protobuf text format (proto/job.proto)");
-    }
-    const ModelConfig model = WithDefaults(job.model());
+    const JobConfig job = ParseJob(config_text);
+    const ModelConfig& model = job.model();
     absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), model);
     Check(schema.status());
     schema_ = *std::move(schema);
@@ -260,33 +340,7 @@ class Reader {
     }
     Check(got.status());
     if (*got == 0) return py::none();
-    const Batch& b = batch_;
-    const int64_t n = b.size;
-    py::dict out;
-    out["labels"] = py::array_t<float>(n, b.labels.data());
-    py::array_t<float> weights(n);
-    for (int64_t i = 0; i < n; ++i) weights.mutable_data()[i] = b.weights.empty() ? 1.0f : b.weights[i];
-    out["weights"] = weights;
-    out["dense"] = py::array_t<float>({n, static_cast<int64_t>(b.dense_dim)}, b.dense.data());
-    py::dict features;
-    for (int f = 0; f < b.fields; ++f) {
-      int64_t entries = 0;
-      for (int64_t e = 0; e < n; ++e) entries += b.bag_end(e * b.fields + f) - b.bag_begin(e * b.fields + f);
-      py::array_t<uint64_t> keys(entries);
-      py::array_t<int64_t> offsets(n);
-      py::array_t<float> values(entries);
-      int64_t at = 0;
-      for (int64_t e = 0; e < n; ++e) {
-        offsets.mutable_data()[e] = at;
-        for (uint32_t p = b.bag_begin(e * b.fields + f); p < b.bag_end(e * b.fields + f); ++p, ++at) {
-          keys.mutable_data()[at] = b.keys[p];
-          values.mutable_data()[at] = b.values[p];
-        }
-      }
-      features[py::str(schema_->field_names()[f])] = py::make_tuple(keys, offsets, values);
-    }
-    out["features"] = features;
-    return out;
+    return BatchToDict(batch_, *schema_);
   }
 
   std::vector<std::string> fields() const { return schema_->field_names(); }
@@ -304,20 +358,240 @@ class Reader {
   Batch batch_;
 };
 
+// A training worker of a cluster job (kestrel.Worker): joins the job as kestrel_worker does (worker/worker_session.h:
+// registration, heartbeats, generations, rollbacks, rescales, leaving), reads this rank's batches with the job's
+// own data order (worker/training_feed.h) and asks the scheduler for each iteration (BSP / SSP / ASP). Python
+// drives the loop (kestrel.train): next_batch, wait_to_start, the model's pulls and pushes through `client`,
+// advance; recover after a failure.
+class Worker {
+ public:
+  Worker(const std::string& config_text, std::string scheduler, int rank, const std::string& job_id,
+         const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key, bool insecure,
+         const std::string& address, const std::vector<std::string>& train_files,
+         const std::vector<std::string>& test_files, double scheduler_timeout_s, double recovery_timeout_s,
+         bool row_cache)
+      : job_(ParseJob(config_text, train_files, test_files)) {
+    // Identity as kestrel_worker resolves it: explicit arguments first, then the launcher's environment.
+    ExplicitSettings flags;
+    flags.rank = rank;
+    flags.scheduler = scheduler;
+    absl::StatusOr<ClusterIdentity> id =
+        ResolveClusterIdentity(ClusterRole::kWorker, flags, ProcessEnvironment(), ProcessHostname());
+    Check(id.status());
+    if (id->scheduler.empty()) {
+      throw py::value_error("no scheduler address: give scheduler= (host:port) or set KESTREL_SCHEDULER");
+    }
+    absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job_.data(), job_.model());
+    Check(schema.status());
+    schema_ = *std::move(schema);
+    TlsConfig tls;
+    tls.ca_file = tls_ca;
+    tls.cert_file = tls_cert;
+    tls.key_file = tls_key;
+    tls.insecure = insecure;
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
+    Check(credentials.status());
+    WorkerSessionOptions options;
+    options.scheduler = id->scheduler;
+    options.job_id = job_id;
+    options.id = id->rank;
+    options.address = address;
+    options.credentials = *std::move(credentials);
+    options.scheduler_timeout = absl::Seconds(scheduler_timeout_s);
+    options.recovery_timeout = absl::Seconds(recovery_timeout_s);
+    options.row_cache = row_cache;
+    absl::StatusOr<std::unique_ptr<WorkerSession>> session;
+    {
+      py::gil_scoped_release release;
+      session = WorkerSession::Join(std::move(options));
+    }
+    Check(session.status());
+    core_->session = *std::move(session);
+    OpenFeed();
+  }
+
+  int id() const { return core_->session->id(); }
+  int rank() const { return pass().rank; }
+  int num_workers() const { return pass().num_workers; }
+  int num_servers() const { return pass().num_servers; }
+  int64_t start_clock() const { return pass().clock; }
+  uint64_t generation() const { return pass().generation; }
+  uint64_t rollbacks() const { return pass().rollbacks; }
+  uint64_t layout_generation() const { return pass().layout_generation; }
+  bool rolled_back() const { return pass().rolled_back; }
+  std::string consistency() const { return std::string(pass().consistency.name()); }
+  int staleness() const { return pass().consistency.staleness; }
+  int64_t total() const { return feed_->total(); }
+  std::string config() const { return job_.DebugString(); }
+  // By rank, the address each worker registered with ("" for none), as the scheduler knows it now.
+  std::vector<std::string> WorkerAddresses() {
+    absl::StatusOr<DescribeResponse> d;
+    {
+      py::gil_scoped_release release;
+      d = core_->session->scheduler()->Describe();
+    }
+    Check(d.status());
+    return {d->view().worker_addresses().begin(), d->view().worker_addresses().end()};
+  }
+  std::unique_ptr<Client> client() { return Client::OfWorker(core_); }
+
+  // The next iteration's (clock, batch), or None when this worker has trained every iteration.
+  py::object NextBatch() {
+    int64_t clock = 0;
+    absl::StatusOr<bool> more;
+    {
+      py::gil_scoped_release release;
+      more = feed_->Next(&batch_, &clock, &after_, nullptr);
+    }
+    Check(more.status());
+    if (!*more) return py::none();
+    batch_clock_ = clock;
+    return py::make_tuple(clock, BatchToDict(batch_, *schema_));
+  }
+
+  // Blocks until the job's consistency mode lets iteration `clock` start.
+  void WaitToStart(int64_t clock) {
+    ClockGate* gate = core_->session->gate();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = gate->WaitToStart(clock);
+    }
+    Check(status);
+    core_->read_clock = clock;
+    core_->fresh_clock = pass().consistency.row_cache_own_clock() ? clock : gate->KnownMinClock();
+  }
+
+  // This worker has finished `finished` iterations, their pushes acknowledged: tells the scheduler, with the
+  // reader's state after the last batch next_batch returned (for checkpoints and replacements).
+  void Advance(int64_t finished) {
+    if (finished != batch_clock_ + 1) {
+      throw py::value_error(absl::StrCat("advance(", finished, "): the last batch taken was iteration ", batch_clock_,
+                                         ", so the next clock is ", batch_clock_ + 1));
+    }
+    const WorkerState state = feed_->StateOf(finished, after_);
+    ClockGate* gate = core_->session->gate();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = gate->Advance(finished, finished == feed_->total(), state);
+    }
+    Check(status);
+  }
+
+  // Blocks until every worker has finished every iteration (before the final evaluation).
+  void WaitAllFinished() {
+    ClockGate* gate = core_->session->gate();
+    const int64_t total = feed_->total();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = gate->WaitAllFinished(total);
+    }
+    Check(status);
+  }
+
+  // After the pass's training failed with `message`: True when the job rolled back or was rescaled and the next
+  // pass is open (start_clock, rank and client are the new pass's; the next batch is its first); False when a
+  // rescale left this worker out (it has nothing more to do). Otherwise raises: the failure was this worker's own.
+  bool Recover(const std::string& message) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = core_->session->Recover(absl::AbortedError(message));
+    }
+    if (absl::IsOutOfRange(status)) return false;
+    Check(status);
+    core_->read_clock = -1;
+    OpenFeed();
+    return true;
+  }
+
+  // Asks the scheduler to roll the job back to its last checkpoint, naming `reason` (then recover()).
+  void RequestRollback(const std::string& reason) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = core_->session->RequestRollback(reason);
+    }
+    Check(status);
+  }
+
+  // The job is finished and this worker is done with it.
+  void Leave() {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = core_->session->Leave(feed_->total());
+    }
+    Check(status);
+  }
+
+  // Fields and tables of the job's schema, as kestrel.Reader has them.
+  std::vector<std::string> fields() const { return schema_->field_names(); }
+  std::vector<std::string> field_tables() const {
+    std::vector<std::string> names;
+    for (int t : schema_->field_tables()) names.push_back(schema_->table_name(t));
+    return names;
+  }
+  int dense_dim() const { return schema_->dense_dim(); }
+
+ private:
+  const WorkerPass& pass() const { return core_->session->pass(); }
+
+  void OpenFeed() {
+    TrainingFeedOptions options;
+    options.job = job_;
+    options.schema = schema_;
+    options.rank = pass().rank;
+    options.num_workers = pass().num_workers;
+    options.start_clock = pass().clock;
+    options.start_state = pass().state;
+    absl::StatusOr<std::unique_ptr<TrainingFeed>> feed;
+    {
+      py::gil_scoped_release release;
+      feed = TrainingFeed::Open(std::move(options));
+    }
+    Check(feed.status());
+    feed_ = *std::move(feed);
+    batch_clock_ = pass().clock - 1;
+  }
+
+  const JobConfig job_;
+  std::shared_ptr<const Schema> schema_;
+  std::shared_ptr<WorkerCore> core_ = std::make_shared<WorkerCore>();
+  std::unique_ptr<TrainingFeed> feed_;
+  Batch batch_;
+  ReaderPosition after_;      // the reader after batch_
+  int64_t batch_clock_ = -1;  // batch_'s iteration
+};
+
+// kestrel.auc, kestrel.logloss, kestrel.fingerprint: the figures kestrel_worker's evaluation reports
+// (worker/metrics.h), of float32 arrays.
+absl::Span<const float> FloatsOf(const py::array& a, const char* what) {
+  RowsOf(a, -1, 0, what);
+  return absl::MakeConstSpan(static_cast<const float*>(a.data()), static_cast<size_t>(a.size()));
+}
+
+// Appends one record (a dict with proto/records.proto's fields) to the JSON-lines file `path`, as the C++ worker
+// writes its --metrics_out.
+void WriteRecord(const std::string& path, const std::string& json) {
+  absl::StatusOr<Record> record = ParseRecord(json);
+  if (!record.ok()) throw py::value_error(std::string(record.status().message()));
+  RecordWriter(path).Write(*record);
+}
+
 // The training settings of a job config with every default applied (worker/trainer.h JobWithDefaults): what a
 // Python model needs to build what the built-in one would.
 py::dict JobSettings(const std::string& config_text) {
-  JobConfig job;
-  if (!google::protobuf::TextFormat::ParseFromString(config_text, &job)) {
-    throw py::value_error("config is not a JobConfig in protobuf text format (proto/job.proto)");
-  }
-  job = JobWithDefaults(job);
+  const JobConfig job = ParseJob(config_text);
   py::dict out;
   out["model"] = ModelConfig::Type_Name(job.model().type());
   out["embedding_dim"] = job.model().embedding_dim();
   out["hidden"] = std::vector<int>(job.model().hidden().begin(), job.model().hidden().end());
   out["batch_size"] = job.train().batch_size();
   out["epochs"] = job.train().epochs();
+  out["log_every_steps"] = job.train().log_every_steps();
   out["seed"] = job.model().seed();
   return out;
 }
@@ -354,6 +628,54 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_property_readonly("fields", &kestrel::Reader::fields)
       .def_property_readonly("field_tables", &kestrel::Reader::field_tables)
       .def_property_readonly("dense_dim", &kestrel::Reader::dense_dim);
+  m.def("auc", [](const py::array& labels, const py::array& scores) {
+          return kestrel::ExactAuc(kestrel::FloatsOf(scores, "scores"), kestrel::FloatsOf(labels, "labels"));
+        }, py::arg("labels"), py::arg("scores"),
+        "Exact area under the ROC curve (ties count half), as kestrel_worker's evaluation computes it.");
+  m.def("logloss", [](const py::array& labels, const py::array& probabilities) {
+          return kestrel::LogLoss(kestrel::FloatsOf(probabilities, "probabilities"), kestrel::FloatsOf(labels, "labels"));
+        }, py::arg("labels"), py::arg("probabilities"), "Mean log loss, as kestrel_worker's evaluation computes it.");
+  m.def("fingerprint", [](const py::array& predictions) {
+          return kestrel::FingerprintHex(kestrel::PredictionFingerprint(kestrel::FloatsOf(predictions, "predictions")));
+        }, py::arg("predictions"),
+        "16 hex digits hashing every prediction's float bits in order: equal models give equal fingerprints.");
+  m.def("write_record", &kestrel::WriteRecord, py::arg("path"), py::arg("json"),
+        "Appends one record (JSON with proto/records.proto's fields) to the JSON-lines file `path`.");
+  py::class_<kestrel::Worker>(m, "Worker")
+      .def(py::init<const std::string&, std::string, int, const std::string&, const std::string&, const std::string&,
+                    const std::string&, bool, const std::string&, const std::vector<std::string>&,
+                    const std::vector<std::string>&, double, double, bool>(),
+           py::arg("config"), py::arg("scheduler") = "", py::arg("rank") = -1, py::arg("job_id") = "kestrel",
+           py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("insecure") = false,
+           py::arg("address") = "", py::arg("train_files") = std::vector<std::string>(),
+           py::arg("test_files") = std::vector<std::string>(), py::arg("scheduler_timeout") = 60.0,
+           py::arg("recovery_timeout") = 600.0, py::arg("row_cache") = true,
+           "Joins a cluster job as a training worker (see kestrel.Worker's docs in kestrel/__init__.py).")
+      .def_property_readonly("id", &kestrel::Worker::id)
+      .def_property_readonly("rank", &kestrel::Worker::rank)
+      .def_property_readonly("num_workers", &kestrel::Worker::num_workers)
+      .def_property_readonly("num_servers", &kestrel::Worker::num_servers)
+      .def_property_readonly("start_clock", &kestrel::Worker::start_clock)
+      .def_property_readonly("generation", &kestrel::Worker::generation)
+      .def_property_readonly("rollbacks", &kestrel::Worker::rollbacks)
+      .def_property_readonly("layout_generation", &kestrel::Worker::layout_generation)
+      .def_property_readonly("rolled_back", &kestrel::Worker::rolled_back)
+      .def_property_readonly("consistency", &kestrel::Worker::consistency)
+      .def_property_readonly("staleness", &kestrel::Worker::staleness)
+      .def_property_readonly("total", &kestrel::Worker::total)
+      .def_property_readonly("config", &kestrel::Worker::config)
+      .def_property_readonly("client", &kestrel::Worker::client)
+      .def_property_readonly("fields", &kestrel::Worker::fields)
+      .def_property_readonly("field_tables", &kestrel::Worker::field_tables)
+      .def_property_readonly("dense_dim", &kestrel::Worker::dense_dim)
+      .def("worker_addresses", &kestrel::Worker::WorkerAddresses)
+      .def("next_batch", &kestrel::Worker::NextBatch)
+      .def("wait_to_start", &kestrel::Worker::WaitToStart, py::arg("clock"))
+      .def("advance", &kestrel::Worker::Advance, py::arg("finished"))
+      .def("wait_all_finished", &kestrel::Worker::WaitAllFinished)
+      .def("recover", &kestrel::Worker::Recover, py::arg("message"))
+      .def("request_rollback", &kestrel::Worker::RequestRollback, py::arg("reason"))
+      .def("leave", &kestrel::Worker::Leave);
   py::class_<Client>(m, "Client")
       .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
                   "A client over `servers` in-process servers it owns.")

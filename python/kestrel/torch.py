@@ -15,10 +15,13 @@ example's first position, B of them). A feature may also come as (keys, offsets,
 yields: parameter-server keys (uint64) used as they are, and per-entry values that already carry the schema's
 pooling, summed as value * row. Features naming one table share its rows.
 """
+import os
+
 import numpy as np
 import torch
 
 from kestrel._kestrel import feature_keys
+from kestrel.worker import RollbackNeeded
 
 _MODES = {"sum": "sum", "mean": "mean", "sqrt_n": "sum"}
 
@@ -130,11 +133,14 @@ class ServerDense:
                             f'seed: {seed} initializer {{ {initializer} }} optimizer {{ {optimizer} }}')
 
     def pull(self, clock=0):
+        """Copies the servers' values at `clock` into the parameters and clears their gradients (a step that
+        failed before its push leaves some behind)."""
         values = torch.from_numpy(self.client.pull_dense(self.table, self.size, clock))
         with torch.no_grad():
             at = 0
             for p in self.parameters:
                 p.copy_(values[at:at + p.numel()].view_as(p))
+                p.grad = None
                 at += p.numel()
 
     def push(self, clock=0, grad_scale=1.0):
@@ -143,3 +149,170 @@ class ServerDense:
         self.client.push_dense(self.table, np.ascontiguousarray(grads.detach().numpy(), dtype=np.float32), clock)
         for p in self.parameters:
             p.grad = None
+
+
+class Rendezvous:
+    """A torch.distributed TCPStore this worker hosts, for the allreduce group's rendezvous. Create it before
+    joining and register its address (kestrel.worker.join(args, address=rendezvous.address)); the workers of a
+    pass meet in the store of the pass's rank 0, whose address they read from the scheduler's membership
+    (ClusterView.worker_addresses) — no second launcher, no extra configuration.
+
+    host: the address peers reach this worker at. Default: $KESTREL_HOST, else the local address that routes to
+    `scheduler` (host:port), else 127.0.0.1.
+    """
+
+    def __init__(self, host=None, scheduler=None, timeout=60.0):
+        import datetime
+        import torch.distributed as dist
+        self.host = host or os.environ.get("KESTREL_HOST") or _route_to(scheduler or os.environ.get("KESTREL_SCHEDULER"))
+        self.timeout = datetime.timedelta(seconds=timeout)
+        self._store = dist.TCPStore(self.host, 0, None, True, self.timeout, wait_for_workers=False)
+        self.address = f"{self.host}:{self._store.port}"
+
+    def group(self, worker):
+        """The gloo process group of `worker`'s current pass (every worker of the pass calls it)."""
+        import time
+        import torch.distributed as dist
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        while True:
+            addresses = worker.worker_addresses()
+            if addresses and addresses[0]:
+                break
+            if time.monotonic() > deadline:
+                raise RollbackNeeded("the allreduce rendezvous found no address for rank 0")
+            time.sleep(0.1)
+        host, port = addresses[0].rsplit(":", 1)
+        try:
+            store = dist.TCPStore(host, int(port), None, False, self.timeout)
+            prefix = dist.PrefixStore(f"kestrel/{worker.rollbacks}.{worker.layout_generation}", store)
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = self.timeout
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=self.host)]
+            return dist.ProcessGroupGloo(prefix, worker.rank, worker.num_workers, options)
+        except RuntimeError as e:
+            raise RollbackNeeded(f"the allreduce rendezvous at {addresses[0]} failed: {e}") from e
+
+
+def _route_to(address):
+    if not address:
+        return "127.0.0.1"
+    import socket
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))  # chooses the interface; sends nothing
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _materialize(optimizer):
+    """Gives every parameter its optimizer state now (one step with zero gradients, step counters reset), so the
+    state's layout is fixed from the start."""
+    saved = [(p, p.grad) for group in optimizer.param_groups for p in group["params"]]
+    for p, _ in saved:
+        p.grad = torch.zeros_like(p)
+    before = [p.detach().clone() for p, _ in saved]
+    optimizer.step()
+    with torch.no_grad():
+        for (p, grad), value in zip(saved, before):
+            p.copy_(value)
+            p.grad = grad
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if key == "step":
+                state[key] = torch.zeros_like(value) if isinstance(value, torch.Tensor) else 0
+
+
+class AllreduceDense:
+    """A PyTorch module's dense parameters kept by every worker and synchronized by allreduce (torch.distributed,
+    gloo), stepped by a torch optimizer on each worker; the sparse tables stay on the servers. The hybrid design
+    of Persia, Monolith and HugeCTR.
+
+    Every step, step() averages the workers' gradients (each scaled by `grad_scale`, e.g. 1 / batch size) with
+    one allreduce and applies the optimizer, so every worker holds the same weights. Rank 0 also writes the
+    whole dense state (weights and optimizer state) to an ASSIGN table on the servers, at the step's clock, so
+    the job's global checkpoint holds it consistently with the sparse tables: at the start of every pass
+    (start_pass, as train()'s on_pass) the workers form a new group and load the state of the pass's clock. A
+    worker that dies breaks the group; its peers, and its replacement, ask the job to roll back to the last
+    checkpoint (kestrel.worker.RollbackNeeded).
+
+    worker: the kestrel.Worker; rendezvous: its Rendezvous; table: the state table's name; parameters: the
+    module's parameters in a fixed order; optimizer: a function of the parameters returning a torch optimizer.
+    """
+
+    def __init__(self, worker, rendezvous, table, parameters, optimizer=lambda ps: torch.optim.Adam(ps, lr=0.001)):
+        self.worker, self.rendezvous, self.table = worker, rendezvous, table
+        self.parameters = list(parameters)
+        self.optimizer = optimizer(self.parameters)
+        _materialize(self.optimizer)
+        self._initial = [t.detach().clone() for t in self._state()]  # what a job with no state written starts from
+        self.size = 1 + sum(t.numel() for t in self._state())  # a written flag, then the state
+        worker.client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} '
+                                   f'dense_size: {self.size} initializer {{ type: ZEROS }} optimizer {{ type: ASSIGN }}')
+        self.group = None
+        self._joined_at = None  # (rollbacks, layout_generation) of the pass this worker's first pass began in
+
+    def _state(self):
+        tensors = list(self.parameters)
+        for p in self.parameters:
+            state = self.optimizer.state.get(p, {})
+            for key in sorted(state):
+                value = state[key]
+                tensors.append(value if isinstance(value, torch.Tensor) else torch.tensor(float(value)))
+        return tensors
+
+    def start_pass(self, worker):
+        """At the start of a pass: a replacement worker asks for a rollback (its peers' dense state is only in
+        their memory and the last checkpoint); then the pass's group is formed and the state of its clock
+        loaded from the servers (or, before any was written, rank 0's initial weights broadcast)."""
+        if self._joined_at is None:
+            self._joined_at = (worker.rollbacks, worker.layout_generation)
+            if worker.start_clock > 0:
+                raise RollbackNeeded(f"worker {worker.id} starts at clock {worker.start_clock} without its dense "
+                                     "state, which the job's last checkpoint holds")
+        for p in self.parameters:  # a step that failed before its allreduce leaves gradients behind
+            p.grad = None
+        self.group = self.rendezvous.group(worker)
+        values = torch.from_numpy(worker.client.pull_dense(self.table, self.size, worker.start_clock))
+        with torch.no_grad():
+            if values[0] == 0:  # nothing written yet: everyone starts from rank 0's initial weights
+                for t, initial in zip(self._state(), self._initial):
+                    t.copy_(initial)
+                flat = torch.cat([p.detach().reshape(-1) for p in self.parameters])
+                self._collective(lambda: self.group.broadcast([flat], 0).wait())
+                at = 0
+                for p in self.parameters:
+                    p.copy_(flat[at:at + p.numel()].view_as(p))
+                    at += p.numel()
+                return
+            at = 1
+            for t in self._state():
+                t.copy_(values[at:at + t.numel()].view_as(t).to(t.dtype))
+                at += t.numel()
+
+    def _collective(self, run):
+        try:
+            run()
+        except RuntimeError as e:
+            raise RollbackNeeded(f"the allreduce group broke ({e})") from e
+
+    def step(self, clock, grad_scale=1.0):
+        """Averages the gradients over the workers, steps the optimizer, and writes the state at `clock`."""
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in self.parameters]) * grad_scale
+        self._collective(lambda: self.group.allreduce([flat]).wait())
+        flat /= self.worker.num_workers
+        at = 0
+        for p in self.parameters:
+            p.grad = flat[at:at + p.numel()].view_as(p)
+            at += p.numel()
+        self.optimizer.step()
+        for p in self.parameters:
+            p.grad = None
+        client = self.worker.client
+        if self.worker.rank == 0:
+            state = torch.cat([torch.ones(1)] + [t.detach().reshape(-1).float() for t in self._state()])
+            client.push_dense(self.table, state.numpy(), clock)
+        elif self.worker.consistency == "bsp":  # BSP servers wait for every worker's part of the clock
+            client.push_dense(self.table, np.zeros(0, dtype=np.float32), clock)
