@@ -110,9 +110,10 @@ class WorkerSession {
   const RowCache* row_cache() const { return row_cache_.get(); }
   ClockGate* gate() const { return gate_.get(); }
   SchedulerClient* scheduler() const { return scheduler_.get(); }
-  // True once the job has moved this worker's generation on (a rollback or rescale it has not recovered from):
-  // what the pass's client gives up on.
-  bool Superseded() const { return announced_generation_.load() != pass_.generation; }
+  // True once the scheduler has announced a generation past the pass's for this worker (a rollback or rescale it
+  // has not recovered from). Generations only grow; a heartbeat answered before the pass began announces an
+  // older one, which does not count.
+  bool Superseded() const { return announced_generation_.load() > pass_.generation; }
 
   // After the pass's training failed with `error`: OK when the job rolled back or was rescaled and the next
   // pass is open (pass(), client() and gate() are new). OUT_OF_RANGE: a rescale left this worker out (exit 0).

@@ -419,6 +419,7 @@ class Worker {
   uint64_t rollbacks() const { return pass().rollbacks; }
   uint64_t layout_generation() const { return pass().layout_generation; }
   bool rolled_back() const { return pass().rolled_back; }
+  bool superseded() const { return core_->session->Superseded(); }
   std::string consistency() const { return std::string(pass().consistency.name()); }
   int staleness() const { return pass().consistency.staleness; }
   int64_t total() const { return feed_->total(); }
@@ -660,6 +661,8 @@ PYBIND11_MODULE(_kestrel, m) {
       .def_property_readonly("rollbacks", &kestrel::Worker::rollbacks)
       .def_property_readonly("layout_generation", &kestrel::Worker::layout_generation)
       .def_property_readonly("rolled_back", &kestrel::Worker::rolled_back)
+      .def_property_readonly("superseded", &kestrel::Worker::superseded,
+                             "True once the job rolled back or was rescaled since this pass began (recover next).")
       .def_property_readonly("consistency", &kestrel::Worker::consistency)
       .def_property_readonly("staleness", &kestrel::Worker::staleness)
       .def_property_readonly("total", &kestrel::Worker::total)

@@ -169,27 +169,48 @@ class Rendezvous:
         self._store = dist.TCPStore(self.host, 0, None, True, self.timeout, wait_for_workers=False)
         self.address = f"{self.host}:{self._store.port}"
 
-    def group(self, worker):
-        """The gloo process group of `worker`'s current pass (every worker of the pass calls it)."""
+    def group(self, worker, grace=None):
+        """The gloo process group of `worker`'s current pass (every worker of the pass calls it at the pass's
+        start). The workers meet under the pass's (rollbacks, rescale) in rank 0's store, each saying the clock
+        it starts at. Raises RollbackNeeded when the group cannot be consistent: it formed without this worker
+        (a replacement whose peers are mid-pass), the workers start at different clocks, the peers do not come
+        within `grace` seconds (default: the timeout), or the job rolled back meanwhile."""
         import time
         import torch.distributed as dist
-        deadline = time.monotonic() + self.timeout.total_seconds()
+        wait = self.timeout.total_seconds() if grace is None else grace
+        deadline = time.monotonic() + wait
         while True:
             addresses = worker.worker_addresses()
             if addresses and addresses[0]:
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or worker.superseded:
                 raise RollbackNeeded("the allreduce rendezvous found no address for rank 0")
             time.sleep(0.1)
         host, port = addresses[0].rsplit(":", 1)
+        prefix = f"kestrel/{worker.rollbacks}.{worker.layout_generation}"
+        n = worker.num_workers
         try:
             store = dist.TCPStore(host, int(port), None, False, self.timeout)
-            prefix = dist.PrefixStore(f"kestrel/{worker.rollbacks}.{worker.layout_generation}", store)
+            arrived = store.add(prefix + "/arrived", 1)
+            if arrived > n:
+                raise RollbackNeeded("the allreduce group of this pass formed without this worker")
+            store.set(f"{prefix}/clock/{worker.rank}", str(worker.start_clock))
+            while store.add(prefix + "/arrived", 0) < n:
+                if worker.superseded:
+                    raise RollbackNeeded("the job rolled back during the allreduce rendezvous")
+                if time.monotonic() > deadline:
+                    raise RollbackNeeded(f"the allreduce peers did not arrive within {wait:.0f} s")
+                time.sleep(0.02)
+            clocks = [int(store.get(f"{prefix}/clock/{r}")) for r in range(n)]
+            if len(set(clocks)) != 1:
+                raise RollbackNeeded(f"the workers start this pass at different clocks {clocks}")
             options = dist.ProcessGroupGloo._Options()
             options._timeout = self.timeout
             options._devices = [dist.ProcessGroupGloo.create_device(hostname=self.host)]
-            return dist.ProcessGroupGloo(prefix, worker.rank, worker.num_workers, options)
+            return dist.ProcessGroupGloo(dist.PrefixStore(prefix + "/gloo", store), worker.rank, n, options)
         except RuntimeError as e:
+            if isinstance(e, RollbackNeeded):
+                raise
             raise RollbackNeeded(f"the allreduce rendezvous at {addresses[0]} failed: {e}") from e
 
 
@@ -251,7 +272,9 @@ class AllreduceDense:
         worker.client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} '
                                    f'dense_size: {self.size} initializer {{ type: ZEROS }} optimizer {{ type: ASSIGN }}')
         self.group = None
-        self._joined_at = None  # (rollbacks, layout_generation) of the pass this worker's first pass began in
+        self._formed = False  # a group formed once in this process
+        # Seconds a worker that starts mid-job waits for its peers at the rendezvous before asking for a rollback.
+        self.replacement_grace = 10.0
 
     def _state(self):
         tensors = list(self.parameters)
@@ -263,24 +286,26 @@ class AllreduceDense:
         return tensors
 
     def start_pass(self, worker):
-        """At the start of a pass: a replacement worker asks for a rollback (its peers' dense state is only in
-        their memory and the last checkpoint); then the pass's group is formed and the state of its clock
-        loaded from the servers (or, before any was written, rank 0's initial weights broadcast)."""
-        if self._joined_at is None:
-            self._joined_at = (worker.rollbacks, worker.layout_generation)
-            if worker.start_clock > 0:
-                raise RollbackNeeded(f"worker {worker.id} starts at clock {worker.start_clock} without its dense "
-                                     "state, which the job's last checkpoint holds")
+        """At the start of a pass: the pass's group is formed (Rendezvous.group) and the state of its clock loaded
+        from the servers (or, before any was written, rank 0's initial weights broadcast). A replacement whose
+        peers are not starting a pass at its clock gets a rollback (RollbackNeeded): their dense state is only in
+        their memory and the last checkpoint."""
+        # A worker that starts mid-job (a replacement) gives its peers a short grace: if they are not at the start
+        # of a pass at its clock too (they run on, or wait for it at a barrier), only a rollback makes the dense
+        # state consistent.
+        replacement = not self._formed and worker.start_clock > 0
         for p in self.parameters:  # a step that failed before its allreduce leaves gradients behind
             p.grad = None
-        self.group = self.rendezvous.group(worker)
+        self.group = None
+        self.group = self.rendezvous.group(worker, grace=self.replacement_grace if replacement else None)
+        self._formed = True
         values = torch.from_numpy(worker.client.pull_dense(self.table, self.size, worker.start_clock))
         with torch.no_grad():
             if values[0] == 0:  # nothing written yet: everyone starts from rank 0's initial weights
                 for t, initial in zip(self._state(), self._initial):
                     t.copy_(initial)
                 flat = torch.cat([p.detach().reshape(-1) for p in self.parameters])
-                self._collective(lambda: self.group.broadcast([flat], 0).wait())
+                self._collective(lambda: self.group.broadcast(flat, 0).wait())
                 at = 0
                 for p in self.parameters:
                     p.copy_(flat[at:at + p.numel()].view_as(p))
