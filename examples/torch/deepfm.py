@@ -39,7 +39,7 @@ def create_tables(client, field_tables, dim, seed=1):
 
 class DeepFM(torch.nn.Module):
     """logit = bias + wide + FM + MLP over the fields' pooled embeddings (and dense inputs), plus `extra_vectors`
-    more embedding-sized vectors per example that a subclass's extra() adds to the FM and the MLP."""
+    more embedding-sized vectors per example that a subclass's embed() adds to the FM and the MLP."""
 
     def __init__(self, client, fields, field_tables, dense_dim, dim, hidden, extra_vectors=0):
         super().__init__()
@@ -59,15 +59,13 @@ class DeepFM(torch.nn.Module):
             yield layer.bias
 
     def embed(self, feats, clock):
-        """The fields' pooled embeddings (name -> [B, D]) and the extra vectors (a list of [B, D])."""
-        return self.emb(feats, clock), []
+        """The fields' pooled embeddings and the extra vectors: [B, F + extra, D]."""
+        return self.emb.stack(feats, clock, self.fields)
 
     def forward(self, batch, clock):
         feats = {f: batch["features"][f] for f in self.fields}
-        x, extra = self.embed(feats, clock)
-        w = self.wide(feats, clock)
-        stacked = torch.stack([x[f] for f in self.fields] + extra, 1)  # [B, F + extra, D]
-        wide = sum(w[f][:, 0] for f in self.fields)
+        stacked = self.embed(feats, clock)  # [B, F + extra, D]
+        wide = self.wide.stack(feats, clock, self.fields).sum((1, 2))
         s = stacked.sum(1)
         fm = 0.5 * (s * s - (stacked * stacked).sum(1)).sum(1)
         h = torch.cat([stacked.reshape(len(stacked), -1), torch.from_numpy(batch["dense"])], 1)
@@ -118,8 +116,11 @@ class Progress:
     def __init__(self, worker, path, every):
         self.worker, self.path, self.every = worker, path, every
         self.loss, self.examples, self.start = 0.0, 0, time.monotonic()
+        self.steps, self.trained = 0, 0  # in all (steps redone after a rollback included)
 
     def add(self, clock, loss, examples):
+        self.steps += 1
+        self.trained += examples
         self.loss += loss
         self.examples += examples
         if (clock + 1) % self.every and clock + 1 != self.worker.total:
@@ -169,9 +170,15 @@ def run_worker(model_class, args):
                 f.write(f"{worker.id} {clock} {worker.generation}\n")
         progress.add(clock, float(loss), n)
 
+    started = time.monotonic()
     if not kworker.train(worker, step, on_pass):
         print(f"worker {worker.id}: a rescale left this worker out", flush=True)
         return
+    seconds = time.monotonic() - started
+    if args.metrics_out:  # as kestrel_worker's "done" record: training time, evaluation excluded
+        kestrel.write_record(args.metrics_out, json.dumps(
+            {"kind": "done", "worker": worker.rank, "steps": progress.steps, "examples": progress.trained,
+             "seconds": seconds, "examples_per_second": progress.trained / max(1e-9, seconds)}))
     if worker.rank == 0:
         if args.dense == "servers":
             dense.pull(worker.total)

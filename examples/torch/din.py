@@ -65,7 +65,7 @@ class Din(deepfm.DeepFM):
                 0, torch.repeat_interleave(torch.arange(len(offsets)), lengths), rows)
             out[history] = sums / lengths.clamp(min=1)[:, None]
             extra.append(attend(out[target], rows, offsets, torch.exp(5.0 + self.log_scale[len(extra)])))
-        return out, extra
+        return torch.stack([out[f] for f in self.fields] + extra, 1)
 
 
 if __name__ == "__main__":

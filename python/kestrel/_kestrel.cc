@@ -16,10 +16,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
@@ -436,18 +438,23 @@ class Worker {
   }
   std::unique_ptr<Client> client() { return Client::OfWorker(core_); }
 
-  // The next iteration's (clock, batch), or None when this worker has trained every iteration.
+  // The next iteration's (clock, batch), or None when this worker has trained every iteration. The batch after
+  // it is read meanwhile on another thread (as kestrel_worker's reader thread does).
   py::object NextBatch() {
-    int64_t clock = 0;
-    absl::StatusOr<bool> more;
+    if (!pending_.valid()) StartRead();
     {
       py::gil_scoped_release release;
-      more = feed_->Next(&batch_, &clock, &after_, nullptr);
+      pending_.wait();
     }
-    Check(more.status());
-    if (!*more) return py::none();
-    batch_clock_ = clock;
-    return py::make_tuple(clock, BatchToDict(batch_, *schema_));
+    pending_.get();
+    Check(read_.more.status());
+    if (!*read_.more) return py::none();
+    current_ = 1 - current_;
+    batch_clock_ = read_.clock;
+    after_ = read_.after;
+    py::dict batch = BatchToDict(batches_[current_], *schema_);
+    StartRead();
+    return py::make_tuple(batch_clock_, batch);
   }
 
   // Blocks until the job's consistency mode lets iteration `clock` start.
@@ -537,10 +544,27 @@ class Worker {
   }
   int dense_dim() const { return schema_->dense_dim(); }
 
+  ~Worker() { WaitRead(); }
+
  private:
   const WorkerPass& pass() const { return core_->session->pass(); }
 
+  // Reads the next batch into the slot not handed out last, on another thread.
+  void StartRead() {
+    const int slot = 1 - current_;
+    pending_ = std::async(std::launch::async, [this, slot] {
+      read_.more = feed_->Next(&batches_[slot], &read_.clock, &read_.after, nullptr);
+    });
+  }
+  void WaitRead() {
+    if (!pending_.valid()) return;
+    py::gil_scoped_release release;
+    pending_.wait();
+    pending_ = {};
+  }
+
   void OpenFeed() {
+    WaitRead();  // the read in flight is of the feed being replaced
     TrainingFeedOptions options;
     options.job = job_;
     options.schema = schema_;
@@ -562,9 +586,17 @@ class Worker {
   std::shared_ptr<const Schema> schema_;
   std::shared_ptr<WorkerCore> core_ = std::make_shared<WorkerCore>();
   std::unique_ptr<TrainingFeed> feed_;
-  Batch batch_;
-  ReaderPosition after_;      // the reader after batch_
-  int64_t batch_clock_ = -1;  // batch_'s iteration
+  // The batch handed out last is batches_[current_]; the next one is read into the other (pending_).
+  Batch batches_[2];
+  int current_ = 0;
+  struct Read {
+    absl::StatusOr<bool> more = false;
+    int64_t clock = 0;
+    ReaderPosition after;
+  } read_;  // pending_'s result
+  std::future<void> pending_;
+  ReaderPosition after_;      // the reader after the batch handed out last
+  int64_t batch_clock_ = -1;  // that batch's iteration
 };
 
 // kestrel.auc, kestrel.logloss, kestrel.fingerprint: the figures kestrel_worker's evaluation reports
@@ -597,6 +629,26 @@ py::dict JobSettings(const std::string& config_text) {
   return out;
 }
 
+// The distinct keys of `keys` in first-seen order and, for each key, the position of its distinct key: a hash
+// set's pass (kestrel.torch pulls each distinct row once per step).
+py::tuple UniqueKeys(const py::array& keys) {
+  const absl::Span<const uint64_t> in = KeysOf(keys);
+  py::array_t<int64_t> inverse(static_cast<py::ssize_t>(in.size()));
+  std::vector<uint64_t> unique;
+  {
+    py::gil_scoped_release release;
+    absl::flat_hash_map<uint64_t, int64_t> position;
+    position.reserve(in.size());
+    int64_t* where = inverse.mutable_data();
+    for (size_t i = 0; i < in.size(); ++i) {
+      auto [it, added] = position.try_emplace(in[i], static_cast<int64_t>(unique.size()));
+      if (added) unique.push_back(in[i]);
+      where[i] = it->second;
+    }
+  }
+  return py::make_tuple(py::array_t<uint64_t>(static_cast<py::ssize_t>(unique.size()), unique.data()), inverse);
+}
+
 // Partition::FeatureKey of every id: the keys of ids spread evenly over the servers' key ranges.
 py::array_t<uint64_t> FeatureKeys(const py::array& ids) {
   const absl::Span<const uint64_t> in = KeysOf(ids);
@@ -617,6 +669,8 @@ PYBIND11_MODULE(_kestrel, m) {
   m.def("job_settings", &kestrel::JobSettings, py::arg("config"),
         "A JobConfig's (text format) model type, embedding_dim, hidden widths, batch_size, epochs and seed, "
         "defaults applied.");
+  m.def("unique_keys", &kestrel::UniqueKeys, py::arg("keys"),
+        "(distinct keys in first-seen order, int64 position of each key's distinct key) of uint64 keys.");
   m.def("feature_keys", &kestrel::FeatureKeys, py::arg("ids"),
         "The parameter-server keys of uint64 ids (a bijection that spreads them over the servers' key ranges).");
   py::class_<kestrel::Reader>(m, "Reader")

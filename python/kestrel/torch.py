@@ -20,10 +20,10 @@ import os
 import numpy as np
 import torch
 
-from kestrel._kestrel import feature_keys
+from kestrel._kestrel import feature_keys, unique_keys
 from kestrel.worker import RollbackNeeded
 
-_MODES = {"sum": "sum", "mean": "mean", "sqrt_n": "sum"}
+_MODES = ("sum", "mean", "sqrt_n")
 
 
 class _Rows(torch.autograd.Function):
@@ -83,33 +83,87 @@ class EmbeddingBagCollection(torch.nn.Module):
                 keys_of[name] = feature_keys(_as_ids(given[0]))
         per_table = {}
         for name in inputs:
-            per_table.setdefault(self.features[name][0], []).append(keys_of[name])
-        rows, inverse = {}, {}
-        for table, id_lists in per_table.items():
-            all_ids = np.concatenate(id_lists)
-            unique, where = np.unique(all_ids, return_inverse=True)
-            anchor = self._anchor.detach().requires_grad_(True)
-            rows[table] = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
-            starts = np.cumsum([0] + [len(x) for x in id_lists])
-            inverse[table] = [torch.from_numpy(where[a:b].astype(np.int64)) for a, b in zip(starts[:-1], starts[1:])]
+            per_table.setdefault(self.features[name][0], []).append(name)
         out = {}
-        for name, given in inputs.items():
-            table, pooling = self.features[name]
-            index = inverse[table].pop(0)
-            offsets = torch.as_tensor(np.asarray(given[1]), dtype=torch.int64)
-            if name in sequences:
-                out[name] = (rows[table].index_select(0, index), offsets)
-                continue
-            weights = values_of.get(name)
-            if weights is not None:  # the reader's values carry the pooling
-                pooling = "sum"
-            elif pooling == "sqrt_n":
-                lengths = torch.diff(offsets, append=torch.tensor([len(index)]))
-                per_bag = torch.where(lengths > 0, lengths.double().rsqrt(), torch.zeros_like(lengths, dtype=torch.double))
-                weights = torch.repeat_interleave(per_bag, lengths).float()
-            out[name] = torch.nn.functional.embedding_bag(index, rows[table], offsets, mode=_MODES[pooling],
-                                                          per_sample_weights=weights)
-        return out
+        for table, names in per_table.items():
+            keys = [keys_of[n] for n in names]
+            unique, where = unique_keys(np.concatenate(keys) if len(keys) > 1 else keys[0])
+            anchor = self._anchor.detach().requires_grad_(True)
+            rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
+            where = torch.from_numpy(where)
+            # Every pooled feature of the table at once: each entry's row (torch.nn.functional.embedding, whose
+            # backward is one dense scatter into the rows' gradient) times its weight — its value (the reader's,
+            # which carries the schema's pooling), or 1 (sum), 1/n (mean), 1/sqrt(n) (sqrt_n) of its bag's n —
+            # summed per bag. When every bag holds one entry of weight 1 (single-valued features), the entries'
+            # rows are the bags.
+            index, bag_of, weights, pooled = [], [], [], []
+            start, bags = 0, 0
+            for name, k in zip(names, keys):
+                entries = where[start:start + len(k)]
+                bag_starts = torch.as_tensor(np.asarray(inputs[name][1]), dtype=torch.int64)
+                if name in sequences:
+                    out[name] = (rows.index_select(0, entries), bag_starts)
+                else:
+                    index.append(entries)
+                    if len(k) == len(bag_starts) and torch.equal(bag_starts, torch.arange(len(k))):  # one entry per bag
+                        bag_of.append(torch.arange(bags, bags + len(k)))
+                        lengths = torch.ones(len(k), dtype=torch.int64)
+                    else:
+                        lengths = torch.diff(bag_starts, append=torch.tensor([len(k)]))
+                        bag_of.append(torch.repeat_interleave(torch.arange(bags, bags + len(bag_starts)), lengths))
+                    weights.append(self._weights(name, lengths, values_of.get(name)))
+                    pooled.append((name, len(bag_starts)))
+                    bags += len(bag_starts)
+                start += len(k)
+            if pooled:
+                index, bag_of, weights = torch.cat(index), torch.cat(bag_of), torch.cat(weights)
+                entry_rows = torch.nn.functional.embedding(index, rows)
+                if len(index) == bags and bool((weights == 1).all()):
+                    result = entry_rows
+                else:
+                    result = torch.zeros(bags, rows.shape[1]).index_add(0, bag_of, entry_rows * weights[:, None])
+                # One split (its backward is one concatenation), not a slice per feature (each slice's backward
+                # would be a zero-filled gradient of the whole result).
+                for (name, _), part in zip(pooled, torch.split(result, [count for _, count in pooled])):
+                    out[name] = part
+        return {name: out[name] for name in inputs}
+
+    def stack(self, inputs, clock=0, order=None):
+        """The pooled features of `order` (default: the inputs' order) as one [B, len(order), dim] tensor, what
+        torch.stack(forward(...) in order, 1) gives. When they all look up one table with one entry of weight 1
+        per example (single-valued features), it is one lookup in example-major order: no copy of the pooled
+        vectors, forward and backward."""
+        order = list(order or inputs)
+        tables = {self.features[name][0] for name in order}
+        batch = len(inputs[order[0]][1]) if order else 0
+        single = len(tables) == 1 and set(order) == set(inputs) and all(
+            len(inputs[n][0]) == batch and (len(inputs[n]) < 3 or bool((np.asarray(inputs[n][2]) == 1).all()))
+            and torch.equal(torch.as_tensor(np.asarray(inputs[n][1]), dtype=torch.int64), torch.arange(batch))
+            for n in order)
+        if not single:
+            pooled = self.forward(inputs, clock)
+            return torch.stack([pooled[n] for n in order], 1)
+        (table,) = tables
+        # Example-major keys: example e's features in `order`, e = 0..B-1.
+        keys = np.stack([np.ascontiguousarray(inputs[n][0], dtype=np.uint64) if len(inputs[n]) == 3
+                         else feature_keys(_as_ids(inputs[n][0])) for n in order], axis=1).reshape(-1)
+        unique, where = unique_keys(keys)
+        anchor = self._anchor.detach().requires_grad_(True)
+        rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
+        return torch.nn.functional.embedding(torch.from_numpy(where), rows).view(batch, len(order), -1)
+
+    def _weights(self, name, lengths, values):
+        """Each entry's weight in its bag's sum (see forward); `lengths`: the entries of each bag."""
+        if values is not None:
+            return values
+        pooling = self.features[name][1]
+        if pooling == "sum":
+            return torch.ones(int(lengths.sum()))
+        if pooling == "mean" and bool((lengths == 1).all()):
+            return torch.ones(len(lengths))
+        n = lengths.double()
+        per_bag = torch.where(lengths > 0, 1 / n if pooling == "mean" else n.rsqrt(), torch.zeros_like(n))
+        return torch.repeat_interleave(per_bag, lengths).float()
 
 
 class ServerDense:
