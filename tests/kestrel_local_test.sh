@@ -13,6 +13,8 @@ runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
 export KESTREL_BIN="$runfiles"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 kestrel=("$runfiles/scripts/kestrel")
+# shellcheck source=tests/local_job_kill.sh
+source "$runfiles/tests/local_job_kill.sh"
 
 "$runfiles/worker/data/kestrel_datagen" --small --out_dir="$tmp/data" 2>/dev/null
 cat >"$tmp/job.pbtxt" <<'JOB'
@@ -96,38 +98,23 @@ assert abs(predicted["auc"] - trained["auc"]) < 1e-6 and abs(predicted["logloss"
 print(f"predict: {predicted['examples']} scores, fingerprint {predicted['fingerprint']} = the trainer's evaluation")
 PY
 
-# Runs the job again with `victim` (a key of pids.json) killed with SIGKILL after the first checkpoint; the
-# supervisor restarts it and the job must end with the plain run's predictions, bit for bit (BSP).
 # Starts `kestrel local` in $tmp/<name> (extra flags after the name) and kills <victim> (a pids.json name) with
-# SIGKILL right after the first checkpoint is committed; returns once the job has ended.
-kill_after_first_checkpoint() {
+# SIGKILL right after the first checkpoint is committed (tests/local_job_kill.sh); returns once the job has ended.
+# run_with_kill: the supervisor restarts the victim and the job must end with the plain run's predictions, bit
+# for bit (BSP).
+run_and_kill() {
   local name=$1 victim=$2
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
     --device=cpu --compute_threads=1 --checkpoint_every_clocks=100 --heartbeat_interval=300ms "${@:3}" &
   local local_pid=$!
-  # The victim's pid is read before the job gets going, so the kill follows the first commit at once (the job
-  # has 200 more clocks to run), however slow a python start on a loaded machine would be.
-  local pid=""
-  for _ in $(seq 600); do
-    pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/$name/pids.json" \
-      "$victim" 2>/dev/null) && break
-    sleep 0.05
-  done
-  [[ -n "$pid" ]] || { echo "no pids.json"; exit 1; }
-  for _ in $(seq 1200); do
-    grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break
-    sleep 0.02
-  done
-  grep -q "committed at clock" "$tmp/$name/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
-  kill -9 "$pid"
-  echo "killed $victim (pid $pid)"
+  kill_after_first_checkpoint "$tmp/$name" "$victim"
   wait "$local_pid"
 }
 
 run_with_kill() {
   local name=$1 victim=$2
   echo "== $victim killed mid-run ${*:3}"
-  kill_after_first_checkpoint "$@"
+  run_and_kill "$@"
   check_auc "$tmp/$name/summary.json"
   local restarts
   restarts=$(summary_field "$tmp/$name/summary.json" restarts)
@@ -147,7 +134,7 @@ run_with_kill replicated_server "server 1" --replicas=2
   { echo "replicated: the job rolled back"; exit 1; }
 
 echo "== worker 1 killed for good in an elastic job (--elastic, no restarts)"
-kill_after_first_checkpoint elastic "worker 1" --elastic --elastic_timeout=1s --max_restarts=0
+run_and_kill elastic "worker 1" --elastic --elastic_timeout=1s --max_restarts=0
 check_auc "$tmp/elastic/summary.json"
 [[ "$(summary_field "$tmp/elastic/summary.json" elastic_removals)" == "1" ]] ||
   { echo "elastic: worker 1 was not removed"; exit 1; }

@@ -14,6 +14,8 @@ runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
 export KESTREL_BIN="$runfiles"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 kestrel=("$runfiles/scripts/kestrel")
+# shellcheck source=tests/local_job_kill.sh
+source "$runfiles/tests/local_job_kill.sh"
 python=/usr/bin/python3
 if ! "$python" -c "import torch" 2>/dev/null; then
   echo "SKIP: $python has no PyTorch (python3-torch)"
@@ -38,20 +40,7 @@ run_job() {
     --compute_threads=1 --checkpoint_every_clocks=20 --heartbeat_interval=300ms &
   local local_pid=$!
   if [[ -n "$victim" ]]; then
-    local pid=""
-    for _ in $(seq 600); do
-      pid=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$tmp/$name/pids.json" \
-        "$victim" 2>/dev/null) && break
-      sleep 0.05
-    done
-    [[ -n "$pid" ]] || { echo "no pids.json"; exit 1; }
-    for _ in $(seq 3000); do
-      grep -q "committed at clock" "$tmp/$name/scheduler.log" 2>/dev/null && break
-      sleep 0.02
-    done
-    grep -q "committed at clock" "$tmp/$name/scheduler.log" || { echo "no checkpoint was committed"; exit 1; }
-    kill -9 "$pid"
-    echo "killed $victim (pid $pid)"
+    kill_after_first_checkpoint "$tmp/$name" "$victim"
   fi
   wait "$local_pid" || { echo "$name: kestrel local failed"; for f in "$tmp/$name"/worker*.log; do tail -n 20 "$f"; done; exit 1; }
   echo "$name: AUC $(summary_field "$tmp/$name/summary.json" auc) fingerprint" \

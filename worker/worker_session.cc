@@ -273,6 +273,15 @@ absl::Status WorkerSession::Recover(const absl::Status& error) {
   return OpenPass();
 }
 
+absl::Status WorkerSession::RequestRollback(const std::string& reason) {
+  absl::StatusOr<RequestRollbackResponse> answer =
+      scheduler_->RequestRollback(id_, incarnation_, pass_.generation, reason);
+  if (!answer.ok()) return answer.status();
+  KLOG(Warning) << "asked the job to roll back to its last checkpoint (" << reason << "): "
+                << (answer->rolled_back() ? "it rolls back" : "a rollback since this pass serves it");
+  return absl::OkStatus();
+}
+
 absl::Status WorkerSession::Leave(int64_t finished) {
   left_.store(true);
   absl::Status s;

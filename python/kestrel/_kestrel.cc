@@ -282,6 +282,13 @@ py::dict BatchToDict(const Batch& b, const Schema& schema) {
   return out;
 }
 
+// The embedding table each field of `schema` looks up.
+std::vector<std::string> FieldTables(const Schema& schema) {
+  std::vector<std::string> names;
+  for (int t : schema.field_tables()) names.push_back(schema.table_name(t));
+  return names;
+}
+
 // A job config in protobuf text format, with train/test file overrides (as kestrel_worker's --train_files and
 // --test_files) and every default applied.
 JobConfig ParseJob(const std::string& config_text, const std::vector<std::string>& train_files = {},
@@ -346,12 +353,7 @@ class Reader {
   }
 
   std::vector<std::string> fields() const { return schema_->field_names(); }
-  // The embedding table each field looks up.
-  std::vector<std::string> field_tables() const {
-    std::vector<std::string> names;
-    for (int t : schema_->field_tables()) names.push_back(schema_->table_name(t));
-    return names;
-  }
+  std::vector<std::string> field_tables() const { return FieldTables(*schema_); }
   int dense_dim() const { return schema_->dense_dim(); }
 
  private:
@@ -537,11 +539,7 @@ class Worker {
 
   // Fields and tables of the job's schema, as kestrel.Reader has them.
   std::vector<std::string> fields() const { return schema_->field_names(); }
-  std::vector<std::string> field_tables() const {
-    std::vector<std::string> names;
-    for (int t : schema_->field_tables()) names.push_back(schema_->table_name(t));
-    return names;
-  }
+  std::vector<std::string> field_tables() const { return FieldTables(*schema_); }
   int dense_dim() const { return schema_->dense_dim(); }
 
   ~Worker() { WaitRead(); }
