@@ -4,6 +4,7 @@
 // runs everywhere.
 #include "worker/compute/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -241,7 +242,12 @@ TEST_F(CudaBackendTest, EmptyOpsLaunchNothing) {
 // and the segment reduce into unique rows, for both the per-bag (embedding) and per-example (wide) gradients.
 TEST_F(CudaBackendTest, EmbeddingPathMatchesTheCpu) {
   const SparseBatch batch = MakeSparseBatch(&rng_);
-  ASSERT_LT(batch.rows, kCount / 4) << "the batch should repeat rows";
+  // Segments of every length: field 0's one id is a row of kExamples entries, the other fields' log-uniform ids
+  // repeat within a field.
+  uint32_t longest = 0;
+  for (int r = 0; r < batch.rows; ++r) longest = std::max(longest, batch.offsets[r + 1] - batch.offsets[r]);
+  ASSERT_EQ(longest, static_cast<uint32_t>(kExamples));
+  ASSERT_LT(batch.rows, kCount / 2) << "the batch should repeat rows";
   // Embeddings at a typical initial scale.
   const Twin<float> table = Upload(Random(int64_t{batch.rows} * kDim, -0.05f, 0.05f));
   const SparseTwins sparse = UploadSparse(batch);
