@@ -3,12 +3,14 @@
 
 Run by tests/deploy_test.sh (Bazel sh_test //tests:deploy_test), which finds the files in the runfiles:
 
-  deploy_check.py --deploy DIR --bin DIR [--scripts DIR] [--self FILE]
+  deploy_check.py --deploy DIR --bin DIR [--scripts DIR] [--self FILE] [--site DIR] [--examples DIR]
 
 DIR for --deploy is a writable copy of deploy/ (kustomize refuses symlinks that leave a kustomization's
 directory, and runfiles are symlinks); --bin holds scheduler/kestrel_scheduler, server/kestrel_server and
 worker/kestrel_worker; --scripts is scripts/ (its shell scripts are shellchecked, its kestrel makes the
-certificates the TLS groups inspect, with the openssl command). Every group of checks is one JUnit test case
+certificates the TLS groups inspect, with the openssl command); --site is the kestrel Python package's directory
+(//python:site: the Python worker's flags, kestrel.worker.add_flags, and _kestrel.so's libraries); --examples is
+examples/torch (the PyTorch workers the launchers are given). Every group of checks is one JUnit test case
 (written to $XML_OUTPUT_FILE when set); a group whose tool is missing (PyYAML, kubectl, shellcheck, openssl,
 scripts/kestrel) is skipped with the reason, but when every group that needs a tool skips, the case
 tool_groups_ran fails naming the missing tools: such a run checked no Kubernetes manifest, certificate or
@@ -17,7 +19,9 @@ Python 3 standard library plus PyYAML (Debian: python3-yaml).
 """
 import argparse
 import base64
+import copy
 import glob
+import importlib.util
 import os
 import re
 import shlex
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import xml.etree.ElementTree as ET
 
 try:
@@ -627,17 +632,18 @@ def render_dir(kubectl, path, name):
     return Render(name, list(yaml.safe_load_all(proc.stdout)))
 
 
-def render_with_component(deploy_dir, component):
-    """overlays/cpu with `component` (a path under k8s/) added, as a user's own overlay would."""
+def render_with_component(deploy_dir, *components):
+    """overlays/cpu with `components` (paths under k8s/) added, as a user's own overlay would."""
     kubectl = find_tool("kubectl")
     tmp = tempfile.mkdtemp(prefix="kestrel-component-")
     try:
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
             # kustomize takes only relative paths to other kustomizations.
-            f.write("resources:\n  - %s\ncomponents:\n  - %s\n" % (
-                os.path.relpath(os.path.join(deploy_dir, "k8s", "overlays", "cpu"), tmp),
-                os.path.relpath(os.path.join(deploy_dir, "k8s", component), tmp)))
-        return render_dir(kubectl, tmp, "overlays/cpu + " + component)
+            f.write("resources:\n  - %s\ncomponents:\n" % os.path.relpath(
+                os.path.join(deploy_dir, "k8s", "overlays", "cpu"), tmp))
+            for component in components:
+                f.write("  - %s\n" % os.path.relpath(os.path.join(deploy_dir, "k8s", component), tmp))
+        return render_dir(kubectl, tmp, " + ".join(("overlays/cpu",) + components))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -964,27 +970,45 @@ def fake_tools(directory, tools):
         os.chmod(path, 0o755)
 
 
+# What the launchers' settings leave to the test (a launcher reads them from the environment).
+LAUNCHER_SETTINGS = ("CERTS_DIR", "WORKER_CMD", "KESTREL_PYTHON", "PYTHONPATH")
+
+
+def slurm_env(deploy_dir, num_servers, num_workers, **settings):
+    """kestrel.sbatch's environment for rendering (KESTREL_RENDER_ONLY=1) a job of this size, plus settings."""
+    env = dict(os.environ, SLURM_NTASKS=str(1 + num_servers + num_workers), NUM_SERVERS=str(num_servers),
+               SCHEDULER_HOST="node-a", SLURM_SUBMIT_DIR=os.path.dirname(deploy_dir), SLURM_JOB_ID="123",
+               TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv", KESTREL_BIN="/opt/kestrel/bin",
+               KESTREL_RENDER_ONLY="1", KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"),
+               INSECURE="0")
+    for name in LAUNCHER_SETTINGS:
+        env.pop(name, None)
+    env.update(settings)
+    return env
+
+
+def render_slurm(case, where, sbatch, env):
+    """task id -> argv of the multi-prog configuration kestrel.sbatch renders with env; None when it fails."""
+    proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=60)
+    if not case.check(proc.returncode == 0, f"{where}: rendering failed: {proc.stderr.strip()}"):
+        return None
+    try:
+        return expand_multi_prog(proc.stdout, int(env["SLURM_NTASKS"]))
+    except ValueError as e:
+        case.errors.append(f"{where}: {e}")
+        return None
+
+
 def slurm(case, deploy_dir, helpfull):
     sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
     default_certs = os.path.join(os.path.dirname(deploy_dir), "kestrel_out", "123", "certs")
     for num_servers, num_workers, certs, insecure in ((2, 4, None, "0"), (1, 1, "/shared/certs", "0"),
                                                       (3, 8, None, "0"), (2, 4, None, "1")):
-        total = 1 + num_servers + num_workers
-        env = dict(os.environ, SLURM_NTASKS=str(total), NUM_SERVERS=str(num_servers), SCHEDULER_HOST="node-a",
-                   SLURM_SUBMIT_DIR=os.path.dirname(deploy_dir), SLURM_JOB_ID="123", TRAIN_FILES="/d/train.tsv",
-                   TEST_FILES="/d/test.tsv", KESTREL_BIN="/opt/kestrel/bin", KESTREL_RENDER_ONLY="1",
-                   KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"), INSECURE=insecure)
-        env.pop("CERTS_DIR", None)
-        if certs:
-            env["CERTS_DIR"] = certs
-        proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=60)
+        env = slurm_env(deploy_dir, num_servers, num_workers, INSECURE=insecure,
+                        **({"CERTS_DIR": certs} if certs else {}))
         where = f"slurm {num_servers} servers {num_workers} workers" + (" INSECURE=1" if insecure == "1" else "")
-        if not case.check(proc.returncode == 0, f"{where}: rendering failed: {proc.stderr.strip()}"):
-            continue
-        try:
-            tasks = expand_multi_prog(proc.stdout, total)
-        except ValueError as e:
-            case.errors.append(f"{where}: {e}")
+        tasks = render_slurm(case, where, sbatch, env)
+        if tasks is None:
             continue
         for task, argv in sorted(tasks.items()):
             check_flags(case, f"{where} task {task}", argv, helpfull)
@@ -1025,7 +1049,7 @@ def slurm_certs(case, deploy_dir, kestrel_cli):
                    OUT_DIR=os.path.join(tmp, "out"), CKPT_DIR=os.path.join(tmp, "ckpt"), KESTREL_BIN="/opt/kestrel/bin",
                    KESTREL_MULTI_PROG=os.path.join(deploy_dir, "slurm", "kestrel.multi-prog.conf"),
                    KESTREL_CLI=kestrel_cli, MAX_RESTARTS="0", FINAL_GRACE="0", JOB_ID="ctr", CERT_HOSTS="extra.example")
-        for name in ("SCHEDULER_HOST", "CERTS_DIR", "INSECURE", "KESTREL_RENDER_ONLY"):
+        for name in ("SCHEDULER_HOST", "INSECURE", "KESTREL_RENDER_ONLY") + LAUNCHER_SETTINGS:
             env.pop(name, None)
         sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
         proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=120)
@@ -1054,8 +1078,9 @@ def slurm_certs(case, deploy_dir, kestrel_cli):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def mpi_argvs(case, where, script, env, num_servers, num_workers, helpfull):
-    """world rank -> argv that `run_mpmd.sh launch ROLE` execs on that rank (KESTREL_ECHO=1 in env)."""
+def mpi_argvs(case, where, script, env, num_servers, num_workers, helpfull=None):
+    """world rank -> argv that `run_mpmd.sh launch ROLE` execs on that rank (KESTREL_ECHO=1 in env); with
+    helpfull, each checked to be a Kestrel binary with its own flags."""
     argvs = {}
     for rank in range(1 + num_servers + num_workers):
         role = "scheduler" if rank == 0 else "server" if rank <= num_servers else "worker"
@@ -1063,7 +1088,8 @@ def mpi_argvs(case, where, script, env, num_servers, num_workers, helpfull):
                               capture_output=True, text=True, timeout=60)
         if case.check(proc.returncode == 0, f"{where}: rank {rank} ({role}) failed: {proc.stderr.strip()}"):
             argvs[rank] = proc.stdout.splitlines()
-            check_flags(case, f"{where} rank {rank}", argvs[rank], helpfull)
+            if helpfull is not None:
+                check_flags(case, f"{where} rank {rank}", argvs[rank], helpfull)
     return argvs
 
 
@@ -1091,7 +1117,7 @@ def mpi_certs(case, deploy_dir, kestrel_cli, helpfull):
                    TEST_FILES="/d/test.tsv", OUT_DIR=os.path.join(tmp, "out"), CKPT_DIR=os.path.join(tmp, "ckpt"),
                    KESTREL_BIN="/opt/kestrel/bin", KESTREL_CLI=kestrel_cli, MAX_RESTARTS="0", FINAL_GRACE="0",
                    JOB_ID="ctr")
-        for name in ("SCHEDULER_HOST", "CERTS_DIR", "INSECURE", "KESTREL_ECHO", "CERT_HOSTS"):
+        for name in ("SCHEDULER_HOST", "INSECURE", "KESTREL_ECHO", "CERT_HOSTS") + LAUNCHER_SETTINGS:
             env.pop(name, None)
         proc = subprocess.run(["bash", script, "-s", str(num_servers), "-w", str(num_workers), "--", "--hostfile",
                                hostfile], env=env, capture_output=True, text=True, timeout=120)
@@ -1106,7 +1132,8 @@ def mpi_certs(case, deploy_dir, kestrel_cli, helpfull):
         certs = os.path.join(tmp, "out", "certs")
         ranks = dict(env, NUM_SERVERS=str(num_servers), NUM_WORKERS=str(num_workers), CONFIG="/jobs/deepfm.pbtxt",
                      CKPT_EVERY_CLOCKS="500", DEVICE="cpu", SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000",
-                     METRICS_PORT="9100", CERTS_DIR=certs, INSECURE="0", KESTREL_ECHO="1")
+                     METRICS_PORT="9100", CERTS_DIR=certs, INSECURE="0", KESTREL_ECHO="1", WORKER_CMD="",
+                     KESTREL_PYTHON="/opt/kestrel/python/site")
         argvs = mpi_argvs(case, "mpi generated", script, ranks, num_servers, num_workers, helpfull)
         check_tls(case, "mpi generated", argvs, num_servers, certs)
         check_generated_certs(case, "mpi generated", openssl, certs, "ctr", argvs, num_servers,
@@ -1115,15 +1142,24 @@ def mpi_certs(case, deploy_dir, kestrel_cli, helpfull):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def mpi_env(num_servers, num_workers, **settings):
+    """The environment run_mpmd.sh forwards to every rank, for `launch ROLE` with KESTREL_ECHO=1, plus settings."""
+    env = dict(os.environ, NUM_SERVERS=str(num_servers), NUM_WORKERS=str(num_workers), JOB_ID="ctr",
+               CONFIG="/jobs/deepfm.pbtxt", TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv",
+               CKPT_DIR="/shared/ckpt", CKPT_EVERY_CLOCKS="100", OUT_DIR="/shared/out", DEVICE="cpu",
+               SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000", METRICS_PORT="9100", KESTREL_BIN="/opt/kestrel/bin",
+               KESTREL_ECHO="1", CERTS_DIR="/shared/certs", INSECURE="0", WORKER_CMD="",
+               KESTREL_PYTHON="/opt/kestrel/python/site")
+    env.pop("PYTHONPATH", None)
+    env.update(settings)
+    return env
+
+
 def mpi(case, deploy_dir, helpfull):
     script = os.path.join(deploy_dir, "mpi", "run_mpmd.sh")
     for num_servers, num_workers in ((2, 4), (1, 1), (3, 8)):
         where = f"mpi {num_servers} servers {num_workers} workers"
-        base = dict(os.environ, NUM_SERVERS=str(num_servers), NUM_WORKERS=str(num_workers), JOB_ID="ctr",
-                    CONFIG="/jobs/deepfm.pbtxt", TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv",
-                    CKPT_DIR="/shared/ckpt", CKPT_EVERY_CLOCKS="100", OUT_DIR="/shared/out", DEVICE="cpu",
-                    SCHEDULER_HOST="host-a", SCHEDULER_PORT="7000", METRICS_PORT="9100",
-                    KESTREL_BIN="/opt/kestrel/bin", KESTREL_ECHO="1", CERTS_DIR="/shared/certs", INSECURE="0")
+        base = mpi_env(num_servers, num_workers)
         argvs = mpi_argvs(case, where, script, base, num_servers, num_workers, helpfull)
         # A rank outside its role's range is refused (contexts out of order).
         proc = subprocess.run(["bash", script, "launch", "server"], env=dict(base, OMPI_COMM_WORLD_RANK="0"),
@@ -1144,6 +1180,298 @@ def mpi(case, deploy_dir, helpfull):
             contexts = re.findall(r"-np (\d+) \S+ launch (\w+)", line)
             case.check(contexts == [("1", "scheduler"), (str(num_servers), "server"), (str(num_workers), "worker")],
                        f"{where}: launcher app contexts {contexts}")
+
+
+# ------------------------------------------------------------------------------------- python workers
+
+# The Python worker the launcher checks name in WORKER_CMD (its own flag first, then the launchers').
+PYTHON_WORKER_CMD = ["python3", "/opt/kestrel/examples/torch/deepfm.py", "--dense=allreduce"]
+PYTHON_WORKER_COMPONENT = "components/python-worker"
+
+
+class FlagError(Exception):
+    pass
+
+
+def python_worker_flags(worker_py):
+    """A function argv -> None, or why the Python worker's parser refuses argv: kestrel.worker.add_flags
+    (python/kestrel/worker.py, loaded with a stand-in for the compiled kestrel module it imports)."""
+    saved = sys.modules.get("kestrel")
+    sys.modules["kestrel"] = types.ModuleType("kestrel")
+    try:
+        spec = importlib.util.spec_from_file_location("kestrel_worker_flags", worker_py)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["kestrel"]
+        else:
+            sys.modules["kestrel"] = saved
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise FlagError(message)
+
+    def parse(argv):
+        parser = Parser(prog="python worker")
+        module.add_flags(parser)
+        try:
+            parser.parse_args(argv)
+        except FlagError as e:
+            return str(e)
+        return None
+    return parse
+
+
+def check_python_workers(case, where, default, python, num_servers, python_path, parse):
+    """default, python: task -> argv of one launch without and with WORKER_CMD. The workers run
+    `env PYTHONPATH=<python_path> <PYTHON_WORKER_CMD>` and then exactly kestrel_worker's flags, every one of which
+    the Python worker accepts; the scheduler and the servers are unchanged."""
+    case.check(sorted(python) == sorted(default),
+               f"{where}: tasks {sorted(python)}, without WORKER_CMD {sorted(default)}")
+    prefix = ["env", f"PYTHONPATH={python_path}"] + PYTHON_WORKER_CMD
+    for task in sorted(set(default) & set(python)):
+        argv = python[task]
+        if task <= num_servers:
+            case.check(argv == default[task], f"{where} task {task}: WORKER_CMD changed a non-worker: {argv}")
+            continue
+        if not case.check(argv[:len(prefix)] == prefix,
+                          f"{where} task {task}: runs {argv[:len(prefix)]}, want {prefix}"):
+            continue
+        flags = argv[len(prefix):]
+        case.check(flags == default[task][1:],
+                   f"{where} task {task}: flags {flags}, kestrel_worker's {default[task][1:]}")
+        error = parse(flags)
+        case.check(error is None, f"{where} task {task}: the Python worker refuses its flags: {error}")
+
+
+def slurm_python(case, deploy_dir, parse):
+    """kestrel.sbatch with WORKER_CMD: worker tasks run `env PYTHONPATH=<KESTREL_PYTHON>[:PYTHONPATH] WORKER_CMD
+    <kestrel_worker's flags>` (KESTREL_PYTHON: python/site beside KESTREL_BIN unless given), other tasks as without;
+    a word with whitespace, or no package at KESTREL_PYTHON when the job starts, is refused."""
+    sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
+    worker_cmd = " ".join(PYTHON_WORKER_CMD)
+    for num_servers, num_workers, settings, python_path in (
+            (2, 4, {}, "/opt/kestrel/python/site"), (1, 1, {}, "/opt/kestrel/python/site"),
+            (3, 2, {"KESTREL_PYTHON": "/shared/site", "PYTHONPATH": "/mine"}, "/shared/site:/mine")):
+        where = f"slurm {num_servers} servers {num_workers} workers WORKER_CMD"
+        env = slurm_env(deploy_dir, num_servers, num_workers, **settings)
+        default = render_slurm(case, where, sbatch, env)
+        python = render_slurm(case, where, sbatch, dict(env, WORKER_CMD=worker_cmd))
+        if default and python:
+            check_python_workers(case, where, default, python, num_servers, python_path, parse)
+    env = slurm_env(deploy_dir, 1, 1, WORKER_CMD=worker_cmd)
+    proc = subprocess.run(["bash", sbatch], env=dict(env, KESTREL_PYTHON="/my site"), capture_output=True, text=True,
+                          timeout=60)
+    case.check(proc.returncode == 2 and "whitespace" in proc.stderr,
+               f"slurm: KESTREL_PYTHON with a space accepted (exit {proc.returncode}): {proc.stderr.strip()}")
+    tmp = tempfile.mkdtemp(prefix="kestrel-slurm-python-")
+    try:
+        env.pop("KESTREL_RENDER_ONLY")
+        proc = subprocess.run(["bash", sbatch], env=dict(env, KESTREL_PYTHON=tmp, OUT_DIR=os.path.join(tmp, "out"),
+                                                        CKPT_DIR=os.path.join(tmp, "ckpt")),
+                              capture_output=True, text=True, timeout=60)
+        case.check(proc.returncode == 2 and f"KESTREL_PYTHON={tmp}" in proc.stderr,
+                   f"slurm: WORKER_CMD without a kestrel package in KESTREL_PYTHON accepted (exit {proc.returncode}): "
+                   f"{proc.stderr.strip()}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mpi_python(case, deploy_dir, parse):
+    """run_mpmd.sh with WORKER_CMD: forwarded with KESTREL_PYTHON to every rank; worker ranks run
+    `env PYTHONPATH=<KESTREL_PYTHON>[:the rank's PYTHONPATH] WORKER_CMD <kestrel_worker's flags>` (KESTREL_PYTHON:
+    python/site beside KESTREL_BIN unless given), other ranks as without; no package at KESTREL_PYTHON when the job
+    starts is refused."""
+    script = os.path.join(deploy_dir, "mpi", "run_mpmd.sh")
+    worker_cmd = " ".join(PYTHON_WORKER_CMD)
+    for num_servers, num_workers, settings, python_path in (
+            (2, 4, {}, "/opt/kestrel/python/site"), (1, 1, {}, "/opt/kestrel/python/site"),
+            (3, 2, {"KESTREL_PYTHON": "/shared/site", "PYTHONPATH": "/mine"}, "/shared/site:/mine")):
+        where = f"mpi {num_servers} servers {num_workers} workers WORKER_CMD"
+        env = mpi_env(num_servers, num_workers, **settings)
+        default = mpi_argvs(case, where, script, env, num_servers, num_workers)
+        python = mpi_argvs(case, where, script, dict(env, WORKER_CMD=worker_cmd), num_servers, num_workers)
+        check_python_workers(case, where, default, python, num_servers, python_path, parse)
+    # The launcher side: KESTREL_PYTHON's default, both settings forwarded, the package required.
+    tmp = tempfile.mkdtemp(prefix="kestrel-mpi-python-")
+    try:
+        env = dict(os.environ, TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv", MPIRUN="true",
+                   KESTREL_BIN="/opt/kestrel/bin", WORKER_CMD=worker_cmd, OUT_DIR=os.path.join(tmp, "out"),
+                   CKPT_DIR=os.path.join(tmp, "ckpt"))
+        env.pop("KESTREL_PYTHON", None)
+        proc = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
+        if case.check(proc.returncode == 0, f"mpi WORKER_CMD: --dry-run failed: {proc.stderr.strip()}"):
+            forwarded = re.search(r"-genvlist (\S+)", proc.stdout)
+            names = forwarded.group(1).replace("\\", "").split(",") if forwarded else []
+            case.check("WORKER_CMD" in names and "KESTREL_PYTHON" in names,
+                       f"mpi WORKER_CMD: the launcher forwards {names}, not WORKER_CMD and KESTREL_PYTHON")
+            case.check("PYTHONPATH=/opt/kestrel/python/site" in proc.stdout,
+                       f"mpi WORKER_CMD: KESTREL_PYTHON is not python/site beside KESTREL_BIN: {proc.stdout.strip()}")
+        proc = subprocess.run(["bash", script], env=dict(env, KESTREL_PYTHON=tmp), capture_output=True, text=True,
+                              timeout=60)
+        case.check(proc.returncode == 2 and f"KESTREL_PYTHON={tmp}" in proc.stderr,
+                   f"mpi: WORKER_CMD without a kestrel package in KESTREL_PYTHON accepted (exit {proc.returncode}): "
+                   f"{proc.stderr.strip()}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def without_python_worker(doc, command):
+    """A copy of a worker Job with what components/python-worker changes reset: the command, PYTHONPATH and the
+    scrape annotation."""
+    doc = copy.deepcopy(doc)
+    template = doc["spec"]["template"]
+    c = pod_containers(template)[0]
+    c["command"] = command
+    c["env"] = [v for v in c.get("env", []) or [] if v.get("name") != "PYTHONPATH"]
+    template["metadata"].get("annotations", {}).pop("prometheus.io/scrape", None)
+    return doc
+
+
+def k8s_python_worker(case, k8s, deploy_dir, layout, examples_dir, parse):
+    """components/python-worker (over overlays/cpu, with and without components/plaintext): the worker Job runs
+    python3 and a PyTorch example where the image holds them, with the image's package on PYTHONPATH, then
+    exactly kestrel_worker's command flags and args, each one the Python worker accepts; its pods are not scraped
+    (it serves no /metrics); nothing else differs."""
+    cpu = next(r for r in k8s.renders if r.name == "overlays/cpu")
+    for components in ((), (PLAINTEXT_COMPONENT,)):
+        r = render_with_component(deploy_dir, PYTHON_WORKER_COMPONENT, *components)
+        reference = render_with_component(deploy_dir, *components) if components else cpu
+        for kind, name in (("StatefulSet", SCHEDULER_NAME), ("StatefulSet", SERVER_NAME)):
+            case.check(r.get(kind, name) == reference.get(kind, name), f"{r.name}: {kind} {name} differs")
+        job, ref = r.get("Job", WORKER_NAME), reference.get("Job", WORKER_NAME)
+        if not case.check(job is not None and ref is not None, f"{r.name}: no worker Job"):
+            continue
+        template = job["spec"]["template"]
+        c, rc = pod_containers(template)[0], pod_containers(ref["spec"]["template"])[0]
+        command = list(c.get("command") or [])
+        script = command[1] if len(command) > 1 else ""
+        case.check(command[:1] == ["python3"], f"{r.name}: the worker runs {command[:1]}, want python3")
+        case.check(os.path.dirname(script) == layout.get("examples/torch"),
+                   f"{r.name}: the worker's script {script} is not in the image's examples "
+                   f"({layout.get('examples/torch')}, deploy/Dockerfile)")
+        case.check(os.path.isfile(os.path.join(examples_dir, os.path.basename(script))),
+                   f"{r.name}: the worker's script {script} is not one of examples/torch")
+        case.check(command[2:] == rc["command"][1:] and c.get("args") == rc.get("args"),
+                   f"{r.name}: the worker's flags {command[2:]} {c.get('args')}, kestrel_worker's "
+                   f"{rc['command'][1:]} {rc.get('args')}")
+        env, errors = r.container_env(WORKER_NAME, c)
+        case.check(env.get("PYTHONPATH") == layout.get("python/site"),
+                   f"{r.name}: the worker's PYTHONPATH={env.get('PYTHONPATH')}, the image's package is in "
+                   f"{layout.get('python/site')}")
+        for e in errors:
+            case.errors.append(f"{r.name}: worker: {e}")
+        flags = [expand(a, replica_env(r, WORKER_NAME, c, 0)) for a in command[2:] + list(c.get("args") or [])]
+        error = parse(flags)
+        case.check(error is None, f"{r.name}: the Python worker refuses its flags: {error} ({flags})")
+        scrape = (template["metadata"].get("annotations") or {}).get("prometheus.io/scrape")
+        case.check(scrape == "false",
+                   f"{r.name}: worker pods scraped ({scrape}), but a Python worker serves no /metrics")
+        case.check(without_python_worker(job, rc["command"]) == without_python_worker(ref, rc["command"]),
+                   f"{r.name}: the worker Job differs from {reference.name}'s in more than command, PYTHONPATH and "
+                   "scraping")
+
+
+# ---------------------------------------------------------------------------------------------- image
+
+
+def dockerfile(deploy_dir):
+    """(instructions as (keyword, text) with continuation lines joined, COPY source -> destination)."""
+    with open(os.path.join(deploy_dir, "Dockerfile")) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    instructions = []
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            keyword, _, rest = line.strip().partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    copies = {}
+    for keyword, rest in instructions:
+        if keyword == "COPY":
+            source, dest = rest.split()[-2:]
+            copies[source.rstrip("/")] = dest.rstrip("/")
+    return instructions, copies
+
+
+def image_layout(case, deploy_dir, state):
+    """deploy/Dockerfile against build_image.sh and the launchers: every COPY source is a directory build_image.sh
+    stages; the binaries' directory is on PATH; the kestrel package is python/site beside it (the launchers'
+    KESTREL_PYTHON default); the PyTorch examples are copied; PyTorch and NumPy are installed by default."""
+    instructions, copies = dockerfile(deploy_dir)
+    with open(os.path.join(deploy_dir, "build_image.sh")) as f:
+        build = f.read()
+    for source in copies:
+        case.check(f'"$context/{source}' in build, f"Dockerfile copies {source}/, which build_image.sh does not stage")
+    for source in ("bin", "python/site", "examples/torch"):
+        case.check(source in copies, f"Dockerfile copies no {source}/ (copies {sorted(copies)})")
+    bin_dir = copies.get("bin", "")
+    path = " ".join(rest for keyword, rest in instructions if keyword == "ENV" and rest.startswith("PATH"))
+    case.check(bool(bin_dir) and bin_dir in path.split("=", 1)[-1].split(":"),
+               f"Dockerfile: the binaries' directory {bin_dir} is not on PATH ({path or 'no ENV PATH'}); the manifests "
+               "run them by name")
+    case.check(copies.get("python/site") == os.path.join(os.path.dirname(bin_dir), "python", "site"),
+               f"Dockerfile: the kestrel package goes to {copies.get('python/site')}, not python/site beside {bin_dir} "
+               "(the Slurm and MPI scripts' KESTREL_PYTHON default)")
+    run = " ".join(rest for keyword, rest in instructions if keyword == "RUN" and "apt-get install" in rest)
+    torch = re.search(r'1\)\s*python="([^"]*)"', run)
+    case.check(torch and {"python3", "python3-numpy", "python3-torch"} <= set(torch.group(1).split()),
+               "Dockerfile: PYTORCH=1 (the default) does not install python3, python3-numpy and python3-torch")
+    case.check(re.search(r"ARG PYTORCH=1\b", " ".join(f"{k} {r}" for k, r in instructions)) is not None,
+               "Dockerfile: PYTORCH does not default to 1")
+    state["image"] = copies
+
+
+# Packages every debian:bookworm-slim image holds.
+BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6"}
+
+
+def debian_packages(dpkg, paths):
+    """path -> the Debian package that owns that library (trying its merged-/usr aliases), for those owned."""
+    aliases = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        aliases[path] = list(dict.fromkeys(
+            [path, real] + [p[4:] if p.startswith("/usr/") else "/usr" + p for p in (path, real)]))
+    every = sorted({a for names in aliases.values() for a in names})
+    # One query for them all: dpkg -S reads its whole database each time.
+    proc = subprocess.run([dpkg, "-S"] + every, capture_output=True, text=True, timeout=120)
+    owner = {}
+    for line in proc.stdout.splitlines():
+        packages, sep, path = line.rpartition(": ")
+        if sep:
+            owner[path.strip()] = packages.split(",")[0].split(":")[0].strip()
+    return {path: next((owner[a] for a in names if a in owner), None) for path, names in aliases.items()}
+
+
+def image_libraries(case, deploy_dir, files):
+    """Every shared library the binaries and the package's _kestrel.so load (ldd here) is a CUDA library
+    (build_image.sh stages those) or comes from a Debian package the Dockerfile installs or the base image has."""
+    ldd, dpkg = find_tool("ldd"), find_tool("dpkg")
+    if not ldd or not dpkg:
+        raise Skip("ldd or dpkg is missing (a Debian host tells which package holds each library)")
+    instructions, _ = dockerfile(deploy_dir)
+    run = " ".join(rest for keyword, rest in instructions if keyword == "RUN" and "apt-get install" in rest)
+    installed = set(BASE_IMAGE_PACKAGES)
+    for listed in re.findall(r"apt-get install((?:(?!&&).)*)", run):
+        installed |= {w for w in listed.split() if not w.startswith(("-", "$"))}
+    loads = {}  # library path -> the files that load it
+    for name, path in files.items():
+        proc = subprocess.run([ldd, path], capture_output=True, text=True, timeout=60)
+        if not case.check(proc.returncode == 0, f"ldd {name} failed: {proc.stderr.strip()}"):
+            continue
+        for line in proc.stdout.splitlines():
+            soname, arrow, rest = line.strip().partition(" => ")
+            if not arrow:
+                continue
+            lib = rest.split(" (")[0].strip()
+            if not case.check(lib != "not found", f"{name}: {soname} not found here"):
+                continue
+            if "/cuda" not in os.path.realpath(lib) and not soname.startswith("libcuda.so"):
+                loads.setdefault(lib, []).append(name)
+    for lib, package in sorted(debian_packages(dpkg, loads).items()):
+        case.check(package in installed, f"{', '.join(loads[lib])} load {lib}, from {package or 'no Debian package'}, "
+                   "which deploy/Dockerfile does not install")
+    print(f"  {len(loads)} libraries of {len(files)} files checked against {len(installed)} packages")
 
 
 # ----------------------------------------------------------------------------------------- shellcheck
@@ -1221,6 +1549,8 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--scripts", default="")
     ap.add_argument("--self", default="")
+    ap.add_argument("--site", default="", help="the kestrel Python package's directory (//python:site)")
+    ap.add_argument("--examples", default="", help="examples/torch (the PyTorch workers)")
     args = ap.parse_args()
     deploy_dir = os.path.abspath(args.deploy)
     kestrel_cli = os.path.join(args.scripts, "kestrel") if args.scripts else ""
@@ -1282,6 +1612,26 @@ def main():
             state["k8s"] = K8s(renders)
             print("  rendered: " + ", ".join(f"{r.name} ({len(r.docs)} objects)" for r in renders))
 
+    def python_flags_case(case):
+        worker_py = os.path.join(args.site, "kestrel", "worker.py")
+        if not case.check(os.path.isfile(worker_py), f"{worker_py} is missing (//python:site)"):
+            return
+        parse = python_worker_flags(worker_py)
+        case.check(parse([]) is None, "the Python worker refuses an empty command line")
+        case.check(parse(["--no_such_flag=1"]) is not None, "the Python worker accepts any flag (the checks need it to "
+                   "refuse unknown ones)")
+        state["python_parse"] = parse
+
+    def need_python():
+        if "python_parse" not in state:
+            raise Skip("the Python worker's flags could not be read")
+        return state["python_parse"]
+
+    def need_image():
+        if "image" not in state:
+            raise Skip("the Dockerfile's layout could not be read")
+        return state["image"]
+
     def with_k8s(fn, *extra):
         def wrapped(case):
             if "k8s" not in state:
@@ -1322,9 +1672,18 @@ def main():
     run("k8s_elastic_component", lambda case: with_k8s(k8s_elastic, deploy_dir, need_helpfull())(case),
         tools=K8S_TOOLS)
     run("k8s_secrets_command", with_k8s(k8s_secrets_command, kestrel_cli), tools=K8S_TOOLS + CERT_TOOLS)
+    run("python_worker_flags", python_flags_case)
+    run("image_layout", lambda case: image_layout(case, deploy_dir, state))
+    run("image_libraries", lambda case: image_libraries(case, deploy_dir, dict(
+        {name: os.path.join(args.bin, rel) for name, rel in BINARIES.items()},
+        _kestrel=os.path.join(args.site, "kestrel", "_kestrel.so"))))
+    run("k8s_python_worker_component", lambda case: with_k8s(k8s_python_worker, deploy_dir, need_image(),
+                                                             args.examples, need_python())(case), tools=K8S_TOOLS)
     run("slurm_multi_prog", lambda case: slurm(case, deploy_dir, need_helpfull()))
     run("slurm_generated_certs", lambda case: slurm_certs(case, deploy_dir, kestrel_cli), tools=CERT_TOOLS)
+    run("slurm_python_worker", lambda case: slurm_python(case, deploy_dir, need_python()))
     run("mpi_mpmd", lambda case: mpi(case, deploy_dir, need_helpfull()))
+    run("mpi_python_worker", lambda case: mpi_python(case, deploy_dir, need_python()))
     run("mpi_generated_certs", lambda case: mpi_certs(case, deploy_dir, kestrel_cli, need_helpfull()),
         tools=CERT_TOOLS)
     run("shellcheck", shellcheck, deploy_dir, args.scripts, args.self, tools=SHELLCHECK_TOOLS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # //tests:deploy_test: checks the deployment files under deploy/ (Kubernetes kustomize base and overlays,
-# Slurm multi-prog, MPI MPMD script) for structure and cross-references, and every flag they pass against the
-# real `--helpfull` of the three binaries; shellchecks the scripts under deploy/ and scripts/.
+# Slurm multi-prog, MPI MPMD script, image) for structure and cross-references, and every flag they pass against
+# the real `--helpfull` of the three binaries, or a Python worker's (kestrel.worker.add_flags); shellchecks the
+# scripts under deploy/ and scripts/.
 # The checks are tests/deploy_check.py (one JUnit case per group; see there). Needs python3 with PyYAML,
 # kubectl (for `kubectl kustomize`, offline), shellcheck, and openssl with scripts/kestrel for the certificate
 # groups (`kestrel certs`, `kestrel k8s-secrets`, the Slurm and MPI scripts' own certificates); a group whose
@@ -15,7 +16,7 @@ else
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 fi
 for f in deploy/k8s/base/kustomization.yaml tests/deploy_check.py scheduler/kestrel_scheduler \
-    server/kestrel_server worker/kestrel_worker; do
+    server/kestrel_server worker/kestrel_worker python/site/kestrel/worker.py examples/torch/deepfm.py; do
   if [ ! -e "$root/$f" ]; then
     echo "deploy_test: $root/$f is missing (run it with bazel test //tests:deploy_test)" >&2
     exit 1
@@ -51,4 +52,4 @@ fi
 
 self="$(readlink -f "${BASH_SOURCE[0]}")"
 exec "$python" "$root/tests/deploy_check.py" --deploy "$tmp/deploy" --bin "$root" --scripts "$scripts" \
-  --self "$self"
+  --self "$self" --site "$root/python/site" --examples "$root/examples/torch"

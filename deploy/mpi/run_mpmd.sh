@@ -8,7 +8,7 @@
 #
 #   world rank 0                     kestrel_scheduler
 #   world ranks 1 .. S               kestrel_server --rank=<world rank - 1>
-#   world ranks S+1 .. S+W           kestrel_worker --rank=<world rank - 1 - S>
+#   world ranks S+1 .. S+W           kestrel_worker --rank=<world rank - 1 - S>   (or WORKER_CMD, below)
 #
 # The world rank comes from OMPI_COMM_WORLD_RANK (Open MPI), PMIX_RANK (PMIx) or PMI_RANK (Hydra); the offsets
 # 1 and 1+S are the app contexts' first ranks (launchers number contexts in command-line order).
@@ -31,6 +31,13 @@
 #                             its world rank, so processes sharing a host never collide (default 9100; 0: any
 #                             free port, logged; -1: off)
 #   KESTREL_BIN               directory holding the binaries (default: where kestrel_scheduler is on PATH)
+#   WORKER_CMD                the workers' command, given kestrel_worker's flags (default $KESTREL_BIN/kestrel_worker),
+#                             e.g. a PyTorch worker: "python3 /opt/kestrel/examples/torch/deepfm.py --dense=allreduce";
+#                             words split at spaces (no quoting: no word may hold one). A worker runs as
+#                             `env PYTHONPATH=$KESTREL_PYTHON[:$PYTHONPATH] $WORKER_CMD <flags>`
+#   KESTREL_PYTHON            with WORKER_CMD: the directory holding the kestrel Python package (kestrel/_kestrel.so,
+#                             ...; `bazel build -c opt //python:site` makes it in bazel-bin/python/site), on every
+#                             host (default: python/site beside KESTREL_BIN: $(dirname $KESTREL_BIN)/python/site)
 #   MPIRUN                    the launcher (default mpirun); MAX_RESTARTS (default 3); FINAL_GRACE (default 15 s)
 #   CERTS_DIR                 mutual TLS: a `kestrel certs` directory every host sees (ca.pem and scheduler-0,
 #                             server-<shard>, worker-<rank> .pem/.key, keys readable by you only), made with
@@ -55,7 +62,7 @@ ROOT="$(cd "$(dirname "$SELF")/../.." && pwd)"
 
 # The settings every rank needs (forwarded by the launcher).
 SETTINGS=(NUM_SERVERS NUM_WORKERS JOB_ID CONFIG TRAIN_FILES TEST_FILES CKPT_DIR CKPT_EVERY_CLOCKS OUT_DIR DEVICE
-  SCHEDULER_HOST SCHEDULER_PORT METRICS_PORT KESTREL_BIN CERTS_DIR INSECURE)
+  SCHEDULER_HOST SCHEDULER_PORT METRICS_PORT KESTREL_BIN WORKER_CMD KESTREL_PYTHON CERTS_DIR INSECURE)
 
 # launch ROLE: on one rank, exec the role's binary with explicit flags (KESTREL_ECHO=1: print them instead).
 launch() {
@@ -106,7 +113,8 @@ launch() {
         --checkpoint_dir="$CKPT_DIR" --metrics_port="$metrics_port" --metrics_host=0.0.0.0 "${tls[@]}")
       ;;
     worker)
-      cmd=("$KESTREL_BIN/kestrel_worker" --config="$CONFIG" --job_id="$JOB_ID" --scheduler="$scheduler"
+      worker_cmd "$KESTREL_BIN" "$WORKER_CMD" "$KESTREL_PYTHON"
+      cmd=("${WORKER[@]}" --config="$CONFIG" --job_id="$JOB_ID" --scheduler="$scheduler"
         --scheduler_timeout=10m --rank="$index" --device="$DEVICE" --train_files="$TRAIN_FILES"
         --test_files="$TEST_FILES" --metrics_out="$OUT_DIR/worker-$index.jsonl" --metrics_port="$metrics_port" --metrics_host=0.0.0.0
         "${tls[@]}")
@@ -117,6 +125,18 @@ launch() {
     exit 0
   fi
   exec "${cmd[@]}"
+}
+
+# worker_cmd BIN WORKER_CMD KESTREL_PYTHON: sets WORKER to the words that start a worker: BIN/kestrel_worker, or
+# WORKER_CMD (split at spaces) run with the kestrel Python package first on PYTHONPATH.
+worker_cmd() {
+  if [ -z "$2" ]; then
+    WORKER=("$1/kestrel_worker")
+    return
+  fi
+  local words
+  read -r -a words <<<"$2"
+  WORKER=(env "PYTHONPATH=$3${PYTHONPATH:+:$PYTHONPATH}" "${words[@]}")
 }
 
 # Every host named by --hostfile/--machinefile/-f FILE or --host/-H a,b in the launcher's arguments, in order.
@@ -180,6 +200,8 @@ if [ -z "${KESTREL_BIN:-}" ]; then
   KESTREL_BIN="$(dirname "$(command -v kestrel_scheduler || echo /usr/local/bin/kestrel_scheduler)")"
 fi
 export KESTREL_BIN
+export WORKER_CMD="${WORKER_CMD:-}"
+export KESTREL_PYTHON="${KESTREL_PYTHON:-$(dirname "$KESTREL_BIN")/python/site}"
 export INSECURE="${INSECURE:-0}"
 if [ "$INSECURE" != 0 ] && [ "$INSECURE" != 1 ]; then
   echo "run_mpmd.sh: INSECURE=$INSECURE: 1 for plaintext gRPC, 0 (the default) for mutual TLS" >&2
@@ -209,6 +231,7 @@ command_line=("$MPIRUN" "${forward[@]}" "${launcher_args[@]}"
   -np "$NUM_WORKERS" "$SELF" launch worker)
 if [ "$dry_run" = 1 ]; then
   echo "# scheduler at $KESTREL_SCHEDULER; binaries in $KESTREL_BIN"
+  [ -z "$WORKER_CMD" ] || echo "# workers: $WORKER_CMD, with PYTHONPATH=$KESTREL_PYTHON"
   printf '%q ' "${command_line[@]}"
   echo
   exit 0
@@ -262,6 +285,12 @@ check_certs() {
   fi
 }
 
+if [ -n "$WORKER_CMD" ] && [ ! -e "$KESTREL_PYTHON/kestrel/_kestrel.so" ]; then
+  echo "run_mpmd.sh: WORKER_CMD is set but KESTREL_PYTHON=$KESTREL_PYTHON holds no kestrel package" \
+    "(kestrel/_kestrel.so): bazel build -c opt //python:site makes it in \$(bazel info -c opt bazel-bin)/python/site;" \
+    "set KESTREL_PYTHON to a copy every host sees" >&2
+  exit 2
+fi
 mkdir -p "$CKPT_DIR" "$OUT_BASE"
 if [ "$INSECURE" = 1 ]; then
   echo "run_mpmd.sh: INSECURE=1: plaintext, unauthenticated gRPC between the processes" >&2

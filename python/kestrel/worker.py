@@ -19,9 +19,24 @@ and on_pass(worker) runs first (dense state to reload, a collective group to for
 """
 import argparse
 import os
+import re
 import sys
 
 import kestrel
+
+
+def seconds(text):
+    """A duration flag's value in seconds: kestrel_worker's form ("90s", "10m", "1h30m", "250ms"; what the launchers
+    pass) or a plain number of seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+\.?\d*|\.\d+)(ns|us|ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a duration (e.g. 90s, 10m, 1h30m, or seconds)")
+    return sum(float(n) * units[u] for n, u in parts)
 
 
 def add_flags(parser):
@@ -38,13 +53,13 @@ def add_flags(parser):
     parser.add_argument("--test_files", default="", help="comma-separated test files (override the config's)")
     parser.add_argument("--metrics_out", default="", help="append JSON-lines records (proto/records.proto) here")
     parser.add_argument("--metrics_append", action="store_true", help="(kestrel_worker's; records always append)")
-    parser.add_argument("--recovery_timeout", type=float, default=600.0,
-                        help="seconds to wait for the job to roll back after training stopped (default 600)")
-    parser.add_argument("--scheduler_timeout", type=float, default=60.0,
-                        help="seconds to retry registering and to wait for the job to form (default 60)")
+    parser.add_argument("--recovery_timeout", type=seconds, default=600.0,
+                        help="how long to wait for a rollback after training stopped (seconds or 10m; default 600)")
+    parser.add_argument("--scheduler_timeout", type=seconds, default=60.0,
+                        help="how long to retry registering and wait for the job to form (seconds or 1m; default 60)")
     # Accepted for command-line compatibility with kestrel_worker; a Python worker computes with PyTorch.
     for name in ("--device", "--compute_threads", "--tensorboard_dir", "--metrics_port", "--metrics_port_file",
-                 "--rank_offset"):
+                 "--metrics_host", "--rank_offset"):
         parser.add_argument(name, default=None, help=argparse.SUPPRESS)
 
 
