@@ -3,7 +3,7 @@
 # 2 kestrel_server and 2 Python workers (kestrel.Worker: the C++ session, over mutual TLS) training DeepFM in PyTorch.
 #   dense weights on the servers (BSP): two runs end with bitwise identical predictions (the same fingerprint); a
 #     server killed with SIGKILL after the first checkpoint (the job rolls back), and a Python worker killed the
-#     same way (the supervisor restarts it and it rejoins), end with those predictions too.
+#     same way (the supervisor restarts it and it rejoins), end with those predictions too. SSP and ASP train.
 #   dense weights allreduced among the workers (gloo): a killed server, and a killed worker, roll the job back to
 #     the checkpoint; the run ends within 0.002 AUC of the uninterrupted one, and the clock log shows every clock
 #     trained by every worker in the final timeline exactly once: the clocks after the checkpoint are redone
@@ -37,10 +37,10 @@ run_job() {
   local name=$1 victim=${2:-}
   "${kestrel[@]}" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" --run_dir="$tmp/$name" \
     --worker_cmd="$python $runfiles/examples/torch/deepfm.py $worker_flags --clock_log=$tmp/$name.clocks" \
-    --compute_threads=1 --checkpoint_every_clocks=20 --heartbeat_interval=300ms &
+    --compute_threads=1 --checkpoint_every_clocks=20 --heartbeat_interval=300ms ${local_flags:-} &
   local local_pid=$!
   if [[ -n "$victim" ]]; then
-    kill_after_first_checkpoint "$tmp/$name" "$victim"
+    kill_after_first_checkpoint "$tmp/$name" "$victim" "${kill_delay:-0}"
   fi
   wait "$local_pid" || { echo "$name: kestrel local failed"; for f in "$tmp/$name"/worker*.log; do tail -n 20 "$f"; done; exit 1; }
   echo "$name: AUC $(summary_field "$tmp/$name/summary.json" auc) fingerprint" \
@@ -103,6 +103,14 @@ restarted servers_killed_worker "worker 1"
 grep -q "registered as worker 1" "$tmp/servers_killed_worker/worker1.log"
 same_predictions servers_killed_worker servers_a
 
+echo "== dense on the servers under SSP(2) (reads through the row cache) and ASP"
+for mode in ssp asp; do
+  local_flags="--consistency=$mode --staleness=2"
+  run_job "servers_$mode"
+  "$python" -c "import sys; assert float(sys.argv[1]) > 0.7, sys.argv[1]" "$(summary_field "$tmp/servers_$mode/summary.json" auc)"
+done
+local_flags=""
+
 worker_flags="--dense=allreduce"
 echo "== dense by allreduce"
 run_job allreduce
@@ -115,8 +123,8 @@ a, b = float(sys.argv[1]), float(sys.argv[2])
 assert abs(a - b) <= 0.002, f'AUC {a} vs {b}'" "$(summary_field "$tmp/$1/summary.json" auc)" "$(summary_field "$tmp/$2/summary.json" auc)"
 }
 
-echo "== dense by allreduce: a server killed mid-run"
-run_job allreduce_killed_server "server 1"
+echo "== dense by allreduce: a server killed mid-run (a few clocks after the checkpoint)"
+kill_delay=0.5 run_job allreduce_killed_server "server 1"
 close_auc allreduce_killed_server allreduce
 check_clocks allreduce_killed_server
 
