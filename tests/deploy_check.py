@@ -1245,22 +1245,31 @@ def check_python_workers(case, where, default, python, num_servers, python_path,
         case.check(error is None, f"{where} task {task}: the Python worker refuses its flags: {error}")
 
 
+# (servers, workers, settings, the PYTHONPATH workers get) of the launches the Slurm and MPI checks make.
+PYTHON_LAUNCHES = ((2, 4, {}, "/opt/kestrel/python/site"), (1, 1, {}, "/opt/kestrel/python/site"),
+                   (3, 2, {"KESTREL_PYTHON": "/shared/site", "PYTHONPATH": "/mine"}, "/shared/site:/mine"))
+
+
+def check_python_launches(case, launcher, make_env, launch, parse):
+    """check_python_workers on each of PYTHON_LAUNCHES: launch(where, env, servers, workers) gives the tasks' argvs,
+    with env = make_env(servers, workers, **settings) and then with WORKER_CMD added."""
+    for num_servers, num_workers, settings, python_path in PYTHON_LAUNCHES:
+        where = f"{launcher} {num_servers} servers {num_workers} workers WORKER_CMD"
+        env = make_env(num_servers, num_workers, **settings)
+        default = launch(where, env, num_servers, num_workers)
+        python = launch(where, dict(env, WORKER_CMD=" ".join(PYTHON_WORKER_CMD)), num_servers, num_workers)
+        if default and python:
+            check_python_workers(case, where, default, python, num_servers, python_path, parse)
+
+
 def slurm_python(case, deploy_dir, parse):
     """kestrel.sbatch with WORKER_CMD: worker tasks run `env PYTHONPATH=<KESTREL_PYTHON>[:PYTHONPATH] WORKER_CMD
     <kestrel_worker's flags>` (KESTREL_PYTHON: python/site beside KESTREL_BIN unless given), other tasks as without;
     a word with whitespace, or no package at KESTREL_PYTHON when the job starts, is refused."""
     sbatch = os.path.join(deploy_dir, "slurm", "kestrel.sbatch")
-    worker_cmd = " ".join(PYTHON_WORKER_CMD)
-    for num_servers, num_workers, settings, python_path in (
-            (2, 4, {}, "/opt/kestrel/python/site"), (1, 1, {}, "/opt/kestrel/python/site"),
-            (3, 2, {"KESTREL_PYTHON": "/shared/site", "PYTHONPATH": "/mine"}, "/shared/site:/mine")):
-        where = f"slurm {num_servers} servers {num_workers} workers WORKER_CMD"
-        env = slurm_env(deploy_dir, num_servers, num_workers, **settings)
-        default = render_slurm(case, where, sbatch, env)
-        python = render_slurm(case, where, sbatch, dict(env, WORKER_CMD=worker_cmd))
-        if default and python:
-            check_python_workers(case, where, default, python, num_servers, python_path, parse)
-    env = slurm_env(deploy_dir, 1, 1, WORKER_CMD=worker_cmd)
+    check_python_launches(case, "slurm", lambda *sizes, **settings: slurm_env(deploy_dir, *sizes, **settings),
+                          lambda where, env, *_: render_slurm(case, where, sbatch, env), parse)
+    env = slurm_env(deploy_dir, 1, 1, WORKER_CMD=" ".join(PYTHON_WORKER_CMD))
     proc = subprocess.run(["bash", sbatch], env=dict(env, KESTREL_PYTHON="/my site"), capture_output=True, text=True,
                           timeout=60)
     case.check(proc.returncode == 2 and "whitespace" in proc.stderr,
@@ -1284,21 +1293,14 @@ def mpi_python(case, deploy_dir, parse):
     python/site beside KESTREL_BIN unless given), other ranks as without; no package at KESTREL_PYTHON when the job
     starts is refused."""
     script = os.path.join(deploy_dir, "mpi", "run_mpmd.sh")
-    worker_cmd = " ".join(PYTHON_WORKER_CMD)
-    for num_servers, num_workers, settings, python_path in (
-            (2, 4, {}, "/opt/kestrel/python/site"), (1, 1, {}, "/opt/kestrel/python/site"),
-            (3, 2, {"KESTREL_PYTHON": "/shared/site", "PYTHONPATH": "/mine"}, "/shared/site:/mine")):
-        where = f"mpi {num_servers} servers {num_workers} workers WORKER_CMD"
-        env = mpi_env(num_servers, num_workers, **settings)
-        default = mpi_argvs(case, where, script, env, num_servers, num_workers)
-        python = mpi_argvs(case, where, script, dict(env, WORKER_CMD=worker_cmd), num_servers, num_workers)
-        check_python_workers(case, where, default, python, num_servers, python_path, parse)
+    check_python_launches(case, "mpi", mpi_env, lambda where, env, *sizes: mpi_argvs(case, where, script, env, *sizes),
+                          parse)
     # The launcher side: KESTREL_PYTHON's default, both settings forwarded, the package required.
     tmp = tempfile.mkdtemp(prefix="kestrel-mpi-python-")
     try:
         env = dict(os.environ, TRAIN_FILES="/d/train.tsv", TEST_FILES="/d/test.tsv", MPIRUN="true",
-                   KESTREL_BIN="/opt/kestrel/bin", WORKER_CMD=worker_cmd, OUT_DIR=os.path.join(tmp, "out"),
-                   CKPT_DIR=os.path.join(tmp, "ckpt"))
+                   KESTREL_BIN="/opt/kestrel/bin", WORKER_CMD=" ".join(PYTHON_WORKER_CMD),
+                   OUT_DIR=os.path.join(tmp, "out"), CKPT_DIR=os.path.join(tmp, "ckpt"))
         env.pop("KESTREL_PYTHON", None)
         proc = subprocess.run(["bash", script, "--dry-run"], env=env, capture_output=True, text=True, timeout=60)
         if case.check(proc.returncode == 0, f"mpi WORKER_CMD: --dry-run failed: {proc.stderr.strip()}"):
