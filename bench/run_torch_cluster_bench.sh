@@ -5,6 +5,8 @@
 #   cpp              kestrel_worker (the built-in DeepFM)
 #   torch-servers    examples/torch/deepfm.py, the dense part (bias + MLP) a dense table on the servers
 #   torch-allreduce  examples/torch/deepfm.py --dense=allreduce, the dense part averaged by a gloo allreduce
+#   torch-bf16       examples/torch/deepfm.py --mlp_bf16: as torch-servers, the MLP's matrix products in bfloat16
+#                    (torch.autocast: oneDNN's AVX512-BF16 kernels where the CPU has them; weights stay float32)
 # and bench/torch_peer.py, plain PyTorch in one process (the tool a user would otherwise pick), as a fourth
 # column. Medians of --runs rounds; the ratios are taken within each round. Also the CPU seconds of each whole
 # job (scheduler, servers and workers: they share this machine's cores) per 1000 training examples, and the bytes
@@ -78,10 +80,11 @@ for r in $(seq "${runs}"); do
   cpp="$(run_job "cpp_${r}")"; echo "cpp: ${cpp}"
   servers="$(run_job "torch_servers_${r}" --worker_cmd="${worker_cmd} --dense=servers")"; echo "torch-servers: ${servers}"
   allreduce="$(run_job "torch_allreduce_${r}" --worker_cmd="${worker_cmd} --dense=allreduce")"; echo "torch-allreduce: ${allreduce}"
+  bf16="$(run_job "torch_bf16_${r}" --worker_cmd="${worker_cmd} --mlp_bf16")"; echo "torch-bf16: ${bf16}"
   peer="$("${python}" bench/torch_peer.py --train "${data}/train.tsv" --test "${data}/test.tsv" --model deepfm \
     --embedding_dim 16 --hidden 256,128 --batch_size 4096 --wide_opt adagrad | tail -1)"
   echo "torch_peer: ${peer}"
-  rounds+=("${cpp}|${servers}|${allreduce}|${peer}")
+  rounds+=("${cpp}|${servers}|${allreduce}|${peer}|${bf16}")
 done
 
 # The dense part's floats: bias, then the MLP over 39 fields x 16 + 13 dense inputs -> 256 -> 128 -> 1.
@@ -94,9 +97,9 @@ out, invocation, commit, train_rows, test_rows, dense, cores, cpu = sys.argv[1:9
 dense = int(dense)
 rows = []
 for r in sys.argv[9:]:
-    cpp, servers, allreduce, peer = r.split("|")
+    cpp, servers, allreduce, peer, bf16 = r.split("|")
     parse = lambda s: dict(zip(("auc", "eps", "cpu", "examples"), map(float, s.split())))
-    rows.append((parse(cpp), parse(servers), parse(allreduce), json.loads(peer)))
+    rows.append((parse(cpp), parse(servers), parse(allreduce), json.loads(peer), parse(bf16)))
 med = lambda f: statistics.median(f(x) for x in rows)
 lines = [
     "# PyTorch workers on a 2+2 cluster: DeepFM in PyTorch vs the built-in C++ worker",
@@ -108,21 +111,23 @@ lines = [
     " workers share this machine's cores. Medians of "
     f"{len(rows)} rounds; each ratio is taken within a round, then its median.",
     "",
-    "| | C++ worker | PyTorch, dense on servers | PyTorch, dense by allreduce | plain PyTorch, 1 process |",
-    "|---|---:|---:|---:|---:|",
-    "| test AUC | %.5f | %.5f | %.5f | %.5f |" % (med(lambda x: x[0]["auc"]), med(lambda x: x[1]["auc"]),
-                                               med(lambda x: x[2]["auc"]), med(lambda x: x[3]["auc"])),
-    "| training examples/s (both workers) | %.0f | %.0f | %.0f | %.0f |" % (
-        med(lambda x: x[0]["eps"]), med(lambda x: x[1]["eps"]), med(lambda x: x[2]["eps"]),
+    "| | C++ worker | PyTorch, dense on servers | PyTorch, dense by allreduce | PyTorch, dense on servers, bf16 MLP "
+    "| plain PyTorch, 1 process |",
+    "|---|---:|---:|---:|---:|---:|",
+    "| test AUC | %.5f | %.5f | %.5f | %.5f | %.5f |" % (
+        med(lambda x: x[0]["auc"]), med(lambda x: x[1]["auc"]), med(lambda x: x[2]["auc"]), med(lambda x: x[4]["auc"]),
+        med(lambda x: x[3]["auc"])),
+    "| training examples/s (both workers) | %.0f | %.0f | %.0f | %.0f | %.0f |" % (
+        med(lambda x: x[0]["eps"]), med(lambda x: x[1]["eps"]), med(lambda x: x[2]["eps"]), med(lambda x: x[4]["eps"]),
         med(lambda x: x[3]["examples_per_second"])),
-    "| examples/s vs the C++ worker | 1 | %.2f | %.2f | %.2f |" % (
+    "| examples/s vs the C++ worker | 1 | %.2f | %.2f | %.2f | %.2f |" % (
         med(lambda x: x[1]["eps"] / x[0]["eps"]), med(lambda x: x[2]["eps"] / x[0]["eps"]),
-        med(lambda x: x[3]["examples_per_second"] / x[0]["eps"])),
-    "| AUC minus the C++ worker's | 0 | %+.5f | %+.5f | %+.5f |" % (
+        med(lambda x: x[4]["eps"] / x[0]["eps"]), med(lambda x: x[3]["examples_per_second"] / x[0]["eps"])),
+    "| AUC minus the C++ worker's | 0 | %+.5f | %+.5f | %+.5f | %+.5f |" % (
         med(lambda x: x[1]["auc"] - x[0]["auc"]), med(lambda x: x[2]["auc"] - x[0]["auc"]),
-        med(lambda x: x[3]["auc"] - x[0]["auc"])),
-    "| CPU seconds of the whole job per 1000 examples | %.3f | %.3f | %.3f | |" % tuple(
-        med(lambda x, i=i: 1000 * x[i]["cpu"] / x[i]["examples"]) for i in range(3)),
+        med(lambda x: x[4]["auc"] - x[0]["auc"]), med(lambda x: x[3]["auc"] - x[0]["auc"])),
+    "| CPU seconds of the whole job per 1000 examples | %.3f | %.3f | %.3f | %.3f | |" % tuple(
+        med(lambda x, i=i: 1000 * x[i]["cpu"] / x[i]["examples"]) for i in (0, 1, 2, 4)),
     "",
     f"Bytes of the dense part (bias + MLP: {dense} floats, {4 * dense / 1e6:.2f} MB) per step, both workers together:",
     f"- on the servers: each worker pulls it and pushes its gradient: {2 * 2 * 4 * dense / 1e6:.2f} MB through the"
@@ -137,8 +142,8 @@ lines = [
 for i, x in enumerate(rows, 1):
     lines.append(f"- round {i}: C++ {x[0]['auc']:.5f} {x[0]['eps']:.0f}/s {x[0]['cpu']:.0f} s; torch-servers "
                  f"{x[1]['auc']:.5f} {x[1]['eps']:.0f}/s {x[1]['cpu']:.0f} s; torch-allreduce {x[2]['auc']:.5f} "
-                 f"{x[2]['eps']:.0f}/s {x[2]['cpu']:.0f} s; plain PyTorch {x[3]['auc']:.5f} "
-                 f"{x[3]['examples_per_second']:.0f}/s")
+                 f"{x[2]['eps']:.0f}/s {x[2]['cpu']:.0f} s; torch-bf16 {x[4]['auc']:.5f} {x[4]['eps']:.0f}/s "
+                 f"{x[4]['cpu']:.0f} s; plain PyTorch {x[3]['auc']:.5f} {x[3]['examples_per_second']:.0f}/s")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -50,6 +50,9 @@ class DeepFM(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(1))
         widths = [(len(fields) + extra_vectors) * dim + dense_dim] + hidden + [1]
         self.mlp = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        # The MLP's matrix products in bfloat16 (torch.autocast; the weights, their updates and everything else
+        # stay float32): oneDNN's AVX512-BF16 kernels where the CPU has them. Default: off (float32 throughout).
+        self.mlp_bf16 = False
 
     def dense_parameters(self):
         # The built-in layout: [bias, each layer's W (inputs x outputs, row-major), b].
@@ -69,11 +72,12 @@ class DeepFM(torch.nn.Module):
         s = stacked.sum(1)
         fm = 0.5 * (s * s - (stacked * stacked).sum(1)).sum(1)
         h = torch.cat([stacked.reshape(len(stacked), -1), torch.from_numpy(batch["dense"])], 1)
-        for i, layer in enumerate(self.mlp):
-            h = layer(h)
-            if i + 1 < len(self.mlp):
-                h = torch.relu(h)
-        return self.bias + wide + fm + h[:, 0]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.mlp_bf16):
+            for i, layer in enumerate(self.mlp):
+                h = layer(h)
+                if i + 1 < len(self.mlp):
+                    h = torch.relu(h)
+        return self.bias + wide + fm + h[:, 0].float()
 
 
 def evaluate(model, config, clock, files=None):
@@ -146,6 +150,7 @@ def run_worker(model_class, args):
     client = worker.client
     create_tables(client, worker.field_tables, dim)
     model = model_class(client, worker.fields, worker.field_tables, worker.dense_dim, dim, settings["hidden"])
+    model.mlp_bf16 = args.mlp_bf16
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
     progress = Progress(worker, args.metrics_out, settings["log_every_steps"])
     if args.dense == "servers":
@@ -203,6 +208,8 @@ def run(model_class, doc, job_id):
     parser.add_argument("--epochs", type=int, default=None, help="in process: epochs (default the config's)")
     parser.add_argument("--dense", choices=["servers", "allreduce"], default="servers",
                         help="a cluster's dense weights: on the servers (default) or allreduced among the workers")
+    parser.add_argument("--mlp_bf16", action="store_true",
+                        help="the MLP's matrix products in bfloat16 (torch.autocast; weights stay float32)")
     parser.add_argument("--clock_log", default="", help="append '<worker id> <clock> <generation>' per step here")
     args = parser.parse_args()
     if kworker.is_cluster_worker(args):
@@ -223,6 +230,7 @@ def run(model_class, doc, job_id):
     create_tables(client, probe.field_tables, settings["embedding_dim"])
     model = model_class(client, probe.fields, probe.field_tables, probe.dense_dim, settings["embedding_dim"],
                         settings["hidden"])
+    model.mlp_bf16 = args.mlp_bf16
     result = train_and_evaluate(client, model, config, args.train, args.test, args.epochs or settings["epochs"],
                                 settings["batch_size"])
     print(f"test AUC {result:.5f}")
