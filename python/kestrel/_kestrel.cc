@@ -88,6 +88,20 @@ const float* RowsOf(const py::array& a, int64_t rows, int64_t dim, const char* w
   return static_cast<const float*>(a.data());
 }
 
+// The channel credentials of the TLS files given (common/tls.h: mutual TLS when they are, plaintext on loopback
+// when not, or anywhere with `insecure`).
+std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, const std::string& cert,
+                                                        const std::string& key, bool insecure) {
+  TlsConfig tls;
+  tls.ca_file = ca;
+  tls.cert_file = cert;
+  tls.key_file = key;
+  tls.insecure = insecure;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
+  Check(credentials.status());
+  return *std::move(credentials);
+}
+
 // Collects a text-format parse's errors for the exception instead of logging them.
 struct TextErrors : google::protobuf::io::ErrorCollector {
   void AddError(int line, int column, const std::string& message) override {
@@ -140,17 +154,12 @@ class Client {
     if (addresses.empty()) throw py::value_error("give the servers' addresses");
     absl::StatusOr<Partition> partition = Partition::Uniform(static_cast<int>(addresses.size()));
     Check(partition.status());
-    TlsConfig tls;
-    tls.ca_file = tls_ca;
-    tls.cert_file = tls_cert;
-    tls.key_file = tls_key;
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
-    Check(credentials.status());
+    std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, false);
     PsClientOptions options;
     options.job_id = job_id;
     options.worker_rank = rank;
     absl::StatusOr<std::unique_ptr<PsClient>> client =
-        NewGrpcPsClient(options, *std::move(partition), addresses, *std::move(credentials));
+        NewGrpcPsClient(options, *std::move(partition), addresses, std::move(credentials));
     Check(client.status());
     auto result = std::unique_ptr<Client>(new Client());
     result->client_ = std::move(client).value();
@@ -388,19 +397,13 @@ class Worker {
     absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job_.data(), job_.model());
     Check(schema.status());
     schema_ = *std::move(schema);
-    TlsConfig tls;
-    tls.ca_file = tls_ca;
-    tls.cert_file = tls_cert;
-    tls.key_file = tls_key;
-    tls.insecure = insecure;
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
-    Check(credentials.status());
+    std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, insecure);
     WorkerSessionOptions options;
     options.scheduler = id->scheduler;
     options.job_id = job_id;
     options.id = id->rank;
     options.address = address;
-    options.credentials = *std::move(credentials);
+    options.credentials = std::move(credentials);
     options.scheduler_timeout = absl::Seconds(scheduler_timeout_s);
     options.recovery_timeout = absl::Seconds(recovery_timeout_s);
     options.row_cache = row_cache;
