@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -100,6 +101,9 @@ ABSL_FLAG(bool, tls, true,
           "a throwaway CA, runs interleaved with the plaintext ones): the report gains the mTLS / plaintext ratio.");
 ABSL_FLAG(int64_t, memory_rows, 1000000, "Rows of the memory-per-row tables (0 skips that section).");
 ABSL_FLAG(int, memory_dim, 16, "Dim of the memory-per-row tables.");
+ABSL_FLAG(bool, memory_only, false,
+          "Measure only the memory per row (in this process, no servers) and print its table; writes no report. "
+          "Default: false.");
 
 namespace kestrel {
 namespace {
@@ -497,13 +501,16 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
   const std::vector<float> grads = MakeGrads(kBatch * dim, rng);
   const RequestContext ctx{kJob};
   const std::pair<const char*, OptimizerConfig::Type> optimizers[] = {
-      {"SGD", OptimizerConfig::SGD}, {"Adagrad", OptimizerConfig::ADAGRAD}, {"Adam", OptimizerConfig::ADAM}};
+      {"SGD", OptimizerConfig::SGD},
+      {"Adagrad", OptimizerConfig::ADAGRAD},
+      {"row-wise Adagrad", OptimizerConfig::ROWWISE_ADAGRAD},
+      {"Adam", OptimizerConfig::ADAM}};
   for (const auto& [label, type] : optimizers) {
     ShardOptions options;
     options.job_id = kJob;
     KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(1));
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(options, partition));
-    const std::string name = absl::StrCat("memory_", label);
+    const std::string name = absl::StrReplaceAll(absl::StrCat("memory_", label), {{" ", "_"}});
     KESTREL_RETURN_IF_ERROR(shard->CreateTable(ctx, MakeTable(name, dim, type)).status());
     const Clock::time_point start = Clock::now();
     for (size_t first = 0; first < keys.size(); first += kBatch) {
@@ -531,6 +538,26 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
 
 // ---------------------------------------------------------------------------------------------------------
 // Report.
+
+// The memory-per-row section: a heading and a table, one row per optimizer.
+std::string MemoryMarkdown(const std::vector<MemoryRow>& memory, int memory_dim) {
+  std::string s = absl::StrCat("## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim, ")\n\n");
+  absl::StrAppend(&s,
+                  "raw bytes = key (8) + values + optimizer slots; memory bytes = arena chunks + hash index "
+                  "(Table::memory_bytes()).\n\n");
+  absl::StrAppend(&s,
+                  "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | M rows per GiB | "
+                  "insert Mrows/s |\n");
+  absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const MemoryRow& mr : memory) {
+    const double raw = static_cast<double>(mr.raw_bytes) / mr.rows;
+    const double mem = static_cast<double>(mr.memory_bytes) / mr.rows;
+    absl::StrAppend(&s, absl::StrFormat("| %s | %d | %.1f | %.1f | %.3f | %.1f | %.2f | %.2f |\n", mr.optimizer,
+                                        mr.rows, raw, mem, mem / raw, mem - raw, (1 << 30) / mem / 1e6,
+                                        mr.insert_rows_per_s / 1e6));
+  }
+  return s;
+}
 
 std::string Markdown(const Machine& m, const std::string& load_start, int servers, int runs, double min_seconds,
                      const std::string& server_binary, const std::vector<Row>& rows,
@@ -612,22 +639,7 @@ std::string Markdown(const Machine& m, const std::string& load_start, int server
   }
   if (!any_goal) absl::StrAppend(&s, "- (this invocation did not measure that configuration)\n");
 
-  if (!memory.empty()) {
-    absl::StrAppend(&s, "\n## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim, ")\n\n");
-    absl::StrAppend(&s,
-                    "raw bytes = key (8) + values + optimizer slots; memory bytes = arena chunks + hash index "
-                    "(Table::memory_bytes()).\n\n");
-    absl::StrAppend(&s,
-                    "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | "
-                    "insert Mrows/s |\n");
-    absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const MemoryRow& mr : memory) {
-      const double raw = static_cast<double>(mr.raw_bytes) / mr.rows;
-      const double mem = static_cast<double>(mr.memory_bytes) / mr.rows;
-      absl::StrAppend(&s, absl::StrFormat("| %s | %d | %.1f | %.1f | %.3f | %.1f | %.2f |\n", mr.optimizer, mr.rows,
-                                          raw, mem, mem / raw, mem - raw, mr.insert_rows_per_s / 1e6));
-    }
-  }
+  if (!memory.empty()) absl::StrAppend(&s, "\n", MemoryMarkdown(memory, memory_dim));
   return s;
 }
 
@@ -775,6 +787,13 @@ absl::Status RunBench(int argc, char** argv) {
   const Machine machine =
       bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  if (absl::GetFlag(FLAGS_memory_only)) {
+    const int dim = absl::GetFlag(FLAGS_memory_dim);
+    KESTREL_ASSIGN_OR_RETURN(std::vector<MemoryRow> memory, MeasureMemory(absl::GetFlag(FLAGS_memory_rows), dim, rng));
+    if (memory.empty()) return absl::InvalidArgumentError("--memory_only needs --memory_rows > 0");
+    std::printf("%s", MemoryMarkdown(memory, dim).c_str());
+    return absl::OkStatus();
+  }
 
   std::printf("ps_bench: %d server(s), keys {%s}, dims {%s}, clients {%s}, %d runs x >= %.2f s\n", num_servers,
               absl::GetFlag(FLAGS_keys).c_str(), absl::GetFlag(FLAGS_dims).c_str(),
@@ -951,7 +970,7 @@ absl::Status RunBench(int argc, char** argv) {
     for (const Row& r : rows) PrintRow(r);
     KESTREL_RETURN_IF_ERROR(CheckServerCounters(*stats_client, bench.net_keys_pulled(), bench.net_keys_pushed()));
     shard.reset();  // free the throughput tables before the memory section
-    std::printf("memory per row: %lld rows x dim %d, SGD / Adagrad / Adam\n",
+    std::printf("memory per row: %lld rows x dim %d, SGD / Adagrad / row-wise Adagrad / Adam\n",
                 static_cast<long long>(absl::GetFlag(FLAGS_memory_rows)), absl::GetFlag(FLAGS_memory_dim));
     std::fflush(stdout);
     KESTREL_ASSIGN_OR_RETURN(memory,

@@ -56,6 +56,28 @@ class Adagrad final : public Optimizer {
   const float lr_, initial_accumulator_, eps_;
 };
 
+// One accumulator per row: acc += mean(g^2) over the row (summed in index order, then divided by dim, so the
+// update is bitwise repeatable), then every value steps by lr * g / (sqrt(acc) + eps).
+class RowwiseAdagrad final : public Optimizer {
+ public:
+  RowwiseAdagrad(int dim, float lr, float initial_accumulator, float eps)
+      : Optimizer(dim), lr_(lr), initial_accumulator_(initial_accumulator), eps_(eps) {}
+  int slot_floats() const override { return 1; }
+  void InitSlots(const float*, float* acc) const override { acc[0] = initial_accumulator_; }
+  void Apply(const float* g_in, float* w_in, float* acc) const override {
+    const float* __restrict g = g_in;
+    float* __restrict w = w_in;
+    float sum_sq = 0;
+    for (int j = 0, n = dim_; j < n; ++j) sum_sq += g[j] * g[j];
+    acc[0] += sum_sq / static_cast<float>(dim_);
+    const float step = lr_ / (std::sqrt(acc[0]) + eps_);
+    for (int j = 0, n = dim_; j < n; ++j) w[j] -= step * g[j];
+  }
+
+ private:
+  const float lr_, initial_accumulator_, eps_;
+};
+
 class Adam final : public Optimizer {
  public:
   Adam(int dim, float lr, float beta1, float beta2, float eps)
@@ -176,10 +198,14 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConf
   switch (c.type()) {
     case OptimizerConfig::SGD:
       return std::unique_ptr<Optimizer>(new Sgd(dim, lr));
-    case OptimizerConfig::ADAGRAD: {
+    case OptimizerConfig::ADAGRAD:
+    case OptimizerConfig::ROWWISE_ADAGRAD: {
       const float acc0 = Or(c.initial_accumulator(), 0.1f), eps = Or(c.epsilon(), 1e-8f);
       for (absl::Status st : {CheckPositive("initial_accumulator", acc0), CheckPositive("epsilon", eps)}) {
         if (!st.ok()) return st;
+      }
+      if (c.type() == OptimizerConfig::ROWWISE_ADAGRAD) {
+        return std::unique_ptr<Optimizer>(new RowwiseAdagrad(dim, lr, acc0, eps));
       }
       return std::unique_ptr<Optimizer>(new Adagrad(dim, lr, acc0, eps));
     }

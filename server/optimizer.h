@@ -3,6 +3,7 @@
 // Each row stores its values followed by slot_floats() floats of optimizer state:
 //   SGD      none                       w -= lr * g
 //   ADAGRAD  acc[dim]                   acc += g^2;  w -= lr * g / (sqrt(acc) + eps)
+//   ROWWISE_ADAGRAD  acc (1)            acc += mean(g^2) over the row;  w -= lr * g / (sqrt(acc) + eps)
 //   ADAM     m[dim], v[dim], step (1)   per-row step t for bias correction (Kingma & Ba, Algorithm 1)
 //   FTRL     z[dim], n[dim]             FTRL-Proximal with L1/L2 (McMahan et al., KDD 2013, Algorithm 1)
 //   ASSIGN   none                       w = g (the pushed value, bit for bit)

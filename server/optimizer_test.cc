@@ -154,6 +154,7 @@ TEST(OptimizerTest, SlotFloatsPerOptimizer) {
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::ADAM), dim)->slot_floats(), 2 * dim + 1);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::FTRL), dim)->slot_floats(), 2 * dim);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::ASSIGN), dim)->slot_floats(), 0);
+    EXPECT_EQ(MustCreate(Config(OptimizerConfig::ROWWISE_ADAGRAD), dim)->slot_floats(), 1);
     EXPECT_EQ(MustCreate(Config(OptimizerConfig::FTRL), dim)->dim(), dim);
   }
 }
@@ -176,6 +177,40 @@ TEST(OptimizerTest, AdagradMatchesReference) {
   const AdagradState ref = RefAdagrad(w0, kGrads, 0.1, 0.5, static_cast<double>(0.01f));
   ExpectClose(row.w.data(), ref.w, "w");
   ExpectClose(row.slots.data(), ref.acc, "acc");
+}
+
+// Row-wise Adagrad against a double-precision reference: one accumulator, grown by the row's mean squared
+// gradient, scales every value's step.
+TEST(OptimizerTest, RowwiseAdagradMatchesReference) {
+  const Vec w0 = {1.0, -2.0, 0.5};
+  OptimizerConfig c = Config(OptimizerConfig::ROWWISE_ADAGRAD, 0.1f);
+  c.set_initial_accumulator(0.5f);
+  c.set_epsilon(0.01f);
+  const auto opt = MustCreate(c, 3);
+  EXPECT_EQ(NewRow(*opt, w0).slots, std::vector<float>(1, 0.5f));
+  const Row row = RunSteps(*opt, w0, kGrads);
+  Vec w = w0;
+  double acc = 0.5;
+  for (const Vec& g : kGrads) {
+    double sum_sq = 0;
+    for (double x : g) sum_sq += x * x;
+    acc += sum_sq / 3;
+    for (size_t j = 0; j < w.size(); ++j) w[j] -= 0.1 * g[j] / (std::sqrt(acc) + static_cast<double>(0.01f));
+  }
+  ExpectClose(row.w.data(), w, "w");
+  EXPECT_NEAR(row.slots[0], acc, 1e-5 * acc);
+}
+
+TEST(OptimizerTest, RowwiseAdagradRefusesWhatAdagradRefuses) {
+  for (const auto& [field, value] : std::vector<std::pair<const char*, float>>{{"initial_accumulator", -1.0f},
+                                                                               {"epsilon", -1e-8f}}) {
+    OptimizerConfig c = Config(OptimizerConfig::ROWWISE_ADAGRAD, 0.1f);
+    if (std::string(field) == "initial_accumulator") c.set_initial_accumulator(value);
+    else c.set_epsilon(value);
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt = Optimizer::Create(c, 4);
+    EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_NE(opt.status().message().find(field), std::string::npos) << opt.status();
+  }
 }
 
 TEST(OptimizerTest, AdamMatchesReference) {
