@@ -1197,7 +1197,11 @@ def python_worker_flags(worker_py):
     """A function argv -> None, or why the Python worker's parser refuses argv: kestrel.worker.add_flags
     (python/kestrel/worker.py, loaded with a stand-in for the compiled kestrel module it imports)."""
     saved = sys.modules.get("kestrel")
-    sys.modules["kestrel"] = types.ModuleType("kestrel")
+    stand_in = types.ModuleType("kestrel")
+    # Duration values are parsed by the compiled module (absl::ParseDuration; //python:client_test checks it):
+    # here only the flags' names and shapes are at stake.
+    stand_in.duration_seconds = lambda text: 0.0
+    sys.modules["kestrel"] = stand_in
     try:
         spec = importlib.util.spec_from_file_location("kestrel_worker_flags", worker_py)
         module = importlib.util.module_from_spec(spec)

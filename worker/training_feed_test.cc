@@ -4,7 +4,6 @@
 #include "worker/training_feed.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -19,14 +18,9 @@
 namespace kestrel {
 namespace {
 
-std::string TmpDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr ? tmp : "/tmp";
-}
-
 // A Criteo TSV file of `lines` distinct examples: example i has label i % 2 and integer feature 0 = i.
 std::string WriteCriteo(const std::string& name, int lines) {
-  const std::string path = TmpDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/" + name;
   std::ofstream out(path);
   for (int i = 0; i < lines; ++i) {
     out << i % 2 << "\t" << i;

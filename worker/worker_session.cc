@@ -107,10 +107,11 @@ absl::Status WorkerSession::Register() {
         }
       });
   // Wait until every server has joined.
+  ClusterView formed;
   while (true) {
     absl::StatusOr<DescribeResponse> d = scheduler_->Describe();
     if (d.ok() && d->view().job_state() != "forming") {
-      pass_.view = d->view();
+      formed = d->view();
       break;
     }
     if (absl::Now() > deadline) {
@@ -119,31 +120,29 @@ absl::Status WorkerSession::Register() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  pass_.rank = reg->rank();
-  pass_.generation = reg->generation();
-  pass_.rollbacks = reg->rollbacks();
-  pass_.clock = reg->clock();
-  pass_.state = reg->state();
-  if (reg->joining()) {  // a rank of a rescale not done yet: its share of the data is known once it is
-    KLOG(Info) << "joining the job in a rescale: waiting for it";
-    while (true) {
-      absl::StatusOr<RegisterResponse> joined = scheduler_->Rejoin(id_, incarnation_);
-      if (joined.ok() && joined->removed()) {
-        return absl::OutOfRangeError("the rescale this worker was to join was given up");
-      }
-      if (joined.ok()) {
-        TakeAnswer(*joined);
-        break;
-      }
-      if (!absl::IsUnavailable(joined.status())) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the rescale this worker was to join did not happen: ", joined.status().ToString()));
-      }
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+  if (!reg->joining()) {
+    TakeAnswer(*reg);
+    pass_.view = formed;  // the registration's view may be from before every server joined
+    pass_.layout_generation = formed.layout_generation();
+    return OpenPass();
   }
-  pass_.layout_generation = pass_.view.layout_generation();
-  return OpenPass();
+  // A rank of a rescale not done yet: its share of the data is known once it is.
+  KLOG(Info) << "joining the job in a rescale: waiting for it";
+  while (true) {
+    absl::StatusOr<RegisterResponse> joined = scheduler_->Rejoin(id_, incarnation_);
+    if (joined.ok() && joined->removed()) {
+      return absl::OutOfRangeError("the rescale this worker was to join was given up");
+    }
+    if (joined.ok()) {
+      TakeAnswer(*joined);
+      return OpenPass();
+    }
+    if (!absl::IsUnavailable(joined.status())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the rescale this worker was to join did not happen: ", joined.status().ToString()));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 void WorkerSession::TakeAnswer(const RegisterResponse& answer) {

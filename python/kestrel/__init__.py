@@ -6,8 +6,8 @@ code and message. kestrel.Worker joins a cluster job as a training worker (kestr
 kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
 model.
 """
-from kestrel._kestrel import (Client, KestrelError, Reader, Worker, auc, feature_keys, fingerprint, job_settings,
-                              logloss, write_record)
+from kestrel._kestrel import (Client, KestrelError, Reader, Worker, auc, duration_seconds, feature_keys, fingerprint,
+                              job_settings, logloss, write_record)
 
-__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "feature_keys", "fingerprint", "job_settings",
-           "logloss", "write_record"]
+__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "duration_seconds", "feature_keys", "fingerprint",
+           "job_settings", "logloss", "write_record"]

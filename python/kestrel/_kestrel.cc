@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/partition.h"
 #include "proto/records.pb.h"
 #include "worker/metrics.h"
@@ -630,6 +631,14 @@ py::dict JobSettings(const std::string& config_text) {
   return out;
 }
 
+// The seconds of a duration in absl's form ("90s", "10m", "1h30m", "250ms"): what kestrel_worker's duration flags
+// take.
+double DurationSeconds(const std::string& text) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d)) throw py::value_error(absl::StrCat("'", text, "' is not a duration (e.g. 90s, 10m)"));
+  return absl::ToDoubleSeconds(d);
+}
+
 // The distinct keys of `keys` in first-seen order and, for each key, the position of its distinct key: a hash
 // set's pass (kestrel.torch pulls each distinct row once per step).
 py::tuple UniqueKeys(const py::array& keys) {
@@ -670,6 +679,8 @@ PYBIND11_MODULE(_kestrel, m) {
   m.def("job_settings", &kestrel::JobSettings, py::arg("config"),
         "A JobConfig's (text format) model type, embedding_dim, hidden widths, batch_size, epochs and seed, "
         "defaults applied.");
+  m.def("duration_seconds", &kestrel::DurationSeconds, py::arg("text"),
+        "The seconds of a duration as kestrel_worker's flags take it (absl::ParseDuration: 90s, 10m, 1h30m).");
   m.def("unique_keys", &kestrel::UniqueKeys, py::arg("keys"),
         "(distinct keys in first-seen order, int64 position of each key's distinct key) of uint64 keys.");
   m.def("feature_keys", &kestrel::FeatureKeys, py::arg("ids"),

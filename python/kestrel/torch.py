@@ -2,8 +2,8 @@
 
 EmbeddingBagCollection looks up pooled features in server-side tables: its forward pulls the rows of the batch's
 unique ids from the servers (through the C++ client) and pools each example's ids per feature (sum, mean or
-sqrt-n, torch.nn.functional.embedding_bag); its backward pushes each unique row's summed gradient to the
-servers, whose optimizer applies it. The rows live on the servers, not in the module: an optimizer over
+sqrt-n: each entry's row, weighted, summed per example); its backward pushes each unique row's summed gradient to
+the servers, whose optimizer applies it. The rows live on the servers, not in the module: an optimizer over
 module.parameters() sees none of them.
 
     ebc = EmbeddingBagCollection(client, {"items": 16}, {"hist_items": ("items", "mean"), "item_id": ("items", "sum")})
@@ -97,7 +97,7 @@ class EmbeddingBagCollection(torch.nn.Module):
             # summed per bag. When every bag holds one entry of weight 1 (single-valued features), the entries'
             # rows are the bags.
             index, bag_of, weights, pooled = [], [], [], []
-            start, bags = 0, 0
+            start, bags, single = 0, 0, True
             for name, k in zip(names, keys):
                 entries = where[start:start + len(k)]
                 bag_starts = torch.as_tensor(np.asarray(inputs[name][1]), dtype=torch.int64)
@@ -109,6 +109,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                         bag_of.append(torch.arange(bags, bags + len(k)))
                         lengths = torch.ones(len(k), dtype=torch.int64)
                     else:
+                        single = False
                         lengths = torch.diff(bag_starts, append=torch.tensor([len(k)]))
                         bag_of.append(torch.repeat_interleave(torch.arange(bags, bags + len(bag_starts)), lengths))
                     weights.append(self._weights(name, lengths, values_of.get(name)))
@@ -118,7 +119,7 @@ class EmbeddingBagCollection(torch.nn.Module):
             if pooled:
                 index, bag_of, weights = torch.cat(index), torch.cat(bag_of), torch.cat(weights)
                 entry_rows = torch.nn.functional.embedding(index, rows)
-                if len(index) == bags and bool((weights == 1).all()):
+                if single and bool((weights == 1).all()):
                     result = entry_rows
                 else:
                     result = torch.zeros(bags, rows.shape[1]).index_add(0, bag_of, entry_rows * weights[:, None])
@@ -166,6 +167,20 @@ class EmbeddingBagCollection(torch.nn.Module):
         return torch.repeat_interleave(per_bag, lengths).float()
 
 
+def _flat_grads(parameters, scale):
+    """The parameters' gradients (zeros where there is none) as one flat tensor, times `scale`."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in parameters]) * scale
+
+
+def _copy_into(tensors, flat):
+    """Copies consecutive runs of `flat` into `tensors`, in order (converting to each one's dtype)."""
+    with torch.no_grad():
+        at = 0
+        for t in tensors:
+            t.copy_(flat[at:at + t.numel()].view_as(t).to(t.dtype))
+            at += t.numel()
+
+
 class ServerDense:
     """A PyTorch module's parameters kept on the servers as one dense table, updated there by its optimizer.
 
@@ -189,17 +204,12 @@ class ServerDense:
     def pull(self, clock=0):
         """Copies the servers' values at `clock` into the parameters and clears their gradients (a step that
         failed before its push leaves some behind)."""
-        values = torch.from_numpy(self.client.pull_dense(self.table, self.size, clock))
-        with torch.no_grad():
-            at = 0
-            for p in self.parameters:
-                p.copy_(values[at:at + p.numel()].view_as(p))
-                p.grad = None
-                at += p.numel()
+        _copy_into(self.parameters, torch.from_numpy(self.client.pull_dense(self.table, self.size, clock)))
+        for p in self.parameters:
+            p.grad = None
 
     def push(self, clock=0, grad_scale=1.0):
-        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                           for p in self.parameters]) * grad_scale
+        grads = _flat_grads(self.parameters, grad_scale)
         self.client.push_dense(self.table, np.ascontiguousarray(grads.detach().numpy(), dtype=np.float32), clock)
         for p in self.parameters:
             p.grad = None
@@ -240,11 +250,11 @@ class Rendezvous:
             if time.monotonic() > deadline or worker.superseded:
                 raise RollbackNeeded("the allreduce rendezvous found no address for rank 0")
             time.sleep(0.1)
-        host, port = addresses[0].rsplit(":", 1)
+        host, port = _host_port(addresses[0])
         prefix = f"kestrel/{worker.rollbacks}.{worker.layout_generation}"
         n = worker.num_workers
         try:
-            store = dist.TCPStore(host, int(port), None, False, self.timeout)
+            store = dist.TCPStore(host, port, None, False, self.timeout)
             arrived = store.add(prefix + "/arrived", 1)
             if arrived > n:
                 raise RollbackNeeded("the allreduce group of this pass formed without this worker")
@@ -266,6 +276,14 @@ class Rendezvous:
             if isinstance(e, RollbackNeeded):
                 raise
             raise RollbackNeeded(f"the allreduce rendezvous at {addresses[0]} failed: {e}") from e
+
+
+def _host_port(address):
+    """(host, port) of a worker's registered "host:port" (from the scheduler; checked before use)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RuntimeError(f"rank 0 registered '{address[:80]}', which is not host:port: no allreduce rendezvous")
+    return host.strip("[]"), int(port)
 
 
 def _route_to(address):
@@ -350,25 +368,20 @@ class AllreduceDense:
         replacement = not self._formed and worker.start_clock > 0
         for p in self.parameters:  # a step that failed before its allreduce leaves gradients behind
             p.grad = None
-        self.group = None
+        self.group = None  # the previous pass's group is done with, whatever the rendezvous gives
         self.group = self.rendezvous.group(worker, grace=self.replacement_grace if replacement else None)
         self._formed = True
         values = torch.from_numpy(worker.client.pull_dense(self.table, self.size, worker.start_clock))
+        if values[0] != 0:  # the written flag: the state of the pass's clock
+            _copy_into(self._state(), values[1:])
+            return
+        # Nothing written yet: everyone starts from rank 0's initial weights.
         with torch.no_grad():
-            if values[0] == 0:  # nothing written yet: everyone starts from rank 0's initial weights
-                for t, initial in zip(self._state(), self._initial):
-                    t.copy_(initial)
-                flat = torch.cat([p.detach().reshape(-1) for p in self.parameters])
-                self._collective(lambda: self.group.broadcast(flat, 0).wait())
-                at = 0
-                for p in self.parameters:
-                    p.copy_(flat[at:at + p.numel()].view_as(p))
-                    at += p.numel()
-                return
-            at = 1
-            for t in self._state():
-                t.copy_(values[at:at + t.numel()].view_as(t).to(t.dtype))
-                at += t.numel()
+            for t, initial in zip(self._state(), self._initial):
+                t.copy_(initial)
+        flat = torch.cat([p.detach().reshape(-1) for p in self.parameters])
+        self._collective(lambda: self.group.broadcast(flat, 0).wait())
+        _copy_into(self.parameters, flat)
 
     def _collective(self, run):
         try:
@@ -378,8 +391,7 @@ class AllreduceDense:
 
     def step(self, clock, grad_scale=1.0):
         """Averages the gradients over the workers, steps the optimizer, and writes the state at `clock`."""
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in self.parameters]) * grad_scale
+        flat = _flat_grads(self.parameters, grad_scale)
         self._collective(lambda: self.group.allreduce([flat]).wait())
         flat /= self.worker.num_workers
         at = 0

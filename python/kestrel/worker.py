@@ -19,24 +19,22 @@ and on_pass(worker) runs first (dense state to reload, a collective group to for
 """
 import argparse
 import os
-import re
 import sys
 
 import kestrel
 
 
 def seconds(text):
-    """A duration flag's value in seconds: kestrel_worker's form ("90s", "10m", "1h30m", "250ms"; what the launchers
-    pass) or a plain number of seconds."""
+    """A duration flag's value in seconds: a plain number of seconds, or kestrel_worker's form ("90s", "10m",
+    "1h30m", "250ms": absl::ParseDuration, through kestrel.duration_seconds), what the launchers pass."""
     try:
         return float(text)
     except ValueError:
         pass
-    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    parts = re.findall(r"(\d+\.?\d*|\.\d+)(ns|us|ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a duration (e.g. 90s, 10m, 1h30m, or seconds)")
-    return sum(float(n) * units[u] for n, u in parts)
+    try:
+        return kestrel.duration_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def add_flags(parser):
@@ -119,10 +117,11 @@ def train(worker, step, on_pass=None):
                 worker.advance(clock + 1)
             worker.wait_all_finished()
             return True
-        except (kestrel.KestrelError, RollbackNeeded, RuntimeError) as error:
+        except RuntimeError as error:  # KestrelError, RollbackNeeded, a collective's error
             if isinstance(error, RollbackNeeded):
                 print(f"kestrel: worker {worker.id}: {error}; asking the job to roll back", file=sys.stderr, flush=True)
-                worker.request_rollback(str(error)[:1000])
+                # The scheduler takes a reason of at most 1024 bytes.
+                worker.request_rollback(str(error).encode()[:1000].decode(errors="ignore"))
             try:
                 if not worker.recover(str(error)):
                     return False

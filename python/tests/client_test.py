@@ -77,5 +77,18 @@ class ClientTest(unittest.TestCase):
         np.testing.assert_array_equal(self.client.pull_dense("dense", 7), np.full(7, -1.0, dtype=np.float32))
 
 
+class WorkerFlagsTest(unittest.TestCase):
+    def test_durations_are_kestrel_workers(self):
+        import argparse
+        from kestrel import worker
+        self.assertEqual(kestrel.duration_seconds("1h30m"), 5400.0)
+        self.assertEqual(kestrel.duration_seconds("250ms"), 0.25)
+        self.assertEqual(worker.seconds("10m"), 600.0)
+        self.assertEqual(worker.seconds("45"), 45.0)
+        for bad in ("10 minutes", "", "m"):
+            with self.assertRaises(argparse.ArgumentTypeError):
+                worker.seconds(bad)
+
+
 if __name__ == "__main__":
     unittest.main()

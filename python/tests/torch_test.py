@@ -66,6 +66,13 @@ class EmbeddingBagCollectionTest(unittest.TestCase):
         for k, i in enumerate(all_ids):  # SGD at rate 1: each row moved by minus its gradient
             torch.testing.assert_close(after[k], before[k] - local[i].grad, rtol=1e-5, atol=1e-6)
 
+    def test_bags_of_any_length_as_many_entries_as_bags(self):
+        # Three entries in three bags, but not one each: an empty bag, then one, then two.
+        self.inputs = {"target": (torch.tensor([7, 8, 9], dtype=torch.int64), torch.tensor([0, 0, 1]))}
+        rows = self.rows_of([7, 8, 9])
+        expected = self.reference({7: rows[0], 8: rows[1], 9: rows[2]})["target"]
+        torch.testing.assert_close(self.ebc(self.inputs, clock=1)["target"], expected, rtol=1e-6, atol=1e-6)
+
     def test_sequences_give_each_entrys_row(self):
         all_ids = [7, 8, 9]
         before = self.rows_of(all_ids)
