@@ -113,10 +113,16 @@ std::vector<uint64_t> Round(int64_t clock) {
   return keys;
 }
 
-TEST(BoundedStoreTest, DiskTierRowsComeBackBitExactThroughCheckpointAndRestore) {
+// A 1 MiB memory budget and a disk tier that never fills.
+CapacityPolicy DiskPolicy() {
   CapacityPolicy policy;
   policy.set_max_memory_bytes(1 << 20);
   policy.set_max_disk_bytes(uint64_t{256} << 20);
+  return policy;
+}
+
+TEST(BoundedStoreTest, DiskTierRowsComeBackBitExactThroughCheckpointAndRestore) {
+  const CapacityPolicy policy = DiskPolicy();
   Server bounded(Root("disk_bounded"), &policy);
   Server reference(Root("disk_reference"), nullptr);
   std::vector<uint64_t> all;
@@ -214,6 +220,40 @@ TEST(BoundedStoreTest, TheServerBudgetIsSharedByRowSize) {
   capped.mutable_capacity()->set_max_memory_bytes(1 << 20);
   ASSERT_TRUE(server.shard->CreateTable(Ctx(0), capped).ok());
   EXPECT_EQ(server.shard->FindTable("capped")->tier_stats().memory_budget, uint64_t{1} << 20);
+}
+
+// The disk tier's reads come from its files; RocksDB, the record, holds the same rows.
+TEST(BoundedStoreTest, ColdReadsFromTheFilesMatchRocksDBCachedOrNot) {
+  const CapacityPolicy policy = DiskPolicy();
+  Server bounded(Root("cold_files"), &policy);
+  Server reference(Root("cold_files_reference"), nullptr);
+  std::vector<uint64_t> all;
+  for (int64_t clock = 1; clock <= 12; ++clock) {
+    const std::vector<uint64_t> keys = Round(clock);
+    bounded.Push(keys, clock);
+    reference.Push(keys, clock);
+    all.insert(all.end(), keys.begin(), keys.end());
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  const TableTierStats stats = bounded.table().tier_stats();
+  ASSERT_GT(stats.disk_rows, all.size() / 3);
+  // The files hold every disk row (and the stale copies of rows brought back, as RocksDB does).
+  const ShardStore::ColdFileStats files = bounded.store->cold_file_stats();
+  EXPECT_GE(files.rows, stats.disk_rows);
+  EXPECT_LE(files.index_bytes, files.rows * 22 + 4096);
+  const std::vector<float> expected = reference.Pull(all, 13);
+  EXPECT_EQ(bounded.Pull(all, 13), expected);
+  bounded.store->TEST_ReadColdFromRocksDB(true);
+  EXPECT_EQ(bounded.Pull(all, 13), expected);
+  bounded.store->TEST_ReadColdFromRocksDB(false);
+  ASSERT_TRUE(bounded.store->TEST_DropColdCachedPages().ok());
+  EXPECT_EQ(bounded.Pull(all, 13), expected);
+  // Pushes bring rows back and spill others with the pages dropped too.
+  ASSERT_TRUE(bounded.store->TEST_DropColdCachedPages().ok());
+  bounded.Push(all, 13);
+  reference.Push(all, 13);
+  EXPECT_EQ(bounded.Pull(all, 14), reference.Pull(all, 14));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -166,6 +167,10 @@ ShardStore::ShardStore(const CheckpointLayout& layout, int shard) : layout_(layo
 ShardStore::~ShardStore() = default;
 
 absl::Status ShardStore::Reset() {
+  {
+    absl::MutexLock lock(&files_mu_);
+    files_.clear();  // a file being read lives until its Read is done
+  }
   db_.reset();
   sst_checksums_.clear();
   const std::string dir = layout_.LiveDir(shard_);
@@ -377,10 +382,59 @@ absl::Status ShardStore::Load(const CheckpointLayout& layout, const CheckpointMa
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<ColdRowFile>> ShardStore::ColdFile(absl::string_view table, int floats,
+                                                                   bool create) {
+  if (table.empty() || table.size() > kMaxTableName) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d: disk tier table names are 1 to %d bytes, not %d", shard_, kMaxTableName, table.size()));
+  }
+  std::shared_ptr<ColdRowFile> file;
+  {
+    absl::ReaderMutexLock lock(&files_mu_);
+    if (auto it = files_.find(table); it != files_.end()) file = it->second;
+  }
+  if (file == nullptr && create) {
+    absl::MutexLock lock(&files_mu_);
+    std::shared_ptr<ColdRowFile>& slot = files_[table];
+    if (slot == nullptr) {
+      // The file name is the table name's hex, never the name itself.
+      const std::string dir = absl::StrCat(layout_.LiveDir(shard_), "/cold");
+      std::error_code error;
+      fs::create_directories(dir, error);
+      if (error) {
+        files_.erase(std::string(table));
+        return absl::UnavailableError(absl::StrCat("cannot create the disk tier directory ", dir, ": ", error.message()));
+      }
+      absl::StatusOr<std::unique_ptr<ColdRowFile>> created =
+          ColdRowFile::Create(absl::StrCat(dir, "/", absl::BytesToHexString(table), ".rows"), floats);
+      if (!created.ok()) {
+        files_.erase(std::string(table));
+        return created.status();
+      }
+      slot = std::move(created).value();
+    }
+    file = slot;
+  }
+  if (file != nullptr && file->floats() != floats) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d: the disk tier holds rows of %d floats for table '%s', not %d: a table's row width cannot change "
+        "while it has rows on disk (restore or rescale first)",
+        shard_, file->floats(), table, floats));
+  }
+  return file;
+}
+
 absl::Status ShardStore::Write(absl::string_view table, absl::Span<const uint64_t> keys,
                                absl::Span<const float> rows) {
   if (keys.empty()) return absl::OkStatus();
   const size_t floats = rows.size() / keys.size();
+  if (floats == 0 || floats > ColdRowFile::kMaxFloats || rows.size() != floats * keys.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard %d: disk tier write of %d keys with %d floats: not a whole row of 1 to %d floats per key", shard_,
+        keys.size(), rows.size(), ColdRowFile::kMaxFloats));
+  }
+  KESTREL_ASSIGN_OR_RETURN(const std::shared_ptr<ColdRowFile> file,
+                           ColdFile(table, static_cast<int>(floats), /*create=*/true));
   rocksdb::WriteBatch batch;
   std::string key;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -389,7 +443,9 @@ absl::Status ShardStore::Write(absl::string_view table, absl::Span<const uint64_
   }
   rocksdb::WriteOptions write_options;
   write_options.disableWAL = true;  // the working store never survives a crash (see the class comment)
-  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier write", shard_));
+  KESTREL_RETURN_IF_ERROR(
+      FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier write", shard_)));
+  return file->Write(keys, rows);
 }
 
 absl::Status ShardStore::Delete(absl::string_view table, absl::Span<const uint64_t> keys) {
@@ -402,12 +458,27 @@ absl::Status ShardStore::Delete(absl::string_view table, absl::Span<const uint64
   }
   rocksdb::WriteOptions write_options;
   write_options.disableWAL = true;
-  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier delete", shard_));
+  KESTREL_RETURN_IF_ERROR(
+      FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier delete", shard_)));
+  std::shared_ptr<ColdRowFile> file;
+  {
+    absl::ReaderMutexLock lock(&files_mu_);
+    if (auto it = files_.find(table); it != files_.end()) file = it->second;
+  }
+  if (file != nullptr) file->Delete(keys);
+  return absl::OkStatus();
 }
 
 absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
                               std::vector<uint8_t>* found) {
   const size_t n = keys.size();
+  found->assign(n, 0);
+  if (n == 0) return absl::OkStatus();
+  if (!cold_reads_from_rocksdb_.load(std::memory_order_relaxed)) {
+    KESTREL_ASSIGN_OR_RETURN(const std::shared_ptr<ColdRowFile> file, ColdFile(table, floats, /*create=*/false));
+    if (file != nullptr) file->Read(keys, rows, absl::MakeSpan(*found));
+    return absl::OkStatus();
+  }
   thread_local std::vector<std::string> stored_keys;
   thread_local std::vector<rocksdb::Slice> slices;
   stored_keys.resize(n);
@@ -422,7 +493,6 @@ absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t
   db_->MultiGet(read_options, db_->DefaultColumnFamily(), n, slices.data(), values.data(), statuses.data(),
                 /*sorted_input=*/false);
   const size_t row_bytes = sizeof(float) * floats;
-  found->assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (statuses[i].IsNotFound()) continue;
     KESTREL_RETURN_IF_ERROR(FromRocks(statuses[i], absl::StrFormat("shard %d: disk tier read", shard_)));
@@ -434,6 +504,28 @@ absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t
     (*found)[i] = 1;
   }
   return absl::OkStatus();
+}
+
+ShardStore::ColdFileStats ShardStore::cold_file_stats() const {
+  ColdFileStats stats;
+  absl::ReaderMutexLock lock(&files_mu_);
+  for (const auto& [name, file] : files_) {
+    stats.rows += file->size();
+    stats.index_bytes += file->memory_bytes();
+    stats.file_bytes += file->file_bytes();
+  }
+  return stats;
+}
+
+absl::StatusOr<uint64_t> ShardStore::TEST_DropColdCachedPages() {
+  absl::ReaderMutexLock lock(&files_mu_);
+  uint64_t resident = 0;
+  for (const auto& [name, file] : files_) {
+    KESTREL_RETURN_IF_ERROR(file->TEST_DropCachedPages());
+    KESTREL_ASSIGN_OR_RETURN(const uint64_t pages, file->ResidentPages());
+    resident += pages;
+  }
+  return resident;
 }
 
 absl::Status CheckpointTableReader::ForEachSketch(

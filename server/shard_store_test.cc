@@ -413,5 +413,64 @@ TEST_F(ShardStoreTest, AssignTableRoundTripsThroughACheckpoint) {
   EXPECT_EQ(std::memcmp(values.data(), pushed.data(), values.size()), 0);
 }
 
+// The ColdTier through the store directly: rows go to RocksDB and the table's file, reads come from the file.
+TEST_F(ShardStoreTest, ColdTierRowsAreWrittenReplacedDeletedAndDiscardedWithTheStore) {
+  auto opened = ShardStore::Open(*layout_, 0);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ShardStore& store = **opened;
+  constexpr int kFloats = 5;
+  std::vector<uint64_t> keys = RandomKeys(300, 4);
+  std::sort(keys.begin(), keys.end());
+  std::vector<float> rows(keys.size() * kFloats);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  // A name that is no file name: the file is named by its hex.
+  const std::string table = "../emb";
+  ASSERT_TRUE(store.Write(table, keys, rows).ok());
+  const std::string file = absl::StrCat(layout_->LiveDir(0), "/cold/2e2e2f656d62.rows");
+  EXPECT_TRUE(fs::exists(file)) << file;
+  EXPECT_EQ(store.cold_file_stats().rows, keys.size());
+  auto read = [&](const std::vector<uint64_t>& k) {
+    std::vector<float> out(k.size() * kFloats, -1.0f);
+    std::vector<uint8_t> found;
+    EXPECT_TRUE(store.Read(table, k, kFloats, out.data(), &found).ok());
+    return std::make_pair(out, found);
+  };
+  EXPECT_EQ(read(keys).first, rows);
+  // The RocksDB path reads the same rows.
+  store.TEST_ReadColdFromRocksDB(true);
+  EXPECT_EQ(read(keys).first, rows);
+  store.TEST_ReadColdFromRocksDB(false);
+
+  // Replace the first key's row, delete the second.
+  const std::vector<float> replaced(kFloats, 42.0f);
+  ASSERT_TRUE(store.Write(table, {keys[0]}, replaced).ok());
+  ASSERT_TRUE(store.Delete(table, {keys[1]}).ok());
+  auto [out, found] = read({keys[0], keys[1], keys[2]});
+  EXPECT_EQ(found, (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + kFloats), replaced);
+  EXPECT_EQ(std::vector<float>(out.begin() + kFloats, out.begin() + 2 * kFloats), std::vector<float>(kFloats, -1.0f));
+  store.TEST_ReadColdFromRocksDB(true);
+  EXPECT_EQ(read({keys[0], keys[1], keys[2]}).second, found);
+  store.TEST_ReadColdFromRocksDB(false);
+
+  // A row width change for the table is refused, writing nothing; so is a read of another width.
+  const absl::Status wider = store.Write(table, {keys[1]}, std::vector<float>(kFloats + 1, 1.0f));
+  EXPECT_EQ(wider.code(), absl::StatusCode::kFailedPrecondition) << wider;
+  EXPECT_EQ(read({keys[1]}).second, std::vector<uint8_t>{0});
+  std::vector<float> six(6);
+  std::vector<uint8_t> found6;
+  EXPECT_EQ(store.Read(table, {keys[0]}, kFloats + 1, six.data(), &found6).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Write(table, keys, std::vector<float>(7)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Write(std::string(200, 'x'), {keys[0]}, replaced).code(), absl::StatusCode::kInvalidArgument);
+
+  // A rebase discards the files with the store: nothing is held, and the next width is free.
+  ASSERT_TRUE(store.Rebase().ok());
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_EQ(store.cold_file_stats().rows, 0u);
+  EXPECT_EQ(read(keys).second, std::vector<uint8_t>(keys.size(), 0));
+  ASSERT_TRUE(store.Write(table, {keys[1]}, std::vector<float>(kFloats + 1, 1.0f)).ok());
+  EXPECT_EQ(fs::file_size(file) % 4096, 0u);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -1,0 +1,362 @@
+// ColdRowFile: a table's disk-tier rows in an mmapped file of fixed-size records (see cold_row_file.h).
+#include "server/cold_row_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+#include "common/status.h"
+#include "server/row_arena.h"
+
+namespace kestrel {
+namespace {
+
+// Pages whose residency a Read samples before deciding to request its batch's pages.
+constexpr size_t kResidencySamples = 8;
+// Keys a Read looks ahead: index entries are prefetched this far ahead, records half as far.
+constexpr size_t kLookahead = 16;
+
+// The 32 hash bits an index entry keeps: the entry's position (low bits) and a filter on the key.
+uint32_t HashOf(uint64_t key) { return static_cast<uint32_t>(Mix64(key) >> 32); }
+uint32_t EntryHash(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
+uint32_t EntrySlot(uint64_t entry) { return static_cast<uint32_t>(entry) - 1; }
+uint64_t MakeEntry(uint32_t hash, uint32_t slot) { return (uint64_t{hash} << 32) | (uint64_t{slot} + 1); }
+
+uint64_t KeyOfRecord(const char* record) {
+  uint64_t key;
+  std::memcpy(&key, record, sizeof(key));
+  return key;
+}
+
+absl::Status ErrnoError(int error, absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(error)));
+}
+
+uint64_t PageBytes() {
+  const long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? static_cast<uint64_t>(page) : 4096;
+}
+
+}  // namespace
+
+ColdRowFile::Layout ColdRowFile::LayoutFor(int floats, size_t segment_bytes) {
+  Layout l;
+  l.record_bytes = sizeof(uint64_t) + sizeof(float) * static_cast<uint64_t>(floats);
+  l.page_bytes = PageBytes();
+  if (l.record_bytes <= l.page_bytes) {
+    l.unit_bytes = l.page_bytes;
+    l.unit_records = static_cast<uint32_t>(l.page_bytes / l.record_bytes);
+  } else {
+    l.unit_bytes = (l.record_bytes + l.page_bytes - 1) / l.page_bytes * l.page_bytes;
+    l.unit_records = 1;
+  }
+  const uint64_t units = std::max<uint64_t>(1, segment_bytes / l.unit_bytes);
+  l.segment_bytes = units * l.unit_bytes;
+  l.segment_records = units * l.unit_records;
+  return l;
+}
+
+absl::StatusOr<std::unique_ptr<ColdRowFile>> ColdRowFile::Create(const std::string& path, int floats,
+                                                                size_t segment_bytes) {
+  if (floats < 1 || floats > kMaxFloats) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("disk tier file %s: rows of %d floats, expected 1 to %d", path, floats, kMaxFloats));
+  }
+  if (segment_bytes == 0) return absl::InvalidArgumentError("disk tier file: segment_bytes must be positive");
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError(errno, "cannot create the disk tier file", path);
+  // Reads through the descriptor (Read's waits) read the page asked for, not a readahead window.
+  posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  return std::unique_ptr<ColdRowFile>(new ColdRowFile(path, fd, floats, LayoutFor(floats, segment_bytes)));
+}
+
+ColdRowFile::ColdRowFile(std::string path, int fd, int floats, const Layout& layout)
+    : path_(std::move(path)), fd_(fd), floats_(floats), layout_(layout) {}
+
+ColdRowFile::~ColdRowFile() {
+  absl::MutexLock lock(&mu_);
+  for (char* base : segments_) munmap(base, layout_.segment_bytes);
+  close(fd_);
+}
+
+ColdRowFile::Place ColdRowFile::PlaceOf(uint32_t slot) const {
+  const uint64_t segment = slot / layout_.segment_records;
+  const uint64_t within = slot % layout_.segment_records;
+  return Place{static_cast<uint32_t>(segment), segment * layout_.segment_bytes + within / layout_.unit_records * layout_.unit_bytes +
+                                                   within % layout_.unit_records * layout_.record_bytes};
+}
+
+char* ColdRowFile::RecordLocked(uint32_t slot) const {
+  const Place place = PlaceOf(slot);
+  return segments_[place.segment] + (place.offset - place.segment * layout_.segment_bytes);
+}
+
+int64_t ColdRowFile::FindLocked(uint64_t key, uint32_t hash) const {
+  if (index_.empty()) return -1;
+  const size_t mask = index_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const uint64_t entry = index_[i];
+    if (entry == 0) return -1;
+    if (EntryHash(entry) == hash && KeyOfRecord(RecordLocked(EntrySlot(entry))) == key) return static_cast<int64_t>(i);
+  }
+}
+
+int64_t ColdRowFile::FirstCandidateLocked(uint32_t hash) const {
+  if (index_.empty()) return -1;
+  const size_t mask = index_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const uint64_t entry = index_[i];
+    if (entry == 0) return -1;
+    if (EntryHash(entry) == hash) return EntrySlot(entry);
+  }
+}
+
+void ColdRowFile::CopyLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
+  if (index_.empty()) return;
+  const size_t n = keys.size(), mask = index_.size() - 1;
+  const size_t row_bytes = sizeof(float) * floats_;
+  thread_local std::vector<uint32_t> hashes;
+  thread_local std::vector<int64_t> candidates;
+  hashes.resize(n);
+  candidates.resize(n);
+  // A pipeline over the keys: hash and prefetch the index entry of key i, find the candidate record of key
+  // i - kLookahead / 2 and prefetch it, copy the row of key i - kLookahead.
+  for (size_t i = 0; i < n + kLookahead; ++i) {
+    if (i < n) {
+      hashes[i] = HashOf(keys[i]);
+      PrefetchLine<0>(&index_[hashes[i] & mask]);
+    }
+    if (i >= kLookahead / 2 && i - kLookahead / 2 < n) {
+      const size_t j = i - kLookahead / 2;
+      candidates[j] = FirstCandidateLocked(hashes[j]);
+      if (candidates[j] >= 0) PrefetchSpan(RecordLocked(static_cast<uint32_t>(candidates[j])), layout_.record_bytes, false);
+    }
+    if (i < kLookahead) continue;
+    const size_t j = i - kLookahead;
+    if (found[j] || candidates[j] < 0) continue;
+    const char* record = RecordLocked(static_cast<uint32_t>(candidates[j]));
+    if (KeyOfRecord(record) != keys[j]) {
+      // Another key with the same hash bits came first: the full lookup.
+      const int64_t pos = FindLocked(keys[j], hashes[j]);
+      if (pos < 0) continue;
+      record = RecordLocked(EntrySlot(index_[pos]));
+    }
+    std::memcpy(rows + j * static_cast<size_t>(floats_), record + sizeof(uint64_t), row_bytes);
+    found[j] = 1;
+  }
+}
+
+bool ColdRowFile::SampleResidentLocked(absl::Span<const uint64_t> keys) const {
+  // Keys spread over the batch, at most kResidencySamples held ones among 4x as many looked up.
+  const size_t stride = std::max<size_t>(1, keys.size() / (4 * kResidencySamples));
+  size_t checked = 0;
+  for (size_t i = 0; i < keys.size() && checked < kResidencySamples; i += stride) {
+    const int64_t slot = FirstCandidateLocked(HashOf(keys[i]));
+    if (slot < 0) continue;
+    ++checked;
+    const uintptr_t record = reinterpret_cast<uintptr_t>(RecordLocked(static_cast<uint32_t>(slot)));
+    unsigned char resident = 0;
+    if (mincore(reinterpret_cast<void*>(record / layout_.page_bytes * layout_.page_bytes), layout_.page_bytes,
+                &resident) != 0 ||
+        (resident & 1) == 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
+  if (keys.empty()) return;
+  thread_local std::vector<uint64_t> offsets;
+  offsets.clear();
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (rows_ == 0) return;
+    if (SampleResidentLocked(keys)) {
+      CopyLocked(keys, rows, found);
+      return;
+    }
+    for (uint64_t key : keys) {
+      const int64_t slot = FirstCandidateLocked(HashOf(key));
+      if (slot >= 0) offsets.push_back(PlaceOf(static_cast<uint32_t>(slot)).offset);
+    }
+  }
+  // Not cached: ask for every page of the batch at once (the device reads them in parallel), then wait for them
+  // outside the lock, so pushes that spill rows meanwhile are not held up by the reads. A page that a Write
+  // reuses meanwhile costs nothing: CopyLocked looks every key up again.
+  const uint64_t page = layout_.page_bytes;
+  std::sort(offsets.begin(), offsets.end());
+  uint64_t requested_end = 0;
+  for (uint64_t offset : offsets) {
+    const uint64_t first = std::max(offset / page * page, requested_end);
+    const uint64_t end = (offset + layout_.record_bytes + page - 1) / page * page;
+    if (first >= end) continue;
+    posix_fadvise(fd_, static_cast<off_t>(first), static_cast<off_t>(end - first), POSIX_FADV_WILLNEED);
+    requested_end = end;
+  }
+  uint64_t waited_end = 0;
+  for (uint64_t offset : offsets) {
+    for (uint64_t p = std::max(offset / page * page, waited_end); p < offset + layout_.record_bytes; p += page) {
+      char byte;
+      // A pread of one byte returns once the page is read (an error only leaves the copy to fault it in).
+      (void)!pread(fd_, &byte, 1, static_cast<off_t>(p));
+      waited_end = p + page;
+    }
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  CopyLocked(keys, rows, found);
+}
+
+absl::StatusOr<uint32_t> ColdRowFile::AllocateSlotLocked() {
+  if (!free_slots_.empty()) {
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  if (next_slot_ == segments_.size() * layout_.segment_records) KESTREL_RETURN_IF_ERROR(AddSegmentLocked());
+  return next_slot_++;
+}
+
+absl::Status ColdRowFile::AddSegmentLocked() {
+  const uint64_t offset = segments_.size() * layout_.segment_bytes;
+  // Blocks are reserved now: a store through the mapping into a hole of a full disk would be a SIGBUS.
+  if (const int error = posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(layout_.segment_bytes));
+      error != 0) {
+    return ErrnoError(error, absl::StrFormat("cannot grow to %d bytes: the disk tier file", offset + layout_.segment_bytes),
+                      path_);
+  }
+  void* base = mmap(nullptr, layout_.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(offset));
+  if (base == MAP_FAILED) return ErrnoError(errno, "cannot map the disk tier file", path_);
+  // A fault reads its page, not a readahead window around it.
+  madvise(base, layout_.segment_bytes, MADV_RANDOM);
+  segments_.push_back(static_cast<char*>(base));
+  return absl::OkStatus();
+}
+
+void ColdRowFile::GrowIndexLocked() {
+  const size_t capacity = index_.empty() ? 16 : index_.size() * 2;
+  std::vector<uint64_t> index(capacity, 0);
+  const size_t mask = capacity - 1;
+  for (uint64_t entry : index_) {
+    if (entry == 0) continue;
+    size_t i = EntryHash(entry) & mask;
+    while (index[i] != 0) i = (i + 1) & mask;
+    index[i] = entry;
+  }
+  index_.swap(index);
+}
+
+void ColdRowFile::EraseAtLocked(size_t pos) {
+  const size_t mask = index_.size() - 1;
+  size_t hole = pos;
+  for (size_t j = (hole + 1) & mask; index_[j] != 0; j = (j + 1) & mask) {
+    const size_t home = EntryHash(index_[j]) & mask;
+    // The entry at j may fill the hole unless its home lies cyclically in (hole, j].
+    if (((j - home) & mask) >= ((j - hole) & mask)) {
+      index_[hole] = index_[j];
+      hole = j;
+    }
+  }
+  index_[hole] = 0;
+}
+
+absl::Status ColdRowFile::Write(absl::Span<const uint64_t> keys, absl::Span<const float> rows) {
+  if (rows.size() != keys.size() * static_cast<size_t>(floats_)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "disk tier file %s holds rows of %d floats; a write of %d keys brought %d floats", path_, floats_,
+        keys.size(), rows.size()));
+  }
+  const size_t row_bytes = sizeof(float) * floats_;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t hash = HashOf(keys[i]);
+    const float* row = rows.data() + i * static_cast<size_t>(floats_);
+    if (const int64_t pos = FindLocked(keys[i], hash); pos >= 0) {
+      std::memcpy(RecordLocked(EntrySlot(index_[pos])) + sizeof(uint64_t), row, row_bytes);
+      continue;
+    }
+    if (rows_ >= kMaxRows) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "disk tier file %s holds %d rows, its limit: spread the table over more servers", path_, rows_));
+    }
+    if ((rows_ + 1) * 4 > index_.size() * 3) GrowIndexLocked();
+    KESTREL_ASSIGN_OR_RETURN(const uint32_t slot, AllocateSlotLocked());
+    char* record = RecordLocked(slot);
+    std::memcpy(record, &keys[i], sizeof(uint64_t));
+    std::memcpy(record + sizeof(uint64_t), row, row_bytes);
+    const size_t mask = index_.size() - 1;
+    size_t p = hash & mask;
+    while (index_[p] != 0) p = (p + 1) & mask;
+    index_[p] = MakeEntry(hash, slot);
+    ++rows_;
+  }
+  return absl::OkStatus();
+}
+
+void ColdRowFile::Delete(absl::Span<const uint64_t> keys) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t key : keys) {
+    const int64_t pos = FindLocked(key, HashOf(key));
+    if (pos < 0) continue;
+    free_slots_.push_back(EntrySlot(index_[pos]));
+    EraseAtLocked(static_cast<size_t>(pos));
+    --rows_;
+  }
+  if (rows_ == 0) {
+    // Every slot is free: start from the file's beginning again.
+    free_slots_.clear();
+    next_slot_ = 0;
+  }
+}
+
+uint64_t ColdRowFile::size() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return rows_;
+}
+
+uint64_t ColdRowFile::memory_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return index_.capacity() * sizeof(uint64_t) + free_slots_.capacity() * sizeof(uint32_t) +
+         segments_.capacity() * sizeof(char*);
+}
+
+uint64_t ColdRowFile::file_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return segments_.size() * layout_.segment_bytes;
+}
+
+absl::StatusOr<uint64_t> ColdRowFile::ResidentPages() const {
+  absl::ReaderMutexLock lock(&mu_);
+  const uint64_t page = layout_.page_bytes;
+  std::vector<unsigned char> pages(layout_.segment_bytes / page);
+  uint64_t resident = 0;
+  for (char* base : segments_) {
+    if (mincore(base, layout_.segment_bytes, pages.data()) != 0) return ErrnoError(errno, "mincore on", path_);
+    for (unsigned char p : pages) resident += p & 1;
+  }
+  return resident;
+}
+
+absl::Status ColdRowFile::TEST_DropCachedPages() {
+  absl::MutexLock lock(&mu_);
+  for (char* base : segments_) {
+    if (msync(base, layout_.segment_bytes, MS_SYNC) != 0) return ErrnoError(errno, "msync", path_);
+    // Unmapped from this process (the pages stay in the page cache, dirty ones marked so): else the page cache
+    // keeps them for the mapping.
+    if (madvise(base, layout_.segment_bytes, MADV_DONTNEED) != 0) return ErrnoError(errno, "madvise DONTNEED", path_);
+  }
+  if (fdatasync(fd_) != 0) return ErrnoError(errno, "fdatasync", path_);
+  if (const int error = posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED); error != 0) {
+    return ErrnoError(error, "posix_fadvise DONTNEED", path_);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kestrel
