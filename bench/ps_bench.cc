@@ -500,18 +500,29 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
   constexpr size_t kBatch = 1 << 16;
   const std::vector<float> grads = MakeGrads(kBatch * dim, rng);
   const RequestContext ctx{kJob};
-  const std::pair<const char*, OptimizerConfig::Type> optimizers[] = {
-      {"SGD", OptimizerConfig::SGD},
-      {"Adagrad", OptimizerConfig::ADAGRAD},
-      {"row-wise Adagrad", OptimizerConfig::ROWWISE_ADAGRAD},
-      {"Adam", OptimizerConfig::ADAM}};
-  for (const auto& [label, type] : optimizers) {
+  struct Variant {
+    const char* label;
+    OptimizerConfig::Type optimizer;
+    ValueType storage;  // TableConfig.storage.type
+  };
+  const Variant variants[] = {
+      {"fp32 SGD", OptimizerConfig::SGD, VALUE_TYPE_FLOAT32},
+      {"fp32 Adagrad", OptimizerConfig::ADAGRAD, VALUE_TYPE_FLOAT32},
+      {"fp32 row-wise Adagrad", OptimizerConfig::ROWWISE_ADAGRAD, VALUE_TYPE_FLOAT32},
+      {"fp32 Adam", OptimizerConfig::ADAM, VALUE_TYPE_FLOAT32},
+      {"bf16 Adagrad", OptimizerConfig::ADAGRAD, VALUE_TYPE_BFLOAT16},
+      {"bf16 row-wise Adagrad", OptimizerConfig::ROWWISE_ADAGRAD, VALUE_TYPE_BFLOAT16},
+      {"fp16 row-wise Adagrad", OptimizerConfig::ROWWISE_ADAGRAD, VALUE_TYPE_FLOAT16},
+      {"bf16 SGD", OptimizerConfig::SGD, VALUE_TYPE_BFLOAT16}};
+  for (const auto& [label, type, storage] : variants) {
     ShardOptions options;
     options.job_id = kJob;
     KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(1));
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(options, partition));
     const std::string name = absl::StrReplaceAll(absl::StrCat("memory_", label), {{" ", "_"}});
-    KESTREL_RETURN_IF_ERROR(shard->CreateTable(ctx, MakeTable(name, dim, type)).status());
+    TableConfig config = MakeTable(name, dim, type);
+    config.mutable_storage()->set_type(storage);
+    KESTREL_RETURN_IF_ERROR(shard->CreateTable(ctx, config).status());
     const Clock::time_point start = Clock::now();
     for (size_t first = 0; first < keys.size(); first += kBatch) {
       const size_t n = std::min(kBatch, keys.size() - first);
@@ -543,18 +554,23 @@ absl::StatusOr<std::vector<MemoryRow>> MeasureMemory(int64_t rows, int dim, std:
 std::string MemoryMarkdown(const std::vector<MemoryRow>& memory, int memory_dim) {
   std::string s = absl::StrCat("## Memory per row (in-process, ", memory[0].rows, " rows x dim ", memory_dim, ")\n\n");
   absl::StrAppend(&s,
-                  "raw bytes = key (8) + values + optimizer slots; memory bytes = arena chunks + hash index "
-                  "(Table::memory_bytes()).\n\n");
+                  "raw bytes = key (8) + values (fp32, or bf16/fp16: TableConfig.storage) + optimizer slots; "
+                  "memory bytes = arena chunks + hash index + row flags (Table::memory_bytes()); rows vs fp32 "
+                  "Adagrad = its memory B/row over this one's (the rows a budget holds, relative).\n\n");
   absl::StrAppend(&s,
-                  "| optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | M rows per GiB | "
-                  "insert Mrows/s |\n");
-  absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+                  "| values, optimizer | rows | raw B/row | memory B/row | memory / raw | overhead B/row | "
+                  "M rows per GiB | rows vs fp32 Adagrad | insert Mrows/s |\n");
+  absl::StrAppend(&s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  double adagrad = 0;  // memory B/row of fp32 Adagrad
+  for (const MemoryRow& mr : memory) {
+    if (mr.optimizer == "fp32 Adagrad") adagrad = static_cast<double>(mr.memory_bytes) / mr.rows;
+  }
   for (const MemoryRow& mr : memory) {
     const double raw = static_cast<double>(mr.raw_bytes) / mr.rows;
     const double mem = static_cast<double>(mr.memory_bytes) / mr.rows;
-    absl::StrAppend(&s, absl::StrFormat("| %s | %d | %.1f | %.1f | %.3f | %.1f | %.2f | %.2f |\n", mr.optimizer,
-                                        mr.rows, raw, mem, mem / raw, mem - raw, (1 << 30) / mem / 1e6,
-                                        mr.insert_rows_per_s / 1e6));
+    absl::StrAppend(&s, absl::StrFormat("| %s | %d | %.1f | %.1f | %.3f | %.1f | %.2f | %.2fx | %.2f |\n",
+                                        mr.optimizer, mr.rows, raw, mem, mem / raw, mem - raw, (1 << 30) / mem / 1e6,
+                                        adagrad / mem, mr.insert_rows_per_s / 1e6));
   }
   return s;
 }

@@ -295,22 +295,24 @@ BoundedPull::BoundedPull(const BoundedPolicy& policy, int64_t clock)
   missing_.clear();
 }
 
-absl::Status BoundedPull::Finish(absl::Span<const uint64_t> keys, float* out, int dim, const Initializer& init) {
+absl::Status BoundedPull::Finish(absl::Span<const uint64_t> keys, float* out, const RowValues& values,
+                                const Initializer& init) {
   if (!missing_.empty()) {
     thread_local std::vector<float> cold_rows;
     thread_local std::vector<uint8_t> found;
     const size_t floats = policy_.stored_floats_;
-    const size_t row_bytes = sizeof(float) * dim;
+    const int dim = values.dim();
     KESTREL_RETURN_IF_ERROR(policy_.ReadCold(keys, missing_, &cold_rows, &found));
     for (size_t j = 0; j < missing_.size(); ++j) {
       const uint32_t i = missing_[j];
       float* dst = out + static_cast<size_t>(i) * dim;
       const float* stored = cold_rows.data() + j * floats;
       if (found[j] && !policy_.StoredExpiredAt(stored, clock_)) {
-        std::memcpy(dst, stored, row_bytes);
+        values.Decode(stored, dst);
         ++disk_hits_;
       } else {
         init.Fill(keys[i], dst, dim);
+        values.Round(dst);
         ++misses_;
       }
     }

@@ -39,6 +39,7 @@
 #include "server/initializer.h"
 #include "server/key_stripes.h"
 #include "server/row_arena.h"
+#include "server/row_values.h"
 
 namespace kestrel {
 
@@ -279,9 +280,9 @@ class BoundedPull {
     return true;
   }
   void Miss() { ++misses_; }
-  // Reads the deferred rows from disk into `out` (dim floats per request position; initial values for rows
-  // absent or expired there) and counts the request's hits and misses.
-  absl::Status Finish(absl::Span<const uint64_t> keys, float* out, int dim, const Initializer& init);
+  // Reads the deferred rows from disk into `out` (dim floats per request position, decoded by `values`; initial
+  // values, rounded as stored, for rows absent or expired there) and counts the request's hits and misses.
+  absl::Status Finish(absl::Span<const uint64_t> keys, float* out, const RowValues& values, const Initializer& init);
 
  private:
   const BoundedPolicy& policy_;
@@ -320,7 +321,9 @@ class UnboundedPull {
   void Hit() {}
   bool Defer(uint32_t) { return false; }
   void Miss() {}
-  absl::Status Finish(absl::Span<const uint64_t>, float*, int, const Initializer&) { return absl::OkStatus(); }
+  absl::Status Finish(absl::Span<const uint64_t>, float*, const RowValues&, const Initializer&) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace kestrel

@@ -279,8 +279,13 @@ TEST(BoundedTableTest, EvictionKeepsTheIndexConsistent) {
   EXPECT_EQ(Pull(*table, sorted, 300), expected);
 }
 
-TEST(BoundedTableTest, RowsMovedToDiskComeBackBitExactWithOptimizerState) {
-  const TableConfig config = Bounded(/*admit_after=*/0, /*ttl=*/0, 1 << 20, 64 << 20);
+// (fp32, and bf16 values with stochastic rounding: the disk holds the stored form, which comes back exactly.)
+class BoundedStorageTest : public ::testing::TestWithParam<ValueType> {};
+
+TEST_P(BoundedStorageTest, RowsMovedToDiskComeBackBitExactWithOptimizerState) {
+  TableConfig config = Bounded(/*admit_after=*/0, /*ttl=*/0, 1 << 20, 64 << 20);
+  config.mutable_storage()->set_type(GetParam());
+  config.mutable_storage()->set_stochastic_rounding(GetParam() != VALUE_TYPE_FLOAT32);
   auto table = MustCreate(config);
   table->SetMemoryBudget(1 << 20);
   MapTier disk;
@@ -300,7 +305,7 @@ TEST(BoundedTableTest, RowsMovedToDiskComeBackBitExactWithOptimizerState) {
     }
     const std::vector<float> g = Grads(keys, clock);
     ASSERT_TRUE(table->Push(keys, g.data(), clock).ok());
-    ASSERT_TRUE(reference->Push(keys, g.data()).ok());
+    ASSERT_TRUE(reference->Push(keys, g.data(), clock).ok());
     all.insert(all.end(), keys.begin(), keys.end());
   }
   std::sort(all.begin(), all.end());
@@ -319,10 +324,12 @@ TEST(BoundedTableTest, RowsMovedToDiskComeBackBitExactWithOptimizerState) {
     const std::vector<uint64_t> some(all.begin() + i, all.begin() + std::min(all.size(), i + 2000));
     const std::vector<float> g = Grads(some, 99);
     ASSERT_TRUE(table->Push(some, g.data(), 42).ok());
-    ASSERT_TRUE(reference->Push(some, g.data()).ok());
+    ASSERT_TRUE(reference->Push(some, g.data(), 42).ok());
   }
   EXPECT_EQ(Pull(*table, all, 43), Pull(*reference, all, 0));
 }
+
+INSTANTIATE_TEST_SUITE_P(Storage, BoundedStorageTest, ::testing::Values(VALUE_TYPE_FLOAT32, VALUE_TYPE_BFLOAT16));
 
 TEST(BoundedTableTest, ADiskFailureIsReportedAndLosesNothingEvicted) {
   const TableConfig config = Bounded(/*admit_after=*/0, /*ttl=*/0, 512 << 10, 64 << 20);

@@ -41,6 +41,7 @@ absl::Status Table::CheckShape(const TableConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table '%s': wire_type %d is no ValueType", config.name(), config.wire_type()));
   }
+  KESTREL_RETURN_IF_ERROR(RowValues::Check(config));
   if (config.kind() == TableConfig::DENSE &&
       (config.dense_size() == 0 || config.dense_size() > kMaxDenseSize)) {
     return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size in [1, %d], got %d",
@@ -90,7 +91,8 @@ Table::Table(const TableConfig& config, KeyRange span, Initializer init, std::un
     : config_(config),
       key_stripes_(span),
       dim_(config.dim()),
-      row_floats_(kKeyFloats + config.dim() + optimizer->slot_floats() + (config.has_capacity() ? kMetaFloats : 0)),
+      values_(config),
+      row_floats_(kKeyFloats + values_.words() + optimizer->slot_floats() + (config.has_capacity() ? kMetaFloats : 0)),
       init_(init),
       optimizer_(std::move(optimizer)),
       policy_(config, row_floats_),
@@ -102,10 +104,41 @@ Table::Table(const TableConfig& config, KeyRange span, Initializer init, std::un
   }
 }
 
+namespace {
+
+// dim fp32 values of the row being updated (compact storage), per thread.
+float* ScratchValues() {
+  thread_local std::vector<float> scratch(Table::kMaxDim);
+  return scratch.data();
+}
+
+}  // namespace
+
 void Table::InitRow(float* row, uint64_t key) const {
   float* values = row + kKeyFloats;
-  init_.Fill(key, values, dim_);
-  optimizer_->InitSlots(values, values + dim_);
+  float* slots = values + values_.words();
+  if (!values_.compact()) {
+    init_.Fill(key, values, dim_);
+    optimizer_->InitSlots(values, slots);
+    return;
+  }
+  float* w = ScratchValues();
+  InitialValues(key, w);
+  optimizer_->InitSlots(w, slots);
+  values_.Encode(w, values, /*noise=*/0);  // exact: already rounded
+}
+
+void Table::ApplyGradient(uint64_t key, const float* g, float* row, int64_t clock) const {
+  float* values = row + kKeyFloats;
+  float* slots = values + values_.words();
+  if (!values_.compact()) {
+    optimizer_->Apply(g, values, slots);
+    return;
+  }
+  float* w = ScratchValues();
+  values_.Decode(values, w);
+  optimizer_->Apply(g, w, slots);
+  values_.Encode(w, values, values_.Noise(key, clock));
 }
 
 template <typename Visit>
@@ -153,19 +186,23 @@ absl::Status Table::PullWith(absl::Span<const uint64_t> keys, const StripedKeys&
       if (id >= 0) {
         const float* row = s.rows.row(static_cast<uint32_t>(id));
         if (hooks.Live(row)) {
-          std::memcpy(dst, row + kKeyFloats, row_bytes);
+          if (values_.compact()) {
+            values_.Decode(row + kKeyFloats, dst);
+          } else {
+            std::memcpy(dst, row + kKeyFloats, row_bytes);
+          }
           hooks.Hit();
           return true;
         }
       } else if (hooks.Defer(i)) {
         return true;
       }
-      init_.Fill(keys[i], dst, dim_);
+      InitialValues(keys[i], dst);
       hooks.Miss();
       return true;
     });
   }
-  return hooks.Finish(keys, out, dim_, init_);
+  return hooks.Finish(keys, out, values_, init_);
 }
 
 absl::Status Table::Push(absl::Span<const uint64_t> keys, const float* grads, int64_t clock) {
@@ -216,8 +253,7 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
         }
         hooks.Inserted(new_id, fresh);
       }
-      float* values = row + kKeyFloats;
-      optimizer_->Apply(grads + static_cast<size_t>(i) * dim_, values, values + dim_);
+      ApplyGradient(key, grads + static_cast<size_t>(i) * dim_, row, clock);
       hooks.Pushed(row);
       return true;
     });
@@ -279,7 +315,7 @@ void Table::ForEachRow(const std::function<void(uint64_t, const float*, const fl
     absl::ReaderMutexLock lock(&s.mu);
     for (uint32_t id = 0; id < s.rows.size(); ++id) {
       const float* r = s.rows.row(id);
-      fn(RowArena::KeyOf(r), r + kKeyFloats, r + kKeyFloats + dim_);
+      fn(RowArena::KeyOf(r), r + kKeyFloats, r + kKeyFloats + values_.words());
     }
   }
 }
@@ -390,7 +426,7 @@ absl::Status Table::LoadRow(uint64_t key, absl::Span<const float> row) {
 absl::StatusOr<int> Table::StoredFloats(const TableConfig& config) {
   KESTREL_RETURN_IF_ERROR(CheckShape(config));
   KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(config.optimizer(), config.dim()));
-  return config.dim() + optimizer->slot_floats() + (config.has_capacity() ? kMetaFloats : 0);
+  return RowValues::WordsFor(config) + optimizer->slot_floats() + (config.has_capacity() ? kMetaFloats : 0);
 }
 
 bool Table::sketch_dirty() const {

@@ -2,7 +2,9 @@
 //
 // Storage. The table is split into KeyStripes::kCount lock stripes, each a contiguous slice of the shard's key
 // span holding its rows in a RowArena ([key | values | optimizer slots | meta] per row, found through an
-// open-addressing index). A request takes each stripe's lock once (KeyStripes): concurrent requests from many
+// open-addressing index). Values are fp32, or bf16/fp16 two to a word (TableConfig.storage, RowValues: updated in
+// fp32 and rounded once per push); everything that copies rows (checkpoints, replicas, rescales, the disk tier)
+// carries the stored form. A request takes each stripe's lock once (KeyStripes): concurrent requests from many
 // workers rarely contend and there is no table-wide lock. Pulls take stripes shared, pushes exclusive.
 //
 // Rows are created on first push with the table's initializer; a pull of an absent key returns the same
@@ -37,6 +39,7 @@
 #include "server/key_stripes.h"
 #include "server/optimizer.h"
 #include "server/row_arena.h"
+#include "server/row_values.h"
 
 namespace kestrel {
 
@@ -45,7 +48,7 @@ class Table {
  public:
   static constexpr int kStripeBits = KeyStripes::kBits;
   static constexpr int kStripes = KeyStripes::kCount;
-  static constexpr int kMaxDim = 4096;
+  static constexpr int kMaxDim = RowValues::kMaxDim;
   // Largest dense tensor, in floats (2^36, 256 GiB).
   static constexpr uint64_t kMaxDenseSize = uint64_t{1} << 36;
   // The most admit_after can be (the admission sketch's 8-bit counters).
@@ -70,6 +73,8 @@ class Table {
   int dim() const { return dim_; }
   // Floats of optimizer state per row.
   int slot_floats() const { return optimizer_->slot_floats(); }
+  // How the values are stored: words() 32-bit words of a stored row hold its dim values.
+  const RowValues& values() const { return values_; }
   // Whether the config has a capacity policy (rows carry meta).
   bool bounded() const { return policy_.bounded(); }
   // Dense tables: the number of blocks (Partition::DenseBlockCount); 0 for sparse ones.
@@ -95,7 +100,7 @@ class Table {
   uint64_t num_rows() const;
   // Bytes held in memory: arena chunks, hash index, row flags, tombstones and admission sketch.
   uint64_t memory_bytes() const;
-  // Bytes of the rows themselves: rows in memory * (8 + 4 * (dim + slot_floats + meta)).
+  // Bytes of the rows themselves: rows in memory * (8 + 4 * (value words + slot_floats + meta)).
   uint64_t raw_bytes() const;
   TableTierStats tier_stats() const;
 
@@ -119,7 +124,7 @@ class Table {
   absl::Status LoadRow(uint64_t key, absl::Span<const float> row);
   // Drops every row, tombstone and admission count (a restore starts from an empty table and store).
   void Clear();
-  // Floats of a stored row: dim() + slot_floats() + kMetaFloats if bounded.
+  // Floats (32-bit words) of a stored row: values().words() + slot_floats() + kMetaFloats if bounded.
   int stored_floats() const { return row_floats_ - RowArena::kKeyFloats; }
   // Stored floats for a table of this config (without building it).
   static absl::StatusOr<int> StoredFloats(const TableConfig& config);
@@ -141,6 +146,7 @@ class Table {
   // whole table's, whatever the partition.
   uint64_t RowsFingerprint() const;
   // Calls fn(key, values, slots) for every row in memory, stripe by stripe, under the stripe's shared lock.
+  // `values` is the stored form (values().words() words; values().Decode reads it).
   void ForEachRow(const std::function<void(uint64_t, const float*, const float*)>& fn) const;
 
  private:
@@ -167,6 +173,13 @@ class Table {
                          Visit visit) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // Writes a fresh row's initial values and optimizer state (a bounded row's meta is the policy's).
   void InitRow(float* row, uint64_t key) const;
+  // Writes the values an absent key reads (dim floats): its initial values, rounded as the storage holds them.
+  void InitialValues(uint64_t key, float* out) const {
+    init_.Fill(key, out, dim_);
+    values_.Round(out);
+  }
+  // Applies the gradient `g` to a row's stored values and slots at `clock` (compact values: in fp32, rounded once).
+  void ApplyGradient(uint64_t key, const float* g, float* row, int64_t clock) const;
   // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
   absl::Status VisitRows(bool dirty_only,
                          const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
@@ -178,7 +191,8 @@ class Table {
   const TableConfig config_;
   const KeyStripes key_stripes_;
   const int dim_;
-  const int row_floats_;  // key, dim values, slots, meta if bounded
+  const RowValues values_;
+  const int row_floats_;  // key, value words, slots, meta if bounded
   const Initializer init_;
   const std::unique_ptr<Optimizer> optimizer_;
   BoundedPolicy policy_;

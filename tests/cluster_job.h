@@ -64,8 +64,9 @@ class ClusterJob {
   // `replicas`: copies of every key range (docs/replication.md); 1 = none.
   // `epochs`: passes over the training data (the reference job's: 2).
   // `servers` and `workers`: the counts the job starts with (a rescale may change them).
+  // `model`: the job's model block ("model { ... }") instead of the logistic regression (then `bounded` is ignored).
   ClusterJob(std::string dir, std::string data, bool bounded = false, int replicas = 1, int epochs = 2,
-             int servers = 2, int workers = 2)
+             int servers = 2, int workers = 2, const std::string& model = "")
       : dir_(std::move(dir)),
         data_(std::move(data)),
         replicas_(replicas),
@@ -76,10 +77,11 @@ class ClusterJob {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     config_ = dir_ + "/job.pbtxt";
-    std::ofstream(config_) << "model { type: LOGISTIC_REGRESSION "
-                           << (bounded ? "sparse_capacity { admit_after: 2 ttl_clocks: 40 max_memory_bytes: 65536 } "
-                                       : "")
-                           << "}\n"
+    std::ofstream(config_) << (!model.empty() ? model
+                               : bounded ? "model { type: LOGISTIC_REGRESSION sparse_capacity { admit_after: 2 "
+                                           "ttl_clocks: 40 max_memory_bytes: 65536 } }"
+                                         : "model { type: LOGISTIC_REGRESSION }")
+                           << "\n"
                            << "data { format: CRITEO train_files: '" << data_ << "/train.tsv' test_files: '" << data_
                            << "/test.tsv' }\n"
                            << "train { batch_size: 128 epochs: " << epochs << " log_every_steps: 100 }\n";

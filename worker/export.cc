@@ -21,6 +21,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/initializer.h"
+#include "server/row_values.h"
 #include "server/table.h"
 #include "server/shard_store.h"
 #include "worker/data/schema.h"
@@ -43,6 +44,9 @@ std::string FileOf(const TableConfig& config) {
 
 std::string DeletedFileOf(const TableConfig& config) { return config.name() + ".deleted"; }
 
+// Bytes of a sparse row's values in a .rows file: the stored form (RowValues: fp32, or bf16/fp16 two to a word).
+size_t ValueBytes(const TableConfig& config) { return sizeof(float) * RowValues::WordsFor(config); }
+
 // A table of an export (from MODEL) and its files' sizes, checked before a file is opened or anything is
 // allocated for it: a valid shape (Table::CheckShape: the name can only make a file name in the export's
 // directory, dim and sizes bounded), the files named as the exporter names them, and sizes the shape explains.
@@ -56,10 +60,9 @@ absl::Status CheckExportedTable(const ExportedTable& t, bool delta) {
     return absl::DataLossError(absl::StrFormat("MODEL names table '%s''s file '%s', expected '%s'", config.name(),
                                                t.file().substr(0, 80), FileOf(config)));
   }
-  const uint64_t dim = static_cast<uint64_t>(config.dim());
   const bool dense = config.kind() == TableConfig::DENSE;
   const bool fits = dense ? t.size() == config.dense_size() * sizeof(float)
-                          : t.size() % (sizeof(uint64_t) + dim * sizeof(float)) == 0;
+                          : t.size() % (sizeof(uint64_t) + ValueBytes(config)) == 0;
   if (!fits) {
     return absl::DataLossError(absl::StrFormat("MODEL says table '%s' takes %d bytes, which its shape cannot explain",
                                                config.name(), t.size()));
@@ -293,7 +296,7 @@ class ExportRowStream {
     }
     auto stream = absl::WrapUnique(new ExportRowStream());
     KESTREL_RETURN_IF_ERROR(stream->rows_.Open(e.dir + "/" + t->file(),
-                                               sizeof(uint64_t) + sizeof(float) * config.dim(), t->size()));
+                                               sizeof(uint64_t) + ValueBytes(config), t->size()));
     if (e.base != nullptr) {
       KESTREL_RETURN_IF_ERROR(
           stream->deleted_.Open(e.dir + "/" + t->deleted_file(), sizeof(uint64_t), t->deleted_size()));
@@ -377,7 +380,7 @@ class CheckpointRows {
   }
   bool Valid() const { return !heads_.empty(); }
   uint64_t key() const { return heads_.top().first; }
-  // dim floats.
+  // The stored values (ValueBytes).
   const float* values() const { return readers_[heads_.top().second]->row().data(); }
   absl::Status Next() {
     KESTREL_RETURN_IF_ERROR(Pop());
@@ -397,10 +400,10 @@ class CheckpointRows {
   absl::Status Settle() {
     while (!heads_.empty()) {
       const CheckpointTableReader& reader = *readers_[heads_.top().second];
-      if (reader.row().size() < static_cast<size_t>(config_.dim())) {
-        return absl::DataLossError(absl::StrFormat("table '%s': a checkpoint row has %d floats, dim is %d (%s)",
-                                                   config_.name(), reader.row().size(), config_.dim(),
-                                                   reader.where()));
+      if (reader.row().size() * sizeof(float) < ValueBytes(config_)) {
+        return absl::DataLossError(absl::StrFormat("table '%s': a checkpoint row has %d words, its values take %d (%s)",
+                                                   config_.name(), reader.row().size(),
+                                                   ValueBytes(config_) / sizeof(float), reader.where()));
       }
       if (started_ && reader.key() <= last_) {
         return absl::DataLossError(absl::StrFormat("table '%s': the checkpoint holds key 0x%016x twice (%s)",
@@ -488,7 +491,7 @@ absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const C
 
   CheckpointRows rows;
   KESTREL_RETURN_IF_ERROR(rows.Open(layout, manifest, config));
-  const size_t value_bytes = sizeof(float) * dim;
+  const size_t value_bytes = ValueBytes(config);
   uint64_t written = 0;
   auto write_row = [&]() -> absl::Status {
     const uint64_t key = rows.key();
@@ -675,11 +678,14 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
     for (int i = 0; i < loaded.model.tables_size(); ++i) {
       const TableConfig& config = serving[i];
       const int dim = config.dim();
-      std::vector<float> row(dim);
+      // A sparse row is its stored values (the serving table keeps the export's storage type), a dense block dim
+      // floats.
+      const size_t value_bytes = config.kind() == TableConfig::DENSE ? dim * sizeof(float) : ValueBytes(config);
+      std::vector<float> row(value_bytes / sizeof(float));
       if (config.kind() != TableConfig::DENSE && delta) {  // the base chain's rows, streamed
         KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<ExportRowStream> rows, ExportRowStream::Open(*verified, config));
         while (rows->Valid()) {
-          std::memcpy(row.data(), rows->values(), dim * sizeof(float));
+          std::memcpy(row.data(), rows->values(), value_bytes);
           KESTREL_RETURN_IF_ERROR(sink(config.name(), rows->key(), row).status());
           KESTREL_RETURN_IF_ERROR(rows->Next());
         }
@@ -696,11 +702,11 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
           KESTREL_RETURN_IF_ERROR(sink(config.name(), Partition::DenseBlockKey(config.name(), b), row).status());
         }
       } else {
-        const size_t record = sizeof(uint64_t) + dim * sizeof(float);
+        const size_t record = sizeof(uint64_t) + value_bytes;
         for (size_t at = 0; at + record <= bytes.size(); at += record) {
           uint64_t key;
           std::memcpy(&key, bytes.data() + at, sizeof(key));
-          std::memcpy(row.data(), bytes.data() + at + sizeof(key), dim * sizeof(float));
+          std::memcpy(row.data(), bytes.data() + at + sizeof(key), value_bytes);
           KESTREL_RETURN_IF_ERROR(sink(config.name(), key, row).status());
         }
       }

@@ -243,6 +243,7 @@ std::vector<TableConfig> Model::Tables() const {
     *emb.mutable_optimizer() = config_.embedding_optimizer();
     if (config_.has_sparse_capacity()) *emb.mutable_capacity() = config_.sparse_capacity();
     emb.set_wire_type(config_.wire_type());
+    if (config_.has_embedding_storage()) *emb.mutable_storage() = config_.embedding_storage();
     tables.push_back(emb);
   }
   TableConfig dense;

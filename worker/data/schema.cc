@@ -547,6 +547,11 @@ std::vector<TableConfig> Schema::ExtraTableConfigs(const ModelConfig& model) con
       *c.mutable_capacity() = model.sparse_capacity();
     }
     c.set_wire_type(t.has_wire_type() ? t.wire_type() : model.wire_type());
+    if (t.has_storage()) {
+      *c.mutable_storage() = t.storage();
+    } else if (model.has_embedding_storage()) {
+      *c.mutable_storage() = model.embedding_storage();
+    }
     configs.push_back(std::move(c));
   }
   return configs;
