@@ -15,6 +15,7 @@ BoundedPolicy::BoundedPolicy(const TableConfig& config, int row_floats)
       stored_floats_(row_floats - RowArena::kKeyFloats),
       meta_offset_(row_floats - (config.has_capacity() ? kMetaFloats : 0)),
       admit_after_(config.capacity().admit_after()),
+      admit_to_disk_(config.capacity().admit_to_disk()),
       ttl_(config.capacity().ttl_clocks()),
       sweep_period_(std::max<int64_t>(1, config.capacity().ttl_clocks() / 4)),
       sketch_width_(AdmissionSketch::WidthFor(config.capacity(), KeyStripes::kCount)),
@@ -216,6 +217,8 @@ absl::Status BoundedPush::BeginStripe(RowArena& rows, BoundedStripe& stripe, abs
     }
   }
   buffers_.forget.clear();
+  buffers_.staged_keys.clear();
+  buffers_.staged_rows.clear();
   return absl::OkStatus();
 }
 
@@ -248,15 +251,38 @@ NewRow BoundedPush::Absent(uint32_t i, uint64_t hash, uint64_t key) {
   if (row.on_disk) --stripe_->disk_rows;
   if (row.on_disk && !policy_.StoredExpiredAt(stored, clock_)) {
     row.stored = stored;  // brought back, state included
+    if (policy_.admit_to_disk_ && has_cold_ && policy_.GetStoredMeta(stored).count + 1 < policy_.admit_after_) {
+      row.admitted = false;  // not yet: pushed where it is
+      row.to_disk = true;
+    }
     return row;
   }
   if (row.on_disk) ++stripe_->stats.expired;
+  if (policy_.admit_to_disk_ && has_cold_) {
+    if (stripe_->disk_rows < policy_.max_disk_rows_per_stripe_) {
+      row.admitted = false;  // its first push, on disk (over an expired copy, if any)
+      row.to_disk = true;
+      row.stored = nullptr;
+    } else {
+      ++stripe_->stats.not_admitted;
+      if (row.on_disk) buffers_.forget.push_back(key);
+      row.admitted = false;
+    }
+    return row;
+  }
   if (!policy_.AdmitLocked(*stripe_, hash)) {
     ++stripe_->stats.not_admitted;
     if (row.on_disk) buffers_.forget.push_back(key);
     row.admitted = false;
   }
   return row;
+}
+
+void BoundedPush::Stage(uint64_t key, const float* stored) {
+  buffers_.staged_keys.push_back(key);
+  buffers_.staged_rows.insert(buffers_.staged_rows.end(), stored, stored + policy_.stored_floats_);
+  ++stripe_->disk_rows;
+  ++stripe_->stats.staged;
 }
 
 void BoundedPush::Inserted(uint32_t id, const NewRow& row) {
@@ -271,6 +297,13 @@ void BoundedPush::Inserted(uint32_t id, const NewRow& row) {
 
 absl::Status BoundedPush::EndStripe() {
   Unpin();
+  if (!buffers_.staged_keys.empty()) {
+    const absl::Status staged = policy_.cold_.load(std::memory_order_acquire)
+                                    ->Write(policy_.name_, buffers_.staged_keys, buffers_.staged_rows);
+    buffers_.staged_keys.clear();
+    buffers_.staged_rows.clear();
+    KESTREL_RETURN_IF_ERROR(staged);
+  }
   KESTREL_RETURN_IF_ERROR(error_);
   if (!buffers_.forget.empty()) {
     KESTREL_RETURN_IF_ERROR(policy_.cold_.load(std::memory_order_acquire)->Delete(policy_.name_, buffers_.forget));

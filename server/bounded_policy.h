@@ -5,7 +5,9 @@
 // Each row of a bounded table keeps `meta`: the clock of its last push and its push count (RowMeta, stored as two
 // floats' bytes after the optimizer slots, and part of the stored row). Then:
 //  - Admission: a key absent from the table gets a row only on its admit_after-th push, counted in the stripe's
-//    AdmissionSketch; earlier pushes are dropped.
+//    AdmissionSketch; earlier pushes are dropped. With admit_to_disk they are applied to a row on the cold tier
+//    instead (its meta counts the pushes), which the admit_after-th push brings into memory; without a cold tier
+//    set, the sketch decides as without it.
 //  - Expiry: a row whose last push is more than ttl_clocks before the request's clock is absent for that request
 //    (pull: initial value; push: a new row, after admission). Physically, a push of clock c with
 //    c % sweep period == 0 removes a stripe's expired rows.
@@ -63,6 +65,7 @@ class ColdTier {
 struct TableTierStats {
   uint64_t admitted = 0;           // rows created for keys absent from memory and disk
   uint64_t not_admitted = 0;       // pushed keys below admit_after: gradients counted and dropped
+  uint64_t staged = 0;             // pushed keys below admit_after applied to their row on disk (admit_to_disk)
   uint64_t expired = 0;            // rows removed for TTL (from memory, or found expired on disk)
   uint64_t capacity_dropped = 0;   // rows dropped for capacity
   uint64_t spilled = 0;            // rows moved to disk
@@ -149,6 +152,8 @@ class BoundedPolicy {
     std::memcpy(&m, row + meta_offset_, sizeof(m));
     return m;
   }
+  // The meta of a stored row (no key; stored_floats_ floats).
+  RowMeta GetStoredMeta(const float* stored) const { return GetMeta(stored - RowArena::kKeyFloats); }
   void SetMeta(float* row, RowMeta m) const { std::memcpy(row + meta_offset_, &m, sizeof(m)); }
   // Whether a row in memory is expired at `clock`.
   bool ExpiredAt(const float* row, int64_t clock) const {
@@ -180,6 +185,7 @@ class BoundedPolicy {
   const int meta_offset_;    // floats from a row's start to its meta
   // 0 = off.
   const uint32_t admit_after_;
+  const bool admit_to_disk_;  // pushes before admission go to a row on the cold tier
   const int64_t ttl_;
   const int64_t sweep_period_;
   const uint32_t sketch_width_;
@@ -192,7 +198,8 @@ class BoundedPolicy {
 
 // What Push does with a pushed key absent from memory.
 struct NewRow {
-  bool admitted = true;          // false: the key's gradient is dropped (no row)
+  bool admitted = true;          // false: no row in memory; the gradient is dropped, or applied on disk (to_disk)
+  bool to_disk = false;          // not admitted: apply the push to `stored` (null: a fresh row) and Stage it
   bool on_disk = false;          // the cold tier holds a copy of the key's row (the new row is kStored)
   const float* stored = nullptr;  // that copy's stored floats to bring back, or null: a fresh row
 };
@@ -222,6 +229,8 @@ class BoundedPush {
   }
   // A fresh row's meta.
   void Fresh(float* row) const { policy_.SetMeta(row, RowMeta{clock32_, 0}); }
+  // A row not admitted yet, pushed on disk (NewRow::to_disk): written to the cold tier in EndStripe.
+  void Stage(uint64_t key, const float* stored);
   void Inserted(uint32_t id, const NewRow& row);
   void InsertFailed(const NewRow& row) {
     if (row.stored != nullptr) ++stripe_->disk_rows;
@@ -241,6 +250,8 @@ class BoundedPush {
     std::vector<float> cold_rows;   // their stored rows
     std::vector<uint8_t> found;     // whether the disk held them
     std::vector<uint64_t> forget;   // expired rows found on disk and not admitted again
+    std::vector<uint64_t> staged_keys;  // rows not admitted yet, pushed on disk (admit_to_disk)
+    std::vector<float> staged_rows;     // their stored rows
   };
   static Buffers& ThreadBuffers();
   void Unpin();
@@ -306,6 +317,7 @@ class UnboundedPush {
   NewRow Absent(uint32_t, uint64_t, uint64_t) { return NewRow(); }
   bool MakeRoom() { return true; }
   void Fresh(float*) const {}
+  void Stage(uint64_t, const float*) {}
   void Inserted(uint32_t, const NewRow&) {}
   void InsertFailed(const NewRow&) {}
   void Pushed(float*) const {}

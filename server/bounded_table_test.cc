@@ -119,6 +119,14 @@ TEST(BoundedTableTest, PolicyIsValidated) {
   c.mutable_capacity()->set_sketch_bytes(uint64_t{2} << 30);
   EXPECT_EQ(Table::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Table::Create(Bounded(255, 100)).ok());
+  c = Bounded(2, 0);  // admit_to_disk needs a disk tier
+  c.mutable_capacity()->set_admit_to_disk(true);
+  const absl::Status no_disk = Table::Create(c).status();
+  EXPECT_EQ(no_disk.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_disk.message().find("admit_to_disk"), absl::string_view::npos) << no_disk;
+  c = Bounded(1, 0, 0, 1 << 20);  // and admission
+  c.mutable_capacity()->set_admit_to_disk(true);
+  EXPECT_EQ(Table::Create(c).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BoundedTableTest, AKeyGetsARowOnItsAdmitAfterthPush) {
@@ -142,6 +150,59 @@ TEST(BoundedTableTest, AKeyGetsARowOnItsAdmitAfterthPush) {
   const TableTierStats stats = table->tier_stats();
   EXPECT_EQ(stats.not_admitted, 2 * keys.size());
   EXPECT_EQ(stats.admitted, keys.size());
+}
+
+// admit_to_disk: pushes before the admit_after-th go to a row on the disk tier, so nothing is lost: the values
+// (and pulls, which read the disk rows in place) are the unbounded table's bit for bit, while memory holds only
+// the keys pushed admit_after times or more. Keys are pushed 1 to 4 times, interleaved over the clocks.
+TEST(BoundedTableTest, AdmissionToDiskLosesNoGradient) {
+  for (uint32_t admit_after : {2u, 3u}) {
+    SCOPED_TRACE(admit_after);
+    TableConfig config = Bounded(admit_after, /*ttl=*/0, /*memory=*/0, /*disk=*/64 << 20);
+    config.mutable_capacity()->set_admit_to_disk(true);
+    auto table = MustCreate(config);
+    MapTier disk;
+    table->SetColdTier(&disk);
+    TableConfig plain = config;
+    plain.clear_capacity();
+    auto reference = MustCreate(plain);
+    const std::vector<uint64_t> all = Keys(1, 4000);
+    std::map<uint64_t, int> pushes;
+    for (int clock = 1; clock <= 8; ++clock) {
+      std::vector<uint64_t> keys;
+      for (size_t k = 0; k < all.size(); ++k) {
+        // Key k is pushed k % 4 + 1 times, at clocks spread over the run.
+        if (clock % 2 == static_cast<int>(k % 2) && pushes[all[k]] < static_cast<int>(k % 4) + 1) {
+          keys.push_back(all[k]);
+          ++pushes[all[k]];
+        }
+      }
+      std::sort(keys.begin(), keys.end());
+      const std::vector<float> g = Grads(keys, clock);
+      ASSERT_TRUE(table->Push(keys, g.data(), clock).ok());
+      ASSERT_TRUE(reference->Push(keys, g.data(), clock).ok());
+    }
+    EXPECT_EQ(Pull(*table, all, 9), Pull(*reference, all, 0));
+    size_t admitted = 0, first_pushes_on_disk = 0;
+    for (const auto& [key, n] : pushes) {
+      admitted += n >= static_cast<int>(admit_after);
+      first_pushes_on_disk += std::min<int>(n, admit_after - 1);
+    }
+    const TableTierStats stats = table->tier_stats();
+    EXPECT_EQ(table->num_rows(), all.size());
+    EXPECT_EQ(stats.staged, first_pushes_on_disk);
+    EXPECT_EQ(stats.not_admitted, 0u);
+    EXPECT_EQ(stats.disk_rows, all.size() - admitted);
+    int in_memory = 0;
+    table->ForEachRow([&](uint64_t, const float*, const float*) { ++in_memory; });
+    EXPECT_EQ(in_memory, static_cast<int>(admitted));
+    EXPECT_LT(in_memory, static_cast<int>(all.size()));
+    // The admitted rows carry their whole history: further pushes stay identical.
+    const std::vector<float> g = Grads(all, 99);
+    ASSERT_TRUE(table->Push(all, g.data(), 10).ok());
+    ASSERT_TRUE(reference->Push(all, g.data(), 10).ok());
+    EXPECT_EQ(Pull(*table, all, 11), Pull(*reference, all, 0));
+  }
 }
 
 TEST(BoundedTableTest, RowsExpireAfterTtlClocksAndAreSweptWithTombstones) {

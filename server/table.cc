@@ -65,6 +65,11 @@ absl::Status Table::CheckShape(const TableConfig& config) {
       return absl::InvalidArgumentError(
           absl::StrFormat("table '%s': capacity.ttl_clocks must be >= 0, got %d", config.name(), c.ttl_clocks()));
     }
+    if (c.admit_to_disk() && (c.max_disk_bytes() == 0 || c.admit_after() <= 1)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table '%s': capacity.admit_to_disk needs a disk tier (max_disk_bytes > 0) and admit_after > 1",
+          config.name()));
+    }
     if (c.sketch_bytes() > (uint64_t{1} << 30)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "table '%s': capacity.sketch_bytes must be at most 1 GiB, got %d", config.name(), c.sketch_bytes()));
@@ -238,7 +243,10 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
         s.rows.MarkDirty(static_cast<uint32_t>(id));
       } else {
         const NewRow fresh = hooks.Absent(i, hash, key);
-        if (!fresh.admitted) return true;
+        if (!fresh.admitted) {
+          if (fresh.to_disk) StageOnDisk(key, grads + static_cast<size_t>(i) * dim_, fresh, hooks, clock);
+          return true;
+        }
         if (!hooks.MakeRoom()) {
           hooks.InsertFailed(fresh);
           return false;
@@ -260,6 +268,23 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
     KESTREL_RETURN_IF_ERROR(hooks.EndStripe());
   }
   return absl::OkStatus();
+}
+
+template <typename Hooks>
+void Table::StageOnDisk(uint64_t key, const float* g, const NewRow& fresh, Hooks& hooks, int64_t clock) const {
+  thread_local std::vector<float> scratch;
+  scratch.resize(row_floats_);
+  float* row = scratch.data();
+  std::memcpy(row, &key, sizeof(key));
+  if (fresh.stored != nullptr) {
+    std::memcpy(row + kKeyFloats, fresh.stored, sizeof(float) * stored_floats());
+  } else {
+    InitRow(row, key);
+    hooks.Fresh(row);
+  }
+  ApplyGradient(key, g, row, clock);
+  hooks.Pushed(row);
+  hooks.Stage(key, row + kKeyFloats);
 }
 
 uint64_t Table::num_rows() const {
@@ -298,6 +323,7 @@ TableTierStats Table::tier_stats() const {
     const TableTierStats& stats = s.bounded.stats;
     total.admitted += stats.admitted;
     total.not_admitted += stats.not_admitted;
+    total.staged += stats.staged;
     total.expired += stats.expired;
     total.capacity_dropped += stats.capacity_dropped;
     total.spilled += stats.spilled;

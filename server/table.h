@@ -178,6 +178,10 @@ class Table {
     init_.Fill(key, out, dim_);
     values_.Round(out);
   }
+  // A push of a key not admitted yet that the policy applies on the disk tier (NewRow::to_disk): the row from
+  // disk (or a fresh one) updated by `g` and handed back to the hooks to write.
+  template <typename Hooks>
+  void StageOnDisk(uint64_t key, const float* g, const NewRow& fresh, Hooks& hooks, int64_t clock) const;
   // Applies the gradient `g` to a row's stored values and slots at `clock` (compact values: in fp32, rounded once).
   void ApplyGradient(uint64_t key, const float* g, float* row, int64_t clock) const;
   // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
