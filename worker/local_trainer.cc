@@ -26,6 +26,7 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
     views.push_back(shard.get());
     shards.push_back(std::move(shard));
   }
+  if (options.prepare) options.prepare(views);
   std::unique_ptr<PsClient> client = NewLocalPsClient(PsClientOptions(), views);
   std::unique_ptr<ClockGate> gate = NewSingleWorkerGate();
   std::shared_ptr<const Schema> schema = options.schema;

@@ -22,6 +22,9 @@ struct LocalTrainingOptions {
   int num_servers = 1;          // in-process servers. Default: 1.
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
   std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
+  // Called with the in-process servers before training (e.g. to give bounded tables a disk tier:
+  // Shard::SetColdTier). Default: none.
+  std::function<void(const std::vector<Shard*>&)> prepare;
   // Called with the in-process servers once training ended (e.g. to read their tables' statistics).
   // Default: none.
   std::function<void(const std::vector<Shard*>&)> inspect;
