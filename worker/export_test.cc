@@ -16,6 +16,7 @@
 #include "google/protobuf/text_format.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
+#include "server/row_values.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
 
@@ -30,8 +31,11 @@ RequestContext Tool() {
   return ctx;
 }
 
-TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
-  const std::string root = ::testing::TempDir() + "/export_test";
+// (fp32 rows, and bf16 ones: the .rows file holds the stored two-byte values, and the serving table keeps them.)
+class ExportStorageTest : public ::testing::TestWithParam<ValueType> {};
+
+TEST_P(ExportStorageTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
+  const std::string root = absl::StrCat(::testing::TempDir(), "/export_test_", GetParam());
   fs::remove_all(root);
   const CheckpointLayout layout(root + "/ckpt");
   // Two servers owning interleaved ranges (4 per server, dealt round-robin): the export must merge them.
@@ -41,6 +45,8 @@ TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
   emb.set_dim(3);
   emb.mutable_optimizer()->set_type(OptimizerConfig::ADAM);
   emb.mutable_initializer()->set_type(InitializerConfig::NORMAL);
+  emb.mutable_storage()->set_type(GetParam());
+  const RowValues stored_values(emb);
   TableConfig dense;
   dense.set_name("dense");
   dense.set_kind(TableConfig::DENSE);
@@ -99,9 +105,11 @@ TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
   std::ifstream rows(root + "/model/emb.rows", std::ios::binary);
   std::vector<uint64_t> exported;
   uint64_t key;
+  std::vector<float> stored(stored_values.words());
   float values[3];
   while (rows.read(reinterpret_cast<char*>(&key), sizeof(key)) &&
-         rows.read(reinterpret_cast<char*>(values), sizeof(values))) {
+         rows.read(reinterpret_cast<char*>(stored.data()), sizeof(float) * stored.size())) {
+    stored_values.Decode(stored.data(), values);
     exported.push_back(key);
     std::vector<float> expected(3);
     std::string pulled;
@@ -137,6 +145,8 @@ TEST(ExportTest, StreamsEveryShardInKeyOrderAndLoadsBackTheValues) {
   EXPECT_TRUE(absl::StrContains(damaged.status().message(), "emb.rows")) << damaged.status();
   EXPECT_EQ(ExportCheckpoint(options).status().code(), absl::StatusCode::kAlreadyExists);
 }
+
+INSTANTIATE_TEST_SUITE_P(Storage, ExportStorageTest, ::testing::Values(VALUE_TYPE_FLOAT32, VALUE_TYPE_BFLOAT16));
 
 // A MODEL written by someone else: every table is checked against its shape and its file before anything is
 // opened or allocated; a hostile one is DataLoss, never a crash, a read past a buffer or a file elsewhere.
