@@ -34,6 +34,13 @@ inline constexpr int kMinScaleExponent = -64;
 inline constexpr int kMaxScaleExponent = 64;
 inline constexpr float kFloat16Max = 65504.0f;
 
+// The type a sparse table's pulls travel in: its storage type when the servers store the values in two bytes
+// (TableConfig.storage: the stored values exactly, in half the bytes, whatever wire_type says), else its
+// wire_type. Pushes (gradients) always travel as wire_type.
+inline ValueType PullWireType(const TableConfig& config) {
+  return config.storage().type() != VALUE_TYPE_FLOAT32 ? config.storage().type() : config.wire_type();
+}
+
 // Bytes one value of `type` takes on the wire: 4 (FLOAT32) or 2; 0 for an unknown type.
 size_t BytesPerValue(ValueType type);
 // InvalidArgument naming `what` unless `type` is a known ValueType.

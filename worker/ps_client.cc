@@ -165,7 +165,7 @@ class RoutedPsClient final : public PsClient {
     KESTREL_RETURN_IF_ERROR(CheckBatch(keys, dim));
     CallLease lease(&pool_);
     CallBuffers& b = *lease;
-    return Execute(PsMethod::kPull, table, WireType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b),
+    return Execute(PsMethod::kPull, table, PullType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b),
                    nullptr, rows, clock.clock, &b);
   }
 
@@ -323,11 +323,17 @@ class RoutedPsClient final : public PsClient {
     for (uint64_t k = 0; k < num_blocks; ++k) b->ids[next[owner[k]]++] = k;
   }
 
-  // How `table`'s values travel: its config's wire_type (fp32 for a table this client has not seen).
+  // How `table`'s values travel: its config's wire_type (fp32 for a table this client has not seen); pulls of
+  // a table stored in two bytes in that type (PullWireType).
   ValueType WireType(absl::string_view table) {
     absl::MutexLock lock(&configs_mu_);
     auto it = configs_.find(table);
     return it == configs_.end() ? VALUE_TYPE_FLOAT32 : it->second.wire_type();
+  }
+  ValueType PullType(absl::string_view table) {
+    absl::MutexLock lock(&configs_mu_);
+    auto it = configs_.find(table);
+    return it == configs_.end() ? VALUE_TYPE_FLOAT32 : PullWireType(it->second);
   }
 
   absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size, int64_t clock) {

@@ -177,6 +177,27 @@ TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
   EXPECT_EQ(client_->Push("h16", one, 8, inf.data()).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A table stored in bf16 with an fp32 wire: gradients travel exact, the server rounds the update once, and pulls
+// travel in bf16 (PullWireType: the stored values exactly, half the bytes), answering the stored values.
+TEST_P(PsClientTest, CompactStoragePullsTheStoredValuesExactly) {
+  TableConfig config = Table("stored16", 8);
+  config.mutable_storage()->set_type(VALUE_TYPE_BFLOAT16);
+  EXPECT_EQ(PullWireType(config), VALUE_TYPE_BFLOAT16);
+  EXPECT_EQ(PullWireType(Table("plain", 8)), VALUE_TYPE_FLOAT32);
+  ASSERT_TRUE(client_->CreateTable(config).ok());
+  std::vector<uint64_t> keys(300);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = Partition::FeatureKey(i);
+  std::vector<float> grads(keys.size() * 8);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = (static_cast<float>(i) - 1199.5f) / 7.0f;
+  ASSERT_TRUE(client_->Push("stored16", keys, 8, grads.data()).ok());
+  std::vector<float> out(grads.size(), 7.0f);
+  ASSERT_TRUE(client_->Pull("stored16", keys, 8, out.data()).ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    // The table's initializer is ZEROS and SGD's rate 1: the stored value is -g rounded once to bf16.
+    ASSERT_EQ(out[i], Bfloat16ToFloat(FloatToBfloat16(-grads[i]))) << i;
+  }
+}
+
 TEST_P(PsClientTest, DenseTensorRoundTrip) {
   TableConfig dense = Table("mlp", 16);
   dense.set_kind(TableConfig::DENSE);

@@ -13,7 +13,8 @@ RowCache::RowCache(PsClient* client, RowCacheOptions options) : client_(client),
 void RowCache::AddTable(const TableConfig& config) {
   if (config.kind() != TableConfig::SPARSE) return;
   std::unique_ptr<Optimizer> replay;
-  if (config.wire_type() == VALUE_TYPE_FLOAT32) {
+  // Replayed only where the cached row is exactly the server's: fp32 on the wire and in storage.
+  if (config.wire_type() == VALUE_TYPE_FLOAT32 && config.storage().type() == VALUE_TYPE_FLOAT32) {
     absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(config.optimizer(), config.dim());
     if (optimizer.ok() && (*optimizer)->slot_floats() == 0) replay = *std::move(optimizer);
   }
