@@ -2,6 +2,7 @@
 // on the server's own core (Shard + ShardStore, RocksDB disk tier) in one process, all ratios from one run.
 //
 //   bench/run_bounded_table_bench.sh            # builds with -c opt, writes bench/results/bounded_tables.{md,svg}
+//   bench/run_bounded_table_bench.sh --sections=2   # section 2 only; the report keeps the other sections' text
 //
 // 1. Memory over time: a Zipf stream over a vocabulary that keeps growing (new ids arrive all the time, most of
 //    them seen once; --stream_keys pushes of --batch keys) goes through a table with a --budget_mb budget,
@@ -10,7 +11,11 @@
 //    growth the budget prevents.
 // 2. Hit ratios: a table of --rows rows (dim --dim, Adagrad) whose budget holds 100%, 90% or 50% of them in
 //    memory (the rest in the disk tier), against the same rows all in memory: pull and push keys/s of random
-//    --batch-key requests, runs interleaved, medians of --runs.
+//    --batch-key requests, runs interleaved, medians of --runs. Three ways: the disk tier's files in the page
+//    cache; the same reads from RocksDB (the path before the files, ShardStore::TEST_ReadColdFromRocksDB); and the
+//    files NOT cached: before each timed request the files' pages are written back and dropped (fdatasync, then
+//    posix_fadvise DONTNEED; ShardStore::TEST_DropColdCachedPages), and the request's device reads are counted
+//    (/proc/self/io read_bytes / 4096). Also the files' index memory per disk row.
 // 3. Admission and eviction cost: pushes of a stream of new keys into (a) an unbounded table, (b) the same with
 //    admission after 2 pushes, (c) with a memory budget 1/4 of the stream (eviction on every push):
 //    nanoseconds per key.
@@ -24,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,8 +37,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/checkpoint_layout.h"
 #include "common/hash.h"
@@ -54,6 +63,8 @@ ABSL_FLAG(int, budget_mb, 64, "Memory budget of the memory-over-time table, MiB.
 ABSL_FLAG(std::string, data_dir, "",
           "A kestrel_datagen --large_vocab directory (train.tsv, test.tsv): part 4 trains LR and DeepFM on it with "
           "admission after 1, 2 and 5 pushes and with a TTL, and reports test AUC and rows. Default: \"\" = skip.");
+ABSL_FLAG(std::string, sections, "1,2,3,4",
+          "Sections to run (4 needs --data_dir). The others' text is kept from the existing --output report.");
 ABSL_FLAG(std::string, git_commit, "", "Commit measured (default: git rev-parse).");
 ABSL_FLAG(std::string, invocation, "", "Command that reproduces the run (the wrapper script's).");
 
@@ -204,21 +215,289 @@ std::string Svg(const std::vector<Sample>& samples, uint64_t budget) {
   return svg;
 }
 
+// Bytes this process has had read from storage devices (/proc/self/io read_bytes; 0 if unreadable).
+uint64_t ReadBytes() {
+  std::ifstream io("/proc/self/io");
+  std::string name;
+  uint64_t value = 0;
+  while (io >> name >> value) {
+    if (name == "read_bytes:") return value;
+  }
+  return 0;
+}
+
+// Section `n` of a report: from its "## n." heading to the next "## " heading (or the end); "" if absent.
+std::string SectionOf(const std::string& report, int n) {
+  const std::string heading = absl::StrCat("## ", n, ".");
+  size_t start = absl::StartsWith(report, heading) ? 0 : report.find("\n" + heading);
+  if (start == std::string::npos) return "";
+  if (start != 0) ++start;
+  const size_t end = report.find("\n## ", start);
+  return report.substr(start, end == std::string::npos ? std::string::npos : end + 1 - start);
+}
+
+// "commit X, DATE" of a report's header (the parts it has).
+std::string PreviousRun(const std::string& report) {
+  auto field = [&](absl::string_view name) -> std::string {
+    const std::string prefix = absl::StrCat("| ", name, " | ");
+    const size_t at = report.find(prefix);
+    if (at == std::string::npos) return "";
+    const size_t begin = at + prefix.size(), end = report.find(" |", begin);
+    return report.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  };
+  return absl::StrCat("commit ", field("Git commit"), ", ", field("Date"));
+}
+
+// Section 2: pull and push keys/s with 100%, 90% and 50% of the rows in memory against the all-in-memory table,
+// the disk tier's file cached, read through RocksDB instead, and not cached; the index's memory.
+std::string HitRatios(const std::string& root, int dim, int batch) {
+  std::string md;
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int runs = absl::GetFlag(FLAGS_runs);
+  const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
+  std::vector<uint64_t> all(rows);
+  for (int64_t i = 0; i < rows; ++i) all[i] = Mix64(i);
+  std::sort(all.begin(), all.end());
+  Server reference = MakeServer(root + "/hit_reference", dim, nullptr);
+  auto load = [&](Server& s) {
+    for (int64_t i = 0; i < rows; i += 65536) {
+      const std::vector<uint64_t> keys(all.begin() + i, all.begin() + std::min<int64_t>(rows, i + 65536));
+      MustOk(s.shard->Push(Ctx(1), "emb", keys, Grads(keys.size(), dim), dim), "load");
+    }
+  };
+  load(reference);
+  const uint64_t all_memory = reference.shard->FindTable("emb")->memory_bytes();
+  struct Case {
+    double fraction;
+    Server server;
+    ShardStore::ColdFileStats files;  // after loading
+    uint64_t disk_rows;
+  };
+  std::vector<Case> cases;
+  for (double fraction : {1.0, 0.9, 0.5}) {
+    // The budget that keeps `fraction` of the rows in memory (the rest on disk): calibrated on the loaded table,
+    // since the index grows in powers of two and eviction leaves 1/16 of a stripe free.
+    double budget_bytes = all_memory * (fraction < 1 ? fraction : 1.2);
+    for (int attempt = 0;; ++attempt) {
+      CapacityPolicy policy;
+      policy.set_max_memory_bytes(static_cast<uint64_t>(budget_bytes));
+      policy.set_max_disk_bytes(uint64_t{8} << 30);
+      Server server = MakeServer(absl::StrCat(root, "/hit_", fraction, "_", attempt), dim, &policy);
+      load(server);
+      const TableTierStats stats = server.shard->FindTable("emb")->tier_stats();
+      const double in_memory = 1.0 - static_cast<double>(stats.disk_rows) / rows;
+      if (fraction == 1.0 || std::abs(in_memory - fraction) < 0.01 || attempt == 4) {
+        MustOk(server.store->Checkpoint(*server.shard, "ckpt-00000001").status(), "flush");
+        const ShardStore::ColdFileStats files = server.store->cold_file_stats();
+        cases.push_back({in_memory, std::move(server), files, stats.disk_rows});
+        break;
+      }
+      budget_bytes *= fraction / in_memory;
+    }
+  }
+  // Requests are fresh uniform draws over the rows (never a pool cycled through: pushes would then keep exactly
+  // the pool's rows in memory), drawn outside the timed part, so only the table's work is measured.
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> pick(0, rows - 1);
+  std::vector<uint64_t> keys;
+  const std::vector<float> grads = Grads(batch, dim);
+  int64_t clock = 2;
+  std::string values;
+  // Draws a request, then times it; returns its seconds and adds its keys to *keys_done.
+  auto request = [&](Server& s, bool push, uint64_t* keys_done) {
+    keys.resize(batch);
+    for (uint64_t& k : keys) k = all[pick(rng)];
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    const Clock::time_point start = Clock::now();
+    if (push) {
+      MustOk(s.shard->Push(Ctx(clock), "emb", keys, absl::MakeConstSpan(grads.data(), keys.size() * dim), dim), "push");
+    } else {
+      MustOk(s.shard->Pull(Ctx(clock), "emb", keys, dim, &values), "pull");
+    }
+    *keys_done += keys.size();
+    return Seconds(start, Clock::now());
+  };
+  // Keys/s of requests for min_seconds (of requests).
+  auto measure = [&](Server& s, bool push) {
+    double seconds = 0;
+    uint64_t keys_done = 0;
+    while (seconds < min_seconds) seconds += request(s, push, &keys_done);
+    ++clock;
+    return keys_done / seconds;
+  };
+  // The same with reads from RocksDB.
+  auto measure_rocksdb = [&](Server& s, bool push) {
+    s.store->TEST_ReadColdFromRocksDB(true);
+    const double keys_per_second = measure(s, push);
+    s.store->TEST_ReadColdFromRocksDB(false);
+    return keys_per_second;
+  };
+  // Uncached: the disk tier's pages dropped before each request (not timed), for min_seconds of requests.
+  struct Uncached {
+    uint64_t requests = 0, read_bytes = 0, resident_after_drop = 0;
+  };
+  auto measure_uncached = [&](Server& s, bool push, Uncached* u) {
+    double seconds = 0;
+    uint64_t keys_done = 0;
+    while (seconds < min_seconds) {
+      const absl::StatusOr<uint64_t> resident = s.store->TEST_DropColdCachedPages();
+      MustOk(resident.status(), "dropping the disk tier's pages");
+      u->resident_after_drop = std::max(u->resident_after_drop, *resident);
+      const uint64_t read_before = ReadBytes();
+      seconds += request(s, push, &keys_done);
+      u->read_bytes += ReadBytes() - read_before;
+      ++u->requests;
+    }
+    ++clock;
+    return keys_done / seconds;
+  };
+  const size_t n = cases.size();
+  std::vector<std::vector<double>> pull(n), push(n), ref_pull(n), ref_push(n), rocks_pull(n), rocks_push(n),
+      cold_pull(n), cold_push(n), cold_ref_pull(n), cold_ref_push(n);
+  std::vector<double> hit(n);
+  std::vector<Uncached> cold_pull_io(n), cold_push_io(n);
+  std::vector<uint64_t> cold_disk_hits(n);
+  auto tier = [&](size_t i) { return cases[i].server.shard->FindTable("emb")->tier_stats(); };
+  // Pulls (which move no row) cached (the disk tier's pages as writing left them: all in the page cache), then
+  // uncached; then pushes cached and uncached.
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      const TableTierStats before = tier(i);
+      ref_pull[i].push_back(measure(reference, false));
+      pull[i].push_back(measure(cases[i].server, false));
+      const TableTierStats after = tier(i);
+      const double memory_hits = after.pull_memory_hits - before.pull_memory_hits;
+      const double total = memory_hits + (after.pull_disk_hits - before.pull_disk_hits) +
+                           (after.pull_misses - before.pull_misses);
+      hit[i] = memory_hits / std::max(1.0, total);
+      if (r == 0) {
+        std::printf("case %zu: pulled keys from memory %.0f, disk %.0f, initial %.0f\n", i, memory_hits,
+                    static_cast<double>(after.pull_disk_hits - before.pull_disk_hits),
+                    static_cast<double>(after.pull_misses - before.pull_misses));
+      }
+      rocks_pull[i].push_back(measure_rocksdb(cases[i].server, false));
+    }
+  }
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      cold_ref_pull[i].push_back(measure(reference, false));
+      const uint64_t disk_hits = tier(i).pull_disk_hits;
+      cold_pull[i].push_back(measure_uncached(cases[i].server, false, &cold_pull_io[i]));
+      cold_disk_hits[i] += tier(i).pull_disk_hits - disk_hits;
+    }
+  }
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      ref_push[i].push_back(measure(reference, true));
+      push[i].push_back(measure(cases[i].server, true));
+      rocks_push[i].push_back(measure_rocksdb(cases[i].server, true));
+    }
+  }
+  for (int r = 0; r < runs; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      cold_ref_push[i].push_back(measure(reference, true));
+      cold_push[i].push_back(measure_uncached(cases[i].server, true, &cold_push_io[i]));
+    }
+  }
+  absl::StrAppend(
+      &md, "## 2. Throughput at memory hit ratios\n\n",
+      absl::StrFormat(
+          "%d rows (dim %d, Adagrad) on one server; random requests of %d keys (uniform over the rows, so the hit "
+          "ratio is the share in memory; drawn before timing); the rest of the rows in the disk tier: RocksDB (the "
+          "record) and the table's file of fixed-size records with an in-memory index, which serves the reads. "
+          "Ratio: bounded / all-in-memory table, medians of %d interleaved runs of %.1f s.\n\n",
+          rows, dim, batch, runs, min_seconds),
+      "**The disk tier's file in the page cache.** The RocksDB columns read the same rows from RocksDB "
+      "(`MultiGet`, its pages cached too: the path before the files).\n\n",
+      "| in memory | measured hit ratio | pull keys/s | pull ratio | pull ratio, RocksDB reads | push keys/s | "
+      "push ratio | push ratio, RocksDB reads |\n|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < n; ++i) {
+    const double p = Median(pull[i]), rp = Median(ref_pull[i]), q = Median(push[i]), rq = Median(ref_push[i]);
+    absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %.3f | %.3g | %.2f | %.2f | %.3g | %.2f | %.2f |\n",
+                                         100 * cases[i].fraction, hit[i], p, p / rp, Median(rocks_pull[i]) / rp, q,
+                                         q / rq, Median(rocks_push[i]) / rq));
+    std::printf("in memory %.1f%%: hit %.3f, pull %.3g keys/s (ratio %.2f, RocksDB %.2f), push %.3g (ratio %.2f, "
+                "RocksDB %.2f)\n",
+                100 * cases[i].fraction, hit[i], p, p / rp, Median(rocks_pull[i]) / rp, q, q / rq,
+                Median(rocks_push[i]) / rq);
+  }
+  uint64_t resident = 0;
+  for (size_t i = 0; i < n; ++i) {
+    resident = std::max({resident, cold_pull_io[i].resident_after_drop, cold_push_io[i].resident_after_drop});
+  }
+  absl::StrAppend(
+      &md, "\n**The disk tier's file not cached.** Before each timed request (the drop not timed), the file's "
+      "dirty pages are written back and its pages dropped from the page cache (`msync`, `madvise(MADV_DONTNEED)`, "
+      "`fdatasync`, then `posix_fadvise(POSIX_FADV_DONTNEED)`; ",
+      absl::StrFormat("at most %d of its pages were still resident after a drop", resident),
+      "). Device reads: `/proc/self/io` `read_bytes` over the request / 4096. All-in-memory reference measured "
+      "again alongside.\n\n",
+      "| in memory | pull keys/s | pull ratio | disk rows per pull | device reads per pull | push keys/s | "
+      "push ratio | device reads per push |\n|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < n; ++i) {
+    const double p = Median(cold_pull[i]), rp = Median(cold_ref_pull[i]), q = Median(cold_push[i]),
+                 rq = Median(cold_ref_push[i]);
+    const double pulls = std::max<uint64_t>(1, cold_pull_io[i].requests);
+    const double pushes = std::max<uint64_t>(1, cold_push_io[i].requests);
+    absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %.3g | %.2f | %.0f | %.0f | %.3g | %.2f | %.0f |\n",
+                                         100 * cases[i].fraction, p, p / rp, cold_disk_hits[i] / pulls,
+                                         cold_pull_io[i].read_bytes / 4096.0 / pulls, q, q / rq,
+                                         cold_push_io[i].read_bytes / 4096.0 / pushes));
+    std::printf("uncached, in memory %.1f%%: pull %.3g keys/s (ratio %.2f), %.0f disk rows and %.0f reads per pull; "
+                "push %.3g (ratio %.2f), %.0f reads per push\n",
+                100 * cases[i].fraction, p, p / rp, cold_disk_hits[i] / pulls,
+                cold_pull_io[i].read_bytes / 4096.0 / pulls, q, q / rq, cold_push_io[i].read_bytes / 4096.0 / pushes);
+  }
+  absl::StrAppend(&md, "\n**Memory of the disk tier's index** (outside the table's budget), after loading: the "
+                       "file's rows (disk rows, and stale copies of rows brought back, as in RocksDB).\n\n",
+                  "| in memory | disk rows | file rows | index bytes | bytes per file row | file MiB |\n"
+                  "|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < n; ++i) {
+    const ShardStore::ColdFileStats& f = cases[i].files;
+    absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %d | %d | %d | %s | %.1f |\n", 100 * cases[i].fraction,
+                                         cases[i].disk_rows, f.rows, f.index_bytes,
+                                         f.rows == 0 ? std::string("-")
+                                                     : absl::StrFormat("%.1f", static_cast<double>(f.index_bytes) / f.rows),
+                                         f.file_bytes / 1048576.0));
+  }
+  absl::StrAppend(&md, "\n");
+  return md;
+}
+
 int Main(int argc, char** argv) {
   const std::string load_start = bench::LoadAverage();
   const bench::Machine machine = bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
   const std::string root = absl::GetFlag(FLAGS_dir);
   const int dim = absl::GetFlag(FLAGS_dim);
   const int batch = absl::GetFlag(FLAGS_batch);
-  std::string md = "# Bounded tables: memory, hit ratios, admission and eviction cost\n\n";
-  absl::StrAppend(&md, bench::MachineMarkdown(machine, load_start), "\n\n", bench::CommandMarkdown(machine));
+  const std::string output = bench::UserPath(absl::GetFlag(FLAGS_output));
+  std::vector<int> sections;
+  for (absl::string_view n : absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipEmpty())) {
+    int section = 0;
+    if (!absl::SimpleAtoi(n, &section) || section < 1 || section > 4) {
+      std::fprintf(stderr, "--sections: expected numbers 1 to 4, got '%s'\n", std::string(n).c_str());
+      return 2;
+    }
+    sections.push_back(section);
+  }
+  auto run = [&](int section) { return std::find(sections.begin(), sections.end(), section) != sections.end(); };
+  // The report being replaced: the text of the sections not run is kept.
+  std::string previous;
+  {
+    std::ifstream in(output);
+    previous.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string md;
 
   // ---- 1. Memory over time.
   const uint64_t budget = static_cast<uint64_t>(absl::GetFlag(FLAGS_budget_mb)) << 20;
   std::vector<Sample> samples;
   TableTierStats final_stats;
   uint64_t distinct = 0, unbounded_rows = 0;
-  {
+  if (!run(1)) {
+    absl::StrAppend(&md, SectionOf(previous, 1));
+  } else {
     CapacityPolicy policy;
     policy.set_max_memory_bytes(budget);
     policy.set_admit_after(2);
@@ -251,9 +530,7 @@ int Main(int argc, char** argv) {
       peak = std::max(peak, s.bounded_bytes);
       peak_rss = std::max(peak_rss, s.bounded_rss);
     }
-    const std::string svg_path = absl::StrCat(bench::UserPath(absl::GetFlag(FLAGS_output)).substr(
-                                                  0, bench::UserPath(absl::GetFlag(FLAGS_output)).size() - 3),
-                                              ".svg");
+    const std::string svg_path = absl::StrCat(output.substr(0, output.size() - 3), ".svg");
     MustOk(bench::WriteFile(svg_path, Svg(samples, budget)), "writing the plot");
     const Table& b = *bounded.shard->FindTable("emb");
     absl::StrAppend(
@@ -282,121 +559,12 @@ int Main(int argc, char** argv) {
   }
 
   // ---- 2. Hit ratios.
-  const int64_t rows = absl::GetFlag(FLAGS_rows);
-  const int runs = absl::GetFlag(FLAGS_runs);
-  const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
-  std::vector<uint64_t> all(rows);
-  for (int64_t i = 0; i < rows; ++i) all[i] = Mix64(i);
-  std::sort(all.begin(), all.end());
-  Server reference = MakeServer(root + "/hit_reference", dim, nullptr);
-  auto load = [&](Server& s) {
-    for (int64_t i = 0; i < rows; i += 65536) {
-      const std::vector<uint64_t> keys(all.begin() + i, all.begin() + std::min<int64_t>(rows, i + 65536));
-      MustOk(s.shard->Push(Ctx(1), "emb", keys, Grads(keys.size(), dim), dim), "load");
-    }
-  };
-  load(reference);
-  const uint64_t all_memory = reference.shard->FindTable("emb")->memory_bytes();
-  struct Case {
-    double fraction;
-    Server server;
-  };
-  std::vector<Case> cases;
-  for (double fraction : {1.0, 0.9, 0.5}) {
-    // The budget that keeps `fraction` of the rows in memory (the rest on disk): calibrated on the loaded table,
-    // since the index grows in powers of two and eviction leaves 1/16 of a stripe free.
-    double budget_bytes = all_memory * (fraction < 1 ? fraction : 1.2);
-    for (int attempt = 0;; ++attempt) {
-      CapacityPolicy policy;
-      policy.set_max_memory_bytes(static_cast<uint64_t>(budget_bytes));
-      policy.set_max_disk_bytes(uint64_t{8} << 30);
-      Server server = MakeServer(absl::StrCat(root, "/hit_", fraction, "_", attempt), dim, &policy);
-      load(server);
-      const TableTierStats stats = server.shard->FindTable("emb")->tier_stats();
-      const double in_memory = 1.0 - static_cast<double>(stats.disk_rows) / rows;
-      if (fraction == 1.0 || std::abs(in_memory - fraction) < 0.01 || attempt == 4) {
-        MustOk(server.store->Checkpoint(*server.shard, "ckpt-00000001").status(), "flush");
-        cases.push_back({in_memory, std::move(server)});
-        break;
-      }
-      budget_bytes *= fraction / in_memory;
-    }
-  }
-  // Requests are drawn before timing (a pool cycled through), so only the table's work is measured.
-  std::mt19937_64 rng(7);
-  std::vector<std::vector<uint64_t>> pool(64);
-  for (std::vector<uint64_t>& keys : pool) {
-    keys.resize(batch);
-    std::uniform_int_distribution<int64_t> pick(0, rows - 1);
-    for (uint64_t& k : keys) k = all[pick(rng)];
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  }
-  const std::vector<float> pool_grads = Grads(batch, dim);
-  size_t next_request = 0;
-  int64_t clock = 2;
-  auto measure = [&](Server& s, bool push) {
-    const Clock::time_point start = Clock::now();
-    uint64_t keys_done = 0;
-    std::string values;
-    while (Seconds(start, Clock::now()) < min_seconds) {
-      const std::vector<uint64_t>& keys = pool[next_request++ % pool.size()];
-      if (push) {
-        MustOk(s.shard->Push(Ctx(clock), "emb", keys,
-                             absl::MakeConstSpan(pool_grads.data(), keys.size() * dim), dim), "push");
-      } else {
-        MustOk(s.shard->Pull(Ctx(clock), "emb", keys, dim, &values), "pull");
-      }
-      keys_done += keys.size();
-    }
-    ++clock;
-    return keys_done / Seconds(start, Clock::now());
-  };
-  absl::StrAppend(&md, "## 2. Throughput at memory hit ratios\n\n",
-                  absl::StrFormat("%d rows (dim %d, Adagrad) on one server; random requests of %d keys (uniform over "
-                                  "the rows, so the hit ratio is the share in memory; drawn before timing); the rest "
-                                  "of the rows in the "
-                                  "disk tier (RocksDB working store, OS page cache warm). Ratio: bounded / all-in-memory "
-                                  "table, medians of %d interleaved runs of %.1f s.\n\n",
-                                  rows, dim, batch, runs, min_seconds),
-                  "| in memory | measured hit ratio | pull keys/s | pull ratio | push keys/s | push ratio |\n"
-                  "|---|---|---|---|---|---|\n");
-  std::vector<std::vector<double>> pull(cases.size()), push(cases.size()), ref_pull(cases.size()), ref_push(cases.size());
-  std::vector<double> hit(cases.size());
-  for (int r = 0; r < runs; ++r) {
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const TableTierStats before = cases[i].server.shard->FindTable("emb")->tier_stats();
-      ref_pull[i].push_back(measure(reference, false));
-      pull[i].push_back(measure(cases[i].server, false));
-      const TableTierStats after = cases[i].server.shard->FindTable("emb")->tier_stats();
-      const double memory_hits = after.pull_memory_hits - before.pull_memory_hits;
-      const double total = memory_hits + (after.pull_disk_hits - before.pull_disk_hits) +
-                           (after.pull_misses - before.pull_misses);
-      hit[i] = memory_hits / std::max(1.0, total);
-      if (r == 0) {
-        std::printf("case %zu: pulled keys from memory %.0f, disk %.0f, initial %.0f\n", i, memory_hits,
-                    static_cast<double>(after.pull_disk_hits - before.pull_disk_hits),
-                    static_cast<double>(after.pull_misses - before.pull_misses));
-      }
-    }
-  }
-  for (int r = 0; r < runs; ++r) {
-    for (size_t i = 0; i < cases.size(); ++i) {
-      ref_push[i].push_back(measure(reference, true));
-      push[i].push_back(measure(cases[i].server, true));
-    }
-  }
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const double p = Median(pull[i]), rp = Median(ref_pull[i]), q = Median(push[i]), rq = Median(ref_push[i]);
-    absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %.3f | %.3g | %.2f | %.3g | %.2f |\n", 100 * cases[i].fraction,
-                                         hit[i], p, p / rp, q, q / rq));
-    std::printf("in memory %.1f%%: hit %.3f, pull %.3g keys/s (ratio %.2f), push %.3g (ratio %.2f)\n",
-                100 * cases[i].fraction, hit[i], p, p / rp, q, q / rq);
-  }
-  absl::StrAppend(&md, "\n");
+  absl::StrAppend(&md, run(2) ? HitRatios(root, dim, batch) : SectionOf(previous, 2));
 
   // ---- 3. Admission and eviction cost.
-  {
+  if (!run(3)) {
+    absl::StrAppend(&md, SectionOf(previous, 3));
+  } else {
     const int64_t pushes = 200;
     auto cost = [&](const CapacityPolicy* policy, const std::string& name) {
       Server s = MakeServer(root + "/cost_" + name, dim, policy);
@@ -432,7 +600,9 @@ int Main(int argc, char** argv) {
     std::printf("cost: plain %.0f ns/key, admission %.0f, eviction %.0f\n", plain, admit, evict);
   }
   // ---- 4. AUC effect.
-  if (const std::string data = absl::GetFlag(FLAGS_data_dir); !data.empty()) {
+  if (const std::string data = absl::GetFlag(FLAGS_data_dir); !run(4) || data.empty()) {
+    absl::StrAppend(&md, SectionOf(previous, 4));
+  } else {
     absl::StrAppend(&md, "## 4. Test AUC and rows on a large-vocabulary set\n\n",
                     "Data: `kestrel_datagen --large_vocab` in ", data,
                     " (1M train rows, 100k test rows; ids drift and 5% of values are ids seen once). One epoch, "
@@ -494,7 +664,19 @@ int Main(int argc, char** argv) {
     }
     absl::StrAppend(&md, "\n");
   }
-  MustOk(bench::WriteFile(bench::UserPath(absl::GetFlag(FLAGS_output)), md), "writing the report");
+  // The header last: the load average at the end is now's.
+  std::string kept;
+  for (int section = 1; section <= 4; ++section) {
+    const bool ran = run(section) && (section < 4 || !absl::GetFlag(FLAGS_data_dir).empty());
+    if (!ran && !SectionOf(previous, section).empty()) absl::StrAppend(&kept, kept.empty() ? "" : ", ", section);
+  }
+  std::string header = "# Bounded tables: memory, hit ratios, admission and eviction cost\n\n";
+  absl::StrAppend(&header, bench::MachineMarkdown(machine, load_start), "\n\n", bench::CommandMarkdown(machine));
+  if (!kept.empty()) {
+    absl::StrAppend(&header, "Sections ", kept, ": kept from the previous report (", PreviousRun(previous),
+                    "); this run wrote the others.\n\n");
+  }
+  MustOk(bench::WriteFile(output, header + md), "writing the report");
   std::filesystem::remove_all(root);
   return 0;
 }

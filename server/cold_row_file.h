@@ -14,8 +14,9 @@
 // place; deleted keys' slots are reused, so the file is bounded by the most keys held at once.
 //
 // Reads of a batch: the keys' slots are found in the index; when a sample of their pages is not resident
-// (mincore), the whole batch's pages are requested from the kernel at once (posix_fadvise WILLNEED, so the device
-// reads them in parallel) and waited for outside the lock, then the rows are copied.
+// (mincore), the whole batch's pages are requested from the kernel at once (process_madvise WILLNEED, or
+// posix_fadvise per page before Linux 5.16, so the device reads them in parallel) and waited for outside the
+// lock, then the rows are copied.
 //
 // The file is scratch: it is created empty (an existing file at the path is truncated), never synced, and
 // nothing survives the object (ShardStore keeps it under its working store, which is discarded on a restart).
@@ -99,6 +100,12 @@ class ColdRowFile {
     uint64_t segment_records;  // records per segment
   };
   static Layout LayoutFor(int floats, size_t segment_bytes);
+  // Pages of the file: at `offset` in the file, mapped at `address`.
+  struct PageRange {
+    uint64_t offset;
+    uint64_t bytes;
+    char* address;
+  };
 
   ColdRowFile(std::string path, int fd, int floats, const Layout& layout);
 
@@ -115,6 +122,8 @@ class ColdRowFile {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the records of a sample of the keys held among `keys` are in the page cache.
   bool SampleResidentLocked(absl::Span<const uint64_t> keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Asks the kernel to read the pages of `ranges` (sorted) into the page cache now, without waiting.
+  void RequestPages(const std::vector<PageRange>& ranges) const;
   // A free slot (reused or new; the file grows when needed).
   absl::StatusOr<uint32_t> AllocateSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddSegmentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
