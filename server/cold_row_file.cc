@@ -157,10 +157,12 @@ void ColdRowFile::CopyLocked(absl::Span<const uint64_t> keys, float* rows, absl:
 }
 
 bool ColdRowFile::SampleResidentLocked(absl::Span<const uint64_t> keys) const {
-  // Keys spread over the batch, at most kResidencySamples held ones among 4x as many looked up.
-  const size_t stride = std::max<size_t>(1, keys.size() / (4 * kResidencySamples));
+  // Keys spread over the batch: one held key per 64 keys (a mincore each), at most kResidencySamples, among 4x as
+  // many looked up.
+  const size_t samples = std::min(kResidencySamples, 1 + keys.size() / 64);
+  const size_t stride = std::max<size_t>(1, keys.size() / (4 * samples));
   size_t checked = 0;
-  for (size_t i = 0; i < keys.size() && checked < kResidencySamples; i += stride) {
+  for (size_t i = 0; i < keys.size() && checked < samples; i += stride) {
     const int64_t slot = FirstCandidateLocked(HashOf(keys[i]));
     if (slot < 0) continue;
     ++checked;
@@ -240,7 +242,7 @@ void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<
   }
   // Not cached: ask for every page of the batch at once (the device reads them in parallel), then wait for them
   // outside the lock, so pushes that spill rows meanwhile are not held up by the reads. A page that a Write
-  // reuses meanwhile costs nothing: CopyLocked looks every key up again.
+  // reuses meanwhile costs nothing: PreadLocked looks every key up again.
   RequestPages(ranges);
   for (const PageRange& r : ranges) {
     for (uint64_t p = r.offset; p < r.offset + r.bytes; p += page) {
@@ -250,7 +252,31 @@ void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<
     }
   }
   absl::ReaderMutexLock lock(&mu_);
-  CopyLocked(keys, rows, found);
+  PreadLocked(keys, rows, found);
+}
+
+void ColdRowFile::PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
+  if (index_.empty()) return;
+  const size_t mask = index_.size() - 1;
+  thread_local std::vector<char> record;
+  record.resize(layout_.record_bytes);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (found[i]) continue;
+    const uint32_t hash = HashOf(keys[i]);
+    for (size_t p = hash & mask; index_[p] != 0; p = (p + 1) & mask) {
+      if (EntryHash(index_[p]) != hash) continue;
+      const uint32_t slot = EntrySlot(index_[p]);
+      const char* from = record.data();
+      if (pread(fd_, record.data(), layout_.record_bytes, static_cast<off_t>(PlaceOf(slot).offset)) !=
+          static_cast<ssize_t>(layout_.record_bytes)) {
+        from = RecordLocked(slot);  // not expected: read it through the mapping
+      }
+      if (KeyOfRecord(from) != keys[i]) continue;
+      std::memcpy(rows + i * static_cast<size_t>(floats_), from + sizeof(uint64_t), sizeof(float) * floats_);
+      found[i] = 1;
+      break;
+    }
+  }
 }
 
 absl::StatusOr<uint32_t> ColdRowFile::AllocateSlotLocked() {
@@ -265,13 +291,14 @@ absl::StatusOr<uint32_t> ColdRowFile::AllocateSlotLocked() {
 
 absl::Status ColdRowFile::AddSegmentLocked() {
   const uint64_t offset = segments_.size() * layout_.segment_bytes;
-  // Blocks are reserved now: a store through the mapping into a hole of a full disk would be a SIGBUS.
+  // Blocks are reserved now: no write fails for space, and no read through the mapping meets a hole.
   if (const int error = posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(layout_.segment_bytes));
       error != 0) {
     return ErrnoError(error, absl::StrFormat("cannot grow to %d bytes: the disk tier file", offset + layout_.segment_bytes),
                       path_);
   }
-  void* base = mmap(nullptr, layout_.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(offset));
+  // Read-only: rows are written with pwrite (see Write).
+  void* base = mmap(nullptr, layout_.segment_bytes, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(offset));
   if (base == MAP_FAILED) return ErrnoError(errno, "cannot map the disk tier file", path_);
   // A fault reads its page, not a readahead window around it.
   madvise(base, layout_.segment_bytes, MADV_RANDOM);
@@ -313,28 +340,40 @@ absl::Status ColdRowFile::Write(absl::Span<const uint64_t> keys, absl::Span<cons
         keys.size(), rows.size()));
   }
   const size_t row_bytes = sizeof(float) * floats_;
+  thread_local std::vector<char> record;
+  record.resize(layout_.record_bytes);
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint32_t hash = HashOf(keys[i]);
-    const float* row = rows.data() + i * static_cast<size_t>(floats_);
-    if (const int64_t pos = FindLocked(keys[i], hash); pos >= 0) {
-      std::memcpy(RecordLocked(EntrySlot(index_[pos])) + sizeof(uint64_t), row, row_bytes);
-      continue;
+    std::memcpy(record.data(), &keys[i], sizeof(uint64_t));
+    std::memcpy(record.data() + sizeof(uint64_t), rows.data() + i * static_cast<size_t>(floats_), row_bytes);
+    const int64_t pos = FindLocked(keys[i], hash);
+    uint32_t slot;
+    if (pos >= 0) {
+      slot = EntrySlot(index_[pos]);  // replaced in place
+    } else {
+      if (rows_ >= kMaxRows) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "disk tier file %s holds %d rows, its limit: spread the table over more servers", path_, rows_));
+      }
+      if ((rows_ + 1) * 4 > index_.size() * 3) GrowIndexLocked();
+      KESTREL_ASSIGN_OR_RETURN(slot, AllocateSlotLocked());
     }
-    if (rows_ >= kMaxRows) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "disk tier file %s holds %d rows, its limit: spread the table over more servers", path_, rows_));
+    // Written through the descriptor, not the mapping: a store into a mapped page that writeback has cleaned
+    // costs a page fault (about 25 us on the machine of bench/results/bounded_tables.md), a pwrite a copy.
+    if (pwrite(fd_, record.data(), layout_.record_bytes, static_cast<off_t>(PlaceOf(slot).offset)) !=
+        static_cast<ssize_t>(layout_.record_bytes)) {
+      const int error = errno;
+      if (pos < 0) free_slots_.push_back(slot);
+      return ErrnoError(error, "cannot write a row to the disk tier file", path_);
     }
-    if ((rows_ + 1) * 4 > index_.size() * 3) GrowIndexLocked();
-    KESTREL_ASSIGN_OR_RETURN(const uint32_t slot, AllocateSlotLocked());
-    char* record = RecordLocked(slot);
-    std::memcpy(record, &keys[i], sizeof(uint64_t));
-    std::memcpy(record + sizeof(uint64_t), row, row_bytes);
-    const size_t mask = index_.size() - 1;
-    size_t p = hash & mask;
-    while (index_[p] != 0) p = (p + 1) & mask;
-    index_[p] = MakeEntry(hash, slot);
-    ++rows_;
+    if (pos < 0) {
+      const size_t mask = index_.size() - 1;
+      size_t p = hash & mask;
+      while (index_[p] != 0) p = (p + 1) & mask;
+      index_[p] = MakeEntry(hash, slot);
+      ++rows_;
+    }
   }
   return absl::OkStatus();
 }
@@ -386,9 +425,8 @@ absl::StatusOr<uint64_t> ColdRowFile::ResidentPages() const {
 absl::Status ColdRowFile::TEST_DropCachedPages() {
   absl::MutexLock lock(&mu_);
   for (char* base : segments_) {
-    if (msync(base, layout_.segment_bytes, MS_SYNC) != 0) return ErrnoError(errno, "msync", path_);
-    // Unmapped from this process (the pages stay in the page cache, dirty ones marked so): else the page cache
-    // keeps them for the mapping.
+    // Unmapped from this process (the pages stay in the page cache): else the page cache keeps them for the
+    // mapping.
     if (madvise(base, layout_.segment_bytes, MADV_DONTNEED) != 0) return ErrnoError(errno, "madvise DONTNEED", path_);
   }
   if (fdatasync(fd_) != 0) return ErrnoError(errno, "fdatasync", path_);

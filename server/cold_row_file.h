@@ -3,8 +3,9 @@
 //
 // The file holds records [key (8 bytes) | row (floats 32-bit words)] in slots. A record never straddles a page
 // when it fits in one (a page holds floor(4096 / record) of them; wider records start on a page boundary), so
-// reading a row reads one page. The file grows by segments (fallocated, so writing through the mapping never
-// meets a full disk) that are mapped shared with MADV_RANDOM (a fault reads its page, not a readahead window).
+// reading a row reads one page. The file grows by segments (fallocated: no write fails for space) that are mapped
+// read-only with MADV_RANDOM (a fault reads its page, not a readahead window). Records are written with pwrite: a
+// store into a mapped page that writeback has cleaned would cost a page fault each time.
 //
 // An in-memory open-addressing index maps key -> slot: linear probing over 8-byte entries (32 bits of the
 // key's hash, slot id + 1), kept at most 3/4 full, so it costs 10.7-21.3 bytes per row (memory_bytes()). The
@@ -16,7 +17,7 @@
 // Reads of a batch: the keys' slots are found in the index; when a sample of their pages is not resident
 // (mincore), the whole batch's pages are requested from the kernel at once (process_madvise WILLNEED, or
 // posix_fadvise per page before Linux 5.16, so the device reads them in parallel) and waited for outside the
-// lock, then the rows are copied.
+// lock, then the rows are copied with pread (mapping each page would cost a page fault).
 //
 // The file is scratch: it is created empty (an existing file at the path is truncated), never synced, and
 // nothing survives the object (ShardStore keeps it under its working store, which is discarded on a restart).
@@ -63,7 +64,7 @@ class ColdRowFile {
 
   // Stores the rows of `keys` (keys.size() * floats() words; a key may appear once), replacing the records of
   // keys held. InvalidArgument for another row width (nothing written); ResourceExhausted past kMaxRows or
-  // Unavailable when the file cannot grow (the keys before the failing one are written).
+  // Unavailable when the file cannot grow or be written (the keys before the failing one are written).
   absl::Status Write(absl::Span<const uint64_t> keys, absl::Span<const float> rows) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads the rows of `keys` into `rows` (keys.size() * floats() words), setting found[i] to 1 for each key held
   // (`found` has keys.size() entries; a key not held leaves its row and entry untouched).
@@ -80,8 +81,8 @@ class ColdRowFile {
   // Pages of the file in the page cache now (mincore over the mappings).
   absl::StatusOr<uint64_t> ResidentPages() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // For benchmarks of the uncached path: writes the dirty pages back (msync, fdatasync), unmaps them from this
-  // process (MADV_DONTNEED) and drops the file from the page cache (posix_fadvise DONTNEED). The rows stay.
+  // For benchmarks of the uncached path: unmaps the file's pages from this process (MADV_DONTNEED), writes the
+  // dirty ones back (fdatasync) and drops the file from the page cache (posix_fadvise DONTNEED). The rows stay.
   absl::Status TEST_DropCachedPages() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -119,6 +120,10 @@ class ColdRowFile {
   int64_t FirstCandidateLocked(uint32_t hash) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Copies the rows of the keys held; rows already found are skipped.
   void CopyLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The same through pread (no page table update: the pages were just read, and mapping each would cost a page
+  // fault).
+  void PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the records of a sample of the keys held among `keys` are in the page cache.
   bool SampleResidentLocked(absl::Span<const uint64_t> keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

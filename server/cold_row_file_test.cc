@@ -44,6 +44,11 @@ std::vector<float> Rows(const std::vector<uint64_t>& keys, uint32_t version, int
   return rows;
 }
 
+std::vector<float> Concat(std::vector<float> a, const std::vector<float>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 struct ReadResult {
   std::vector<float> rows;
   std::vector<uint8_t> found;
@@ -150,6 +155,8 @@ TEST(ColdRowFileTest, KeysSharingTheIndexHashBitsAreKeptApart) {
   ASSERT_TRUE(f.Write({b}, RowOf(b, 2, 4)).ok());
   EXPECT_EQ(ReadAll(f, {b}).rows, RowOf(b, 2, 4));  // the second candidate
   EXPECT_EQ(ReadAll(f, {a}).rows, RowOf(a, 1, 4));
+  ASSERT_TRUE(f.TEST_DropCachedPages().ok());  // and through the uncached path's reads
+  EXPECT_EQ(ReadAll(f, {b, a}).rows, Concat(RowOf(b, 2, 4), RowOf(a, 1, 4)));
   f.Delete({a});
   r = ReadAll(f, {a, b});
   EXPECT_EQ(r.found, (std::vector<uint8_t>{0, 1}));
