@@ -427,12 +427,13 @@ std::string HitRatios(const std::string& root, int dim, int batch) {
     resident = std::max({resident, cold_pull_io[i].resident_after_drop, cold_push_io[i].resident_after_drop});
   }
   absl::StrAppend(
-      &md, "\n**The disk tier's file not cached.** Before each timed request (the drop not timed), the file's "
-      "dirty pages are written back and its pages dropped from the page cache (`msync`, `madvise(MADV_DONTNEED)`, "
+      &md, "\n**The disk tier's file not cached.** Before each timed request (the drop not timed), the file is "
+      "written back and its pages dropped from the page cache (`madvise(MADV_DONTNEED)` on its mapping, "
       "`fdatasync`, then `posix_fadvise(POSIX_FADV_DONTNEED)`; ",
       absl::StrFormat("at most %d of its pages were still resident after a drop", resident),
-      "). Device reads: `/proc/self/io` `read_bytes` over the request / 4096. All-in-memory reference measured "
-      "again alongside.\n\n",
+      "). Device reads: `/proc/self/io` `read_bytes` over the request / 4096. A push also reads the page of each "
+      "row it moves to disk over an older copy of it (rewritten in place). All-in-memory reference measured again "
+      "alongside.\n\n",
       "| in memory | pull keys/s | pull ratio | disk rows per pull | device reads per pull | push keys/s | "
       "push ratio | device reads per push |\n|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < n; ++i) {
@@ -451,7 +452,7 @@ std::string HitRatios(const std::string& root, int dim, int batch) {
   }
   absl::StrAppend(&md, "\n**Memory of the disk tier's index** (outside the table's budget), after loading: the "
                        "file's rows (disk rows, and stale copies of rows brought back, as in RocksDB).\n\n",
-                  "| in memory | disk rows | file rows | index bytes | bytes per file row | file MiB |\n"
+                  "| in memory | disk rows | file rows | index bytes | bytes per file row | file MiB (64 MiB segments) |\n"
                   "|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < n; ++i) {
     const ShardStore::ColdFileStats& f = cases[i].files;
