@@ -1,5 +1,5 @@
 // bounded_table_bench: what bounding a sparse table costs and buys (server/bounded_policy.h), measured
-// on the server's own core (Shard + ShardStore, RocksDB disk tier) in one process, all ratios from one run.
+// on the server's own core (Shard + ShardStore and its disk tier) in one process, all ratios from one run.
 //
 //   bench/run_bounded_table_bench.sh            # builds with -c opt, writes bench/results/bounded_tables.{md,svg}
 //   bench/run_bounded_table_bench.sh --sections=2   # section 2 only; the report keeps the other sections' text
