@@ -452,14 +452,14 @@ std::string HitRatios(const std::string& root, int dim, int batch) {
   }
   absl::StrAppend(&md, "\n**Memory of the disk tier's index** (outside the table's budget), after loading: the "
                        "file's rows (disk rows, and stale copies of rows brought back, as in RocksDB).\n\n",
-                  "| in memory | disk rows | file rows | index bytes | bytes per file row | file MiB (64 MiB segments) |\n"
-                  "|---|---|---|---|---|---|\n");
+                  "| in memory | disk rows | file rows | index bytes | bytes per file row | "
+                  "file MiB (64 MiB segments) |\n|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < n; ++i) {
     const ShardStore::ColdFileStats& f = cases[i].files;
+    const std::string per_row =
+        f.rows == 0 ? std::string("-") : absl::StrFormat("%.1f", static_cast<double>(f.index_bytes) / f.rows);
     absl::StrAppend(&md, absl::StrFormat("| %.1f%% | %d | %d | %d | %s | %.1f |\n", 100 * cases[i].fraction,
-                                         cases[i].disk_rows, f.rows, f.index_bytes,
-                                         f.rows == 0 ? std::string("-")
-                                                     : absl::StrFormat("%.1f", static_cast<double>(f.index_bytes) / f.rows),
+                                         cases[i].disk_rows, f.rows, f.index_bytes, per_row,
                                          f.file_bytes / 1048576.0));
   }
   absl::StrAppend(&md, "\n");

@@ -92,7 +92,8 @@ ColdRowFile::~ColdRowFile() {
 ColdRowFile::Place ColdRowFile::PlaceOf(uint32_t slot) const {
   const uint64_t segment = slot / layout_.segment_records;
   const uint64_t within = slot % layout_.segment_records;
-  return Place{static_cast<uint32_t>(segment), segment * layout_.segment_bytes + within / layout_.unit_records * layout_.unit_bytes +
+  return Place{static_cast<uint32_t>(segment), segment * layout_.segment_bytes +
+                                                   within / layout_.unit_records * layout_.unit_bytes +
                                                    within % layout_.unit_records * layout_.record_bytes};
 }
 
@@ -139,7 +140,9 @@ void ColdRowFile::CopyLocked(absl::Span<const uint64_t> keys, float* rows, absl:
     if (i >= kLookahead / 2 && i - kLookahead / 2 < n) {
       const size_t j = i - kLookahead / 2;
       candidates[j] = FirstCandidateLocked(hashes[j]);
-      if (candidates[j] >= 0) PrefetchSpan(RecordLocked(static_cast<uint32_t>(candidates[j])), layout_.record_bytes, false);
+      if (candidates[j] >= 0) {
+        PrefetchSpan(RecordLocked(static_cast<uint32_t>(candidates[j])), layout_.record_bytes, /*for_write=*/false);
+      }
     }
     if (i < kLookahead) continue;
     const size_t j = i - kLookahead;
@@ -294,8 +297,8 @@ absl::Status ColdRowFile::AddSegmentLocked() {
   // Blocks are reserved now: no write fails for space, and no read through the mapping meets a hole.
   if (const int error = posix_fallocate(fd_, static_cast<off_t>(offset), static_cast<off_t>(layout_.segment_bytes));
       error != 0) {
-    return ErrnoError(error, absl::StrFormat("cannot grow to %d bytes: the disk tier file", offset + layout_.segment_bytes),
-                      path_);
+    return ErrnoError(
+        error, absl::StrFormat("cannot grow to %d bytes: the disk tier file", offset + layout_.segment_bytes), path_);
   }
   // Read-only: rows are written with pwrite (see Write).
   void* base = mmap(nullptr, layout_.segment_bytes, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(offset));

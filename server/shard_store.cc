@@ -386,7 +386,8 @@ absl::StatusOr<std::shared_ptr<ColdRowFile>> ShardStore::ColdFile(absl::string_v
                                                                    bool create) {
   if (table.empty() || table.size() > kMaxTableName) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d: disk tier table names are 1 to %d bytes, not %d", shard_, kMaxTableName, table.size()));
+        absl::StrFormat("shard %d: disk tier table names are 1 to %d bytes, not %d", shard_, kMaxTableName,
+                        table.size()));
   }
   std::shared_ptr<ColdRowFile> file;
   {
@@ -403,7 +404,8 @@ absl::StatusOr<std::shared_ptr<ColdRowFile>> ShardStore::ColdFile(absl::string_v
       fs::create_directories(dir, error);
       if (error) {
         files_.erase(std::string(table));
-        return absl::UnavailableError(absl::StrCat("cannot create the disk tier directory ", dir, ": ", error.message()));
+        return absl::UnavailableError(
+            absl::StrCat("cannot create the disk tier directory ", dir, ": ", error.message()));
       }
       absl::StatusOr<std::unique_ptr<ColdRowFile>> created =
           ColdRowFile::Create(absl::StrCat(dir, "/", absl::BytesToHexString(table), ".rows"), floats);

@@ -459,7 +459,8 @@ TEST_F(ShardStoreTest, ColdTierRowsAreWrittenReplacedDeletedAndDiscardedWithTheS
   EXPECT_EQ(read({keys[1]}).second, std::vector<uint8_t>{0});
   std::vector<float> six(6);
   std::vector<uint8_t> found6;
-  EXPECT_EQ(store.Read(table, {keys[0]}, kFloats + 1, six.data(), &found6).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Read(table, {keys[0]}, kFloats + 1, six.data(), &found6).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.Write(table, keys, std::vector<float>(7)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Write(std::string(200, 'x'), {keys[0]}, replaced).code(), absl::StatusCode::kInvalidArgument);
 
