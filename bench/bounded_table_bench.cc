@@ -62,7 +62,8 @@ ABSL_FLAG(int64_t, stream_pushes, 3000, "Pushes of the memory-over-time stream."
 ABSL_FLAG(int, budget_mb, 64, "Memory budget of the memory-over-time table, MiB.");
 ABSL_FLAG(std::string, data_dir, "",
           "A kestrel_datagen --large_vocab directory (train.tsv, test.tsv): part 4 trains LR and DeepFM on it with "
-          "admission after 1, 2 and 5 pushes and with a TTL, and reports test AUC and rows. Default: \"\" = skip.");
+          "admission after 2 pushes (dropping earlier ones, or with admit_to_disk keeping them on the disk tier), "
+          "after 5 to disk, and TTLs, and reports test AUC and rows in memory and on disk. Default: \"\" = skip.");
 ABSL_FLAG(std::string, sections, "1,2,3,4",
           "Sections to run (4 needs --data_dir). The others' text is kept from the existing --output report.");
 ABSL_FLAG(std::string, git_commit, "", "Commit measured (default: git rev-parse).");
@@ -584,11 +585,14 @@ int Main(int argc, char** argv) {
     };
     CapacityPolicy admission;
     admission.set_admit_after(2);
+    CapacityPolicy to_disk = admission;
+    to_disk.set_admit_to_disk(true);
+    to_disk.set_max_disk_bytes(uint64_t{16} << 30);
     CapacityPolicy eviction;
     // A quarter of the stream's rows fit: once full, every push evicts.
     eviction.set_max_memory_bytes(static_cast<uint64_t>(pushes) * batch * (8 + 4 * (2 * dim + 2)) / 4);
     const double plain = cost(nullptr, "plain"), admit = cost(&admission, "admission"),
-                 evict = cost(&eviction, "eviction");
+                 staged = cost(&to_disk, "to_disk"), evict = cost(&eviction, "eviction");
     absl::StrAppend(&md, "## 3. Admission and eviction cost\n\n",
                     absl::StrFormat("%d pushes of %d new keys each (dim %d); median ns per pushed key.\n\n", pushes,
                                     batch, dim),
@@ -596,9 +600,13 @@ int Main(int argc, char** argv) {
                     absl::StrFormat("| unbounded | %.0f | |\n", plain),
                     absl::StrFormat("| admission after 2 pushes (every key counted, none admitted) | %.0f | %+.0f |\n",
                                     admit, admit - plain),
+                    absl::StrFormat("| admission after 2 pushes to disk (every key's first push applied to a row "
+                                    "written to the disk tier: RocksDB and the spill file) | %.0f | %+.0f |\n",
+                                    staged, staged - plain),
                     absl::StrFormat("| memory budget 1/4 of the stream (evicts 1/16 of a stripe when full) | %.0f | %+.0f |\n\n",
                                     evict, evict - plain));
-    std::printf("cost: plain %.0f ns/key, admission %.0f, eviction %.0f\n", plain, admit, evict);
+    std::printf("cost: plain %.0f ns/key, admission %.0f, to disk %.0f, eviction %.0f\n", plain, admit, staged,
+                evict);
   }
   // ---- 4. AUC effect.
   if (const std::string data = absl::GetFlag(FLAGS_data_dir); !run(4) || data.empty()) {
@@ -607,16 +615,23 @@ int Main(int argc, char** argv) {
     absl::StrAppend(&md, "## 4. Test AUC and rows on a large-vocabulary set\n\n",
                     "Data: `kestrel_datagen --large_vocab` in ", data,
                     " (1M train rows, 100k test rows; ids drift and 5% of values are ids seen once). One epoch, "
-                    "batch 1024, in-process training (one server). Rows: the sparse tables' rows at the end.\n\n",
-                    "| model | policy | test AUC | AUC - unbounded | rows | rows cut |\n|---|---|---|---|---|---|\n");
+                    "batch 1024, in-process training (one server). Rows: the sparse tables' rows at the end, in "
+                    "memory and (admit_to_disk: keys pushed fewer than admit_after times, kept on the disk tier) on "
+                    "disk; memory share: memory rows / the unbounded table's rows.\n\n",
+                    "| model | policy | test AUC | AUC - unbounded | memory rows | disk rows | memory share |\n"
+                    "|---|---|---|---|---|---|---|\n");
     struct Policy {
       std::string name;
       uint32_t admit_after;
       int64_t ttl;
+      bool to_disk;  // CapacityPolicy.admit_to_disk, with a disk tier
     };
-    const std::vector<Policy> policies = {
-        {"unbounded", 0, 0}, {"admit after 1", 1, 0}, {"admit after 2", 2, 0}, {"admit after 5", 5, 0},
-        {"admit after 2, ttl 200 clocks", 2, 200}};
+    const std::vector<Policy> policies = {{"unbounded", 0, 0, false},
+                                          {"admit after 2", 2, 0, false},
+                                          {"admit after 2, to disk", 2, 0, true},
+                                          {"admit after 5, to disk", 5, 0, true},
+                                          {"ttl 300 clocks", 0, 300, false},
+                                          {"admit after 2, ttl 200 clocks", 2, 200, false}};
     for (const std::string model : {"LOGISTIC_REGRESSION", "DEEPFM"}) {
       double base_auc = 0;
       uint64_t base_rows = 0;
@@ -634,17 +649,33 @@ int Main(int argc, char** argv) {
           CapacityPolicy* c = job.mutable_model()->mutable_sparse_capacity();
           c->set_admit_after(p.admit_after);
           c->set_ttl_clocks(p.ttl);
+          if (p.to_disk) {
+            c->set_admit_to_disk(true);
+            c->set_max_disk_bytes(uint64_t{16} << 30);
+          }
         }
         job.mutable_data()->add_train_files(data + "/train.tsv");
         job.mutable_data()->add_test_files(data + "/test.tsv");
         job.mutable_train()->set_batch_size(1024);
         job.mutable_train()->set_log_every_steps(100000);
-        uint64_t rows = 0;
+        uint64_t rows = 0, disk_rows = 0;
         LocalTrainingOptions options;
+        std::vector<std::unique_ptr<ShardStore>> stores;  // the disk tiers (admit_to_disk)
+        if (p.to_disk) {
+          options.prepare = [&](const std::vector<Shard*>& shards) {
+            for (size_t s = 0; s < shards.size(); ++s) {
+              const std::string dir = absl::StrCat(absl::GetFlag(FLAGS_dir), "/auc_tier");
+              stores.push_back(std::move(ShardStore::Open(CheckpointLayout(dir), static_cast<int>(s))).value());
+              shards[s]->SetColdTier(stores.back().get());
+            }
+          };
+        }
         options.inspect = [&](const std::vector<Shard*>& shards) {
           for (Shard* shard : shards) {
             for (const TableStats& t : shard->Stats().tables) {
-              if (t.config.kind() == TableConfig::SPARSE) rows += t.rows;
+              if (t.config.kind() != TableConfig::SPARSE) continue;
+              rows += t.rows - t.tier.disk_rows;
+              disk_rows += t.tier.disk_rows;
             }
           }
         };
@@ -656,10 +687,12 @@ int Main(int argc, char** argv) {
           base_auc = auc;
           base_rows = rows;
         }
-        absl::StrAppend(&md, absl::StrFormat("| %s | %s | %.4f | %+.4f | %d | %.2fx |\n", model, p.name, auc,
-                                             auc - base_auc, rows, static_cast<double>(base_rows) / rows));
-        std::printf("%s %s: auc %.4f (%+.4f), rows %llu\n", model.c_str(), p.name.c_str(), auc, auc - base_auc,
-                    static_cast<unsigned long long>(rows));
+        absl::StrAppend(&md, absl::StrFormat("| %s | %s | %.5f | %+.5f | %d | %d | %.2f |\n", model, p.name, auc,
+                                             auc - base_auc, rows, disk_rows,
+                                             static_cast<double>(rows) / static_cast<double>(base_rows)));
+        std::printf("%s %s: auc %.5f (%+.5f), memory rows %llu, disk rows %llu\n", model.c_str(), p.name.c_str(),
+                    auc, auc - base_auc, static_cast<unsigned long long>(rows),
+                    static_cast<unsigned long long>(disk_rows));
         std::fflush(stdout);
       }
     }
