@@ -211,8 +211,8 @@ void ColdRowFile::RequestPages(const std::vector<PageRange>& ranges) const {
   }
 }
 
-void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
-  if (keys.empty()) return;
+absl::Status ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
+  if (keys.empty()) return absl::OkStatus();
   const uint64_t page = layout_.page_bytes;
   thread_local std::vector<uint64_t> offsets;
   thread_local std::vector<PageRange> ranges;
@@ -220,10 +220,10 @@ void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<
   ranges.clear();
   {
     absl::ReaderMutexLock lock(&mu_);
-    if (rows_ == 0) return;
+    if (rows_ == 0) return absl::OkStatus();
     if (SampleResidentLocked(keys)) {
       CopyLocked(keys, rows, found);
-      return;
+      return absl::OkStatus();
     }
     for (uint64_t key : keys) {
       const int64_t slot = FirstCandidateLocked(HashOf(key));
@@ -255,11 +255,12 @@ void ColdRowFile::Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<
     }
   }
   absl::ReaderMutexLock lock(&mu_);
-  PreadLocked(keys, rows, found);
+  return PreadLocked(keys, rows, found);
 }
 
-void ColdRowFile::PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const {
-  if (index_.empty()) return;
+absl::Status ColdRowFile::PreadLocked(absl::Span<const uint64_t> keys, float* rows,
+                                      absl::Span<uint8_t> found) const {
+  if (index_.empty()) return absl::OkStatus();
   const size_t mask = index_.size() - 1;
   thread_local std::vector<char> record;
   record.resize(layout_.record_bytes);
@@ -270,9 +271,11 @@ void ColdRowFile::PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl
       if (EntryHash(index_[p]) != hash) continue;
       const uint32_t slot = EntrySlot(index_[p]);
       const char* from = record.data();
-      if (pread(fd_, record.data(), layout_.record_bytes, static_cast<off_t>(PlaceOf(slot).offset)) !=
-          static_cast<ssize_t>(layout_.record_bytes)) {
-        from = RecordLocked(slot);  // not expected: read it through the mapping
+      const ssize_t read =
+          pread(fd_, record.data(), layout_.record_bytes, static_cast<off_t>(PlaceOf(slot).offset));
+      if (read < 0) return ErrnoError(errno, "cannot read a row of the disk tier file", path_);
+      if (read != static_cast<ssize_t>(layout_.record_bytes)) {
+        return absl::UnavailableError(absl::StrCat("disk tier file ", path_, ": a row read came back short"));
       }
       if (KeyOfRecord(from) != keys[i]) continue;
       std::memcpy(rows + i * static_cast<size_t>(floats_), from + sizeof(uint64_t), sizeof(float) * floats_);
@@ -280,6 +283,7 @@ void ColdRowFile::PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl
       break;
     }
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint32_t> ColdRowFile::AllocateSlotLocked() {

@@ -67,8 +67,10 @@ class ColdRowFile {
   // Unavailable when the file cannot grow or be written (the keys before the failing one are written).
   absl::Status Write(absl::Span<const uint64_t> keys, absl::Span<const float> rows) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads the rows of `keys` into `rows` (keys.size() * floats() words), setting found[i] to 1 for each key held
-  // (`found` has keys.size() entries; a key not held leaves its row and entry untouched).
-  void Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const ABSL_LOCKS_EXCLUDED(mu_);
+  // (`found` has keys.size() entries; a key not held leaves its row and entry untouched). Unavailable when the
+  // device fails a read of rows not in the page cache.
+  absl::Status Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the records of `keys` (absent ones are no error); their slots are reused.
   void Delete(absl::Span<const uint64_t> keys) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -122,8 +124,8 @@ class ColdRowFile {
   void CopyLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The same through pread (no page table update: the pages were just read, and mapping each would cost a page
-  // fault).
-  void PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
+  // fault); Unavailable when a read fails.
+  absl::Status PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the records of a sample of the keys held among `keys` are in the page cache.
   bool SampleResidentLocked(absl::Span<const uint64_t> keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

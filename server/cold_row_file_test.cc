@@ -58,7 +58,7 @@ ReadResult ReadAll(const ColdRowFile& file, const std::vector<uint64_t>& keys) {
   ReadResult r;
   r.rows.assign(keys.size() * file.floats(), -1.0f);
   r.found.assign(keys.size(), 0);
-  file.Read(keys, r.rows.data(), absl::MakeSpan(r.found));
+  EXPECT_TRUE(file.Read(keys, r.rows.data(), absl::MakeSpan(r.found)).ok());
   return r;
 }
 
@@ -229,7 +229,7 @@ TEST(ColdRowFileTest, ReadsAreConsistentWhileOtherThreadsWriteAndDelete) {
         std::vector<uint64_t> batch;
         for (int i = 0; i < 256; ++i) batch.push_back(keys[rng() % keys.size()]);
         std::fill(found.begin(), found.end(), 0);
-        f.Read(batch, rows.data(), absl::MakeSpan(found));
+        ASSERT_TRUE(f.Read(batch, rows.data(), absl::MakeSpan(found)).ok());
         for (size_t i = 0; i < batch.size(); ++i) {
           if (!found[i]) continue;
           // Whatever version is read, the whole row is of that one version.

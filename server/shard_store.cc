@@ -478,8 +478,8 @@ absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t
   if (n == 0) return absl::OkStatus();
   if (!cold_reads_from_rocksdb_.load(std::memory_order_relaxed)) {
     KESTREL_ASSIGN_OR_RETURN(const std::shared_ptr<ColdRowFile> file, ColdFile(table, floats, /*create=*/false));
-    if (file != nullptr) file->Read(keys, rows, absl::MakeSpan(*found));
-    return absl::OkStatus();
+    if (file == nullptr) return absl::OkStatus();
+    return file->Read(keys, rows, absl::MakeSpan(*found));
   }
   thread_local std::vector<std::string> stored_keys;
   thread_local std::vector<rocksdb::Slice> slices;
