@@ -130,16 +130,31 @@ grpc::ByteBuffer PullResponseWriter::Finish() {
 
 namespace {
 
-// Skips a field of wire type `wire` (its tag already read). False when truncated or of a bad wire type.
-bool SkipField(SliceReader& reader, uint64_t wire) {
+// Groups nested deeper than this are refused (protobuf's default recursion limit).
+constexpr int kMaxGroupDepth = 100;
+
+// Skips a field the reader does not know, as protobuf skips unknown fields: `tag` (already read) gives its wire
+// type. A group (wire type 3, deprecated but still parsed) is skipped through its matching end tag. False when
+// truncated, of field number 0, an end tag without its start, nested past kMaxGroupDepth, or of a wire type
+// protobuf refuses (6, 7).
+bool SkipField(SliceReader& reader, uint64_t tag, int depth = 0) {
+  if ((tag >> 3) == 0) return false;
   uint64_t value;
-  switch (wire) {
+  switch (tag & 7) {
     case 0:
       return reader.Varint(&value);
     case 1:
       return reader.Bytes(8, nullptr);
     case 2:
       return reader.Varint(&value) && value <= reader.remaining() && reader.Bytes(value, nullptr);
+    case 3:
+      if (depth >= kMaxGroupDepth) return false;
+      for (;;) {
+        uint64_t inner;
+        if (!reader.Varint(&inner)) return false;
+        if ((inner & 7) == 4) return (inner >> 3) == (tag >> 3);
+        if (!SkipField(reader, inner, depth + 1)) return false;
+      }
     case 5:
       return reader.Bytes(4, nullptr);
     default:
@@ -184,7 +199,7 @@ absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t f
       seen_values = true;
     } else if (field == 2 && (tag & 7) == 0) {
       if (!reader.Varint(&answered_type)) return absl::DataLossError("malformed PullResponse: truncated varint");
-    } else if (!SkipField(reader, tag & 7)) {
+    } else if (!SkipField(reader, tag)) {
       return absl::DataLossError("malformed PullResponse: truncated or bad field");
     }
   }
@@ -249,7 +264,7 @@ absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* ou
           out->scale_exponent = v;
           break;
       }
-    } else if (!SkipField(reader, wire)) {
+    } else if (!SkipField(reader, tag)) {
       return bad("truncated or bad field");
     }
   }

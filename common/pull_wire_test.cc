@@ -145,7 +145,9 @@ TEST(PullWireTest, PushRequestReadFieldByField) {
     EXPECT_EQ(view.part, 2);
     EXPECT_EQ(view.parts, 3);
     EXPECT_EQ(view.scale_exponent, -12);
-    if (piece == 100000) EXPECT_TRUE(view.value_scratch.empty()) << "one slice: the values are not copied";
+    if (piece == 100000) {
+      EXPECT_TRUE(view.value_scratch.empty()) << "one slice: the values are not copied";
+    }
   }
   PushRequestView view;
   EXPECT_EQ(ReadPushRequest(Split(bytes.substr(0, bytes.size() - 3), 7), &view).code(),
@@ -154,6 +156,66 @@ TEST(PullWireTest, PushRequestReadFieldByField) {
   PushRequestView view2;
   EXPECT_EQ(ReadPushRequest(Split(huge_length, 100), &view2).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(view2.value_scratch.empty()) << "nothing allocated for a length the buffer does not hold";
+}
+
+// Fields the reader does not know are skipped as protobuf skips them (a client built from a newer proto): every
+// wire type, known field numbers with another wire type, and groups (deprecated, still parsed), nested ones too.
+// What protobuf refuses (an end tag without its start, field number 0, wire types 6 and 7) the reader refuses.
+TEST(PullWireTest, PushRequestSkipsUnknownFieldsAsProtobufDoes) {
+  PushRequest request;
+  request.mutable_header()->set_job_id("job");
+  request.set_table("emb");
+  request.set_keys(std::string(8, '\x01'));
+  request.set_values(std::string(16, 'v'));
+  request.set_dim(4);
+  const std::string known = request.SerializeAsString();
+  const std::vector<std::string> unknown = {
+      std::string("\x65\x03\x12\x6d\x62", 5),                  // field 12, fixed32
+      std::string("\x69", 1) + std::string(8, '\x07'),            // field 13, fixed64
+      std::string("\xa0\x06\x96\x01", 4),                       // field 100, varint
+      std::string("\xaa\x06\x03" "abc", 6),                      // field 101, bytes
+      std::string("\x23\x68\x68\x08\x01\x24", 6),             // a group numbered 4 (values' number)
+      std::string("\x5b\x63\x08\x01\x64\x65\x00\x00\x00\x00\x5c", 11),  // group 11 holding group 12
+      std::string("\x2a\x01\x02", 3),                            // field 5 (an enum) as bytes
+  };
+  for (const std::string& extra : unknown) {
+    for (const std::string& bytes : {extra + known, known + extra}) {
+      SCOPED_TRACE(testing::PrintToString(bytes));
+      PushRequest parsed;
+      ASSERT_TRUE(parsed.ParseFromString(bytes));
+      for (size_t piece : {1, 3, 1000}) {
+        PushRequestView view;
+        ASSERT_TRUE(ReadPushRequest(Split(bytes, piece), &view).ok());
+        EXPECT_EQ(view.table, parsed.table());
+        EXPECT_EQ(view.keys, parsed.keys());
+        EXPECT_EQ(view.values, parsed.values());
+        EXPECT_EQ(view.dim, parsed.dim());
+        EXPECT_EQ(view.value_type, parsed.value_type());
+      }
+    }
+  }
+  const std::vector<std::string> refused = {
+      std::string("\x24", 1),                  // an end group without its start
+      std::string("\x23\x08\x01", 3),        // a group that never ends
+      std::string("\x23\x08\x01\x2c", 4),   // a group ended by another number's end tag
+      std::string("\x00\x01", 2),             // field number 0
+      std::string("\x0e\x01", 2),             // wire type 6
+      std::string("\x0f\x01", 2),             // wire type 7
+  };
+  for (const std::string& extra : refused) {
+    const std::string bytes = known + extra;
+    SCOPED_TRACE(testing::PrintToString(bytes));
+    PushRequest parsed;
+    EXPECT_FALSE(parsed.ParseFromString(bytes));
+    PushRequestView view;
+    EXPECT_EQ(ReadPushRequest(Split(bytes, 2), &view).code(), absl::StatusCode::kInvalidArgument);
+  }
+  // Groups nested deeper than protobuf's recursion limit are refused, not followed down the stack.
+  std::string deep;
+  for (int i = 0; i < 200; ++i) deep += "\x23";
+  for (int i = 0; i < 200; ++i) deep += "\x24";
+  PushRequestView view;
+  EXPECT_EQ(ReadPushRequest(Split(known + deep, 64), &view).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
