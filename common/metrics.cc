@@ -74,6 +74,11 @@ prometheus::Gauge& NewGauge(const std::string& name, const std::string& help, co
   return GaugeFamily(name, help).Add(labels);
 }
 
+prometheus::Counter& RpcsSentCounter(const std::string& peer, const std::string& method) {
+  return NewCounter("kestrel_rpcs_sent_total", "RPCs this process started, by the kind of peer and the method.",
+                    {{"peer", peer}, {"method", method}});
+}
+
 prometheus::Histogram& NewHistogram(const std::string& name, const std::string& help,
                                     const prometheus::Histogram::BucketBoundaries& buckets,
                                     const prometheus::Labels& labels) {

@@ -62,6 +62,10 @@ prometheus::Family<prometheus::Histogram>& HistogramFamily(const std::string& na
 prometheus::Counter& NewCounter(const std::string& name, const std::string& help,
                                 const prometheus::Labels& labels = {});
 prometheus::Gauge& NewGauge(const std::string& name, const std::string& help, const prometheus::Labels& labels = {});
+// kestrel_rpcs_sent_total{peer, method}: RPCs this process started to a peer of kind `peer` ("server",
+// "scheduler"), by method name. The gRPC clients count every call they start (a worker's RPCs per step are
+// these counters' growth over its clock's); callers on a hot path keep the reference.
+prometheus::Counter& RpcsSentCounter(const std::string& peer, const std::string& method);
 prometheus::Histogram& NewHistogram(const std::string& name, const std::string& help,
                                     const prometheus::Histogram::BucketBoundaries& buckets,
                                     const prometheus::Labels& labels = {});

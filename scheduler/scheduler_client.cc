@@ -4,6 +4,7 @@
 
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
 
@@ -24,7 +25,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_address(address);
     request.set_requested_rank(id);
     RegisterResponse response;
-    return Call(&Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
+    return Call("Register", &Scheduler::Stub::Register, request, &response, options_.rpc_deadline);
   }
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
@@ -36,7 +37,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_id(id);
     request.set_incarnation(incarnation);
     HeartbeatResponse response;
-    return Call(&Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
+    return Call("Heartbeat", &Scheduler::Stub::Heartbeat, request, &response, options_.rpc_deadline);
   }
 
   absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation, const std::string& incarnation,
@@ -49,7 +50,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_generation(generation);
     request.set_incarnation(incarnation);
     WaitToStartResponse response;
-    auto result = Call(&Scheduler::Stub::WaitToStart, request, &response, options_.wait_deadline);
+    auto result = Call("WaitToStart", &Scheduler::Stub::WaitToStart, request, &response, options_.wait_deadline);
     if (!result.ok()) return result.status();
     return result->min_clock();
   }
@@ -66,7 +67,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_incarnation(incarnation);
     request.set_done(done);
     AdvanceResponse response;
-    auto result = Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
+    auto result = Call("Advance", &Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
     if (!result.ok()) return result.status();
     return result->min_clock();
   }
@@ -83,14 +84,14 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_done(true);
     request.set_leaving(true);
     AdvanceResponse response;
-    return Call(&Scheduler::Stub::Advance, request, &response, options_.rpc_deadline).status();
+    return Call("Advance", &Scheduler::Stub::Advance, request, &response, options_.rpc_deadline).status();
   }
 
   absl::StatusOr<DescribeResponse> Describe() override {
     DescribeRequest request;
     request.set_job_id(options_.job_id);
     DescribeResponse response;
-    return Call(&Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
+    return Call("Describe", &Scheduler::Stub::Describe, request, &response, options_.rpc_deadline);
   }
 
   absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) override {
@@ -99,7 +100,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_id(id);
     request.set_incarnation(incarnation);
     RegisterResponse response;
-    return Call(&Scheduler::Stub::Rejoin, request, &response, options_.rpc_deadline);
+    return Call("Rejoin", &Scheduler::Stub::Rejoin, request, &response, options_.rpc_deadline);
   }
 
   absl::StatusOr<RequestRollbackResponse> RequestRollback(int id, const std::string& incarnation, uint64_t generation,
@@ -111,14 +112,15 @@ class GrpcSchedulerClient final : public SchedulerClient {
     request.set_generation(generation);
     request.set_reason(reason);
     RequestRollbackResponse response;
-    return Call(&Scheduler::Stub::RequestRollback, request, &response, options_.rpc_deadline);
+    return Call("RequestRollback", &Scheduler::Stub::RequestRollback, request, &response, options_.rpc_deadline);
   }
 
   absl::StatusOr<int64_t> RequestCheckpoint() override {
     RequestCheckpointRequest request;
     request.set_job_id(options_.job_id);
     RequestCheckpointResponse response;
-    auto result = Call(&Scheduler::Stub::RequestCheckpoint, request, &response, options_.rpc_deadline);
+    auto result =
+        Call("RequestCheckpoint", &Scheduler::Stub::RequestCheckpoint, request, &response, options_.rpc_deadline);
     if (!result.ok()) return result.status();
     return result->clock();
   }
@@ -126,14 +128,16 @@ class GrpcSchedulerClient final : public SchedulerClient {
   absl::StatusOr<ScaleResponse> Scale(ScaleRequest request, absl::Duration deadline) override {
     request.set_job_id(options_.job_id);
     ScaleResponse response;
-    return Call(&Scheduler::Stub::Scale, request, &response, deadline);
+    return Call("Scale", &Scheduler::Stub::Scale, request, &response, deadline);
   }
 
  private:
   template <typename Request, typename Response>
-  absl::StatusOr<Response> Call(grpc::Status (Scheduler::Stub::*method)(grpc::ClientContext*, const Request&,
+  absl::StatusOr<Response> Call(const char* name,
+                                grpc::Status (Scheduler::Stub::*method)(grpc::ClientContext*, const Request&,
                                                                         Response*),
                                 const Request& request, Response* response, absl::Duration deadline) {
+    RpcsSentCounter("scheduler", name).Increment();
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     absl::Status status = FromGrpcStatus((stub_.get()->*method)(&context, request, response));

@@ -1,12 +1,14 @@
 #include "worker/grpc_ps_client.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/metrics.h"
 #include "common/pull_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -22,7 +24,11 @@ class GrpcTransport final : public PsTransport {
                 const std::shared_ptr<grpc::ChannelCredentials>& credentials)
       : channels_per_server_(std::max(1, options.channels_per_server)),
         routing_(options.routing),
-        credentials_(credentials) {
+        credentials_(credentials),
+        sent_{&RpcsSentCounter("server", "Pull"),       &RpcsSentCounter("server", "Push"),
+              &RpcsSentCounter("server", "PullDense"),  &RpcsSentCounter("server", "PushDense"),
+              &RpcsSentCounter("server", "CreateTable"), &RpcsSentCounter("server", "DescribeTables"),
+              &RpcsSentCounter("server", "Stats")} {
     static std::atomic<int> next_client_id{0};
     client_id_ = next_client_id.fetch_add(1, std::memory_order_relaxed);
     args_.SetMaxReceiveMessageSize(options.max_message_bytes);
@@ -46,6 +52,7 @@ class GrpcTransport final : public PsTransport {
     };
     auto* call = new RawCall();
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    Sent(PsMethod::kPull);
     bool own_buffer;
     grpc::Status serialized = grpc::SerializationTraits<PullRequest>::Serialize(request, &call->request, &own_buffer);
     if (!serialized.ok()) {
@@ -67,6 +74,7 @@ class GrpcTransport final : public PsTransport {
     // The request is its serialized fields followed by the values field, whose bytes are a slice over
     // `values` itself (protobuf fields may come in any order). `done` runs once the call has completed AND
     // gRPC has released that slice, so the caller may reuse `values` from then on.
+    Sent(method);
     auto* call = new RawPush();
     call->done = std::move(done);
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
@@ -102,6 +110,7 @@ class GrpcTransport final : public PsTransport {
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
             google::protobuf::Message* response, absl::Duration deadline,
             std::function<void(absl::Status)> done) override {
+    Sent(method);
     auto* context = new grpc::ClientContext();
     context->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     auto finish = [context, done = std::move(done)](grpc::Status status) {
@@ -151,6 +160,8 @@ class GrpcTransport final : public PsTransport {
       done(std::move(status));
     }
   };
+
+  void Sent(PsMethod method) { sent_[static_cast<size_t>(method)]->Increment(); }
 
   // The channels to one server: channels_per_server_ of them, each with its two stubs.
   struct Channels {
@@ -203,6 +214,8 @@ class GrpcTransport final : public PsTransport {
   const int channels_per_server_;
   const std::shared_ptr<RoutingTable> routing_;  // null: the addresses never change
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  // kestrel_rpcs_sent_total{peer="server"} by PsMethod, in the enum's order.
+  const std::array<prometheus::Counter*, 7> sent_;
   grpc::ChannelArguments args_;
   int client_id_ = 0;
   mutable absl::Mutex mu_;

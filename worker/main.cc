@@ -238,6 +238,32 @@ absl::StatusOr<JobConfig> LoadConfig() {
   return job;
 }
 
+// The RPCs this process has started of the kinds a training step makes (kestrel_rpcs_sent_total).
+struct StepRpcs {
+  double pulls = 0, pushes = 0, scheduler = 0;
+
+  static StepRpcs Now() {
+    StepRpcs n;
+    n.pulls = RpcsSentCounter("server", "Pull").Value() + RpcsSentCounter("server", "PullDense").Value();
+    n.pushes = RpcsSentCounter("server", "Push").Value() + RpcsSentCounter("server", "PushDense").Value();
+    n.scheduler =
+        RpcsSentCounter("scheduler", "WaitToStart").Value() + RpcsSentCounter("scheduler", "Advance").Value();
+    return n;
+  }
+};
+
+// Logs the RPCs a pass of `steps` iterations started since `before`, per iteration (rank 0's include its
+// evaluation's pulls).
+void ReportRpcs(const StepRpcs& before, int64_t steps) {
+  if (steps <= 0) return;
+  const StepRpcs now = StepRpcs::Now();
+  const double n = static_cast<double>(steps);
+  KLOG(Info) << absl::StrFormat(
+      "RPCs per iteration: %.2f to servers (%.2f pulls, %.2f pushes), %.2f to the scheduler (WaitToStart, Advance)",
+      (now.pulls - before.pulls + now.pushes - before.pushes) / n, (now.pulls - before.pulls) / n,
+      (now.pushes - before.pushes) / n, (now.scheduler - before.scheduler) / n);
+}
+
 void Report(const TrainResult& r) {
   KLOG(Info) << absl::StrFormat(
       "finished: %d iterations, %d examples in %.2f s (%.0f examples/s); test logloss %.5f AUC %.5f "
@@ -313,6 +339,7 @@ int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema
                << pass.consistency.ToString() << " from clock " << pass.clock << " (generation " << pass.generation
                << ")";
     absl::StatusOr<TrainResult> result;
+    const StepRpcs rpcs_before = StepRpcs::Now();
     {
       Trainer trainer(options, session.client(), session.gate(), backend);
       result = trainer.Run();
@@ -325,6 +352,7 @@ int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema
     }
     if (result.ok()) {
       Report(*result);
+      ReportRpcs(rpcs_before, result->steps);
       // The final model is settled (Trainer waited for it) and evaluated: the servers may go.
       if (absl::Status s = session.Leave(pass.clock + result->steps); !s.ok()) {
         KLOG(Warning) << "telling the scheduler this worker leaves: " << s;

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/half.h"
+#include "common/metrics.h"
 #include "common/hash.h"
 #include "server/ps_server.h"
 #include "server/shard.h"
@@ -94,6 +95,7 @@ TEST_P(PsClientTest, PushSumsDuplicatesAndPullScattersBack) {
   for (auto& k : keys) k = Partition::FeatureKey(rng() % 700);  // many duplicates, random order
   std::vector<float> grads(keys.size() * 8);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 5);
+  const double pushes_before = RpcsSentCounter("server", "Push").Value();
   // A pull first: the client reuses its per-call buffers, and the push must not inherit anything from it.
   std::vector<float> zeros(keys.size() * 8, -1.0f);
   ASSERT_TRUE(client_->Pull("emb", keys, 8, zeros.data()).ok());
@@ -115,13 +117,18 @@ TEST_P(PsClientTest, PushSumsDuplicatesAndPullScattersBack) {
   // Every server got rows, each server holds only its own keys, and requests were split.
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
-  uint64_t rows = 0;
+  uint64_t rows = 0, push_requests = 0;
   for (int s = 0; s < kServers; ++s) {
     EXPECT_GT((*stats)[s].rows(), 0u);
     EXPECT_GT((*stats)[s].push_requests(), 1u) << "4 KiB requests should split each server's share";
     rows += (*stats)[s].rows();
+    push_requests += (*stats)[s].push_requests();
   }
   EXPECT_EQ(rows, expected.size());
+  // The gRPC transport counts every RPC it starts (kestrel_rpcs_sent_total): as many pushes as the servers saw.
+  if (GetParam() == Transport::kGrpc) {
+    EXPECT_EQ(RpcsSentCounter("server", "Push").Value() - pushes_before, static_cast<double>(push_requests));
+  }
 }
 
 // Tables whose values travel as fp16 or bf16: a pushed gradient reaches the server as exactly its wire
