@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -164,10 +165,8 @@ TEST(ColdRowFileTest, KeysSharingTheIndexHashBitsAreKeptApart) {
 }
 
 TEST(ColdRowFileTest, MatchesAMapUnderRandomOperations) {
-  const uint64_t seed = std::random_device()();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
+  const TestSeed seed;  // printed; KESTREL_TEST_SEED replays it
+  std::mt19937_64 rng(seed.value());
   constexpr int kFloats = 6;
   auto file = ColdRowFile::Create(PathFor("random"), kFloats, kSmallSegment);
   ASSERT_TRUE(file.ok());
