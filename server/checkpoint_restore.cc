@@ -82,11 +82,13 @@ absl::Status CheckpointRestore::Restore(const HostedShards& served, const Restor
   Shard& own = hosted.own();
   const absl::Time start = absl::Now();
   auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
+  int64_t clock = 0;  // the restored state holds every update of the clocks before it
   if (store_ != nullptr) {
     std::optional<CheckpointManifest> manifest;
     if (!request.name().empty()) {
       KESTREL_ASSIGN_OR_RETURN(CheckpointManifest read, store_->layout().ReadManifest(request.name()));
       manifest = std::move(read);
+      clock = manifest->clock();
     }
     KESTREL_RETURN_IF_ERROR(store_->Restore(manifest, own, request.min_worker_generation()));
     // The backups' copies load the same checkpoint (their rows live in memory only).
@@ -105,6 +107,7 @@ absl::Status CheckpointRestore::Restore(const HostedShards& served, const Restor
     return absl::FailedPreconditionError(absl::StrFormat(
         "server %d was started without --checkpoint_dir: it cannot restore %s", own.owner(), request.name()));
   }
+  for (Shard* group : hosted.shards()) group->StartClocksAt(clock);
   if (next != nullptr) {
     layout_->Adopt(next, request.layout_generation(), {request.worker_ids().begin(), request.worker_ids().end()});
     KLOG(Info) << "serving the ranges of rank " << request.rank() << " of the layout of rescale "

@@ -1,5 +1,6 @@
 #include "server/ps_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,11 @@ constexpr PeerRoles kReadRoles = RolesOf({PeerRole::kWorker, PeerRole::kSchedule
 constexpr PeerRoles kAdminRoles = RolesOf({PeerRole::kScheduler});
 // Replicate: only another server of the job (a primary forwarding an update it applied).
 constexpr PeerRoles kServerRoles = RolesOf({PeerRole::kServer});
+
+// How often reads waiting for their clocks are checked against their deadlines, and how long before its
+// deadline such a read is answered (so the worker hears UNAVAILABLE, not DEADLINE_EXCEEDED, and asks again).
+constexpr absl::Duration kExpirePeriod = absl::Milliseconds(200);
+constexpr absl::Duration kWaitMargin = absl::Seconds(1);
 
 std::optional<int> OwnerOf(const RequestHeader& header) {
   return header.has_owner() ? std::optional<int>(header.owner()) : std::nullopt;
@@ -53,9 +59,23 @@ PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* p
       checkpoints_(std::make_unique<CheckpointRestore>(&layout_, store)),
       rescale_(std::make_unique<RescaleParticipant>(job_id_, &layout_, store, peers, forward_deadline)),
       admin_(1, kMaxQueuedAdminCalls),
-      stats_hook_([this] { ServerMetrics::Get().Refresh(this->hosted()->own()); }) {}
+      stats_hook_([this] { ServerMetrics::Get().Refresh(this->hosted()->own()); }),
+      expirer_([this] {
+        absl::MutexLock lock(&expire_mu_);
+        while (!expire_mu_.AwaitWithTimeout(absl::Condition(&stopping_), kExpirePeriod)) {
+          const Hosted groups = this->hosted();
+          const absl::Time now = absl::Now();
+          for (Shard* group : groups->shards()) group->ExpireWaits(now);
+        }
+      }) {}
 
-PsServiceImpl::~PsServiceImpl() = default;
+PsServiceImpl::~PsServiceImpl() {
+  {
+    absl::MutexLock lock(&expire_mu_);
+    stopping_ = true;
+  }
+  expirer_.join();
+}
 
 void PsServiceImpl::set_max_copy_bytes(uint64_t bytes) {
   transfer_->set_max_staged_bytes(bytes);
@@ -134,27 +154,68 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
   return group;
 }
 
+void PsServiceImpl::ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,
+                                         const RequestHeader& header, absl::string_view table,
+                                         TableConfig::Kind kind, std::function<absl::Status()> serve, Done done) {
+  if (!header.has_wait_clock()) {
+    done(serve());
+    return;
+  }
+  const absl::Time now = absl::Now();
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  const absl::Duration margin = std::min(kWaitMargin, (deadline - now) / 2);
+  // Runs at most once: now, or from the push (or restore, or expiry) that ends the wait.
+  auto resume = [this, hosted, serve, done](absl::Status waited) {
+    if (!waited.ok()) {
+      done(hosted->own().Count(waited));
+      return;
+    }
+    auto run = [serve, done] { done(serve()); };
+    if (pool_ == nullptr || !pool_->TrySchedule(run)) run();  // inline when the pool is full: bounded anyway
+  };
+  absl::StatusOr<bool> ready =
+      group.AwaitClocks(ContextOf(header), table, kind, header.wait_clock(), deadline - margin, resume);
+  if (!ready.ok()) {
+    done(group.Count(ready.status()));
+  } else if (*ready) {
+    done(serve());
+  }
+}
+
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
                                                const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-  return Run(context, pull_rpc_, kDataRoles, "Pull",
-             [this, request, response](const Hosted& hosted, const Caller& caller) -> absl::Status {
-               const Shard& own = hosted->own();
-               PullRequest parsed;
-               grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
-               grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, &parsed);
-               if (!status.ok()) {
-                 return own.Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message()));
-               }
-               KESTREL_RETURN_IF_ERROR(
-                   own.Count(layout_.CheckWorkerCaller(caller, parsed.header().worker_rank(), "the Pull")));
-               KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, parsed.header()));
-               PullResponseWriter writer;
-               absl::Status handled = HandlePullInto(*group, parsed, [&writer](size_t values, int dim, ValueType type) {
-                 return writer.Allocate(values, dim, type);
-               });
-               if (handled.ok()) *response = writer.Finish();
-               return handled;
-             });
+  return RunAsync(
+      context, pull_rpc_, kDataRoles, "Pull",
+      [this, context, request, response](const Hosted& hosted, const Caller& caller, Done done) {
+        const Shard& own = hosted->own();
+        auto parsed = std::make_shared<PullRequest>();
+        grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes its argument
+        grpc::Status status = grpc::SerializationTraits<PullRequest>::Deserialize(&copy, parsed.get());
+        if (!status.ok()) {
+          done(own.Count(absl::InvalidArgumentError("malformed PullRequest: " + status.error_message())));
+          return;
+        }
+        if (absl::Status allowed = layout_.CheckWorkerCaller(caller, parsed->header().worker_rank(), "the Pull");
+            !allowed.ok()) {
+          done(own.Count(allowed));
+          return;
+        }
+        absl::StatusOr<Shard*> group = PrimaryGroup(*hosted, parsed->header());
+        if (!group.ok()) {
+          done(group.status());
+          return;
+        }
+        auto serve = [group = *group, parsed, response]() -> absl::Status {
+          PullResponseWriter writer;
+          absl::Status handled = HandlePullInto(*group, *parsed, [&writer](size_t values, int dim, ValueType type) {
+            return writer.Allocate(values, dim, type);
+          });
+          if (handled.ok()) *response = writer.Finish();
+          return handled;
+        };
+        ServeWhenClocksAllow(context, hosted, **group, parsed->header(), parsed->table(), TableConfig::SPARSE,
+                             std::move(serve), std::move(done));
+      });
 }
 
 namespace {
@@ -210,13 +271,25 @@ grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* context,
                                                    const PullRequest* request, PullResponse* response) {
-  return Run(context, pull_dense_rpc_, kDataRoles, "PullDense",
-             [=](const Hosted& hosted, const Caller& caller) -> absl::Status {
-               KESTREL_RETURN_IF_ERROR(hosted->own().Count(
-                   layout_.CheckWorkerCaller(caller, request->header().worker_rank(), "the PullDense")));
-               KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
-               return HandlePullDense(*group, *request, response);
-             });
+  return RunAsync(context, pull_dense_rpc_, kDataRoles, "PullDense",
+                  [=](const Hosted& hosted, const Caller& caller, Done done) {
+                    if (absl::Status allowed =
+                            layout_.CheckWorkerCaller(caller, request->header().worker_rank(), "the PullDense");
+                        !allowed.ok()) {
+                      done(hosted->own().Count(allowed));
+                      return;
+                    }
+                    absl::StatusOr<Shard*> group = PrimaryGroup(*hosted, request->header());
+                    if (!group.ok()) {
+                      done(group.status());
+                      return;
+                    }
+                    auto serve = [group = *group, request, response] {
+                      return HandlePullDense(*group, *request, response);
+                    };
+                    ServeWhenClocksAllow(context, hosted, **group, request->header(), request->table(),
+                                         TableConfig::DENSE, std::move(serve), std::move(done));
+                  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,

@@ -12,10 +12,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/peer_identity.h"
@@ -156,6 +158,12 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* RunAdmin(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                      const char* method, const RequestHeader& header,
                                      std::function<absl::Status(const Hosted&)> work);
+  // Finishes a read with `serve`'s status: now, or, for a training read with header.wait_clock, once `group`'s
+  // clocks allow it (server/read_gate.h; Shard::AwaitClocks), on the handler pool. A wait ends before the call's
+  // deadline (Unavailable: ask again); no thread waits meanwhile.
+  void ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,
+                            const RequestHeader& header, absl::string_view table, TableConfig::Kind kind,
+                            std::function<absl::Status()> serve, Done done);
   // The group `header` names, when this server is its primary (workers' requests).
   absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
 
@@ -174,7 +182,11 @@ class PsServiceImpl final
   // One thread: the checkpoint, restore, copy and rescale calls, in arrival order. Declared after the
   // collaborators its calls use, so that it is joined (its queued calls run) before they go.
   ThreadPool admin_;
-  ScrapeHook stats_hook_;  // last: unregistered first, while the groups are still in use
+  ScrapeHook stats_hook_;  // unregistered before the groups go
+  // Ends the reads that waited for their clocks until their deadline, every kExpirePeriod (Shard::ExpireWaits).
+  absl::Mutex expire_mu_;
+  bool stopping_ ABSL_GUARDED_BY(expire_mu_) = false;
+  std::thread expirer_;  // last: joined first
 };
 
 }  // namespace kestrel

@@ -48,6 +48,7 @@ Shard::Shard(const ShardOptions& options, Partition partition)
       bsp_workers_(options.bsp_workers),
       partition_(std::move(partition)),
       ranges_(partition_.RangesOf(options.owner)),
+      read_gate_(options.bsp_workers > 0, options.bsp_workers),
       recent_requests_(RecentRequests::kDefaultWindow, options.max_push_workers) {
   absl::MutexLock lock(&mu_);
   table_maps_.push_back(std::make_unique<TableMap>());
@@ -104,7 +105,10 @@ absl::Status Shard::CheckJob(const RequestContext& ctx) const {
 }
 
 void Shard::SetJobView(uint64_t job_generation, std::vector<uint64_t> worker_generations) {
-  if (!worker_generations.empty()) recent_requests_.SetMaxWorkers(worker_generations.size());
+  if (!worker_generations.empty()) {
+    recent_requests_.SetMaxWorkers(worker_generations.size());
+    read_gate_.SetWorkers(static_cast<int>(worker_generations.size()));
+  }
   auto view = std::make_shared<JobView>();
   view->job_generation = job_generation;
   view->worker_generations = std::move(worker_generations);
@@ -358,6 +362,15 @@ absl::Status Shard::Read(const RequestContext& ctx, absl::string_view name, Tabl
 
 absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
                           absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) {
+  std::vector<ReadGate::Callback> released;
+  absl::Status status = WriteLocked(ctx, name, kind, ids, grads, expected_dim, &released);
+  for (ReadGate::Callback& read : released) read(absl::OkStatus());
+  return status;
+}
+
+absl::Status Shard::WriteLocked(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                                absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim,
+                                std::vector<ReadGate::Callback>* released) {
   absl::ReaderMutexLock state(&state_mu_);
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   KESTREL_RETURN_IF_ERROR(CheckTier());
@@ -379,7 +392,7 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
     part.keys = keys;
     part.grads = grads;
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->Add(part));
-    if (batch.has_value()) KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch));
+    if (batch.has_value()) KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch, released));
   } else if (ctx.worker_rank < 0 || ctx.request_id == 0) {
     KESTREL_RETURN_IF_ERROR(TierFailed(table->Push(keys, grads.data(), ctx.clock)));  // tools: no idempotence
   } else {
@@ -389,12 +402,14 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
         // On failure the push stays "in flight": the shard refuses everything until a restore anyway.
         KESTREL_RETURN_IF_ERROR(TierFailed(applied));
         recent_requests_.Applied(ctx.worker_rank, ctx.request_id);
+        read_gate_.Pushed(name, ctx.worker_rank, ctx.clock, ctx.part, ctx.parts, released);
         break;
       }
       case RecentRequests::Seen::kInFlight:  // the original is being applied: do not acknowledge yet
         return absl::UnavailableError(
             absl::StrFormat("push %d of worker %d is being applied; retry", ctx.request_id, ctx.worker_rank));
       case RecentRequests::Seen::kApplied:  // a retry of a push already applied
+        read_gate_.Pushed(name, ctx.worker_rank, ctx.clock, ctx.part, ctx.parts, released);
         break;
       case RecentRequests::Seen::kNoRoom:
         return absl::ResourceExhaustedError(absl::StrFormat(
@@ -466,7 +481,8 @@ void Shard::ApplyBudgetsLocked(const TableMap& tables) {
   }
 }
 
-absl::Status Shard::ApplyBsp(Table& table, const BspAggregator::Batch& batch) {
+absl::Status Shard::ApplyBsp(Table& table, const BspAggregator::Batch& batch,
+                             std::vector<ReadGate::Callback>* released) {
   {
     absl::MutexLock lock(&undo_mu_);
     Undo& undo = undo_[table.config().name()];
@@ -478,8 +494,22 @@ absl::Status Shard::ApplyBsp(Table& table, const BspAggregator::Batch& batch) {
     KESTREL_RETURN_IF_ERROR(TierFailed(applied));
   }
   AggregatorFor(table)->Applied(batch.clock);
+  read_gate_.Applied(table.config().name(), batch.clock, released);
   return absl::OkStatus();
 }
+
+absl::StatusOr<bool> Shard::AwaitClocks(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                                        int64_t need, absl::Time deadline, ReadGate::Callback done) {
+  {
+    absl::ReaderMutexLock state(&state_mu_);
+    if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
+    KESTREL_RETURN_IF_ERROR(LookupTable(ctx, name, kind, /*expected_dim=*/0).status());
+  }
+  if (ctx.worker_rank < 0) return true;  // tools read what is there
+  return read_gate_.Await(name, need, deadline, std::move(done));
+}
+
+void Shard::StartClocksAt(int64_t clock) { read_gate_.Raise(clock); }
 
 absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t clock) {
   if (bsp_workers_.load() <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
@@ -495,6 +525,13 @@ absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t
 
 absl::StatusOr<int> Shard::CompleteClockWithout(int64_t clock) {
   if (bsp_workers_.load() <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
+  std::vector<ReadGate::Callback> released;
+  absl::StatusOr<int> completed = CompleteClockWithoutLocked(clock, &released);
+  for (ReadGate::Callback& read : released) read(absl::OkStatus());
+  return completed;
+}
+
+absl::StatusOr<int> Shard::CompleteClockWithoutLocked(int64_t clock, std::vector<ReadGate::Callback>* released) {
   absl::ReaderMutexLock state(&state_mu_);
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   int completed = 0;
@@ -502,7 +539,7 @@ absl::StatusOr<int> Shard::CompleteClockWithout(int64_t clock) {
     Table* table = const_cast<Table*>(FindTable(config.name()));
     KESTREL_ASSIGN_OR_RETURN(std::optional<BspAggregator::Batch> batch, AggregatorFor(*table)->CompleteWithout(clock));
     if (!batch.has_value()) continue;
-    KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch));
+    KESTREL_RETURN_IF_ERROR(ApplyBsp(*table, *batch, released));
     ++completed;
   }
   return completed;
@@ -569,6 +606,9 @@ absl::Status Shard::Restore(const std::vector<TableConfig>& tables, uint64_t min
     absl::MutexLock lock(&bsp_mu_);
     aggregators_.clear();  // buffered pushes belong to the timeline being rolled back
   }
+  // So do the reads waiting for them; the restored clock is set by StartClocksAt.
+  read_gate_.StartAt(0, absl::AbortedError(absl::StrFormat(
+                            "shard %d was restored from a checkpoint while this read waited for its clock", owner())));
   {
     absl::MutexLock lock(&undo_mu_);
     undo_.clear();

@@ -45,6 +45,7 @@
 #include "common/partition.h"
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
+#include "server/read_gate.h"
 #include "server/recent_requests.h"
 #include "server/table.h"
 
@@ -139,6 +140,22 @@ class Shard {
   // One gradient row per key, keys.size() * dim floats; all finite.
   absl::Status Push(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, int expected_dim);
+
+  // Server-enforced clocks (server/read_gate.h): a worker's read of `table` (of `kind`) that must see every
+  // worker's clocks < `need`. Checks the job, the generation and the table first (their errors, as Pull gives
+  // them); then true when the read may run now, else `done` runs once it may (OK) or the wait ends (Aborted by a
+  // restore, Unavailable at `deadline` or while kMaxWaitingReads reads wait).
+  absl::StatusOr<bool> AwaitClocks(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+                                   int64_t need, absl::Time deadline, ReadGate::Callback done);
+  // Clocks < `clock` are complete on every table (the checkpoint a Restore loaded is of `clock`, or a rescale's
+  // new layout starts there): releases the reads that waited for them.
+  void StartClocksAt(int64_t clock);
+  // Fails the reads waiting past their deadline (the server calls it periodically); returns how many.
+  size_t ExpireWaits(absl::Time now) { return read_gate_.Expire(now); }
+  // The clocks every worker's updates of `table` are complete through (ReadGate::Complete), and the lowest over
+  // the tables.
+  int64_t CompleteClocks(absl::string_view table) const { return read_gate_.Complete(table); }
+  int64_t CompleteClocks() const { return read_gate_.CompleteAll(); }
 
   // Dense blocks, named by block index (strictly increasing, each < the table's block count, each owned by
   // this shard according to Partition::DenseBlockKey). Same layout as the sparse calls, one row per block.
@@ -263,7 +280,14 @@ class Shard {
   BspAggregator* AggregatorFor(const Table& table);
   // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: Undo), then tells the
   // aggregator.
-  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch) ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  // The reads the clock allows (server/read_gate.h) are added to `released`, to run once state_mu_ is released.
+  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch, std::vector<ReadGate::Callback>* released)
+      ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
+  absl::StatusOr<int> CompleteClockWithoutLocked(int64_t clock, std::vector<ReadGate::Callback>* released);
+  // Write() under state_mu_, handing the reads its push allows to `released`.
+  absl::Status WriteLocked(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+                           absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim,
+                           std::vector<ReadGate::Callback>* released);
 
   const ShardOptions options_;
   std::atomic<int> bsp_workers_;  // options_.bsp_workers until SetBspWorkers
@@ -294,6 +318,7 @@ class Shard {
   uint64_t job_generation_ ABSL_GUARDED_BY(view_mu_) = 0;
   std::function<void()> generation_listener_ ABSL_GUARDED_BY(view_mu_);
   void TellGenerationListener() const;
+  ReadGate read_gate_;              // server-enforced clocks
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);

@@ -22,10 +22,10 @@ class LocalTransport final : public PsTransport {
         pool_(shards_.size() > 1 ? std::make_unique<ThreadPool>(static_cast<int>(shards_.size())) : nullptr) {}
 
   // Rows go straight from the shard's table into `out` (no response message).
-  void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration,
+  void PullInto(int server, const PullRequest& request, float* out, size_t floats, absl::Duration deadline,
                 std::function<void(absl::Status)> done) override {
     Shard* shard = shards_[server];
-    Dispatch([shard, &request, out, floats, done = std::move(done)] {
+    WhenClocksAllow(*shard, request, TableConfig::SPARSE, deadline, done, [shard, &request, out, floats, done] {
       // fp32 rows go straight into `out`; half types (and an answer of another size) land in `wire` and are
       // decoded as the network client would.
       std::vector<char> wire;
@@ -50,15 +50,35 @@ class LocalTransport final : public PsTransport {
   int num_servers() const override { return static_cast<int>(shards_.size()); }
 
   void Call(int server, PsMethod method, const google::protobuf::Message& request,
-            google::protobuf::Message* response, absl::Duration,
+            google::protobuf::Message* response, absl::Duration deadline,
             std::function<void(absl::Status)> done) override {
     Shard* shard = shards_[server];
-    Dispatch([this, shard, method, &request, response, done = std::move(done)] {
-      CallNow(*shard, method, request, response, done);
-    });
+    auto call = [shard, method, &request, response, done] { CallNow(*shard, method, request, response, done); };
+    if (method == PsMethod::kPull || method == PsMethod::kPullDense) {
+      WhenClocksAllow(*shard, MessageAs<PullRequest>(request),
+                      method == PsMethod::kPull ? TableConfig::SPARSE : TableConfig::DENSE, deadline, done,
+                      std::move(call));
+    } else {
+      Dispatch(std::move(call));
+    }
   }
 
  private:
+  // Runs `read` (which answers `done`) as a server would: for a training read with header.wait_clock once the
+  // shard's clocks allow it (Shard::AwaitClocks), on the thread that released it; else dispatched now.
+  void WhenClocksAllow(Shard& shard, const PullRequest& request, TableConfig::Kind kind, absl::Duration deadline,
+                       const std::function<void(absl::Status)>& done, std::function<void()> read) {
+    if (!request.header().has_wait_clock()) return Dispatch(std::move(read));
+    absl::StatusOr<bool> ready = shard.AwaitClocks(
+        ContextOf(request.header()), request.table(), kind, request.header().wait_clock(), absl::Now() + deadline,
+        [done, read](absl::Status waited) {
+          if (waited.ok()) return read();
+          done(std::move(waited));
+        });
+    if (!ready.ok()) return done(ready.status());
+    if (*ready) Dispatch(std::move(read));
+  }
+
   void Dispatch(std::function<void()> task) {
     if (pool_ == nullptr) return task();
     pool_->Schedule(std::move(task));

@@ -166,7 +166,7 @@ class RoutedPsClient final : public PsClient {
     CallLease lease(&pool_);
     CallBuffers& b = *lease;
     return Execute(PsMethod::kPull, table, PullType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b),
-                   nullptr, rows, clock.clock, &b);
+                   nullptr, rows, clock, &b);
   }
 
   absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
@@ -178,7 +178,7 @@ class RoutedPsClient final : public PsClient {
     CallLease lease(&pool_);
     CallBuffers& b = *lease;
     return Execute(PsMethod::kPush, table, WireType(table), dim, keys.unique_keys(), BatchOffsets(keys, &b), grads,
-                   nullptr, clock.clock, &b);
+                   nullptr, clock, &b);
   }
 
   absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override {
@@ -189,7 +189,7 @@ class RoutedPsClient final : public PsClient {
     GroupBlocks(config, &b);
     b.rows.resize(b.ids.size() * dim);
     KESTREL_RETURN_IF_ERROR(Execute(PsMethod::kPullDense, table, config.wire_type(), dim, b.ids, b.offsets, nullptr,
-                                    b.rows.data(), clock.clock, &b));
+                                    b.rows.data(), clock, &b));
     for (size_t i = 0; i < b.ids.size(); ++i) {
       const size_t begin = b.ids[i] * dim;
       const size_t n = std::min<size_t>(dim, out.size() - begin);
@@ -205,7 +205,7 @@ class RoutedPsClient final : public PsClient {
       b.ids.clear();
       b.offsets.assign(partition_.num_servers() + 1, 0);
       return Execute(PsMethod::kPushDense, table, WireType(table), /*dim=*/0, b.ids, b.offsets, nullptr, nullptr,
-                     clock.clock, &b);
+                     clock, &b);
     }
     KESTREL_ASSIGN_OR_RETURN(TableConfig config, DenseConfig(table, grads.size(), clock.clock));
     KESTREL_RETURN_IF_ERROR(CheckGradients(table, grads, config.dim(), [](size_t block) { return block; }));
@@ -220,7 +220,7 @@ class RoutedPsClient final : public PsClient {
       std::memcpy(b.rows.data() + i * dim, grads.data() + begin, n * sizeof(float));
     }
     return Execute(PsMethod::kPushDense, table, config.wire_type(), dim, b.ids, b.offsets, b.rows.data(), nullptr,
-                   clock.clock, &b);
+                   clock, &b);
   }
 
   absl::StatusOr<std::vector<StatsResponse>> Stats() override {
@@ -276,9 +276,14 @@ class RoutedPsClient final : public PsClient {
 
   // Whether a request that failed with `status` on attempt `attempt` (0-based) of a call begun at `start` is
   // tried again: UNAVAILABLE, within max_retries or, in a replicated job, within failover_timeout.
-  bool ShouldRetry(const absl::Status& status, int attempt, absl::Time start) const {
+  // A read waiting for its clocks (`waiting`) is asked again within read_wait_timeout.
+  bool ShouldRetry(const absl::Status& status, int attempt, absl::Time start, bool waiting = false) const {
     if (!absl::IsUnavailable(status)) return false;
     if (attempt < options_.max_retries) return true;
+    if (waiting && absl::Now() - start < options_.read_wait_timeout &&
+        !(options_.give_up != nullptr && options_.give_up())) {
+      return true;
+    }
     return replicated_ && absl::Now() - start < options_.failover_timeout &&
            !(options_.give_up != nullptr && options_.give_up());
   }
@@ -416,11 +421,13 @@ class RoutedPsClient final : public PsClient {
   }
 
   // Sends ids [offsets[s], offsets[s+1]) to server s, split into requests of at most max_request_bytes, all in
-  // parallel, each carrying `clock`. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
+  // parallel, each carrying `call`'s clocks. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
   absl::Status Execute(PsMethod method, absl::string_view table, ValueType wire, int dim,
                        absl::Span<const uint64_t> ids, const std::vector<size_t>& offsets, const float* in_rows,
-                       float* out_rows, int64_t clock, CallBuffers* b) {
+                       float* out_rows, const CallClock& call, CallBuffers* b) {
     const bool push = IsPush(method);
+    const int64_t clock = call.clock;
+    const bool waiting = !push && call.wait_clock.has_value();
     const size_t value_bytes = BytesPerValue(wire);
     if (value_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("table '", table, "': unknown wire type"));
     const size_t row_bytes = sizeof(uint64_t) + value_bytes * static_cast<size_t>(dim);
@@ -428,8 +435,9 @@ class RoutedPsClient final : public PsClient {
     size_t count = 0;
     for (int s = 0; s < partition_.num_servers(); ++s) {
       const size_t rows_here = offsets[s + 1] - offsets[s];
-      // BSP servers need a part from every worker for every push, so an empty one goes where no key does.
-      const int parts = rows_here == 0 ? (push && options_.bsp_pushes ? 1 : 0)
+      // BSP servers need a part from every worker for every push, so an empty one goes where no key does; so
+      // does a read waiting for its clocks (CallClock::wait_clock).
+      const int parts = rows_here == 0 ? ((push && options_.bsp_pushes) || waiting ? 1 : 0)
                                        : static_cast<int>((rows_here + max_rows - 1) / max_rows);
       for (int seq = 0; seq < parts; ++seq) {
         const size_t first = offsets[s] + static_cast<size_t>(seq) * max_rows;
@@ -472,6 +480,7 @@ class RoutedPsClient final : public PsClient {
           }
         } else {
           FillHeader(rpc.pull_request.mutable_header(), clock);
+          if (waiting) rpc.pull_request.mutable_header()->set_wait_clock(*call.wait_clock);
           SetOwner(rpc.pull_request.mutable_header(), s);
           rpc.pull_request.set_table(std::string(table));
           rpc.pull_request.set_dim(dim);
@@ -484,7 +493,7 @@ class RoutedPsClient final : public PsClient {
 
     std::vector<Rpc*> rpcs;
     for (size_t i = 0; i < count; ++i) rpcs.push_back(b->rpcs[i].get());
-    KESTREL_RETURN_IF_ERROR(Send(method, std::move(rpcs)));
+    KESTREL_RETURN_IF_ERROR(Send(method, std::move(rpcs), waiting));
 
     if (push || method == PsMethod::kPull) return absl::OkStatus();  // kPull rows already landed (PullInto)
     for (size_t i = 0; i < count; ++i) {
@@ -504,7 +513,7 @@ class RoutedPsClient final : public PsClient {
 
   // Sends `pending` in waves of at most max_inflight_per_server requests per server, and retries reads that
   // failed with UNAVAILABLE.
-  absl::Status Send(PsMethod method, std::vector<Rpc*> pending) {
+  absl::Status Send(PsMethod method, std::vector<Rpc*> pending, bool waiting) {
     const bool push = IsPush(method);
     const int window = std::max(1, options_.max_inflight_per_server);
     const absl::Time start = absl::Now();
@@ -548,14 +557,14 @@ class RoutedPsClient final : public PsClient {
         all.Wait();
         // Stop at the first failure that will not be retried: later waves must not be applied after it.
         for (Rpc* rpc : batch) {
-          const bool will_retry = ShouldRetry(rpc->status, attempt, start);
+          const bool will_retry = ShouldRetry(rpc->status, attempt, start, waiting);
           if (!rpc->status.ok() && !will_retry) return OnServer(rpc->server, rpc->status);
         }
       }
       std::vector<Rpc*> retry;
       for (Rpc* rpc : pending) {
         if (rpc->status.ok()) continue;
-        if (ShouldRetry(rpc->status, attempt, start)) {
+        if (ShouldRetry(rpc->status, attempt, start, waiting)) {
           retry.push_back(rpc);
         } else {
           return OnServer(rpc->server, rpc->status);

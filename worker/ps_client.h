@@ -73,6 +73,9 @@ struct PsClientOptions {
   // retried, re-routed at every attempt, for this long beyond max_retries: the scheduler fails a dead server over
   // within a few heartbeats. Default: 60 s.
   absl::Duration failover_timeout = absl::Seconds(60);
+  // Reads with CallClock::wait_clock: how long a read is asked again while the servers answer that the clocks
+  // it waits for are not complete yet (another worker is slow, or being replaced). Default: 10 min.
+  absl::Duration read_wait_timeout = absl::Minutes(10);
   // Replicated jobs: asked before every retry beyond max_retries; true ends them at once (the worker sets it
   // when the scheduler moved its generation: the job rolled back, and the servers it retries may be gone for
   // good). Default: null, never.
@@ -131,6 +134,11 @@ struct CallClock {
   // Set on a training read that a row cache may answer from rows fresh enough for it; unset, the read goes to
   // the servers (evaluations, tools). Clients without a cache ignore it. Default: unset.
   std::optional<CacheRead> cache;
+  // Server-enforced clocks (server/read_gate.h), reads only: the servers answer once every worker's updates of
+  // clocks < wait_clock are in (RequestHeader.wait_clock). Such a read goes to every server, empty where it has
+  // no key, so each server knows this worker finished the clocks before it (see the pushes' empty parts), and
+  // a server's "still waiting" answer is asked again for up to read_wait_timeout. Default: unset, no wait.
+  std::optional<int64_t> wait_clock;
 };
 
 class PsClient {

@@ -92,7 +92,8 @@ absl::Status RowCache::Pull(absl::string_view table, const KeyBatch& batch, int 
   }
   if (misses == 0) return absl::OkStatus();
   miss_rows.resize(misses * dim);
-  absl::Status pulled = client_->Pull(table, miss_keys, dim, miss_rows.data(), CallClock{clock.clock});
+  absl::Status pulled = client_->Pull(table, miss_keys, dim, miss_rows.data(),
+                                     CallClock{clock.clock, std::nullopt, clock.wait_clock});
   if (!pulled.ok()) return pulled;
   absl::MutexLock lock(&t->mu);
   // Stamped when stored: a push that began before this may be in these rows already, so it is not replayed

@@ -1,0 +1,154 @@
+// Server-enforced clocks (server/read_gate.h) end to end through a PsClient, in process and over gRPC: a
+// training read with CallClock::wait_clock is answered only once every worker's updates it must see are in.
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/ps_server.h"
+#include "server/shard.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/local_ps_client.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kServers = 2;
+constexpr int kWorkers = 2;
+constexpr int kDim = 4;
+
+TableConfig Emb() {
+  TableConfig c;
+  c.set_name("emb");
+  c.set_dim(kDim);
+  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  c.mutable_optimizer()->set_learning_rate(1.0f);
+  return c;
+}
+
+enum class Transport { kLocal, kGrpc };
+struct Param {
+  Transport transport;
+  bool bsp;
+};
+
+class ServerClocksTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    partition_ = std::make_unique<Partition>(*Partition::Uniform(kServers));
+    std::vector<Shard*> shards;
+    std::vector<std::string> addresses;
+    for (int s = 0; s < kServers; ++s) {
+      ShardOptions options;
+      options.job_id = "job";
+      options.owner = s;
+      options.bsp_workers = GetParam().bsp ? kWorkers : 0;
+      shards_.push_back(*Shard::Create(options, *partition_));
+      shards_.back()->SetJobView(1, std::vector<uint64_t>(kWorkers, 0));  // SSP learns the worker count here
+      shards.push_back(shards_.back().get());
+      if (GetParam().transport == Transport::kGrpc) {
+        PsServerOptions server_options;
+        server_options.address = "127.0.0.1:0";
+        server_options.threads = 2;
+        auto server = PsServer::Start(server_options, shards.back());
+        ASSERT_TRUE(server.ok()) << server.status();
+        addresses.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+        servers_.push_back(std::move(server).value());
+      }
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      PsClientOptions options;
+      options.job_id = "job";
+      options.worker_rank = w;
+      options.bsp_pushes = true;
+      options.rpc_deadline = absl::Seconds(3);  // a wait ends before it; the read is asked again
+      if (GetParam().transport == Transport::kGrpc) {
+        clients_.push_back(*NewGrpcPsClient(options, *partition_, addresses));
+      } else {
+        clients_.push_back(NewLocalPsClient(options, shards));
+      }
+    }
+    ASSERT_TRUE(clients_[0]->CreateTable(Emb()).ok());
+  }
+
+  absl::Status Push(int worker, int64_t clock, std::vector<uint64_t> keys, float g) {
+    std::vector<float> grads(keys.size() * kDim, g);
+    return clients_[worker]->Push("emb", keys, kDim, grads.data(), CallClock{clock});
+  }
+  absl::StatusOr<std::vector<float>> Pull(int worker, int64_t clock, int64_t wait_clock,
+                                          std::vector<uint64_t> keys) {
+    std::vector<float> rows(keys.size() * kDim);
+    CallClock at{clock};
+    at.wait_clock = wait_clock;
+    absl::Status status = clients_[worker]->Pull("emb", keys, kDim, rows.data(), at);
+    if (!status.ok()) return status;
+    return rows;
+  }
+
+  std::unique_ptr<Partition> partition_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+TEST_P(ServerClocksTest, ReadWaitsForEveryWorkersUpdatesOfThePreviousClock) {
+  const uint64_t key = Partition::FeatureKey(7);
+  ASSERT_TRUE(Push(0, 0, {key}, 1.0f).ok());
+  // Worker 0 reads iteration 1: it must see worker 1's clock 0, which has not been pushed.
+  std::future<absl::StatusOr<std::vector<float>>> read =
+      std::async(std::launch::async, [&] { return Pull(0, 1, 1, {key}); });
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  // Worker 1 has no key on any server this clock: its empty parts complete the clock.
+  ASSERT_TRUE(Push(1, 0, {}, 0.0f).ok());
+  absl::StatusOr<std::vector<float>> rows = read.get();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  // BSP: the mean of the two workers' gradients; SSP: applied on arrival.
+  const float expected = GetParam().bsp ? -0.5f : -1.0f;
+  for (float v : *rows) EXPECT_EQ(v, expected);
+  // A read that needs nothing more is answered at once.
+  EXPECT_TRUE(Pull(1, 1, 1, {key}).ok());
+}
+
+TEST_P(ServerClocksTest, AWaitLongerThanTheDeadlineIsAskedAgain) {
+  const uint64_t key = Partition::FeatureKey(11);
+  ASSERT_TRUE(Push(0, 0, {key}, 1.0f).ok());
+  std::future<absl::StatusOr<std::vector<float>>> read =
+      std::async(std::launch::async, [&] { return Pull(0, 1, 1, {key}); });
+  // Longer than the 3 s deadline: the server answers "still waiting" before it, and the client asks again.
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(4500)), std::future_status::timeout);
+  ASSERT_TRUE(Push(1, 0, {key}, 3.0f).ok());
+  absl::StatusOr<std::vector<float>> rows = read.get();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (float v : *rows) EXPECT_EQ(v, GetParam().bsp ? -2.0f : -4.0f);
+}
+
+TEST_P(ServerClocksTest, ARestoreEndsTheWaitAborted) {
+  const uint64_t key = Partition::FeatureKey(3);
+  std::future<absl::StatusOr<std::vector<float>>> read =
+      std::async(std::launch::async, [&] { return Pull(0, 5, 5, {key}); });
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
+  const uint64_t owner_shard = static_cast<uint64_t>(partition_->OwnerOf(key));
+  for (auto& shard : shards_) ASSERT_TRUE(shard->Restore({}, 0, empty).ok());
+  absl::StatusOr<std::vector<float>> rows = read.get();
+  EXPECT_TRUE(absl::IsAborted(rows.status())) << rows.status() << " (key on server " << owner_shard << ")";
+  // The restored checkpoint is of clock 5: a read of 5 needs nothing more.
+  for (auto& shard : shards_) shard->StartClocksAt(5);
+  EXPECT_TRUE(Pull(0, 5, 5, {key}).ok());
+  EXPECT_EQ(shards_[0]->CompleteClocks("emb"), 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ServerClocksTest,
+                         ::testing::Values(Param{Transport::kLocal, true}, Param{Transport::kLocal, false},
+                                           Param{Transport::kGrpc, true}, Param{Transport::kGrpc, false}),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(info.param.transport == Transport::kLocal ? "Local" : "Grpc") +
+                                  (info.param.bsp ? "Bsp" : "Ssp");
+                         });
+
+}  // namespace
+}  // namespace kestrel
