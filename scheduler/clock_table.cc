@@ -7,7 +7,12 @@
 
 namespace kestrel {
 
-absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, ConsistencyPolicy policy) {
+absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, ConsistencyPolicy policy,
+                                                               int lease_clocks) {
+  if (lease_clocks < 0 || lease_clocks > kMaxLeaseClocks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lease_clocks must be in [0, %d], got %d", kMaxLeaseClocks, lease_clocks));
+  }
   if (num_workers < 1 || num_workers > kMaxWorkers) {
     return absl::InvalidArgumentError(
         absl::StrFormat("num_workers must be in [1, %d], got %d", kMaxWorkers, num_workers));
@@ -15,11 +20,11 @@ absl::StatusOr<std::unique_ptr<ClockTable>> ClockTable::Create(int num_workers, 
   if (policy.mode == CONSISTENCY_SSP && policy.staleness < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("SSP staleness must be >= 0, got %d", policy.staleness));
   }
-  return std::unique_ptr<ClockTable>(new ClockTable(num_workers, policy));
+  return std::unique_ptr<ClockTable>(new ClockTable(num_workers, policy, lease_clocks));
 }
 
-ClockTable::ClockTable(int num_workers, ConsistencyPolicy policy)
-    : policy_(policy), clocks_size_(static_cast<size_t>(num_workers)) {
+ClockTable::ClockTable(int num_workers, ConsistencyPolicy policy, int lease_clocks)
+    : policy_(policy), lease_clocks_(lease_clocks), clocks_size_(static_cast<size_t>(num_workers)) {
   absl::MutexLock lock(&mu_);
   clocks_.assign(num_workers, 0);
   clock_counts_[0] = num_workers;
@@ -32,6 +37,11 @@ absl::Status ClockTable::CheckRank(int rank) const {
 }
 
 void ClockTable::AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) {
+  if (lease_clocks_ > 0) {  // the servers enforce the policy; the lease stops short of any hold
+    max_permitted_ = std::max(max_permitted_, std::min(hold_ - 1, clock + lease_clocks_ - 1));
+    runnable->push_back(std::move(done));
+    return;
+  }
   const int64_t required = policy_.RequiredMinClock(clock);
   if (clock_counts_.begin()->first < required) {
     waiting_.emplace(required, Waiter{clock, std::move(done)});
@@ -75,7 +85,12 @@ absl::Status ClockTable::Advance(int rank, int64_t finished) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "worker %d has finished %d iterations; its clock cannot go back to %d", rank, current, finished));
     }
-    if (finished > current + 1) {  // one iteration at a time: a jump would release barriers nobody reached
+    if (lease_clocks_ > 0 && finished > current + 1 && finished > max_permitted_ + 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "worker %d reports %d iterations finished; only iterations up to %d were permitted", rank, finished,
+          max_permitted_));
+    }
+    if (lease_clocks_ == 0 && finished > current + 1) {  // one at a time: a jump would release barriers nobody reached
       return absl::InvalidArgumentError(absl::StrFormat(
           "worker %d has finished %d iterations; it may report %d next, not %d", rank, current, current + 1,
           finished));
@@ -169,6 +184,12 @@ int64_t ClockTable::HoldAtEarliest() {
 bool ClockTable::AllAt(int64_t clock) const {
   absl::MutexLock lock(&mu_);
   return clock_counts_.size() == 1 && clock_counts_.begin()->first == clock;
+}
+
+int64_t ClockTable::PermittedThrough(int64_t clock) const {
+  if (lease_clocks_ == 0) return clock;
+  absl::MutexLock lock(&mu_);
+  return std::max(clock, std::min(max_permitted_, clock + lease_clocks_ - 1));
 }
 
 int64_t ClockTable::MaxPermitted() const {

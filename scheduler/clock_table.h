@@ -15,6 +15,12 @@
 // starting, so all workers stop at the clock boundary h: the state of the servers is then exactly the updates
 // of iterations < h (a global cut). Reset(c) moves every worker's clock to c (a rollback to a checkpoint).
 //
+// Leases (server-enforced clocks, docs/protocol.md): with lease_clocks L > 0 the servers enforce BSP and SSP
+// from the clocks reads carry (server/read_gate.h), so the table no longer applies the policy's rule: a worker
+// asking for iteration c is permitted (unless held) through min(c + L - 1, hold - 1) at once, and reports its
+// progress at the end of that lease rather than every iteration (Advance may then move several clocks at once,
+// never past what was permitted). Holds still stop every worker at a clock boundary: no lease reaches past one.
+//
 // Thread-safe. Callbacks run outside the lock, on the thread that made them runnable; they must not block.
 #ifndef KESTREL_SCHEDULER_CLOCK_TABLE_H_
 #define KESTREL_SCHEDULER_CLOCK_TABLE_H_
@@ -40,8 +46,15 @@ class ClockTable {
  public:
   using Callback = std::function<void(absl::Status)>;
 
-  // num_workers in [1, kMaxWorkers] (common/limits.h); SSP staleness >= 0. All clocks start at 0.
-  static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy);
+  // num_workers in [1, kMaxWorkers] (common/limits.h); SSP staleness >= 0; lease_clocks in [0, kMaxLeaseClocks]
+  // (0: no leases, the table enforces the policy). All clocks start at 0.
+  static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy,
+                                                            int lease_clocks = 0);
+  static constexpr int kMaxLeaseClocks = 1 << 20;
+  int lease_clocks() const { return lease_clocks_; }
+  // The last iteration a worker permitted to start `clock` may start without asking again: `clock` without
+  // leases, else the end of its lease (never past a hold or MaxPermitted()).
+  int64_t PermittedThrough(int64_t clock) const;
 
   // Worker `rank` asks to start iteration `clock`. `done(Ok)` runs before this returns when the policy allows
   // it now, else when an Advance() allows it. `done(error)` for a bad rank or clock (InvalidArgument) or when
@@ -94,7 +107,7 @@ class ClockTable {
   int64_t NextRequiredMinClock() const;
 
  private:
-  ClockTable(int num_workers, ConsistencyPolicy policy);
+  ClockTable(int num_workers, ConsistencyPolicy policy, int lease_clocks);
   absl::Status CheckRank(int rank) const;
 
   struct Waiter {
@@ -108,6 +121,7 @@ class ClockTable {
   void HoldWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ConsistencyPolicy policy_;
+  const int lease_clocks_;
   std::atomic<size_t> clocks_size_;  // clocks_.size(), read without the lock
 
   mutable absl::Mutex mu_;

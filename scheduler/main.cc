@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, consistency, "bsp",
           "bsp: iteration c starts once every worker finished c-1; ssp: once the slowest finished c-s-1 "
           "(--staleness); asp: never waits.");
 ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker may run ahead).");
+ABSL_FLAG(int, lease_clocks, 0,
+          "Server-enforced clocks: > 0, the servers enforce --consistency from the clocks workers' reads carry, and "
+          "workers ask the scheduler once per lease of this many iterations (docs/protocol.md). Not with "
+          "--elastic_timeout or replicated partitions. 0: the scheduler is every iteration's barrier.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
 ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
@@ -101,6 +105,7 @@ int Run() {
     return 2;
   }
   options.consistency = *consistency;
+  options.lease_clocks = absl::GetFlag(FLAGS_lease_clocks);
   auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_server));
   if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
     partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));

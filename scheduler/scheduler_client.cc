@@ -1,5 +1,7 @@
 #include "scheduler/scheduler_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 
 #include "common/grpc_status.h"
@@ -41,7 +43,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
   }
 
   absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation, const std::string& incarnation,
-                                      uint64_t layout_generation) override {
+                                      uint64_t layout_generation, int64_t* permitted_through) override {
     WaitToStartRequest request;
     request.set_layout_generation(layout_generation);
     request.set_job_id(options_.job_id);
@@ -52,6 +54,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
     WaitToStartResponse response;
     auto result = Call("WaitToStart", &Scheduler::Stub::WaitToStart, request, &response, options_.wait_deadline);
     if (!result.ok()) return result.status();
+    if (permitted_through != nullptr) *permitted_through = std::max(clock, result->permitted_through());
     return result->min_clock();
   }
 

@@ -31,8 +31,11 @@ class SchedulerClient {
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
   // `generation` and `incarnation`: what Register (or Rejoin) answered this worker; `layout_generation`: the
   // rescale whose layout it trains in (an older one than the job's is refused with ABORTED: rejoin).
+  // `permitted_through` (may be null) receives the last iteration the worker may start without asking again
+  // (WaitToStartResponse.permitted_through: the lease's end under server-enforced clocks, else `clock`).
   virtual absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t generation,
-                                              const std::string& incarnation, uint64_t layout_generation = 0) = 0;
+                                              const std::string& incarnation, uint64_t layout_generation = 0,
+                                              int64_t* permitted_through = nullptr) = 0;
   // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
   // `layout_generation`: as for WaitToStart.
   virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,

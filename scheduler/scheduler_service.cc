@@ -51,7 +51,11 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   }
   auto membership = Membership::Create(options.membership, partition->ToString());
   if (!membership.ok()) return membership.status();
-  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency);
+  if (options.lease_clocks > 0 && (partition->replicas() > 1 || options.checkpoint.elastic_timeout > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        "lease_clocks (server-enforced clocks) is not for elastic jobs or replicated partitions yet");
+  }
+  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency, options.lease_clocks);
   if (!clocks.ok()) return clocks.status();
   std::unique_ptr<SchedulerServiceImpl> service(
       new SchedulerServiceImpl(options, std::move(membership).value(), std::move(clocks).value()));
@@ -138,6 +142,7 @@ void SchedulerServiceImpl::FillView(ClusterView* view) const {
   view->set_partition(layout.partition);
   view->set_consistency(options_.consistency.mode);
   view->set_staleness(options_.consistency.staleness);
+  view->set_lease_clocks(clocks_->lease_clocks());
   view->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.membership.heartbeat_interval));
   const RoutingState routing = membership_->routing();
   view->set_routing_generation(routing.generation);
@@ -311,8 +316,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
   auto wait = [this, reactor, request, response, call, epoch] {
     clocks_->WaitToStart(
         request->rank(), request->clock(),
-        [this, reactor, response, call](absl::Status s) {
-          if (s.ok()) response->set_min_clock(clocks_->MinClock());
+        [this, reactor, request, response, call](absl::Status s) {
+          if (s.ok()) {
+            response->set_min_clock(clocks_->MinClock());
+            response->set_permitted_through(clocks_->PermittedThrough(request->clock()));
+          }
           call.End(s);
           reactor->Finish(ToGrpcStatus(s));
         },
@@ -526,6 +534,10 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
   absl::Status status = CheckCaller(context, request->job_id(), kScaleRoles, "Scale", std::nullopt, std::nullopt);
   if (status.ok() && (request->join_timeout_ms() < 0 || request->join_timeout_ms() > 86400000)) {
     status = absl::InvalidArgumentError("join_timeout_ms must be in [0, 1 day]");
+  }
+  if (status.ok() && clocks_->lease_clocks() > 0) {
+    status = absl::FailedPreconditionError(
+        "this job runs with server-enforced clocks (--lease_clocks), which cannot be rescaled yet");
   }
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -193,6 +193,7 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   }
   response->set_rows(rows);
   response->set_memory_bytes(bytes);
+  response->set_complete_clocks(shard.CompleteClocksOf(request.header().worker_rank()));
   return absl::OkStatus();
 }
 

@@ -175,6 +175,20 @@ int64_t ReadGate::CompleteAll() const {
   return low + 1;
 }
 
+int64_t ReadGate::CompleteFor(int worker) const {
+  if (bsp_) return CompleteAll();
+  absl::MutexLock lock(&mu_);
+  int64_t low = floor_;
+  bool any = false;
+  for (const auto& [name, t] : tables_) {
+    const int64_t done =
+        worker >= 0 && static_cast<size_t>(worker) < t.workers.size() ? t.workers[worker].done : t.through;
+    low = any ? std::min(low, done) : done;
+    any = true;
+  }
+  return low + 1;
+}
+
 size_t ReadGate::waiting() const {
   absl::MutexLock lock(&mu_);
   return waiting_;

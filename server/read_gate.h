@@ -77,6 +77,9 @@ class ReadGate {
   int64_t Complete(absl::string_view table) const;
   // The lowest Complete() over the tables pushed so far, or the floor when none was.
   int64_t CompleteAll() const;
+  // The clocks of `worker` complete on every table: its own pushes under SSP (where a replacement continues),
+  // CompleteAll() under BSP (a clock counts once applied, so a replacement redoes one some worker lacks).
+  int64_t CompleteFor(int worker) const;
   size_t waiting() const;
 
  private:

@@ -156,6 +156,7 @@ class Shard {
   // the tables.
   int64_t CompleteClocks(absl::string_view table) const { return read_gate_.Complete(table); }
   int64_t CompleteClocks() const { return read_gate_.CompleteAll(); }
+  int64_t CompleteClocksOf(int worker) const { return read_gate_.CompleteFor(worker); }
 
   // Dense blocks, named by block index (strictly increasing, each < the table's block count, each owned by
   // this shard according to Partition::DenseBlockKey). Same layout as the sparse calls, one row per block.

@@ -1,5 +1,6 @@
 #include "worker/scheduler_gate.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_format.h"
@@ -11,8 +12,10 @@ namespace {
 class SchedulerGate final : public ClockGate {
  public:
   SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, std::string incarnation, uint64_t rollbacks,
-                uint64_t layout_generation, absl::Duration poll)
-      : client_(client),
+                uint64_t layout_generation, absl::Duration poll, bool leased, std::optional<int> read_lag)
+      : leased_(leased),
+        read_lag_(read_lag),
+        client_(client),
         rank_(rank),
         generation_(generation),
         incarnation_(std::move(incarnation)),
@@ -21,11 +24,24 @@ class SchedulerGate final : public ClockGate {
         poll_(poll) {}
 
   absl::Status WaitToStart(int64_t clock) override {
-    absl::StatusOr<int64_t> min_clock = client_->WaitToStart(rank_, clock, generation_, incarnation_, layout_generation_);
-    if (min_clock.ok()) Heard(*min_clock);
-    return min_clock.status();
+    if (leased_ && clock <= permitted_through_.load(std::memory_order_acquire)) return absl::OkStatus();
+    int64_t through = clock;
+    absl::StatusOr<int64_t> min_clock =
+        client_->WaitToStart(rank_, clock, generation_, incarnation_, layout_generation_, &through);
+    if (!min_clock.ok()) return min_clock.status();
+    Heard(*min_clock);
+    if (leased_) permitted_through_.store(through, std::memory_order_release);
+    return absl::OkStatus();
+  }
+  std::optional<int64_t> WaitClock(int64_t clock) const override {
+    if (!read_lag_.has_value()) return std::nullopt;
+    return std::max<int64_t>(0, clock - *read_lag_);
   }
   absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
+    // Leased: progress is reported at the lease's end (the next WaitToStart asks for a new one), and at the last.
+    if (leased_ && !done && finished <= permitted_through_.load(std::memory_order_acquire)) {
+      return absl::OkStatus();
+    }
     absl::StatusOr<int64_t> min_clock =
         client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_);
     if (min_clock.ok()) Heard(*min_clock);
@@ -56,6 +72,9 @@ class SchedulerGate final : public ClockGate {
   }
 
  private:
+  const bool leased_;
+  const std::optional<int> read_lag_;
+  std::atomic<int64_t> permitted_through_{-1};  // leased: the last iteration the scheduler permitted
   SchedulerClient* const client_;
   const int rank_;
   const uint64_t generation_;
@@ -76,9 +95,9 @@ class SchedulerGate final : public ClockGate {
 
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
                                             std::string incarnation, uint64_t rollbacks, uint64_t layout_generation,
-                                            absl::Duration poll) {
+                                            absl::Duration poll, bool leased, std::optional<int> read_lag) {
   return std::make_unique<SchedulerGate>(client, rank, generation, std::move(incarnation), rollbacks,
-                                         layout_generation, poll);
+                                         layout_generation, poll, leased, read_lag);
 }
 
 }  // namespace kestrel

@@ -1,9 +1,10 @@
-// The ClockGate of a cluster worker: asks kestrel_scheduler (which alone decides BSP / SSP / ASP) for each
-// iteration. Thread-safe; the SchedulerClient must outlive it.
+// The ClockGate of a cluster worker: asks kestrel_scheduler for each iteration (the scheduler decides BSP / SSP /
+// ASP), or, under server-enforced clocks, for a lease of iterations (the servers decide). Thread-safe; the SchedulerClient must outlive it.
 #ifndef KESTREL_WORKER_SCHEDULER_GATE_H_
 #define KESTREL_WORKER_SCHEDULER_GATE_H_
 
 #include <memory>
+#include <optional>
 
 #include "scheduler/scheduler_client.h"
 #include "worker/trainer.h"
@@ -15,10 +16,15 @@ namespace kestrel {
 // (a server died: continue from the checkpoint); a recovery from a worker's death just waits.
 // `layout_generation`: the rescale whose layout the worker trains in (WaitToStart carries it; WaitAllFinished
 // fails with ABORTED once the job was rescaled since: rejoin, and evaluate in the new layout).
+// `leased` (ClusterView.lease_clocks > 0): the scheduler grants leases; the gate asks once per lease and reports
+// progress at its end (and when done), not every iteration. `read_lag`: set when the servers enforce the
+// consistency (BSP 0, SSP its staleness): training reads of iteration c wait at the servers for the clocks
+// < c - read_lag (ClockGate::WaitClock).
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
                                             std::string incarnation, uint64_t rollbacks,
                                             uint64_t layout_generation = 0,
-                                            absl::Duration poll = absl::Milliseconds(20));
+                                            absl::Duration poll = absl::Milliseconds(20), bool leased = false,
+                                            std::optional<int> read_lag = std::nullopt);
 
 }  // namespace kestrel
 

@@ -341,10 +341,14 @@ class Trainer::Impl {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
       // Read after the permission: every update below it is in the rows pulled from now on.
-      const int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
+      int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
+      // Server-enforced clocks: the servers answer once the updates this read must see are in, so its rows hold
+      // every update below the clock it waits for.
+      const std::optional<int64_t> wait = gate_->WaitClock(clock);
+      if (wait.has_value()) fresh = std::max(fresh, *wait);
       step = queue_->Pop();
       if (!step.ok()) return step.status();
-      (*step)->read = CallClock{sent, CacheRead{clock, fresh}};
+      (*step)->read = CallClock{sent, CacheRead{clock, fresh}, wait};
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
     KESTREL_RETURN_IF_ERROR(Pull(step->get()));

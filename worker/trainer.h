@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ class ClockGate {
   // The highest min clock (every worker's finished iterations, their pushes acknowledged) this gate has
   // heard of; -1 when it knows none. Rows pulled after it was read hold every update of iterations below it.
   virtual int64_t KnownMinClock() const { return -1; }
+  // Server-enforced clocks (server/read_gate.h): the wait_clock a training read of iteration `clock` carries
+  // (CallClock::wait_clock: the servers answer it once every worker's updates of the clocks before it are in),
+  // or nullopt when the gate itself is the barrier (or ASP: no read waits). Default: nullopt.
+  virtual std::optional<int64_t> WaitClock(int64_t clock) const { return std::nullopt; }
 };
 
 // A gate that never waits: a single worker.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,7 @@ class MeteredGate final : public ClockGate {
   }
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
   int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
+  std::optional<int64_t> WaitClock(int64_t clock) const override { return gate_->WaitClock(clock); }
 
  private:
   const std::unique_ptr<ClockGate> gate_;
@@ -187,7 +189,10 @@ absl::Status WorkerSession::OpenPass() {
   PsClientOptions ps_options;
   ps_options.job_id = options_.job_id;
   ps_options.worker_rank = pass_.rank;
-  ps_options.bsp_pushes = consistency->bsp();
+  // Server-enforced clocks: the servers count every worker's pushes per clock, so SSP pushes send empty parts
+  // where they have no key, as BSP's do.
+  const bool leased = view.lease_clocks() > 0;
+  ps_options.bsp_pushes = consistency->bsp() || (leased && consistency->mode == CONSISTENCY_SSP);
   ps_options.routing = table;
   const uint64_t generation = pass_.generation;
   ps_options.give_up = [this, generation] { return announced_generation_.load() != generation; };
@@ -210,8 +215,25 @@ absl::Status WorkerSession::OpenPass() {
     cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, options_.row_cache_rows));
     row_cache_ = std::make_unique<RowCache>(ps_.get(), cache_options);
   }
+  if (leased) {
+    // The servers, not the scheduler's last report (up to a lease behind), know where this rank's pushes end: a
+    // replacement continues at the first clock not complete on every server (BSP: on every table for every
+    // worker; the servers answer a pull of a clock applied since with the rows from before it).
+    absl::StatusOr<std::vector<StatsResponse>> stats = ps_->Stats();
+    if (!stats.ok()) return stats.status();
+    int64_t complete = std::numeric_limits<int64_t>::max();
+    for (const StatsResponse& s : *stats) complete = std::min(complete, s.complete_clocks());
+    if (!stats->empty() && complete > pass_.clock) {
+      KLOG(Info) << "the servers hold this rank's updates through clock " << complete << " (the scheduler's last "
+                 << "report: " << pass_.clock << "): continuing there";
+      pass_.clock = complete;
+      pass_.state.Clear();  // the reader re-reads the epoch and skips to it
+    }
+  }
+  std::optional<int> read_lag;  // the staleness the servers enforce on reads
+  if (leased && consistency->mode != CONSISTENCY_ASP) read_lag = consistency->bsp() ? 0 : consistency->staleness;
   gate_ = NewSchedulerGate(scheduler_.get(), pass_.rank, generation, incarnation_, pass_.rollbacks,
-                           pass_.layout_generation);
+                           pass_.layout_generation, absl::Milliseconds(20), leased, read_lag);
   if (options_.clock_gauge != nullptr) {
     options_.clock_gauge->Set(static_cast<double>(pass_.clock));
     gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge);

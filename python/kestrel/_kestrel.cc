@@ -117,6 +117,7 @@ struct WorkerCore {
   std::unique_ptr<WorkerSession> session;
   int64_t read_clock = -1;   // the iteration that last passed WaitToStart
   int64_t fresh_clock = -1;  // what the row cache may assume of rows pulled for it (CacheRead::fresh_clock)
+  std::optional<int64_t> wait_clock;  // server-enforced clocks: what its reads wait for (ClockGate::WaitClock)
 };
 
 class Client {
@@ -253,7 +254,9 @@ class Client {
   PsClient* Current() { return worker_ == nullptr ? client_.get() : worker_->session->client(); }
   // A training read of the iteration that passed the worker's gate may be answered by the row cache.
   CallClock ClockOf(int64_t clock) const {
-    if (worker_ != nullptr && clock == worker_->read_clock) return CallClock{clock, CacheRead{clock, worker_->fresh_clock}};
+    if (worker_ != nullptr && clock == worker_->read_clock) {
+      return CallClock{clock, CacheRead{clock, worker_->fresh_clock}, worker_->wait_clock};
+    }
     return CallClock{clock};
   }
 
@@ -474,6 +477,8 @@ class Worker {
     Check(status);
     core_->read_clock = clock;
     core_->fresh_clock = pass().consistency.row_cache_own_clock() ? clock : gate->KnownMinClock();
+    core_->wait_clock = gate->WaitClock(clock);
+    if (core_->wait_clock.has_value()) core_->fresh_clock = std::max(core_->fresh_clock, *core_->wait_clock);
   }
 
   // This worker has finished `finished` iterations, their pushes acknowledged: tells the scheduler, with the
