@@ -7,7 +7,11 @@
 // The members use gRPC's callback API on a few channels: one process simulates thousands without a thread
 // each. They share the machine with the scheduler, so on a small machine the figures are a lower bound.
 //
-//   bench/run_scheduler_bench.sh [--members=4x16,32x128,128x512,256x2048] [--seconds=5]
+// With --lease_clocks (server-enforced clocks, docs/protocol.md) the scheduler grants leases: a worker asks
+// WaitToStart(c), is permitted through the lease's end p, and reports Advance(p + 1) at once (the servers would
+// enforce the consistency meanwhile), so each lease is a whole lease of worker steps for two scheduler calls.
+//
+//   bench/run_scheduler_bench.sh [--members=4x16,32x128,128x512,256x2048] [--seconds=5] [--lease_clocks=0,16]
 #include <signal.h>
 
 #include <algorithm>
@@ -37,6 +41,8 @@
 
 ABSL_FLAG(std::string, members, "4x16,32x128,128x512,256x2048",
           "Comma list of SERVERSxWORKERS job shapes to simulate, one scheduler each.");
+ABSL_FLAG(std::string, lease_clocks, "0",
+          "Comma list of the scheduler's --lease_clocks to measure every shape with (0: every iteration's barrier).");
 ABSL_FLAG(double, seconds, 5, "Measured seconds per shape (after 1 s of warm-up).");
 ABSL_FLAG(std::string, heartbeat_interval, "1s", "The scheduler's --heartbeat_interval.");
 ABSL_FLAG(std::string, output, "bench/results/scheduler_bench.md", "Markdown report path ('' to skip).");
@@ -79,6 +85,7 @@ struct Shape {
 
 struct Result {
   Shape shape;
+  int lease = 0;
   double clocks_per_s = 0;
   double advance_p50 = 0, advance_p99 = 0, wait_p99 = 0, heartbeat_p50 = 0, heartbeat_p99 = 0;
   int64_t clocks = 0;
@@ -226,21 +233,24 @@ class Simulation {
     call->request.set_clock(m.clock.load());
     call->request.set_generation(m.generation);
     call->request.set_incarnation(m.incarnation);
+    // Every permitted iteration is done at once: the report covers the lease (one iteration without leases).
     Start(i, call, [](auto* stub, auto* c, auto* q, auto* r, auto cb) { stub->WaitToStart(c, q, r, std::move(cb)); },
-          &wait_, [this, i] { Advance(i); });
+          &wait_, [this, i, call] {
+            Advance(i, std::max(call->request.clock(), call->response.permitted_through()) + 1);
+          });
   }
 
-  void Advance(size_t i) {
+  void Advance(size_t i, int64_t finished) {
     Member& m = members_[i];
     auto call = std::make_shared<Call<AdvanceRequest, AdvanceResponse>>();
     call->request.set_job_id(kJob);
     call->request.set_rank(m.rank);
-    call->request.set_finished(m.clock.load() + 1);
+    call->request.set_finished(finished);
     call->request.set_generation(m.generation);
     call->request.set_incarnation(m.incarnation);
     Start(i, call, [](auto* stub, auto* c, auto* q, auto* r, auto cb) { stub->Advance(c, q, r, std::move(cb)); },
-          &advance_, [this, i] {
-      members_[i].clock.fetch_add(1);
+          &advance_, [this, i, finished] {
+      members_[i].clock.store(finished);
       Wait(i);
     });
   }
@@ -254,7 +264,7 @@ class Simulation {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-absl::StatusOr<Result> RunShape(const std::string& binary, Shape shape, double seconds) {
+absl::StatusOr<Result> RunShape(const std::string& binary, Shape shape, double seconds, int lease) {
   char dir_template[] = "/tmp/scheduler_bench.XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   KESTREL_ASSIGN_OR_RETURN(
@@ -262,7 +272,8 @@ absl::StatusOr<Result> RunShape(const std::string& binary, Shape shape, double s
       ServerProcess::Start(binary,
                            {absl::StrCat("--job_id=", kJob), absl::StrCat("--num_servers=", shape.servers),
                             absl::StrCat("--num_workers=", shape.workers), "--consistency=bsp",
-                            "--heartbeat_interval=" + absl::GetFlag(FLAGS_heartbeat_interval)},
+                            "--heartbeat_interval=" + absl::GetFlag(FLAGS_heartbeat_interval),
+                            absl::StrCat("--lease_clocks=", lease)},
                            dir_template, "scheduler"));
   absl::Duration interval;
   if (!absl::ParseDuration(absl::GetFlag(FLAGS_heartbeat_interval), &interval)) {
@@ -283,6 +294,7 @@ absl::StatusOr<Result> RunShape(const std::string& binary, Shape shape, double s
   sim.Drain();
   Result r;
   r.shape = shape;
+  r.lease = lease;
   r.clocks = end_clock - start_clock;
   r.clocks_per_s = static_cast<double>(r.clocks) / absl::ToDoubleSeconds(elapsed);
   r.advance_p50 = sim.advance_.Percentile(0.5);
@@ -301,9 +313,9 @@ absl::StatusOr<Result> RunShape(const std::string& binary, Shape shape, double s
 
 absl::Status Main(int argc, char** argv) {
   const std::string load_start = bench::LoadAverage();
-  KESTREL_ASSIGN_OR_RETURN(std::string binary, bench::FindBinary(absl::GetFlag(FLAGS_scheduler_binary),
-                                                                 "scheduler/kestrel_scheduler", argv[0],
-                                                                 "scheduler_binary"));
+  KESTREL_ASSIGN_OR_RETURN(std::string binary,
+                           bench::FindBinary(absl::GetFlag(FLAGS_scheduler_binary), "scheduler/kestrel_scheduler",
+                                             argv[0], "scheduler_binary"));
   const bench::Machine machine =
       bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit), absl::GetFlag(FLAGS_invocation));
   std::vector<Result> results;
@@ -314,13 +326,20 @@ absl::Status Main(int argc, char** argv) {
         !absl::SimpleAtoi(parts[1], &shape.workers) || shape.servers < 1 || shape.workers < 1) {
       return absl::InvalidArgumentError(absl::StrCat("--members: '", item, "' is not SERVERSxWORKERS"));
     }
-    KESTREL_ASSIGN_OR_RETURN(Result r, RunShape(binary, shape, absl::GetFlag(FLAGS_seconds)));
-    std::printf("%d servers + %d workers: %.1f clocks/s; Advance p50 %.2f ms p99 %.2f ms; WaitToStart p99 %.2f "
-                "ms; Heartbeat p50 %.2f ms p99 %.2f ms; %llu members declared dead\n",
-                shape.servers, shape.workers, r.clocks_per_s, r.advance_p50, r.advance_p99, r.wait_p99,
-                r.heartbeat_p50, r.heartbeat_p99, static_cast<unsigned long long>(r.declared_dead));
-    std::fflush(stdout);
-    results.push_back(r);
+    for (absl::string_view lease_text : absl::StrSplit(absl::GetFlag(FLAGS_lease_clocks), ',', absl::SkipEmpty())) {
+      int lease = 0;
+      if (!absl::SimpleAtoi(lease_text, &lease) || lease < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--lease_clocks: '", lease_text, "'"));
+      }
+      KESTREL_ASSIGN_OR_RETURN(Result r, RunShape(binary, shape, absl::GetFlag(FLAGS_seconds), lease));
+      std::printf(
+          "lease %d, %d servers + %d workers: %.1f clocks/s; Advance p50 %.2f ms p99 %.2f ms; WaitToStart p99 %.2f "
+          "ms; Heartbeat p50 %.2f ms p99 %.2f ms; %llu members declared dead\n",
+          lease, shape.servers, shape.workers, r.clocks_per_s, r.advance_p50, r.advance_p99, r.wait_p99,
+          r.heartbeat_p50, r.heartbeat_p99, static_cast<unsigned long long>(r.declared_dead));
+      std::fflush(stdout);
+      results.push_back(r);
+    }
   }
   if (absl::GetFlag(FLAGS_output).empty()) return absl::OkStatus();
   std::string md = "# scheduler_bench: one kestrel_scheduler against the member count\n\n";
@@ -332,12 +351,15 @@ absl::Status Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_heartbeat_interval),
       "), every worker loops WaitToStart -> Advance with no work in between. A clock is one BSP barrier: every "
       "worker's Advance in, every worker's next WaitToStart answered. Measured for ",
-      absl::GetFlag(FLAGS_seconds), " s after 1 s of warm-up.\n\n",
-      "| servers | workers | BSP clocks/s | Advance p50 ms | Advance p99 ms | WaitToStart p99 ms | Heartbeat p50 ms | "
-      "Heartbeat p99 ms | members declared dead |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      absl::GetFlag(FLAGS_seconds), " s after 1 s of warm-up. With a lease (`--lease_clocks` > 0: server-enforced "
+      "clocks) a worker asks once per lease and reports the whole lease at once, so a clock here is the slowest "
+      "worker's progress, and worker steps/s is what the scheduler would sustain if the servers enforced BSP.\n\n",
+      "| lease | servers | workers | BSP clocks/s | worker steps/s | Advance p50 ms | Advance p99 ms | "
+      "WaitToStart p99 ms | Heartbeat p50 ms | Heartbeat p99 ms | members declared dead |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Result& r : results) {
-    absl::StrAppend(&md, absl::StrFormat("| %d | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n",
-                                         r.shape.servers, r.shape.workers, r.clocks_per_s, r.advance_p50,
+    absl::StrAppend(&md, absl::StrFormat("| %d | %d | %d | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n",
+                                         r.lease, r.shape.servers, r.shape.workers, r.clocks_per_s,
+                                         r.clocks_per_s * r.shape.workers, r.advance_p50,
                                          r.advance_p99, r.wait_p99, r.heartbeat_p50, r.heartbeat_p99,
                                          r.declared_dead));
   }

@@ -76,7 +76,9 @@ ABSL_FLAG(std::string, configs, "in-process,bsp,asp,bsp-mtls,torch,ddp",
           "Comma list of configurations to measure: in-process, bsp, asp, bsp-mtls, torch, ddp, and ssp "
           "(SSP(--staleness), no row cache), ssp-cache (the same with the workers' row cache), bsp-bf16 and "
           "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire), bsp-r2 (BSP with two copies of every "
-          "key range, docs/replication.md).");
+          "key range, docs/replication.md), bsp-leased and ssp-leased (BSP, and SSP(--staleness) with the row cache, "
+          "with server-enforced clocks: kestrel_scheduler --lease_clocks=--lease_clocks).");
+ABSL_FLAG(int, lease_clocks, 16, "The lease of the bsp-leased and ssp-leased configurations.");
 ABSL_FLAG(int, staleness, 2, "The staleness of the ssp and ssp-cache configurations.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
 ABSL_FLAG(std::string, output, "bench/results/train_bench.md", "Markdown report ('' for none).");
@@ -99,7 +101,27 @@ struct Figures {
   double auc = 0;
   double logloss = 0;
   double row_cache_hit_ratio = 0;  // the cluster workers' mean (ssp-cache)
+  // Cluster: worker 1's RPCs per iteration (kestrel_rpcs_sent_total, as its log reports them; worker 0's include
+  // its evaluations' pulls), to the servers and to the scheduler; -1 where unknown.
+  double rpcs_servers = -1;
+  double rpcs_scheduler = -1;
 };
+
+// The "RPCs per iteration: X to servers (...), Y to the scheduler" line of a worker's log (worker/main.cc).
+void ReadRpcs(const std::string& log, Figures* f) {
+  std::ifstream in(log);
+  std::string line;
+  const std::string key = "RPCs per iteration: ";
+  while (std::getline(in, line)) {
+    const size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    std::vector<std::string> words = absl::StrSplit(line.substr(at + key.size()), ' ', absl::SkipEmpty());
+    for (size_t i = 0; i + 2 < words.size(); ++i) {
+      if (words[i + 1] == "to" && words[i + 2] == "servers") (void)absl::SimpleAtod(words[i], &f->rpcs_servers);
+      if (words[i + 1] == "to" && words[i + 2] == "the") (void)absl::SimpleAtod(words[i], &f->rpcs_scheduler);
+    }
+  }
+}
 
 // The model of the benchmark's jobs (unset fields take the job defaults, worker/model.h WithDefaults).
 absl::StatusOr<ModelConfig> ModelOf(const std::string& type_name) {
@@ -154,7 +176,8 @@ absl::StatusOr<Figures> InProcess(const JobConfig& job) {
 // With `ca`, every process runs over mutual TLS with a certificate of that CA for its role and rank.
 absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const std::string& consistency,
                                 int compute_threads, const std::string& dir, const TestingCa* ca,
-                                std::vector<std::string> worker_flags = {}, int replicas = 1) {
+                                std::vector<std::string> worker_flags = {}, int replicas = 1,
+                                std::vector<std::string> scheduler_flags = {}) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/job.pbtxt";
@@ -171,6 +194,7 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
       with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
                 absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)), absl::StrCat("--replicas=", replicas)},
                "scheduler", 0));
+  scheduler_args.insert(scheduler_args.end(), scheduler_flags.begin(), scheduler_flags.end());
   KESTREL_ASSIGN_OR_RETURN(ServerProcess scheduler,
                            ServerProcess::Start(bin.scheduler, scheduler_args, dir, "scheduler"));
   std::vector<ServerProcess> servers;
@@ -208,7 +232,9 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
   }
   if (seconds <= 0) return absl::InternalError(absl::StrCat("no done records in ", dir));
   KESTREL_ASSIGN_OR_RETURN(Record eval, LastRecord(absl::StrCat(dir, "/metrics0.jsonl"), "eval"));
-  return Figures{examples / seconds, eval.auc(), eval.logloss(), hit_ratio};
+  Figures f{examples / seconds, eval.auc(), eval.logloss(), hit_ratio};
+  ReadRpcs(dir + "/worker1.log", &f);
+  return f;
 }
 
 // The peer's flags for a model (job defaults applied): sizes, embedding initializer and every table's optimizer.
@@ -364,6 +390,13 @@ int Main(int argc, char** argv) {
                               threads_text(half_threads), half_batch)},
       {"asp", absl::StrFormat("Kestrel cluster ASP, 2 servers + 2 workers × %s, %d per worker",
                               threads_text(half_threads), half_batch)},
+      {"bsp-leased", absl::StrFormat("Kestrel cluster BSP, server-enforced clocks (leases of %d), 2 servers + 2 "
+                                     "workers × %s, %d per worker",
+                                     absl::GetFlag(FLAGS_lease_clocks), threads_text(half_threads), half_batch)},
+      {"ssp-leased", absl::StrFormat("Kestrel cluster SSP(%d) with the row cache, server-enforced clocks (leases of "
+                                     "%d), 2 servers + 2 workers × %s, %d per worker",
+                                     absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_lease_clocks),
+                                     threads_text(half_threads), half_batch)},
       {"bsp-mtls", absl::StrFormat("Kestrel cluster BSP over mutual TLS, 2 servers + 2 workers × %s, %d per worker",
                                    threads_text(half_threads), half_batch)},
       {"ssp", absl::StrFormat("Kestrel cluster SSP(%d), 2 servers + 2 workers × %s, %d per worker, no row cache",
@@ -415,6 +448,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TestingCa> ca = absl::FailedPreconditionError("--mtls=false");
   if (mtls) ca = TestingCa::Create(work + "/ca", "bench");
   bench::TorchPeerResult peer_info;  // of the last PyTorch 1-process run: its BLAS and version
+  const std::string leases = absl::StrCat("--lease_clocks=", absl::GetFlag(FLAGS_lease_clocks));
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     for (ModelRuns& m : models) {
       const std::string type = ModelConfig::Type_Name(m.model.type());
@@ -439,6 +473,10 @@ int Main(int argc, char** argv) {
                                              /*ca=*/nullptr, {"--row_cache=false"})
             : c.key == "ssp-cache" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
                                              /*ca=*/nullptr, {"--row_cache=true"})
+            : c.key == "bsp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
+                                              /*ca=*/nullptr, {}, 1, {leases})
+            : c.key == "ssp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
+                                              /*ca=*/nullptr, {"--row_cache=true"}, 1, {leases})
             : c.key == "bsp-r2"    ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
                                              /*ca=*/nullptr, {}, /*replicas=*/2)
             : c.key == "bsp-bf16" || c.key == "bsp-fp16"
@@ -565,6 +603,32 @@ int Main(int argc, char** argv) {
                                median_of(f, &Figures::logloss),
                                m.vs_torch[c.key].empty() ? "—" : absl::StrFormat("%.2f", Median(m.vs_torch[c.key])),
                                Median(m.vs_local[c.key]), runs_text(f)));
+    }
+    std::string rpcs;
+    for (const Config& c : configs) {
+      const std::vector<Figures>& f = m.figures[c.key];
+      if (f.empty() || f.back().rpcs_servers < 0) continue;
+      absl::StrAppend(&rpcs, absl::StrFormat("| %s | %.2f | %.2f |\n", c.key, median_of(f, &Figures::rpcs_servers),
+                                             median_of(f, &Figures::rpcs_scheduler)));
+    }
+    if (!rpcs.empty()) {
+      absl::StrAppend(&md, "\nRPCs per iteration of worker 1 (kestrel_rpcs_sent_total; median over runs):\n\n",
+                      "| Configuration | to the servers | to the scheduler |\n|---|---:|---:|\n", rpcs);
+    }
+    for (const auto& [leased, barrier] : {std::pair<const char*, const char*>{"bsp-leased", "bsp"},
+                                          std::pair<const char*, const char*>{"ssp-leased", "ssp-cache"}}) {
+      if (m.vs_local[leased].empty() || m.vs_local[barrier].empty()) continue;
+      absl::StrAppend(&md, absl::StrFormat("\n%s / %s (the scheduler as every iteration's barrier): %.2fx the "
+                                           "examples/s (medians of the within-run ratios to in-process: %.2f / %.2f)."
+                                           "%s\n",
+                                           leased, barrier, Median(m.vs_local[leased]) / Median(m.vs_local[barrier]),
+                                           Median(m.vs_local[leased]), Median(m.vs_local[barrier]),
+                                           std::string(leased) == "bsp-leased"
+                                               ? absl::StrFormat(" Test AUC minus %s's: %+.5f (BSP: the same model).",
+                                                                 barrier,
+                                                                 median_of(m.figures[leased], &Figures::auc) -
+                                                                     median_of(m.figures[barrier], &Figures::auc))
+                                               : ""));
     }
     if (!m.figures["ssp-cache"].empty()) {
       absl::StrAppend(&md, absl::StrFormat("\nRow cache hit ratio (ssp-cache, both workers, median over runs): %.3f.",

@@ -352,3 +352,39 @@ TEST(ClockTableTest, HoldAtRefusesABoundaryAlreadyPassedAndResizeMovesEveryClock
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Leases (server-enforced clocks): permission comes at once whatever the other workers' clocks (the servers
+// enforce BSP), for a lease that never reaches past a hold; a report may move a clock by a whole lease.
+TEST(ClockTableLeaseTest, LeasesIgnoreThePolicyStopAtHoldsAndReportWholeLeases) {
+  auto table = *ClockTable::Create(2, ConsistencyPolicy::Bsp(), /*lease_clocks=*/16);
+  EXPECT_EQ(table->lease_clocks(), 16);
+  auto first = Start(*table, 0, 0);
+  ASSERT_TRUE(first->answered);
+  EXPECT_TRUE(first->status.ok());
+  EXPECT_EQ(table->PermittedThrough(0), 15);
+  EXPECT_EQ(table->MaxPermitted(), 15);
+  // A checkpoint asks for the earliest boundary every worker can stop at: past every lease granted.
+  EXPECT_EQ(table->HoldAtEarliest(), 16);
+  ASSERT_TRUE(table->Advance(0, 16).ok());  // the whole lease at once
+  EXPECT_FALSE(table->Advance(0, 18).ok());  // never past what was permitted
+  auto held = Start(*table, 0, 16);
+  EXPECT_FALSE(held->answered);
+  // Worker 1 is at 0 and asks for 0: leased up to the hold, not beyond.
+  auto other = Start(*table, 1, 0);
+  ASSERT_TRUE(other->answered);
+  EXPECT_EQ(table->PermittedThrough(0), 15);
+  table->SetHold(40);
+  ASSERT_TRUE(held->answered);
+  EXPECT_TRUE(held->status.ok());
+  EXPECT_EQ(table->PermittedThrough(16), 31);
+  auto near_hold = Start(*table, 0, 32);
+  ASSERT_TRUE(near_hold->answered);
+  EXPECT_EQ(table->PermittedThrough(32), 39);  // capped by the hold
+  EXPECT_FALSE(ClockTable::Create(2, ConsistencyPolicy::Bsp(), -1).ok());
+}
+
+}  // namespace
+}  // namespace kestrel

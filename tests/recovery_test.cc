@@ -389,6 +389,45 @@ TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {
   }
 }
 
+// Server-enforced clocks (--lease_clocks): the servers hold each read until the clocks it must see are in, and
+// workers ask the scheduler once per lease. The arithmetic is the same, so the job ends bitwise identical to the
+// reference run with the scheduler as every iteration's barrier; so does it after a worker is killed while the
+// other's reads wait at the servers for its pushes (its replacement continues where the servers hold its
+// updates, not at its last report, up to a lease behind), and after a server is killed (the servers restart
+// their clocks at the checkpoint's, and answer no read of a later clock before every worker's updates are in).
+TEST_F(RecoveryTest, LeasedJobEndsAndRecoversBitwiseIdenticalToTheSchedulerBarrier) {
+  const TestSeed seed;
+  std::mt19937 rng(seed.value());
+  {
+    Job job(TmpDir() + "/recovery_leased", *data_);
+    job.EnableLeases(16);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    ExpectReference(job.Finish(), "leased, uninterrupted");
+    job.KillAll();
+  }
+  for (const char* victim : {"worker", "server"}) {
+    Job job(absl::StrCat(TmpDir(), "/recovery_leased_", victim), *data_);
+    job.EnableLeases(16);
+    ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+    // Mid-training: after the second checkpoint, plus up to 100 ms.
+    const absl::Time start = absl::Now();
+    while (job.LatestCheckpointClock() < 100 && absl::Now() - start < absl::Seconds(60)) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, 100)(rng)));
+    const absl::Duration delay = absl::Now() - start;
+    if (std::string(victim) == "worker") {
+      job.Kill(job.worker(1));
+      ASSERT_TRUE(job.StartWorker(1).ok());
+    } else {
+      job.Kill(job.server(0));
+      ASSERT_TRUE(job.StartServer(0).ok());
+    }
+    ExpectReference(job.Finish(), absl::StrCat("leased: ", victim, " killed after ", absl::FormatDuration(delay)));
+    job.KillAll();
+  }
+}
+
 // With bounded tables (admission, expiry, eviction; their sketches and tombstones in checkpoints), a killed
 // server or worker still leaves the job bitwise identical to the uninterrupted bounded run.
 TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
