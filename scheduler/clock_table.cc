@@ -189,7 +189,8 @@ bool ClockTable::AllAt(int64_t clock) const {
 int64_t ClockTable::PermittedThrough(int64_t clock) const {
   if (lease_clocks_ == 0) return clock;
   absl::MutexLock lock(&mu_);
-  return std::max(clock, std::min(max_permitted_, clock + lease_clocks_ - 1));
+  // Capped by the hold now too: one lowered since the grant (SetHold) shortens the lease (a shorter one is safe).
+  return std::max(clock, std::min({max_permitted_, clock + lease_clocks_ - 1, hold_ - 1}));
 }
 
 int64_t ClockTable::MaxPermitted() const {

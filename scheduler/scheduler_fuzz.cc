@@ -1,7 +1,8 @@
 // Fuzz target: the scheduler's core, Membership (membership.h) and ClockTable (clock_table.h), driven as the
 // Scheduler service and the job controller drive them, by arbitrary sequences of operations.
 //
-// Input: the job size (1-3 servers, 1-4 workers) and consistency (BSP, SSP(0-3), ASP), then operations with
+// Input: the job size (1-3 servers, 1-4 workers) and consistency (BSP, SSP(0-3), ASP; with the policy byte's high
+// bit, leases of 1-8 clocks: server-enforced clocks), then operations with
 // arbitrary ranks, incarnations (current, stale, forged) and generations: Register, Heartbeat, Rejoin (a
 // heartbeat, then the rank's generation), WaitToStart and Advance (each after CheckWorker, as the service
 // does), time passing and ExpireSilent, MarkWorkerDone, holds (SetHold, HoldAtEarliest) and rollbacks
@@ -9,10 +10,12 @@
 //   - the generation never goes back; ranks stay in [0, job size); a worker's generation is at most the job's;
 //   - only the current incarnation of a live member heartbeats, and only with the generation its rank's requests
 //     carry does a worker pass CheckWorker;
-//   - a clock only moves forward, one iteration at a time, except by a rollback's Reset;
+//   - a clock only moves forward, one iteration at a time (with leases: at most to MaxPermitted() + 1), except by
+//     a rollback's Reset;
 //   - a WaitToStart is answered once; answered OK only when the policy allows it (MinClock() >= the clock's
-//     required min clock) and the hold does not stop it; waiting requests are counted by num_waiting(), and
-//     the next required min clock is above MinClock() (a request that could run never waits).
+//     required min clock; with leases, always) and the hold does not stop it; a lease ends below the hold and
+//     within MaxPermitted(); waiting requests are counted by num_waiting(), and the next required min clock is
+//     above MinClock() (a request that could run never waits).
 #include <map>
 #include <memory>
 #include <string>
@@ -136,9 +139,17 @@ void WaitToStart(FuzzInput& in, Fuzz& f) {
     ++fp->callbacks_run;
     if (!status.ok()) return;
     FUZZ_CHECK(clock >= 0 && clock < fp->clocks->hold(), "a held iteration was allowed to start");
-    FUZZ_CHECK(fp->clocks->MinClock() >= fp->clocks->policy().RequiredMinClock(clock),
-               "an iteration started before the policy allows");
     FUZZ_CHECK(fp->clocks->MaxPermitted() >= clock);
+    const int lease = fp->clocks->lease_clocks();
+    if (lease == 0) {
+      FUZZ_CHECK(fp->clocks->MinClock() >= fp->clocks->policy().RequiredMinClock(clock),
+                 "an iteration started before the policy allows");
+      return;
+    }
+    const int64_t through = fp->clocks->PermittedThrough(clock);
+    FUZZ_CHECK(through >= clock && through <= clock + lease - 1, "a lease is longer than lease_clocks");
+    FUZZ_CHECK(through < fp->clocks->hold(), "a lease reaches past the hold");
+    FUZZ_CHECK(through <= fp->clocks->MaxPermitted(), "a lease reaches past MaxPermitted()");
   }, epoch);
 }
 
@@ -153,11 +164,14 @@ void Advance(FuzzInput& in, Fuzz& f) {
   }
   const uint8_t c = in.U8();
   const int64_t before = f.clocks->ClockOf(rank);
+  const int64_t permitted = f.clocks->MaxPermitted();
   const int64_t finished = c == 0xff ? in.I64() : before + static_cast<int>(c % 4) - 1;
   if (!checked.ok()) return;
   const absl::Status advanced = f.clocks->Advance(rank, finished);
   if (advanced.ok()) {
-    FUZZ_CHECK(finished == before || finished == before + 1, "a clock moved by more than one iteration");
+    FUZZ_CHECK(finished == before || finished == before + 1 ||
+                   (f.clocks->lease_clocks() > 0 && finished > before && finished <= permitted + 1),
+               "a clock moved by more than one iteration (with leases: past what was permitted)");
     FUZZ_CHECK(f.clocks->ClockOf(rank) == finished);
   } else {
     FUZZ_CHECK(f.clocks->ClockOf(rank) == before, "a refused Advance moved the clock");
@@ -199,7 +213,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.num_servers = f.num_servers;
   options.num_workers = f.num_workers;
   auto membership = Membership::Create(options);
-  auto clocks = ClockTable::Create(f.num_workers, consistency);
+  const int lease = (policy & 0x80) != 0 ? 1 + ((policy >> 4) & 7) : 0;
+  auto clocks = ClockTable::Create(f.num_workers, consistency, lease);
   FUZZ_CHECK(membership.ok() && clocks.ok());
   f.membership = std::move(membership).value();
   f.clocks = std::move(clocks).value();
