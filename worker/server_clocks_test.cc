@@ -142,6 +142,31 @@ TEST_P(ServerClocksTest, ARestoreEndsTheWaitAborted) {
   EXPECT_EQ(shards_[0]->CompleteClocks("emb"), 5);
 }
 
+// A server restored mid-job (its checkpoint of clock 5) answers a read of clock 6 only once every worker's
+// pushes of clock 5 are in again: what it held of clock 5 before the restart is gone with the restore.
+TEST_P(ServerClocksTest, ARestoredServerWaitsForTheClockAfterItsCheckpointAgain) {
+  const uint64_t key = Partition::FeatureKey(5);
+  for (int64_t c = 0; c < 6; ++c) {
+    ASSERT_TRUE(Push(0, c, {key}, 1.0f).ok());
+    ASSERT_TRUE(Push(1, c, {key}, 1.0f).ok());
+  }
+  ASSERT_TRUE(Pull(0, 6, 6, {key}).ok());  // clock 5 is complete
+  auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
+  for (auto& shard : shards_) {
+    ASSERT_TRUE(shard->Restore({Emb()}, 0, empty).ok());
+    shard->StartClocksAt(5);
+  }
+  std::future<absl::StatusOr<std::vector<float>>> read =
+      std::async(std::launch::async, [&] { return Pull(0, 6, 6, {key}); });
+  ASSERT_TRUE(Push(0, 5, {key}, 1.0f).ok());
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  ASSERT_TRUE(Push(1, 5, {key}, 1.0f).ok());
+  absl::StatusOr<std::vector<float>> rows = read.get();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  // The restored (empty) rows plus clock 5's update: BSP's mean, SSP's two pushes.
+  for (float v : *rows) EXPECT_EQ(v, GetParam().bsp ? -1.0f : -2.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ServerClocksTest,
                          ::testing::Values(Param{Transport::kLocal, true}, Param{Transport::kLocal, false},
                                            Param{Transport::kGrpc, true}, Param{Transport::kGrpc, false}),
