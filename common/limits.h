@@ -11,6 +11,9 @@ inline constexpr int kMaxServers = 65536;
 // Workers in one job: worker ranks and ids are in [0, kMaxWorkers).
 inline constexpr int kMaxWorkers = 1 << 20;
 
+// Tables one ParameterServer.Step names (proto/ps.proto StepRequest); its table i's push is request id + i.
+inline constexpr int kMaxStepTables = 64;
+
 }  // namespace kestrel
 
 #endif  // KESTREL_COMMON_LIMITS_H_

@@ -197,4 +197,56 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   return absl::OkStatus();
 }
 
+absl::Status HandleStepPushes(Shard& shard, const StepRequest& request) {
+  if (request.tables_size() > kMaxStepTables) {
+    return shard.Count(absl::InvalidArgumentError(
+        absl::StrFormat("a step names %d tables, at most %d", request.tables_size(), kMaxStepTables)));
+  }
+  for (int i = 0; i < request.tables_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (request.tables(i).table() == request.tables(j).table()) {
+        return shard.Count(absl::InvalidArgumentError(
+            absl::StrFormat("a step names table '%s' twice", request.tables(i).table().substr(0, 64))));
+      }
+    }
+  }
+  // Each table's push is its own request: id header.request_id + its index (the client reserves
+  // kMaxStepTables ids per Step), so a retried Step repeats every id and each push is applied once.
+  RequestHeader header = request.header();
+  for (int i = 0; i < request.tables_size(); ++i) {
+    const StepTable& t = request.tables(i);
+    if (!t.push()) continue;
+    header.set_request_id(request.header().request_id() == 0 ? 0 : request.header().request_id() + i);
+    PushFields push;
+    push.header = &header;
+    push.table = t.table();
+    push.keys = t.push_keys();
+    push.values = t.push_values();
+    push.value_type = t.push_type();
+    push.dim = t.dim();
+    push.part = 0;
+    push.parts = 1;
+    push.scale_exponent = t.scale_exponent();
+    PushResponse ignored;
+    KESTREL_RETURN_IF_ERROR(HandlePushFields(shard, t.dense(), push, &ignored));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HandleStepPulls(Shard& shard, const StepRequest& request, StepResponse* response) {
+  PullRequest pull;
+  *pull.mutable_header() = request.header();
+  pull.mutable_header()->set_clock(request.pull_clock());
+  for (const StepTable& t : request.tables()) {
+    if (!t.pull()) continue;
+    pull.set_table(t.table());
+    pull.set_keys(t.pull_keys());
+    pull.set_dim(t.dim());
+    pull.set_value_type(t.pull_type());
+    PullResponse* answer = response->add_pulls();
+    KESTREL_RETURN_IF_ERROR(t.dense() ? HandlePullDense(shard, pull, answer) : HandlePull(shard, pull, answer));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kestrel

@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "common/limits.h"
 #include "common/pull_wire.h"
 #include "proto/ps.pb.h"
 #include "server/shard.h"
@@ -40,6 +41,14 @@ absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, 
 absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& request,
                                   DescribeTablesResponse* response);
 absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
+
+// A Step's pushes (StepRequest): checks the table list (at most kMaxStepTables, each once), then applies every
+// push as a one-part Push / PushDense of header.clock, in order. A push the shard refuses stops there with its
+// error (the pushes before it stay applied, as separate Push calls would; each is idempotent, so the retried
+// Step applies the rest). Table i's push carries request id header.request_id + i.
+absl::Status HandleStepPushes(Shard& shard, const StepRequest& request);
+// A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, into response->pulls.
+absl::Status HandleStepPulls(Shard& shard, const StepRequest& request, StepResponse* response);
 
 }  // namespace kestrel
 

@@ -48,6 +48,7 @@ PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* p
       create_table_rpc_(ServerMetrics::Get().rpc().method("CreateTable")),
       describe_tables_rpc_(ServerMetrics::Get().rpc().method("DescribeTables")),
       stats_rpc_(ServerMetrics::Get().rpc().method("Stats")),
+      step_rpc_(ServerMetrics::Get().rpc().method("Step")),
       checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
       replicate_rpc_(ServerMetrics::Get().rpc().method("Replicate")),
@@ -155,31 +156,47 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
 }
 
 void PsServiceImpl::ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,
-                                         const RequestHeader& header, absl::string_view table,
-                                         TableConfig::Kind kind, std::function<absl::Status()> serve, Done done) {
-  if (!header.has_wait_clock()) {
+                                         const RequestHeader& header, std::vector<ReadTable> tables,
+                                         std::function<absl::Status()> serve, Done done) {
+  if (!header.has_wait_clock() || tables.empty()) {
     done(serve());
     return;
   }
   const absl::Time now = absl::Now();
   const absl::Time deadline = absl::FromChrono(context->deadline());
-  const absl::Duration margin = std::min(kWaitMargin, (deadline - now) / 2);
-  // Runs at most once: now, or from the push (or restore, or expiry) that ends the wait.
-  auto resume = [this, hosted, serve, done](absl::Status waited) {
-    if (!waited.ok()) {
-      done(hosted->own().Count(waited));
+  auto wait = std::make_shared<ClockWait>();
+  wait->hosted = hosted;
+  wait->group = &group;
+  wait->header = &header;
+  wait->tables = std::move(tables);
+  wait->until = deadline - std::min(kWaitMargin, (deadline - now) / 2);
+  wait->serve = std::move(serve);
+  wait->done = std::move(done);
+  AwaitTables(std::move(wait), 0, /*resumed=*/false);
+}
+
+void PsServiceImpl::AwaitTables(std::shared_ptr<ClockWait> wait, size_t next, bool resumed) {
+  for (; next < wait->tables.size(); ++next) {
+    const ReadTable& table = wait->tables[next];
+    // Runs at most once: from the push (or restore, or expiry) that ends this table's wait.
+    auto resume = [this, wait, next](absl::Status waited) {
+      if (!waited.ok()) {
+        wait->done(wait->hosted->own().Count(waited));
+        return;
+      }
+      AwaitTables(wait, next + 1, /*resumed=*/true);
+    };
+    absl::StatusOr<bool> ready = wait->group->AwaitClocks(ContextOf(*wait->header), table.name, table.kind,
+                                                          wait->header->wait_clock(), wait->until, resume);
+    if (!ready.ok()) {
+      wait->done(wait->group->Count(ready.status()));
       return;
     }
-    auto run = [serve, done] { done(serve()); };
-    if (pool_ == nullptr || !pool_->TrySchedule(run)) run();  // inline when the pool is full: bounded anyway
-  };
-  absl::StatusOr<bool> ready =
-      group.AwaitClocks(ContextOf(header), table, kind, header.wait_clock(), deadline - margin, resume);
-  if (!ready.ok()) {
-    done(group.Count(ready.status()));
-  } else if (*ready) {
-    done(serve());
+    if (!*ready) return;  // `resume` goes on
   }
+  auto run = [wait] { wait->done(wait->serve()); };
+  // Resumed on the releasing push's thread: serve on the pool (inline when it is full: bounded anyway).
+  if (!resumed || pool_ == nullptr || !pool_->TrySchedule(run)) run();
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* context,
@@ -213,7 +230,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
           if (handled.ok()) *response = writer.Finish();
           return handled;
         };
-        ServeWhenClocksAllow(context, hosted, **group, parsed->header(), parsed->table(), TableConfig::SPARSE,
+        ServeWhenClocksAllow(context, hosted, **group, parsed->header(), {{parsed->table(), TableConfig::SPARSE}},
                              std::move(serve), std::move(done));
       });
 }
@@ -287,8 +304,8 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* 
                     auto serve = [group = *group, request, response] {
                       return HandlePullDense(*group, *request, response);
                     };
-                    ServeWhenClocksAllow(context, hosted, **group, request->header(), request->table(),
-                                         TableConfig::DENSE, std::move(serve), std::move(done));
+                    ServeWhenClocksAllow(context, hosted, **group, request->header(),
+                                         {{request->table(), TableConfig::DENSE}}, std::move(serve), std::move(done));
                   });
 }
 
@@ -356,6 +373,31 @@ grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerCont
                                         hosted->own().Count(hosted->Group(OwnerOf(request->header()))));
                return HandleDescribeTables(*group, *request, response);
              });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* context, const StepRequest* request,
+                                              StepResponse* response) {
+  return RunAsync(context, step_rpc_, kDataRoles, "Step", [=](const Hosted& hosted, const Caller& caller, Done done) {
+    absl::Status status = [&]() -> absl::Status {
+      KESTREL_RETURN_IF_ERROR(
+          hosted->own().Count(layout_.CheckWorkerCaller(caller, request->header().worker_rank(), "the Step")));
+      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
+      if (!hosted->BackupsOf(group->owner()).empty()) {
+        return group->Count(absl::FailedPreconditionError(
+            "a Step is not forwarded to backups: replicated groups take Push and Pull calls"));
+      }
+      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *request));
+      std::vector<ReadTable> reads;
+      for (const StepTable& t : request->tables()) {
+        if (t.pull()) reads.push_back({t.table(), t.dense() ? TableConfig::DENSE : TableConfig::SPARSE});
+      }
+      ServeWhenClocksAllow(
+          context, hosted, *group, request->header(), std::move(reads),
+          [group, request, response] { return HandleStepPulls(*group, *request, response); }, std::move(done));
+      return absl::OkStatus();
+    }();
+    if (!status.ok()) done(std::move(status));
+  });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,

@@ -94,6 +94,10 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* DescribeTables(grpc::CallbackServerContext* context,
                                            const DescribeTablesRequest* request,
                                            DescribeTablesResponse* response) override;
+  // Server-enforced clocks: one worker step (proto/ps.proto StepRequest): the pushes, then the reads once the
+  // clocks they wait for are complete. Not for replicated groups yet (FailedPrecondition).
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context, const StepRequest* request,
+                                 StepResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                   StatsResponse* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context, const CheckpointShardRequest* request,
@@ -158,12 +162,29 @@ class PsServiceImpl final
   grpc::ServerUnaryReactor* RunAdmin(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                      const char* method, const RequestHeader& header,
                                      std::function<absl::Status(const Hosted&)> work);
-  // Finishes a read with `serve`'s status: now, or, for a training read with header.wait_clock, once `group`'s
-  // clocks allow it (server/read_gate.h; Shard::AwaitClocks), on the handler pool. A wait ends before the call's
-  // deadline (Unavailable: ask again); no thread waits meanwhile.
+  // A table a read waits for.
+  struct ReadTable {
+    std::string name;
+    TableConfig::Kind kind;
+  };
+  // Finishes a read of `tables` with `serve`'s status: now, or, for a training read with header.wait_clock, once
+  // `group`'s clocks allow it on every one of them (server/read_gate.h; Shard::AwaitClocks), on the handler pool.
+  // A wait ends before the call's deadline (Unavailable: ask again); no thread waits meanwhile. `header` must
+  // outlive the call.
   void ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,
-                            const RequestHeader& header, absl::string_view table, TableConfig::Kind kind,
+                            const RequestHeader& header, std::vector<ReadTable> tables,
                             std::function<absl::Status()> serve, Done done);
+  struct ClockWait {
+    Hosted hosted;  // keeps `group` alive
+    Shard* group = nullptr;
+    const RequestHeader* header = nullptr;
+    std::vector<ReadTable> tables;
+    absl::Time until;
+    std::function<absl::Status()> serve;
+    Done done;
+  };
+  // Waits for wait->tables[next..] in turn, then serves (on the pool when `resumed` from a push's thread).
+  void AwaitTables(std::shared_ptr<ClockWait> wait, size_t next, bool resumed);
   // The group `header` names, when this server is its primary (workers' requests).
   absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
 
@@ -171,7 +192,8 @@ class PsServiceImpl final
   ThreadPool* const pool_;
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
-      &describe_tables_rpc_, &stats_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_, &copy_group_rpc_,
+      &describe_tables_rpc_, &stats_rpc_, &step_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_,
+      &copy_group_rpc_,
       &rescale_rpc_;
   ServedLayout layout_;
   const PushForwarder forwarder_;

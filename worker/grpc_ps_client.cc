@@ -28,7 +28,7 @@ class GrpcTransport final : public PsTransport {
         sent_{&RpcsSentCounter("server", "Pull"),       &RpcsSentCounter("server", "Push"),
               &RpcsSentCounter("server", "PullDense"),  &RpcsSentCounter("server", "PushDense"),
               &RpcsSentCounter("server", "CreateTable"), &RpcsSentCounter("server", "DescribeTables"),
-              &RpcsSentCounter("server", "Stats")} {
+              &RpcsSentCounter("server", "Stats"),       &RpcsSentCounter("server", "Step")} {
     static std::atomic<int> next_client_id{0};
     client_id_ = next_client_id.fetch_add(1, std::memory_order_relaxed);
     args_.SetMaxReceiveMessageSize(options.max_message_bytes);
@@ -137,6 +137,8 @@ class GrpcTransport final : public PsTransport {
                                     MessageAs<DescribeTablesResponse>(response), std::move(finish));
       case PsMethod::kStats:
         return stub->Stats(context, &MessageAs<StatsRequest>(request), MessageAs<StatsResponse>(response), std::move(finish));
+      case PsMethod::kStep:
+        return stub->Step(context, &MessageAs<StepRequest>(request), MessageAs<StepResponse>(response), std::move(finish));
     }
   }
 
@@ -215,7 +217,7 @@ class GrpcTransport final : public PsTransport {
   const std::shared_ptr<RoutingTable> routing_;  // null: the addresses never change
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   // kestrel_rpcs_sent_total{peer="server"} by PsMethod, in the enum's order.
-  const std::array<prometheus::Counter*, 7> sent_;
+  const std::array<prometheus::Counter*, 8> sent_;
   grpc::ChannelArguments args_;
   int client_id_ = 0;
   mutable absl::Mutex mu_;

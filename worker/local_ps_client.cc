@@ -54,6 +54,17 @@ class LocalTransport final : public PsTransport {
             std::function<void(absl::Status)> done) override {
     Shard* shard = shards_[server];
     auto call = [shard, method, &request, response, done] { CallNow(*shard, method, request, response, done); };
+    if (method == PsMethod::kStep) {
+      // The pushes now, then the reads once every table read has the clocks they wait for.
+      const auto& step = MessageAs<StepRequest>(request);
+      auto* answer = MessageAs<StepResponse>(response);
+      return Dispatch([this, shard, &step, answer, deadline, done] {
+        if (absl::Status pushed = HandleStepPushes(*shard, step); !pushed.ok()) return done(pushed);
+        AwaitStepTables(*shard, step, 0, absl::Now() + deadline, [shard, &step, answer, done] {
+          done(HandleStepPulls(*shard, step, answer));
+        }, done);
+      });
+    }
     if (method == PsMethod::kPull || method == PsMethod::kPullDense) {
       WhenClocksAllow(*shard, MessageAs<PullRequest>(request),
                       method == PsMethod::kPull ? TableConfig::SPARSE : TableConfig::DENSE, deadline, done,
@@ -64,6 +75,24 @@ class LocalTransport final : public PsTransport {
   }
 
  private:
+  // Waits for the clocks of step's pulled tables from the `next`-th on (Shard::AwaitClocks), then runs `read`.
+  static void AwaitStepTables(Shard& shard, const StepRequest& step, int next, absl::Time until,
+                              std::function<void()> read, std::function<void(absl::Status)> done) {
+    for (; next < step.tables_size(); ++next) {
+      const StepTable& t = step.tables(next);
+      if (!t.pull() || !step.header().has_wait_clock()) continue;
+      absl::StatusOr<bool> ready = shard.AwaitClocks(
+          ContextOf(step.header()), t.table(), t.dense() ? TableConfig::DENSE : TableConfig::SPARSE,
+          step.header().wait_clock(), until, [&shard, &step, next, until, read, done](absl::Status waited) {
+            if (!waited.ok()) return done(std::move(waited));
+            AwaitStepTables(shard, step, next + 1, until, read, done);
+          });
+      if (!ready.ok()) return done(ready.status());
+      if (!*ready) return;
+    }
+    read();
+  }
+
   // Runs `read` (which answers `done`) as a server would: for a training read with header.wait_clock once the
   // shard's clocks allow it (Shard::AwaitClocks), on the thread that released it; else dispatched now.
   void WhenClocksAllow(Shard& shard, const PullRequest& request, TableConfig::Kind kind, absl::Duration deadline,
@@ -102,6 +131,8 @@ class LocalTransport final : public PsTransport {
                                          MessageAs<DescribeTablesResponse>(response)));
       case PsMethod::kStats:
         return done(HandleStats(shard, MessageAs<StatsRequest>(request), MessageAs<StatsResponse>(response)));
+      case PsMethod::kStep:  // Call() runs it
+        return done(absl::InternalError("a step is not dispatched here"));
     }
   }
 

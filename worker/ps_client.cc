@@ -14,6 +14,7 @@
 #include "common/gradients.h"
 #include "common/half.h"
 #include "common/key_batch.h"
+#include "common/limits.h"
 #include "common/packed.h"
 #include "common/status.h"
 
@@ -223,6 +224,169 @@ class RoutedPsClient final : public PsClient {
                    clock, &b);
   }
 
+  absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) override {
+    if (replicated_) return PsClient::Step(parts, push, pull);  // Steps are not forwarded to backups
+    if (parts.size() > static_cast<size_t>(kMaxStepTables)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a step of %d tables: at most %d", parts.size(), kMaxStepTables));
+    }
+    const int servers = partition_.num_servers();
+    // Per part: where each server's keys (or dense blocks) start, and the dense blocks' padded rows.
+    struct Plan {
+      std::vector<size_t> push_offsets, pull_offsets;
+      CallBuffers push_blocks, pull_blocks;
+      ValueType push_type = VALUE_TYPE_FLOAT32, pull_type = VALUE_TYPE_FLOAT32;
+      int dim = 0;
+    };
+    std::vector<Plan> plans(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const StepPart& p = parts[i];
+      Plan& plan = plans[i];
+      plan.push_type = WireType(p.table);
+      plan.pull_type = PullType(p.table);
+      plan.dim = p.dim;
+      if (p.dense) {
+        if ((p.push && p.push_floats > 0) || p.pull) {
+          KESTREL_ASSIGN_OR_RETURN(TableConfig config,
+                                   DenseConfig(p.table, p.push && p.push_floats > 0 ? p.push_floats : p.pull_floats,
+                                               push.clock));
+          plan.dim = config.dim();
+          if (p.push && p.push_floats > 0) {
+            KESTREL_RETURN_IF_ERROR(CheckGradients(p.table, absl::MakeConstSpan(p.grads, p.push_floats), plan.dim,
+                                                   [](size_t block) { return block; }));
+            GroupBlocks(config, &plan.push_blocks);
+            CallBuffers& b = plan.push_blocks;
+            b.rows.assign(b.ids.size() * plan.dim, 0.0f);  // the last block's padding gets zero gradients
+            for (size_t k = 0; k < b.ids.size(); ++k) {
+              const size_t begin = b.ids[k] * plan.dim;
+              const size_t n = std::min<size_t>(plan.dim, p.push_floats - begin);
+              std::memcpy(b.rows.data() + k * plan.dim, p.grads + begin, n * sizeof(float));
+            }
+          } else {
+            plan.push_blocks.ids.clear();
+            plan.push_blocks.offsets.assign(servers + 1, 0);
+          }
+          if (p.pull) {
+            GroupBlocks(config, &plan.pull_blocks);
+            plan.pull_blocks.rows.resize(plan.pull_blocks.ids.size() * plan.dim);
+          }
+        } else {
+          plan.push_blocks.ids.clear();
+          plan.push_blocks.offsets.assign(servers + 1, 0);
+        }
+      } else {
+        if (p.push) {
+          KESTREL_RETURN_IF_ERROR(CheckBatch(*p.push_keys, p.dim));
+          KESTREL_RETURN_IF_ERROR(
+              CheckGradients(p.table, absl::MakeConstSpan(p.grads, p.push_keys->num_unique() * p.dim), p.dim,
+                             [&](size_t row) { return p.push_keys->unique_keys()[row]; }));
+          CallBuffers b;
+          plan.push_offsets = BatchOffsets(*p.push_keys, &b);
+        }
+        if (p.pull) {
+          KESTREL_RETURN_IF_ERROR(CheckBatch(*p.pull_keys, p.dim));
+          CallBuffers b;
+          plan.pull_offsets = BatchOffsets(*p.pull_keys, &b);
+        }
+      }
+    }
+    // One request per server, every part in it.
+    std::vector<StepRequest> requests(servers);
+    std::vector<StepResponse> responses(servers);
+    for (int s = 0; s < servers; ++s) {
+      StepRequest& request = requests[s];
+      FillHeader(request.mutable_header(), push.clock);
+      // Table i's push is request id + i on the server (HandleStepPushes): reserve the ids.
+      next_request_id_.fetch_add(kMaxStepTables - 1, std::memory_order_relaxed);
+      if (pull.wait_clock.has_value()) request.mutable_header()->set_wait_clock(*pull.wait_clock);
+      request.set_pull_clock(pull.clock);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const StepPart& p = parts[i];
+        const Plan& plan = plans[i];
+        StepTable* t = request.add_tables();
+        t->set_table(p.table);
+        t->set_dense(p.dense);
+        t->set_dim(plan.dim);
+        if (p.push) {
+          t->set_push(true);
+          t->set_push_type(plan.push_type);
+          const uint64_t* ids = p.dense ? plan.push_blocks.ids.data() : p.push_keys->unique_keys().data();
+          const float* rows = p.dense ? plan.push_blocks.rows.data() : p.grads;
+          const std::vector<size_t>& offsets = p.dense ? plan.push_blocks.offsets : plan.push_offsets;
+          const size_t first = offsets[s], n = offsets[s + 1] - offsets[s];
+          t->set_push_keys(reinterpret_cast<const char*>(ids + first), n * sizeof(uint64_t));
+          const size_t floats = n * plan.dim;
+          const float* grads = rows == nullptr ? nullptr : rows + first * plan.dim;
+          if (floats > 0) {
+            const int scale = plan.push_type == VALUE_TYPE_FLOAT16 ? Float16ScaleExponent(grads, floats) : 0;
+            t->set_scale_exponent(scale);
+            std::string* values = t->mutable_push_values();
+            values->resize(floats * BytesPerValue(plan.push_type));
+            KESTREL_RETURN_IF_ERROR(EncodeValues(plan.push_type, grads, floats, scale, values->data()));
+          }
+        }
+        if (p.pull) {
+          t->set_pull(true);
+          t->set_pull_type(plan.pull_type);
+          const uint64_t* ids = p.dense ? plan.pull_blocks.ids.data() : p.pull_keys->unique_keys().data();
+          const std::vector<size_t>& offsets = p.dense ? plan.pull_blocks.offsets : plan.pull_offsets;
+          t->set_pull_keys(reinterpret_cast<const char*>(ids + offsets[s]),
+                           (offsets[s + 1] - offsets[s]) * sizeof(uint64_t));
+        }
+      }
+    }
+    std::vector<absl::Status> statuses(servers);
+    Completion all(servers);
+    for (int s = 0; s < servers; ++s) {
+      CallOwner(s, PsMethod::kStep, requests[s], &responses[s], [&, s](absl::Status status) {
+        statuses[s] = std::move(status);
+        all.Done();
+      });
+    }
+    all.Wait();
+    for (int s = 0; s < servers; ++s) {
+      if (absl::IsUnavailable(statuses[s])) {
+        statuses[s] = CallWithRetries(s, PsMethod::kStep, requests[s], &responses[s], pull.wait_clock.has_value());
+      }
+      KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
+    }
+    // The rows, scattered back from each server's answers.
+    for (int s = 0; s < servers; ++s) {
+      int answer = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const StepPart& p = parts[i];
+        Plan& plan = plans[i];
+        if (!p.pull) continue;
+        if (answer >= responses[s].pulls_size()) {
+          return OnServer(s, absl::DataLossError("the step's answer lacks some of its reads"));
+        }
+        const PullResponse& r = responses[s].pulls(answer++);
+        const std::vector<size_t>& offsets = p.dense ? plan.pull_blocks.offsets : plan.pull_offsets;
+        const size_t n = (offsets[s + 1] - offsets[s]) * plan.dim;
+        if (r.values().size() != n * BytesPerValue(plan.pull_type) || r.value_type() != plan.pull_type) {
+          return OnServer(s, absl::DataLossError(absl::StrFormat(
+                                 "the step's read of table '%s' answered %d bytes of %s, expected %d values of %s",
+                                 p.table, r.values().size(), ValueType_Name(r.value_type()), n,
+                                 ValueType_Name(plan.pull_type))));
+        }
+        float* out = p.dense ? plan.pull_blocks.rows.data() : p.rows;
+        KESTREL_RETURN_IF_ERROR(
+            OnServer(s, DecodeValues(plan.pull_type, r.values().data(), n, 0, out + offsets[s] * plan.dim)));
+      }
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const StepPart& p = parts[i];
+      if (!p.dense || !p.pull) continue;
+      const CallBuffers& b = plans[i].pull_blocks;
+      for (size_t k = 0; k < b.ids.size(); ++k) {
+        const size_t begin = b.ids[k] * plans[i].dim;
+        const size_t n = std::min<size_t>(plans[i].dim, p.pull_floats - begin);
+        std::memcpy(p.rows + begin, b.rows.data() + k * plans[i].dim, n * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<StatsResponse>> Stats() override {
     StatsRequest request;
     FillHeader(request.mutable_header(), /*clock=*/0);
@@ -380,7 +544,7 @@ class RoutedPsClient final : public PsClient {
 
   // One call to `owner`'s primary, retried on UNAVAILABLE (re-routed at every attempt).
   absl::Status CallWithRetries(int owner, PsMethod method, const google::protobuf::Message& request,
-                               google::protobuf::Message* response) {
+                               google::protobuf::Message* response, bool waiting = false) {
     absl::Status status;
     const absl::Time start = absl::Now();
     for (int attempt = 0;; ++attempt) {
@@ -390,7 +554,7 @@ class RoutedPsClient final : public PsClient {
         done.Done();
       });
       done.Wait();
-      if (!ShouldRetry(status, attempt, start)) return OnServer(owner, status);
+      if (!ShouldRetry(status, attempt, start, waiting)) return OnServer(owner, status);
       absl::SleepFor(Backoff(attempt));
     }
   }
@@ -639,6 +803,20 @@ void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& reque
   if (bytes > 0) state->request.mutable_values()->assign(static_cast<const char*>(values), bytes);
   Call(server, method, state->request, &state->response, deadline,
        [state, done = std::move(done)](absl::Status status) { done(std::move(status)); });
+}
+
+absl::Status PsClient::Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) {
+  for (const StepPart& p : parts) {
+    if (!p.push) continue;
+    KESTREL_RETURN_IF_ERROR(p.dense ? PushDense(p.table, absl::MakeConstSpan(p.grads, p.push_floats), push)
+                                    : Push(p.table, *p.push_keys, p.dim, p.grads, push));
+  }
+  for (const StepPart& p : parts) {
+    if (!p.pull) continue;
+    KESTREL_RETURN_IF_ERROR(p.dense ? PullDense(p.table, absl::MakeSpan(p.rows, p.pull_floats), pull)
+                                    : Pull(p.table, *p.pull_keys, p.dim, p.rows, pull));
+  }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<PsClient> NewPsClient(const PsClientOptions& options, Partition partition,

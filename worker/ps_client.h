@@ -83,7 +83,7 @@ struct PsClientOptions {
 };
 
 // The RPCs of the ParameterServer service.
-enum class PsMethod { kPull, kPush, kPullDense, kPushDense, kCreateTable, kDescribeTables, kStats };
+enum class PsMethod { kPull, kPush, kPullDense, kPushDense, kCreateTable, kDescribeTables, kStats, kStep };
 
 // Carries one request to one server. Implementations must be thread-safe.
 class PsTransport {
@@ -141,6 +141,25 @@ struct CallClock {
   std::optional<int64_t> wait_clock;
 };
 
+// One table's part of a Step: its push of the step's clock and its read of the next iteration.
+struct StepPart {
+  std::string table;
+  bool dense = false;  // a dense tensor: `grads` / `rows` hold the whole tensor
+  int dim = 0;         // sparse: floats per row
+  // The push: sparse, one gradient row of dim per unique key of *push_keys (in unique_keys() order); dense,
+  // push_floats floats (0: the worker's empty part). Default: no push.
+  bool push = false;
+  const KeyBatch* push_keys = nullptr;
+  const float* grads = nullptr;
+  size_t push_floats = 0;
+  // The read: sparse, one row per unique key of *pull_keys into `rows`; dense, pull_floats floats into `rows`.
+  // Default: no read.
+  bool pull = false;
+  const KeyBatch* pull_keys = nullptr;
+  float* rows = nullptr;
+  size_t pull_floats = 0;
+};
+
 class PsClient {
  public:
   virtual ~PsClient() = default;
@@ -167,6 +186,11 @@ class PsClient {
   // BSP servers still get this worker's part of the clock, empty.
   virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads,
                                  const CallClock& clock) = 0;
+  // One training step: every part's push at `push` (a clock), then every part's read at `pull` (its clock,
+  // wait_clock and cache). The default makes the Push / PushDense calls, then the Pull / PullDense calls; the
+  // routed client sends one ParameterServer.Step per server instead (each server gets every table's part,
+  // empty where it has no key; not in a replicated job), answered once the read's clocks are complete.
+  virtual absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull);
   // Every server's statistics, in server order. Its requests carry clock 0.
   virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
   // The job generation this worker registered at (its RegisterResponse view's generation), sent with later

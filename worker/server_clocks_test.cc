@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/key_batch.h"
 #include "gtest/gtest.h"
 #include "server/ps_server.h"
 #include "server/shard.h"
@@ -165,6 +166,87 @@ TEST_P(ServerClocksTest, ARestoredServerWaitsForTheClockAfterItsCheckpointAgain)
   ASSERT_TRUE(rows.ok()) << rows.status();
   // The restored (empty) rows plus clock 5's update: BSP's mean, SSP's two pushes.
   for (float v : *rows) EXPECT_EQ(v, GetParam().bsp ? -1.0f : -2.0f);
+}
+
+// A Step (one request per server: the push of clock c and the read of c + 1) waits at the servers for every
+// worker's clock c, and trains exactly what the separate Push and Pull calls do.
+TEST_P(ServerClocksTest, StepsPushAndReadTheNextClockInOneRoundTrip) {
+  TableConfig dense;
+  dense.set_name("dense");
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dim(16);
+  dense.set_dense_size(40);  // 3 blocks, the last partly used
+  dense.mutable_initializer()->set_type(InitializerConfig::ZEROS);
+  dense.mutable_optimizer()->set_type(OptimizerConfig::SGD);
+  dense.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(clients_[0]->CreateTable(dense).ok());
+  std::vector<uint64_t> raw = {Partition::FeatureKey(1), Partition::FeatureKey(2), Partition::FeatureKey(9)};
+  KeyBatch keys;
+  keys.Build(raw, *partition_);
+  // Each worker's own buffers: its gradients and what its reads answer.
+  struct Buffers {
+    std::vector<float> grads, dense_grads, rows, dense_rows;
+  };
+  std::vector<Buffers> buffers(kWorkers);
+  for (Buffers& b : buffers) {
+    b.grads.resize(keys.num_unique() * kDim);
+    b.rows.resize(keys.num_unique() * kDim);
+    b.dense_grads.resize(40);
+    b.dense_rows.resize(40);
+  }
+  auto step = [&](int worker, int64_t clock, bool fused) {
+    Buffers& b = buffers[worker];
+    const float g = worker == 0 ? 0.5f : 0.25f;
+    for (size_t i = 0; i < b.grads.size(); ++i) b.grads[i] = g * static_cast<float>(i + 1);
+    for (size_t i = 0; i < b.dense_grads.size(); ++i) b.dense_grads[i] = g * static_cast<float>(i);
+    StepPart emb{"emb"};
+    emb.dim = kDim;
+    emb.push = true;
+    emb.push_keys = &keys;
+    emb.grads = b.grads.data();
+    emb.pull = true;
+    emb.pull_keys = &keys;
+    emb.rows = b.rows.data();
+    StepPart d{"dense"};
+    d.dense = true;
+    d.push = true;
+    d.grads = b.dense_grads.data();
+    d.push_floats = worker == 1 ? 0 : 40;  // worker 1 pushes an empty dense part
+    d.pull = true;
+    d.rows = b.dense_rows.data();
+    d.pull_floats = 40;
+    const std::vector<StepPart> parts = {emb, d};
+    CallClock read{clock + 1};
+    read.wait_clock = clock + 1;
+    return fused ? clients_[worker]->Step(parts, CallClock{clock}, read)
+                 : clients_[worker]->PsClient::Step(parts, CallClock{clock}, read);
+  };
+  std::vector<std::vector<float>> results;
+  for (bool fused : {true, false}) {
+    const int64_t base = fused ? 0 : 10;  // the separate calls train the same tables again from clock 10
+    if (!fused) {
+      auto empty = [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); };
+      for (auto& shard : shards_) {
+        ASSERT_TRUE(shard->Restore({Emb(), dense}, 0, empty).ok());
+        shard->StartClocksAt(base);
+      }
+    }
+    for (int64_t c = base; c < base + 3; ++c) {
+      std::future<absl::Status> first = std::async(std::launch::async, [&] { return step(0, c, fused); });
+      EXPECT_EQ(first.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+          << "worker 0's read of clock " << c + 1 << " waits for worker 1's push of clock " << c;
+      ASSERT_TRUE(step(1, c, fused).ok());  // completes the clock: both reads are answered
+      ASSERT_TRUE(first.get().ok());
+      EXPECT_EQ(buffers[0].rows, buffers[1].rows);
+      EXPECT_EQ(buffers[0].dense_rows, buffers[1].dense_rows);
+    }
+    std::vector<float> all = buffers[0].rows;
+    all.insert(all.end(), buffers[0].dense_rows.begin(), buffers[0].dense_rows.end());
+    results.push_back(all);
+  }
+  EXPECT_EQ(results[0], results[1]) << "a Step trains what the separate calls train";
+  EXPECT_NE(results[0][0], 0.0f);
+  EXPECT_NE(results[0][kDim * keys.num_unique() + 39], 0.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ServerClocksTest,
