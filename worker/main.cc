@@ -240,12 +240,13 @@ absl::StatusOr<JobConfig> LoadConfig() {
 
 // The RPCs this process has started of the kinds a training step makes (kestrel_rpcs_sent_total).
 struct StepRpcs {
-  double pulls = 0, pushes = 0, scheduler = 0;
+  double pulls = 0, pushes = 0, steps = 0, scheduler = 0;
 
   static StepRpcs Now() {
     StepRpcs n;
     n.pulls = RpcsSentCounter("server", "Pull").Value() + RpcsSentCounter("server", "PullDense").Value();
     n.pushes = RpcsSentCounter("server", "Push").Value() + RpcsSentCounter("server", "PushDense").Value();
+    n.steps = RpcsSentCounter("server", "Step").Value();
     n.scheduler =
         RpcsSentCounter("scheduler", "WaitToStart").Value() + RpcsSentCounter("scheduler", "Advance").Value();
     return n;
@@ -259,9 +260,11 @@ void ReportRpcs(const StepRpcs& before, int64_t steps) {
   const StepRpcs now = StepRpcs::Now();
   const double n = static_cast<double>(steps);
   KLOG(Info) << absl::StrFormat(
-      "RPCs per iteration: %.2f to servers (%.2f pulls, %.2f pushes), %.2f to the scheduler (WaitToStart, Advance)",
-      (now.pulls - before.pulls + now.pushes - before.pushes) / n, (now.pulls - before.pulls) / n,
-      (now.pushes - before.pushes) / n, (now.scheduler - before.scheduler) / n);
+      "RPCs per iteration: %.2f to servers (%.2f pulls, %.2f pushes, %.2f steps), %.2f to the scheduler "
+      "(WaitToStart, Advance)",
+      (now.pulls - before.pulls + now.pushes - before.pushes + now.steps - before.steps) / n,
+      (now.pulls - before.pulls) / n, (now.pushes - before.pushes) / n, (now.steps - before.steps) / n,
+      (now.scheduler - before.scheduler) / n);
 }
 
 void Report(const TrainResult& r) {

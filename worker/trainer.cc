@@ -275,6 +275,73 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
+  // Whether iteration `clock`'s push and clock + 1's pull may travel as one Step (see the class comment).
+  bool CanFuse(const StepData& step, int64_t clock) const {
+    return !options_.prefetch_pulls && step.batch.tables.empty() && gate_->WaitClock(clock + 1).has_value() &&
+           gate_->Permitted(clock + 1);
+  }
+
+  // Pushes iteration `clock`'s gradients (of `step`) and pulls the rows of the next batch for clock + 1 in one
+  // Step, then tells the gate `clock` is done. The next batch comes back (or null with an error).
+  absl::StatusOr<std::unique_ptr<StepData>> PushAndFetch(const StepData& step, const GradBuffers& g, int64_t clock) {
+    std::unique_ptr<StepData> next;
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock + 1));  // permitted: answered at once
+      KESTREL_ASSIGN_OR_RETURN(next, queue_->Pop());
+    }
+    if (!next->batch.tables.empty()) return absl::InternalError("a fused step of several embedding tables");
+    const std::optional<int64_t> wait = gate_->WaitClock(clock + 1);
+    const int64_t fresh = std::max(options_.row_cache_own_clock ? clock + 1 : gate_->KnownMinClock(), *wait);
+    next->read = CallClock{clock + 1, CacheRead{clock + 1, fresh}, wait};
+    const KeyBatch& keys = next->batch.keys;
+    const int dim = model_->embedding_dim();
+    KESTREL_RETURN_IF_ERROR(next->wide.Reserve(keys.num_unique()));
+    KESTREL_RETURN_IF_ERROR(next->emb.Reserve(keys.num_unique() * dim));
+    KESTREL_RETURN_IF_ERROR(next->dense.Reserve(model_->dense_size()));
+    std::vector<StepPart> parts;
+    StepPart wide{kWideTable};
+    wide.dim = 1;
+    wide.push = true;
+    wide.push_keys = &step.batch.keys;
+    wide.grads = g.wide.data();
+    wide.pull = true;
+    wide.pull_keys = &keys;
+    wide.rows = next->wide.data();
+    parts.push_back(wide);
+    if (model_->has_embedding()) {
+      StepPart emb{tables_->name(0)};
+      emb.dim = dim;
+      emb.push = true;
+      emb.push_keys = &step.batch.keys;
+      emb.grads = g.emb.data();
+      emb.pull = true;
+      emb.pull_keys = &keys;
+      emb.rows = next->emb.data();
+      parts.push_back(emb);
+    }
+    StepPart dense{kDenseTable};
+    dense.dense = true;
+    dense.push = true;
+    dense.grads = g.dense.data();
+    dense.push_floats = step.batch.batch.size > 0 ? model_->dense_size() : 0;  // see Push
+    dense.pull = true;
+    dense.rows = next->dense.data();
+    dense.pull_floats = model_->dense_size();
+    parts.push_back(dense);
+    CrashPoint("worker.push.before");
+    {
+      PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
+      if (absl::Status stepped = client_->Step(parts, CallClock{clock}, next->read); !stepped.ok()) {
+        return Annotate(stepped, clock, "pushing and pulling the next batch");
+      }
+    }
+    CrashPoint("worker.push.after");
+    KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
+    if (!options_.line_log.empty()) LogLines(clock, step.lines);
+    return next;
+  }
+
   // Appends iteration `clock`'s lines to the line log (TrainerOptions::line_log); a failure is logged once.
   void LogLines(int64_t clock, const std::vector<uint64_t>& lines) {
     std::string text = absl::StrCat(clock, " ", feed_->EpochAt(clock).index);
@@ -413,6 +480,7 @@ class Trainer::Impl {
     int64_t window_examples = 0;
     double window_loss = 0;
     std::unique_ptr<StepData> current;
+    std::unique_ptr<StepData> fused;  // the next batch, pulled by a fused Step with this iteration's push
     // With overlap_pushes (ASP) the push of iteration c (and its Advance) runs while c + 1 computes, into the
     // other gradient buffers; `pushed` holds c's batch until then.
     const bool overlap_push = options_.prefetch_pulls && options_.overlap_pushes;
@@ -461,6 +529,8 @@ class Trainer::Impl {
         pushing = std::async(std::launch::async, [this, step = pushed.get(), &g, clock, last] {
           return PushAndAdvance(*step, g, clock, last);
         });
+      } else if (!last && CanFuse(*current, clock)) {
+        KESTREL_ASSIGN_OR_RETURN(fused, PushAndFetch(*current, g, clock));  // taken below instead of a Fetch
       } else {
         KESTREL_RETURN_IF_ERROR(PushAndAdvance(*current, g, clock, last));
       }
@@ -470,7 +540,9 @@ class Trainer::Impl {
       window_loss += *loss;
       if (!last) {
         absl::StatusOr<std::unique_ptr<StepData>> fetched;
-        if (options_.prefetch_pulls) {
+        if (fused != nullptr) {
+          fetched = std::move(fused);
+        } else if (options_.prefetch_pulls) {
           PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
           fetched = next.get();
         } else {

@@ -28,6 +28,7 @@ class MeteredGate final : public ClockGate {
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
   int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
   std::optional<int64_t> WaitClock(int64_t clock) const override { return gate_->WaitClock(clock); }
+  bool Permitted(int64_t clock) const override { return gate_->Permitted(clock); }
 
  private:
   const std::unique_ptr<ClockGate> gate_;
