@@ -76,8 +76,9 @@ ABSL_FLAG(std::string, configs, "in-process,bsp,asp,bsp-mtls,torch,ddp",
           "Comma list of configurations to measure: in-process, bsp, asp, bsp-mtls, torch, ddp, and ssp "
           "(SSP(--staleness), no row cache), ssp-cache (the same with the workers' row cache), bsp-bf16 and "
           "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire), bsp-r2 (BSP with two copies of every "
-          "key range, docs/replication.md), bsp-leased and ssp-leased (BSP, and SSP(--staleness) with the row cache, "
-          "with server-enforced clocks: kestrel_scheduler --lease_clocks=--lease_clocks).");
+          "key range, docs/replication.md), bsp-leased and ssp-leased (BSP, and SSP(--staleness), with server-enforced "
+          "clocks: kestrel_scheduler --lease_clocks=--lease_clocks; each iteration one Step per server, no row "
+          "cache).");
 ABSL_FLAG(int, lease_clocks, 16, "The lease of the bsp-leased and ssp-leased configurations.");
 ABSL_FLAG(int, staleness, 2, "The staleness of the ssp and ssp-cache configurations.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
@@ -393,7 +394,7 @@ int Main(int argc, char** argv) {
       {"bsp-leased", absl::StrFormat("Kestrel cluster BSP, server-enforced clocks (leases of %d), 2 servers + 2 "
                                      "workers × %s, %d per worker",
                                      absl::GetFlag(FLAGS_lease_clocks), threads_text(half_threads), half_batch)},
-      {"ssp-leased", absl::StrFormat("Kestrel cluster SSP(%d) with the row cache, server-enforced clocks (leases of "
+      {"ssp-leased", absl::StrFormat("Kestrel cluster SSP(%d), server-enforced clocks (leases of "
                                      "%d), 2 servers + 2 workers × %s, %d per worker",
                                      absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_lease_clocks),
                                      threads_text(half_threads), half_batch)},
@@ -476,7 +477,7 @@ int Main(int argc, char** argv) {
             : c.key == "bsp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
                                               /*ca=*/nullptr, {}, 1, {leases})
             : c.key == "ssp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
-                                              /*ca=*/nullptr, {"--row_cache=true"}, 1, {leases})
+                                              /*ca=*/nullptr, {}, 1, {leases})
             : c.key == "bsp-r2"    ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
                                              /*ca=*/nullptr, {}, /*replicas=*/2)
             : c.key == "bsp-bf16" || c.key == "bsp-fp16"

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "common/slice_reader.h"
 #include "proto/ps.pb.h"
 
 namespace kestrel {
@@ -41,11 +42,18 @@ class PullResponseWriter {
   bool allocated_ = false;
 };
 
+// One slice holding a PullResponse of `values` values of `type` (rows of `dim`), its rows left for the caller
+// to write at the returned address (4-byte aligned for fp32, 2-byte for the half types). `nested`: the slice is
+// a StepResponse.pulls field (its tag and length first), so that a response's slices can be concatenated.
+void* AllocatePullSlice(size_t values, int dim, ValueType type, bool nested, grpc::Slice* slice);
+
 // Decodes the values of the serialized PullResponse in `buffer`, which must be `floats` values of `type`
 // (its value_type field, wherever it is, must say so), into `out`. DataLoss when the buffer is malformed or
 // carries another number or type of values; InvalidArgument for a non-finite value.
 absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats,
                             ValueType type = VALUE_TYPE_FLOAT32);
+// The same, of the PullResponse that `reader` reads to its end (a nested one: SliceReader::Sub).
+absl::Status ReadPullValues(SliceReader& reader, float* out, size_t floats, ValueType type);
 
 // A push's fields, wherever they were read from: a parsed PushRequest, or the received gRPC buffers
 // (PushRequestView). The views must outlive their use.

@@ -119,27 +119,36 @@ absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, 
   return absl::OkStatus();
 }
 
-absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
-                            absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
+namespace {
+
+// A sparse read's rows of `keys` (packed) at `header`, written where `alloc` says.
+absl::Status PullRowsInto(Shard& shard, const RequestHeader& header, absl::string_view table, absl::string_view keys,
+                          int dim, ValueType type, absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
   thread_local std::vector<uint64_t> scratch;
   thread_local std::vector<float> rows;
-  const ValueType type = request.value_type();
   KESTREL_RETURN_IF_ERROR(shard.Count(CheckValueType(type, "the pull's value_type")));
-  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys,
-                           shard.Count(UnpackView<uint64_t>(request.keys(), "keys", &scratch)));
-  auto dim_of = [&keys](size_t n) { return keys.empty() ? 0 : static_cast<int>(n / keys.size()); };
+  KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> unpacked,
+                           shard.Count(UnpackView<uint64_t>(keys, "keys", &scratch)));
+  auto dim_of = [&unpacked](size_t n) { return unpacked.empty() ? 0 : static_cast<int>(n / unpacked.size()); };
   if (type == VALUE_TYPE_FLOAT32) {  // straight from the table into the caller's buffer
-    return shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
+    return shard.Pull(ContextOf(header), table, unpacked, dim, [&](size_t floats) {
       return static_cast<float*>(alloc(floats, dim_of(floats), type));
     });
   }
-  KESTREL_RETURN_IF_ERROR(
-      shard.Pull(ContextOf(request.header()), request.table(), keys, request.dim(), [&](size_t floats) {
-        rows.resize(floats);
-        return rows.data();
-      }));
+  KESTREL_RETURN_IF_ERROR(shard.Pull(ContextOf(header), table, unpacked, dim, [&](size_t floats) {
+    rows.resize(floats);
+    return rows.data();
+  }));
   void* out = alloc(rows.size(), dim_of(rows.size()), type);
   return shard.Count(EncodeValues(type, rows.data(), rows.size(), 0, out));
+}
+
+}  // namespace
+
+absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
+                            absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
+  return PullRowsInto(shard, request.header(), request.table(), request.keys(), request.dim(), request.value_type(),
+                      alloc);
 }
 
 absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response) {
@@ -197,54 +206,63 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   return absl::OkStatus();
 }
 
-absl::Status HandleStepPushes(Shard& shard, const StepRequest& request) {
-  if (request.tables_size() > kMaxStepTables) {
+absl::Status HandleStepPushes(Shard& shard, const StepFields& request) {
+  if (request.tables.size() > static_cast<size_t>(kMaxStepTables)) {
     return shard.Count(absl::InvalidArgumentError(
-        absl::StrFormat("a step names %d tables, at most %d", request.tables_size(), kMaxStepTables)));
+        absl::StrFormat("a step names %d tables, at most %d", request.tables.size(), kMaxStepTables)));
   }
-  for (int i = 0; i < request.tables_size(); ++i) {
-    for (int j = 0; j < i; ++j) {
-      if (request.tables(i).table() == request.tables(j).table()) {
+  for (size_t i = 0; i < request.tables.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (request.tables[i].table == request.tables[j].table) {
         return shard.Count(absl::InvalidArgumentError(
-            absl::StrFormat("a step names table '%s' twice", request.tables(i).table().substr(0, 64))));
+            absl::StrFormat("a step names table '%s' twice", request.tables[i].table.substr(0, 64))));
       }
     }
   }
   // Each table's push is its own request: id header.request_id + its index (the client reserves
   // kMaxStepTables ids per Step), so a retried Step repeats every id and each push is applied once.
-  RequestHeader header = request.header();
-  for (int i = 0; i < request.tables_size(); ++i) {
-    const StepTable& t = request.tables(i);
-    if (!t.push()) continue;
-    header.set_request_id(request.header().request_id() == 0 ? 0 : request.header().request_id() + i);
+  RequestHeader header = *request.header;
+  for (size_t i = 0; i < request.tables.size(); ++i) {
+    const StepTableFields& t = request.tables[i];
+    if (!t.push) continue;
+    header.set_request_id(request.header->request_id() == 0 ? 0 : request.header->request_id() + i);
     PushFields push;
     push.header = &header;
-    push.table = t.table();
-    push.keys = t.push_keys();
-    push.values = t.push_values();
-    push.value_type = t.push_type();
-    push.dim = t.dim();
+    push.table = t.table;
+    push.keys = t.push_keys;
+    push.values = t.push_values;
+    push.value_type = t.push_type;
+    push.dim = t.dim;
     push.part = 0;
     push.parts = 1;
-    push.scale_exponent = t.scale_exponent();
+    push.scale_exponent = t.scale_exponent;
     PushResponse ignored;
-    KESTREL_RETURN_IF_ERROR(HandlePushFields(shard, t.dense(), push, &ignored));
+    KESTREL_RETURN_IF_ERROR(HandlePushFields(shard, t.dense, push, &ignored));
   }
   return absl::OkStatus();
 }
 
-absl::Status HandleStepPulls(Shard& shard, const StepRequest& request, StepResponse* response) {
-  PullRequest pull;
-  *pull.mutable_header() = request.header();
-  pull.mutable_header()->set_clock(request.pull_clock());
-  for (const StepTable& t : request.tables()) {
-    if (!t.pull()) continue;
-    pull.set_table(t.table());
-    pull.set_keys(t.pull_keys());
-    pull.set_dim(t.dim());
-    pull.set_value_type(t.pull_type());
-    PullResponse* answer = response->add_pulls();
-    KESTREL_RETURN_IF_ERROR(t.dense() ? HandlePullDense(shard, pull, answer) : HandlePull(shard, pull, answer));
+absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response) {
+  RequestHeader header = *request.header;
+  header.set_clock(request.pull_clock);
+  for (const StepTableFields& t : request.tables) {
+    if (!t.pull) continue;
+    if (!t.dense) {
+      KESTREL_RETURN_IF_ERROR(PullRowsInto(shard, header, t.table, t.pull_keys, t.dim, t.pull_type,
+                                           [response](size_t values, int dim, ValueType type) {
+                                             return response->AddPull(values, dim, type);
+                                           }));
+      continue;
+    }
+    PullRequest pull;
+    *pull.mutable_header() = header;
+    pull.set_table(std::string(t.table));
+    pull.set_keys(std::string(t.pull_keys));
+    pull.set_dim(t.dim);
+    pull.set_value_type(t.pull_type);
+    PullResponse answer;
+    KESTREL_RETURN_IF_ERROR(HandlePullDense(shard, pull, &answer));
+    response->AddPull(answer);
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "common/limits.h"
 #include "common/pull_wire.h"
+#include "common/step_wire.h"
 #include "proto/ps.pb.h"
 #include "server/shard.h"
 
@@ -46,9 +47,10 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
 // push as a one-part Push / PushDense of header.clock, in order. A push the shard refuses stops there with its
 // error (the pushes before it stay applied, as separate Push calls would; each is idempotent, so the retried
 // Step applies the rest). Table i's push carries request id header.request_id + i.
-absl::Status HandleStepPushes(Shard& shard, const StepRequest& request);
-// A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, into response->pulls.
-absl::Status HandleStepPulls(Shard& shard, const StepRequest& request, StepResponse* response);
+// The fields are a parsed StepRequest's (StepFieldsOf) or the received buffers' (ReadStepRequest).
+absl::Status HandleStepPushes(Shard& shard, const StepFields& request);
+// A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, one pulls entry each.
+absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response);
 
 }  // namespace kestrel
 

@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/pull_wire.h"
+#include "common/step_wire.h"
 #include "common/status.h"
 #include "server/checkpoint_restore.h"
 #include "server/group_transfer.h"
@@ -375,25 +376,32 @@ grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerCont
              });
 }
 
-grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* context, const StepRequest* request,
-                                              StepResponse* response) {
+grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* context,
+                                              const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return RunAsync(context, step_rpc_, kDataRoles, "Step", [=](const Hosted& hosted, const Caller& caller, Done done) {
     absl::Status status = [&]() -> absl::Status {
-      KESTREL_RETURN_IF_ERROR(
-          hosted->own().Count(layout_.CheckWorkerCaller(caller, request->header().worker_rank(), "the Step")));
-      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, request->header()));
+      const Shard& own = hosted->own();
+      auto step = std::make_shared<StepRequestView>();  // outlives a wait: the serve callback holds it
+      KESTREL_RETURN_IF_ERROR(own.Count(ReadStepRequest(*request, step.get())));
+      KESTREL_RETURN_IF_ERROR(own.Count(layout_.CheckWorkerCaller(caller, step->header->worker_rank(), "the Step")));
+      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *step->header));
       if (!hosted->BackupsOf(group->owner()).empty()) {
         return group->Count(absl::FailedPreconditionError(
             "a Step is not forwarded to backups: replicated groups take Push and Pull calls"));
       }
-      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *request));
+      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *step));
       std::vector<ReadTable> reads;
-      for (const StepTable& t : request->tables()) {
-        if (t.pull()) reads.push_back({t.table(), t.dense() ? TableConfig::DENSE : TableConfig::SPARSE});
+      for (const StepTableFields& t : step->tables) {
+        if (t.pull) reads.push_back({std::string(t.table), t.dense ? TableConfig::DENSE : TableConfig::SPARSE});
       }
-      ServeWhenClocksAllow(
-          context, hosted, *group, request->header(), std::move(reads),
-          [group, request, response] { return HandleStepPulls(*group, *request, response); }, std::move(done));
+      auto serve = [group, step, response]() -> absl::Status {
+        StepResponseWriter writer;
+        KESTREL_RETURN_IF_ERROR(HandleStepPulls(*group, *step, &writer));
+        *response = writer.Finish();
+        return absl::OkStatus();
+      };
+      ServeWhenClocksAllow(context, hosted, *group, *step->header, std::move(reads), std::move(serve),
+                           std::move(done));
       return absl::OkStatus();
     }();
     if (!status.ok()) done(std::move(status));

@@ -68,7 +68,8 @@ inline constexpr size_t kMaxQueuedAdminCalls = 16;
 // `pool`, `store` nor `peers`, which must outlive it.
 class PsServiceImpl final
     : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
-          ParameterServer::WithRawCallbackMethod_Replicate<ParameterServer::CallbackService>>> {
+          ParameterServer::WithRawCallbackMethod_Replicate<
+              ParameterServer::WithRawCallbackMethod_Step<ParameterServer::CallbackService>>>> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
   // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the backups.
@@ -96,8 +97,9 @@ class PsServiceImpl final
                                            DescribeTablesResponse* response) override;
   // Server-enforced clocks: one worker step (proto/ps.proto StepRequest): the pushes, then the reads once the
   // clocks they wait for are complete. Not for replicated groups yet (FailedPrecondition).
-  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context, const StepRequest* request,
-                                 StepResponse* response) override;
+  // Read field by field from the received buffers (common/step_wire.h), the rows written straight into the answer.
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                   StatsResponse* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context, const CheckpointShardRequest* request,

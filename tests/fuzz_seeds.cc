@@ -16,7 +16,9 @@
 #include "common/checkpoint_layout.h"
 #include "common/crc32c.h"
 #include "common/fuzz_input.h"
+#include "common/half.h"
 #include "common/partition.h"
+#include "common/step_wire.h"
 #include "google/protobuf/text_format.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/ps.pb.h"
@@ -384,6 +386,75 @@ void SchedulerSeeds(const std::string& root) {
   corpus.Add("bsp-failures", job(0, 2, 3, true));
 }
 
+// ---- step_request: config as ps_request, then (op, Bytes(message)); op % 3: 0 a StepRequest sliced in
+// 1 + (op >> 2) byte pieces, 1 a step for WriteStepRequest (header fields, pull clock, tables), 2 a StepResponse
+// read as 1 + (op >> 2) % 3 reads.
+
+std::string StepBytes(const RequestHeader& header, int64_t pull_clock, const std::vector<uint64_t>& keys,
+                      const std::vector<uint64_t>& blocks, ValueType wire) {
+  std::vector<float> grads(keys.size() * 4, 0.25f), dense(blocks.size() * 3, -0.5f), one(keys.size(), 1.0f);
+  StepTableWrite emb, w, wide;
+  emb.table = "emb";
+  emb.dim = 4;
+  emb.push = emb.pull = true;
+  emb.push_keys = emb.pull_keys = keys;
+  emb.grads = grads.data();
+  emb.push_type = emb.pull_type = wire;
+  w.table = "w";
+  w.dense = true;
+  w.dim = 3;
+  w.push = w.pull = true;
+  w.push_keys = w.pull_keys = blocks;
+  w.grads = dense.data();
+  wide.table = "one";
+  wide.dim = 1;
+  wide.push = true;
+  wide.push_keys = keys;
+  wide.grads = one.data();
+  RequestHeader h = header;
+  h.set_wait_clock(pull_clock);
+  return *WriteStepRequest(h, pull_clock, {emb, w, wide});
+}
+
+void StepRequestSeeds(const std::string& root) {
+  Corpus corpus(root, "step_request");
+  const std::vector<uint64_t> mine = {1, 2, 0x1234, 0x7fffffffffffff00};
+  {
+    FuzzOutput out;
+    out.U8(1);  // BSP, shard 0
+    out.U8(0).Bytes(StepBytes(Header(0, 0, 100), 1, mine, OwnedBlocks(0), VALUE_TYPE_FLOAT32));
+    out.U8(0).Bytes(StepBytes(Header(0, 0, 100), 1, mine, OwnedBlocks(0), VALUE_TYPE_FLOAT32));  // a retry
+    out.U8(4 * 5).Bytes(StepBytes(Header(1, 0, 200), 1, {2, 0x1234}, OwnedBlocks(0), VALUE_TYPE_FLOAT32));
+    out.U8(4 * 2).Bytes(StepBytes(Header(1, 1, 300), 2, {1}, {}, VALUE_TYPE_FLOAT16));
+    corpus.Add("bsp-steps", out);
+  }
+  {
+    FuzzOutput out;
+    out.U8(0);
+    out.U8(0).Bytes(StepBytes(Header(-1, 3, 7), 4, mine, OwnedBlocks(0), VALUE_TYPE_BFLOAT16));
+    FuzzOutput write;
+    write.Bytes("job").U64(5).U64(77).U64(6).U8(2);
+    write.Bytes("emb").U8(2 | 4 | (1 << 3)).U8(3).U8(2).U64(9).U64(11).U32(65536).U32(1).U32(2).U32(3).U32(4).U32(5);
+    write.U8(1).U64(9);
+    write.Bytes("w").U8(1 | 2).U8(2).U8(1).U64(0).U32(7).U32(8).U8(0);
+    out.U8(1).Bytes(write.str());
+    StepResponseWriter writer;
+    const float halves[2] = {0.5f, -3.0f};
+    (void)EncodeValues(VALUE_TYPE_FLOAT16, halves, 2, 0, writer.AddPull(2, 1, VALUE_TYPE_FLOAT16));
+    PullResponse dense;
+    dense.set_dim(2);
+    dense.set_values(Packed(std::vector<float>{1.0f, -1.0f}));
+    writer.AddPull(dense);
+    std::vector<grpc::Slice> slices;
+    (void)writer.Finish().Dump(&slices);
+    std::string answer;
+    for (const grpc::Slice& slice : slices) answer.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    out.U8(104).Bytes(answer);  // read as 2 fp16 values, then 2 fp32 ones: what it carries
+    out.U8(2 + 4 * 9).Bytes(answer);
+    corpus.Add("ssp-step-write-and-answers", out);
+  }
+}
+
 }  // namespace
 }  // namespace kestrel
 
@@ -397,6 +468,7 @@ int main(int argc, char** argv) {
   kestrel::SchemaLineSeeds(root);
   kestrel::BspSeeds(root);
   kestrel::PsRequestSeeds(root);
+  kestrel::StepRequestSeeds(root);
   kestrel::CheckpointSeeds(root);
   kestrel::ExportSeeds(root);
   kestrel::SchedulerSeeds(root);

@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/metrics.h"
 #include "common/pull_wire.h"
+#include "common/step_wire.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
@@ -105,6 +106,31 @@ class GrpcTransport final : public PsTransport {
           call->request.Clear();  // drops our reference to the values slice
           RawPush::Release(call);
         });
+  }
+
+  void Step(int server, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
+            absl::Duration deadline, std::function<void(absl::Status)> done) override {
+    struct RawStep {
+      grpc::ClientContext context;
+      grpc::ByteBuffer request;
+      grpc::ByteBuffer response;
+    };
+    Sent(PsMethod::kStep);
+    auto* call = new RawStep();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+    // A slice over the shared bytes (no copy), holding its own reference to them until gRPC releases it.
+    auto* held = new std::shared_ptr<const std::string>(request);
+    grpc::Slice slice(const_cast<char*>(request->data()), request->size(),
+                      [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, held);
+    call->request = grpc::ByteBuffer(&slice, 1);
+    Pick(server).generic->UnaryCall(&call->context, "/kestrel.ParameterServer/Step", grpc::StubOptions(),
+                                    &call->request, &call->response,
+                                    [call, reads, done = std::move(done)](grpc::Status status) {
+                                      absl::Status result = FromGrpcStatus(status);
+                                      if (result.ok()) result = ReadStepPulls(call->response, reads);
+                                      delete call;
+                                      done(std::move(result));
+                                    });
   }
 
   void Call(int server, PsMethod method, const google::protobuf::Message& request,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/half.h"
+#include "common/step_wire.h"
 #include "common/thread_pool.h"
 #include "server/ps_handlers.h"
 
@@ -54,17 +55,6 @@ class LocalTransport final : public PsTransport {
             std::function<void(absl::Status)> done) override {
     Shard* shard = shards_[server];
     auto call = [shard, method, &request, response, done] { CallNow(*shard, method, request, response, done); };
-    if (method == PsMethod::kStep) {
-      // The pushes now, then the reads once every table read has the clocks they wait for.
-      const auto& step = MessageAs<StepRequest>(request);
-      auto* answer = MessageAs<StepResponse>(response);
-      return Dispatch([this, shard, &step, answer, deadline, done] {
-        if (absl::Status pushed = HandleStepPushes(*shard, step); !pushed.ok()) return done(pushed);
-        AwaitStepTables(*shard, step, 0, absl::Now() + deadline, [shard, &step, answer, done] {
-          done(HandleStepPulls(*shard, step, answer));
-        }, done);
-      });
-    }
     if (method == PsMethod::kPull || method == PsMethod::kPullDense) {
       WhenClocksAllow(*shard, MessageAs<PullRequest>(request),
                       method == PsMethod::kPull ? TableConfig::SPARSE : TableConfig::DENSE, deadline, done,
@@ -74,16 +64,41 @@ class LocalTransport final : public PsTransport {
     }
   }
 
+  // The request's bytes read as the gRPC edge reads them (ReadStepRequest), the pushes now, the reads once every
+  // table read has the clocks they wait for, answered through a StepResponseWriter and decoded by ReadStepPulls.
+  void Step(int server, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
+            absl::Duration deadline, std::function<void(absl::Status)> done) override {
+    Shard* shard = shards_[server];
+    auto step = std::make_shared<StepRequestView>();
+    grpc::Slice bytes(request->data(), request->size());
+    if (absl::Status read = ReadStepRequest(grpc::ByteBuffer(&bytes, 1), step.get()); !read.ok()) {
+      return done(shard->Count(read));
+    }
+    std::vector<StepRead> targets(reads.begin(), reads.end());
+    Dispatch([shard, step, targets = std::move(targets), deadline, done] {
+      if (absl::Status pushed = HandleStepPushes(*shard, *step); !pushed.ok()) return done(pushed);
+      AwaitStepTables(
+          *shard, step, 0, absl::Now() + deadline,
+          [shard, step, targets, done] {
+            StepResponseWriter writer;
+            absl::Status answered = HandleStepPulls(*shard, *step, &writer);
+            done(answered.ok() ? ReadStepPulls(writer.Finish(), targets) : answered);
+          },
+          done);
+    });
+  }
+
  private:
   // Waits for the clocks of step's pulled tables from the `next`-th on (Shard::AwaitClocks), then runs `read`.
-  static void AwaitStepTables(Shard& shard, const StepRequest& step, int next, absl::Time until,
-                              std::function<void()> read, std::function<void(absl::Status)> done) {
-    for (; next < step.tables_size(); ++next) {
-      const StepTable& t = step.tables(next);
-      if (!t.pull() || !step.header().has_wait_clock()) continue;
+  static void AwaitStepTables(Shard& shard, std::shared_ptr<const StepRequestView> step, size_t next,
+                              absl::Time until, std::function<void()> read, std::function<void(absl::Status)> done) {
+    const RequestHeader& header = *step->header;
+    for (; next < step->tables.size(); ++next) {
+      const StepTableFields& t = step->tables[next];
+      if (!t.pull || !header.has_wait_clock()) continue;
       absl::StatusOr<bool> ready = shard.AwaitClocks(
-          ContextOf(step.header()), t.table(), t.dense() ? TableConfig::DENSE : TableConfig::SPARSE,
-          step.header().wait_clock(), until, [&shard, &step, next, until, read, done](absl::Status waited) {
+          ContextOf(header), t.table, t.dense ? TableConfig::DENSE : TableConfig::SPARSE, header.wait_clock(), until,
+          [&shard, step, next, until, read, done](absl::Status waited) {
             if (!waited.ok()) return done(std::move(waited));
             AwaitStepTables(shard, step, next + 1, until, read, done);
           });
@@ -131,8 +146,8 @@ class LocalTransport final : public PsTransport {
                                          MessageAs<DescribeTablesResponse>(response)));
       case PsMethod::kStats:
         return done(HandleStats(shard, MessageAs<StatsRequest>(request), MessageAs<StatsResponse>(response)));
-      case PsMethod::kStep:  // Call() runs it
-        return done(absl::InternalError("a step is not dispatched here"));
+      case PsMethod::kStep:
+        return done(absl::InvalidArgumentError("the local transport takes Steps through PsTransport::Step"));
     }
   }
 

@@ -65,7 +65,7 @@ ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (overrid
 ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override data.test_files).");
 ABSL_FLAG(bool, row_cache, true,
           "Under SSP(s >= 1), serve sparse rows from this worker's cache while they are within the staleness bound "
-          "(worker/row_cache.h); BSP never caches.");
+          "(worker/row_cache.h); BSP never caches, nor does SSP under leases (its reads travel with its pushes).");
 ABSL_FLAG(int64_t, row_cache_rows, 1 << 20, "Most rows the row cache keeps per table.");
 ABSL_FLAG(int, asp_cache_clocks, 0,
           "Under ASP, serve cached rows for this many of the worker's own clocks after their pull (0: no cache).");

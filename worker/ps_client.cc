@@ -290,55 +290,56 @@ class RoutedPsClient final : public PsClient {
         }
       }
     }
-    // One request per server, every part in it.
-    std::vector<StepRequest> requests(servers);
-    std::vector<StepResponse> responses(servers);
+    // One request per server, every part in it (table i's push is request id + i on the server, see
+    // HandleStepPushes: the ids are reserved), keys and gradients encoded straight into it; the answers' rows
+    // land straight in the caller's rows (dense: the padded blocks).
+    std::vector<std::shared_ptr<const std::string>> requests(servers);
+    std::vector<std::vector<StepRead>> reads(servers);
+    size_t largest = 0;  // the largest request or answer, in bytes
     for (int s = 0; s < servers; ++s) {
-      StepRequest& request = requests[s];
-      FillHeader(request.mutable_header(), push.clock);
-      // Table i's push is request id + i on the server (HandleStepPushes): reserve the ids.
+      RequestHeader header;
+      FillHeader(&header, push.clock);
       next_request_id_.fetch_add(kMaxStepTables - 1, std::memory_order_relaxed);
-      if (pull.wait_clock.has_value()) request.mutable_header()->set_wait_clock(*pull.wait_clock);
-      request.set_pull_clock(pull.clock);
+      if (pull.wait_clock.has_value()) header.set_wait_clock(*pull.wait_clock);
+      std::vector<StepTableWrite> tables(parts.size());
+      size_t answer = 0;
       for (size_t i = 0; i < parts.size(); ++i) {
         const StepPart& p = parts[i];
         const Plan& plan = plans[i];
-        StepTable* t = request.add_tables();
-        t->set_table(p.table);
-        t->set_dense(p.dense);
-        t->set_dim(plan.dim);
+        StepTableWrite& t = tables[i];
+        t.table = p.table;
+        t.dense = p.dense;
+        t.dim = plan.dim;
         if (p.push) {
-          t->set_push(true);
-          t->set_push_type(plan.push_type);
+          t.push = true;
+          t.push_type = plan.push_type;
           const uint64_t* ids = p.dense ? plan.push_blocks.ids.data() : p.push_keys->unique_keys().data();
           const float* rows = p.dense ? plan.push_blocks.rows.data() : p.grads;
           const std::vector<size_t>& offsets = p.dense ? plan.push_blocks.offsets : plan.push_offsets;
-          const size_t first = offsets[s], n = offsets[s + 1] - offsets[s];
-          t->set_push_keys(reinterpret_cast<const char*>(ids + first), n * sizeof(uint64_t));
-          const size_t floats = n * plan.dim;
-          const float* grads = rows == nullptr ? nullptr : rows + first * plan.dim;
-          if (floats > 0) {
-            const int scale = plan.push_type == VALUE_TYPE_FLOAT16 ? Float16ScaleExponent(grads, floats) : 0;
-            t->set_scale_exponent(scale);
-            std::string* values = t->mutable_push_values();
-            values->resize(floats * BytesPerValue(plan.push_type));
-            KESTREL_RETURN_IF_ERROR(EncodeValues(plan.push_type, grads, floats, scale, values->data()));
-          }
+          t.push_keys = absl::MakeConstSpan(ids + offsets[s], offsets[s + 1] - offsets[s]);
+          t.grads = rows == nullptr ? nullptr : rows + offsets[s] * plan.dim;
         }
         if (p.pull) {
-          t->set_pull(true);
-          t->set_pull_type(plan.pull_type);
+          t.pull = true;
+          t.pull_type = plan.pull_type;
           const uint64_t* ids = p.dense ? plan.pull_blocks.ids.data() : p.pull_keys->unique_keys().data();
           const std::vector<size_t>& offsets = p.dense ? plan.pull_blocks.offsets : plan.pull_offsets;
-          t->set_pull_keys(reinterpret_cast<const char*>(ids + offsets[s]),
-                           (offsets[s + 1] - offsets[s]) * sizeof(uint64_t));
+          t.pull_keys = absl::MakeConstSpan(ids + offsets[s], offsets[s + 1] - offsets[s]);
+          float* out = (p.dense ? plans[i].pull_blocks.rows.data() : p.rows) + offsets[s] * plan.dim;
+          reads[s].push_back({out, t.pull_keys.size() * plan.dim, plan.pull_type});
+          answer += t.pull_keys.size() * plan.dim * BytesPerValue(plan.pull_type);
         }
       }
+      KESTREL_ASSIGN_OR_RETURN(std::string bytes, WriteStepRequest(header, pull.clock, tables));
+      largest = std::max({largest, bytes.size(), answer});
+      requests[s] = std::make_shared<const std::string>(std::move(bytes));
     }
+    // Past half the message limit the separate calls, which split their requests, carry the step instead.
+    if (largest > static_cast<size_t>(options_.max_message_bytes) / 2) return PsClient::Step(parts, push, pull);
     std::vector<absl::Status> statuses(servers);
     Completion all(servers);
     for (int s = 0; s < servers; ++s) {
-      CallOwner(s, PsMethod::kStep, requests[s], &responses[s], [&, s](absl::Status status) {
+      StepOwner(s, requests[s], reads[s], [&, s](absl::Status status) {
         statuses[s] = std::move(status);
         all.Done();
       });
@@ -346,33 +347,11 @@ class RoutedPsClient final : public PsClient {
     all.Wait();
     for (int s = 0; s < servers; ++s) {
       if (absl::IsUnavailable(statuses[s])) {
-        statuses[s] = CallWithRetries(s, PsMethod::kStep, requests[s], &responses[s], pull.wait_clock.has_value());
+        statuses[s] = WithRetries(s, pull.wait_clock.has_value(), [&](std::function<void(absl::Status)> done) {
+          StepOwner(s, requests[s], reads[s], std::move(done));
+        });
       }
       KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
-    }
-    // The rows, scattered back from each server's answers.
-    for (int s = 0; s < servers; ++s) {
-      int answer = 0;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const StepPart& p = parts[i];
-        Plan& plan = plans[i];
-        if (!p.pull) continue;
-        if (answer >= responses[s].pulls_size()) {
-          return OnServer(s, absl::DataLossError("the step's answer lacks some of its reads"));
-        }
-        const PullResponse& r = responses[s].pulls(answer++);
-        const std::vector<size_t>& offsets = p.dense ? plan.pull_blocks.offsets : plan.pull_offsets;
-        const size_t n = (offsets[s + 1] - offsets[s]) * plan.dim;
-        if (r.values().size() != n * BytesPerValue(plan.pull_type) || r.value_type() != plan.pull_type) {
-          return OnServer(s, absl::DataLossError(absl::StrFormat(
-                                 "the step's read of table '%s' answered %d bytes of %s, expected %d values of %s",
-                                 p.table, r.values().size(), ValueType_Name(r.value_type()), n,
-                                 ValueType_Name(plan.pull_type))));
-        }
-        float* out = p.dense ? plan.pull_blocks.rows.data() : p.rows;
-        KESTREL_RETURN_IF_ERROR(
-            OnServer(s, DecodeValues(plan.pull_type, r.values().data(), n, 0, out + offsets[s] * plan.dim)));
-      }
     }
     for (size_t i = 0; i < parts.size(); ++i) {
       const StepPart& p = parts[i];
@@ -467,6 +446,17 @@ class RoutedPsClient final : public PsClient {
     transport_->Call(server, method, request, response, options_.rpc_deadline, std::move(done));
   }
 
+  // Starts one attempt of a Step (a serialized StepRequest) on `owner`'s primary.
+  void StepOwner(int owner, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
+                 std::function<void(absl::Status)> done) {
+    const int server = ServerFor(owner);
+    if (server < 0) {
+      return done(absl::UnavailableError(
+          absl::StrFormat("every copy of the ranges of server %d is out of service: the job rolls back", owner)));
+    }
+    transport_->Step(server, std::move(request), reads, options_.rpc_deadline, std::move(done));
+  }
+
   // Where each server's keys start in keys.unique_keys(), and their end.
   const std::vector<size_t>& BatchOffsets(const KeyBatch& keys, CallBuffers* b) {
     b->offsets.resize(partition_.num_servers() + 1);
@@ -545,16 +535,24 @@ class RoutedPsClient final : public PsClient {
   // One call to `owner`'s primary, retried on UNAVAILABLE (re-routed at every attempt).
   absl::Status CallWithRetries(int owner, PsMethod method, const google::protobuf::Message& request,
                                google::protobuf::Message* response, bool waiting = false) {
+    return WithRetries(owner, waiting, [&](std::function<void(absl::Status)> done) {
+      CallOwner(owner, method, request, response, std::move(done));
+    });
+  }
+
+  // Attempts of `start` (one call to `owner`, answering its argument) until one is not to be retried.
+  absl::Status WithRetries(int owner, bool waiting,
+                           absl::FunctionRef<void(std::function<void(absl::Status)> done)> start) {
     absl::Status status;
-    const absl::Time start = absl::Now();
+    const absl::Time start_time = absl::Now();
     for (int attempt = 0;; ++attempt) {
       Completion done(1);
-      CallOwner(owner, method, request, response, [&](absl::Status s) {
+      start([&](absl::Status s) {
         status = std::move(s);
         done.Done();
       });
       done.Wait();
-      if (!ShouldRetry(status, attempt, start, waiting)) return OnServer(owner, status);
+      if (!ShouldRetry(status, attempt, start_time, waiting)) return OnServer(owner, status);
       absl::SleepFor(Backoff(attempt));
     }
   }
@@ -803,6 +801,24 @@ void PsTransport::PushFrom(int server, PsMethod method, const PushRequest& reque
   if (bytes > 0) state->request.mutable_values()->assign(static_cast<const char*>(values), bytes);
   Call(server, method, state->request, &state->response, deadline,
        [state, done = std::move(done)](absl::Status status) { done(std::move(status)); });
+}
+
+void PsTransport::Step(int server, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
+                       absl::Duration deadline, std::function<void(absl::Status)> done) {
+  struct State {
+    StepRequest request;
+    StepResponse response;
+  };
+  auto state = std::make_shared<State>();
+  if (!state->request.ParseFromString(*request)) return done(absl::InvalidArgumentError("malformed StepRequest"));
+  Call(server, PsMethod::kStep, state->request, &state->response, deadline,
+       [state, reads, done = std::move(done)](absl::Status status) {
+         if (status.ok()) {  // one decoding path: the answer's bytes, read as the gRPC transport reads them
+           grpc::Slice bytes(state->response.SerializeAsString());
+           status = ReadStepPulls(grpc::ByteBuffer(&bytes, 1), reads);
+         }
+         done(std::move(status));
+       });
 }
 
 absl::Status PsClient::Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) {

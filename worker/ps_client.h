@@ -33,6 +33,7 @@
 #include "absl/types/span.h"
 #include "common/key_batch.h"
 #include "common/partition.h"
+#include "common/step_wire.h"
 #include "google/protobuf/message.h"
 #include "proto/ps.pb.h"
 
@@ -104,6 +105,12 @@ class PsTransport {
   // runs. The default copies them into a request; the gRPC transport sends them from `values` without copying.
   virtual void PushFrom(int server, PsMethod method, const PushRequest& request, const void* values, size_t bytes,
                         absl::Duration deadline, std::function<void(absl::Status)> done);
+  // A Step of `request`, a serialized StepRequest (common/step_wire.h: WriteStepRequest; shared, so that a retry
+  // sends the same bytes), whose answer's reads land in `reads` (which, like the buffers they name, must stay
+  // valid until `done`). The default parses it and goes through Call(kStep); the gRPC and local transports
+  // carry the bytes as they are and decode the rows straight from the answer.
+  virtual void Step(int server, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
+                    absl::Duration deadline, std::function<void(absl::Status)> done);
 };
 
 // The concrete request/response type behind a transport's Message, chosen by its PsMethod.

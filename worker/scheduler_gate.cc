@@ -33,9 +33,7 @@ class SchedulerGate final : public ClockGate {
     if (leased_) permitted_through_.store(through, std::memory_order_release);
     return absl::OkStatus();
   }
-  bool Permitted(int64_t clock) const override {
-    return leased_ && clock <= permitted_through_.load(std::memory_order_acquire);
-  }
+  bool Leased() const override { return leased_; }
   std::optional<int64_t> WaitClock(int64_t clock) const override {
     if (!read_lag_.has_value()) return std::nullopt;
     return std::max<int64_t>(0, clock - *read_lag_);

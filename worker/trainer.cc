@@ -276,24 +276,31 @@ class Trainer::Impl {
   }
 
   // Whether iteration `clock`'s push and clock + 1's pull may travel as one Step (see the class comment).
+  // The read of clock + 1 need not be permitted yet: it only reads, the servers answer it once the clocks it
+  // needs are complete, and nothing can change those rows before this worker runs clock + 1 but a rollback,
+  // after which the worker starts again from the checkpoint anyway. So lease ends fuse too; the permission is
+  // asked for after the Step.
   bool CanFuse(const StepData& step, int64_t clock) const {
     return !options_.prefetch_pulls && step.batch.tables.empty() && gate_->WaitClock(clock + 1).has_value() &&
-           gate_->Permitted(clock + 1);
+           gate_->Leased();
   }
 
-  // Pushes iteration `clock`'s gradients (of `step`) and pulls the rows of the next batch for clock + 1 in one
-  // Step, then tells the gate `clock` is done. The next batch comes back (or null with an error).
-  absl::StatusOr<std::unique_ptr<StepData>> PushAndFetch(const StepData& step, const GradBuffers& g, int64_t clock) {
+  // Pushes iteration `clock`'s gradients (of `step`) and pulls the rows of the next batch for iteration
+  // `read_clock` in one Step (clock + 1; under SSP, fused ahead, clock + 2), then tells the gate `clock` is done
+  // and waits for read_clock's permission. The next batch comes back (or null with an error).
+  absl::StatusOr<std::unique_ptr<StepData>> PushAndFetch(const StepData& step, const GradBuffers& g, int64_t clock,
+                                                         int64_t read_clock) {
     std::unique_ptr<StepData> next;
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock + 1));  // permitted: answered at once
       KESTREL_ASSIGN_OR_RETURN(next, queue_->Pop());
     }
     if (!next->batch.tables.empty()) return absl::InternalError("a fused step of several embedding tables");
-    const std::optional<int64_t> wait = gate_->WaitClock(clock + 1);
-    const int64_t fresh = std::max(options_.row_cache_own_clock ? clock + 1 : gate_->KnownMinClock(), *wait);
-    next->read = CallClock{clock + 1, CacheRead{clock + 1, fresh}, wait};
+    const std::optional<int64_t> wait = gate_->WaitClock(read_clock);
+    const int64_t fresh = std::max(options_.row_cache_own_clock ? read_clock : gate_->KnownMinClock(), *wait);
+    // Ahead of this worker's own later pushes (SSP), the read carries the clock pushed with it, as prefetched
+    // pulls do (PullClock).
+    next->read = CallClock{options_.prefetch_pulls ? clock : read_clock, CacheRead{read_clock, fresh}, wait};
     const KeyBatch& keys = next->batch.keys;
     const int dim = model_->embedding_dim();
     KESTREL_RETURN_IF_ERROR(next->wide.Reserve(keys.num_unique()));
@@ -337,7 +344,11 @@ class Trainer::Impl {
       }
     }
     CrashPoint("worker.push.after");
-    KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
+      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease: answered at once
+    }
     if (!options_.line_log.empty()) LogLines(clock, step.lines);
     return next;
   }
@@ -486,6 +497,17 @@ class Trainer::Impl {
     const bool overlap_push = options_.prefetch_pulls && options_.overlap_pushes;
     std::unique_ptr<StepData> pushed;
     std::future<absl::Status> pushing;
+    // Fused ahead (SSP under leases, see the class comment): iteration c - 1's push and c + 1's pull travel in
+    // one Step while c computes; `held` keeps c - 1's batch (its gradients in the other buffers) until then.
+    bool fuse_ahead = false;
+    std::unique_ptr<StepData> held;
+    std::future<absl::StatusOr<std::unique_ptr<StepData>>> ahead;  // after `held`: waited for before it goes
+    auto push_held = [&](int64_t clock) -> absl::Status {  // `held` (iteration clock) pushed on its own
+      if (held == nullptr) return absl::OkStatus();
+      absl::Status status = PushAndAdvance(*held, *grads_[clock % 2], clock, /*last=*/false);
+      queue_->Recycle(std::move(held));
+      return status;
+    };
     auto finish_push = [&]() -> absl::Status {
       if (!pushing.valid()) return absl::OkStatus();
       absl::Status status;
@@ -499,16 +521,24 @@ class Trainer::Impl {
     absl::Time t0 = absl::Now();
     if (start < total) {
       KESTREL_ASSIGN_OR_RETURN(current, Fetch(start, PullClock(start)));
+      fuse_ahead = options_.prefetch_pulls && !overlap_push && gate_->Leased() &&
+                   gate_->WaitClock(start).has_value() && current->batch.tables.empty();
     }
     for (int64_t clock = start; clock < total; ++clock) {
       const bool last = clock + 1 == total;
-      if (options_.prefetch_pulls && !last) {
+      if (fuse_ahead && held != nullptr && !last) {
+        ahead = std::async(std::launch::async, [this, step = held.get(), &g = *grads_[(clock - 1) % 2], clock] {
+          return PushAndFetch(*step, g, clock - 1, clock + 1);
+        });
+      } else if (options_.prefetch_pulls && !last) {
         next = std::async(std::launch::async,
                           [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
+      } else if (last) {
+        KESTREL_RETURN_IF_ERROR(push_held(clock - 1));
       }
       const PreparedBatch& batch = current->batch;
       const size_t unique = batch.keys.num_unique();
-      GradBuffers& g = *grads_[overlap_push ? clock % 2 : 0];
+      GradBuffers& g = *grads_[overlap_push || fuse_ahead ? clock % 2 : 0];
       KESTREL_RETURN_IF_ERROR(g.wide.Reserve(unique));
       KESTREL_RETURN_IF_ERROR(g.emb.Reserve(unique * model_->embedding_dim()));
       KESTREL_RETURN_IF_ERROR(g.dense.Reserve(model_->dense_size()));
@@ -529,8 +559,10 @@ class Trainer::Impl {
         pushing = std::async(std::launch::async, [this, step = pushed.get(), &g, clock, last] {
           return PushAndAdvance(*step, g, clock, last);
         });
+      } else if (fuse_ahead && !last) {
+        // Pushed with the next iteration's Step (`held`, below).
       } else if (!last && CanFuse(*current, clock)) {
-        KESTREL_ASSIGN_OR_RETURN(fused, PushAndFetch(*current, g, clock));  // taken below instead of a Fetch
+        KESTREL_ASSIGN_OR_RETURN(fused, PushAndFetch(*current, g, clock, clock + 1));  // taken below, not fetched
       } else {
         KESTREL_RETURN_IF_ERROR(PushAndAdvance(*current, g, clock, last));
       }
@@ -542,6 +574,9 @@ class Trainer::Impl {
         absl::StatusOr<std::unique_ptr<StepData>> fetched;
         if (fused != nullptr) {
           fetched = std::move(fused);
+        } else if (ahead.valid()) {
+          PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+          fetched = ahead.get();
         } else if (options_.prefetch_pulls) {
           PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
           fetched = next.get();
@@ -549,7 +584,12 @@ class Trainer::Impl {
           fetched = Fetch(clock + 1, PullClock(clock + 1));
         }
         if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
-        if (current != nullptr) queue_->Recycle(std::move(current));  // (pushing: moved to `pushed`)
+        if (fuse_ahead) {  // this iteration's batch waits for its push in the next Step
+          if (held != nullptr) queue_->Recycle(std::move(held));
+          held = std::move(current);
+        } else if (current != nullptr) {
+          queue_->Recycle(std::move(current));  // (pushing: moved to `pushed`)
+        }
         current = std::move(fetched).value();
       }
 
@@ -577,6 +617,7 @@ class Trainer::Impl {
       if (options_.evaluate && !last && job.train().eval_every_steps() > 0 &&
           done % job.train().eval_every_steps() == 0) {
         KESTREL_RETURN_IF_ERROR(finish_push());  // evaluate the model with this worker's pushes in
+        KESTREL_RETURN_IF_ERROR(push_held(clock));
         training += absl::Now() - t0;
         KESTREL_RETURN_IF_ERROR(Evaluate(done).status());
         t0 = absl::Now();

@@ -5,9 +5,14 @@
 // Per iteration c (a clock):
 //   gate.WaitToStart(c) -> pull the batch's unique rows and the dense tensor -> Model::Step (forward +
 //   backward on the Backend) -> push the gradients -> gate.Advance(c + 1).
-// Under server-enforced clocks without prefetching (BSP with leases), while the gate permits c + 1 and the
-// batches look up one embedding table, c's push and c + 1's pull travel together (PsClient::Step: one round trip
-// per server), answered once the servers hold every worker's c.
+// Under server-enforced clocks (leases) and batches that look up one embedding table, pushes and pulls travel
+// together (PsClient::Step: one round trip per server per iteration), answered once the servers hold the
+// clocks the read needs. BSP (no prefetching): c's push and c + 1's pull, after c's compute. SSP (prefetching,
+// "fused ahead"): c - 1's push and c + 1's pull while c computes (c - 1's gradients kept in the second set of
+// buffers), so the read lacks this worker's own c as a prefetched one does. The read need not be permitted yet
+// (a lease end): it only reads, and nothing but a rollback, which restarts the worker, changes those rows before
+// the worker may run it; the permission is asked for after the Step. The first iteration's pull, the last
+// one's push and evaluations use the separate calls.
 // A reader thread reads and parses the next batches and a preparer thread key-batches them (dedup, sort,
 // segments), both while the current one computes. With prefetch_pulls (ASP, or SSP with staleness >= 1, where
 // reading one clock earlier is allowed), the next iteration's permission and pulls also run during the current
@@ -71,9 +76,9 @@ class ClockGate {
   // (CallClock::wait_clock: the servers answer it once every worker's updates of the clocks before it are in),
   // or nullopt when the gate itself is the barrier (or ASP: no read waits). Default: nullopt.
   virtual std::optional<int64_t> WaitClock(int64_t clock) const { return std::nullopt; }
-  // Whether iteration `clock` may start without asking anyone (a lease covers it), so WaitToStart(clock) returns
-  // at once. Default: false.
-  virtual bool Permitted(int64_t clock) const { return false; }
+  // Whether the scheduler grants leases of iterations (the servers enforce the clocks): WaitToStart asks it once
+  // per lease. Default: false.
+  virtual bool Leased() const { return false; }
 };
 
 // A gate that never waits: a single worker.

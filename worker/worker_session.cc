@@ -28,7 +28,7 @@ class MeteredGate final : public ClockGate {
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
   int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
   std::optional<int64_t> WaitClock(int64_t clock) const override { return gate_->WaitClock(clock); }
-  bool Permitted(int64_t clock) const override { return gate_->Permitted(clock); }
+  bool Leased() const override { return gate_->Leased(); }
 
  private:
   const std::unique_ptr<ClockGate> gate_;
@@ -208,9 +208,12 @@ absl::Status WorkerSession::OpenPass() {
   ps_->SetGeneration(generation);
   // The row cache, wrapping the client: under SSP(s >= 1) rows serve reads for s clocks past the min clock of
   // their pull; under ASP for asp_cache_clocks of this worker's clocks. A new one per pass: a rollback's rows
-  // are gone.
+  // are gone. Not under SSP with leases: there each step's reads travel in the Step that carries its pushes
+  // (worker/trainer.h), so cached rows would save bytes but no round trip, and the cache's separate calls would
+  // cost one per table and server (LR demo: 1.9x slower with it).
   const int cache_bound = consistency->row_cache_bound(options_.asp_cache_clocks);
-  if (options_.row_cache && cache_bound > 0) {
+  const bool fused_reads = leased && consistency->mode == CONSISTENCY_SSP;
+  if (options_.row_cache && cache_bound > 0 && !fused_reads) {
     RowCacheOptions cache_options;
     cache_options.bound = cache_bound;
     cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, options_.row_cache_rows));
