@@ -73,6 +73,15 @@ void ClockTable::WaitToStart(int rank, int64_t clock, Callback done, std::option
   for (Callback& run : runnable) run(absl::OkStatus());
 }
 
+std::optional<int64_t> ClockTable::TryLease(int rank, int64_t clock, uint64_t epoch) {
+  if (lease_clocks_ == 0 || clock < 0 || !CheckRank(rank).ok()) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  if (epoch != epoch_ || clock >= hold_) return std::nullopt;
+  std::vector<Callback> none;  // a lease admits at once: no callback is queued or released
+  AdmitLocked(clock, [](absl::Status) {}, &none);
+  return std::max(clock, std::min({max_permitted_, clock + lease_clocks_ - 1, hold_ - 1}));
+}
+
 absl::Status ClockTable::Advance(int rank, int64_t finished) {
   if (absl::Status s = CheckRank(rank); !s.ok()) return s;
   std::vector<Callback> runnable;

@@ -65,6 +65,10 @@ class ClockTable {
   void WaitToStart(int rank, int64_t clock, Callback done, std::optional<uint64_t> epoch = std::nullopt);
   // How many cancellations (CancelAll, Reset) have run.
   uint64_t epoch() const;
+  // Leases only: the lease starting at `clock` for worker `rank`, granted now (its end, as PermittedThrough)
+  // when WaitToStart(clock) would be answered at once; nullopt without leases, for a bad rank or clock, when
+  // `clock` is held, or when a cancellation ran since `epoch` (the caller asks with WaitToStart instead).
+  std::optional<int64_t> TryLease(int rank, int64_t clock, uint64_t epoch);
 
   // Worker `rank` has finished `finished` iterations. Clocks only move forward, one iteration at a time:
   // repeating the current value is a no-op (retries are safe), going back is FailedPrecondition, skipping

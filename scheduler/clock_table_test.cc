@@ -386,5 +386,23 @@ TEST(ClockTableLeaseTest, LeasesIgnoreThePolicyStopAtHoldsAndReportWholeLeases) 
   EXPECT_FALSE(ClockTable::Create(2, ConsistencyPolicy::Bsp(), -1).ok());
 }
 
+// The lease a report asks for (AdvanceRequest.renew): granted at once exactly when WaitToStart would be.
+TEST(ClockTableLeaseTest, TryLeaseGrantsWhatWaitToStartWouldAnswerAtOnce) {
+  auto table = *ClockTable::Create(2, ConsistencyPolicy::Bsp(), /*lease_clocks=*/8);
+  const uint64_t epoch = table->epoch();
+  EXPECT_EQ(table->TryLease(0, 0, epoch), 7);
+  EXPECT_EQ(table->MaxPermitted(), 7);
+  table->SetHold(12);
+  EXPECT_EQ(table->TryLease(1, 8, epoch), 11);  // stops short of the hold
+  EXPECT_EQ(table->TryLease(1, 12, epoch), std::nullopt);  // held: the worker waits with WaitToStart
+  EXPECT_EQ(table->TryLease(2, 0, epoch), std::nullopt);  // no such rank
+  EXPECT_EQ(table->TryLease(0, -1, epoch), std::nullopt);
+  table->Reset(4, absl::AbortedError("rolled back"));
+  EXPECT_EQ(table->TryLease(0, 4, epoch), std::nullopt);  // asked before the rollback
+  EXPECT_EQ(table->TryLease(0, 4, table->epoch()), 11);
+  auto barrier = *ClockTable::Create(2, ConsistencyPolicy::Bsp());
+  EXPECT_EQ(barrier->TryLease(0, 0, barrier->epoch()), std::nullopt);  // no leases: the table is the barrier
+}
+
 }  // namespace
 }  // namespace kestrel

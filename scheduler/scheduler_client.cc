@@ -59,8 +59,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
   }
 
   absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
-                                  bool done, const WorkerState* state, uint64_t layout_generation) override {
+                                  bool done, const WorkerState* state, uint64_t layout_generation,
+                                  int64_t* permitted_through) override {
     AdvanceRequest request;
+    request.set_renew(permitted_through != nullptr);
     if (state != nullptr) *request.mutable_state() = *state;
     request.set_layout_generation(layout_generation);
     request.set_job_id(options_.job_id);
@@ -72,6 +74,9 @@ class GrpcSchedulerClient final : public SchedulerClient {
     AdvanceResponse response;
     auto result = Call("Advance", &Scheduler::Stub::Advance, request, &response, options_.rpc_deadline);
     if (!result.ok()) return result.status();
+    if (permitted_through != nullptr) {
+      *permitted_through = result->has_permitted_through() ? result->permitted_through() : -1;
+    }
     return result->min_clock();
   }
 

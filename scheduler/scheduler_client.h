@@ -37,10 +37,12 @@ class SchedulerClient {
                                               const std::string& incarnation, uint64_t layout_generation = 0,
                                               int64_t* permitted_through = nullptr) = 0;
   // `done`: this was the worker's last iteration. `state`: where the worker's reader is (for checkpoints).
-  // `layout_generation`: as for WaitToStart.
+  // `layout_generation`: as for WaitToStart. `permitted_through` (leases, may be null): also asks for the lease
+  // starting at `finished` (AdvanceRequest.renew) and receives its end, or -1 when none was granted now.
   virtual absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t generation,
                                           const std::string& incarnation, bool done = false,
-                                          const WorkerState* state = nullptr, uint64_t layout_generation = 0) = 0;
+                                          const WorkerState* state = nullptr, uint64_t layout_generation = 0,
+                                          int64_t* permitted_through = nullptr) = 0;
   // Once the job is finished: worker `rank`, at clock `finished`, needs the servers no more and exits.
   virtual absl::Status Leave(int rank, int64_t finished, uint64_t generation, const std::string& incarnation,
                              uint64_t layout_generation = 0) = 0;

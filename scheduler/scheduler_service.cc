@@ -348,6 +348,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::WaitToStart(grpc::CallbackServer
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerContext* context,
                                                         const AdvanceRequest* request, AdvanceResponse* response) {
   const RpcMetrics::Call call = advance_rpc_.Begin();
+  const uint64_t epoch = clocks_->epoch();  // before the checks, as WaitToStart reads it
   std::optional<PeerIdentity> caller;
   absl::Status status =
       CheckCaller(context, request->job_id(), kWorkerRoles, "Advance", std::nullopt, std::nullopt, &caller);
@@ -373,6 +374,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
     if (status.ok()) KLOG(Info) << "worker rank " << request->rank() << " left the finished job";
   }
   if (status.ok()) response->set_min_clock(clocks_->MinClock());
+  if (status.ok() && request->renew() && !request->done()) {
+    if (std::optional<int64_t> through = clocks_->TryLease(request->rank(), request->finished(), epoch)) {
+      response->set_permitted_through(*through);
+    }
+  }
   return Reply(context, call, status);
 }
 

@@ -43,10 +43,14 @@ class SchedulerGate final : public ClockGate {
     if (leased_ && !done && finished <= permitted_through_.load(std::memory_order_acquire)) {
       return absl::OkStatus();
     }
-    absl::StatusOr<int64_t> min_clock =
-        client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_);
-    if (min_clock.ok()) Heard(*min_clock);
-    return min_clock.status();
+    // At a lease's end the report also asks for the next lease (one call per lease).
+    int64_t through = -1;
+    absl::StatusOr<int64_t> min_clock = client_->Advance(rank_, finished, generation_, incarnation_, done, &state,
+                                                         layout_generation_, leased_ && !done ? &through : nullptr);
+    if (!min_clock.ok()) return min_clock.status();
+    Heard(*min_clock);
+    if (through >= finished) permitted_through_.store(through, std::memory_order_release);
+    return absl::OkStatus();
   }
   int64_t KnownMinClock() const override { return known_min_clock_.load(std::memory_order_acquire); }
   absl::Status WaitAllFinished(int64_t iterations) override {
