@@ -220,24 +220,40 @@ absl::Status HandleStepPushes(Shard& shard, const StepFields& request) {
     }
   }
   // Each table's push is its own request: id header.request_id + its index (the client reserves
-  // kMaxStepTables ids per Step), so a retried Step repeats every id and each push is applied once.
+  // kMaxStepTables ids per Step), so a retried Step repeats every id and each push is applied once. Every push
+  // is decoded and checked before any is applied: a refused Step changes nothing.
+  struct Decoded {
+    std::vector<uint64_t> key_scratch;
+    std::vector<float> value_scratch;
+    absl::Span<const uint64_t> ids;
+    absl::Span<const float> grads;
+  };
+  thread_local std::vector<Decoded> decoded;
+  decoded.resize(std::max(decoded.size(), request.tables.size()));
   RequestHeader header = *request.header;
+  auto context = [&](size_t i) {
+    header.set_request_id(request.header->request_id() == 0 ? 0 : request.header->request_id() + i);
+    RequestContext ctx = ContextOf(header);
+    ctx.part = 0;
+    ctx.parts = 1;
+    return ctx;
+  };
   for (size_t i = 0; i < request.tables.size(); ++i) {
     const StepTableFields& t = request.tables[i];
     if (!t.push) continue;
-    header.set_request_id(request.header->request_id() == 0 ? 0 : request.header->request_id() + i);
-    PushFields push;
-    push.header = &header;
-    push.table = t.table;
-    push.keys = t.push_keys;
-    push.values = t.push_values;
-    push.value_type = t.push_type;
-    push.dim = t.dim;
-    push.part = 0;
-    push.parts = 1;
-    push.scale_exponent = t.scale_exponent;
-    PushResponse ignored;
-    KESTREL_RETURN_IF_ERROR(HandlePushFields(shard, t.dense, push, &ignored));
+    Decoded& d = decoded[i];
+    KESTREL_ASSIGN_OR_RETURN(d.ids, shard.Count(UnpackView<uint64_t>(t.push_keys, "keys", &d.key_scratch)));
+    KESTREL_ASSIGN_OR_RETURN(
+        d.grads, shard.Count(DecodeView(t.push_values, t.push_type, t.scale_exponent, &d.value_scratch)));
+    KESTREL_RETURN_IF_ERROR(shard.CheckPush(context(i), t.table, t.dense ? TableConfig::DENSE : TableConfig::SPARSE,
+                                            d.ids, d.grads, t.dim));
+  }
+  for (size_t i = 0; i < request.tables.size(); ++i) {
+    const StepTableFields& t = request.tables[i];
+    if (!t.push) continue;
+    const Decoded& d = decoded[i];
+    KESTREL_RETURN_IF_ERROR(t.dense ? shard.PushDense(context(i), t.table, d.ids, d.grads, t.dim)
+                                    : shard.Push(context(i), t.table, d.ids, d.grads, t.dim));
   }
   return absl::OkStatus();
 }

@@ -43,10 +43,9 @@ absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& req
                                   DescribeTablesResponse* response);
 absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
 
-// A Step's pushes (StepRequest): checks the table list (at most kMaxStepTables, each once), then applies every
-// push as a one-part Push / PushDense of header.clock, in order. A push the shard refuses stops there with its
-// error (the pushes before it stay applied, as separate Push calls would; each is idempotent, so the retried
-// Step applies the rest). Table i's push carries request id header.request_id + i.
+// A Step's pushes (StepRequest): checks the table list (at most kMaxStepTables, each once), decodes and checks
+// every push (Shard::CheckPush), then applies each as a one-part Push / PushDense of header.clock, in order: a
+// Step refused by those checks changes nothing. Table i's push carries request id header.request_id + i.
 // The fields are a parsed StepRequest's (StepFieldsOf) or the received buffers' (ReadStepRequest).
 absl::Status HandleStepPushes(Shard& shard, const StepFields& request);
 // A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, one pulls entry each.

@@ -368,22 +368,37 @@ absl::Status Shard::Write(const RequestContext& ctx, absl::string_view name, Tab
   return status;
 }
 
-absl::Status Shard::WriteLocked(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
-                                absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim,
-                                std::vector<ReadGate::Callback>* released) {
-  absl::ReaderMutexLock state(&state_mu_);
+absl::StatusOr<std::pair<Table*, absl::Span<const uint64_t>>> Shard::CheckedWrite(
+    const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind, absl::Span<const uint64_t> ids,
+    absl::Span<const float> grads, int expected_dim) const {
   if (!restore_error_.empty()) return absl::FailedPreconditionError(restore_error_);
   KESTREL_RETURN_IF_ERROR(CheckTier());
   KESTREL_ASSIGN_OR_RETURN(Table * table, LookupTable(ctx, name, kind, expected_dim));
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> keys, CheckedKeys(*table, ids));
   KESTREL_RETURN_IF_ERROR(CheckGrads(*table, keys, grads));
+  if (const int bsp_workers = bsp_workers_.load(std::memory_order_acquire);
+      bsp_workers > 0 && (ctx.worker_rank < 0 || ctx.worker_rank >= bsp_workers)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, owner(), bsp_workers));
+  }
+  return std::make_pair(table, keys);
+}
+
+absl::Status Shard::CheckPush(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                              absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) const {
+  absl::ReaderMutexLock state(&state_mu_);
+  return Count(CheckedWrite(ctx, name, kind, ids, grads, expected_dim).status());
+}
+
+absl::Status Shard::WriteLocked(const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind,
+                                absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim,
+                                std::vector<ReadGate::Callback>* released) {
+  absl::ReaderMutexLock state(&state_mu_);
+  KESTREL_ASSIGN_OR_RETURN(auto checked, CheckedWrite(ctx, name, kind, ids, grads, expected_dim));
+  Table* const table = checked.first;
+  const absl::Span<const uint64_t> keys = checked.second;
   // Everything is validated: the update below cannot fail part-way.
-  if (const int bsp_workers = bsp_workers_.load(std::memory_order_acquire); bsp_workers > 0) {
-    if (ctx.worker_rank < 0 || ctx.worker_rank >= bsp_workers) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "BSP push from worker rank %d: shard %d expects ranks in [0, %d)", ctx.worker_rank, owner(),
-          bsp_workers));
-    }
+  if (bsp_workers_.load(std::memory_order_acquire) > 0) {
     BspAggregator::Part part;
     part.worker = ctx.worker_rank;
     part.clock = ctx.clock;

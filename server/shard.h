@@ -165,6 +165,12 @@ class Shard {
   absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
                          absl::Span<const float> grads, int expected_dim);
 
+  // Whether Push (SPARSE) or PushDense (DENSE) of these arguments would pass the checks made before anything is
+  // applied (the table, dim, keys or blocks, gradients, a BSP rank), without applying it: a caller that applies
+  // several pushes as one request (a Step) checks them all first. A refusal is counted.
+  absl::Status CheckPush(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+                         absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) const;
+
   // Counts `status` as a rejected request when it is an error (for rejections made before the Shard is
   // called, e.g. undecodable messages); returns it.
   absl::Status Count(absl::Status status) const;
@@ -258,6 +264,10 @@ class Shard {
   // The table's keys for `ids` after checking them: sparse keys as they are, dense block indices mapped to
   // block keys (valid until the calling thread's next call).
   absl::StatusOr<absl::Span<const uint64_t>> CheckedKeys(const Table& table, absl::Span<const uint64_t> ids) const;
+  // The checks of a write before anything is applied (CheckPush); its table and keys. Needs state_mu_ held.
+  absl::StatusOr<std::pair<Table*, absl::Span<const uint64_t>>> CheckedWrite(
+      const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind, absl::Span<const uint64_t> ids,
+      absl::Span<const float> grads, int expected_dim) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   // Maps block indices to block keys after checking them.
   absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
   // Pull/PullDense and Push/PushDense after the kind-specific key checks.

@@ -5,9 +5,9 @@
 // (FuzzInput::Bytes), op % 3 choosing:
 //   0 a StepRequest as the gRPC edge receives it, cut into slices of 1 + (op >> 2) bytes. Whenever protobuf
 //     parses it, ReadStepRequest must read it too (unless it names more than kMaxStepTables tables) with the
-//     very same fields. It is then applied: its pushes, then its reads through a StepResponseWriter, whose
-//     answer protobuf must parse and ReadStepPulls must decode to exactly the rows a separate Pull / PullDense
-//     of the same fields answers.
+//     very same fields. It is then applied: its pushes (a refused Step leaves the shard unchanged), then its reads
+//     through a StepResponseWriter, whose answer protobuf must parse and ReadStepPulls must decode to exactly the rows
+//     a separate Pull / PullDense of the same fields answers.
 //   1 a step the client writes: WriteStepRequest of up to 3 tables whose names, keys and gradients come from the
 //     message must parse with protobuf to those fields (fp32 gradients bit for bit).
 //   2 a StepResponse as the client receives it (arbitrary bytes, sliced): ReadStepPulls of 1 + (op >> 6) % 3
@@ -69,7 +69,11 @@ void ServerStep(Shard& shard, const std::string& bytes, size_t piece) {
   FUZZ_CHECK(read.ok(), "protobuf parses a step the raw reader refuses");
   FUZZ_CHECK(SameFields(view, StepFieldsOf(parsed)), "the raw reader read other fields than protobuf");
 
-  if (!HandleStepPushes(shard, view).ok()) return;
+  const uint64_t fingerprint = shard.Fingerprint();
+  if (!HandleStepPushes(shard, view).ok()) {
+    FUZZ_CHECK(shard.Fingerprint() == fingerprint, "a refused step changed the shard");
+    return;
+  }
   StepResponseWriter writer;
   if (!HandleStepPulls(shard, view, &writer).ok()) return;
   const std::string answer = Flatten(writer.Finish());
