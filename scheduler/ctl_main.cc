@@ -81,7 +81,7 @@ int Status(SchedulerClient& client) {
     member->set_rank(m.rank());
     member->set_address(m.address());
     member->set_alive(m.alive());
-    member->set_clock(m.clock());
+    member->set_clock(static_cast<double>(std::max(m.clock(), m.progress())));
     member->set_id(m.id());
   }
   status.set_elastic_removals(d->elastic_removals());

@@ -31,9 +31,10 @@ class GrpcSchedulerClient final : public SchedulerClient {
   }
 
   absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
-                                               uint64_t routing_generation) override {
+                                               uint64_t routing_generation, int64_t progress) override {
     HeartbeatRequest request;
     request.set_routing_generation(routing_generation);
+    request.set_progress(progress);
     request.set_job_id(options_.job_id);
     request.set_role(role);
     request.set_id(id);
@@ -195,7 +196,7 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int id, std::
             if (stop_) return;
             soon_ = false;
           }
-          auto response = client->Heartbeat(role, id, incarnation, routing_generation_.load());
+          auto response = client->Heartbeat(role, id, incarnation, routing_generation_.load(), progress_.load());
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
             return;

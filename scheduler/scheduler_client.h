@@ -25,8 +25,9 @@ class SchedulerClient {
   virtual absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) = 0;
   // `id`: as registered (a rescale may renumber the member's rank, never its id; the answer says the rank).
   // `routing_generation`: servers of replicated jobs, the routing they act on (0 otherwise).
+  // `progress`: workers, iterations finished (HeartbeatRequest.progress; status only).
   virtual absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
-                                                      uint64_t routing_generation) = 0;
+                                                      uint64_t routing_generation, int64_t progress = 0) = 0;
   // Blocks the calling thread until the scheduler allows iteration `clock` (workers call it from their own
   // training thread, never from a gRPC callback). Returns the min clock at the time of permission.
   // `generation` and `incarnation`: what Register (or Rejoin) answered this worker; `layout_generation`: the
@@ -103,9 +104,12 @@ class Heartbeater {
   // Servers of replicated jobs: the routing generation they act on, sent with every later heartbeat (the
   // scheduler waits for it before it lets workers use a new routing that needs every server to know).
   void SetRoutingGeneration(uint64_t generation) { routing_generation_.store(generation); }
+  // Workers: iterations finished, sent with every later heartbeat (status only).
+  void SetProgress(int64_t finished) { progress_.store(finished, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> routing_generation_{0};
+  std::atomic<int64_t> progress_{0};
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool soon_ ABSL_GUARDED_BY(mu_) = false;

@@ -258,6 +258,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
       const int in_layout =
           RankOfId(request->role() == ROLE_SERVER ? layout.server_ids : layout.worker_ids, request->id());
       if (in_layout != -1) rank = in_layout;
+      if (request->role() == ROLE_WORKER && request->progress() > 0) {
+        absl::MutexLock lock(&progress_mu_);
+        int64_t& progress = progress_[request->id()];
+        progress = std::max(progress, request->progress());
+      }
       response->set_generation(*generation);
       response->set_rank(rank);
       response->set_job_state(JobStateName(membership_->state()));
@@ -397,7 +402,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
       s->set_id(m.id);
       s->set_address(m.address);
       s->set_alive(m.alive);
-      if (m.role == Role::kWorker) s->set_clock(clocks_->ClockOf(m.rank));
+      if (m.role == Role::kWorker) {
+        s->set_clock(clocks_->ClockOf(m.rank));
+        absl::MutexLock lock(&progress_mu_);
+        auto it = progress_.find(m.id);
+        s->set_progress(std::max(s->clock(), it == progress_.end() ? 0 : it->second));
+      }
     }
     response->set_min_clock(clocks_->MinClock());
     const CheckpointStatus checkpoints = coordinator_->status();

@@ -15,7 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics.h"
 #include "common/peer_identity.h"
@@ -123,6 +126,10 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   std::unique_ptr<JobController> coordinator_;
   std::atomic<bool> shutting_down_{false};
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
+  // Workers' last heartbeat progress (HeartbeatRequest.progress) by member id: status only. Only ids the
+  // membership accepted a heartbeat of are kept (bounded by the job's members).
+  absl::Mutex progress_mu_;
+  absl::flat_hash_map<int, int64_t> progress_ ABSL_GUARDED_BY(progress_mu_);
   absl::Mutex forming_mu_;
   std::vector<std::function<void()>> forming_waits_ ABSL_GUARDED_BY(forming_mu_);
   // Per-method call counts and latencies (kestrel_scheduler_requests_total, ..._request_duration_seconds).

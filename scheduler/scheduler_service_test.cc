@@ -263,6 +263,30 @@ TEST_F(SchedulerServiceTest, SilentWorkerIsDeclaredDeadAndOldGenerationRefused) 
   EXPECT_EQ(stub_->Heartbeat(Context().get(), heartbeat, &hb).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// Under leases a worker reports Advance once per lease; its heartbeats carry its progress for status only.
+TEST_F(SchedulerServiceTest, HeartbeatProgressShowsInStatusButMovesNoClock) {
+  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
+  Register(ROLE_SERVER, "127.0.0.1:1");
+  const RegisterResponse w0 = Register(ROLE_WORKER, "");
+  Register(ROLE_WORKER, "");
+  ASSERT_TRUE(Advance(w0, 1).ok());
+  absl::StatusOr<HeartbeatResponse> beat = client_->Heartbeat(ROLE_WORKER, w0.id(), w0.incarnation(), 0, 5);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  beat = client_->Heartbeat(ROLE_WORKER, w0.id(), w0.incarnation(), 0, 3);  // a late heartbeat: never backwards
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  const DescribeResponse d = Describe();
+  bool seen = false;
+  for (const MemberStatus& m : d.members()) {
+    if (m.role() != ROLE_WORKER || m.id() != w0.id()) continue;
+    seen = true;
+    EXPECT_EQ(m.clock(), 1);
+    EXPECT_EQ(m.progress(), 5);
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_EQ(server_->service().clocks().ClockOf(w0.rank()), 1);
+  EXPECT_EQ(d.min_clock(), 0);
+}
+
 TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10)));
   DescribeRequest describe;

@@ -13,16 +13,21 @@
 namespace kestrel {
 namespace {
 
-// Passes every call to `gate` and sets `clock` to the clock this worker has reached after each Advance. As
-// thread-safe as `gate` is.
+// Passes every call to `gate`, and after each Advance sets `clock` (may be null) to the clock this worker has
+// reached and tells `heartbeater` (may be null; it must outlive the gate's users), whose heartbeats carry it to
+// the scheduler's status (under leases Advance reaches the scheduler once per lease). As thread-safe as `gate`.
 class MeteredGate final : public ClockGate {
  public:
-  MeteredGate(std::unique_ptr<ClockGate> gate, prometheus::Gauge* clock) : gate_(std::move(gate)), clock_(clock) {}
+  MeteredGate(std::unique_ptr<ClockGate> gate, prometheus::Gauge* clock, Heartbeater* heartbeater)
+      : gate_(std::move(gate)), clock_(clock), heartbeater_(heartbeater) {}
 
   absl::Status WaitToStart(int64_t clock) override { return gate_->WaitToStart(clock); }
   absl::Status Advance(int64_t finished, bool done, const WorkerState& state) override {
     absl::Status status = gate_->Advance(finished, done, state);
-    if (status.ok()) clock_->Set(static_cast<double>(finished));
+    if (status.ok()) {
+      if (clock_ != nullptr) clock_->Set(static_cast<double>(finished));
+      if (heartbeater_ != nullptr) heartbeater_->SetProgress(finished);
+    }
     return status;
   }
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
@@ -33,6 +38,7 @@ class MeteredGate final : public ClockGate {
  private:
   const std::unique_ptr<ClockGate> gate_;
   prometheus::Gauge* const clock_;
+  Heartbeater* const heartbeater_;
 };
 
 bool Transient(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
@@ -238,10 +244,8 @@ absl::Status WorkerSession::OpenPass() {
   if (leased && consistency->mode != CONSISTENCY_ASP) read_lag = consistency->bsp() ? 0 : consistency->staleness;
   gate_ = NewSchedulerGate(scheduler_.get(), pass_.rank, generation, incarnation_, pass_.rollbacks,
                            pass_.layout_generation, absl::Milliseconds(20), leased, read_lag);
-  if (options_.clock_gauge != nullptr) {
-    options_.clock_gauge->Set(static_cast<double>(pass_.clock));
-    gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge);
-  }
+  if (options_.clock_gauge != nullptr) options_.clock_gauge->Set(static_cast<double>(pass_.clock));
+  gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge, heartbeater_.get());
   return absl::OkStatus();
 }
 
