@@ -54,6 +54,10 @@ ABSL_FLAG(int, lease_clocks, 0,
           "--elastic_timeout or replicated partitions. 0: the scheduler is every iteration's barrier.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
+ABSL_FLAG(absl::Duration, stall_threshold, absl::ZeroDuration(),
+          "When the scheduler's liveness checks (every --heartbeat_interval / 4) are further apart than this, it did "
+          "not run (a pause or stall), and the excess counts for no member's silence. 0: --heartbeat_interval / 2; "
+          "inf: never (every gap counts).");
 ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::ZeroDuration(),
           "Cut a global checkpoint when this long has passed since the last one (0: off).");
@@ -98,6 +102,9 @@ int Run() {
   options.membership.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.membership.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.membership.heartbeat_timeout = options.membership.heartbeat_interval * 1.5;
+  const absl::Duration stall_threshold = absl::GetFlag(FLAGS_stall_threshold);
+  options.membership.stall_threshold =
+      stall_threshold > absl::ZeroDuration() ? stall_threshold : options.membership.heartbeat_interval / 2;
   absl::StatusOr<ConsistencyPolicy> consistency =
       ConsistencyPolicy::Parse(absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness));
   if (!consistency.ok()) {

@@ -291,6 +291,16 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int id, absl::string_v
 std::vector<Member> Membership::ExpireSilent(absl::Time now) {
   std::vector<Member> expired;
   absl::MutexLock lock(&mu_);
+  if (last_check_ != absl::InfinitePast() && now - last_check_ > options_.stall_threshold) {
+    // The scheduler did not run for the gap past the threshold: that time counts for nobody's silence. (Only
+    // the excess: a scheduler that is merely slow still declares the silent dead, a little later.)
+    const absl::Duration stall = now - last_check_ - options_.stall_threshold;
+    for (auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
+      for (Member& m : *ranks) m.last_heartbeat = std::min(now, m.last_heartbeat + stall);
+    }
+    stalled_ += stall;
+  }
+  last_check_ = std::max(last_check_, now);
   for (auto* ranks : {&servers_, &workers_}) {
     for (Member& m : *ranks) {
       if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {

@@ -82,6 +82,13 @@ struct MembershipOptions {
   // timeout + interval / 4 of its last heartbeat. Defaults: 1 s and 1.5 s, so within 2 intervals.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Milliseconds(1500);
+  // Stalls of the scheduler itself (a VM pause, SIGSTOP, a starved process): when two ExpireSilent() calls are
+  // further apart than this, the scheduler did not run in between, and members are judged by the time it was
+  // running: the gap's excess over this threshold counts for nobody's silence (one silent before the stall keeps
+  // that silence), so nobody is declared dead for heartbeats the scheduler could not hear. kestrel_scheduler
+  // checks every heartbeat_interval / 4 and sets heartbeat_interval / 2. Default: InfiniteDuration (no stall is
+  // assumed; callers that pass their own times, like tests, see plain timeouts).
+  absl::Duration stall_threshold = absl::InfiniteDuration();
   // Rescales the job had before this scheduler started (a resume from a checkpoint of a rescaled job).
   // Default: 0.
   uint64_t layout_generation = 0;
@@ -185,8 +192,15 @@ class Membership {
   absl::StatusOr<uint64_t> Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
                                      uint64_t routing_generation = 0, int* rank = nullptr);
 
-  // Declares dead every live member silent for longer than heartbeat_timeout, and returns them.
+  // Declares dead every live member silent for longer than heartbeat_timeout, and returns them. A gap since the
+  // previous call longer than stall_threshold is a stall of the scheduler: its excess over the threshold counts
+  // for nobody's silence (stalled()).
   std::vector<Member> ExpireSilent(absl::Time now);
+  // The scheduler's stalls ExpireSilent did not count as anyone's silence, in all.
+  absl::Duration stalled() const {
+    absl::MutexLock lock(&mu_);
+    return stalled_;
+  }
   // Elastic jobs: the job's members declared dead at least `timeout` before `now` and not registered again
   // since (none while the job forms or after it finished).
   DeadMembers DeadFor(absl::Duration timeout, absl::Time now) const;
@@ -298,6 +312,8 @@ class Membership {
   std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered (id is set)
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the previous ExpireSilent's `now`
+  absl::Duration stalled_ ABSL_GUARDED_BY(mu_);  // stalls not counted as silence (stall_threshold), in all
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
   std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;

@@ -114,6 +114,58 @@ TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
   EXPECT_EQ(m->generation(), 2u);
 }
 
+// A stall of the scheduler itself (6 s without a check, as SIGSTOP or a VM pause makes) is nobody's silence:
+// nobody is declared dead for it, a member that dies afterwards still is, and a member already silent before the
+// stall keeps that silence. A scheduler that is merely slow (checks 600 ms apart) still declares the silent dead.
+TEST(MembershipTest, StallsOfTheSchedulerAreNobodysSilence) {
+  MembershipOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.heartbeat_timeout = absl::Milliseconds(1500);
+  options.stall_threshold = absl::Milliseconds(500);
+  auto m = *Membership::Create(options);
+  auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
+  auto w0 = *m->Register(Role::kWorker, "", -1, kStart);
+  auto w1 = *m->Register(Role::kWorker, "", -1, kStart);
+  absl::Time now = kStart;
+  EXPECT_TRUE(m->ExpireSilent(now).empty());
+  ASSERT_TRUE(m->Heartbeat(Role::kWorker, 1, w1.incarnation, now + absl::Milliseconds(200)).ok());
+  now += absl::Milliseconds(250);
+  EXPECT_TRUE(m->ExpireSilent(now).empty());
+  now += absl::Seconds(6);  // the stall: no check, no heartbeat heard
+  EXPECT_TRUE(m->ExpireSilent(now).empty()) << "declared dead for a stall of the scheduler";
+  EXPECT_EQ(m->stalled(), absl::Milliseconds(5500));
+  EXPECT_EQ(m->generation(), 1u);
+  // Afterwards the server and worker 0 heartbeat again; worker 1 never does: it is declared dead once its
+  // silence while the scheduler ran (50 ms before the stall, 500 ms of it, then the checks) passes 1.5 s.
+  absl::Time declared;
+  for (int step = 1; step <= 20 && declared == absl::Time(); ++step) {
+    now += absl::Milliseconds(250);
+    ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
+    ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
+    for (const Member& dead : m->ExpireSilent(now)) {
+      EXPECT_EQ(dead.role, Role::kWorker);
+      EXPECT_EQ(dead.rank, 1);
+      declared = now;
+    }
+  }
+  ASSERT_NE(declared, absl::Time());
+  EXPECT_EQ(declared - (kStart + absl::Milliseconds(6250)), absl::Seconds(1)) << "its silence was not kept";
+
+  // A slow scheduler: checks 600 ms apart count 500 ms each; a silent member is still declared dead.
+  auto slow = *Membership::Create(options);
+  auto s2 = *slow->Register(Role::kServer, "h:1", -1, kStart);
+  slow->Register(Role::kWorker, "", -1, kStart).IgnoreError();
+  slow->Register(Role::kWorker, "", -1, kStart).IgnoreError();
+  bool any_dead = false;
+  for (int step = 1; step <= 10 && !any_dead; ++step) {
+    const absl::Time t = kStart + absl::Milliseconds(600) * step;
+    ASSERT_TRUE(slow->Heartbeat(Role::kServer, 0, s2.incarnation, t).ok());
+    any_dead = !slow->ExpireSilent(t).empty();
+  }
+  EXPECT_TRUE(any_dead) << "a slow scheduler never declared its silent workers dead";
+}
+
 TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   auto m = Make(1, 1);
   auto server = *m->Register(Role::kServer, "h:1", -1, kStart);

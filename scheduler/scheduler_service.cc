@@ -590,7 +590,12 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
 }
 
 void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
+  const absl::Duration stalled = membership_->stalled();
   const std::vector<Member> expired = membership_->ExpireSilent(now);
+  if (const absl::Duration stall = membership_->stalled() - stalled; stall > absl::ZeroDuration()) {
+    KLOG(Warning) << "the scheduler did not run for about " << absl::FormatDuration(stall)
+                  << " (a pause or stall): members are judged by the time it was running";
+  }
   if (!expired.empty()) coordinator_->Wake();
   for (const Member& m : expired) {
     KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " (id " << m.id << ")"

@@ -428,6 +428,29 @@ TEST_F(RecoveryTest, LeasedJobEndsAndRecoversBitwiseIdenticalToTheSchedulerBarri
   }
 }
 
+// A stall of the scheduler (SIGSTOP for 6 s mid-training, as a VM pause would) restarts no one: when it runs
+// again it judges members by the time it was running (MembershipOptions::stall_threshold), the members' calls
+// that waited on it are answered, and the job ends bitwise identical with no rollback. (Finish() without
+// supervision: any member that exited fails the test.)
+TEST_F(RecoveryTest, SchedulerPausedForSixSecondsRestartsNoOne) {
+  Job job(TmpDir() + "/recovery_scheduler_pause", *data_);
+  ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
+  ASSERT_TRUE(job.WaitForClock(20).ok());
+  absl::StatusOr<DescribeResponse> before = job.DescribeJob();
+  ASSERT_TRUE(before.ok()) << before.status();
+  const pid_t scheduler = job.scheduler()->pid();
+  ASSERT_EQ(kill(scheduler, SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(6));
+  ASSERT_EQ(kill(scheduler, SIGCONT), 0);
+  absl::StatusOr<Outcome> outcome = job.Finish();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
+  EXPECT_EQ(outcome->scheduler.view().generation(), before->view().generation())
+      << "a member was declared dead or registered again";
+  ExpectReference(outcome, "scheduler paused for 6 s");
+  job.KillAll();
+}
+
 // With bounded tables (admission, expiry, eviction; their sketches and tombstones in checkpoints), a killed
 // server or worker still leaves the job bitwise identical to the uninterrupted bounded run.
 TEST_F(RecoveryTest, BoundedTablesRecoverBitwiseIdenticalToo) {
