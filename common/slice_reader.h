@@ -25,6 +25,8 @@ class SliceReader {
  public:
   // Reads every byte of `slices`.
   explicit SliceReader(const std::vector<grpc::Slice>* slices);
+  // Reads nothing, until Sub() makes it a reader of a nested message.
+  SliceReader() = default;
 
   // No bytes left within the budget.
   bool done();
@@ -42,7 +44,6 @@ class SliceReader {
   bool Sub(size_t n, SliceReader* sub);
 
  private:
-  SliceReader() = default;
   void SkipEmpty();
 
   const std::vector<grpc::Slice>* slices_ = nullptr;

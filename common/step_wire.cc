@@ -151,7 +151,7 @@ absl::Status ReadStepRequest(const grpc::ByteBuffer& buffer, StepRequestView* ou
       if (out->tables.size() >= static_cast<size_t>(kMaxStepTables)) {
         return absl::InvalidArgumentError(absl::StrFormat("a step names more than %d tables", kMaxStepTables));
       }
-      SliceReader table(&out->slices);
+      SliceReader table;
       if (!reader.Sub(value, &table)) return bad("truncated table");
       absl::Status read = ReadStepTable(table, &out->scratch, &out->tables.emplace_back());
       if (!read.ok()) return read;
@@ -255,7 +255,7 @@ absl::Status ReadStepPulls(const grpc::ByteBuffer& buffer, absl::Span<const Step
     uint64_t tag, length;
     if (!reader.Varint(&tag)) return absl::DataLossError("malformed StepResponse: truncated tag");
     if (tag == (1 << 3 | kLengthDelimited)) {
-      SliceReader pull(&slices);
+      SliceReader pull;
       if (!reader.Varint(&length) || !reader.Sub(length, &pull)) {
         return absl::DataLossError("malformed StepResponse: truncated read");
       }
