@@ -27,4 +27,11 @@
   if (!var.ok()) return std::move(var).status();       \
   lhs = std::move(var).value()
 
+namespace kestrel {
+
+// A call that failed this way may succeed if sent again unchanged (the peer was unreachable or slow).
+inline bool IsTransient(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+
+}  // namespace kestrel
+
 #endif  // KESTREL_COMMON_STATUS_H_

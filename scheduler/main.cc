@@ -28,6 +28,7 @@
 #include "common/metrics.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
+#include "scheduler/scheduler_client.h"
 #include "scheduler/scheduler_service.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -58,6 +59,11 @@ ABSL_FLAG(absl::Duration, stall_threshold, absl::ZeroDuration(),
           "When the scheduler's liveness checks (every --heartbeat_interval / 4) are further apart than this, it did "
           "not run (a pause or stall), and the excess counts for no member's silence. 0: --heartbeat_interval / 2; "
           "inf: never (every gap counts).");
+ABSL_FLAG(absl::Duration, deaf_grace, absl::ZeroDuration(),
+          "A member silent past the timeout is declared dead only once the scheduler heard another member after its "
+          "deadline (a scheduler cut off from everyone declares no one dead); after hearing no one for a timeout, "
+          "every member has this long from the first message heard. 0: 3 * --heartbeat_interval + 2s; negative: "
+          "off (plain timeouts).");
 ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::ZeroDuration(),
           "Cut a global checkpoint when this long has passed since the last one (0: off).");
@@ -101,10 +107,15 @@ int Run() {
   options.membership.num_servers = absl::GetFlag(FLAGS_num_servers);
   options.membership.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.membership.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  options.membership.heartbeat_timeout = options.membership.heartbeat_interval * 1.5;
+  options.membership.heartbeat_timeout = HeartbeatTimeoutFor(options.membership.heartbeat_interval);
   const absl::Duration stall_threshold = absl::GetFlag(FLAGS_stall_threshold);
   options.membership.stall_threshold =
       stall_threshold > absl::ZeroDuration() ? stall_threshold : options.membership.heartbeat_interval / 2;
+  const absl::Duration deaf_grace = absl::GetFlag(FLAGS_deaf_grace);
+  options.membership.deaf_grace = deaf_grace < absl::ZeroDuration() ? absl::InfiniteDuration()
+                                  : deaf_grace > absl::ZeroDuration()
+                                      ? deaf_grace
+                                      : options.membership.heartbeat_interval * 3 + absl::Seconds(2);
   absl::StatusOr<ConsistencyPolicy> consistency =
       ConsistencyPolicy::Parse(absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness));
   if (!consistency.ok()) {

@@ -108,6 +108,7 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
         absl::StrFormat("%s id %d is not in [0, %d)", RoleName(role), requested_id, max_id));
   }
   absl::MutexLock lock(&mu_);
+  HeardLocked(now);
   std::vector<Member>& ranks = RanksLocked(role);
   std::vector<Member>& joining = JoiningLocked(role);
   const int count = static_cast<int>(ranks.size());
@@ -268,6 +269,7 @@ absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view inc
 absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
                                                uint64_t routing_generation, int* rank) {
   absl::MutexLock lock(&mu_);
+  HeardLocked(now);
   bool removed = false;
   Member* found = FindLocked(role, id, incarnation, &removed);
   if (removed) {
@@ -303,7 +305,7 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
   last_check_ = std::max(last_check_, now);
   for (auto* ranks : {&servers_, &workers_}) {
     for (Member& m : *ranks) {
-      if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
+      if (m.alive && SilentLocked(m, now)) {
         m.alive = false;
         m.dead_since = now;
         expired.push_back(m);
@@ -316,7 +318,7 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
   const bool job_member_expired = !expired.empty();
   for (auto* ranks : {&joining_servers_, &joining_workers_}) {  // not of the job yet: nothing fails
     for (Member& m : *ranks) {
-      if (m.alive && now - m.last_heartbeat > options_.heartbeat_timeout) {
+      if (m.alive && SilentLocked(m, now)) {
         m.alive = false;
         expired.push_back(m);
       }
@@ -327,6 +329,27 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
     if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
   }
   return expired;
+}
+
+bool Membership::SilentLocked(const Member& m, absl::Time now) const {
+  // deaf_grace: a silence counts once someone was heard after its deadline (the scheduler itself can hear).
+  return now - m.last_heartbeat > options_.heartbeat_timeout &&
+         (options_.deaf_grace == absl::InfiniteDuration() || last_heard_ - m.last_heartbeat > options_.heartbeat_timeout);
+}
+
+void Membership::HeardLocked(absl::Time now) {
+  if (options_.deaf_grace != absl::InfiniteDuration() && last_heard_ != absl::InfinitePast() &&
+      now - last_heard_ > options_.heartbeat_timeout) {
+    // Nobody was heard for longer than a timeout: the scheduler was cut off (or everyone stopped at once). From
+    // this first voice on, every member has deaf_grace to be heard again before its silence counts.
+    ++deaf_periods_;
+    for (auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
+      for (Member& m : *ranks) {
+        m.last_heartbeat = std::max(m.last_heartbeat, now + options_.deaf_grace - options_.heartbeat_timeout);
+      }
+    }
+  }
+  last_heard_ = std::max(last_heard_, now);
 }
 
 DeadMembers Membership::DeadFor(absl::Duration timeout, absl::Time now) const {

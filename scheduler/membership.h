@@ -89,6 +89,14 @@ struct MembershipOptions {
   // checks every heartbeat_interval / 4 and sets heartbeat_interval / 2. Default: InfiniteDuration (no stall is
   // assumed; callers that pass their own times, like tests, see plain timeouts).
   absl::Duration stall_threshold = absl::InfiniteDuration();
+  // Partitions of the scheduler itself (its host cut off from the network): with a finite deaf_grace, a member
+  // silent past heartbeat_timeout is declared dead only once the scheduler has heard someone (a heartbeat or a
+  // registration, from any member) after that member's deadline: silence the scheduler cannot compare with anyone
+  // else's voice may be its own deafness. After it heard no one for longer than heartbeat_timeout, the first
+  // message it hears gives every member deaf_grace from then to be heard (links come back, channels reconnect).
+  // kestrel_scheduler sets it (--deaf_grace). Default: InfiniteDuration (the rule is off: plain timeouts, for
+  // callers that pass their own times, like tests).
+  absl::Duration deaf_grace = absl::InfiniteDuration();
   // Rescales the job had before this scheduler started (a resume from a checkpoint of a rescaled job).
   // Default: 0.
   uint64_t layout_generation = 0;
@@ -201,6 +209,11 @@ class Membership {
     absl::MutexLock lock(&mu_);
     return stalled_;
   }
+  // Periods in which the scheduler heard no member for longer than heartbeat_timeout (deaf_grace), in all.
+  int64_t deaf_periods() const {
+    absl::MutexLock lock(&mu_);
+    return deaf_periods_;
+  }
   // Elastic jobs: the job's members declared dead at least `timeout` before `now` and not registered again
   // since (none while the job forms or after it finished).
   DeadMembers DeadFor(absl::Duration timeout, absl::Time now) const;
@@ -304,6 +317,10 @@ class Membership {
   // Moves `m` to the removed members (kept, bounded, so its heartbeats are answered OutOfRange).
   void RemoveLocked(Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllAliveLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether `m` has been silent long enough to be declared dead at `now` (heartbeat_timeout, deaf_grace).
+  bool SilentLocked(const Member& m, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A Heartbeat or Register call arrived at `now` (deaf_grace): ends a deaf period, giving every member the grace.
+  void HeardLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition unless `incarnation` is `m`'s (compared in constant time).
   static absl::Status CheckIncarnation(const Member& m, absl::string_view incarnation);
 
@@ -314,6 +331,8 @@ class Membership {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the previous ExpireSilent's `now`
   absl::Duration stalled_ ABSL_GUARDED_BY(mu_);  // stalls not counted as silence (stall_threshold), in all
+  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the latest Heartbeat or Register call
+  int64_t deaf_periods_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
   std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;

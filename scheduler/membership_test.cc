@@ -166,6 +166,68 @@ TEST(MembershipTest, StallsOfTheSchedulerAreNobodysSilence) {
   EXPECT_TRUE(any_dead) << "a slow scheduler never declared its silent workers dead";
 }
 
+// deaf_grace: a scheduler cut off from everyone hears no heartbeat at all. It declares a member dead only once it
+// heard someone else after that member's deadline, and after a deaf period every member gets the grace.
+TEST(MembershipTest, ADeafSchedulerDeclaresNoOneDead) {
+  MembershipOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.heartbeat_timeout = absl::Milliseconds(1500);
+  options.deaf_grace = absl::Seconds(3);
+  auto m = *Membership::Create(options);
+  auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
+  auto w0 = *m->Register(Role::kWorker, "", -1, kStart);
+  auto w1 = *m->Register(Role::kWorker, "", -1, kStart);
+  // Cut off for 10 s, checking every 250 ms: nobody is heard, nobody is declared dead.
+  absl::Time now = kStart;
+  for (; now < kStart + absl::Seconds(10); now += absl::Milliseconds(250)) {
+    EXPECT_TRUE(m->ExpireSilent(now).empty()) << "declared dead while the scheduler heard no one, at "
+                                              << absl::FormatDuration(now - kStart);
+  }
+  EXPECT_EQ(m->deaf_periods(), 0);
+  // Healed: the server is heard first; the workers come back within the grace, worker 1 never does.
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
+  EXPECT_EQ(m->deaf_periods(), 1);
+  const absl::Time healed = now;
+  absl::Time declared;
+  for (int step = 1; step <= 40 && declared == absl::Time(); ++step) {
+    now += absl::Milliseconds(250);
+    ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
+    if (now >= healed + absl::Seconds(2)) ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
+    for (const Member& dead : m->ExpireSilent(now)) {
+      EXPECT_EQ(dead.role, Role::kWorker);
+      EXPECT_EQ(dead.rank, 1) << "a member heard within the grace was declared dead";
+      declared = now;
+    }
+  }
+  ASSERT_NE(declared, absl::Time()) << "a member never heard again was never declared dead";
+  EXPECT_GT(declared - healed, absl::Seconds(3)) << "declared dead within the grace";
+  EXPECT_LE(declared - healed, absl::Seconds(3) + absl::Milliseconds(500));
+  EXPECT_EQ(m->generation(), 2u);
+
+  // One member's crash while the others are heard is still found within the timeout and a heartbeat interval.
+  auto crash = *Membership::Create(options);
+  auto s2 = *crash->Register(Role::kServer, "h:1", -1, kStart);
+  auto a = *crash->Register(Role::kWorker, "", -1, kStart);
+  crash->Register(Role::kWorker, "", -1, kStart).IgnoreError();  // worker 1: never heard again
+  absl::Time found;
+  for (absl::Time t = kStart + absl::Milliseconds(250); t < kStart + absl::Seconds(5) && found == absl::Time();
+       t += absl::Milliseconds(250)) {
+    ASSERT_TRUE(crash->Heartbeat(Role::kServer, 0, s2.incarnation, t).ok());
+    ASSERT_TRUE(crash->Heartbeat(Role::kWorker, 0, a.incarnation, t).ok());
+    if (!crash->ExpireSilent(t).empty()) found = t;
+  }
+  EXPECT_EQ(found, kStart + absl::Milliseconds(1750));
+
+  // Without the rule (deaf_grace infinite) the same cut declares everyone dead.
+  options.deaf_grace = absl::InfiniteDuration();
+  auto plain = *Membership::Create(options);
+  plain->Register(Role::kServer, "h:1", -1, kStart).IgnoreError();
+  plain->Register(Role::kWorker, "", -1, kStart).IgnoreError();
+  plain->Register(Role::kWorker, "", -1, kStart).IgnoreError();
+  EXPECT_EQ(plain->ExpireSilent(kStart + absl::Seconds(2)).size(), 3u);
+}
+
 TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   auto m = Make(1, 1);
   auto server = *m->Register(Role::kServer, "h:1", -1, kStart);

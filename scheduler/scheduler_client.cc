@@ -7,6 +7,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/network_policy.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/scheduler.grpc.pb.h"
 
@@ -17,7 +18,7 @@ class GrpcSchedulerClient final : public SchedulerClient {
  public:
   GrpcSchedulerClient(const std::string& address, const SchedulerClientOptions& options)
       : options_(options),
-        stub_(Scheduler::NewStub(grpc::CreateChannel(
+        stub_(Scheduler::NewStub(NewChannel(
             address, options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials()))) {}
 
   absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) override {
@@ -196,6 +197,7 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int id, std::
             if (stop_) return;
             soon_ = false;
           }
+          const auto sent = std::chrono::steady_clock::now();
           auto response = client->Heartbeat(role, id, incarnation, routing_generation_.load(), progress_.load());
           if (absl::IsFailedPrecondition(response.status())) {
             on_refused(response.status());
@@ -203,8 +205,10 @@ Heartbeater::Heartbeater(SchedulerClient* client, MemberRole role, int id, std::
           }
           if (!response.ok()) {
             KLOG(Warning) << "heartbeat of id " << id << " failed: " << response.status();
-          } else if (on_answer) {
-            on_answer(*response);
+          } else {
+            answered_sent_.store(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(sent.time_since_epoch()).count());
+            if (on_answer) on_answer(*response);
           }
         }
       }) {}

@@ -3,6 +3,7 @@
 #define KESTREL_SCHEDULER_SCHEDULER_CLIENT_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -66,6 +67,10 @@ class SchedulerClient {
   virtual absl::StatusOr<ScaleResponse> Scale(ScaleRequest request, absl::Duration deadline) = 0;
 };
 
+// The scheduler declares a member dead once it has been silent this long (its heartbeat interval and a half):
+// the one rule every process derives the failure timeout from (server/primary_lease.h fences by it).
+inline absl::Duration HeartbeatTimeoutFor(absl::Duration heartbeat_interval) { return heartbeat_interval * 3 / 2; }
+
 struct SchedulerClientOptions {
   // Job id sent with every request. Default: "kestrel".
   std::string job_id = "kestrel";
@@ -106,8 +111,13 @@ class Heartbeater {
   void SetRoutingGeneration(uint64_t generation) { routing_generation_.store(generation); }
   // Workers: iterations finished, sent with every later heartbeat (status only).
   void SetProgress(int64_t finished) { progress_.store(finished, std::memory_order_relaxed); }
+  // When the latest answered heartbeat was sent (steady clock; set before on_answer runs with its answer).
+  std::chrono::steady_clock::time_point last_answered_sent() const {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(answered_sent_.load()));
+  }
 
  private:
+  std::atomic<int64_t> answered_sent_{0};
   std::atomic<uint64_t> routing_generation_{0};
   std::atomic<int64_t> progress_{0};
   absl::Mutex mu_;

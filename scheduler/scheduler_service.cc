@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/hash.h"
 #include "common/logging.h"
+#include "common/network_policy.h"
 #include "common/partition.h"
 #include "common/status.h"
 #include "grpcpp/resource_quota.h"
@@ -592,6 +593,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
 void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
   const absl::Duration stalled = membership_->stalled();
   const std::vector<Member> expired = membership_->ExpireSilent(now);
+  if (const int64_t deaf = membership_->deaf_periods(); deaf != deaf_periods_logged_.exchange(deaf)) {
+    KLOG(Warning) << "the scheduler heard no member for longer than the heartbeat timeout (it was cut off, or "
+                  << "everyone stopped at once): nobody was declared dead meanwhile, and every member has the deaf "
+                  << "grace to be heard again";
+  }
   if (const absl::Duration stall = membership_->stalled() - stalled; stall > absl::ZeroDuration()) {
     KLOG(Warning) << "the scheduler did not run for about " << absl::FormatDuration(stall)
                   << " (a pause or stall): members are judged by the time it was running";
@@ -643,6 +649,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
   grpc::ServerBuilder builder;
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, server_options.max_concurrent_streams);
+  ApplyListenerNetworkPolicy(builder);
   builder.AddListeningPort(server_options.address, std::move(credentials), &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();

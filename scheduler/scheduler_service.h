@@ -103,6 +103,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
                        std::unique_ptr<ClockTable> clocks);
+  std::atomic<int64_t> deaf_periods_logged_{0};  // Membership::deaf_periods() as ExpireSilent last logged it
   absl::Status CheckJob(const std::string& job_id) const;
   // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
   // workers and servers the member role (none: a worker-only call) and id (none: no id) the request claims. On

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/network_policy.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -102,7 +103,7 @@ class GrpcShardAdmin final : public ShardAdmin {
     absl::MutexLock lock(&mu_);
     auto& stub = stubs_[address];
     if (stub == nullptr) {
-      stub = ParameterServer::NewStub(grpc::CreateChannel(address, credentials_));
+      stub = ParameterServer::NewStub(NewChannel(address, credentials_));
     }
     return stub.get();
   }

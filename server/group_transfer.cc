@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/network_policy.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "server/piece_stream.h"
@@ -27,7 +28,7 @@ absl::Status GroupTransfer::Send(const HostedShards& hosted, const CopyGroupRequ
     return absl::InvalidArgumentError(absl::StrFormat("cannot copy the ranges of server %d to server %d at '%s'",
                                                       request.owner(), request.target(), request.target_address()));
   }
-  auto stub = ParameterServer::NewStub(grpc::CreateChannel(request.target_address(), PeerCredentials(peers_)));
+  auto stub = ParameterServer::NewStub(NewChannel(request.target_address(), PeerCredentials(peers_)));
   GroupChunk header;
   header.mutable_header()->set_job_id(job_id_);
   header.mutable_header()->set_worker_rank(-1);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 
 #include <cstdlib>
 #include <string>
@@ -82,6 +83,10 @@ ABSL_FLAG(std::string, advertise_host, "",
           "Host the scheduler hands to workers for this server. Default: --host, or this machine's hostname "
           "when --host is 0.0.0.0.");
 ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(30), "How long to retry registering.");
+ABSL_FLAG(bool, unsafe_no_primary_fence, false,
+          "Tests only: in a replicated job, serve as a range's primary without a lease from the scheduler "
+          "(docs/replication.md#fencing), which lets a primary cut off from the scheduler answer after a backup took "
+          "over. Default false: fenced.");
 ABSL_FLAG(bool, resume, false,
           "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
           "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");
@@ -278,7 +283,9 @@ int Run() {
     const std::string advertised = absl::StrCat(host, ":", (*server)->port());
     absl::StatusOr<RegisterResponse> registration;
     const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
+    std::chrono::steady_clock::time_point sent;
     do {
+      sent = std::chrono::steady_clock::now();
       registration = scheduler->Register(ROLE_SERVER, advertised, index);
       // UNAVAILABLE: the scheduler is not up yet. ALREADY_EXISTS: our previous incarnation (a crash moments
       // ago) has not been declared dead yet.
@@ -297,6 +304,14 @@ int Run() {
       return 1;
     }
     const ClusterView& view = registration->view();
+    const absl::Duration lease = PrimaryLease::LengthFor(absl::Milliseconds(view.heartbeat_interval_ms()));
+    service.primary_lease().Renew(sent, lease);
+    if (absl::GetFlag(FLAGS_unsafe_no_primary_fence)) {
+      KLOG(Warning) << "--unsafe_no_primary_fence: this server serves as a primary without a lease from the "
+                    << "scheduler; cut off, it may answer after a backup took over (split brain). Tests only.";
+    } else {
+      service.EnablePrimaryFence();
+    }
     absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
     if (!consistency.ok()) {
       KLOG(Error) << "the scheduler at " << address << " announced no valid consistency: " << consistency.status();
@@ -351,7 +366,9 @@ int Run() {
           refused.store(true);
           kill(getpid(), SIGTERM);
         },
-        [service_ptr, server_ptr, index, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+        [service_ptr, server_ptr, index, lease, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
+          // The fence: the scheduler heard this server no earlier than the answered heartbeat was sent.
+          if (Heartbeater* beat = beat_ptr.load()) service_ptr->primary_lease().Renew(beat->last_answered_sent(), lease);
           if (answer.removed()) {
             if (!removed.exchange(true)) {
               KLOG(Info) << "a rescale left server " << index << " out of the job: shutting down";

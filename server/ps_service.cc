@@ -89,12 +89,17 @@ void PsServiceImpl::set_max_copy_bytes(uint64_t bytes) {
 // on other calls.
 grpc::ServerUnaryReactor* PsServiceImpl::RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                                   PeerRoles allowed, const char* method,
-                                                  std::function<void(const Hosted&, const Caller&, Done done)> work) {
+                                                  std::function<void(const Hosted&, const Caller&, Done done)> work,
+                                                  bool primary) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const RpcMetrics::Call call = rpc.Begin();
-  Done finish = [reactor, call](const absl::Status& status) {
-    call.End(status);
-    reactor->Finish(ToGrpcStatus(status));
+  // Workers' calls are answered by a primary: checked again as the answer leaves (a read is as of a moment the
+  // lease held; a write was forwarded to the backups first), so a pause mid-call cannot let a stale answer out.
+  Done finish = [this, reactor, call, primary](const absl::Status& status) {
+    absl::Status answer = status;
+    if (primary && answer.ok()) answer = CheckLease(*hosted());
+    call.End(answer);
+    reactor->Finish(ToGrpcStatus(answer));
   };
   absl::StatusOr<Caller> caller = AuthorizePeer(context->auth_context().get(), job_id_, allowed, method);
   if (!caller.ok()) {
@@ -153,7 +158,16 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
   absl::StatusOr<Shard*> group = hosted.Group(OwnerOf(header));
   if (!group.ok()) return own.Count(group.status());
   KESTREL_RETURN_IF_ERROR(own.Count(hosted.CheckPrimary((*group)->owner())));
+  KESTREL_RETURN_IF_ERROR(own.Count(CheckLease(hosted)));
   return group;
+}
+
+absl::Status PsServiceImpl::CheckLease(const HostedShards& hosted) const {
+  if (!hosted.replicated() || !fenced_.load() || lease_.Held()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "server %d serves no range as primary: its lease from the scheduler lapsed %s ago (it may be cut off or "
+      "paused, and a backup may have taken over): re-route and retry",
+      hosted.server(), absl::FormatDuration(lease_.LapsedFor())));
 }
 
 void PsServiceImpl::ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,
@@ -233,7 +247,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
         };
         ServeWhenClocksAllow(context, hosted, **group, parsed->header(), {{parsed->table(), TableConfig::SPARSE}},
                              std::move(serve), std::move(done));
-      });
+      }, /*primary=*/true);
 }
 
 namespace {
@@ -266,7 +280,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));
-                  });
+                  }, /*primary=*/true);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Replicate(grpc::CallbackServerContext* context,
@@ -307,7 +321,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PullDense(grpc::CallbackServerContext* 
                     };
                     ServeWhenClocksAllow(context, hosted, **group, request->header(),
                                          {{request->table(), TableConfig::DENSE}}, std::move(serve), std::move(done));
-                  });
+                  }, /*primary=*/true);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* context,
@@ -332,7 +346,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));
-                  });
+                  }, /*primary=*/true);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::ReplicateDense(grpc::CallbackServerContext* context,
@@ -405,7 +419,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* conte
       return absl::OkStatus();
     }();
     if (!status.ok()) done(std::move(status));
-  });
+  }, /*primary=*/true);
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,

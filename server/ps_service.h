@@ -24,6 +24,7 @@
 #include "common/thread_pool.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
+#include "server/primary_lease.h"
 #include "server/hosted_shards.h"
 #include "server/replication.h"
 #include "server/served_layout.h"
@@ -130,6 +131,13 @@ class PsServiceImpl final
     layout_.SetJobView(job_generation, worker_generations, layout_generation, worker_ids);
   }
   void SetGenerationListener(std::function<void()> listener) { layout_.SetGenerationListener(std::move(listener)); }
+  // Replicated jobs: the split-brain fence (server/primary_lease.h). Once enabled, a primary answers workers'
+  // reads and writes only while the scheduler has answered a call of this server's sent within the lease; else
+  // UNAVAILABLE (the worker re-routes and retries). The lease is renewed from every answered heartbeat and the
+  // registration. kestrel_server enables it (unless --unsafe_no_primary_fence, a test hook that shows the split
+  // brain it prevents); default off, for servers run without a scheduler (in-process tests).
+  PrimaryLease& primary_lease() { return lease_; }
+  void EnablePrimaryFence() { fenced_.store(true); }
   // Runs after every switch with the new groups (e.g. to attach the disk tier and failure listener).
   void SetSwitchListener(std::function<void(HostedShards&)> listener) {
     layout_.SetSwitchListener(std::move(listener));
@@ -153,9 +161,14 @@ class PsServiceImpl final
   // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work` on the groups
   // served now, which finishes the call by running its `done` exactly once (possibly later, from another
   // call's callback).
+  // The split-brain fence: OK unless `hosted` is replicated and the primary lease has lapsed (UNAVAILABLE).
+  absl::Status CheckLease(const HostedShards& hosted) const;
+  // `primary`: a call only a range's primary answers (reads and writes of workers): fenced by CheckLease as
+  // its answer leaves too.
   grpc::ServerUnaryReactor* RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
                                      PeerRoles allowed, const char* method,
-                                     std::function<void(const Hosted&, const Caller&, Done done)> work);
+                                     std::function<void(const Hosted&, const Caller&, Done done)> work,
+                                     bool primary = false);
   // RunAsync for work that finishes the call with its own status.
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc, PeerRoles allowed,
                                 const char* method, std::function<absl::Status(const Hosted&, const Caller&)> work);
@@ -198,6 +211,8 @@ class PsServiceImpl final
       &copy_group_rpc_,
       &rescale_rpc_;
   ServedLayout layout_;
+  PrimaryLease lease_;
+  std::atomic<bool> fenced_{false};
   const PushForwarder forwarder_;
   // The admin thread's work (and, for pieces received, handler threads').
   const std::unique_ptr<GroupTransfer> transfer_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "common/network_policy.h"
 
 namespace kestrel {
 
@@ -28,7 +29,7 @@ void PeerServers::SetAddresses(const std::vector<std::string>& addresses) {
     if (address == peers_[i].address) continue;
     peers_[i].stub = address.empty()
                          ? nullptr
-                         : std::make_shared<grpc::GenericStub>(grpc::CreateChannel(address, credentials_));
+                         : std::make_shared<grpc::GenericStub>(NewChannel(address, credentials_));
     peers_[i].address = std::move(address);
   }
 }

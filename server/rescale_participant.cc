@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
 #include "common/logging.h"
+#include "common/network_policy.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
@@ -234,7 +235,7 @@ absl::Status RescaleParticipant::Send(const HostedShards& hosted, const RescaleS
       if (request.server_addresses(t).empty()) {
         return absl::InvalidArgumentError(absl::StrFormat("the rescale names no address for server %d", t));
       }
-      stubs[t] = ParameterServer::NewStub(grpc::CreateChannel(request.server_addresses(t), credentials));
+      stubs[t] = ParameterServer::NewStub(NewChannel(request.server_addresses(t), credentials));
       deliver = SendTo(stubs[t].get(), deadline_,
                        absl::StrFormat("server %d at %s", t, request.server_addresses(t)));
     }

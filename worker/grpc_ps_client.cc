@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/metrics.h"
+#include "common/network_policy.h"
 #include "common/pull_wire.h"
 #include "common/step_wire.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -32,6 +33,7 @@ class GrpcTransport final : public PsTransport {
               &RpcsSentCounter("server", "Stats"),       &RpcsSentCounter("server", "Step")} {
     static std::atomic<int> next_client_id{0};
     client_id_ = next_client_id.fetch_add(1, std::memory_order_relaxed);
+    ApplyClientNetworkPolicy(args_);
     args_.SetMaxReceiveMessageSize(options.max_message_bytes);
     args_.SetMaxSendMessageSize(options.max_message_bytes);
     absl::MutexLock lock(&mu_);

@@ -3,10 +3,13 @@
 // a server that stops is failed over by a routing announcement, and the client's retried pushes are applied
 // exactly once on the survivors.
 #include <atomic>
+#include <chrono>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/hosted_shards.h"
+#include "server/primary_lease.h"
 #include "server/ps_server.h"
 #include "worker/grpc_ps_client.h"
 
@@ -45,15 +48,15 @@ class ReplicatedPsClientTest : public ::testing::Test {
     }
     for (auto& server : servers_) server->SetPeerAddresses(addresses_);
     routing_ = std::make_shared<RoutingTable>(partition_);
-    PsClientOptions options;
-    options.job_id = "job";
+    options_.job_id = "job";
+    PsClientOptions& options = options_;
     options.worker_rank = 0;          // a worker's pushes are deduplicated by request id (a tool's are not)
     options.max_request_bytes = 512;  // several requests per group
     options.routing = routing_;
     options.retry_backoff = absl::Milliseconds(10);
-    options.give_up = [this] {  // asked before every retry beyond max_retries: counts them, never gives up
+    options.give_up = [this] {  // asked before every retry beyond max_retries: counts them, gives up if told
       ++failover_retries_;
-      return false;
+      return stop_retrying_.load();
     };
     client_ = *NewGrpcPsClient(options, partition_, addresses_);
     ASSERT_TRUE(client_->CreateTable(Table()).ok());
@@ -81,6 +84,8 @@ class ReplicatedPsClientTest : public ::testing::Test {
   std::vector<std::string> addresses_;
   std::shared_ptr<RoutingTable> routing_;
   std::atomic<int> failover_retries_{0};  // requests retried beyond max_retries, waiting for a failover
+  std::atomic<bool> stop_retrying_{false};  // give_up answers this
+  PsClientOptions options_;
   std::unique_ptr<PsClient> client_;
 };
 
@@ -109,6 +114,33 @@ TEST_F(ReplicatedPsClientTest, PushesReachEveryCopyBeforeTheyAreAcknowledged) {
   EXPECT_EQ(rows_total, keys.size()) << "each row counted once, not once per copy";
 }
 
+// The split-brain fence (server/primary_lease.h): with it on, a primary whose lease from the scheduler lapsed (or
+// was never granted) answers no read or write, and nothing it refused was applied on any copy.
+TEST_F(ReplicatedPsClientTest, APrimaryWithoutALeaseAnswersNothing) {
+  for (auto& server : servers_) server->service().EnablePrimaryFence();
+  const std::vector<uint64_t> keys = Keys(300);
+  std::vector<float> grads(keys.size() * kDim, 0.25f);
+  failover_retries_ = 0;
+  stop_retrying_ = true;
+  const absl::Status refused = client_->Push("emb", keys, kDim, grads.data());
+  EXPECT_TRUE(absl::IsUnavailable(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("lease from the scheduler lapsed")) << refused;
+  for (int owner = 0; owner < kServers; ++owner) {
+    EXPECT_EQ((*hosted_[owner]->Group(owner))->Stats().tables[0].rows, 0u) << "a refused push was applied";
+  }
+  std::vector<float> rows(keys.size() * kDim);
+  EXPECT_TRUE(absl::IsUnavailable(client_->Pull("emb", keys, kDim, rows.data())));
+  // The scheduler answered a heartbeat sent now: each server serves for the lease.
+  for (auto& server : servers_) {
+    server->service().primary_lease().Renew(std::chrono::steady_clock::now(), absl::Minutes(10));
+  }
+  stop_retrying_ = false;
+  ASSERT_TRUE(client_->Push("emb", keys, kDim, grads.data()).ok());
+  ASSERT_TRUE(client_->Pull("emb", keys, kDim, rows.data()).ok());
+  for (float v : rows) ASSERT_EQ(v, -0.25f);
+  ExpectCopiesIdentical();
+}
+
 TEST_F(ReplicatedPsClientTest, StoppedServerFailsOverAndRetriedPushesApplyOnce) {
   const std::vector<uint64_t> keys = Keys(300);
   std::vector<float> grads(keys.size() * kDim, 0.5f);
@@ -130,6 +162,68 @@ TEST_F(ReplicatedPsClientTest, StoppedServerFailsOverAndRetriedPushesApplyOnce) 
   ASSERT_TRUE(client_->Pull("emb", keys, kDim, rows.data()).ok());
   for (float v : rows) ASSERT_EQ(v, -1.0f) << "both pushes, each applied exactly once";
   ExpectCopiesIdentical({false, true, false});
+}
+
+// Split brain (docs/replication.md#fencing-no-split-brain): server 0, primary of its ranges, is cut off from the
+// scheduler, which fails it over to server 1; a worker that has not heard of the new routing yet still reaches
+// server 0 and reads rows another worker has since updated on the new primary.
+class SplitBrainTest : public ReplicatedPsClientTest {
+ protected:
+  // Returns the stale worker's read of `keys_` (rows_) through server 0 after the failover.
+  absl::Status StaleRead(bool fenced) {
+    std::vector<float> grads(keys_.size() * kDim, 0.25f);
+    EXPECT_TRUE(client_->Push("emb", keys_, kDim, grads.data()).ok());  // every copy: -0.25
+    // The worker that will not hear of the failover: its own routing, still at generation 0.
+    PsClientOptions stale_options = options_;
+    stale_routing_ = std::make_shared<RoutingTable>(partition_);
+    stale_options.routing = stale_routing_;
+    stale_options.give_up = [] { return true; };
+    stale_options.worker_rank = 1;
+    stale_ = *NewGrpcPsClient(stale_options, partition_, addresses_);
+    // Server 0 hears the scheduler no more: its lease is not renewed (granted with the registration, it lapsed).
+    // The others' heartbeats are answered.
+    for (int s = 0; s < kServers; ++s) {
+      if (fenced) servers_[s]->service().EnablePrimaryFence();
+      const auto sent = std::chrono::steady_clock::now() - (s == 0 ? std::chrono::seconds(10) : std::chrono::seconds(0));
+      servers_[s]->service().primary_lease().Renew(sent, PrimaryLease::LengthFor(absl::Seconds(1)));
+    }
+    // The scheduler fails server 0 over; every process but server 0 and the stale worker hears it.
+    EXPECT_TRUE(routing_->Update(1, {0}).ok());
+    for (int s = 1; s < kServers; ++s) EXPECT_TRUE(hosted_[s]->routing().Update(1, {0}).ok());
+    EXPECT_TRUE(client_->Push("emb", keys_, kDim, grads.data()).ok());  // on the new primaries: -0.5
+    rows_.assign(keys_.size() * kDim, 0.0f);
+    return stale_->Pull("emb", keys_, kDim, rows_.data());
+  }
+
+  // Keys of server 0's ranges only.
+  std::vector<uint64_t> keys_ = [] {
+    std::vector<uint64_t> keys;
+    const Partition partition = *Partition::Uniform(kServers, 2)->WithReplicas(2);
+    for (uint64_t i = 0; keys.size() < 100; ++i) {
+      const uint64_t key = Partition::FeatureKey(i);
+      if (partition.OwnerOf(key) == 0) keys.push_back(key);
+    }
+    return keys;
+  }();
+  std::vector<float> rows_;
+  std::shared_ptr<RoutingTable> stale_routing_;
+  std::unique_ptr<PsClient> stale_;
+};
+
+TEST_F(SplitBrainTest, WithoutTheFenceACutOffPrimaryServesAStaleRead) {
+  const absl::Status read = StaleRead(/*fenced=*/false);
+  ASSERT_TRUE(read.ok()) << read;
+  for (float v : rows_) ASSERT_EQ(v, -0.25f) << "expected the stale value the fence exists to refuse";
+}
+
+TEST_F(SplitBrainTest, TheFencedPrimaryRefusesAndTheRetryReadsTheNewPrimary) {
+  const absl::Status read = StaleRead(/*fenced=*/true);
+  EXPECT_TRUE(absl::IsUnavailable(read)) << read;
+  EXPECT_THAT(std::string(read.message()), ::testing::HasSubstr("lease from the scheduler lapsed")) << read;
+  // The worker re-routes (its next heartbeat answer brings the new routing) and reads the acknowledged state.
+  ASSERT_TRUE(stale_routing_->Update(1, {0}).ok());
+  ASSERT_TRUE(stale_->Pull("emb", keys_, kDim, rows_.data()).ok());
+  for (float v : rows_) ASSERT_EQ(v, -0.5f);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status.h"
 
 namespace kestrel {
 namespace {
@@ -12,8 +14,10 @@ namespace {
 class SchedulerGate final : public ClockGate {
  public:
   SchedulerGate(SchedulerClient* client, int rank, uint64_t generation, std::string incarnation, uint64_t rollbacks,
-                uint64_t layout_generation, absl::Duration poll, bool leased, std::optional<int> read_lag)
-      : leased_(leased),
+                uint64_t layout_generation, absl::Duration poll, bool leased, std::optional<int> read_lag,
+                absl::Duration patience)
+      : patience_(patience),
+        leased_(leased),
         read_lag_(read_lag),
         client_(client),
         rank_(rank),
@@ -26,8 +30,9 @@ class SchedulerGate final : public ClockGate {
   absl::Status WaitToStart(int64_t clock) override {
     if (leased_ && clock <= permitted_through_.load(std::memory_order_acquire)) return absl::OkStatus();
     int64_t through = clock;
-    absl::StatusOr<int64_t> min_clock =
-        client_->WaitToStart(rank_, clock, generation_, incarnation_, layout_generation_, &through);
+    absl::StatusOr<int64_t> min_clock = Patiently("WaitToStart", [&] {
+      return client_->WaitToStart(rank_, clock, generation_, incarnation_, layout_generation_, &through);
+    });
     if (!min_clock.ok()) return min_clock.status();
     Heard(*min_clock);
     if (leased_) permitted_through_.store(through, std::memory_order_release);
@@ -45,8 +50,10 @@ class SchedulerGate final : public ClockGate {
     }
     // At a lease's end the report also asks for the next lease (one call per lease).
     int64_t through = -1;
-    absl::StatusOr<int64_t> min_clock = client_->Advance(rank_, finished, generation_, incarnation_, done, &state,
-                                                         layout_generation_, leased_ && !done ? &through : nullptr);
+    absl::StatusOr<int64_t> min_clock = Patiently("Advance", [&] {
+      return client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_,
+                              leased_ && !done ? &through : nullptr);
+    });
     if (!min_clock.ok()) return min_clock.status();
     Heard(*min_clock);
     if (through >= finished) permitted_through_.store(through, std::memory_order_release);
@@ -55,7 +62,7 @@ class SchedulerGate final : public ClockGate {
   int64_t KnownMinClock() const override { return known_min_clock_.load(std::memory_order_acquire); }
   absl::Status WaitAllFinished(int64_t iterations) override {
     while (true) {
-      absl::StatusOr<DescribeResponse> d = client_->Describe();
+      absl::StatusOr<DescribeResponse> d = Patiently("Describe", [&] { return client_->Describe(); });
       if (!d.ok()) return d.status();
       if (d->rollbacks() > rollbacks_) {
         return absl::AbortedError(absl::StrFormat(
@@ -77,6 +84,25 @@ class SchedulerGate final : public ClockGate {
   }
 
  private:
+  // Runs `call` until the scheduler answers it (anything but a transient error) or patience_ runs out.
+  template <typename Call>
+  auto Patiently(const char* what, Call call) -> decltype(call()) {
+    const absl::Time give_up = absl::Now() + patience_;
+    absl::Duration backoff = absl::Milliseconds(50);
+    auto result = call();
+    if (result.ok() || !IsTransient(result.status())) return result;
+    KLOG(Warning) << "the scheduler cannot be reached (" << what << ": " << result.status()
+                  << "); asking again for up to " << absl::FormatDuration(patience_);
+    while (!result.ok() && IsTransient(result.status()) && absl::Now() + backoff < give_up) {
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+      result = call();
+    }
+    if (result.ok()) KLOG(Info) << "the scheduler answers again (" << what << ")";
+    return result;
+  }
+
+  const absl::Duration patience_;
   const bool leased_;
   const std::optional<int> read_lag_;
   std::atomic<int64_t> permitted_through_{-1};  // leased: the last iteration the scheduler permitted
@@ -100,9 +126,10 @@ class SchedulerGate final : public ClockGate {
 
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
                                             std::string incarnation, uint64_t rollbacks, uint64_t layout_generation,
-                                            absl::Duration poll, bool leased, std::optional<int> read_lag) {
+                                            absl::Duration poll, bool leased, std::optional<int> read_lag,
+                                            absl::Duration patience) {
   return std::make_unique<SchedulerGate>(client, rank, generation, std::move(incarnation), rollbacks,
-                                         layout_generation, poll, leased, read_lag);
+                                         layout_generation, poll, leased, read_lag, patience);
 }
 
 }  // namespace kestrel

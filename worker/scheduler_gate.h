@@ -20,11 +20,16 @@ namespace kestrel {
 // progress at its end (and when done), not every iteration. `read_lag`: set when the servers enforce the
 // consistency (BSP 0, SSP its staleness): training reads of iteration c wait at the servers for the clocks
 // < c - read_lag (ClockGate::WaitClock).
+// `patience`: a scheduler that cannot be reached (UNAVAILABLE or DEADLINE_EXCEEDED: partitioned, paused,
+// restarting) is asked again, backing off to 1 s between tries, for this long before the error is returned; a
+// worker that stopped answering meanwhile is declared dead by the scheduler, which its Heartbeater learns. Every
+// call the gate repeats is idempotent at the scheduler (a clock reported twice moves once).
 std::unique_ptr<ClockGate> NewSchedulerGate(SchedulerClient* client, int rank, uint64_t generation,
                                             std::string incarnation, uint64_t rollbacks,
                                             uint64_t layout_generation = 0,
                                             absl::Duration poll = absl::Milliseconds(20), bool leased = false,
-                                            std::optional<int> read_lag = std::nullopt);
+                                            std::optional<int> read_lag = std::nullopt,
+                                            absl::Duration patience = absl::Minutes(10));
 
 }  // namespace kestrel
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/scheduler_gate.h"
 
@@ -40,8 +41,6 @@ class MeteredGate final : public ClockGate {
   prometheus::Gauge* const clock_;
   Heartbeater* const heartbeater_;
 };
-
-bool Transient(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
 
 }  // namespace
 
@@ -243,7 +242,8 @@ absl::Status WorkerSession::OpenPass() {
   std::optional<int> read_lag;  // the staleness the servers enforce on reads
   if (leased && consistency->mode != CONSISTENCY_ASP) read_lag = consistency->bsp() ? 0 : consistency->staleness;
   gate_ = NewSchedulerGate(scheduler_.get(), pass_.rank, generation, incarnation_, pass_.rollbacks,
-                           pass_.layout_generation, absl::Milliseconds(20), leased, read_lag);
+                           pass_.layout_generation, absl::Milliseconds(20), leased, read_lag,
+                           options_.recovery_timeout);
   if (options_.clock_gauge != nullptr) options_.clock_gauge->Set(static_cast<double>(pass_.clock));
   gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge, heartbeater_.get());
   return absl::OkStatus();
@@ -316,7 +316,7 @@ absl::Status WorkerSession::Leave(int64_t finished) {
   absl::Status s;
   for (int attempt = 0; attempt < 5; ++attempt) {  // else the scheduler counts us alive until it times out
     s = scheduler_->Leave(pass_.rank, finished, pass_.generation, incarnation_, pass_.layout_generation);
-    if (s.ok() || !Transient(s)) break;
+    if (s.ok() || !IsTransient(s)) break;
     absl::SleepFor(absl::Milliseconds(100) * (1 << attempt));
   }
   return s;
