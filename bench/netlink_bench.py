@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slow links: the realistic DeepFM job (dim 16, MLP 256-128, 2 servers + 2 workers, 2048 examples per worker and
 step, BSP, 1M training rows) with every process on a host of its own (`kestrel local --hosts`) and every link
-unlimited, limited to 10 Gbit/s and to 1 Gbit/s (tbf, both directions), each with fp32 and bf16 values on the wire
+unlimited and limited to 10 Gbit/s, 1 Gbit/s and 100 Mbit/s (tbf, both directions), each with fp32 and bf16 values on the wire
 (JobConfig.model.wire_type). Reports examples/s (median of --runs), the ratio to the unlimited fp32 run of the
 same round, bytes on the wire per training example (every link's sent bytes, with TCP/IP and TLS overhead,
 including the scheduler's calls, checkpoints and the evaluation's reads), CPU-seconds per 1000 examples of the
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 
-RATES = [None, "10gbit", "1gbit"]
 WIRES = ["VALUE_TYPE_FLOAT32", "VALUE_TYPE_BFLOAT16"]
 JOB = """model {{ type: DEEPFM embedding_dim: 16 hidden: [256, 128] wire_type: {wire} }}
 data {{ format: CRITEO }}
@@ -57,10 +56,13 @@ def main():
     parser.add_argument("--bin", required=True)
     parser.add_argument("--kestrel", required=True)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rates", default="unlimited,10gbit,1gbit,100mbit",
+                        help="link rates to measure, the first the reference (default unlimited,10gbit,1gbit,100mbit)")
     parser.add_argument("--work_dir", default="/tmp/kestrel_netlink_bench")
     parser.add_argument("--output", default="bench/results/netlink_bench.md")
     parser.add_argument("--command_line", default="", help="the wrapper's arguments, for the report")
     args = parser.parse_args()
+    rates = [None if r == "unlimited" else r for r in args.rates.split(",")]
     os.makedirs(args.work_dir, exist_ok=True)
     data = os.path.join(args.work_dir, "data-1000000-100000-100000")
     if not os.path.exists(os.path.join(data, "test.tsv")):
@@ -70,16 +72,17 @@ def main():
     started = time.time()
     results = {}
     for r in range(args.runs):
-        for rate in RATES:
+        for rate in rates:
             for wire in WIRES:
                 tag = f"{rate or 'unlimited'}-{wire.split('_')[-1].lower()}-run{r}"
                 results.setdefault((rate, wire), []).append(run_job(args, data, rate, wire, tag))
                 last = results[(rate, wire)][-1]
                 print(f"{tag}: {last['examples_per_second']:.0f} examples/s, "
                       f"{last['wire_bytes_per_example']:.0f} wire bytes/example, AUC {last['auc']:.5f}", flush=True)
-    base = results[(None, WIRES[0])]
+    base = results[(rates[0], WIRES[0])]
     lines = [
-        "# Slow links: realistic DeepFM on hosts of their own, 1 Gbit/s and 10 Gbit/s vs unlimited", "",
+        "# Slow links: realistic DeepFM on hosts of their own, links limited to "
+        f"{', '.join(r for r in rates if r)} vs unlimited", "",
         "## Machine", "", "| | |", "|---|---|",
         f"| nproc | {os.cpu_count()} |",
         f"| Kernel | {platform.system()} {platform.release()} {platform.machine()} |",
@@ -99,12 +102,12 @@ def main():
         "training example. CPU: every process of the job (user + system, startup and evaluation included) per "
         "1000 training examples. All 5 processes share this machine's 2 cores.",
         f"- Medians of {args.runs} runs; each run measures every configuration in turn; ratios are within a run "
-        "(to that run's unlimited fp32), median over runs.", "",
+        f"(to that run's {rates[0] or 'unlimited'} fp32), median over runs.", "",
         "## Results", "",
-        "| Links | Values on the wire | examples/s (median) | vs unlimited fp32 | wire bytes / example | "
+        f"| Links | Values on the wire | examples/s (median) | vs {rates[0] or 'unlimited'} fp32 | wire bytes / example | "
         "CPU ms / 1000 examples | test AUC | examples/s per run |",
         "|---|---|---:|---:|---:|---:|---:|---|"]
-    for rate in RATES:
+    for rate in rates:
         for wire in WIRES:
             rs = results[(rate, wire)]
             ratio = statistics.median(x["examples_per_second"] / b["examples_per_second"] for x, b in zip(rs, base))

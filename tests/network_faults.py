@@ -224,6 +224,17 @@ def scenario_scheduler(h):
     h.expect_same("scheduler", summary)
 
 
+def scenario_scheduler_replicated(h):
+    """The same 6 s cut of the scheduler with replicated ranges: the primaries' leases lapse, so the job waits for
+    the scheduler instead of running on, and then continues: no restart, no failover."""
+    summary = h.run("scheduler_replicated", "--replicas=2",
+                    during=fault(h, ["isolate", "scheduler"], ["rejoin", "scheduler"], 6))
+    if summary["restarts"] or summary.get("rollbacks") or summary.get("failovers"):
+        raise Failed(f"scheduler_replicated: restarts {summary['restarts']}, rollbacks {summary.get('rollbacks')}, "
+                     f"failovers {summary.get('failovers')}")
+    h.expect_same("scheduler_replicated", summary, replicas=2)
+
+
 def scenario_worker(h):
     """A worker cut off from everyone past the failure timeout, then healed."""
     h.expect_same("worker", h.run("worker", during=fault(h, ["isolate", "worker1"], ["rejoin", "worker1"], 3)))
@@ -312,6 +323,7 @@ def scenario_split_unfenced(h):
 # asserts the stale read itself, deterministically.
 BY_HAND = ("split_unfenced",)
 SCENARIOS = {"hosts": scenario_hosts, "kill9": scenario_kill9, "scheduler": scenario_scheduler,
+             "scheduler_replicated": scenario_scheduler_replicated,
              "worker": scenario_worker, "server": scenario_server, "flap": scenario_flap, "chaos": scenario_chaos,
              "replicated": scenario_replicated, "split": scenario_split, "split_unfenced": scenario_split_unfenced}
 
