@@ -12,6 +12,8 @@ PACKAGES=(
   libopenblas-openmp-dev libeigen3-dev libdnnl-dev
   python3-grpcio python3-protobuf
   python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-openmp
+  iproute2 util-linux
+  slurm-wlm munge openmpi-bin
   "$@"
 )
 

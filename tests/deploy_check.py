@@ -960,6 +960,13 @@ def check_generated_certs(case, where, openssl, certs_dir, job, argvs, num_serve
         case.check(key_matches(openssl, paths[1], paths[2]), f"{where} task {rank}: {paths[2]} is not {paths[1]}'s key")
 
 
+# Fake launchers. tests/real_launchers_test.sh runs both scripts for real on this one machine (a private Slurm:
+# sbatch, the multi-prog step, a step restarted after a killed server, a requeue; Open MPI's mpirun), trains a job
+# over the certificates they make and compares it with `kestrel local`. What a single node cannot show stays
+# here, under a fake srun/scontrol/mpirun: an allocation or hostfile of two hosts, each with a longer `hostname`
+# than its Slurm or hostfile name, and every one of those names on the scheduler's and servers' certificates;
+# the settings mpirun forwards (on one host every rank inherits its whole environment anyway); and the refusals
+# of a given CERTS_DIR (a key others can read, a missing file), which end a run before any launcher starts.
 def fake_tools(directory, tools):
     """Executables that stand in for srun, scontrol or mpirun: name -> shell body."""
     os.makedirs(directory, exist_ok=True)
@@ -1023,10 +1030,10 @@ def slurm(case, deploy_dir, helpfull):
 
 
 def slurm_certs(case, deploy_dir, kestrel_cli):
-    """kestrel.sbatch without CERTS_DIR, under a fake srun/scontrol: a new CA and certificates for every task
-    under $OUT_DIR/certs, naming every node as Slurm names it and as its `hostname` says (what servers
-    advertise), the files each rendered task reads; a given CERTS_DIR with a key others can read, or lacking a
-    task's files, is refused."""
+    """kestrel.sbatch without CERTS_DIR, under a fake srun/scontrol on a two-node allocation: a new CA and
+    certificates for every task under $OUT_DIR/certs, naming every node as Slurm names it and as its `hostname`
+    says (what servers advertise), the files each rendered task reads; a given CERTS_DIR with a key others can
+    read, or lacking a task's files, is refused. (One node, for real: tests/real_launchers_test.sh.)"""
     openssl = need_cli(kestrel_cli)
     tmp = tempfile.mkdtemp(prefix="kestrel-slurm-")
     try:
@@ -1094,9 +1101,11 @@ def mpi_argvs(case, where, script, env, num_servers, num_workers, helpfull=None)
 
 
 def mpi_certs(case, deploy_dir, kestrel_cli, helpfull):
-    """run_mpmd.sh without CERTS_DIR, under a fake mpirun: a new CA and certificates for every rank under
-    $OUT_DIR/certs, naming every host of the hostfile and each host as its `hostname` says (asked through the
-    launcher: what servers advertise); each rank's launch reads its own."""
+    """run_mpmd.sh without CERTS_DIR, under a fake mpirun with a two-host hostfile: a new CA and certificates for
+    every rank under $OUT_DIR/certs, naming every host of the hostfile and each host as its `hostname` says (asked
+    through the launcher: what servers advertise); each rank's launch reads its own; CERTS_DIR and INSECURE are
+    forwarded with -x (on one host a rank inherits mpirun's whole environment, so the real launch cannot show it).
+    (One host, for real: tests/real_launchers_test.sh.)"""
     openssl = need_cli(kestrel_cli)
     tmp = tempfile.mkdtemp(prefix="kestrel-mpi-")
     try:
