@@ -34,6 +34,12 @@ _NAME = re.compile(r"[a-z][a-z0-9]{0,31}")
 _RATE = re.compile(r"[1-9][0-9]{0,5}(kbit|mbit|gbit)")
 
 
+# `ip` and `tc` live in /usr/sbin, which a test runner's or a user's PATH may lack.
+for _sbin in ("/usr/sbin", "/sbin"):
+    if _sbin not in os.environ.get("PATH", "").split(":"):
+        os.environ["PATH"] = os.environ.get("PATH", "/usr/bin:/bin") + ":" + _sbin
+
+
 def die_with_parent():
     """A preexec_fn: SIGKILL this child when the process that started it dies (also by kill -9)."""
     parent = os.getppid()
