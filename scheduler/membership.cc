@@ -298,7 +298,10 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
     // the excess: a scheduler that is merely slow still declares the silent dead, a little later.)
     const absl::Duration stall = now - last_check_ - options_.stall_threshold;
     for (auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
-      for (Member& m : *ranks) m.last_heartbeat = std::min(now, m.last_heartbeat + stall);
+      // A member inside its deaf grace (last_heartbeat ahead of now) keeps the grace, lengthened by the stall.
+      for (Member& m : *ranks) {
+        m.last_heartbeat = m.last_heartbeat > now ? m.last_heartbeat + stall : std::min(now, m.last_heartbeat + stall);
+      }
     }
     stalled_ += stall;
   }
@@ -334,7 +337,8 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
 bool Membership::SilentLocked(const Member& m, absl::Time now) const {
   // deaf_grace: a silence counts once someone was heard after its deadline (the scheduler itself can hear).
   return now - m.last_heartbeat > options_.heartbeat_timeout &&
-         (options_.deaf_grace == absl::InfiniteDuration() || last_heard_ - m.last_heartbeat > options_.heartbeat_timeout);
+         (options_.deaf_grace == absl::InfiniteDuration() ||
+          last_heard_ - m.last_heartbeat > options_.heartbeat_timeout);
 }
 
 void Membership::HeardLocked(absl::Time now) {

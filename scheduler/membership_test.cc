@@ -228,6 +228,34 @@ TEST(MembershipTest, ADeafSchedulerDeclaresNoOneDead) {
   EXPECT_EQ(plain->ExpireSilent(kStart + absl::Seconds(2)).size(), 3u);
 }
 
+// Both rules at once: a stall of the scheduler inside a deaf grace lengthens the grace; it never shortens it.
+TEST(MembershipTest, AStallInsideTheDeafGraceKeepsTheGrace) {
+  MembershipOptions options;
+  options.num_servers = 1;
+  options.num_workers = 1;
+  options.heartbeat_timeout = absl::Milliseconds(1500);
+  options.stall_threshold = absl::Milliseconds(500);
+  options.deaf_grace = absl::Seconds(3);
+  auto m = *Membership::Create(options);
+  auto server = *m->Register(Role::kServer, "h:1", -1, kStart);
+  m->Register(Role::kWorker, "", -1, kStart).IgnoreError();  // never heard again
+  absl::Time now = kStart;
+  for (; now < kStart + absl::Seconds(10); now += absl::Milliseconds(250)) EXPECT_TRUE(m->ExpireSilent(now).empty());
+  ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());  // the first voice: the grace starts
+  const absl::Time healed = now;
+  EXPECT_TRUE(m->ExpireSilent(now).empty());
+  now += absl::Seconds(1);  // a stall of 1 s (500 ms of it past the threshold) inside the grace
+  EXPECT_TRUE(m->ExpireSilent(now).empty());
+  absl::Time declared;
+  while (declared == absl::Time() && now < healed + absl::Seconds(10)) {
+    now += absl::Milliseconds(250);
+    ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
+    if (!m->ExpireSilent(now).empty()) declared = now;
+  }
+  ASSERT_NE(declared, absl::Time());
+  EXPECT_GT(declared - healed, absl::Milliseconds(3500)) << "the grace (3 s) plus the stall's excess (500 ms)";
+}
+
 TEST(MembershipTest, ReplacementTakesTheRankAndZombiesAreRefused) {
   auto m = Make(1, 1);
   auto server = *m->Register(Role::kServer, "h:1", -1, kStart);

@@ -67,7 +67,7 @@ class SchedulerServiceTest : public ::testing::Test {
     options.membership.num_servers = 1;
     options.membership.num_workers = 2;
     options.membership.heartbeat_interval = heartbeat_interval;
-    options.membership.heartbeat_timeout = heartbeat_interval * 1.5;
+    options.membership.heartbeat_timeout = HeartbeatTimeoutFor(heartbeat_interval);
     options.consistency = ConsistencyPolicy::Ssp(1);
     options.checkpoint = std::move(checkpoint);
     SchedulerServerOptions server_options;

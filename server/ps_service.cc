@@ -97,7 +97,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::RunAsync(grpc::CallbackServerContext* c
   // lease held; a write was forwarded to the backups first), so a pause mid-call cannot let a stale answer out.
   Done finish = [this, reactor, call, primary](const absl::Status& status) {
     absl::Status answer = status;
-    if (primary && answer.ok()) answer = CheckLease(*hosted());
+    if (primary && answer.ok()) answer = CheckLease();
     call.End(answer);
     reactor->Finish(ToGrpcStatus(answer));
   };
@@ -158,16 +158,19 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
   absl::StatusOr<Shard*> group = hosted.Group(OwnerOf(header));
   if (!group.ok()) return own.Count(group.status());
   KESTREL_RETURN_IF_ERROR(own.Count(hosted.CheckPrimary((*group)->owner())));
-  KESTREL_RETURN_IF_ERROR(own.Count(CheckLease(hosted)));
+  KESTREL_RETURN_IF_ERROR(own.Count(CheckLease(&hosted)));
   return group;
 }
 
-absl::Status PsServiceImpl::CheckLease(const HostedShards& hosted) const {
-  if (!hosted.replicated() || !fenced_.load() || lease_.Held()) return absl::OkStatus();
+absl::Status PsServiceImpl::CheckLease(const HostedShards* hosted) const {
+  if (!fenced_.load(std::memory_order_relaxed) || lease_.Held()) return absl::OkStatus();
+  const Hosted current = hosted == nullptr ? this->hosted() : nullptr;  // only once the lease lapsed
+  const HostedShards& groups = hosted != nullptr ? *hosted : *current;
+  if (!groups.replicated()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrFormat(
       "server %d serves no range as primary: its lease from the scheduler lapsed %s ago (it may be cut off or "
       "paused, and a backup may have taken over): re-route and retry",
-      hosted.server(), absl::FormatDuration(lease_.LapsedFor())));
+      groups.server(), absl::FormatDuration(lease_.LapsedFor())));
 }
 
 void PsServiceImpl::ServeWhenClocksAllow(grpc::CallbackServerContext* context, const Hosted& hosted, Shard& group,

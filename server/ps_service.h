@@ -161,8 +161,9 @@ class PsServiceImpl final
   // Checks that the caller's certificate is of this job and a role in `allowed`, then runs `work` on the groups
   // served now, which finishes the call by running its `done` exactly once (possibly later, from another
   // call's callback).
-  // The split-brain fence: OK unless `hosted` is replicated and the primary lease has lapsed (UNAVAILABLE).
-  absl::Status CheckLease(const HostedShards& hosted) const;
+  // The split-brain fence: OK unless the fence is on, the primary lease has lapsed and `hosted` (null: the groups
+  // served now, read only then) is replicated (UNAVAILABLE). A clock read while the lease holds.
+  absl::Status CheckLease(const HostedShards* hosted = nullptr) const;
   // `primary`: a call only a range's primary answers (reads and writes of workers): fenced by CheckLease as
   // its answer leaves too.
   grpc::ServerUnaryReactor* RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
