@@ -1,5 +1,7 @@
 #include "scheduler/checkpointer.h"
 
+#include <algorithm>
+#include <atomic>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -87,6 +89,8 @@ int64_t Checkpointer::NextScheduledCut(int64_t permitted) const {
 
 void Checkpointer::CutScheduled() {
   if (ctx_->options.dir.empty()) return;
+  Poll();
+  if (pending_ != nullptr) return;  // the last cut is still being written: the workers wait at the next one
   bool requested;
   {
     absl::MutexLock lock(&mu_);
@@ -105,9 +109,13 @@ void Checkpointer::CutScheduled() {
                   << ") skipped: a server is out of service (failed over); checkpoints resume once the job is "
                      "fully replicated again or rolls back";
     SchedulerMetrics::Get().checkpoints_failed().Increment();
-  } else if (ctx_->cut != last_checkpoint_clock_ && TakeCheckpoint(ctx_->cut, reason)) {
-    absl::MutexLock lock(&mu_);
-    requested_ = false;
+  } else if (ctx_->cut != last_checkpoint_clock_) {
+    const absl::Time held = absl::Now();
+    if (TakeCheckpoint(ctx_->cut, reason, /*wait=*/!ctx_->options.copy_on_write)) {
+      absl::MutexLock lock(&mu_);
+      requested_ = false;
+    }
+    SchedulerMetrics::Get().checkpoint_hold().Observe(absl::ToDoubleSeconds(absl::Now() - held));
   }
   last_checkpoint_ = absl::Now();
   last_checkpoint_clock_ = ctx_->cut;
@@ -116,6 +124,7 @@ void Checkpointer::CutScheduled() {
 }
 
 void Checkpointer::SettleFinalModel() {
+  FinishPending();  // a scheduled cut at the last clock may be the final checkpoint
   const int64_t clock = ctx_->clocks->MinClock();
   finished_clock_ = clock;
   bool settled, committed;
@@ -134,7 +143,7 @@ void Checkpointer::SettleFinalModel() {
   if (!ctx_->options.dir.empty() && ctx_->options.final_checkpoint && !committed && !Degraded()) {
     if (!ctx_->clocks->AllAt(clock) || absl::Now() < next_final_attempt_) return;
     ++final_attempts_;
-    if (TakeCheckpoint(clock, "final")) {
+    if (TakeCheckpoint(clock, "final", /*wait=*/true)) {
       last_checkpoint_clock_ = clock;
     } else if (final_attempts_ < kFinalAttempts) {
       // Far enough apart that a server which died meanwhile is declared dead (and rolled back) first.
@@ -151,7 +160,31 @@ void Checkpointer::SettleFinalModel() {
 
 bool Checkpointer::Degraded() const { return !ctx_->membership->routing().out_of_service.empty(); }
 
-bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
+struct Checkpointer::Pending {
+  std::string name;
+  int64_t clock = 0;
+  std::string reason;
+  absl::Time start;
+  CheckpointManifest manifest;  // everything but the servers' parts
+  std::vector<absl::StatusOr<ShardCheckpoint>> answers;  // by rank, once done
+  std::thread waiter;            // copy-on-write: collects the written parts
+  std::atomic<bool> done{false};
+
+  ~Pending() {
+    if (waiter.joinable()) waiter.join();
+  }
+};
+
+Checkpointer::~Checkpointer() = default;
+
+bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason, bool wait) {
+  FinishPending();  // the previous copy-on-write checkpoint commits (or fails) first
+  if (!Cut(clock, reason)) return false;
+  if (!wait) return true;
+  return Commit();
+}
+
+bool Checkpointer::Cut(int64_t clock, const std::string& reason) {
   const absl::Time start = absl::Now();
   absl::StatusOr<uint64_t> sequence = ctx_->layout.NextSequence();
   if (!sequence.ok()) {
@@ -159,22 +192,116 @@ bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
     SchedulerMetrics::Get().checkpoints_failed().Increment();
     return false;
   }
+  // An abandoned attempt's directory may not exist yet (a server still writing it): never reuse its name.
+  sequence = std::max(*sequence, last_sequence_ + 1);
+  last_sequence_ = *sequence;
   const std::string name = CheckpointLayout::CheckpointName(*sequence);
+  const bool copy_on_write = ctx_->options.copy_on_write;
   const std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
   std::vector<absl::StatusOr<ShardCheckpoint>> answers(ctx_->job.num_servers, absl::UnknownError("not run"));
   {
     std::vector<std::thread> calls;
     for (int s = 0; s < ctx_->job.num_servers; ++s) {
       calls.emplace_back([&, s] {
-        answers[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
-                                          : ctx_->admin->Checkpoint(s, addresses[s], name, clock);
+        answers[s] = addresses[s].empty()
+                         ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
+                         : ctx_->admin->Checkpoint(s, addresses[s], name, clock, copy_on_write);
       });
     }
     for (std::thread& t : calls) t.join();
   }
+  for (auto& answer : answers) {
+    if (!answer.ok()) {
+      // Servers that did cut write their part anyway (their stores then hold it); it is never committed.
+      KLOG(Warning) << "checkpoint " << name << " at clock " << clock
+                    << " abandoned (nothing committed): " << answer.status();
+      SchedulerMetrics::Get().checkpoints_failed().Increment();
+      return false;
+    }
+  }
+  auto pending = std::make_unique<Pending>();
+  pending->name = name;
+  pending->clock = clock;
+  pending->reason = reason;
+  pending->start = start;
+  pending->manifest.set_format_version(1);
+  pending->manifest.set_sequence(*sequence);
+  pending->manifest.set_clock(clock);
+  pending->manifest.set_job_id(ctx_->job.job_id);
+  pending->manifest.set_config_fingerprint(ctx_->job.config_fingerprint);
+  pending->manifest.set_partition(ctx_->job.partition);
+  pending->manifest.set_num_servers(ctx_->job.num_servers);
+  pending->manifest.set_num_workers(ctx_->job.num_workers);
+  pending->manifest.set_consistency(ctx_->job.consistency.mode);
+  pending->manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  pending->manifest.set_reason(reason);
+  {
+    const JobLayout layout = ctx_->membership->layout();
+    pending->manifest.set_layout_generation(layout.generation);
+    for (int id : layout.server_ids) pending->manifest.add_server_ids(id);
+    for (int id : layout.worker_ids) pending->manifest.add_worker_ids(id);
+  }
+  {
+    absl::MutexLock lock(&ctx_->mu);
+    for (int w = 0; w < ctx_->job.num_workers; ++w) {
+      WorkerCheckpoint* entry = pending->manifest.add_workers();
+      entry->set_rank(w);
+      if (ctx_->worker_states[w].clock() == clock) {
+        *entry->mutable_state() = ctx_->worker_states[w];
+      } else {
+        entry->mutable_state()->set_clock(clock);  // reader position unknown: the worker re-reads and skips
+      }
+    }
+  }
+  if (!copy_on_write) {
+    pending->answers = std::move(answers);
+    pending->done = true;
+  } else {
+    pending->waiter = std::thread([this, p = pending.get(), addresses] {
+      std::vector<absl::StatusOr<ShardCheckpoint>> written(addresses.size(), absl::UnknownError("not run"));
+      std::vector<std::thread> calls;
+      for (size_t s = 0; s < addresses.size(); ++s) {
+        calls.emplace_back([&, s] { written[s] = ctx_->admin->AwaitCheckpoint(static_cast<int>(s), addresses[s], p->name); });
+      }
+      for (std::thread& t : calls) t.join();
+      p->answers = std::move(written);
+      p->done = true;
+    });
+  }
+  pending_ = std::move(pending);
+  return true;
+}
+
+void Checkpointer::Poll() {
+  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+    it = (*it)->done ? abandoned_.erase(it) : it + 1;  // its waiter is done: joined at once
+  }
+  if (pending_ != nullptr && pending_->done) Commit();
+}
+
+void Checkpointer::FinishPending() {
+  if (pending_ != nullptr) Commit();
+}
+
+void Checkpointer::AbandonPending() {
+  if (pending_ == nullptr) return;
+  KLOG(Warning) << "checkpoint " << pending_->name << " at clock " << pending_->clock
+                << " abandoned (nothing committed): the job rolls back while it is written";
+  SchedulerMetrics::Get().checkpoints_failed().Increment();
+  abandoned_.push_back(std::move(pending_));
+}
+
+bool Checkpointer::Commit() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  if (p->waiter.joinable()) p->waiter.join();
+  const std::string& name = p->name;
+  const int64_t clock = p->clock;
+  const std::string& reason = p->reason;
+  const absl::Time start = p->start;
+  CheckpointManifest& manifest = p->manifest;
   std::vector<ShardCheckpoint> shards;
   uint64_t rows = 0, rows_written = 0, bytes_written = 0;
-  for (auto& answer : answers) {
+  for (auto& answer : p->answers) {
     if (!answer.ok()) {
       KLOG(Warning) << "checkpoint " << name << " at clock " << clock
                     << " abandoned (nothing committed): " << answer.status();
@@ -193,36 +320,6 @@ bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
     return false;
   }
   CrashPoint("scheduler.checkpoint.shards_written");
-  CheckpointManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_sequence(*sequence);
-  manifest.set_clock(clock);
-  manifest.set_job_id(ctx_->job.job_id);
-  manifest.set_config_fingerprint(ctx_->job.config_fingerprint);
-  manifest.set_partition(ctx_->job.partition);
-  manifest.set_num_servers(ctx_->job.num_servers);
-  manifest.set_num_workers(ctx_->job.num_workers);
-  manifest.set_consistency(ctx_->job.consistency.mode);
-  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  manifest.set_reason(reason);
-  {
-    const JobLayout layout = ctx_->membership->layout();
-    manifest.set_layout_generation(layout.generation);
-    for (int id : layout.server_ids) manifest.add_server_ids(id);
-    for (int id : layout.worker_ids) manifest.add_worker_ids(id);
-  }
-  {
-    absl::MutexLock lock(&ctx_->mu);
-    for (int w = 0; w < ctx_->job.num_workers; ++w) {
-      WorkerCheckpoint* entry = manifest.add_workers();
-      entry->set_rank(w);
-      if (ctx_->worker_states[w].clock() == clock) {
-        *entry->mutable_state() = ctx_->worker_states[w];
-      } else {
-        entry->mutable_state()->set_clock(clock);  // reader position unknown: the worker re-reads and skips
-      }
-    }
-  }
   absl::Status status = AddShardsToManifest(std::move(shards), ctx_->job.num_servers, &manifest);
   if (status.ok()) status = ctx_->layout.WriteManifest(manifest);
   CrashPoint("scheduler.checkpoint.manifest_written");
@@ -252,7 +349,7 @@ bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason) {
 void Checkpointer::CutRescaled(int64_t clock) {
   if (ctx_->options.dir.empty()) return;
   for (int attempt = 1;; ++attempt) {
-    if (TakeCheckpoint(clock, "rescale")) {
+    if (TakeCheckpoint(clock, "rescale", /*wait=*/true)) {
       last_checkpoint_clock_ = clock;
       break;
     }

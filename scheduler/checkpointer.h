@@ -4,10 +4,14 @@
 // Checkpoint at clock c (every N clocks, every T seconds, on request, and once when every worker is done):
 //   1. hold: ClockTable::SetHold(c) stops every worker at the boundary of iteration c; once all clocks are c,
 //      every push of iterations < c is acknowledged (and in BSP applied) and no other push is in flight,
-//   2. every server writes its part (ShardAdmin::Checkpoint: changed rows, RocksDB snapshot, checksums),
-//   3. the manifest is written (clock, job fingerprint, partition, tables, files with checksums, each
-//      worker's reader position at c), then LATEST is moved: the commit. Old checkpoints beyond `keep` are
-//      pruned, and the hold is released.
+//   2. every server cuts its part (ShardAdmin::Checkpoint). Copy-on-write (CheckpointOptions::copy_on_write, the
+//      default): each server marks the cut and answers at once, the hold is released, and the servers write their
+//      parts (changed rows as of the cut, RocksDB snapshot, checksums) while training goes on; AwaitCheckpoint
+//      collects them on a waiter thread. Otherwise the hold lasts until every part is written.
+//   3. once every part is written, the manifest (clock, job fingerprint, partition, tables, files with checksums,
+//      each worker's reader position at c) is written and LATEST moved: the commit. Old checkpoints beyond `keep`
+//      are pruned. The next scheduled cut waits for the commit; final and rescale checkpoints commit before they
+//      return, and a rollback abandons a checkpoint still being written.
 // If any step fails, nothing is committed; the attempt's directory is deleted by a later prune.
 //
 // While a server is out of service (failed over, scheduler/recovery.h) no checkpoint is cut (its ranges' only
@@ -24,6 +28,8 @@
 #define KESTREL_SCHEDULER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -40,6 +46,7 @@ class Checkpointer {
  public:
   // `ctx` must outlive it.
   explicit Checkpointer(JobContext* ctx);
+  ~Checkpointer();  // waits for a waiter still collecting written parts
 
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -67,6 +74,8 @@ class Checkpointer {
   void RestartAt(int64_t clock);
   // A rollback: the final checkpoint is tried afresh once the job finishes again.
   void ForgetFinalAttempts();
+  // A rollback: a checkpoint still being written is never committed.
+  void AbandonPending();
 
   // The next clock the every-N policy cuts at, after `permitted` (kNoHold when off).
   int64_t NextScheduledCut(int64_t permitted) const;
@@ -78,8 +87,19 @@ class Checkpointer {
  private:
   // Some server is out of service (failed over): checkpoints wait.
   bool Degraded() const;
-  // Cuts, writes and commits a checkpoint at `clock`; false when it failed (logged).
-  bool TakeCheckpoint(int64_t clock, const std::string& reason);
+  struct Pending;  // a checkpoint cut and not yet committed
+
+  // Commits a pending checkpoint first, then cuts one at `clock` and (`wait`, or without copy-on-write) writes and
+  // commits it; without `wait` a copy-on-write checkpoint is pending on return. False when it failed (logged).
+  bool TakeCheckpoint(int64_t clock, const std::string& reason, bool wait);
+  // Step 2 (see the file comment): true when every server cut its part; the checkpoint is then pending.
+  bool Cut(int64_t clock, const std::string& reason);
+  // Step 3 for the pending checkpoint (waiting for its parts); false when it failed (logged).
+  bool Commit();
+  // Commits the pending checkpoint once written (without waiting), and forgets abandoned ones whose waiter ended.
+  void Poll();
+  // Commits the pending checkpoint, waiting for it.
+  void FinishPending();
 
   JobContext* const ctx_;
 
@@ -92,6 +112,9 @@ class Checkpointer {
   int64_t finished_clock_ = -1;
   int final_attempts_ = 0;                                // final checkpoints tried since the job (last) finished
   absl::Time next_final_attempt_ = absl::InfinitePast();  // after a failed one
+  uint64_t last_sequence_ = 0;  // of the last checkpoint this scheduler cut (or tried to)
+  std::unique_ptr<Pending> pending_;
+  std::vector<std::unique_ptr<Pending>> abandoned_;  // their waiters may still be collecting answers
 };
 
 }  // namespace kestrel

@@ -25,6 +25,10 @@ struct CheckpointOptions {
   bool resume = false;
   // Cut one when every worker has finished. Default: true.
   bool final_checkpoint = true;
+  // Copy-on-write cuts (server/shard_store.h): workers are held only while the servers mark the cut, and the
+  // rows are written while training goes on; the checkpoint commits once every server wrote its part, and the
+  // next scheduled cut waits for that. false: workers are held until every part is written. Default: true.
+  bool copy_on_write = true;
   // Elastic jobs (docs/elasticity.md): a server or worker dead for this long is removed from the job instead of
   // waited for. Default: zero = off (the job waits for a replacement).
   absl::Duration elastic_timeout = absl::ZeroDuration();

@@ -72,6 +72,9 @@ ABSL_FLAG(bool, resume, false,
           "Continue the job from the latest committed checkpoint in --checkpoint_dir (a new job when there is "
           "none). Without it, a directory holding checkpoints is refused.");
 ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
+ABSL_FLAG(bool, checkpoint_copy_on_write, true,
+          "Copy-on-write checkpoints: workers wait only while the servers mark the cut, and the rows are written "
+          "while training continues. false: workers wait until every server has written its part.");
 ABSL_FLAG(bool, elastic, false,
           "Elastic job (docs/elasticity.md): a server or worker that stays dead for --elastic_timeout is removed "
           "from the job instead of waited for (the ranks above it are renumbered; its data share goes to the "
@@ -159,6 +162,7 @@ int Run() {
   options.checkpoint.every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
   options.checkpoint.every = absl::GetFlag(FLAGS_checkpoint_every);
   options.checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.checkpoint.copy_on_write = absl::GetFlag(FLAGS_checkpoint_copy_on_write);
   options.checkpoint.resume = absl::GetFlag(FLAGS_resume);
   options.checkpoint.final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
   options.checkpoint.move_rows_on_worker_change = absl::GetFlag(FLAGS_move_rows_on_worker_change);

@@ -74,6 +74,7 @@ bool Recovery::MustRollBack(JobState state) {
 
 void Recovery::StartRollback(const std::string& why) {
   checkpointer_->ForgetFinalAttempts();
+  checkpointer_->AbandonPending();
   ctx_->syncing = -1;  // a rollback restores every server: nothing to re-replicate
   const uint64_t generation = ctx_->membership->BeginRollback();
   rollback_generation_ = generation;

@@ -34,6 +34,10 @@ SchedulerMetrics::SchedulerMetrics()
       checkpoint_duration_(NewHistogram("kestrel_scheduler_checkpoint_duration_seconds",
                                         "Time from every worker stopped at the cut to the commit of a checkpoint.",
                                         LongOperationBuckets())),
+      checkpoint_hold_(NewHistogram("kestrel_scheduler_checkpoint_hold_seconds",
+                                    "Time every worker was held at a cut for its checkpoint (copy-on-write: the "
+                                    "servers marking the cut; else until every server wrote its part).",
+                                    LongOperationBuckets())),
       rollbacks_(NewCounter("kestrel_scheduler_rollbacks_total",
                             "Rollbacks of the job to its last checkpoint after a server died.")),
       failovers_(NewCounter("kestrel_scheduler_failovers_total",

@@ -16,6 +16,7 @@
 //   kestrel_scheduler_checkpoints_failed_total          counter    checkpoint attempts abandoned (nothing committed)
 //   kestrel_scheduler_checkpoint_duration_seconds       histogram  committed checkpoints: every worker stopped at
 //                                                                  the cut to the commit
+//   kestrel_scheduler_checkpoint_hold_seconds           histogram  workers held at a cut for its checkpoint
 //   kestrel_scheduler_rollbacks_total                   counter    rollbacks of the job to its last checkpoint
 //   kestrel_scheduler_failovers_total                   counter    servers lost without a rollback (ranges failed over)
 //   kestrel_scheduler_rereplications_total              counter    replacements synced and put back in service
@@ -50,6 +51,7 @@ class SchedulerMetrics {
   prometheus::Counter& checkpoints_committed() { return checkpoints_committed_; }
   prometheus::Counter& checkpoints_failed() { return checkpoints_failed_; }
   prometheus::Histogram& checkpoint_duration() { return checkpoint_duration_; }
+  prometheus::Histogram& checkpoint_hold() { return checkpoint_hold_; }
   prometheus::Counter& rollbacks() { return rollbacks_; }
   prometheus::Counter& failovers() { return failovers_; }
   prometheus::Counter& rereplications() { return rereplications_; }
@@ -72,6 +74,7 @@ class SchedulerMetrics {
   prometheus::Counter& checkpoints_committed_;
   prometheus::Counter& checkpoints_failed_;
   prometheus::Histogram& checkpoint_duration_;
+  prometheus::Histogram& checkpoint_hold_;
   prometheus::Counter& rollbacks_;
   prometheus::Counter& failovers_;
   prometheus::Counter& rereplications_;

@@ -43,6 +43,11 @@ class FakeServer final : public ParameterServer::Service {
     response->mutable_shard()->set_shard(0);
     return grpc::Status::OK;
   }
+  grpc::Status AwaitCheckpoint(grpc::ServerContext*, const AwaitCheckpointRequest*,
+                               CheckpointShardResponse* response) override {
+    response->mutable_shard()->set_shard(0);
+    return grpc::Status::OK;
+  }
   grpc::Status Restore(grpc::ServerContext*, const RestoreShardRequest* request, RestoreShardResponse*) override {
     absl::MutexLock lock(&mu_);
     restores_.emplace_back(request->name(), request->min_worker_generation());

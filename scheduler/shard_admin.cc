@@ -19,16 +19,30 @@ class GrpcShardAdmin final : public ShardAdmin {
       : job_id_(std::move(job_id)), deadline_(deadline), credentials_(std::move(credentials)) {}
 
   absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
-                                             int64_t clock) override {
+                                             int64_t clock, bool copy_on_write) override {
     CheckpointShardRequest request;
     Fill(request.mutable_header());
     request.set_name(name);
     request.set_clock(clock);
+    request.set_copy_on_write(copy_on_write);
     CheckpointShardResponse response;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     absl::Status status = FromGrpcStatus(StubFor(address)->Checkpoint(&context, request, &response));
     if (!status.ok()) return Annotate(status, "checkpoint", shard, address);
+    return response.shard();
+  }
+
+  absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string& address,
+                                                  const std::string& name) override {
+    AwaitCheckpointRequest request;
+    Fill(request.mutable_header());
+    request.set_name(name);
+    CheckpointShardResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    absl::Status status = FromGrpcStatus(StubFor(address)->AwaitCheckpoint(&context, request, &response));
+    if (!status.ok()) return Annotate(status, "checkpoint write", shard, address);
     return response.shard();
   }
 

@@ -19,9 +19,14 @@ namespace kestrel {
 class ShardAdmin {
  public:
   virtual ~ShardAdmin() = default;
-  // Server `shard` at `address` writes its part of checkpoint `name` (cut at `clock`).
+  // Server `shard` at `address` writes its part of checkpoint `name` (cut at `clock`). With `copy_on_write` it
+  // answers once the cut is marked (the answer holds shard, dir and cut_seconds) and writes in the background:
+  // AwaitCheckpoint then answers the written part.
   virtual absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
-                                                     int64_t clock) = 0;
+                                                     int64_t clock, bool copy_on_write) = 0;
+  // Waits for server `shard` to finish writing the copy-on-write checkpoint `name` it cut, and answers its part.
+  virtual absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string& address,
+                                                          const std::string& name) = 0;
   // Server `shard` replaces its state with its part of committed checkpoint `request.name()` ("" = empty tables)
   // and refuses worker requests older than `request.min_worker_generation()`; with request.layout_generation()
   // set, it does so in that new layout, as the rank the request names (ParameterServer.Restore). The header is

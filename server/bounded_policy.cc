@@ -78,7 +78,7 @@ absl::Status BoundedPolicy::RemoveLocked(RowArena& rows, BoundedStripe& stripe, 
   thread_local std::vector<uint64_t> stored;
   stored.clear();
   for (uint32_t id : ids) {
-    if (rows.flags(id) & RowArena::kStored) stored.push_back(RowArena::KeyOf(rows.row(id)));
+    if (rows.InStore(id)) stored.push_back(RowArena::KeyOf(rows.row(id)));
   }
   if (!stored.empty()) {
     if (cold != nullptr) {

@@ -88,6 +88,7 @@ struct RowMeta {
 struct BoundedStripe {
   AdmissionSketch sketch;            // empty without admission
   std::vector<uint64_t> tombstones;  // stored keys that left since the last ClearDirty
+  size_t cut_tombstones = 0;         // while a cut is pending: the first ones are the cut's
   int64_t swept_at = -1;             // clock of the last expiry sweep
   uint32_t disk_rows = 0;            // rows of this stripe on the cold tier
   TableTierStats stats;              // counters (pull hits are kept by BoundedPolicy)
@@ -97,11 +98,13 @@ struct BoundedStripe {
   // After a checkpoint: no tombstone, the sketch clean.
   void ClearDirty() {
     std::vector<uint64_t>().swap(tombstones);
+    cut_tombstones = 0;
     sketch.ClearDirty();
   }
   // Nothing held (the stats stay).
   void Clear() {
     std::vector<uint64_t>().swap(tombstones);
+    cut_tombstones = 0;
     sketch.Reset();
     swept_at = -1;
     disk_rows = 0;

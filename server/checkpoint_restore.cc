@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/limits.h"
 #include "common/logging.h"
+#include "common/checkpoint_layout.h"
 #include "common/partition.h"
 #include "common/status.h"
 #include "server/served_layout.h"
@@ -27,12 +28,51 @@ absl::Status CheckpointRestore::Checkpoint(const HostedShards& hosted, const Che
         absl::StrFormat("server %d left the job in a rescale: it has nothing to checkpoint", own.owner()));
   }
   const absl::Time start = absl::Now();
+  if (request.copy_on_write()) {
+    KESTREL_RETURN_IF_ERROR(store_->BeginCheckpoint(own, request.name()));
+    cut_start_ = start;
+    written_name_.clear();
+    ShardCheckpoint* cut = response->mutable_shard();
+    cut->set_shard(own.owner());
+    cut->set_dir(CheckpointLayout::ShardDirName(own.owner()));
+    cut->set_cut_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+    return absl::OkStatus();
+  }
   KESTREL_ASSIGN_OR_RETURN(ShardCheckpoint written, store_->Checkpoint(own, request.name()));
+  Record(written, absl::Now() - start);
+  *response->mutable_shard() = std::move(written);
+  return absl::OkStatus();
+}
+
+void CheckpointRestore::Record(const ShardCheckpoint& written, absl::Duration took) {
   ServerMetrics& metrics = ServerMetrics::Get();
-  metrics.checkpoint_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics.checkpoint_duration().Observe(absl::ToDoubleSeconds(took));
+  metrics.checkpoint_cut_duration().Observe(written.cut_seconds());
+  metrics.checkpoint_retained_peak_bytes().Set(static_cast<double>(written.retained_peak_bytes()));
   metrics.checkpoint_written_rows().Increment(static_cast<double>(written.rows_written()));
   metrics.checkpoint_written_bytes().Increment(static_cast<double>(written.bytes_written()));
-  *response->mutable_shard() = std::move(written);
+}
+
+void CheckpointRestore::WriteCut() {
+  if (store_ == nullptr) return;
+  const std::string name = store_->pending_checkpoint();
+  if (name.empty()) return;  // dropped by a restore queued before this write
+  written_name_ = name;
+  written_ = store_->FinishCheckpoint();
+  if (written_.ok()) {
+    Record(*written_, absl::Now() - cut_start_);
+  } else {
+    KLOG(Warning) << "writing checkpoint " << name << " failed: " << written_.status();
+  }
+}
+
+absl::Status CheckpointRestore::Await(const AwaitCheckpointRequest& request, CheckpointShardResponse* response) {
+  if (store_ == nullptr || request.name().empty() || request.name() != written_name_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s was not cut here last (the server restarted, restored or cut another since)", request.name()));
+  }
+  if (!written_.ok()) return written_.status();
+  *response->mutable_shard() = *written_;
   return absl::OkStatus();
 }
 

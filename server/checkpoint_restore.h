@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/ps.pb.h"
 #include "server/hosted_shards.h"
 #include "server/shard_store.h"
@@ -25,9 +26,15 @@ class CheckpointRestore {
   // (a rollback without checkpoints) works. `layout`: a restore into a new layout is adopted there.
   CheckpointRestore(ServedLayout* layout, ShardStore* store) : layout_(layout), store_(store) {}
 
-  // Writes the own group of `hosted` as checkpoint `request.name()`.
+  // Writes the own group of `hosted` as checkpoint `request.name()`. With request.copy_on_write(), only cuts it
+  // (ShardStore::BeginCheckpoint): the caller must then run WriteCut (the admin thread's next task), whose result
+  // Await answers.
   absl::Status Checkpoint(const HostedShards& hosted, const CheckpointShardRequest& request,
                           CheckpointShardResponse* response);
+  // Writes the pending copy-on-write cut, keeping the result for Await.
+  void WriteCut();
+  // The result of the last WriteCut, when it was of checkpoint `request.name()`; else FailedPrecondition.
+  absl::Status Await(const AwaitCheckpointRequest& request, CheckpointShardResponse* response);
   // Restores `request.name()` (empty: empty tables) into every group of `served`, or into the groups of the new
   // layout the request names, which are served from then on.
   absl::Status Restore(const HostedShards& served, const RestoreShardRequest& request,
@@ -39,8 +46,14 @@ class CheckpointRestore {
   absl::StatusOr<std::shared_ptr<HostedShards>> GroupsForRestore(const HostedShards& hosted,
                                                                  const RestoreShardRequest& request) const;
 
+  // Counts a written checkpoint part in the server's metrics.
+  static void Record(const ShardCheckpoint& written, absl::Duration took);
+
   ServedLayout* const layout_;
   ShardStore* const store_;
+  absl::Time cut_start_;          // of the pending cut
+  std::string written_name_;      // the last copy-on-write cut written (or whose write failed)
+  absl::StatusOr<ShardCheckpoint> written_ = absl::FailedPreconditionError("no copy-on-write checkpoint cut");
 };
 
 }  // namespace kestrel

@@ -20,6 +20,7 @@ class Sgd final : public Optimizer {
  public:
   Sgd(int dim, float lr) : Optimizer(dim), lr_(lr) {}
   int slot_floats() const override { return 0; }
+  std::vector<SlotRun> slot_runs() const override { return {}; }
   void InitSlots(const float*, float*) const override {}
   void Apply(const float* g_in, float* w_in, float*) const override {
     // Locals and __restrict let the compiler vectorize (members could alias the row otherwise).
@@ -38,6 +39,7 @@ class Adagrad final : public Optimizer {
   Adagrad(int dim, float lr, float initial_accumulator, float eps)
       : Optimizer(dim), lr_(lr), initial_accumulator_(initial_accumulator), eps_(eps) {}
   int slot_floats() const override { return dim_; }
+  std::vector<SlotRun> slot_runs() const override { return {{dim_, SlotRun::kNonNegative}}; }
   void InitSlots(const float*, float* acc) const override {
     for (int j = 0; j < dim_; ++j) acc[j] = initial_accumulator_;
   }
@@ -63,6 +65,7 @@ class RowwiseAdagrad final : public Optimizer {
   RowwiseAdagrad(int dim, float lr, float initial_accumulator, float eps)
       : Optimizer(dim), lr_(lr), initial_accumulator_(initial_accumulator), eps_(eps) {}
   int slot_floats() const override { return 1; }
+  std::vector<SlotRun> slot_runs() const override { return {{1, SlotRun::kNonNegative}}; }
   void InitSlots(const float*, float* acc) const override { acc[0] = initial_accumulator_; }
   void Apply(const float* g_in, float* w_in, float* acc) const override {
     const float* __restrict g = g_in;
@@ -84,6 +87,9 @@ class Adam final : public Optimizer {
       : Optimizer(dim), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {}
   // m[dim], v[dim], then the row's step count stored as the bits of a uint32.
   int slot_floats() const override { return 2 * dim_ + 1; }
+  std::vector<SlotRun> slot_runs() const override {
+    return {{dim_, SlotRun::kSigned}, {dim_, SlotRun::kNonNegative}, {1, SlotRun::kBits}};
+  }
   void InitSlots(const float*, float* slots) const override {
     std::memset(slots, 0, sizeof(float) * slot_floats());
   }
@@ -120,6 +126,7 @@ class Ftrl final : public Optimizer {
       : Optimizer(dim), alpha_(alpha), beta_(beta), l1_(l1), l2_(l2) {}
   // z[dim], n[dim].
   int slot_floats() const override { return 2 * dim_; }
+  std::vector<SlotRun> slot_runs() const override { return {{dim_, SlotRun::kSigned}, {dim_, SlotRun::kNonNegative}}; }
   void InitSlots(const float* w, float* slots) const override {
     // With n = 0 the closed form gives w = -z / (beta/alpha + l2) when |z| > l1. Choosing z so that this
     // reproduces the initial value keeps a non-zero initializer meaningful (zeros give z = 0, the classic
@@ -158,6 +165,7 @@ class Assign final : public Optimizer {
  public:
   explicit Assign(int dim) : Optimizer(dim) {}
   int slot_floats() const override { return 0; }
+  std::vector<SlotRun> slot_runs() const override { return {}; }
   void InitSlots(const float*, float*) const override {}
   void Apply(const float* g, float* w, float*) const override { std::memcpy(w, g, sizeof(float) * dim_); }
 };

@@ -15,6 +15,7 @@
 #define KESTREL_SERVER_OPTIMIZER_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/table.pb.h"
@@ -29,8 +30,22 @@ class Optimizer {
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config, int dim);
 
   int dim() const { return dim_; }
+  // One run of a row's optimizer state: what its floats are, for a compact checkpoint (server/checkpoint_row_codec.h).
+  struct SlotRun {
+    enum Kind {
+      kSigned,       // any finite floats: Adam's first moment, FTRL's z
+      kNonNegative,  // floats >= 0 that span decades: the Adagrad accumulators, Adam's second moment, FTRL's n
+      kBits,         // not a float: Adam's step count (a uint32's bits), kept exactly
+    };
+    int floats;
+    Kind kind;
+  };
+
   // Floats of optimizer state per row.
   virtual int slot_floats() const = 0;
+  // The runs of the state, in the order a row stores them; their floats add up to slot_floats() (none for SGD and
+  // ASSIGN).
+  virtual std::vector<SlotRun> slot_runs() const = 0;
   // Writes the state of a fresh row (whose values are `w`).
   virtual void InitSlots(const float* w, float* slots) const = 0;
   // Applies one gradient `g` to the row's values `w` and state `slots`.

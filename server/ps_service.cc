@@ -447,8 +447,21 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
                                                     CheckpointShardResponse* response) {
   return RunAdmin(context, checkpoint_rpc_, "Checkpoint", request->header(),
                   [this, request, response](const Hosted& hosted) {
-                    return checkpoints_->Checkpoint(*hosted, *request, response);
+                    KESTREL_RETURN_IF_ERROR(checkpoints_->Checkpoint(*hosted, *request, response));
+                    // Copy-on-write: the write is the admin thread's next task (the groups live until it ran), so
+                    // a Restore or AwaitCheckpoint queued after this answer runs after it.
+                    if (request->copy_on_write() && !admin_.TrySchedule([this, hosted] { checkpoints_->WriteCut(); })) {
+                      checkpoints_->WriteCut();  // the queue is full: write now, answering late
+                    }
+                    return absl::OkStatus();
                   });
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::AwaitCheckpoint(grpc::CallbackServerContext* context,
+                                                         const AwaitCheckpointRequest* request,
+                                                         CheckpointShardResponse* response) {
+  return RunAdmin(context, checkpoint_rpc_, "AwaitCheckpoint", request->header(),
+                  [this, request, response](const Hosted&) { return checkpoints_->Await(*request, response); });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* context,

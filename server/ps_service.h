@@ -105,6 +105,9 @@ class PsServiceImpl final
                                   StatsResponse* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context, const CheckpointShardRequest* request,
                                        CheckpointShardResponse* response) override;
+  grpc::ServerUnaryReactor* AwaitCheckpoint(grpc::CallbackServerContext* context,
+                                            const AwaitCheckpointRequest* request,
+                                            CheckpointShardResponse* response) override;
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context, const RestoreShardRequest* request,
                                     RestoreShardResponse* response) override;
   grpc::ServerUnaryReactor* CopyGroup(grpc::CallbackServerContext* context, const CopyGroupRequest* request,

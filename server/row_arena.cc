@@ -46,6 +46,7 @@ void RowArena::GrowIndex() {
 void RowArena::AddChunk() { chunks_.emplace_back(new float[(size_t{1} << chunk_shift_) * row_floats_]); }
 
 void RowArena::Remove(uint32_t id) {
+  Preserve(id);
   const size_t mask = index_.size() - 1;
   // The index slot of `id`, then backward-shift deletion (linear probing keeps no tombstones).
   size_t hole = Mix64(KeyOf(row(id))) & mask;
@@ -87,9 +88,33 @@ void RowArena::ClearDirty() {
 void RowArena::MarkAllDirty() {
   std::fill(flags_.begin(), flags_.end(), kDirty);
   num_dirty_ = rows_;
+  cut_pending_ = false;
+  std::vector<float>().swap(retained_);
+}
+
+void RowArena::PreserveSlow(uint32_t id) {
+  const float* r = row(id);
+  retained_.insert(retained_.end(), r, r + row_floats_);
+  flags_[id] |= kPreserved;
+}
+
+void RowArena::EndCut() {
+  uint32_t dirty = 0;
+  for (uint8_t& f : flags_) {
+    // Written by the cut: stored. Written since: dirty.
+    const uint8_t next = static_cast<uint8_t>(((f & kDirty) ? kStored : (f & kStored)) | ((f & kNext) ? kDirty : 0) |
+                                              (f & kPinned));
+    dirty += (next & kDirty) != 0;
+    f = next;
+  }
+  num_dirty_ = dirty;
+  cut_pending_ = false;
+  std::vector<float>().swap(retained_);
 }
 
 void RowArena::Clear() {
+  cut_pending_ = false;
+  std::vector<float>().swap(retained_);
   std::vector<uint32_t>().swap(index_);
   std::vector<std::unique_ptr<float[]>>().swap(chunks_);
   std::vector<uint8_t>().swap(flags_);

@@ -52,11 +52,15 @@ class RowArena {
   // megabytes per stripe), at least 1.
   static constexpr uint32_t kMaxChunkRows = 64;
   static constexpr size_t kChunkBytes = 64 << 10;
-  // Row flags. kDirty: written since the last ClearDirty(). kStored: the store (checkpoint or disk tier) holds a
-  // copy. kPinned: in the push being applied (a bounded table does not evict it to make room).
+  // Row flags. kDirty: written since the last ClearDirty() (while a cut is pending: written before the cut).
+  // kStored: the store (checkpoint or disk tier) holds a copy. kPinned: in the push being applied (a bounded table
+  // does not evict it to make room). While a cut is pending: kNext, written since the cut; kPreserved, the row's
+  // value at the cut is among the retained copies.
   static constexpr uint8_t kDirty = 1;
   static constexpr uint8_t kStored = 2;
   static constexpr uint8_t kPinned = 4;
+  static constexpr uint8_t kNext = 8;
+  static constexpr uint8_t kPreserved = 16;
 
   // An arena that holds no row and cannot take one (a placeholder until assigned).
   RowArena() = default;
@@ -104,30 +108,64 @@ class RowArena {
     size_t i = hash & mask;
     while (index_[i] != 0) i = (i + 1) & mask;
     const uint32_t id = rows_++;
-    flags_.push_back(kDirty);
-    ++num_dirty_;
+    flags_.push_back(cut_pending_ ? kNext : kDirty);
+    num_dirty_ += !cut_pending_;
     if ((id >> chunk_shift_) == chunks_.size()) AddChunk();
     index_[i] = id + 1;
     std::memcpy(row(id), &key, sizeof(key));
     return id;
   }
-  // Removes row `id`: the last row moves into its place (taking id `id`).
+  // Removes row `id` (preserving it first: Preserve): the last row moves into its place (taking id `id`).
   void Remove(uint32_t id);
 
   uint8_t flags(uint32_t id) const { return flags_[id]; }
   void SetFlags(uint32_t id, uint8_t f) { flags_[id] |= f; }
   void ClearFlags(uint32_t id, uint8_t f) { flags_[id] &= ~f; }
+  // Call before row `id` changes: marks it dirty (while a cut is pending, preserves it first and marks it kNext).
   void MarkDirty(uint32_t id) {
+    if (cut_pending_) {
+      Preserve(id);
+      flags_[id] |= kNext;
+      return;
+    }
     num_dirty_ += (flags_[id] & kDirty) ^ kDirty;
     flags_[id] |= kDirty;
   }
+  // Rows with kDirty.
   uint32_t num_dirty() const { return num_dirty_; }
   // Every row clean and in the store.
   void ClearDirty();
-  // Every row dirty and not in the store.
+  // Every row dirty and not in the store (ends a pending cut, dropping its retained copies).
   void MarkAllDirty();
-  // Drops every row and frees the memory.
+  // Drops every row and frees the memory (and a pending cut).
   void Clear();
+
+  // Copy-on-write cuts (server/table.h). BeginCut: the rows dirty now are the cut's; until EndCut, a change to one
+  // of them (MarkDirty, Remove, or an explicit Preserve before a row is rewritten in place) first copies it, as it
+  // was at the cut, to the retained copies, and rows written since the cut are kNext, not kDirty.
+  void BeginCut() { cut_pending_ = true; }
+  bool cut_pending() const { return cut_pending_; }
+  void Preserve(uint32_t id) {
+    if (cut_pending_ && (flags_[id] & (kDirty | kPreserved)) == kDirty) PreserveSlow(id);
+  }
+  // Whether the store holds row `id`, or will once the pending cut is written: a removal leaves a tombstone.
+  bool InStore(uint32_t id) const {
+    return (flags_[id] & kStored) || (cut_pending_ && (flags_[id] & kDirty));
+  }
+  // Calls fn(row) (key first, row_floats() floats) for each row of the pending cut: the dirty rows not preserved,
+  // then the retained copies.
+  template <typename Fn>
+  void ForEachCutRow(Fn fn) const {
+    for (uint32_t id = 0; id < rows_; ++id) {
+      if ((flags_[id] & (kDirty | kPreserved)) == kDirty) fn(row(id));
+    }
+    for (size_t i = 0; i < retained_.size(); i += row_floats_) fn(retained_.data() + i);
+  }
+  // The cut is in the store: its rows are clean and stored, rows written since are the dirty ones; the retained
+  // copies are freed.
+  void EndCut();
+  // Bytes the retained copies hold.
+  uint64_t retained_bytes() const { return sizeof(float) * retained_.capacity(); }
 
   // Bytes held: index, chunks and flags (capacities).
   uint64_t memory_bytes() const;
@@ -146,6 +184,7 @@ class RowArena {
  private:
   void GrowIndex();
   void AddChunk();
+  void PreserveSlow(uint32_t id);
 
   int row_floats_ = 0;
   int chunk_shift_ = 0;  // rows per chunk = 1 << chunk_shift_
@@ -155,6 +194,8 @@ class RowArena {
   uint32_t rows_ = 0;
   std::vector<uint8_t> flags_;  // by row id
   uint32_t num_dirty_ = 0;
+  bool cut_pending_ = false;
+  std::vector<float> retained_;  // rows (key first) as they were at the pending cut
 };
 
 }  // namespace kestrel

@@ -37,6 +37,13 @@ ServerMetrics::ServerMetrics()
                                         "Time to write this server's part of a checkpoint (changed rows, RocksDB "
                                         "snapshot, checksums).",
                                         LongOperationBuckets())),
+      checkpoint_cut_duration_(NewHistogram("kestrel_server_checkpoint_cut_seconds",
+                                            "Time requests were stopped on this server for a checkpoint's cut "
+                                            "(copy-on-write: marking it; with a disk tier: writing it too).",
+                                            LongOperationBuckets())),
+      checkpoint_retained_peak_bytes_(NewGauge("kestrel_server_checkpoint_retained_peak_bytes",
+                                               "Most bytes of row copies the last checkpoint kept for its cut while "
+                                               "it was written.")),
       checkpoint_written_rows_(NewCounter("kestrel_server_checkpoint_written_rows_total",
                                           "Changed rows written by this server's checkpoints.")),
       checkpoint_written_bytes_(NewCounter("kestrel_server_checkpoint_written_bytes_total",

@@ -16,6 +16,8 @@
 //   kestrel_server_table_pulled_keys_total{table,from}  counter pulled keys of bounded tables answered from
 //                                                               "memory", "disk" or "initial" (absent)
 //   kestrel_server_checkpoint_duration_seconds       histogram  writing this server's part of a checkpoint
+//   kestrel_server_checkpoint_cut_seconds           histogram  requests stopped for a checkpoint's cut
+//   kestrel_server_checkpoint_retained_peak_bytes   gauge      row copies the last checkpoint kept for its cut
 //   kestrel_server_checkpoint_written_rows_total     counter    changed rows written by checkpoints
 //   kestrel_server_checkpoint_written_bytes_total    counter    bytes of those rows
 //   kestrel_server_restore_duration_seconds          histogram  restoring a checkpoint (or empty tables)
@@ -42,6 +44,8 @@ class ServerMetrics {
 
   RpcMetrics& rpc() { return rpc_; }
   prometheus::Histogram& checkpoint_duration() { return checkpoint_duration_; }
+  prometheus::Histogram& checkpoint_cut_duration() { return checkpoint_cut_duration_; }
+  prometheus::Gauge& checkpoint_retained_peak_bytes() { return checkpoint_retained_peak_bytes_; }
   prometheus::Counter& checkpoint_written_rows() { return checkpoint_written_rows_; }
   prometheus::Counter& checkpoint_written_bytes() { return checkpoint_written_bytes_; }
   prometheus::Histogram& restore_duration() { return restore_duration_; }
@@ -63,6 +67,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& table_tier_moves_;
   prometheus::Family<prometheus::Counter>& table_pulled_keys_;
   prometheus::Histogram& checkpoint_duration_;
+  prometheus::Histogram& checkpoint_cut_duration_;
+  prometheus::Gauge& checkpoint_retained_peak_bytes_;
   prometheus::Counter& checkpoint_written_rows_;
   prometheus::Counter& checkpoint_written_bytes_;
   prometheus::Histogram& restore_duration_;

@@ -178,6 +178,7 @@ absl::StatusOr<bool> Shard::AddTable(const TableConfig& config) {
   Table* added = table->get();
   (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
   if (config.capacity().max_disk_bytes() > 0) added->SetColdTier(cold_tier_);
+  added->set_cut_memory(&cut_memory_);
   ApplyBudgetsLocked(*next);
   table_maps_.push_back(std::move(next));
   tables_.store(table_maps_.back().get(), std::memory_order_release);

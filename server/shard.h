@@ -45,6 +45,7 @@
 #include "common/partition.h"
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
+#include "server/cut_memory.h"
 #include "server/read_gate.h"
 #include "server/recent_requests.h"
 #include "server/table.h"
@@ -200,6 +201,7 @@ class Shard {
   absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const;
 
   // Runs `fn` with every table (sorted by name) while no request is in progress and none can start.
+  // (Copy-on-write checkpoints begin their cut in it: Table::BeginCut.)
   absl::Status Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn);
 
   // Receives one checkpointed row: returns whether this shard owns `key` and took the row.
@@ -243,6 +245,9 @@ class Shard {
   // `listener` (may be null) runs once when a disk tier fails mid-push: the shard then refuses requests
   // (FailedPrecondition) until a Restore. The server's listener exits, so the scheduler recovers the job.
   void SetFailureListener(std::function<void(const absl::Status&)> listener);
+
+  // The retained row copies of the tables' pending copy-on-write cut, and their bound (server/cut_memory.h).
+  CutMemory& cut_memory() { return cut_memory_; }
 
   ShardStats Stats() const;
   // Fingerprint of all state (every table's config and rows): equal iff the shards hold the same data.
@@ -314,6 +319,7 @@ class Shard {
   std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
   std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
   ColdTier* cold_tier_ ABSL_GUARDED_BY(mu_) = nullptr;
+  CutMemory cut_memory_;  // every table's retained copies
 
   mutable absl::Mutex tier_mu_;
   std::atomic<bool> tier_failed_{false};

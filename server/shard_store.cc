@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/partition.h"
 #include "common/status.h"
+#include "server/checkpoint_row_codec.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -126,6 +127,14 @@ absl::StatusOr<std::unique_ptr<CheckpointTableReader>> CheckpointTableReader::Op
   std::unique_ptr<CheckpointTableReader> reader(new CheckpointTableReader());
   reader->where_ = absl::StrFormat("checkpoint %s, shard %d (%s)", name, shard, dir);
   if (!table.empty()) reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
+  for (const TableConfig& config : manifest.tables()) {
+    if (!table.empty() && config.name() != table) continue;
+    absl::StatusOr<CheckpointRowCodec> codec = CheckpointRowCodec::Create(config);
+    if (!codec.ok()) {
+      return absl::DataLossError(absl::StrCat(reader->where_, ": table '", config.name(), "': ", codec.status().message()));
+    }
+    reader->codecs_.emplace(config.name(), *std::move(codec));
+  }
   KESTREL_ASSIGN_OR_RETURN(reader->db_, OpenSnapshot(dir, reader->where_));
   reader->it_.reset(reader->db_->NewIterator(SnapshotReadOptions()));
   reader->it_->Seek(table.empty() ? rocksdb::Slice(kTablesStart.data(), kTablesStart.size()) : rocksdb::Slice(reader->prefix_));
@@ -142,11 +151,19 @@ absl::Status CheckpointTableReader::Load() {
   if (!it_->Valid()) return FromRocks(it_->status(), absl::StrCat(where_, ": reading"));
   if (!it_->key().starts_with(prefix_)) return absl::OkStatus();  // past the table
   const rocksdb::Slice value = it_->value();
-  if (!ParseRowKey(it_->key(), &table_, &key_) || value.size() % sizeof(float) != 0) {
-    return absl::DataLossError(absl::StrCat(where_, ": malformed row"));
+  if (!ParseRowKey(it_->key(), &table_, &key_)) return absl::DataLossError(absl::StrCat(where_, ": malformed row"));
+  const absl::string_view record(value.data(), value.size());
+  if (CheckpointRowCodec::IsQ8(record)) {  // a compact row: decoded by its table's codec
+    auto codec = codecs_.find(table_);
+    if (codec == codecs_.end()) {
+      return absl::DataLossError(absl::StrCat(where_, ": a compact row of table '", table_, "', which the manifest lacks"));
+    }
+    absl::Status decoded = codec->second.Decode(record, &row_);
+    if (!decoded.ok()) return absl::DataLossError(absl::StrCat(where_, ": ", decoded.message()));
+  } else {
+    row_.resize(value.size() / sizeof(float));
+    std::memcpy(row_.data(), value.data(), value.size());
   }
-  row_.resize(value.size() / sizeof(float));
-  std::memcpy(row_.data(), value.data(), value.size());
   valid_ = true;
   return absl::OkStatus();
 }
@@ -187,94 +204,212 @@ absl::Status ShardStore::Reset() {
   return absl::OkStatus();
 }
 
+// Rows, tombstones and sketches of one checkpoint into the working store, in write batches of about kBatchBytes.
+class ShardStore::BatchWriter {
+ public:
+  BatchWriter(rocksdb::DB* db, int rank) : db_(db), rank_(rank) { options_.disableWAL = true; }
+
+  // The rows Put writes next are of `config` (encoded by its checkpoint codec).
+  absl::Status StartTable(const TableConfig& config) {
+    KESTREL_ASSIGN_OR_RETURN(CheckpointRowCodec codec, CheckpointRowCodec::Create(config));
+    codec_.emplace(std::move(codec));
+    return absl::OkStatus();
+  }
+  absl::Status Put(absl::string_view table, uint64_t k, absl::Span<const float> row) {
+    AppendRowKey(table, k, &key_);
+    rocksdb::Slice value(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float));
+    if (codec_.has_value() && codec_->codec() != CHECKPOINT_FP32) {
+      codec_->Encode(row, &value_);
+      value = rocksdb::Slice(value_);
+    }
+    batch_.Put(key_, value);
+    ++rows_;
+    bytes_ += key_.size() + value.size();
+    return MaybeFlush();
+  }
+  absl::Status Delete(absl::string_view table, uint64_t k) {
+    AppendRowKey(table, k, &key_);
+    batch_.Delete(key_);
+    ++deleted_;
+    return MaybeFlush();
+  }
+  absl::Status PutSketch(absl::string_view table, const AdmissionSketchState& sketch) {
+    const std::string value = sketch.SerializeAsString();
+    batch_.Put(SketchPrefix() + std::string(table), value);
+    bytes_ += value.size();
+    return MaybeFlush();
+  }
+  absl::Status Flush() {
+    if (batch_.Count() == 0) return absl::OkStatus();
+    KESTREL_RETURN_IF_ERROR(
+        FromRocks(db_->Write(options_, &batch_), absl::StrFormat("shard %d: writing checkpoint rows", rank_)));
+    batch_.Clear();
+    return absl::OkStatus();
+  }
+  void Count(ShardCheckpoint* answer) const {
+    answer->set_rows_written(rows_);
+    answer->set_bytes_written(bytes_);
+    answer->set_rows_deleted(deleted_);
+  }
+
+ private:
+  absl::Status MaybeFlush() { return batch_.GetDataSize() >= kBatchBytes ? Flush() : absl::OkStatus(); }
+
+  rocksdb::DB* const db_;
+  const int rank_;
+  rocksdb::WriteOptions options_;
+  rocksdb::WriteBatch batch_;
+  std::string key_;
+  std::string value_;  // an encoded row
+  std::optional<CheckpointRowCodec> codec_;
+  uint64_t rows_ = 0, bytes_ = 0, deleted_ = 0;
+};
+
+struct ShardStore::PendingCut {
+  std::string name;
+  std::string dir;  // the shard's directory of the checkpoint
+  int rank = 0;
+  Shard* shard = nullptr;
+  ShardCheckpoint answer;  // shard, dir, tables, rows so far
+  std::vector<Table*> tables;
+  std::vector<std::optional<AdmissionSketchState>> sketches;  // by table: the cut's, when it changed
+  bool written = false;  // stop the world: rows written and snapshot cut inside the exclusive section
+  absl::Time start;
+  absl::Time written_at;
+};
+
 absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::string_view name) {
+  KESTREL_RETURN_IF_ERROR(BeginCheckpoint(shard, name));
+  return FinishCheckpoint();
+}
+
+absl::Status ShardStore::Snapshot(int rank, const std::string& dir) {
+  std::error_code error;
+  fs::create_directories(fs::path(dir).parent_path(), error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
+  }
+  KESTREL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", rank)));
+  rocksdb::Checkpoint* raw = nullptr;
+  KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                   absl::StrFormat("shard %d: snapshot into %s", rank, dir));
+}
+
+absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
   KESTREL_RETURN_IF_ERROR(CheckpointLayout::CheckName(name));
   if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
+  if (pending_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("shard %d: checkpoint %s is still being written", shard_, pending_->name));
+  }
+  auto cut = std::make_unique<PendingCut>();
+  cut->start = absl::Now();
+  cut->name = std::string(name);
+  cut->shard = &shard;
   // The checkpoint's part is the rank's: after a rescale renumbered this server it is not its id's.
-  const int rank = shard.owner();
-  ShardCheckpoint answer;
-  answer.set_shard(rank);
-  answer.set_dir(CheckpointLayout::ShardDirName(rank));
-  const absl::Time start = absl::Now();
-  absl::Time written;
-  const std::string dir = layout_.ShardDir(name, rank);
-  auto snapshot = [&]() -> absl::Status {
-    std::error_code error;
-    fs::create_directories(fs::path(dir).parent_path(), error);
-    if (error) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
-    }
-    KESTREL_RETURN_IF_ERROR(
-        FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", rank)));
-    rocksdb::Checkpoint* raw = nullptr;
-    KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
-    std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-    return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
-                     absl::StrFormat("shard %d: snapshot into %s", rank, dir));
-  };
-  bool snapshot_taken = false;
-  // Values, optimizer state, meta, deletions and admission sketches, with no request in between: one cut.
+  cut->rank = shard.owner();
+  cut->dir = layout_.ShardDir(name, cut->rank);
+  cut->answer.set_shard(cut->rank);
+  cut->answer.set_dir(CheckpointLayout::ShardDirName(cut->rank));
+  shard.cut_memory().ResetPeak();
+  // The cut: values, optimizer state, meta, deletions and admission sketches, with no request in between.
   KESTREL_RETURN_IF_ERROR(shard.Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
-    rocksdb::WriteOptions write_options;
-    write_options.disableWAL = true;
-    rocksdb::WriteBatch batch;
-    std::string key;
-    uint64_t rows = 0, bytes = 0, deleted = 0;
+    if (rebase_) {
+      // A copy-on-write write failed part-way: the store is of no known state. Start it afresh, all rows dirty.
+      KESTREL_RETURN_IF_ERROR(Reset());
+      for (Table* table : tables) table->MarkAllDirty();
+      rebase_ = false;
+    }
     bool disk_tier = false;
-    auto write = [&]() -> absl::Status {
-      if (batch.Count() == 0) return absl::OkStatus();
-      KESTREL_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch),
-                                        absl::StrFormat("shard %d: writing checkpoint rows", rank)));
-      batch.Clear();
-      return absl::OkStatus();
-    };
     for (Table* table : tables) {
-      *answer.add_tables() = table->config();
-      answer.set_rows(answer.rows() + table->num_rows());
+      *cut->answer.add_tables() = table->config();
+      cut->answer.set_rows(cut->answer.rows() + table->num_rows());
       disk_tier |= table->config().capacity().max_disk_bytes() > 0;
+    }
+    cut->tables = tables;
+    if (!disk_tier) {
+      for (Table* table : tables) cut->sketches.push_back(table->BeginCut());
+      return absl::OkStatus();
+    }
+    // A disk tier writes the rows it moves out of memory straight into the store: the rows and the snapshot are
+    // cut before requests resume (the world stops for the write).
+    BatchWriter writer(db_.get(), cut->rank);
+    for (Table* table : tables) {
       const std::string& table_name = table->config().name();
+      KESTREL_RETURN_IF_ERROR(writer.StartTable(table->config()));
       // Rows that left the table since the last checkpoint: a tombstone, not a resurrection on restore (written
       // before the rows: a key that left and came back is a row again).
-      KESTREL_RETURN_IF_ERROR(table->ForEachTombstone([&](uint64_t k) -> absl::Status {
-        AppendRowKey(table_name, k, &key);
-        batch.Delete(key);
-        ++deleted;
-        return batch.GetDataSize() >= kBatchBytes ? write() : absl::OkStatus();
-      }));
-      KESTREL_RETURN_IF_ERROR(table->ForEachDirtyRow([&](uint64_t k, absl::Span<const float> row) -> absl::Status {
-        AppendRowKey(table_name, k, &key);
-        const size_t row_bytes = row.size() * sizeof(float);
-        batch.Put(key, rocksdb::Slice(reinterpret_cast<const char*>(row.data()), row_bytes));
-        ++rows;
-        bytes += key.size() + row_bytes;
-        return batch.GetDataSize() >= kBatchBytes ? write() : absl::OkStatus();
-      }));
+      KESTREL_RETURN_IF_ERROR(
+          table->ForEachTombstone([&](uint64_t k) { return writer.Delete(table_name, k); }));
+      KESTREL_RETURN_IF_ERROR(table->ForEachDirtyRow(
+          [&](uint64_t k, absl::Span<const float> row) { return writer.Put(table_name, k, row); }));
       if (table->sketch_dirty()) {
         std::optional<AdmissionSketchState> sketch = table->SketchState();
-        if (sketch.has_value()) {
-          const std::string value = sketch->SerializeAsString();
-          batch.Put(SketchPrefix() + table_name, value);
-          bytes += value.size();
-        }
+        if (sketch.has_value()) KESTREL_RETURN_IF_ERROR(writer.PutSketch(table_name, *sketch));
       }
     }
-    KESTREL_RETURN_IF_ERROR(write());
+    KESTREL_RETURN_IF_ERROR(writer.Flush());
     CrashPoint("server.checkpoint.rows_written");
     // The store now holds every change: the next checkpoint starts from here.
     for (Table* table : tables) table->ClearDirty();
-    answer.set_rows_written(rows);
-    answer.set_bytes_written(bytes);
-    answer.set_rows_deleted(deleted);
-    written = absl::Now();
-    if (disk_tier) {
-      // Pushes write rows moving to disk straight into the store: cut the snapshot before they resume.
-      KESTREL_RETURN_IF_ERROR(snapshot());
-      snapshot_taken = true;
-    }
+    writer.Count(&cut->answer);
+    cut->written_at = absl::Now();
+    KESTREL_RETURN_IF_ERROR(Snapshot(cut->rank, cut->dir));
+    cut->written = true;
     return absl::OkStatus();
   }));
-  if (!snapshot_taken) KESTREL_RETURN_IF_ERROR(snapshot());
+  cut->answer.set_cut_seconds(absl::ToDoubleSeconds(absl::Now() - cut->start));
+  pending_ = std::move(cut);
+  CrashPoint("server.checkpoint.cut");
+  return absl::OkStatus();
+}
+
+std::string ShardStore::pending_checkpoint() const { return pending_ == nullptr ? "" : pending_->name; }
+
+absl::Status ShardStore::WriteCut(PendingCut& cut) {
+  BatchWriter writer(db_.get(), cut.rank);
+  absl::Status status;
+  for (size_t t = 0; t < cut.tables.size(); ++t) {
+    Table* table = cut.tables[t];
+    const std::string& table_name = table->config().name();
+    if (status.ok()) status = writer.StartTable(table->config());
+    for (int si = 0; si < Table::kStripes; ++si) {
+      if (!status.ok()) {  // end the remaining stripes' cuts (freeing their copies) without writing them
+        table->WriteCutStripe(si, [](uint64_t) { return absl::OkStatus(); },
+                              [](uint64_t, absl::Span<const float>) { return absl::OkStatus(); })
+            .IgnoreError();
+        continue;
+      }
+      status = table->WriteCutStripe(
+          si, [&](uint64_t k) { return writer.Delete(table_name, k); },
+          [&](uint64_t k, absl::Span<const float> row) { return writer.Put(table_name, k, row); });
+      if (status.ok()) CrashPoint("server.checkpoint.stripe_written");
+    }
+    if (status.ok() && cut.sketches[t].has_value()) status = writer.PutSketch(table_name, *cut.sketches[t]);
+  }
+  if (status.ok()) status = writer.Flush();
+  writer.Count(&cut.answer);
+  return status;
+}
+
+absl::StatusOr<ShardCheckpoint> ShardStore::FinishCheckpoint() {
+  if (pending_ == nullptr) return absl::FailedPreconditionError(absl::StrFormat("shard %d: no checkpoint cut", shard_));
+  std::unique_ptr<PendingCut> cut = std::move(pending_);
+  ShardCheckpoint& answer = cut->answer;
+  const std::string& dir = cut->dir;
+  if (!cut->written) {
+    absl::Status status = WriteCut(*cut);
+    if (!status.ok()) {
+      rebase_ = true;  // some rows of the cut were not written: the next checkpoint writes everything afresh
+      return status;
+    }
+    CrashPoint("server.checkpoint.rows_written");
+    cut->written_at = absl::Now();
+    KESTREL_RETURN_IF_ERROR(Snapshot(cut->rank, dir));
+  }
   CrashPoint("server.checkpoint.snapshot_cut");
   std::error_code error;
 
@@ -300,18 +435,24 @@ absl::StatusOr<ShardCheckpoint> ShardStore::Checkpoint(Shard& shard, absl::strin
     if (sst) live_ssts[file] = *entry;
   }
   sst_checksums_ = std::move(live_ssts);  // forget SSTs compacted away
-  answer.set_write_seconds(absl::ToDoubleSeconds(written - start));
-  answer.set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - written));
-  KLOG(Info) << absl::StrFormat("shard %d: checkpoint %s: wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s",
-                                rank, name, answer.rows_written(), answer.bytes_written(), answer.rows(),
-                                answer.write_seconds(), answer.snapshot_seconds());
-  return answer;
+  answer.set_write_seconds(absl::ToDoubleSeconds(cut->written_at - cut->start));
+  answer.set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - cut->written_at));
+  answer.set_retained_peak_bytes(cut->shard->cut_memory().peak());
+  answer.set_backpressure_seconds(absl::ToDoubleSeconds(cut->shard->cut_memory().waited()));
+  KLOG(Info) << absl::StrFormat(
+      "shard %d: checkpoint %s: cut in %.3f s; wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s; "
+      "retained copies peaked at %d bytes",
+      cut->rank, cut->name, answer.cut_seconds(), answer.rows_written(), answer.bytes_written(), answer.rows(),
+      answer.write_seconds(), answer.snapshot_seconds(), answer.retained_peak_bytes());
+  return std::move(answer);
 }
 
 absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
                                  uint64_t min_worker_generation) {
   // The working store is recreated inside the shard's exclusive section, before any row is loaded: rows a
   // bounded table moves to disk while loading go to the new store, and no request sees the old one go.
+  pending_.reset();  // a cut not written is dropped with the state it was of
+  rebase_ = false;   // the store is recreated
   auto reset = [this]() { return Reset(); };
   if (!manifest.has_value()) {
     KESTREL_RETURN_IF_ERROR(shard.Restore({}, min_worker_generation,

@@ -7,6 +7,14 @@
 // snapshot costs no copy. It answers the files with their sizes and CRC-32C for the manifest (an SST's
 // checksum is computed once and remembered: SST files never change).
 //
+// Copy-on-write. BeginCheckpoint() only marks the cut (Table::BeginCut, inside one Shard::Exclusive section: O(tables
+// x stripes)) and requests resume; FinishCheckpoint() then writes the cut stripe by stripe while training goes on
+// (rows changed meanwhile are written as they were at the cut, from the copies Table keeps; their memory is bounded
+// by the shard's CutMemory, which slows pushes at its bound) and snapshots the store. A shard with a disk-tier table
+// writes inside the exclusive section instead (the disk tier writes post-cut rows into the store the snapshot is cut
+// from), so its Begin holds requests for the whole write. A write that fails part-way leaves the store of no known
+// state: the next checkpoint starts it afresh and writes every row.
+//
 // Restore() loads a committed checkpoint: it reads the shards of the manifest whose key ranges overlap this
 // server's (any number of servers may have written it: 4 -> 2 and 2 -> 3 servers both work), verifying every
 // file of each against the manifest first, and hands the rows to Shard::Restore, which keeps those this server
@@ -50,6 +58,7 @@
 #include "common/checkpoint_layout.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/checkpoint.pb.h"
+#include "server/checkpoint_row_codec.h"
 #include "server/cold_row_file.h"
 #include "server/shard.h"
 
@@ -97,6 +106,7 @@ class CheckpointTableReader {
   absl::string_view table_;
   uint64_t key_ = 0;
   std::vector<float> row_;
+  absl::flat_hash_map<std::string, CheckpointRowCodec> codecs_;  // by table name, from the manifest
 };
 
 class ShardStore : public ColdTier {
@@ -113,7 +123,16 @@ class ShardStore : public ColdTier {
 
   // Writes the rows changed since the last successful Checkpoint and snapshots the store into
   // layout.ShardDir(name, shard.owner()). The answer lists the snapshot's files for the manifest.
+  // BeginCheckpoint then FinishCheckpoint.
   absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
+  // Cuts checkpoint `name` of `shard` (see the file comment); FailedPrecondition while another cut is pending. The
+  // shard must outlive the FinishCheckpoint call.
+  absl::Status BeginCheckpoint(Shard& shard, absl::string_view name);
+  // Writes the pending cut and snapshots it; FailedPrecondition without one. The cut is no longer pending after it,
+  // whatever it answers.
+  absl::StatusOr<ShardCheckpoint> FinishCheckpoint();
+  // The name of the pending cut, "" when none.
+  std::string pending_checkpoint() const;
 
   // Replaces the shard's state with the checkpoint `manifest` describes (nullopt: with empty tables, the
   // job's beginning), refusing older worker generations from then on (see Shard::Restore). Files are checked
@@ -161,7 +180,14 @@ class ShardStore : public ColdTier {
   absl::StatusOr<uint64_t> TEST_DropColdCachedPages() ABSL_LOCKS_EXCLUDED(files_mu_);
 
  private:
+  class BatchWriter;
+  struct PendingCut;
+
   ShardStore(const CheckpointLayout& layout, int shard);
+  // Flushes the working store and cuts a RocksDB checkpoint of it into `dir`.
+  absl::Status Snapshot(int rank, const std::string& dir);
+  // Writes every stripe of the cut (after an error, ends the rest without writing them).
+  absl::Status WriteCut(PendingCut& cut);
   // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
   // the shard's exclusive section.
   static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
@@ -181,6 +207,8 @@ class ShardStore : public ColdTier {
   absl::flat_hash_map<std::string, std::shared_ptr<ColdRowFile>> files_ ABSL_GUARDED_BY(files_mu_);
   std::atomic<bool> cold_reads_from_rocksdb_{false};
   std::map<std::string, CheckpointFile> sst_checksums_;  // by SST file name (of the current working store)
+  std::unique_ptr<PendingCut> pending_;  // the cut BeginCheckpoint made, until FinishCheckpoint
+  bool rebase_ = false;                  // a cut's write failed: the next cut starts the store afresh
 };
 
 }  // namespace kestrel

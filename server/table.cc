@@ -11,12 +11,31 @@
 
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
+#include "server/checkpoint_row_codec.h"
 #include "common/status.h"
 
 namespace kestrel {
 namespace {
 
 constexpr int kKeyFloats = RowArena::kKeyFloats;
+
+// Counts the retained copies a stripe's arena gains while it lives (one request's work under the stripe's lock)
+// in the shard's CutMemory.
+class RetainedDelta {
+ public:
+  RetainedDelta(const RowArena& rows, CutMemory* memory)
+      : rows_(rows), memory_(memory), before_(memory != nullptr ? rows.retained_bytes() : 0) {}
+  ~RetainedDelta() {
+    if (memory_ == nullptr) return;
+    const uint64_t after = rows_.retained_bytes();
+    if (after > before_) memory_->Add(after - before_);
+  }
+
+ private:
+  const RowArena& rows_;
+  CutMemory* const memory_;
+  const uint64_t before_;
+};
 
 bool ValidTableName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -42,6 +61,7 @@ absl::Status Table::CheckShape(const TableConfig& config) {
         absl::StrFormat("table '%s': wire_type %d is no ValueType", config.name(), config.wire_type()));
   }
   KESTREL_RETURN_IF_ERROR(RowValues::Check(config));
+  KESTREL_RETURN_IF_ERROR(CheckCheckpointCodec(config));
   if (config.kind() == TableConfig::DENSE &&
       (config.dense_size() == 0 || config.dense_size() > kMaxDenseSize)) {
     return absl::InvalidArgumentError(absl::StrFormat("dense table '%s' needs dense_size in [1, %d], got %d",
@@ -221,11 +241,13 @@ template <typename Hooks>
 absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys& request, const float* grads,
                              int64_t clock) {
   const size_t stored_bytes = sizeof(float) * stored_floats();
+  if (cut_memory_ != nullptr) cut_memory_->AwaitRoom();  // before any lock: the writer frees copies under them
   Hooks hooks(policy_, clock);
   for (int si = 0; si < kStripes; ++si) {
     if (request.empty(si)) continue;
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
+    RetainedDelta retained(s.rows, cut_memory_);
     const StripeKeys stripe_keys = request.Stripe(si);
     KESTREL_RETURN_IF_ERROR(hooks.BeginStripe(s.rows, s.bounded, keys, stripe_keys));
     VisitStripeLocked(s, stripe_keys, grads, /*pushing=*/true, [&](uint32_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -237,6 +259,7 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
         row = s.rows.row(static_cast<uint32_t>(id));
         if (hooks.Expired(row)) {  // gone: a new row once admitted again
           if (!hooks.Readmit(hash)) return true;
+          s.rows.Preserve(static_cast<uint32_t>(id));
           InitRow(row, key);
           hooks.Fresh(row);
         }
@@ -392,6 +415,64 @@ absl::Status Table::ForEachTombstone(const std::function<absl::Status(uint64_t)>
   return absl::OkStatus();
 }
 
+std::optional<AdmissionSketchState> Table::BeginCut() {
+  std::optional<AdmissionSketchState> sketch;
+  if (sketch_dirty()) sketch = SketchState();
+  for (int si = 0; si < kStripes; ++si) {
+    Stripe& s = stripes_[si];
+    absl::MutexLock lock(&s.mu);
+    s.rows.BeginCut();
+    s.bounded.cut_tombstones = s.bounded.tombstones.size();
+    s.bounded.sketch.ClearDirty();
+  }
+  return sketch;
+}
+
+bool Table::cut_pending() const {
+  for (int si = 0; si < kStripes; ++si) {
+    absl::ReaderMutexLock lock(&stripes_[si].mu);
+    if (stripes_[si].rows.cut_pending()) return true;
+  }
+  return false;
+}
+
+absl::Status Table::WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
+                                   const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row) {
+  Stripe& s = stripes_[stripe];
+  absl::MutexLock lock(&s.mu);
+  if (!s.rows.cut_pending()) return absl::OkStatus();
+  absl::Status status;
+  std::vector<uint64_t>& tombstones = s.bounded.tombstones;
+  std::vector<uint64_t> cut(tombstones.begin(), tombstones.begin() + s.bounded.cut_tombstones);
+  std::sort(cut.begin(), cut.end());
+  for (uint64_t key : cut) {
+    status = tombstone(key);
+    if (!status.ok()) break;
+  }
+  if (status.ok()) {
+    // In key order (a sorted store takes rows in key order faster), as ForEachDirtyRow.
+    std::vector<std::pair<uint64_t, const float*>> rows;
+    rows.reserve(s.rows.num_dirty());
+    s.rows.ForEachCutRow([&](const float* r) { rows.emplace_back(RowArena::KeyOf(r), r + kKeyFloats); });
+    std::sort(rows.begin(), rows.end());
+    const size_t floats = stored_floats();
+    for (const auto& [key, r] : rows) {
+      status = row(key, absl::MakeConstSpan(r, floats));
+      if (!status.ok()) break;
+    }
+  }
+  ReleaseRetainedLocked(s);
+  s.rows.EndCut();
+  tombstones.erase(tombstones.begin(), tombstones.begin() + s.bounded.cut_tombstones);
+  s.bounded.cut_tombstones = 0;
+  return status;
+}
+
+void Table::ReleaseRetainedLocked(Stripe& s) {
+  const uint64_t held = s.rows.retained_bytes();
+  if (cut_memory_ != nullptr && held > 0) cut_memory_->Release(held);
+}
+
 uint64_t Table::num_dirty() const {
   uint64_t n = 0;
   for (int si = 0; si < kStripes; ++si) {
@@ -414,7 +495,9 @@ void Table::MarkAllDirty() {
   for (int si = 0; si < kStripes; ++si) {
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
+    ReleaseRetainedLocked(s);
     s.rows.MarkAllDirty();
+    s.bounded.cut_tombstones = 0;
     s.bounded.sketch.MarkDirty();
   }
 }
@@ -423,6 +506,7 @@ void Table::Clear() {
   for (int si = 0; si < kStripes; ++si) {
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
+    ReleaseRetainedLocked(s);
     s.rows.Clear();
     s.bounded.Clear();
   }
@@ -435,6 +519,7 @@ absl::Status Table::LoadRow(uint64_t key, absl::Span<const float> row) {
   }
   Stripe& s = stripes_[key_stripes_.StripeOf(key)];
   absl::MutexLock lock(&s.mu);
+  RetainedDelta retained(s.rows, cut_memory_);
   const uint64_t hash = Mix64(key);
   const int64_t found = s.rows.Find(hash, key);
   uint32_t id;

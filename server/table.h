@@ -14,6 +14,14 @@
 // holds a copy, so an incremental checkpoint writes only the changed rows (finding them is a scan of one byte per
 // row) and deletes (tombstones) the stored rows that left the table.
 //
+// Copy-on-write cuts. BeginCut() marks the cut in O(stripes): the rows dirty then, the tombstones and the admission
+// sketch are the cut's, and requests go on at once. Until the writer has written a stripe (WriteCutStripe), a push
+// that changes one of the cut's rows there, or removes it, first copies it as it was (RowArena::Preserve; the copies
+// are counted in the shard's CutMemory, whose bound makes pushes wait); rows written since the cut are dirty for the
+// next checkpoint, and rows leaving since it are its tombstones. WriteCutStripe hands the writer the stripe's cut
+// (live rows not changed since, and the copies) under the stripe's lock, then frees the copies: the writer emits
+// exactly the state at the cut, one stripe's lock hold at a time.
+//
 // Bounded tables (a CapacityPolicy in the config): admission, expiry, a memory budget and a cold tier, decided by
 // BoundedPolicy (server/bounded_policy.h), which Pull and Push call through per-row hooks that are no-ops for
 // unbounded tables.
@@ -35,6 +43,7 @@
 #include "proto/table.pb.h"
 #include "server/admission_sketch.h"
 #include "server/bounded_policy.h"
+#include "server/cut_memory.h"
 #include "server/initializer.h"
 #include "server/key_stripes.h"
 #include "server/optimizer.h"
@@ -133,6 +142,20 @@ class Table {
     return BoundedPolicy::StoredRowExpired(config, stored_row, clock);
   }
 
+  // Copy-on-write cuts (see the file comment). BeginCut runs with no request in flight (Shard::Exclusive) and answers
+  // the admission sketch's state if it changed since the last checkpoint (it is the cut's: clean from now on).
+  std::optional<AdmissionSketchState> BeginCut();
+  // Whether any stripe's cut is still to be written.
+  bool cut_pending() const;
+  // Writes stripe `stripe` of the pending cut (nothing if it has none): tombstone(key) for each of its tombstones,
+  // then row(key, stored row) for each of its rows, in key order, under the stripe's lock; then the stripe's cut
+  // ends (its rows are clean and stored, its copies freed), also when a callback fails (the first error is
+  // answered: the caller must then treat the store as unknown, e.g. by MarkAllDirty and a new store).
+  absl::Status WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
+                              const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row);
+  // Where retained copies are counted and pushes wait for room (null: neither; the default). Set before use.
+  void set_cut_memory(CutMemory* memory) { cut_memory_ = memory; }
+
   // Admission sketch (bounded tables with admit_after > 1; otherwise empty): whether it changed since the
   // last ClearDirty(), its state, and loading a state written by a table of the same config and span
   // (InvalidArgument otherwise, leaving the sketch unchanged).
@@ -184,6 +207,8 @@ class Table {
   void StageOnDisk(uint64_t key, const float* g, const NewRow& fresh, Hooks& hooks, int64_t clock) const;
   // Applies the gradient `g` to a row's stored values and slots at `clock` (compact values: in fp32, rounded once).
   void ApplyGradient(uint64_t key, const float* g, float* row, int64_t clock) const;
+  // Releases the stripe's retained copies from the CutMemory (they are about to be freed).
+  void ReleaseRetainedLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
   absl::Status VisitRows(bool dirty_only,
                          const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
@@ -201,6 +226,7 @@ class Table {
   const std::unique_ptr<Optimizer> optimizer_;
   BoundedPolicy policy_;
   std::unique_ptr<Stripe[]> stripes_;
+  CutMemory* cut_memory_ = nullptr;
 };
 
 }  // namespace kestrel

@@ -74,6 +74,7 @@ class FakeServers final : public ShardAdmin {
 
   // Server `s` is replaced by a fresh process: no tables, a new working store.
   void Replace(int s) {
+    absl::MutexLock admin(&admin_mu_[s]);
     ShardOptions options;
     options.job_id = "job";
     options.owner = s;
@@ -118,11 +119,25 @@ class FakeServers final : public ShardAdmin {
   }
 
   absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
-                                             int64_t) override {
+                                             int64_t, bool copy_on_write) override {
     if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
     if (shard >= kServers) return absl::UnavailableError("no such fake server");  // a rescale's new rank
     EXPECT_EQ(address, Address(shard));
-    return stores_[shard]->Checkpoint(*shards_[shard], name);
+    absl::MutexLock admin(&admin_mu_[shard]);
+    WritePendingLocked(shard);
+    if (!copy_on_write) return stores_[shard]->Checkpoint(*shards_[shard], name);
+    if (absl::Status cut = stores_[shard]->BeginCheckpoint(*shards_[shard], name); !cut.ok()) return cut;
+    ShardCheckpoint answer;
+    answer.set_shard(shard);
+    return answer;
+  }
+  absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string&, const std::string& name) override {
+    if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
+    if (shard >= kServers) return absl::UnavailableError("no such fake server");
+    absl::MutexLock admin(&admin_mu_[shard]);
+    WritePendingLocked(shard);
+    if (written_[shard].first != name) return absl::FailedPreconditionError(absl::StrCat(name, " was not cut here last"));
+    return written_[shard].second;
   }
   absl::Status Restore(int shard, const std::string& address, const std::string& name, uint64_t generation) {
     RestoreShardRequest request;
@@ -139,6 +154,8 @@ class FakeServers final : public ShardAdmin {
       if (!read.ok()) return read.status();
       manifest = *read;
     }
+    absl::MutexLock admin(&admin_mu_[shard]);
+    WritePendingLocked(shard);
     return stores_[shard]->Restore(manifest, *shards_[shard], generation);
   }
 
@@ -186,6 +203,17 @@ class FakeServers final : public ShardAdmin {
   std::vector<std::vector<int>> rescales_ ABSL_GUARDED_BY(copies_mu_);
   const CheckpointLayout layout_;
   const Partition partition_;
+  // A copy-on-write cut is written before the server's next admin call, as a real server's admin thread writes it
+  // right after the cut.
+  void WritePendingLocked(int s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_[s]) {
+    const std::string name = stores_[s]->pending_checkpoint();
+    if (!name.empty()) written_[s] = {name, stores_[s]->FinishCheckpoint()};
+  }
+
+  // Each server's admin calls run one at a time, as a real server's admin thread runs them.
+  absl::Mutex admin_mu_[kServers];
+  // The last copy-on-write cut written by each server, and its part (or error).
+  std::pair<std::string, absl::StatusOr<ShardCheckpoint>> written_[kServers];
   std::unique_ptr<Shard> shards_[kServers];
   std::unique_ptr<ShardStore> stores_[kServers];
 };

@@ -244,6 +244,7 @@ std::vector<TableConfig> Model::Tables() const {
     if (config_.has_sparse_capacity()) *emb.mutable_capacity() = config_.sparse_capacity();
     emb.set_wire_type(config_.wire_type());
     if (config_.has_embedding_storage()) *emb.mutable_storage() = config_.embedding_storage();
+    emb.set_checkpoint_codec(config_.embedding_checkpoint_codec());
     tables.push_back(emb);
   }
   TableConfig dense;

@@ -383,11 +383,16 @@ TEST(ModelTest, TablesFollowTheModelType) {
   EXPECT_EQ(lr->Tables()[0].optimizer().type(), OptimizerConfig::FTRL);
 
   config.set_type(ModelConfig::DEEPFM);
+  config.set_embedding_checkpoint_codec(CHECKPOINT_Q8);
   auto deepfm = *Model::Create(config, kCriteoFields, 13, backend.get());
   const auto tables = deepfm->Tables();
   ASSERT_EQ(tables.size(), 3u);
   EXPECT_EQ(tables[1].name(), kEmbeddingTable);
   EXPECT_EQ(tables[1].dim(), 8);
+  // Only the embeddings take the compact checkpoint codec.
+  EXPECT_EQ(tables[0].checkpoint_codec(), CHECKPOINT_FP32);
+  EXPECT_EQ(tables[1].checkpoint_codec(), CHECKPOINT_Q8);
+  EXPECT_EQ(tables[2].checkpoint_codec(), CHECKPOINT_FP32);
   // bias + (39 * 8 + 13) x 64 + 64 + 64 x 32 + 32 + 32 x 1 + 1
   EXPECT_EQ(deepfm->dense_size(), 1 + 325 * 64 + 64 + 64 * 32 + 32 + 32 + 1);
   EXPECT_EQ(tables[2].dense_size(), static_cast<uint64_t>(deepfm->dense_size()));

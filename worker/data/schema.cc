@@ -552,6 +552,7 @@ std::vector<TableConfig> Schema::ExtraTableConfigs(const ModelConfig& model) con
     } else if (model.has_embedding_storage()) {
       *c.mutable_storage() = model.embedding_storage();
     }
+    c.set_checkpoint_codec(t.has_checkpoint_codec() ? t.checkpoint_codec() : model.embedding_checkpoint_codec());
     configs.push_back(std::move(c));
   }
   return configs;

@@ -83,8 +83,8 @@ class Schema {
   const std::vector<int>& field_tables() const { return field_tables_; }
   const std::string& table_name(int t) const { return table_names_[t]; }
   // The TableConfigs of tables 1.. for a model with its defaults applied: each unset field takes the model's
-  // (its embedding_dim, embedding_optimizer, embedding_initializer, sparse_capacity, wire_type and
-  // embedding_storage, as "emb" does); table t's initializer seed is model.seed() + 2 + t ("wide", "emb" and "dense" have seed + 0, 1, 2).
+  // (its embedding_dim, embedding_optimizer, embedding_initializer, sparse_capacity, wire_type,
+  // embedding_storage and embedding_checkpoint_codec, as "emb" does); table t's initializer seed is model.seed() + 2 + t ("wide", "emb" and "dense" have seed + 0, 1, 2).
   std::vector<TableConfig> ExtraTableConfigs(const ModelConfig& model_with_defaults) const;
   // `data` (the config this schema was resolved from) with what Resolve read from the data files written in:
   // LIBSVM's counted slots as libsvm_slots, and each computed STANDARDIZE mean and stddev. Resolving the result

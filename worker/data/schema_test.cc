@@ -89,12 +89,14 @@ TEST(SchemaTest, ExtraTableConfigsTakeTheModelsDefaults) {
   own->set_name("own");
   own->mutable_optimizer()->set_type(OptimizerConfig::SGD);
   own->set_wire_type(VALUE_TYPE_BFLOAT16);
+  own->set_checkpoint_codec(CHECKPOINT_FP32);
   data.mutable_schema()->mutable_features(0)->set_table("own");
   ModelConfig model = Model(16);
   model.mutable_embedding_optimizer()->set_type(OptimizerConfig::ADAGRAD);
   model.mutable_embedding_initializer()->set_type(InitializerConfig::NORMAL);
   model.mutable_sparse_capacity()->set_ttl_clocks(9);
   model.set_wire_type(VALUE_TYPE_FLOAT16);
+  model.set_embedding_checkpoint_codec(CHECKPOINT_Q8);
   auto schema = Schema::Resolve(data, model);
   ASSERT_TRUE(schema.ok()) << schema.status();
   const std::vector<TableConfig> tables = (*schema)->ExtraTableConfigs(model);
@@ -111,6 +113,8 @@ TEST(SchemaTest, ExtraTableConfigsTakeTheModelsDefaults) {
   EXPECT_EQ(tables[0].wire_type(), VALUE_TYPE_FLOAT16);
   EXPECT_EQ(tables[1].optimizer().type(), OptimizerConfig::SGD);
   EXPECT_EQ(tables[1].wire_type(), VALUE_TYPE_BFLOAT16);
+  EXPECT_EQ(tables[0].checkpoint_codec(), CHECKPOINT_Q8);
+  EXPECT_EQ(tables[1].checkpoint_codec(), CHECKPOINT_FP32);  // set, so not the model's
   // Seeds differ from each other and from wide (seed), emb (seed + 1) and dense (seed + 2).
   EXPECT_EQ(tables[0].seed(), 7u + 3);
   EXPECT_EQ(tables[1].seed(), 7u + 4);

@@ -1,0 +1,216 @@
+// Copy-on-write checkpoint cuts (ShardStore::BeginCheckpoint / FinishCheckpoint, Table::BeginCut): pushes that run
+// while a cut is written change nothing in it. Every test restores the checkpoint into a fresh server and compares
+// its whole state with the state at the cut.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+#include "common/hash.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "server/shard.h"
+#include "server/shard_store.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+RequestContext Ctx(int64_t clock = 0) {
+  RequestContext ctx;
+  ctx.job_id = "job";
+  ctx.clock = clock;
+  return ctx;
+}
+
+TableConfig Sparse(const std::string& name, int dim, OptimizerConfig::Type optimizer) {
+  TableConfig c;
+  c.set_name(name);
+  c.set_dim(dim);
+  c.set_seed(7);
+  c.mutable_initializer()->set_type(InitializerConfig::NORMAL);
+  c.mutable_optimizer()->set_type(optimizer);
+  return c;
+}
+
+// Every kind of table a cut must keep: fp32 Adam, bf16 Adagrad, a bounded table whose rows leave (admission,
+// expiry and a memory budget without a disk tier: tombstones), and a dense tensor.
+std::vector<TableConfig> Tables() {
+  std::vector<TableConfig> tables = {Sparse("adam", 8, OptimizerConfig::ADAM), Sparse("bf16", 16, OptimizerConfig::ADAGRAD),
+                                     Sparse("bounded", 4, OptimizerConfig::ADAGRAD)};
+  tables[1].mutable_storage()->set_type(VALUE_TYPE_BFLOAT16);
+  CapacityPolicy* policy = tables[2].mutable_capacity();
+  policy->set_admit_after(2);
+  policy->set_ttl_clocks(6);
+  policy->set_max_memory_bytes(96 << 10);
+  TableConfig dense;
+  dense.set_name("dense");
+  dense.set_kind(TableConfig::DENSE);
+  dense.set_dim(16);
+  dense.set_dense_size(4000);
+  dense.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+  tables.push_back(dense);
+  return tables;
+}
+
+struct Server {
+  CheckpointLayout layout;
+  std::unique_ptr<Shard> shard;
+  std::unique_ptr<ShardStore> store;
+
+  // `id`: the process id its working store is named by (a second server may read the first one's checkpoints).
+  explicit Server(const std::string& root, int id = 0) : layout(root) {
+    ShardOptions options;
+    options.job_id = "job";
+    shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
+    store = std::move(ShardStore::Open(layout, id)).value();
+    for (const TableConfig& t : Tables()) EXPECT_TRUE(shard->CreateTable(Ctx(), t).ok());
+  }
+
+  // One step of training at `clock`: a mix of new keys and keys seen before in every sparse table, and the
+  // whole dense tensor.
+  void Step(int64_t clock, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> grad(-1, 1);
+    for (const TableConfig& t : Tables()) {
+      std::vector<uint64_t> keys;
+      if (t.kind() == TableConfig::DENSE) {
+        for (uint64_t b = 0; b < Partition::DenseBlockCount(t.dense_size(), t.dim()); ++b) keys.push_back(b);
+      } else {
+        for (int i = 0; i < 600; ++i) keys.push_back(Mix64(rng() % 4000));
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      }
+      std::vector<float> g(keys.size() * t.dim());
+      for (float& x : g) x = grad(rng);
+      const absl::Status pushed = t.kind() == TableConfig::DENSE
+                                      ? shard->PushDense(Ctx(clock), t.name(), keys, g, t.dim())
+                                      : shard->Push(Ctx(clock), t.name(), keys, g, t.dim());
+      ASSERT_TRUE(pushed.ok()) << pushed;
+    }
+  }
+
+  CheckpointManifest Commit(const ShardCheckpoint& answer, int64_t clock, uint64_t sequence) {
+    CheckpointManifest manifest;
+    manifest.set_format_version(1);
+    manifest.set_sequence(sequence);
+    manifest.set_clock(clock);
+    manifest.set_job_id("job");
+    manifest.set_partition(Partition::Uniform(1)->ToString());
+    manifest.set_num_servers(1);
+    EXPECT_TRUE(AddShardsToManifest({answer}, 1, &manifest).ok());
+    EXPECT_TRUE(layout.WriteManifest(manifest).ok());
+    EXPECT_TRUE(layout.MoveLatest(CheckpointLayout::CheckpointName(sequence)).ok());
+    return manifest;
+  }
+
+  // The fingerprint a fresh server restoring `manifest` holds.
+  uint64_t RestoredFingerprint(const CheckpointManifest& manifest) {
+    Server fresh(layout.root(), /*id=*/99);
+    const absl::Status restored = fresh.store->Restore(manifest, *fresh.shard, 1);
+    EXPECT_TRUE(restored.ok()) << restored;
+    return fresh.shard->Fingerprint();
+  }
+};
+
+std::string Root(const std::string& name) {
+  const std::string root = absl::StrCat(testing::TempDir(), "/cow_", name);
+  fs::remove_all(root);
+  return root;
+}
+
+TEST(CowCheckpointTest, PushesDuringTheCutsWriteLeaveTheCheckpointExactlyAtTheCut) {
+  const uint64_t seed = std::random_device()();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  Server server(Root("live"));
+  int64_t clock = 1;
+  for (; clock <= 8; ++clock) server.Step(clock, rng);
+  // An ordinary checkpoint first: the second one is incremental, with tombstones and unchanged stored rows.
+  const auto first = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  server.Commit(*first, clock, 1);
+  for (; clock <= 14; ++clock) server.Step(clock, rng);
+
+  for (uint64_t sequence = 2; sequence <= 4; ++sequence) {
+    ASSERT_TRUE(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(sequence)).ok());
+    const uint64_t at_cut = server.shard->Fingerprint();
+    const int64_t cut_clock = clock;
+    // Pushes between the cut and the write (deterministic), then during it (concurrent).
+    for (int i = 0; i < 3; ++i) server.Step(clock++, rng);
+    std::atomic<bool> stop{false};
+    std::atomic<int> steps{0};
+    std::mt19937_64 pusher_rng(rng());
+    std::thread pusher([&] {
+      for (int64_t c = 1000 * sequence; !stop.load(); ++c, ++steps) server.Step(c, pusher_rng);
+    });
+    const auto answer = server.store->FinishCheckpoint();
+    stop = true;
+    pusher.join();
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_GT(answer->rows_written(), 0u);
+    EXPECT_GT(answer->retained_peak_bytes(), 0u);  // the deterministic pushes kept copies
+    ASSERT_NE(server.shard->Fingerprint(), at_cut);
+    const CheckpointManifest manifest = server.Commit(*answer, cut_clock, sequence);
+    EXPECT_EQ(server.RestoredFingerprint(manifest), at_cut)
+        << "checkpoint " << sequence << " (" << steps.load() << " concurrent steps)";
+    EXPECT_EQ(server.shard->cut_memory().bytes(), 0u);
+  }
+  // After copy-on-write cuts, an ordinary incremental checkpoint is still exact (the dirty flags came through).
+  const uint64_t now = server.shard->Fingerprint();
+  const auto last = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(5));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(server.RestoredFingerprint(server.Commit(*last, clock, 5)), now);
+}
+
+TEST(CowCheckpointTest, PushesWaitWhileTheCopiesAreAtTheirBound) {
+  std::mt19937_64 rng(11);
+  Server server(Root("bound"));
+  for (int64_t clock = 1; clock <= 6; ++clock) server.Step(clock, rng);
+  ASSERT_TRUE(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(1)).ok());
+  const uint64_t at_cut = server.shard->Fingerprint();
+  server.Step(7, rng);  // keeps copies
+  ASSERT_GE(server.shard->cut_memory().bytes(), 1u);
+  server.shard->cut_memory().set_bound(1);  // which are past this bound
+  std::thread pusher([&] { server.Step(8, rng); });
+  while (server.shard->cut_memory().waiters() == 0) std::this_thread::yield();  // the push waits for room
+  const auto answer = server.store->FinishCheckpoint();  // frees the copies stripe by stripe
+  pusher.join();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_GT(answer->backpressure_seconds(), 0.0);
+  EXPECT_EQ(server.RestoredFingerprint(server.Commit(*answer, 7, 1)), at_cut);
+}
+
+TEST(CowCheckpointTest, ARestoreDropsAPendingCut) {
+  std::mt19937_64 rng(5);
+  Server server(Root("restore"));
+  for (int64_t clock = 1; clock <= 4; ++clock) server.Step(clock, rng);
+  const uint64_t before = server.shard->Fingerprint();
+  const auto first = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(1));
+  ASSERT_TRUE(first.ok());
+  const CheckpointManifest manifest = server.Commit(*first, 4, 1);
+  server.Step(5, rng);
+  ASSERT_TRUE(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(2)).ok());
+  EXPECT_EQ(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(3)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  server.Step(6, rng);  // keeps copies
+  ASSERT_TRUE(server.store->Restore(manifest, *server.shard, 1).ok());
+  EXPECT_EQ(server.store->pending_checkpoint(), "");
+  EXPECT_EQ(server.store->FinishCheckpoint().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server.shard->Fingerprint(), before);
+  EXPECT_EQ(server.shard->cut_memory().bytes(), 0u);
+  // The next checkpoint writes the restored state whole.
+  const auto next = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(server.RestoredFingerprint(server.Commit(*next, 4, 2)), before);
+}
+
+}  // namespace
+}  // namespace kestrel
