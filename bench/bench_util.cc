@@ -6,6 +6,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -175,6 +176,47 @@ MachineReport MachineReportOf(const Machine& m) {
   r.set_command(m.command);
   r.set_invocation(m.invocation);
   return r;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+void Figures::Add(const std::string& name, const std::string& format, double value) {
+  for (Series& s : series_) {
+    if (s.name == name) {
+      s.values.push_back(value);
+      return;
+    }
+  }
+  series_.push_back({name, format, {value}});
+}
+
+double Figures::MedianOf(const std::string& name) const {
+  for (const Series& s : series_) {
+    if (s.name == name) return Median(s.values);
+  }
+  return 0;
+}
+
+std::string Figures::Markdown() const {
+  std::string md = "| Figure | median | min | max | runs |\n|---|---:|---:|---:|---|\n";
+  for (const Series& s : series_) {
+    const auto fmt = [&](double v) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), s.format.c_str(), v);
+      return std::string(buf);
+    };
+    std::vector<std::string> runs;
+    for (double v : s.values) runs.push_back(fmt(v));
+    absl::StrAppend(&md, "| ", s.name, " | ", fmt(Median(s.values)), " | ",
+                    fmt(*std::min_element(s.values.begin(), s.values.end())), " | ",
+                    fmt(*std::max_element(s.values.begin(), s.values.end())), " | ", absl::StrJoin(runs, ", "),
+                    " |\n");
+  }
+  return md;
 }
 
 }  // namespace bench

@@ -5,6 +5,7 @@
 #define KESTREL_BENCH_BENCH_UTIL_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -75,6 +76,29 @@ std::string CommandMarkdown(const Machine& m);
 
 // `m` for a JSON report (bench/bench.proto; print it with common/json.h).
 MachineReport MachineReportOf(const Machine& m);
+
+// ---------------------------------------------------------------------------------------------------------
+// Figures: one value per run, reported as median (min, max).
+
+double Median(std::vector<double> v);
+
+class Figures {
+ public:
+  // Appends `value` to the series `name` (created with `format`, an absl::StrFormat format of one value such as
+  // "%.3f", on first use; the order of first use is kept).
+  void Add(const std::string& name, const std::string& format, double value);
+  double MedianOf(const std::string& name) const;
+  // A markdown table: figure, median, min, max, every run's value.
+  std::string Markdown() const;
+
+ private:
+  struct Series {
+    std::string name;
+    std::string format;
+    std::vector<double> values;
+  };
+  std::vector<Series> series_;
+};
 
 }  // namespace bench
 }  // namespace kestrel

@@ -176,61 +176,6 @@ std::string DescribeFileSystem(const std::string& dir) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Figures: one value per run, reported as median (min, max).
-
-struct Series {
-  std::string name;
-  std::string format;  // absl::StrFormat format of one value, e.g. "%.3f"
-  std::vector<double> values;
-};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-class Figures {
- public:
-  // Appends `value` to the series `name` (created with `format` on first use; order of first use is kept).
-  void Add(const std::string& name, const std::string& format, double value) {
-    for (Series& s : series_) {
-      if (s.name == name) {
-        s.values.push_back(value);
-        return;
-      }
-    }
-    series_.push_back({name, format, {value}});
-  }
-  double MedianOf(const std::string& name) const {
-    for (const Series& s : series_) {
-      if (s.name == name) return Median(s.values);
-    }
-    return 0;
-  }
-  std::string Markdown() const {
-    std::string md = "| Figure | median | min | max | runs |\n|---|---:|---:|---:|---|\n";
-    for (const Series& s : series_) {
-      const auto fmt = [&](double v) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), s.format.c_str(), v);
-        return std::string(buf);
-      };
-      std::vector<std::string> runs;
-      for (double v : s.values) runs.push_back(fmt(v));
-      absl::StrAppend(&md, "| ", s.name, " | ", fmt(Median(s.values)), " | ",
-                      fmt(*std::min_element(s.values.begin(), s.values.end())), " | ",
-                      fmt(*std::max_element(s.values.begin(), s.values.end())), " | ", absl::StrJoin(runs, ", "),
-                      " |\n");
-    }
-    return md;
-  }
-
- private:
-  std::vector<Series> series_;
-};
-
-// ---------------------------------------------------------------------------------------------------------
 // The pieces of one run.
 
 // The table's rows, copied out once: keys in the order the checkpoint writes them and the stored floats.
@@ -338,7 +283,7 @@ std::vector<uint64_t> Sample(const std::vector<uint64_t>& keys, size_t n, std::m
 
 std::string Markdown(const bench::Machine& m, const std::string& load_start, double total_seconds,
                      const std::string& file_system, int64_t rows, int64_t changed, int runs, int64_t batch,
-                     int64_t row_bytes, double fill_seconds, const Figures& figures) {
+                     int64_t row_bytes, double fill_seconds, const bench::Figures& figures) {
   std::string md = "# Kestrel checkpoint_bench: ShardStore checkpoint and restore vs. RocksDB's write rate\n\n";
   absl::StrAppend(&md, "## Machine\n\n", bench::MachineMarkdown(m, load_start));
   absl::StrAppend(&md, "| Checkpoint directory's file system | ", file_system, " |\n");
@@ -410,7 +355,7 @@ absl::Status RunBench(int argc, char** argv) {
               machine.kernel.c_str(), machine.commit.c_str());
   std::fflush(stdout);
 
-  Figures figures;
+  bench::Figures figures;
   double fill_seconds = 0;
   int64_t row_bytes = 0;
   absl::Status status = [&]() -> absl::Status {

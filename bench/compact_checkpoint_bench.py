@@ -9,8 +9,8 @@ clocks), on the same data with the same seeds:
   (b) fp32 checkpoints, server 1 killed (SIGKILL) --kill_delay s after the checkpoint of clock --kill_after_clock
       is committed; the supervisor restarts it, every server restores that checkpoint and the job redoes the
       clocks since: BSP recovery is exact, so (b) must end bitwise identical to (a);
-  (c) Q8 embedding checkpoints, the same kill: the restore reads 8-bit rows back (values within half a step of
-      1/255 of each row's range, Adagrad's accumulators within a relative error of the log-domain step), so the
+  (c) Q8 embedding checkpoints, the same kill: the restore reads 8-bit rows back (values within half a step, the step
+      1/255 of each row's range; Adagrad's accumulators within a relative error of the log-domain step), so the
       job continues from a slightly different model: test AUC B, |B - A|, and a different fingerprint;
   (d) Q8 embedding checkpoints, uninterrupted: the codec only touches the checkpoint files, so AUC and
       fingerprint must equal (a)'s.
@@ -112,12 +112,21 @@ def kill_server(args, run, proc):
 
 
 def restored_from(run, killed_at):
-    """The checkpoint every server restored after the kill, and the clock the job continued from."""
+    """The checkpoint every server restored after the kill, the clock the job continued from, and what each server
+    loaded (its log's "loaded checkpoint" line: rows and seconds)."""
+    out = {"restored": None, "restored_clock": None, "loads": []}
     for line in open(os.path.join(run, "scheduler.log"), errors="replace"):
         m = re.search(r"every server restored (\S+): the job continues from clock (\d+)", line)
         if m:
-            return {"restored": m.group(1), "restored_clock": int(m.group(2))}
-    return {"restored": None, "restored_clock": None}
+            out.update(restored=m.group(1), restored_clock=int(m.group(2)))
+            break
+    for s in range(2):
+        for line in open(os.path.join(run, f"server{s}.log"), errors="replace"):
+            m = re.search(r"shard (\d+): loaded checkpoint (\S+) \(clock (\d+)\): (\d+) rows .* in ([0-9.]+) s", line)
+            if m:
+                out["loads"].append({"shard": int(m.group(1)), "checkpoint": m.group(2), "rows": int(m.group(4)),
+                                     "seconds": float(m.group(5))})
+    return out
 
 
 def parse_manifest(text):
@@ -273,7 +282,8 @@ def report(args, results, load_start, started):
         f"- Data: `kestrel_datagen --train_rows {args.train_rows} --test_rows {args.test_rows} --max_vocab "
         f"{args.max_vocab}` (Criteo format, planted model).",
         f"- Job: DeepFM, embedding dim 16 (table `emb`, Adagrad: 16 values + 16 accumulators a row), MLP 256-128, "
-        f"the wide weights (table `wide`, Adagrad) and the dense tensor; {args.batch_size} examples per worker and "
+        f"the wide weights (table `wide`, FTRL: a weight + z + n a row) and the dense tensor (table `dense`, in "
+        "blocks); {args.batch_size} examples per worker and "
         "step, one epoch, default seeds. `kestrel local --servers 2 --workers 2 --consistency bsp --device cpu` "
         f"(mutual TLS, 1 scheduler + 2 servers + 2 workers on this machine), `--checkpoint_every_clocks "
         f"{args.checkpoint_every_clocks}` plus the final checkpoint.",
@@ -284,7 +294,8 @@ def report(args, results, load_start, started):
         "and the workers redo the clocks since.",
         "- Test AUC, logloss and the prediction fingerprint (a hash of every test prediction: equal models give "
         "equal fingerprints) are worker 0's evaluation after the last step (`summary.json`). BSP with a fixed data "
-        "order is deterministic, so each configuration ran once: no medians are needed for AUC.", "",
+        "order is deterministic (runs (a), (b) and (d) below are three separate jobs that end with one "
+        "fingerprint), so each configuration ran once: no medians are needed for AUC.", "",
         "## Model quality", "",
         "| run | checkpoints | server killed | restored from (clock) | rollbacks | test AUC | AUC - A | test logloss | "
         "prediction fingerprint | final checkpoint hash | wall s |",
@@ -293,28 +304,33 @@ def report(args, results, load_start, started):
         restored = f"{r.get('restored')} ({r.get('restored_clock')})" if r["kill"] else ""
         fh = r["final"]["hash"] if r["final"] else "n/a"
         lines.append(f"| ({r['name']}) {DESCRIBE[r['name']]} | {r['codec']} | {'yes' if r['kill'] else 'no'} | "
-                     f"{restored} | {r['rollbacks']} | {r['auc']:.6f} | {r['auc'] - a['auc']:+.6f} | "
-                     f"{r['logloss']:.6f} | {r['fingerprint']} | {fh} | {r['wall_seconds']:.1f} |")
+                     f"{restored} | {r['rollbacks']} | {r['auc']:.7f} | {r['auc'] - a['auc']:+.7f} | "
+                     f"{r['logloss']:.7f} | {r['fingerprint']} | {fh} | {r['wall_seconds']:.1f} |")
     diff = abs(c["auc"] - a["auc"])
     lines += [
         "",
-        f"- A = {a['auc']:.6f} (a). (b) fp32 through the kill: AUC {b['auc']:.6f}, fingerprint {b['fingerprint']}: "
+        f"- A = {a['auc']:.7f} (a). (b) fp32 through the kill: AUC {b['auc']:.7f}, fingerprint {b['fingerprint']}: "
         f"{'bitwise identical to (a) (same AUC, same fingerprint, same final checkpoint)' if same(a, b) else 'DIFFERS from (a)'}.",
-        f"- B = {c['auc']:.6f} (c), Q8 through the kill: |B - A| = {diff:.6f} "
+        f"- B = {c['auc']:.7f} (c), Q8 through the kill: |B - A| = {diff:.7f} ({diff:.1e}) "
         f"({'within' if diff <= 0.001 else 'NOT within'} the 0.001 goal); fingerprint {c['fingerprint']} "
         f"{'differs from (a)' if c['fingerprint'] != a['fingerprint'] else 'EQUALS (a)'}: the restore is lossy, and "
         "the job continued from the decoded rows.",
-        f"- (d) Q8 uninterrupted: AUC {d['auc']:.6f}, fingerprint {d['fingerprint']}: "
+        f"- (d) Q8 uninterrupted: AUC {d['auc']:.7f}, fingerprint {d['fingerprint']}: "
         f"{'identical to (a)' if d['auc'] == a['auc'] and d['fingerprint'] == a['fingerprint'] else 'DIFFERS from (a)'}"
         " (the codec only changes the checkpoint files; nothing read them back).",
+        "- The restores after the kill (each server's log): "
+        + "; ".join(f"({r['name']}) " + ", ".join(f"shard {x['shard']} loaded {x['checkpoint']}: {x['rows']} rows in "
+                                                  f"{x['seconds']:.2f} s" for x in r["loads"]) for r in (b, c)) + ".",
         "- Final checkpoint hash: a hash of every record (key and stored bytes) of the last checkpoint, all shards: "
         "the stored parameters. Comparable between runs of the same codec only (a Q8 record is the code of the "
         "row, not the row).", ""]
     lines += ["## Bytes written per row", "",
               "From the manifests of every committed checkpoint of the uninterrupted runs (sum over checkpoints and "
               "shards of `ShardCheckpoint.bytes_written` / `rows_written`: every table's changed rows, a record's "
-              "key and value; the `emb` and `wide` tables hold one row per feature key each, plus the dense "
-              "tensor's blocks), and the final checkpoint's snapshot files (`CheckpointFile.size`, all shards).", "",
+              "key and value; the `emb` and `wide` tables hold one row per feature key each, and every checkpoint also "
+              "writes the dense tensor's blocks of about 12 KB each, which raise the average), the final "
+              "checkpoint's snapshot files (`CheckpointFile.size`, all shards), and per table a read-only scan of "
+              "the final checkpoint's RocksDB stores (every record's key and value bytes).", "",
               "| | fp32 (a) | Q8 (d) | Q8 / fp32 | fp32 / Q8 |", "|---|---:|---:|---:|---:|"]
     ra, wa = totals(a["manifests"])
     rd, wd = totals(d["manifests"])

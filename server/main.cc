@@ -67,6 +67,9 @@ ABSL_FLAG(int, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in [1 MiB, 1 GiB] (default 64 MiB). Pulls whose answer would "
           "not fit are refused with INVALID_ARGUMENT before any work.");
 ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
+ABSL_FLAG(int64_t, checkpoint_retained_mb, 512,
+          "MiB of row copies a copy-on-write checkpoint cut may keep while it is written (rows pushed before the "
+          "writer reached them, as they were at the cut); at the bound pushes wait for the writer. 0: no bound.");
 ABSL_FLAG(int64_t, memory_budget_mb, 0,
           "MiB of memory this server's bounded tables (those whose config has a capacity policy) may hold "
           "together, shared in proportion to their row sizes; a table's own max_memory_bytes caps its share. "
@@ -158,11 +161,16 @@ int Run() {
   shard_options.job_id = absl::GetFlag(FLAGS_job_id);
   shard_options.owner = index;
   shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
+  if (absl::GetFlag(FLAGS_checkpoint_retained_mb) < 0 || absl::GetFlag(FLAGS_checkpoint_retained_mb) > (int64_t{1} << 30)) {
+    KLOG(Error) << "bad flags: --checkpoint_retained_mb must be in [0, 2^30]";
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_memory_budget_mb) < 0 || absl::GetFlag(FLAGS_memory_budget_mb) > (int64_t{1} << 30)) {
     KLOG(Error) << "bad flags: --memory_budget_mb must be in [0, 2^30]";
     return 2;
   }
   shard_options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
+  shard_options.max_cut_retained_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_retained_mb)) << 20;
   absl::StatusOr<std::unique_ptr<HostedShards>> created = HostedShards::Create(shard_options, *std::move(partition));
   if (!created.ok()) {
     KLOG(Error) << "cannot create shard: " << created.status();

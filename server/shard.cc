@@ -48,6 +48,7 @@ Shard::Shard(const ShardOptions& options, Partition partition)
       bsp_workers_(options.bsp_workers),
       partition_(std::move(partition)),
       ranges_(partition_.RangesOf(options.owner)),
+      cut_memory_(options.max_cut_retained_bytes),
       read_gate_(options.bsp_workers > 0, options.bsp_workers),
       recent_requests_(RecentRequests::kDefaultWindow, options.max_push_workers) {
   absl::MutexLock lock(&mu_);

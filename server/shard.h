@@ -90,6 +90,9 @@ struct ShardOptions {
   // proportion to their row sizes; a table's own max_memory_bytes caps its share. 0: only the tables' own
   // budgets. Default: 0.
   uint64_t memory_budget_bytes = 0;
+  // Bytes of row copies a pending copy-on-write checkpoint cut may keep before pushes wait (server/cut_memory.h);
+  // 0: no bound. Default: CutMemory::kDefaultBound (512 MiB).
+  uint64_t max_cut_retained_bytes = CutMemory::kDefaultBound;
 };
 
 

@@ -172,6 +172,9 @@ class ShardStore : public ColdTier {
   };
   ColdFileStats cold_file_stats() const ABSL_LOCKS_EXCLUDED(files_mu_);
 
+  // For benchmarks. Writes every checkpoint inside its cut (requests stopped for the write, as with a disk tier)
+  // instead of copy-on-write. Default: false.
+  void TEST_WriteInsideTheCut(bool on) { write_inside_cut_ = on; }
   // For benchmarks. Serves ColdTier reads from RocksDB (MultiGet) instead of the files (the path before them).
   // Default: false.
   void TEST_ReadColdFromRocksDB(bool on) { cold_reads_from_rocksdb_.store(on, std::memory_order_relaxed); }
@@ -209,6 +212,7 @@ class ShardStore : public ColdTier {
   std::map<std::string, CheckpointFile> sst_checksums_;  // by SST file name (of the current working store)
   std::unique_ptr<PendingCut> pending_;  // the cut BeginCheckpoint made, until FinishCheckpoint
   bool rebase_ = false;                  // a cut's write failed: the next cut starts the store afresh
+  bool write_inside_cut_ = false;        // TEST_WriteInsideTheCut
 };
 
 }  // namespace kestrel

@@ -438,34 +438,40 @@ bool Table::cut_pending() const {
 
 absl::Status Table::WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
                                    const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row) {
-  Stripe& s = stripes_[stripe];
-  absl::MutexLock lock(&s.mu);
-  if (!s.rows.cut_pending()) return absl::OkStatus();
-  absl::Status status;
-  std::vector<uint64_t>& tombstones = s.bounded.tombstones;
-  std::vector<uint64_t> cut(tombstones.begin(), tombstones.begin() + s.bounded.cut_tombstones);
-  std::sort(cut.begin(), cut.end());
-  for (uint64_t key : cut) {
-    status = tombstone(key);
-    if (!status.ok()) break;
+  // The stripe's cut is copied out under its lock (a scan of its flags and a copy of its rows: pushes to the stripe
+  // wait that long) and handed to the callbacks, in key order, after the lock is released.
+  thread_local std::vector<uint64_t> tombstones;
+  thread_local std::vector<float> rows;  // row_floats_ per row, key first
+  thread_local std::vector<std::pair<uint64_t, size_t>> order;  // (key, offset in rows)
+  tombstones.clear();
+  rows.clear();
+  {
+    Stripe& s = stripes_[stripe];
+    absl::MutexLock lock(&s.mu);
+    if (!s.rows.cut_pending()) return absl::OkStatus();
+    std::vector<uint64_t>& stripe_tombstones = s.bounded.tombstones;
+    const auto cut_end = stripe_tombstones.begin() + s.bounded.cut_tombstones;
+    tombstones.assign(stripe_tombstones.begin(), cut_end);
+    rows.reserve(static_cast<size_t>(s.rows.num_dirty()) * row_floats_);
+    s.rows.ForEachCutRow([&](const float* r) { rows.insert(rows.end(), r, r + row_floats_); });
+    ReleaseRetainedLocked(s);
+    s.rows.EndCut();
+    stripe_tombstones.erase(stripe_tombstones.begin(), cut_end);
+    s.bounded.cut_tombstones = 0;
   }
-  if (status.ok()) {
-    // In key order (a sorted store takes rows in key order faster), as ForEachDirtyRow.
-    std::vector<std::pair<uint64_t, const float*>> rows;
-    rows.reserve(s.rows.num_dirty());
-    s.rows.ForEachCutRow([&](const float* r) { rows.emplace_back(RowArena::KeyOf(r), r + kKeyFloats); });
-    std::sort(rows.begin(), rows.end());
-    const size_t floats = stored_floats();
-    for (const auto& [key, r] : rows) {
-      status = row(key, absl::MakeConstSpan(r, floats));
-      if (!status.ok()) break;
-    }
+  std::sort(tombstones.begin(), tombstones.end());
+  for (uint64_t key : tombstones) KESTREL_RETURN_IF_ERROR(tombstone(key));
+  // In key order (a sorted store takes rows in key order faster), as ForEachDirtyRow.
+  order.clear();
+  for (size_t offset = 0; offset < rows.size(); offset += row_floats_) {
+    order.emplace_back(RowArena::KeyOf(rows.data() + offset), offset);
   }
-  ReleaseRetainedLocked(s);
-  s.rows.EndCut();
-  tombstones.erase(tombstones.begin(), tombstones.begin() + s.bounded.cut_tombstones);
-  s.bounded.cut_tombstones = 0;
-  return status;
+  std::sort(order.begin(), order.end());
+  const size_t floats = stored_floats();
+  for (const auto& [key, offset] : order) {
+    KESTREL_RETURN_IF_ERROR(row(key, absl::MakeConstSpan(rows.data() + offset + kKeyFloats, floats)));
+  }
+  return absl::OkStatus();
 }
 
 void Table::ReleaseRetainedLocked(Stripe& s) {

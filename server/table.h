@@ -20,7 +20,7 @@
 // are counted in the shard's CutMemory, whose bound makes pushes wait); rows written since the cut are dirty for the
 // next checkpoint, and rows leaving since it are its tombstones. WriteCutStripe hands the writer the stripe's cut
 // (live rows not changed since, and the copies) under the stripe's lock, then frees the copies: the writer emits
-// exactly the state at the cut, one stripe's lock hold at a time.
+// exactly the state at the cut, holding one stripe's lock at a time only to copy that stripe's cut out.
 //
 // Bounded tables (a CapacityPolicy in the config): admission, expiry, a memory budget and a cold tier, decided by
 // BoundedPolicy (server/bounded_policy.h), which Pull and Push call through per-row hooks that are no-ops for
@@ -147,10 +147,11 @@ class Table {
   std::optional<AdmissionSketchState> BeginCut();
   // Whether any stripe's cut is still to be written.
   bool cut_pending() const;
-  // Writes stripe `stripe` of the pending cut (nothing if it has none): tombstone(key) for each of its tombstones,
-  // then row(key, stored row) for each of its rows, in key order, under the stripe's lock; then the stripe's cut
-  // ends (its rows are clean and stored, its copies freed), also when a callback fails (the first error is
-  // answered: the caller must then treat the store as unknown, e.g. by MarkAllDirty and a new store).
+  // Writes stripe `stripe` of the pending cut (nothing if it has none): copies it out under the stripe's lock and
+  // ends the stripe's cut (its rows are clean and stored, its copies freed), then, with no lock held, calls
+  // tombstone(key) for each of its tombstones and row(key, stored row) for each of its rows, in key order. The
+  // first error a callback returns is answered: the caller must then treat the store as unknown (a new store,
+  // every row dirty).
   absl::Status WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
                               const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row);
   // Where retained copies are counted and pushes wait for room (null: neither; the default). Set before use.

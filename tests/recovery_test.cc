@@ -570,7 +570,10 @@ TEST_F(RecoveryTest, DeathInEveryCheckpointPhaseRestoresACompleteCheckpoint) {
     bool scheduler;  // the scheduler dies (else server 1, which is then replaced)
   };
   // @2: the second checkpoint, so a complete one exists to fall back to.
+  // Copy-on-write (the default): the server dies after marking the cut, halfway through writing it while the
+  // workers train on, once it is written, and once it is snapshotted.
   const std::vector<Fault> faults = {
+      {"server.checkpoint.cut@2", false},           {"server.checkpoint.half_written@2", false},
       {"server.checkpoint.rows_written@2", false},    {"server.checkpoint.snapshot_cut@2", false},
       {"scheduler.checkpoint.shards_written@2", true}, {"scheduler.checkpoint.manifest_written@2", true},
       {"scheduler.checkpoint.committed@2", true},
