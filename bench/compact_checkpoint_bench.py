@@ -283,7 +283,7 @@ def report(args, results, load_start, started):
         f"{args.max_vocab}` (Criteo format, planted model).",
         f"- Job: DeepFM, embedding dim 16 (table `emb`, Adagrad: 16 values + 16 accumulators a row), MLP 256-128, "
         f"the wide weights (table `wide`, FTRL: a weight + z + n a row) and the dense tensor (table `dense`, in "
-        "blocks); {args.batch_size} examples per worker and "
+        f"blocks); {args.batch_size} examples per worker and "
         "step, one epoch, default seeds. `kestrel local --servers 2 --workers 2 --consistency bsp --device cpu` "
         f"(mutual TLS, 1 scheduler + 2 servers + 2 workers on this machine), `--checkpoint_every_clocks "
         f"{args.checkpoint_every_clocks}` plus the final checkpoint.",

@@ -212,5 +212,90 @@ TEST(CowCheckpointTest, ARestoreDropsAPendingCut) {
   EXPECT_EQ(server.RestoredFingerprint(server.Commit(*next, 4, 2)), before);
 }
 
+// A bounded table with a disk tier: rows move to disk and back, and are deleted from it, while the cut is written.
+// The disk tier's writes into the store wait until the snapshot is cut; every row, in memory or on disk, reads
+// back from the restored checkpoint as it was at the cut.
+TEST(CowCheckpointTest, ADiskTierKeepsWritingWhileTheCutIsWritten) {
+  const std::string root = Root("disk");
+  CheckpointLayout layout(root);
+  TableConfig config = Sparse("tiered", 8, OptimizerConfig::ADAGRAD);
+  config.mutable_capacity()->set_max_memory_bytes(64 << 10);
+  config.mutable_capacity()->set_max_disk_bytes(uint64_t{64} << 20);
+  config.mutable_capacity()->set_ttl_clocks(20);
+  auto make = [&](int id) {
+    ShardOptions options;
+    options.job_id = "job";
+    auto shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
+    auto store = std::move(ShardStore::Open(layout, id)).value();
+    shard->SetColdTier(store.get());
+    EXPECT_TRUE(shard->CreateTable(Ctx(), config).ok());
+    return std::make_pair(std::move(shard), std::move(store));
+  };
+  auto [shard, store] = make(0);
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> all;
+  auto step = [&, &shard = shard](int64_t clock) {
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 400; ++i) keys.push_back(Mix64(rng() % 6000));
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    all.insert(all.end(), keys.begin(), keys.end());
+    std::vector<float> g(keys.size() * 8, 0.01f * static_cast<float>(clock % 7 + 1));
+    ASSERT_TRUE(shard->Push(Ctx(clock), "tiered", keys, g, 8).ok());
+  };
+  // Every key pushed so far, and the values `from` reads for `keys`.
+  auto pushed = [&] {
+    std::vector<uint64_t> keys = all;
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+  };
+  auto pull = [](Shard& from, const std::vector<uint64_t>& keys, int64_t clock) {
+    std::string values;
+    EXPECT_TRUE(from.Pull(Ctx(clock), "tiered", keys, 8, &values).ok());
+    return values;
+  };
+  for (int64_t clock = 1; clock <= 20; ++clock) step(clock);
+  ASSERT_GT(shard->FindTable("tiered")->tier_stats().disk_rows, 0u) << "the test needs rows on disk";
+  const auto first = store->Checkpoint(*shard, CheckpointLayout::CheckpointName(1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int64_t clock = 21; clock <= 30; ++clock) step(clock);
+  ASSERT_TRUE(store->BeginCheckpoint(*shard, CheckpointLayout::CheckpointName(2)).ok());
+  const std::vector<uint64_t> cut_keys = pushed();
+  const std::string at_cut = pull(*shard, cut_keys, 30);
+  const TableTierStats before = shard->FindTable("tiered")->tier_stats();
+  for (int64_t clock = 31; clock <= 40; ++clock) step(clock);  // spills, promotions, expiries: all held back
+  const TableTierStats after = shard->FindTable("tiered")->tier_stats();
+  EXPECT_GT(after.spilled, before.spilled);
+  EXPECT_GT(after.promoted, before.promoted);
+  const auto second = store->FinishCheckpoint();
+  ASSERT_TRUE(second.ok()) << second.status();
+  CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_sequence(2);
+  manifest.set_clock(30);
+  manifest.set_job_id("job");
+  manifest.set_partition(Partition::Uniform(1)->ToString());
+  manifest.set_num_servers(1);
+  ASSERT_TRUE(AddShardsToManifest({*second}, 1, &manifest).ok());
+  ASSERT_TRUE(layout.WriteManifest(manifest).ok());
+  auto [restored, restored_store] = make(99);
+  ASSERT_TRUE(restored_store->Restore(manifest, *restored, 1).ok());
+  EXPECT_EQ(pull(*restored, cut_keys, 30), at_cut);
+  // The live store took the held-back writes: a checkpoint now restores the live state.
+  const std::vector<uint64_t> keys_now = pushed();
+  const std::string now = pull(*shard, keys_now, 40);
+  const auto third = store->Checkpoint(*shard, CheckpointLayout::CheckpointName(3));
+  ASSERT_TRUE(third.ok()) << third.status();
+  manifest.clear_shards();
+  manifest.set_sequence(3);
+  manifest.set_clock(40);
+  ASSERT_TRUE(AddShardsToManifest({*third}, 1, &manifest).ok());
+  ASSERT_TRUE(layout.WriteManifest(manifest).ok());
+  auto [again, again_store] = make(98);
+  ASSERT_TRUE(again_store->Restore(manifest, *again, 1).ok());
+  EXPECT_EQ(pull(*again, keys_now, 40), now);
+}
+
 }  // namespace
 }  // namespace kestrel

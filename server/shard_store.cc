@@ -218,6 +218,10 @@ absl::Status ShardStore::Reset() {
     absl::MutexLock lock(&files_mu_);
     files_.clear();  // a file being read lives until its Read is done
   }
+  {
+    absl::MutexLock lock(&deferred_mu_);
+    DropDeferredLocked();  // of the store being dropped
+  }
   db_.reset();
   sst_checksums_.clear();
   const std::string dir = layout_.LiveDir(shard_);
@@ -347,25 +351,27 @@ absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
   shard.cut_memory().ResetPeak();
   // The cut: values, optimizer state, meta, deletions and admission sketches, with no request in between.
   KESTREL_RETURN_IF_ERROR(shard.Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
+    bool disk_tier = false;
+    for (Table* table : tables) disk_tier |= table->config().capacity().max_disk_bytes() > 0;
     if (rebase_) {
-      // A copy-on-write write failed part-way: the store is of no known state. Start it afresh, all rows dirty.
-      KESTREL_RETURN_IF_ERROR(Reset());
+      // A copy-on-write write failed part-way: the store is of no known state. Every row is written afresh, into
+      // a new store (its tombstones may be lost) unless it holds a disk tier's rows (which never have tombstones).
+      if (!disk_tier) KESTREL_RETURN_IF_ERROR(Reset());
       for (Table* table : tables) table->MarkAllDirty();
       rebase_ = false;
     }
-    bool disk_tier = false;
     for (Table* table : tables) {
       *cut->answer.add_tables() = table->config();
       cut->answer.set_rows(cut->answer.rows() + table->num_rows());
-      disk_tier |= table->config().capacity().max_disk_bytes() > 0;
     }
     cut->tables = tables;
-    if (!disk_tier && !write_inside_cut_) {
+    if (!write_inside_cut_) {
       for (Table* table : tables) cut->sketches.push_back(table->BeginCut());
+      // The disk tier's writes into the store wait until the snapshot is cut (its reads are served by its files).
+      if (disk_tier) StartDeferring(&shard.cut_memory());
       return absl::OkStatus();
     }
-    // A disk tier writes the rows it moves out of memory straight into the store: the rows and the snapshot are
-    // cut before requests resume (the world stops for the write).
+    // TEST_WriteInsideTheCut: the rows and the snapshot are cut before requests resume.
     BatchWriter writer(db_.get(), cut->rank);
     for (Table* table : tables) {
       const std::string& table_name = table->config().name();
@@ -395,6 +401,12 @@ absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
   pending_ = std::move(cut);
   CrashPoint("server.checkpoint.cut");
   return absl::OkStatus();
+}
+
+absl::Status ShardStore::Rebase() {
+  pending_.reset();
+  rebase_ = false;
+  return Reset();
 }
 
 std::string ShardStore::pending_checkpoint() const { return pending_ == nullptr ? "" : pending_->name; }
@@ -435,13 +447,17 @@ absl::StatusOr<ShardCheckpoint> ShardStore::FinishCheckpoint() {
   const std::string& dir = cut->dir;
   if (!cut->written) {
     absl::Status status = RunInBackground([&] { return WriteCut(*cut); });
+    if (status.ok()) {
+      CrashPoint("server.checkpoint.rows_written");
+      cut->written_at = absl::Now();
+      status = Snapshot(cut->rank, dir);
+    }
+    const absl::Status deferred = ApplyDeferred();  // the disk tier's writes held back since the cut
+    if (status.ok()) status = deferred;
     if (!status.ok()) {
-      rebase_ = true;  // some rows of the cut were not written: the next checkpoint writes everything afresh
+      rebase_ = true;  // some rows of the cut may not be in the store: the next checkpoint writes every row
       return status;
     }
-    CrashPoint("server.checkpoint.rows_written");
-    cut->written_at = absl::Now();
-    KESTREL_RETURN_IF_ERROR(Snapshot(cut->rank, dir));
   }
   CrashPoint("server.checkpoint.snapshot_cut");
   std::error_code error;
@@ -617,10 +633,7 @@ absl::Status ShardStore::Write(absl::string_view table, absl::Span<const uint64_
     AppendRowKey(table, keys[i], &key);
     batch.Put(key, rocksdb::Slice(reinterpret_cast<const char*>(rows.data() + i * floats), sizeof(float) * floats));
   }
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;  // the working store never survives a crash (see the class comment)
-  KESTREL_RETURN_IF_ERROR(
-      FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier write", shard_)));
+  KESTREL_RETURN_IF_ERROR(WriteOrDefer(std::move(batch), "disk tier write"));
   return file->Write(keys, rows);
 }
 
@@ -632,10 +645,7 @@ absl::Status ShardStore::Delete(absl::string_view table, absl::Span<const uint64
     AppendRowKey(table, k, &key);
     batch.Delete(key);
   }
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;
-  KESTREL_RETURN_IF_ERROR(
-      FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: disk tier delete", shard_)));
+  KESTREL_RETURN_IF_ERROR(WriteOrDefer(std::move(batch), "disk tier delete"));
   std::shared_ptr<ColdRowFile> file;
   {
     absl::ReaderMutexLock lock(&files_mu_);
@@ -643,6 +653,46 @@ absl::Status ShardStore::Delete(absl::string_view table, absl::Span<const uint64
   }
   if (file != nullptr) file->Delete(keys);
   return absl::OkStatus();
+}
+
+absl::Status ShardStore::WriteOrDefer(rocksdb::WriteBatch batch, const char* what) {
+  absl::MutexLock lock(&deferred_mu_);
+  if (deferred_memory_ != nullptr) {
+    deferred_bytes_ += batch.GetDataSize();
+    deferred_memory_->Add(batch.GetDataSize());
+    deferred_.push_back(std::move(batch));
+    return absl::OkStatus();
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;  // the working store never survives a crash (see the class comment)
+  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: %s", shard_, what));
+}
+
+void ShardStore::StartDeferring(CutMemory* memory) {
+  absl::MutexLock lock(&deferred_mu_);
+  deferred_memory_ = memory;
+}
+
+absl::Status ShardStore::ApplyDeferred() {
+  absl::MutexLock lock(&deferred_mu_);
+  absl::Status status;
+  rocksdb::WriteOptions write_options;
+  write_options.disableWAL = true;
+  for (rocksdb::WriteBatch& batch : deferred_) {
+    if (status.ok()) {
+      status = FromRocks(db_->Write(write_options, &batch),
+                         absl::StrFormat("shard %d: disk tier writes held back during a checkpoint", shard_));
+    }
+  }
+  DropDeferredLocked();
+  return status;
+}
+
+void ShardStore::DropDeferredLocked() {
+  if (deferred_memory_ != nullptr) deferred_memory_->Release(deferred_bytes_);
+  deferred_.clear();
+  deferred_bytes_ = 0;
+  deferred_memory_ = nullptr;
 }
 
 absl::Status ShardStore::Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,

@@ -10,10 +10,11 @@
 // Copy-on-write. BeginCheckpoint() only marks the cut (Table::BeginCut, inside one Shard::Exclusive section: O(tables
 // x stripes)) and requests resume; FinishCheckpoint() then writes the cut stripe by stripe while training goes on
 // (rows changed meanwhile are written as they were at the cut, from the copies Table keeps; their memory is bounded
-// by the shard's CutMemory, which slows pushes at its bound) and snapshots the store. A shard with a disk-tier table
-// writes inside the exclusive section instead (the disk tier writes post-cut rows into the store the snapshot is cut
-// from), so its Begin holds requests for the whole write. A write that fails part-way leaves the store of no known
-// state: the next checkpoint starts it afresh and writes every row.
+// by the shard's CutMemory, which slows pushes at its bound) and snapshots the store. Until the snapshot is cut, the
+// disk tier's writes into the store (rows moving out of memory, deletions) are held back in memory (counted in the
+// CutMemory too) and applied after it; its reads are served by its files, which stay current. A write that fails
+// part-way leaves the store of no known state: the next checkpoint writes every row (into a new store, unless the
+// store holds disk-tier rows).
 //
 // Restore() loads a committed checkpoint: it reads the shards of the manifest whose key ranges overlap this
 // server's (any number of servers may have written it: 4 -> 2 and 2 -> 3 servers both work), verifying every
@@ -29,8 +30,7 @@
 //
 // Bounded tables. A checkpoint deletes the rows that left a bounded table since the previous one (tombstones),
 // and the store doubles as the disk tier (ColdTier) of tables with a disk budget: rows they move out of memory
-// are written here between checkpoints, so with such a table the snapshot is cut inside the exclusive section
-// (pushes would otherwise write rows past the cut into it). RocksDB stays the record of those rows (checkpoints
+// are written here between checkpoints (held back while a cut is written, see above). RocksDB stays the record of those rows (checkpoints
 // snapshot it); reads are served by a copy of them in one ColdRowFile per table (server/cold_row_file.h: fixed-size
 // records, mmapped, an in-memory index of 10.7-21.3 bytes per disk row), in <working store>/cold/<hex of the table
 // name>.rows, which every Write and Delete keeps equal to RocksDB's and Reset discards with the store. A cold
@@ -55,9 +55,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/checkpoint_layout.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_layout.h"
 #include "proto/checkpoint.pb.h"
+#include "rocksdb/write_batch.h"
 #include "server/checkpoint_row_codec.h"
 #include "server/cold_row_file.h"
 #include "server/shard.h"
@@ -150,7 +151,8 @@ class ShardStore : public ColdTier {
 
   // A rescale replaced the server's rows (server/rescale_participant.h): empties the working store, so that the next
   // Checkpoint writes exactly the rows held then (they are all dirty) and nothing of the old layout's.
-  absl::Status Rebase() { return Reset(); }
+  // A cut still pending is dropped.
+  absl::Status Rebase();
 
   // ColdTier: bounded tables' rows moved out of memory live in the working store, under the same keys as
   // checkpointed rows (so a checkpoint's snapshot holds them), and in the table's ColdRowFile, which serves the
@@ -191,6 +193,12 @@ class ShardStore : public ColdTier {
   absl::Status Snapshot(int rank, const std::string& dir);
   // Writes every stripe of the cut (after an error, ends the rest without writing them).
   absl::Status WriteCut(PendingCut& cut);
+  // The disk tier's writes into the store: applied now, or, from StartDeferring until ApplyDeferred (while a cut
+  // is written and snapshotted), held back in memory counted in `memory` (the shard's CutMemory).
+  absl::Status WriteOrDefer(rocksdb::WriteBatch batch, const char* what) ABSL_LOCKS_EXCLUDED(deferred_mu_);
+  void StartDeferring(CutMemory* memory) ABSL_LOCKS_EXCLUDED(deferred_mu_);
+  absl::Status ApplyDeferred() ABSL_LOCKS_EXCLUDED(deferred_mu_);
+  void DropDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deferred_mu_);
   // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
   // the shard's exclusive section.
   static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
@@ -211,6 +219,10 @@ class ShardStore : public ColdTier {
   std::atomic<bool> cold_reads_from_rocksdb_{false};
   std::map<std::string, CheckpointFile> sst_checksums_;  // by SST file name (of the current working store)
   std::unique_ptr<PendingCut> pending_;  // the cut BeginCheckpoint made, until FinishCheckpoint
+  absl::Mutex deferred_mu_;
+  CutMemory* deferred_memory_ ABSL_GUARDED_BY(deferred_mu_) = nullptr;  // non-null: the disk tier's writes wait
+  std::vector<rocksdb::WriteBatch> deferred_ ABSL_GUARDED_BY(deferred_mu_);
+  uint64_t deferred_bytes_ ABSL_GUARDED_BY(deferred_mu_) = 0;
   bool rebase_ = false;                  // a cut's write failed: the next cut starts the store afresh
   bool write_inside_cut_ = false;        // TEST_WriteInsideTheCut
 };
