@@ -89,12 +89,16 @@ void RowArena::MarkAllDirty() {
   std::fill(flags_.begin(), flags_.end(), kDirty);
   num_dirty_ = rows_;
   cut_pending_ = false;
-  std::vector<float>().swap(retained_);
+  DropRetained();
 }
 
 void RowArena::PreserveSlow(uint32_t id) {
   const float* r = row(id);
-  retained_.insert(retained_.end(), r, r + row_floats_);
+  const uint32_t per = RetainedChunkRows();
+  if (retained_rows_ % per == 0) retained_chunks_.emplace_back(new float[static_cast<size_t>(per) * row_floats_]);
+  std::memcpy(retained_chunks_.back().get() + static_cast<size_t>(retained_rows_ % per) * row_floats_, r,
+              sizeof(float) * row_floats_);
+  ++retained_rows_;
   flags_[id] |= kPreserved;
 }
 
@@ -109,12 +113,12 @@ void RowArena::EndCut() {
   }
   num_dirty_ = dirty;
   cut_pending_ = false;
-  std::vector<float>().swap(retained_);
+  DropRetained();
 }
 
 void RowArena::Clear() {
   cut_pending_ = false;
-  std::vector<float>().swap(retained_);
+  DropRetained();
   std::vector<uint32_t>().swap(index_);
   std::vector<std::unique_ptr<float[]>>().swap(chunks_);
   std::vector<uint8_t>().swap(flags_);

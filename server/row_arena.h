@@ -159,13 +159,15 @@ class RowArena {
     for (uint32_t id = 0; id < rows_; ++id) {
       if ((flags_[id] & (kDirty | kPreserved)) == kDirty) fn(row(id));
     }
-    for (size_t i = 0; i < retained_.size(); i += row_floats_) fn(retained_.data() + i);
+    for (uint32_t i = 0; i < retained_rows_; ++i) fn(RetainedRow(i));
   }
   // The cut is in the store: its rows are clean and stored, rows written since are the dirty ones; the retained
   // copies are freed.
   void EndCut();
   // Bytes the retained copies hold.
-  uint64_t retained_bytes() const { return sizeof(float) * retained_.capacity(); }
+  uint64_t retained_bytes() const {
+    return sizeof(float) * retained_chunks_.size() * RetainedChunkRows() * row_floats_;
+  }
 
   // Bytes held: index, chunks and flags (capacities).
   uint64_t memory_bytes() const;
@@ -195,7 +197,22 @@ class RowArena {
   std::vector<uint8_t> flags_;  // by row id
   uint32_t num_dirty_ = 0;
   bool cut_pending_ = false;
-  std::vector<float> retained_;  // rows (key first) as they were at the pending cut
+  // Rows (key first) as they were at the pending cut, in chunks of about kRetainedChunkBytes: growing never
+  // copies them, and the allocator reuses the chunks of the last cut.
+  static constexpr size_t kRetainedChunkBytes = 64 << 10;
+  uint32_t RetainedChunkRows() const {
+    return std::max<uint32_t>(1, static_cast<uint32_t>(kRetainedChunkBytes / (sizeof(float) * row_floats_)));
+  }
+  const float* RetainedRow(uint32_t i) const {
+    const uint32_t per = RetainedChunkRows();
+    return retained_chunks_[i / per].get() + static_cast<size_t>(i % per) * row_floats_;
+  }
+  void DropRetained() {
+    retained_chunks_.clear();
+    retained_rows_ = 0;
+  }
+  std::vector<std::unique_ptr<float[]>> retained_chunks_;
+  uint32_t retained_rows_ = 0;
 };
 
 }  // namespace kestrel
