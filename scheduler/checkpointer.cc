@@ -175,7 +175,10 @@ struct Checkpointer::Pending {
   }
 };
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() {
+  // Waiters still collecting written parts end now rather than at the admin deadline (a hung server).
+  if (pending_ != nullptr || !abandoned_.empty()) ctx_->admin->CancelAwaits();
+}
 
 bool Checkpointer::TakeCheckpoint(int64_t clock, const std::string& reason, bool wait) {
   FinishPending();  // the previous copy-on-write checkpoint commits (or fails) first

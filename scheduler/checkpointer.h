@@ -46,7 +46,7 @@ class Checkpointer {
  public:
   // `ctx` must outlive it.
   explicit Checkpointer(JobContext* ctx);
-  ~Checkpointer();  // waits for a waiter still collecting written parts
+  ~Checkpointer();  // cancels and joins a waiter still collecting written parts
 
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;

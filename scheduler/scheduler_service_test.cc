@@ -1,6 +1,7 @@
 // The Scheduler service over real gRPC on loopback (in-process server).
 #include "scheduler/scheduler_service.h"
 
+#include <atomic>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "common/network_policy.h"
 #include "proto/ps.grpc.pb.h"
 #include "scheduler/scheduler_client.h"
 
@@ -25,6 +27,7 @@ class FakeServer final : public ParameterServer::Service {
   explicit FakeServer(std::string root) : root_(std::move(root)) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    ApplyListenerNetworkPolicy(builder);  // as a real server: the scheduler's keepalive pings are welcome
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
   }
@@ -43,11 +46,21 @@ class FakeServer final : public ParameterServer::Service {
     response->mutable_shard()->set_shard(0);
     return grpc::Status::OK;
   }
-  grpc::Status AwaitCheckpoint(grpc::ServerContext*, const AwaitCheckpointRequest*,
+  grpc::Status AwaitCheckpoint(grpc::ServerContext* context, const AwaitCheckpointRequest*,
                                CheckpointShardResponse* response) override {
+    if (hang_awaits_) {  // a server that never finishes writing: the call ends only when the caller cancels it
+      awaiting_.Notify();
+      while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+      cancelled_.Notify();
+      return grpc::Status::CANCELLED;
+    }
     response->mutable_shard()->set_shard(0);
     return grpc::Status::OK;
   }
+  // AwaitCheckpoint hangs until cancelled; awaiting_ / cancelled_ say when one arrived and when it was cancelled.
+  std::atomic<bool> hang_awaits_{false};
+  absl::Notification awaiting_;
+  absl::Notification cancelled_;
   grpc::Status Restore(grpc::ServerContext*, const RestoreShardRequest* request, RestoreShardResponse*) override {
     absl::MutexLock lock(&mu_);
     restores_.emplace_back(request->name(), request->min_worker_generation());
@@ -85,6 +98,20 @@ class SchedulerServiceTest : public ::testing::Test {
     SchedulerClientOptions client_options;
     client_options.job_id = kJob;
     client_ = NewGrpcSchedulerClient(address, client_options);
+  }
+
+  // Starts the scheduler with checkpoints every 2 clocks under `root`, registers server `ps` and two workers, and
+  // brings both workers to clock 2 (the first cut).
+  void StartCheckpointedJob(const std::string& root, const FakeServer& ps, RegisterResponse* w0, RegisterResponse* w1) {
+    CheckpointOptions checkpoint;
+    checkpoint.dir = root;
+    checkpoint.every_clocks = 2;
+    ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10), checkpoint));
+    Register(ROLE_SERVER, ps.address());
+    *w0 = Register(ROLE_WORKER, "", 0);
+    *w1 = Register(ROLE_WORKER, "", 1);
+    ASSERT_NO_FATAL_FAILURE(AdvanceTo(*w0, 0, 2));
+    ASSERT_NO_FATAL_FAILURE(AdvanceTo(*w1, 0, 2));
   }
 
   std::unique_ptr<grpc::ClientContext> Context() {
@@ -313,19 +340,29 @@ TEST_F(SchedulerServiceTest, WrongJobIsRefusedAndShutdownAnswersPendingWaits) {
   server_->Wait();
 }
 
+// A scheduler shutting down while a server still writes a copy-on-write checkpoint cancels its wait for it
+// instead of blocking its exit until the admin deadline.
+TEST_F(SchedulerServiceTest, ShutdownCancelsTheWaitForACheckpointBeingWritten) {
+  const std::string root = ::testing::TempDir() + "/shutdown_pending";
+  std::filesystem::remove_all(root);
+  FakeServer ps(root);
+  ps.hang_awaits_ = true;
+  RegisterResponse w0, w1;
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointedJob(root, ps, &w0, &w1));
+  ASSERT_TRUE(ps.awaiting_.WaitForNotificationWithTimeout(absl::Seconds(30))) << "no checkpoint was cut";
+  EXPECT_EQ(Describe().checkpoints_committed(), 0u) << "committed before every part was written";
+  client_.reset();
+  stub_.reset();
+  server_.reset();  // the scheduler's shutdown: it would wait out the admin deadline (10 min) without the cancel
+  EXPECT_TRUE(ps.cancelled_.WaitForNotificationWithTimeout(absl::Seconds(30)));
+}
+
 TEST_F(SchedulerServiceTest, WorkerRequestedRollbackRestoresTheLastCheckpointOnce) {
   const std::string root = ::testing::TempDir() + "/requested_rollback";
   std::filesystem::remove_all(root);
   FakeServer ps(root);
-  CheckpointOptions checkpoint;
-  checkpoint.dir = root;
-  checkpoint.every_clocks = 2;
-  ASSERT_NO_FATAL_FAILURE(Start(absl::Seconds(10), checkpoint));
-  Register(ROLE_SERVER, ps.address());
-  const RegisterResponse w0 = Register(ROLE_WORKER, "", 0);
-  const RegisterResponse w1 = Register(ROLE_WORKER, "", 1);
-  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w0, 0, 2));
-  ASSERT_NO_FATAL_FAILURE(AdvanceTo(w1, 0, 2));
+  RegisterResponse w0, w1;
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointedJob(root, ps, &w0, &w1));
   ASSERT_TRUE(Eventually([&] { return Describe().latest_checkpoint_clock() == 2; }));
   ASSERT_NO_FATAL_FAILURE(AdvanceTo(w0, 2, 3));
   ASSERT_NO_FATAL_FAILURE(AdvanceTo(w1, 2, 3));

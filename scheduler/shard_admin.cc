@@ -1,6 +1,7 @@
 #include "scheduler/shard_admin.h"
 
 #include <map>
+#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
@@ -41,9 +42,24 @@ class GrpcShardAdmin final : public ShardAdmin {
     CheckpointShardResponse response;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    {
+      absl::MutexLock lock(&mu_);
+      if (awaits_cancelled_) return absl::CancelledError("the scheduler is shutting down");
+      awaits_.insert(&context);
+    }
     absl::Status status = FromGrpcStatus(StubFor(address)->AwaitCheckpoint(&context, request, &response));
+    {
+      absl::MutexLock lock(&mu_);
+      awaits_.erase(&context);
+    }
     if (!status.ok()) return Annotate(status, "checkpoint write", shard, address);
     return response.shard();
+  }
+
+  void CancelAwaits() override {
+    absl::MutexLock lock(&mu_);
+    awaits_cancelled_ = true;
+    for (grpc::ClientContext* context : awaits_) context->TryCancel();
   }
 
   absl::Status Restore(int shard, const std::string& address, RestoreShardRequest request) override {
@@ -127,6 +143,8 @@ class GrpcShardAdmin final : public ShardAdmin {
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::set<grpc::ClientContext*> awaits_ ABSL_GUARDED_BY(mu_);  // AwaitCheckpoint calls in flight
+  bool awaits_cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

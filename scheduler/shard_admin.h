@@ -27,6 +27,8 @@ class ShardAdmin {
   // Waits for server `shard` to finish writing the copy-on-write checkpoint `name` it cut, and answers its part.
   virtual absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string& address,
                                                           const std::string& name) = 0;
+  // The scheduler is shutting down: AwaitCheckpoint calls in flight and later ones end at once (Cancelled).
+  virtual void CancelAwaits() {}
   // Server `shard` replaces its state with its part of committed checkpoint `request.name()` ("" = empty tables)
   // and refuses worker requests older than `request.min_worker_generation()`; with request.layout_generation()
   // set, it does so in that new layout, as the rank the request names (ParameterServer.Restore). The header is
