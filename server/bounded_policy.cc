@@ -139,7 +139,7 @@ absl::Status BoundedPolicy::EvictLocked(RowArena& rows, BoundedStripe& stripe, u
     KESTREL_RETURN_IF_ERROR(cold->Write(name_, spill_keys, spill_rows));
     // The store now holds these rows: no tombstone and no delete for them.
     for (const Candidate& c : candidates) {
-      if (std::binary_search(spill_keys.begin(), spill_keys.end(), c.key)) rows.ClearFlags(c.id, RowArena::kStored);
+      if (std::binary_search(spill_keys.begin(), spill_keys.end(), c.key)) rows.SetFlags(c.id, RowArena::kSpilled);
     }
   }
   std::sort(ids.begin(), ids.end(), std::greater<uint32_t>());

@@ -61,6 +61,9 @@ class RowArena {
   static constexpr uint8_t kPinned = 4;
   static constexpr uint8_t kNext = 8;
   static constexpr uint8_t kPreserved = 16;
+  // Being moved to the disk tier (an eviction about to remove it): the store takes its current value, so its
+  // removal leaves no tombstone and no delete.
+  static constexpr uint8_t kSpilled = 32;
 
   // An arena that holds no row and cannot take one (a placeholder until assigned).
   RowArena() = default;
@@ -150,7 +153,8 @@ class RowArena {
   }
   // Whether the store holds row `id`, or will once the pending cut is written: a removal leaves a tombstone.
   bool InStore(uint32_t id) const {
-    return (flags_[id] & kStored) || (cut_pending_ && (flags_[id] & kDirty));
+    const uint8_t f = flags_[id];
+    return !(f & kSpilled) && ((f & kStored) || (cut_pending_ && (f & kDirty)));
   }
   // Calls fn(row) (key first, row_floats() floats) for each row of the pending cut: the dirty rows not preserved,
   // then the retained copies.
