@@ -14,6 +14,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/hash.h"
 #include "common/partition.h"
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
@@ -126,10 +127,8 @@ std::string Root(const std::string& name) {
 }
 
 TEST(CowCheckpointTest, PushesDuringTheCutsWriteLeaveTheCheckpointExactlyAtTheCut) {
-  const uint64_t seed = std::random_device()();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  const TestSeed seed;  // replay: KESTREL_TEST_SEED
+  std::mt19937_64 rng(seed.value());
   Server server(Root("live"));
   int64_t clock = 1;
   for (; clock <= 8; ++clock) server.Step(clock, rng);
