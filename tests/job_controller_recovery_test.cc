@@ -173,6 +173,8 @@ TEST_F(JobControllerTest, ServerLostWithTheFinalModelInNoCheckpointIsFatal) {
   options.every_clocks = 3;
   ASSERT_TRUE(StartScheduler(options).ok());
   ASSERT_TRUE(RunAll(0, 5).ok());
+  // The checkpoint cut at clock 3 is written behind the workers: let it commit before shard 0 starts failing.
+  ASSERT_TRUE(WaitFor([&] { return controller_->status().latest_clock == 3; }));
   servers_->fail_shard_ = 0;
   ASSERT_NO_FATAL_FAILURE(MarkAllDone(*membership_));
   controller_->Wake();
