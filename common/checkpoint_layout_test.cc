@@ -43,7 +43,7 @@ class CheckpointLayoutTest : public ::testing::Test {
       f->set_crc32c(Crc32c(contents));
     }
     EXPECT_TRUE(layout.WriteManifest(manifest).ok());
-    if (commit) EXPECT_TRUE(layout.MoveLatest(name).ok());
+    if (commit) { EXPECT_TRUE(layout.MoveLatest(name).ok()); }
     return manifest;
   }
 
@@ -234,7 +234,7 @@ TEST_F(CheckpointLayoutTest, AtomicWriteReplacesWholeFile) {
 // Found by //server:checkpoint_fuzz: a body that did not end with a newline was framed by WithChecksumLine but
 // refused by VerifyChecksumLine. Every body round-trips; a damaged or truncated frame is still refused.
 TEST(ChecksumLineTest, EveryBodyRoundTrips) {
-  for (const std::string body : {std::string(), std::string("ckpt-00000001\n"), std::string("no newline"),
+  for (const std::string& body : {std::string(), std::string("ckpt-00000001\n"), std::string("no newline"),
                                  std::string(1, '\0'), std::string("# crc32c=00000000 size=0"),
                                  std::string("a\n# crc32c=12345678 size=3\nb")}) {
     SCOPED_TRACE(body);

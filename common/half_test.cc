@@ -135,7 +135,7 @@ TEST(HalfTest, Float16GradientScaleNeverOverflows) {
     g[17] = -max_abs;
     const int e = Float16ScaleExponent(g.data(), g.size());
     EXPECT_LE(std::ldexp(max_abs, e), kFloat16Max);
-    if (e < kMaxScaleExponent) EXPECT_GT(std::ldexp(max_abs, e + 1), kFloat16Max);
+    if (e < kMaxScaleExponent) { EXPECT_GT(std::ldexp(max_abs, e + 1), kFloat16Max); }
     std::vector<uint16_t> wire(g.size());
     ASSERT_TRUE(EncodeValues(VALUE_TYPE_FLOAT16, g.data(), g.size(), e, wire.data()).ok());
     std::vector<float> back(g.size());

@@ -96,7 +96,7 @@ TEST(MembershipTest, SilentMemberIsDeclaredDeadWithinTwoIntervals) {
     if (step % 4 == 0) {
       ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
       ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
-      if (now <= kStart + absl::Seconds(1)) ASSERT_TRUE(m->Heartbeat(Role::kWorker, 1, w1.incarnation, now).ok());
+      if (now <= kStart + absl::Seconds(1)) { ASSERT_TRUE(m->Heartbeat(Role::kWorker, 1, w1.incarnation, now).ok()); }
     }
     auto dead = m->ExpireSilent(now);
     if (!dead.empty()) {
@@ -193,7 +193,7 @@ TEST(MembershipTest, ADeafSchedulerDeclaresNoOneDead) {
   for (int step = 1; step <= 40 && declared == absl::Time(); ++step) {
     now += absl::Milliseconds(250);
     ASSERT_TRUE(m->Heartbeat(Role::kServer, 0, server.incarnation, now).ok());
-    if (now >= healed + absl::Seconds(2)) ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok());
+    if (now >= healed + absl::Seconds(2)) { ASSERT_TRUE(m->Heartbeat(Role::kWorker, 0, w0.incarnation, now).ok()); }
     for (const Member& dead : m->ExpireSilent(now)) {
       EXPECT_EQ(dead.role, Role::kWorker);
       EXPECT_EQ(dead.rank, 1) << "a member heard within the grace was declared dead";

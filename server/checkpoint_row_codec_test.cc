@@ -118,7 +118,7 @@ void ExpectWithinQ8Bounds(const TableConfig& config, absl::Span<const float> row
       EXPECT_LE(std::abs(double{b[j]} - a[j]), StepBound(*mn, *mx, 255) / 2 + std::abs(b[j]) * rounding + 6e-8)
           << "value " << j;
     }
-    if (values.compact() && dim % 2 == 1) EXPECT_EQ(Bits(back[values.words() - 1]) >> 16, 0u) << "padding";
+    if (values.compact() && dim % 2 == 1) { EXPECT_EQ(Bits(back[values.words() - 1]) >> 16, 0u) << "padding"; }
   }
   // Slots, run by run.
   size_t at = values.words();

@@ -58,7 +58,9 @@ TEST_F(JobControllerTest, ReplicatedServerDeathFailsOverAndTheReplacementIsReRep
 
   now_ += absl::Seconds(1);
   for (const Member& m : membership_->Members()) {
-    if (!(m.role == Role::kServer && m.rank == 1)) ASSERT_TRUE(membership_->Heartbeat(m.role, m.rank, m.incarnation, now_).ok());
+    if (!(m.role == Role::kServer && m.rank == 1)) {
+      ASSERT_TRUE(membership_->Heartbeat(m.role, m.rank, m.incarnation, now_).ok());
+    }
   }
   ASSERT_EQ(membership_->ExpireSilent(now_ + absl::Milliseconds(600)).size(), 1u);
   controller_->Wake();

@@ -212,7 +212,7 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
       EXPECT_EQ(*code, 2);
       const std::string log = ReadAll(server->log_path());
       EXPECT_NE(log.find(path), std::string::npos) << log;
-      if (kind != "LATEST" && kind != "MANIFEST") EXPECT_NE(log.find("shard 0"), std::string::npos) << log;
+      if (kind != "LATEST" && kind != "MANIFEST") { EXPECT_NE(log.find("shard 0"), std::string::npos) << log; }
     }
   }
   // The undamaged copy loads, and the scheduler path refuses a damaged shard too (exit 2, file and shard named).

@@ -187,7 +187,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
       StatsResponse answer;
       const grpc::Status got = stats_stub->Stats(&c, stats, &answer);
       EXPECT_EQ(got.ok(), allowed) << got.error_message();
-      if (!allowed) EXPECT_EQ(got.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+      if (!allowed) { EXPECT_EQ(got.error_code(), grpc::StatusCode::PERMISSION_DENIED); }
     }
   }
   // The row the worker pushed is still there (the refused calls changed nothing).

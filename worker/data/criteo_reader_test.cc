@@ -69,7 +69,7 @@ TEST(CriteoReaderTest, NumbersParseAsAbslDoes) {
     CriteoExample e;
     const absl::Status status = ParseCriteoLine(line, &e);
     ASSERT_EQ(status.ok(), valid) << status;
-    if (valid) EXPECT_EQ(e.integers[0], expected);
+    if (valid) { EXPECT_EQ(e.integers[0], expected); }
   }
   for (const std::string token : {"0", "ab", "AB", "aB09", "ffffffffffffffff", "0x1f", "0X1F", "+1f", " 1f",
                                   "1f ", "g1", "-1", "1.0", "fffffffffffffffff"}) {
@@ -83,7 +83,7 @@ TEST(CriteoReaderTest, NumbersParseAsAbslDoes) {
     CriteoExample e;
     const absl::Status status = ParseCriteoLine(line, &e);
     ASSERT_EQ(status.ok(), valid) << status;
-    if (valid) EXPECT_EQ(e.categories[0], expected);
+    if (valid) { EXPECT_EQ(e.categories[0], expected); }
   }
 }
 

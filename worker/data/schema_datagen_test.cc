@@ -274,7 +274,7 @@ TEST(SchemaDatagenTest, ConfigResolvesAndEveryLineParses) {
     for (int64_t row = 0; row < options.train_rows; ++row) {
       model.Draw(0, row, &e);
       EXPECT_EQ(batch.labels[row], e.label);
-      if (csv) EXPECT_EQ(batch.weights[row], e.weight);
+      if (csv) { EXPECT_EQ(batch.weights[row], e.weight); }
       const int64_t bag = row * batch.fields;
       EXPECT_EQ(batch.bag_end(bag + hist_items) - batch.bag_begin(bag + hist_items), e.hist_items.size());
       EXPECT_EQ(batch.bag_end(bag + hist_categories) - batch.bag_begin(bag + hist_categories),
