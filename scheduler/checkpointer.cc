@@ -292,6 +292,9 @@ void Checkpointer::AbandonPending() {
                 << " abandoned (nothing committed): the job rolls back while it is written";
   SchedulerMetrics::Get().checkpoints_failed().Increment();
   abandoned_.push_back(std::move(pending_));
+  // The last checkpoint is the last committed one again: the rollback restores it (a removal's reads it: Rescaler).
+  absl::MutexLock lock(&ctx_->mu);
+  last_checkpoint_clock_ = ctx_->status.latest_clock;
 }
 
 bool Checkpointer::Commit() {
@@ -323,7 +326,8 @@ bool Checkpointer::Commit() {
     return false;
   }
   CrashPoint("scheduler.checkpoint.shards_written");
-  absl::Status status = AddShardsToManifest(std::move(shards), ctx_->job.num_servers, &manifest);
+  // The servers of the cut: a rescale may have changed the count since (its rows restore into any layout).
+  absl::Status status = AddShardsToManifest(std::move(shards), manifest.num_servers(), &manifest);
   if (status.ok()) status = ctx_->layout.WriteManifest(manifest);
   CrashPoint("scheduler.checkpoint.manifest_written");
   if (status.ok()) status = ctx_->layout.MoveLatest(name);

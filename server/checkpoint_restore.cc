@@ -109,6 +109,7 @@ absl::StatusOr<std::shared_ptr<HostedShards>> CheckpointRestore::GroupsForRestor
 
 absl::Status CheckpointRestore::Restore(const HostedShards& served, const RestoreShardRequest& request,
                                         RestoreShardResponse* response) {
+  written_name_.clear();  // AwaitCheckpoint answers no part written before a restore
   // The scheduler moves the job's generation before it asks for the restore; this server hears of it within a
   // heartbeat (it asks at once).
   KESTREL_RETURN_IF_ERROR(

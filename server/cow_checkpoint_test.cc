@@ -61,25 +61,41 @@ std::vector<TableConfig> Tables() {
   return tables;
 }
 
+// A bounded table with a disk tier, holding `memory_bytes` of rows in memory.
+TableConfig Tiered(uint64_t memory_bytes) {
+  TableConfig config = Sparse("tiered", 8, OptimizerConfig::ADAGRAD);
+  config.mutable_capacity()->set_max_memory_bytes(memory_bytes);
+  config.mutable_capacity()->set_max_disk_bytes(uint64_t{64} << 20);
+  return config;
+}
+
 struct Server {
   CheckpointLayout layout;
   std::unique_ptr<Shard> shard;
   std::unique_ptr<ShardStore> store;
+  std::vector<TableConfig> tables = Tables();
+  const uint64_t tiered_memory_bytes;
 
   // `id`: the process id its working store is named by (a second server may read the first one's checkpoints).
-  explicit Server(const std::string& root, int id = 0) : layout(root) {
+  // `tiered_memory_bytes` > 0: a disk tier, and a table using it (Tiered) besides Tables().
+  explicit Server(const std::string& root, int id = 0, uint64_t tiered_memory_bytes = 0)
+      : layout(root), tiered_memory_bytes(tiered_memory_bytes) {
     ShardOptions options;
     options.job_id = "job";
     shard = std::move(Shard::Create(options, *Partition::Uniform(1))).value();
     store = std::move(ShardStore::Open(layout, id)).value();
-    for (const TableConfig& t : Tables()) EXPECT_TRUE(shard->CreateTable(Ctx(), t).ok());
+    if (tiered_memory_bytes > 0) {
+      shard->SetColdTier(store.get());
+      tables.push_back(Tiered(tiered_memory_bytes));
+    }
+    for (const TableConfig& t : tables) EXPECT_TRUE(shard->CreateTable(Ctx(), t).ok());
   }
 
   // One step of training at `clock`: a mix of new keys and keys seen before in every sparse table, and the
   // whole dense tensor.
   void Step(int64_t clock, std::mt19937_64& rng) {
     std::uniform_real_distribution<float> grad(-1, 1);
-    for (const TableConfig& t : Tables()) {
+    for (const TableConfig& t : tables) {
       std::vector<uint64_t> keys;
       if (t.kind() == TableConfig::DENSE) {
         for (uint64_t b = 0; b < Partition::DenseBlockCount(t.dense_size(), t.dim()); ++b) keys.push_back(b);
@@ -113,7 +129,7 @@ struct Server {
 
   // The fingerprint a fresh server restoring `manifest` holds.
   uint64_t RestoredFingerprint(const CheckpointManifest& manifest) {
-    Server fresh(layout.root(), /*id=*/99);
+    Server fresh(layout.root(), /*id=*/99, tiered_memory_bytes);
     const absl::Status restored = fresh.store->Restore(manifest, *fresh.shard, 1);
     EXPECT_TRUE(restored.ok()) << restored;
     return fresh.shard->Fingerprint();
@@ -217,9 +233,7 @@ TEST(CowCheckpointTest, ARestoreDropsAPendingCut) {
 TEST(CowCheckpointTest, ADiskTierKeepsWritingWhileTheCutIsWritten) {
   const std::string root = Root("disk");
   CheckpointLayout layout(root);
-  TableConfig config = Sparse("tiered", 8, OptimizerConfig::ADAGRAD);
-  config.mutable_capacity()->set_max_memory_bytes(64 << 10);
-  config.mutable_capacity()->set_max_disk_bytes(uint64_t{64} << 20);
+  TableConfig config = Tiered(64 << 10);
   config.mutable_capacity()->set_ttl_clocks(20);
   auto make = [&](int id) {
     ShardOptions options;
@@ -299,6 +313,64 @@ TEST(CowCheckpointTest, ADiskTierKeepsWritingWhileTheCutIsWritten) {
   auto [again, again_store] = make(98);
   ASSERT_TRUE(again_store->Restore(manifest, *again, 1).ok());
   EXPECT_EQ(pull(*again, keys_now, 40), now);
+}
+
+// A write that fails part-way (here after 10 rows, inside the first table) leaves the store of no known state: the
+// tombstones of the stripes not written are lost with it. The next checkpoint writes every row, into a new store, or,
+// when the store holds a disk tier's rows, into the same one with the other tables' rows deleted first; either
+// way it restores to the live state, and no row that left the bounded table comes back.
+TEST(CowCheckpointTest, AfterAWriteFailedPartWayTheNextCheckpointWritesEveryRow) {
+  for (const uint64_t tiered_memory_bytes : {uint64_t{0}, uint64_t{16} << 20}) {
+    SCOPED_TRACE(tiered_memory_bytes > 0 ? "a store holding a disk tier's rows" : "a store of checkpoints only");
+    std::mt19937_64 rng(11);
+    Server server(Root(absl::StrCat("failed_", tiered_memory_bytes)), 0, tiered_memory_bytes);
+    for (int64_t clock = 1; clock <= 8; ++clock) server.Step(clock, rng);
+    const auto first = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(1));
+    ASSERT_TRUE(first.ok()) << first.status();
+    server.Commit(*first, 8, 1);
+    for (int64_t clock = 9; clock <= 16; ++clock) server.Step(clock, rng);  // rows leave the bounded table
+    server.store->TEST_FailCutWriteAfter(10);
+    ASSERT_TRUE(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(2)).ok());
+    server.Step(17, rng);  // copies, freed by the failed write
+    const auto failed = server.store->FinishCheckpoint();
+    EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+    EXPECT_EQ(server.shard->cut_memory().bytes(), 0u);
+    server.Step(18, rng);  // pushes are served: the disk tier lost nothing
+    const uint64_t live = server.shard->Fingerprint();
+    const auto next = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(3));
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->rows_written(), next->rows()) << "every row";
+    EXPECT_EQ(server.RestoredFingerprint(server.Commit(*next, 18, 3)), live);
+  }
+}
+
+// The disk tier's writes held back during a cut fail to apply: the store lacks rows moved out of memory, so the
+// shard refuses requests, as when its disk tier fails mid-push, until it is restored.
+TEST(CowCheckpointTest, HeldBackDiskTierWritesThatFailFailTheShard) {
+  std::mt19937_64 rng(13);
+  Server server(Root("held_back"), 0, /*tiered_memory_bytes=*/64 << 10);
+  int failures = 0;
+  server.shard->SetFailureListener([&](const absl::Status&) { ++failures; });
+  for (int64_t clock = 1; clock <= 8; ++clock) server.Step(clock, rng);
+  const auto first = server.store->Checkpoint(*server.shard, CheckpointLayout::CheckpointName(1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const CheckpointManifest manifest = server.Commit(*first, 8, 1);
+  ASSERT_TRUE(server.store->BeginCheckpoint(*server.shard, CheckpointLayout::CheckpointName(2)).ok());
+  const uint64_t spilled = server.shard->FindTable("tiered")->tier_stats().spilled;
+  for (int64_t clock = 9; clock <= 12; ++clock) server.Step(clock, rng);
+  ASSERT_GT(server.shard->FindTable("tiered")->tier_stats().spilled, spilled) << "the test needs held-back writes";
+  server.store->TEST_FailHeldBackWrites(true);
+  const auto failed = server.store->FinishCheckpoint();
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_EQ(failures, 1);
+  const std::vector<uint64_t> key = {Mix64(1)};
+  const std::vector<float> g(8, 0.5f);
+  EXPECT_EQ(server.shard->Push(Ctx(13), "adam", key, g, 8).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server.shard->cut_memory().bytes(), 0u);
+  server.store->TEST_FailHeldBackWrites(false);
+  ASSERT_TRUE(server.store->Restore(manifest, *server.shard, 1).ok());
+  EXPECT_EQ(server.shard->Fingerprint(), server.RestoredFingerprint(manifest));
+  EXPECT_TRUE(server.shard->Push(Ctx(9), "adam", key, g, 8).ok()) << "served again once restored";
 }
 
 }  // namespace

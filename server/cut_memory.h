@@ -22,7 +22,7 @@ namespace kestrel {
 
 class CutMemory {
  public:
-  // Default bound: 512 MiB (kestrel_server --checkpoint_retained_bytes).
+  // Default bound: 512 MiB (kestrel_server --checkpoint_retained_mb).
   static constexpr uint64_t kDefaultBound = uint64_t{512} << 20;
 
   explicit CutMemory(uint64_t bound = kDefaultBound) : bound_(bound) {}

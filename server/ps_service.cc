@@ -51,6 +51,7 @@ PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* p
       stats_rpc_(ServerMetrics::Get().rpc().method("Stats")),
       step_rpc_(ServerMetrics::Get().rpc().method("Step")),
       checkpoint_rpc_(ServerMetrics::Get().rpc().method("Checkpoint")),
+      await_checkpoint_rpc_(ServerMetrics::Get().rpc().method("AwaitCheckpoint")),
       restore_rpc_(ServerMetrics::Get().rpc().method("Restore")),
       replicate_rpc_(ServerMetrics::Get().rpc().method("Replicate")),
       copy_group_rpc_(ServerMetrics::Get().rpc().method("CopyGroup")),
@@ -460,7 +461,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Checkpoint(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* PsServiceImpl::AwaitCheckpoint(grpc::CallbackServerContext* context,
                                                          const AwaitCheckpointRequest* request,
                                                          CheckpointShardResponse* response) {
-  return RunAdmin(context, checkpoint_rpc_, "AwaitCheckpoint", request->header(),
+  return RunAdmin(context, await_checkpoint_rpc_, "AwaitCheckpoint", request->header(),
                   [this, request, response](const Hosted&) { return checkpoints_->Await(*request, response); });
 }
 

@@ -211,8 +211,8 @@ class PsServiceImpl final
   ThreadPool* const pool_;
   // Per-method call counts and latencies (kestrel_server_requests_total, ..._request_duration_seconds).
   RpcMetrics::Method &pull_rpc_, &push_rpc_, &pull_dense_rpc_, &push_dense_rpc_, &create_table_rpc_,
-      &describe_tables_rpc_, &stats_rpc_, &step_rpc_, &checkpoint_rpc_, &restore_rpc_, &replicate_rpc_,
-      &copy_group_rpc_,
+      &describe_tables_rpc_, &stats_rpc_, &step_rpc_, &checkpoint_rpc_, &await_checkpoint_rpc_, &restore_rpc_,
+      &replicate_rpc_, &copy_group_rpc_,
       &rescale_rpc_;
   ServedLayout layout_;
   PrimaryLease lease_;

@@ -201,11 +201,10 @@ class RowArena {
   std::vector<uint8_t> flags_;  // by row id
   uint32_t num_dirty_ = 0;
   bool cut_pending_ = false;
-  // Rows (key first) as they were at the pending cut, in chunks of about kRetainedChunkBytes: growing never
-  // copies them, and the allocator reuses the chunks of the last cut.
-  static constexpr size_t kRetainedChunkBytes = 64 << 10;
+  // Rows (key first) as they were at the pending cut, in chunks of about kChunkBytes: growing never copies them,
+  // and the allocator reuses the chunks of the last cut.
   uint32_t RetainedChunkRows() const {
-    return std::max<uint32_t>(1, static_cast<uint32_t>(kRetainedChunkBytes / (sizeof(float) * row_floats_)));
+    return std::max<uint32_t>(1, static_cast<uint32_t>(kChunkBytes / (sizeof(float) * row_floats_)));
   }
   const float* RetainedRow(uint32_t i) const {
     const uint32_t per = RetainedChunkRows();

@@ -454,8 +454,8 @@ absl::Status Shard::TierFailed(absl::Status status) {
     absl::MutexLock lock(&tier_mu_);
     if (!tier_failed_.load(std::memory_order_relaxed)) {
       tier_error_ = absl::StrFormat(
-          "shard %d: its disk tier failed while applying a push (%s): it holds part of that push and refuses "
-          "requests until it is restored from a checkpoint",
+          "shard %d: its disk tier failed (%s): it may hold part of a push or lack rows moved out of memory, and "
+          "refuses requests until it is restored from a checkpoint",
           owner(), status.ToString());
       tier_failed_.store(true, std::memory_order_release);
     }

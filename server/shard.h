@@ -248,6 +248,9 @@ class Shard {
   // `listener` (may be null) runs once when a disk tier fails mid-push: the shard then refuses requests
   // (FailedPrecondition) until a Restore. The server's listener exits, so the scheduler recovers the job.
   void SetFailureListener(std::function<void(const absl::Status&)> listener);
+  // Records a failed disk tier update (a push's, or the writes a checkpoint held back: ShardStore), returns the
+  // error callers get from then on; OK stays OK.
+  absl::Status TierFailed(absl::Status status);
 
   // The retained row copies of the tables' pending copy-on-write cut, and their bound (server/cut_memory.h).
   CutMemory& cut_memory() { return cut_memory_; }
@@ -292,8 +295,6 @@ class Shard {
   void ApplyBudgetsLocked(const TableMap& tables) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK, or FailedPrecondition after a disk tier failed (until a Restore).
   absl::Status CheckTier() const;
-  // Records a failed table update (a disk tier's), returns the error callers get; OK stays OK.
-  absl::Status TierFailed(absl::Status status);
 
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -39,6 +40,13 @@ namespace fs = std::filesystem;
 constexpr size_t kBlockCacheBytes = size_t{32} << 20;
 // Rows are flushed to RocksDB in write batches of about this many bytes.
 constexpr size_t kBatchBytes = size_t{8} << 20;
+
+// Writes into the working store: no WAL, the working store never survives a crash (see the class comment).
+rocksdb::WriteOptions StoreWriteOptions() {
+  rocksdb::WriteOptions options;
+  options.disableWAL = true;
+  return options;
+}
 
 // Keeps RocksDB from writing LOG files into checkpoint directories it opens read-only.
 class NullLogger final : public rocksdb::Logger {
@@ -241,7 +249,7 @@ absl::Status ShardStore::Reset() {
 // Rows, tombstones and sketches of one checkpoint into the working store, in write batches of about kBatchBytes.
 class ShardStore::BatchWriter {
  public:
-  BatchWriter(rocksdb::DB* db, int rank) : db_(db), rank_(rank) { options_.disableWAL = true; }
+  BatchWriter(rocksdb::DB* db, int rank) : db_(db), rank_(rank) {}
 
   // The rows Put writes next are of `config` (encoded by its checkpoint codec).
   absl::Status StartTable(const TableConfig& config) {
@@ -276,7 +284,7 @@ class ShardStore::BatchWriter {
   absl::Status Flush() {
     if (batch_.Count() == 0) return absl::OkStatus();
     KESTREL_RETURN_IF_ERROR(
-        FromRocks(db_->Write(options_, &batch_), absl::StrFormat("shard %d: writing checkpoint rows", rank_)));
+        FromRocks(db_->Write(StoreWriteOptions(), &batch_), absl::StrFormat("shard %d: writing checkpoint rows", rank_)));
     batch_.Clear();
     return absl::OkStatus();
   }
@@ -291,7 +299,6 @@ class ShardStore::BatchWriter {
 
   rocksdb::DB* const db_;
   const int rank_;
-  rocksdb::WriteOptions options_;
   rocksdb::WriteBatch batch_;
   std::string key_;
   std::string value_;  // an encoded row
@@ -354,10 +361,17 @@ absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
     bool disk_tier = false;
     for (Table* table : tables) disk_tier |= table->config().capacity().max_disk_bytes() > 0;
     if (rebase_) {
-      // A copy-on-write write failed part-way: the store is of no known state. Every row is written afresh, into
-      // a new store (its tombstones may be lost) unless it holds a disk tier's rows (which never have tombstones).
+      // A copy-on-write write failed part-way: the store is of no known state (the tombstones of the stripes not
+      // written are lost). Every row is written afresh: into a new store, or, when the store holds a disk tier's
+      // rows (their only record; such tables leave no tombstones), into this one once the other tables' rows are
+      // deleted from it.
       if (!disk_tier) KESTREL_RETURN_IF_ERROR(Reset());
-      for (Table* table : tables) table->MarkAllDirty();
+      for (Table* table : tables) {
+        if (disk_tier && table->config().capacity().max_disk_bytes() == 0) {
+          KESTREL_RETURN_IF_ERROR(DeleteTableRows(table->config().name()));
+        }
+        table->MarkAllDirty();
+      }
       rebase_ = false;
     }
     for (Table* table : tables) {
@@ -414,6 +428,7 @@ std::string ShardStore::pending_checkpoint() const { return pending_ == nullptr 
 absl::Status ShardStore::WriteCut(PendingCut& cut) {
   BatchWriter writer(db_.get(), cut.rank);
   absl::Status status;
+  int64_t rows_before_failure = std::exchange(fail_cut_write_after_, -1);  // TEST_FailCutWriteAfter
   const size_t half = cut.tables.size() * Table::kStripes / 2;
   size_t stripes_written = 0;
   for (size_t t = 0; t < cut.tables.size(); ++t) {
@@ -429,7 +444,12 @@ absl::Status ShardStore::WriteCut(PendingCut& cut) {
       }
       status = table->WriteCutStripe(
           si, [&](uint64_t k) { return writer.Delete(table_name, k); },
-          [&](uint64_t k, absl::Span<const float> row) { return writer.Put(table_name, k, row); });
+          [&](uint64_t k, absl::Span<const float> row) {
+            if (rows_before_failure >= 0 && rows_before_failure-- == 0) {
+              return absl::UnavailableError("injected (TEST_FailCutWriteAfter)");
+            }
+            return writer.Put(table_name, k, row);
+          });
       // Half the stripes written: training has gone on past the cut, part of it is in the store.
       if (status.ok() && ++stripes_written == half) CrashPoint("server.checkpoint.half_written");
     }
@@ -452,7 +472,10 @@ absl::StatusOr<ShardCheckpoint> ShardStore::FinishCheckpoint() {
       cut->written_at = absl::Now();
       status = Snapshot(cut->rank, dir);
     }
-    const absl::Status deferred = ApplyDeferred();  // the disk tier's writes held back since the cut
+    // The disk tier's writes held back since the cut. Lost ones leave it without rows moved out of memory: the
+    // shard fails as when its disk tier fails mid-push.
+    const absl::Status deferred = ApplyDeferred();
+    if (!deferred.ok()) cut->shard->TierFailed(deferred).IgnoreError();  // answered below, as the write's error
     if (status.ok()) status = deferred;
     if (!status.ok()) {
       rebase_ = true;  // some rows of the cut may not be in the store: the next checkpoint writes every row
@@ -663,9 +686,7 @@ absl::Status ShardStore::WriteOrDefer(rocksdb::WriteBatch batch, const char* wha
     deferred_.push_back(std::move(batch));
     return absl::OkStatus();
   }
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;  // the working store never survives a crash (see the class comment)
-  return FromRocks(db_->Write(write_options, &batch), absl::StrFormat("shard %d: %s", shard_, what));
+  return FromRocks(db_->Write(StoreWriteOptions(), &batch), absl::StrFormat("shard %d: %s", shard_, what));
 }
 
 void ShardStore::StartDeferring(CutMemory* memory) {
@@ -676,16 +697,24 @@ void ShardStore::StartDeferring(CutMemory* memory) {
 absl::Status ShardStore::ApplyDeferred() {
   absl::MutexLock lock(&deferred_mu_);
   absl::Status status;
-  rocksdb::WriteOptions write_options;
-  write_options.disableWAL = true;
+  if (fail_held_back_writes_ && !deferred_.empty()) status = absl::UnavailableError("injected (TEST_FailHeldBackWrites)");
   for (rocksdb::WriteBatch& batch : deferred_) {
     if (status.ok()) {
-      status = FromRocks(db_->Write(write_options, &batch),
+      status = FromRocks(db_->Write(StoreWriteOptions(), &batch),
                          absl::StrFormat("shard %d: disk tier writes held back during a checkpoint", shard_));
     }
   }
   DropDeferredLocked();
   return status;
+}
+
+absl::Status ShardStore::DeleteTableRows(absl::string_view table) {
+  std::string begin, end;
+  AppendRowKey(table, 0, &begin);
+  AppendRowKey(table, ~uint64_t{0}, &end);
+  end.push_back('\0');  // past the last key
+  return FromRocks(db_->DeleteRange(StoreWriteOptions(), db_->DefaultColumnFamily(), begin, end),
+                   absl::StrFormat("shard %d: deleting table '%s' from the store", shard_, table));
 }
 
 void ShardStore::DropDeferredLocked() {

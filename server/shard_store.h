@@ -177,6 +177,13 @@ class ShardStore : public ColdTier {
   // For benchmarks. Writes every checkpoint inside its cut (requests stopped for the write, as with a disk tier)
   // instead of copy-on-write. Default: false.
   void TEST_WriteInsideTheCut(bool on) { write_inside_cut_ = on; }
+  // For tests. The next copy-on-write write fails (Unavailable) after `rows` rows, as a full disk would; and, while
+  // `on`, the disk tier's writes held back during a cut fail to apply. Default: neither.
+  void TEST_FailCutWriteAfter(int64_t rows) { fail_cut_write_after_ = rows; }
+  void TEST_FailHeldBackWrites(bool on) ABSL_LOCKS_EXCLUDED(deferred_mu_) {
+    absl::MutexLock lock(&deferred_mu_);
+    fail_held_back_writes_ = on;
+  }
   // For benchmarks. Serves ColdTier reads from RocksDB (MultiGet) instead of the files (the path before them).
   // Default: false.
   void TEST_ReadColdFromRocksDB(bool on) { cold_reads_from_rocksdb_.store(on, std::memory_order_relaxed); }
@@ -199,6 +206,8 @@ class ShardStore : public ColdTier {
   void StartDeferring(CutMemory* memory) ABSL_LOCKS_EXCLUDED(deferred_mu_);
   absl::Status ApplyDeferred() ABSL_LOCKS_EXCLUDED(deferred_mu_);
   void DropDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deferred_mu_);
+  // Deletes every row of `table` from the store (not its admission sketch).
+  absl::Status DeleteTableRows(absl::string_view table);
   // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
   // the shard's exclusive section.
   static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
@@ -225,6 +234,8 @@ class ShardStore : public ColdTier {
   uint64_t deferred_bytes_ ABSL_GUARDED_BY(deferred_mu_) = 0;
   bool rebase_ = false;                  // a cut's write failed: the next cut starts the store afresh
   bool write_inside_cut_ = false;        // TEST_WriteInsideTheCut
+  int64_t fail_cut_write_after_ = -1;    // TEST_FailCutWriteAfter (-1: never)
+  bool fail_held_back_writes_ ABSL_GUARDED_BY(deferred_mu_) = false;  // TEST_FailHeldBackWrites
 };
 
 }  // namespace kestrel

@@ -79,6 +79,7 @@ class FakeServers final : public ShardAdmin {
     options.job_id = "job";
     options.owner = s;
     stores_[s].reset();  // the process is gone: its working store with it
+    written_[s].first.clear();  // and what it wrote
     shards_[s] = std::move(Shard::Create(options, partition_)).value();
     auto store = ShardStore::Open(layout_, s);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -156,6 +157,7 @@ class FakeServers final : public ShardAdmin {
     }
     absl::MutexLock admin(&admin_mu_[shard]);
     WritePendingLocked(shard);
+    written_[shard].first.clear();  // as a real server: no part written before a restore is answered
     return stores_[shard]->Restore(manifest, *shards_[shard], generation);
   }
 
