@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -176,6 +177,12 @@ MachineReport MachineReportOf(const Machine& m) {
   r.set_command(m.command);
   r.set_invocation(m.invocation);
   return r;
+}
+
+double ProcessCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 double Median(std::vector<double> v) {

@@ -4,6 +4,7 @@
 #ifndef KESTREL_BENCH_BENCH_UTIL_H_
 #define KESTREL_BENCH_BENCH_UTIL_H_
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,17 @@ std::string CommandMarkdown(const Machine& m);
 
 // `m` for a JSON report (bench/bench.proto; print it with common/json.h).
 MachineReport MachineReportOf(const Machine& m);
+
+// ---------------------------------------------------------------------------------------------------------
+// Timing.
+
+// Seconds of wall time since `start`.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// CPU-seconds this process has used (every thread, user and system).
+double ProcessCpuSeconds();
 
 // ---------------------------------------------------------------------------------------------------------
 // Figures: one value per run, reported as median (min, max).

@@ -48,7 +48,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "bench/bench_util.h"
 #include "common/checkpoint_layout.h"
 #include "common/partition.h"
@@ -85,7 +84,7 @@ constexpr int kDim = 16;
 // As server/shard_store.cc: rows go to RocksDB in write batches of about this many bytes.
 constexpr size_t kBatchBytes = size_t{8} << 20;
 
-double Since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+using bench::SecondsSince;
 
 RequestContext Ctx() {
   RequestContext ctx;
@@ -223,7 +222,7 @@ absl::StatusOr<double> RocksDbWrite(const std::string& dir, const RowCopy& copy,
   }
   if (batch.Count() > 0) KESTREL_RETURN_IF_ERROR(FromRocks(db->Write(write_options, &batch), "RocksDB write"));
   KESTREL_RETURN_IF_ERROR(FromRocks(db->Flush(rocksdb::FlushOptions()), "RocksDB flush"));
-  const double seconds = Since(start);
+  const double seconds = SecondsSince(start);
   db.reset();
   fs::remove_all(dir, error);
   return seconds;
@@ -253,12 +252,12 @@ absl::StatusOr<Checkpointed> CheckpointAndCommit(ShardStore& store, Shard& shard
   out.sequence = sequence;
   Clock::time_point start = Clock::now();
   KESTREL_ASSIGN_OR_RETURN(out.answer, store.Checkpoint(shard, name));
-  out.checkpoint_seconds = Since(start);
+  out.checkpoint_seconds = SecondsSince(start);
   start = Clock::now();
   KESTREL_RETURN_IF_ERROR(AddShardsToManifest({out.answer}, partition.num_servers(), &manifest));
   KESTREL_RETURN_IF_ERROR(layout.WriteManifest(manifest));
   KESTREL_RETURN_IF_ERROR(layout.MoveLatest(name));
-  out.commit_seconds = Since(start);
+  out.commit_seconds = SecondsSince(start);
   return out;
 }
 
@@ -381,7 +380,7 @@ absl::Status RunBench(int argc, char** argv) {
       std::sort(part.begin(), part.end());
       KESTREL_RETURN_IF_ERROR(shard->Push(Ctx(), kTable, part, Grads(part.size(), rng), kDim));
     }
-    fill_seconds = Since(start);
+    fill_seconds = SecondsSince(start);
     const Table* table = shard->FindTable(kTable);
     if (table == nullptr || table->num_rows() != static_cast<uint64_t>(rows)) {
       return absl::InternalError("the table does not hold every pushed row");
@@ -463,10 +462,10 @@ absl::Status RunBench(int argc, char** argv) {
       KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> target_store, ShardStore::Open(layout, 0));
       start = Clock::now();
       KESTREL_RETURN_IF_ERROR(target_store->Restore(*latest, *target, /*min_worker_generation=*/1));
-      const double restore_s = Since(start);
+      const double restore_s = SecondsSince(start);
       start = Clock::now();
       KESTREL_RETURN_IF_ERROR(layout.VerifyShard(*latest, 0));
-      const double verify_s = Since(start);
+      const double verify_s = SecondsSince(start);
       const Table* restored = target->FindTable(kTable);
       if (restored == nullptr || restored->num_rows() != static_cast<uint64_t>(rows)) {
         return absl::DataLossError(absl::StrFormat("restore: %d rows, expected %d",
@@ -500,7 +499,7 @@ absl::Status RunBench(int argc, char** argv) {
   fs::remove_all(work_dir, error);
   KESTREL_RETURN_IF_ERROR(status);
 
-  const std::string md = Markdown(machine, load_start, Since(bench_start), file_system, rows, changed, runs, batch,
+  const std::string md = Markdown(machine, load_start, SecondsSince(bench_start), file_system, rows, changed, runs, batch,
                                   row_bytes, fill_seconds, figures);
   return bench::PublishReport(md, absl::GetFlag(FLAGS_output));
 }

@@ -131,11 +131,7 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const st
   return out;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::Median;
 
 // Nearest-rank percentile of sorted values.
 double Percentile(const std::vector<double>& sorted, double q) {

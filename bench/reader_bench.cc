@@ -64,17 +64,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kHistory = 50;
 
-double CpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::Median;
 
 // A Zipf-like id: small ids are frequent.
 int64_t Id(std::mt19937_64& rng, int64_t vocabulary) {
@@ -138,11 +128,11 @@ struct Pass {
 
 // Times `body`, which returns the rows it read.
 absl::StatusOr<Pass> Time(const std::function<absl::StatusOr<int64_t>()>& body) {
-  const double cpu = CpuSeconds();
+  const double cpu = bench::ProcessCpuSeconds();
   const Clock::time_point wall = Clock::now();
   absl::StatusOr<int64_t> rows = body();
   if (!rows.ok()) return rows.status();
-  return Pass{CpuSeconds() - cpu, std::chrono::duration<double>(Clock::now() - wall).count(), *rows};
+  return Pass{bench::ProcessCpuSeconds() - cpu, std::chrono::duration<double>(Clock::now() - wall).count(), *rows};
 }
 
 absl::StatusOr<int64_t> ReadAll(const std::shared_ptr<const Schema>& schema, const std::string& file, int64_t batch_size,

@@ -4,7 +4,7 @@
 # a checkpoint is written vs without, and compact (Q8) checkpoint bytes per row; writes
 # bench/results/cow_checkpoint_bench.md. Extra arguments go to cow_checkpoint_bench, e.g.
 #
-#   bench/run_cow_checkpoint_bench.sh                                   # 1M and 10M rows, 3 runs (~10 minutes)
+#   bench/run_cow_checkpoint_bench.sh                                   # 1M and 10M rows, 3 runs (about 4 minutes)
 #   bench/run_cow_checkpoint_bench.sh --rows=1000000 --runs=1 --output=/tmp/quick.md
 set -euo pipefail
 

@@ -331,10 +331,7 @@ absl::StatusOr<std::string> GeneratedData(const std::string& work) {
   return dir;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
-}
+using bench::Median;
 
 int Main(int argc, char** argv) {
   SetLogIdentity("train_bench");
