@@ -51,7 +51,6 @@ struct Outcome {
   double logloss = 0;
   double auc = 0;
   std::map<std::string, uint64_t> tables;  // name -> sum over servers of the rows' fingerprints
-  std::map<std::string, uint64_t> rows;    // name -> rows in the servers' memory (not compared by Equal)
   std::string describe;
   DescribeResponse scheduler;  // the scheduler's records at the end (rollbacks, failovers)
   int servers = 0;             // the job's server count at the end
@@ -286,10 +285,7 @@ class ClusterJob {
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       grpc::Status status = stub->Stats(&context, request, &response);
       if (!status.ok()) return absl::UnavailableError(status.error_message());
-      for (const TableDescription& t : response.tables()) {
-        out.tables[t.config().name()] += t.fingerprint();
-        out.rows[t.config().name()] += t.rows();
-      }
+      for (const TableDescription& t : response.tables()) out.tables[t.config().name()] += t.fingerprint();
     }
     return out;
   }
