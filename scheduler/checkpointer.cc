@@ -12,6 +12,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
+#include "scheduler/each_server.h"
 #include "scheduler/scheduler_metrics.h"
 
 namespace kestrel {
@@ -200,19 +201,12 @@ bool Checkpointer::Cut(int64_t clock, const std::string& reason) {
   last_sequence_ = *sequence;
   const std::string name = CheckpointLayout::CheckpointName(*sequence);
   const bool copy_on_write = ctx_->options.copy_on_write;
-  const std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
-  std::vector<absl::StatusOr<ShardCheckpoint>> answers(ctx_->job.num_servers, absl::UnknownError("not run"));
-  {
-    std::vector<std::thread> calls;
-    for (int s = 0; s < ctx_->job.num_servers; ++s) {
-      calls.emplace_back([&, s] {
-        answers[s] = addresses[s].empty()
-                         ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
-                         : ctx_->admin->Checkpoint(s, addresses[s], name, clock, copy_on_write);
+  std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
+  addresses.resize(ctx_->job.num_servers);  // the job's ranks (a rescale may have more registered)
+  std::vector<absl::StatusOr<ShardCheckpoint>> answers = OnEachServer<absl::StatusOr<ShardCheckpoint>>(
+      addresses, [&](int s, const std::string& address) {
+        return ctx_->admin->Checkpoint(s, address, name, clock, copy_on_write);
       });
-    }
-    for (std::thread& t : calls) t.join();
-  }
   for (auto& answer : answers) {
     if (!answer.ok()) {
       // Servers that did cut write their part anyway (their stores then hold it); it is never committed.
@@ -261,13 +255,9 @@ bool Checkpointer::Cut(int64_t clock, const std::string& reason) {
     pending->done = true;
   } else {
     pending->waiter = std::thread([this, p = pending.get(), addresses] {
-      std::vector<absl::StatusOr<ShardCheckpoint>> written(addresses.size(), absl::UnknownError("not run"));
-      std::vector<std::thread> calls;
-      for (size_t s = 0; s < addresses.size(); ++s) {
-        calls.emplace_back([&, s] { written[s] = ctx_->admin->AwaitCheckpoint(static_cast<int>(s), addresses[s], p->name); });
-      }
-      for (std::thread& t : calls) t.join();
-      p->answers = std::move(written);
+      p->answers = OnEachServer<absl::StatusOr<ShardCheckpoint>>(addresses, [&](int s, const std::string& address) {
+        return ctx_->admin->AwaitCheckpoint(s, address, p->name);
+      });
       p->done = true;
     });
   }

@@ -1,7 +1,6 @@
 #include "scheduler/recovery.h"
 
 #include <algorithm>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +11,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/logging.h"
 #include "common/partition.h"
+#include "scheduler/each_server.h"
 #include "scheduler/scheduler_metrics.h"
 
 namespace kestrel {
@@ -150,29 +150,23 @@ bool Recovery::Restore() {
   }
   // Every worker rank registered at or after the rollback's generation: older requests are the old timeline.
   const uint64_t generation = rollback_generation_;
-  const std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
+  std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
+  addresses.resize(ctx_->job.num_servers);  // the job's ranks
   const JobLayout layout = ctx_->membership->layout();
-  std::vector<absl::Status> results(ctx_->job.num_servers);
-  {
-    std::vector<std::thread> calls;
-    for (int s = 0; s < ctx_->job.num_servers; ++s) {
-      RestoreShardRequest request;
-      request.set_name(name);
-      request.set_min_worker_generation(generation);
-      if (relayout_restore_) {  // the job dropped a server: every server restores into the new layout
-        request.set_layout_generation(layout.generation);
-        request.set_partition(layout.partition);
-        request.set_rank(s);
-        request.set_bsp_workers(ctx_->job.consistency.bsp() ? ctx_->job.num_workers : 0);
-        for (int id : layout.worker_ids) request.add_worker_ids(id);
-      }
-      calls.emplace_back([&, s, request] {
-        results[s] = addresses[s].empty() ? absl::UnavailableError(absl::StrFormat("server %d is not alive", s))
-                                          : ctx_->admin->Restore(s, addresses[s], request);
+  const std::vector<absl::Status> results =
+      OnEachServer<absl::Status>(addresses, [&](int s, const std::string& address) {
+        RestoreShardRequest request;
+        request.set_name(name);
+        request.set_min_worker_generation(generation);
+        if (relayout_restore_) {  // the job dropped a server: every server restores into the new layout
+          request.set_layout_generation(layout.generation);
+          request.set_partition(layout.partition);
+          request.set_rank(s);
+          request.set_bsp_workers(ctx_->job.consistency.bsp() ? ctx_->job.num_workers : 0);
+          for (int id : layout.worker_ids) request.add_worker_ids(id);
+        }
+        return ctx_->admin->Restore(s, address, request);
       });
-    }
-    for (std::thread& t : calls) t.join();
-  }
   for (const absl::Status& result : results) {
     if (result.ok()) continue;
     if (Retriable(result)) {
