@@ -49,7 +49,7 @@
 #include "server/shard.h"
 #include "server/shard_store.h"
 #include "worker/compute/cpu_backend.h"
-#include "worker/local_trainer.h"
+#include "inprocess/local_trainer.h"
 
 ABSL_FLAG(std::string, output, "bench/results/bounded_tables.md", "Markdown report (the plot goes next to it, .svg).");
 ABSL_FLAG(std::string, dir, "/tmp/kestrel_bounded_bench", "Scratch directory for the RocksDB stores (deleted first).");

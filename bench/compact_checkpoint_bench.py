@@ -39,7 +39,7 @@ JOB = """model {{ type: DEEPFM embedding_dim: 16 hidden: [256, 128]{codec} }}
 data {{ format: CRITEO }}
 train {{ batch_size: {batch} epochs: 1 log_every_steps: 100 }}
 """
-BINARIES = ["scheduler/kestrel_scheduler", "server/kestrel_server", "worker/kestrel_worker",
+BINARIES = ["scheduler/kestrel_scheduler", "server/kestrel_server", "cmd/kestrel_worker",
             "worker/data/kestrel_datagen"]
 # name, codec, kill
 RUNS = [("a", "fp32", False), ("b", "fp32", True), ("c", "q8", True), ("d", "q8", False)]

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "common/cuda_device.h"
 #include "worker/compute/cpu_backend.h"
+#include "worker/data/preset_examples.h"
 #include "worker/compute/cuda_backend.h"
 #include "worker/model.h"
 #include "worker/synthetic_batch.h"

@@ -12,7 +12,7 @@
 //   - Criteo TSV, preset: BatchReader with the Criteo preset (13 bucketized integers, 26 hex categories, 13 dense
 //     inputs), which runs the schema parser;
 //   - Criteo TSV, dedicated: the RecordReader<CriteoExample> of worker/data/criteo_reader.h and AppendCriteo
-//     (worker/batch.h), the dedicated Criteo path;
+//     (worker/data/preset_examples.h), the dedicated Criteo path;
 // and the same parsers over the lines held in memory (no file reading): LineParser::Append, and ParseCriteoLine +
 // AppendCriteo. Every figure is per core: rows and bytes over the process's CPU seconds of the pass (one
 // thread); the ratios are taken within each run, then their median.
@@ -41,7 +41,8 @@
 #include "bench/bench_util.h"
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
+#include "worker/data/preset_examples.h"
 #include "worker/batch_reader.h"
 #include "worker/data/criteo_reader.h"
 #include "worker/data/schema.h"

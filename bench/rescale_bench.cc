@@ -37,7 +37,9 @@
 #include "bench/bench_util.h"
 #include "common/partition.h"
 #include "common/status.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/scheduler_client.h"
 #include "tests/server_process.h"
 #include "worker/grpc_ps_client.h"
 
@@ -94,7 +96,7 @@ class Job {
     scheduler_.emplace(std::move(p));
     SchedulerClientOptions options;
     options.job_id = kJob;
-    client_ = NewGrpcSchedulerClient(scheduler_->address(), options);
+    client_ = NewGrpcSchedulerClient(scheduler_->address(), options, nullptr);
     return absl::OkStatus();
   }
 

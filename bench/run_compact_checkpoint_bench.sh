@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bazel build -c opt //scheduler:kestrel_scheduler //server:kestrel_server //worker:kestrel_worker \
+bazel build -c opt //scheduler:kestrel_scheduler //server:kestrel_server //cmd:kestrel_worker \
   //worker/data:kestrel_datagen
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 # shellcheck source=bench/bench_env.sh

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bazel build -c opt //server:kestrel_server //scheduler:kestrel_scheduler //worker:kestrel_worker \
+bazel build -c opt //server:kestrel_server //scheduler:kestrel_scheduler //cmd:kestrel_worker \
   //worker/data:kestrel_datagen
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 export KESTREL_BIN="${bin}"

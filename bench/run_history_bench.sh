@@ -47,7 +47,7 @@ done
 
 # The default configuration (.bazelrc: -O2, -O3 on the hot libraries), which the other runs of these binaries
 # share.
-bazel build //worker:kestrel_worker //worker/data:kestrel_datagen
+bazel build //cmd:kestrel_worker //worker/data:kestrel_datagen
 bin="$(bazel info bazel-bin 2>/dev/null)"
 
 # shellcheck source=bench/bench_env.sh
@@ -88,7 +88,7 @@ for run in "${runs[@]}"; do
   echo "== ${run}"
   rm -f "${work_dir}/${run}.jsonl"
   /usr/bin/time -f '%e %U %S' -o "${work_dir}/${run}.time" \
-    "${bin}/worker/kestrel_worker" --config="${config}" --local --metrics_out="${work_dir}/${run}.jsonl" \
+    "${bin}/cmd/kestrel_worker" --config="${config}" --local --metrics_out="${work_dir}/${run}.jsonl" \
     > "${work_dir}/${run}.log" 2>&1 || { tail -20 "${work_dir}/${run}.log"; exit 1; }
   grep -E 'finished:|time by phase' "${work_dir}/${run}.log" || true
 done

@@ -23,7 +23,7 @@ for arg in "$@"; do
 done
 output=bench/results/history_cluster.md
 
-bazel build //server:kestrel_server //scheduler:kestrel_scheduler //scheduler:kestrel_ctl //worker:kestrel_worker \
+bazel build //server:kestrel_server //scheduler:kestrel_scheduler //scheduler:kestrel_ctl //cmd:kestrel_worker \
   //worker/data:kestrel_datagen
 bin="$(bazel info bazel-bin 2>/dev/null)"
 # shellcheck source=bench/bench_env.sh

@@ -19,7 +19,7 @@ train_rows="${TRAIN_ROWS:-1000000}"
 test_rows="${TEST_ROWS:-100000}"
 work_dir="${WORK_DIR:-/tmp/kestrel_memory_per_row}"
 
-bazel build -c opt //bench:ps_bench //worker:kestrel_worker //worker/data:kestrel_datagen
+bazel build -c opt //bench:ps_bench //cmd:kestrel_worker //worker/data:kestrel_datagen
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 # shellcheck source=bench/bench_env.sh
 source bench/bench_env.sh
@@ -59,7 +59,7 @@ JOB
   aucs=() loglosses=() prints=() speeds=()
   for ((r = 1; r <= runs; r++)); do
     log="${work_dir}/run.log"
-    "${bin}/worker/kestrel_worker" --local --config="${config}" > "${log}" 2>&1 || { cat "${log}" >&2; exit 1; }
+    "${bin}/cmd/kestrel_worker" --local --config="${config}" > "${log}" 2>&1 || { cat "${log}" >&2; exit 1; }
     line="$(grep 'finished:' "${log}" | tail -1)"
     aucs+=("$(sed -E 's/.*AUC ([0-9.]+).*/\1/' <<< "${line}")")
     loglosses+=("$(sed -E 's/.*logloss ([0-9.]+).*/\1/' <<< "${line}")")

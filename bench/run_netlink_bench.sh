@@ -6,7 +6,7 @@
 #   bench/run_netlink_bench.sh [--runs 3] [--output FILE]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bazel build -c opt //scheduler:kestrel_scheduler //server:kestrel_server //worker:kestrel_worker \
+bazel build -c opt //scheduler:kestrel_scheduler //server:kestrel_server //cmd:kestrel_worker \
   //worker/data:kestrel_datagen
 python3 bench/netlink_bench.py --bin "$(bazel info -c opt bazel-bin)" --kestrel scripts/kestrel \
   --command_line="$*" "$@"

@@ -7,7 +7,7 @@
 #
 #   [BASE_LABEL="built at <commit>"] bench/run_preset_parity.sh BASE_BIN_DIR NEW_BIN_DIR
 # Each dir holds kestrel_worker; NEW_BIN_DIR also kestrel_datagen. Build the baseline with e.g.
-#   git worktree add /tmp/base/src <commit> && (cd /tmp/base/src && bazel build //worker:kestrel_worker)
+#   git worktree add /tmp/base/src <commit> && (cd /tmp/base/src && bazel build //cmd:kestrel_worker)
 # The current build trains the last partial batch by default; the runs set train.drop_last so both read the
 # same lines (the demo's 80k lines fill whole batches of 256 anyway). DLRM's default embedding initializer
 # differs between the builds (bench/results/dlrm_defaults.md), so every run names NORMAL(0, 0.01): the readers

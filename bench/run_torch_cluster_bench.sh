@@ -34,7 +34,7 @@ output=bench/results/torch_cluster.md
 python=/usr/bin/python3
 
 bazel build -c opt //server:kestrel_server //scheduler:kestrel_scheduler //scheduler:kestrel_ctl \
-  //worker:kestrel_worker //worker/data:kestrel_datagen //python:site
+  //cmd:kestrel_worker //worker/data:kestrel_datagen //python:site
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 # shellcheck source=bench/bench_env.sh
 source bench/bench_env.sh

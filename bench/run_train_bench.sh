@@ -59,7 +59,7 @@ if [[ "${want_peer}" == true ]]; then
   fi
 fi
 
-bazel build -c opt //bench:train_bench //scheduler:kestrel_scheduler //server:kestrel_server //worker:kestrel_worker
+bazel build -c opt //bench:train_bench //scheduler:kestrel_scheduler //server:kestrel_server //cmd:kestrel_worker
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 
 # shellcheck source=bench/bench_env.sh
@@ -78,7 +78,7 @@ for size in "${sizes[@]}"; do
   "${bin}/bench/train_bench" \
     --scheduler_binary="${bin}/scheduler/kestrel_scheduler" \
     --server_binary="${bin}/server/kestrel_server" \
-    --worker_binary="${bin}/worker/kestrel_worker" \
+    --worker_binary="${bin}/cmd/kestrel_worker" \
     --git_commit="${commit}" \
     --invocation="${invocation}" \
     --models=LOGISTIC_REGRESSION,DEEPFM,DLRM \

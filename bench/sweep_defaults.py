@@ -41,7 +41,7 @@ def run(args, name, model, settings):
     records = os.path.join(out, "records.jsonl")
     if os.path.exists(records):
         os.remove(records)
-    subprocess.run([os.path.join(args.bin, "worker/kestrel_worker"), "--local", "--device=cpu",
+    subprocess.run([os.path.join(args.bin, "cmd/kestrel_worker"), "--local", "--device=cpu",
                     "--config=" + config, "--metrics_out=" + records],
                    check=True, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, "log.txt"), "w"))
     evals = [json.loads(line) for line in open(records) if '"eval"' in line]

@@ -12,7 +12,7 @@ examples/s counts training time only: the files are parsed (and cached) before t
 evaluation after it stops.
 
 How Kestrel's model is reproduced:
-- Features (worker/data/feature_map.h, worker/batch.cc): 39 slots per example, the 13 integer fields first
+- Features (worker/data/feature_map.h, worker/data/preset_examples.cc): 39 slots per example, the 13 integer fields first
   (log2 buckets: 0 for x <= 0, else 1 + floor(log2 x); a missing value is its own bucket), then the 26
   categorical hex tokens (missing: token 2^32). Each (slot, token) pair is one row of one table, as Kestrel
   hashes (field, value) into one key space. Rows are numbered over train and test together, so a token seen
@@ -26,7 +26,7 @@ How Kestrel's model is reproduced:
   over u = (b, e_1 .. e_39), pairs in row order.
 - Gradients: the loss is the batch's SUM of logloss, so the sparse rows get Kestrel's summed gradients; the
   dense parameters' gradients are then divided by the batch size (Kestrel pushes the batch mean).
-- Optimizers, per table, with Kestrel's formulas (server/optimizer.cc) and defaults:
+- Optimizers, per table, with Kestrel's formulas (common/optimizer.cc) and defaults:
   Adagrad: acc += g^2; w -= lr g / (sqrt(acc) + eps)  -> torch.optim.Adagrad(initial_accumulator_value, eps)
   Adam: bias-corrected, eps outside the sqrt         -> torch.optim.Adam (dense) / torch.optim.SparseAdam
         (sparse tables: its bias correction counts steps per table, Kestrel's per row: a known difference)
@@ -121,7 +121,7 @@ def parse_args(argv=None):
                    help="openmp: run torch on Debian's OpenMP OpenBLAS (libopenblas0-openmp) when it is installed, "
                         "whatever the libblas.so.3 alternative points at; system: the alternative's BLAS")
     # Per-table optimizers, as in the job config (proto/table.proto OptimizerConfig). A 0 takes Kestrel's
-    # server-side default (server/optimizer.cc): lr 0.01, initial_accumulator 0.1, epsilon 1e-8, beta1 0.9,
+    # server-side default (common/optimizer.cc): lr 0.01, initial_accumulator 0.1, epsilon 1e-8, beta1 0.9,
     # beta2 0.999. The flags' defaults are the job defaults (worker/model.h WithDefaults: embeddings Adagrad
     # 0.005, DLRM 0.1; dense Adam 0.001), except the wide table's: Kestrel's default is FTRL, which PyTorch lacks.
     for table, opt, lr in (("wide", "adagrad", 0.05), ("emb", "adagrad", None), ("dense", "adam", 0.001)):
@@ -530,7 +530,7 @@ def make_optimizer(args, table, params, sparse):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Metrics (worker/metrics.h): mean logloss, exact AUC with ties counted half.
+# Metrics (common/evaluation.h): mean logloss, exact AUC with ties counted half.
 
 def exact_auc(scores, labels):
     scores = np.asarray(scores, dtype=np.float64)

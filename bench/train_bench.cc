@@ -1,6 +1,6 @@
 // train_bench: training throughput (examples/s) and test AUC / logloss of the full cluster on loopback,
 // 1 kestrel_scheduler + 2 kestrel_server + 2 kestrel_worker processes (BSP and ASP), against the single-process
-// trainer on in-process tables (worker/local_trainer.h) and against PyTorch on the CPU (bench/torch_peer.py:
+// trainer on in-process tables (inprocess/local_trainer.h) and against PyTorch on the CPU (bench/torch_peer.py:
 // 1 process x 2 threads, and DDP over gloo with 2 processes x 1 thread): the same model, data, per-table
 // optimizers and global batch (the cluster's two workers and the two DDP processes take batch_size / 2 each).
 //
@@ -45,7 +45,7 @@
 #include "tests/server_process.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/datagen.h"
-#include "worker/local_trainer.h"
+#include "inprocess/local_trainer.h"
 #include "worker/model.h"
 
 ABSL_FLAG(std::string, models, "DEEPFM", "Comma list of model types (proto/job.proto ModelConfig.Type).");
@@ -108,7 +108,7 @@ struct Figures {
   double rpcs_scheduler = -1;
 };
 
-// The "RPCs per iteration: X to servers (...), Y to the scheduler" line of a worker's log (worker/main.cc).
+// The "RPCs per iteration: X to servers (...), Y to the scheduler" line of a worker's log (cmd/worker_main.cc).
 void ReadRpcs(const std::string& log, Figures* f) {
   std::ifstream in(log);
   std::string line;
@@ -239,7 +239,7 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
 }
 
 // The peer's flags for a model (job defaults applied): sizes, embedding initializer and every table's optimizer.
-// A 0 optimizer field means the server's default (server/optimizer.cc), which the peer resolves the same way.
+// A 0 optimizer field means the server's default (common/optimizer.cc), which the peer resolves the same way.
 // Empty, with *unsupported saying why, when PyTorch cannot train the same model (FTRL).
 std::vector<std::string> PeerModelFlags(const ModelConfig& m, std::string* unsupported) {
   const InitializerConfig& init = m.embedding_initializer();
@@ -349,7 +349,7 @@ int Main(int argc, char** argv) {
   };
   if (!find(absl::GetFlag(FLAGS_scheduler_binary), "scheduler/kestrel_scheduler", "scheduler_binary", &bin.scheduler) ||
       !find(absl::GetFlag(FLAGS_server_binary), "server/kestrel_server", "server_binary", &bin.server) ||
-      !find(absl::GetFlag(FLAGS_worker_binary), "worker/kestrel_worker", "worker_binary", &bin.worker)) {
+      !find(absl::GetFlag(FLAGS_worker_binary), "cmd/kestrel_worker", "worker_binary", &bin.worker)) {
     return 2;
   }
   const std::string work = absl::GetFlag(FLAGS_work_dir);
@@ -538,7 +538,7 @@ int Main(int argc, char** argv) {
                       "whole batch).\n",
                       absl::GetFlag(FLAGS_embedding_dim), hidden,
                       models.empty() ? "" : absl::StrJoin(models[0].resolved.bottom_hidden(), "-"), batch, half_batch),
-      "- Kestrel in-process: one Trainer on in-process Shards (worker/local_trainer.h), the same code path minus "
+      "- Kestrel in-process: one Trainer on in-process Shards (inprocess/local_trainer.h), the same code path minus "
       "the network and the scheduler.\n",
       absl::StrFormat(
           "- Cluster: kestrel_scheduler, 2 kestrel_server and 2 kestrel_worker processes on 127.0.0.1, each worker "

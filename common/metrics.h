@@ -4,7 +4,7 @@
 //
 // Names follow Prometheus conventions: kestrel_<process>_<what>[_<unit>][_total], snake_case, base units
 // (`_seconds`, `_bytes`), `_total` on counters only. The metrics each process exports are declared in one place
-// per process: server/server_metrics.h, scheduler/scheduler_metrics.h, worker/main.cc.
+// per process: server/server_metrics.h, scheduler/scheduler_metrics.h, cmd/worker_main.cc.
 //
 // The HTTP server is Kestrel's own (a few dozen lines over sockets), not prometheus-cpp's Exposer: the Exposer
 // runs on civetweb, whose threads get a fixed 100 KiB stack, and glibc places a process's static TLS on every

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 IMAGE="${1:-kestrel:latest}"
 DOCKER="${DOCKER:-docker}"
 PYTORCH="${KESTREL_PYTORCH:-1}"
-TARGETS=(//scheduler:kestrel_scheduler //server:kestrel_server //worker:kestrel_worker //python:site)
+TARGETS=(//scheduler:kestrel_scheduler //server:kestrel_server //cmd:kestrel_worker //python:site)
 
 # shellcheck disable=SC2086  # BAZEL_FLAGS is a list of flags
 bazel build -c opt ${BAZEL_FLAGS:-} "${TARGETS[@]}"
@@ -25,7 +25,7 @@ bin_dir="$(bazel info -c opt bazel-bin)"
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/bin" "$context/cuda" "$context/python/site/kestrel" "$context/examples/torch"
-for binary in scheduler/kestrel_scheduler server/kestrel_server worker/kestrel_worker; do
+for binary in scheduler/kestrel_scheduler server/kestrel_server cmd/kestrel_worker; do
   cp -L "$bin_dir/$binary" "$context/bin/"
 done
 chmod 0755 "$context"/bin/*

@@ -27,7 +27,8 @@
 #include "common/tls_flags.h"
 #include "common/partition.h"
 #include "proto/ctl.pb.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/scheduler_client.h"
 
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of the call.");
 ABSL_FLAG(int, servers, 0, "scale: the server count to move to (0: unchanged).");
@@ -172,10 +173,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kestrel_ctl: %s\n", credentials.status().ToString().c_str());
     return 2;
   }
-  options.credentials = *credentials;
-  std::unique_ptr<kestrel::SchedulerClient> client =
-      kestrel::NewGrpcSchedulerClient(
-          absl::GetFlag(FLAGS_scheduler).empty() ? "localhost:7000" : absl::GetFlag(FLAGS_scheduler), options);
+  std::unique_ptr<kestrel::SchedulerClient> client = kestrel::NewGrpcSchedulerClient(
+      absl::GetFlag(FLAGS_scheduler).empty() ? "localhost:7000" : absl::GetFlag(FLAGS_scheduler), options,
+      *credentials);
   const std::string command = args[1];
   if (command == "status") return kestrel::Status(*client);
   if (command == "checkpoint") return kestrel::Checkpoint(*client);

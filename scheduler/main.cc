@@ -28,7 +28,7 @@
 #include "common/metrics.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
-#include "scheduler/scheduler_client.h"
+#include "client/liveness.h"
 #include "scheduler/scheduler_service.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");

@@ -13,7 +13,9 @@
 #include "gtest/gtest.h"
 #include "common/network_policy.h"
 #include "proto/ps.grpc.pb.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/liveness.h"
+#include "client/scheduler_client.h"
 
 namespace kestrel {
 namespace {
@@ -97,7 +99,7 @@ class SchedulerServiceTest : public ::testing::Test {
     stub_ = Scheduler::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     SchedulerClientOptions client_options;
     client_options.job_id = kJob;
-    client_ = NewGrpcSchedulerClient(address, client_options);
+    client_ = NewGrpcSchedulerClient(address, client_options, nullptr);
   }
 
   // Starts the scheduler with checkpoints every 2 clocks under `root`, registers server `ps` and two workers, and

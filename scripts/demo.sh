@@ -13,7 +13,7 @@ MODEL="${1:-deepfm}"
 CONSISTENCY="${2:-bsp}"
 scripts/setup.sh
 bazel build -c opt //server:kestrel_server //scheduler:kestrel_scheduler //scheduler:kestrel_ctl \
-  //worker:kestrel_worker //worker:kestrel_export //worker:kestrel_predict //worker/data:kestrel_datagen
+  //cmd:kestrel_worker //export:kestrel_export //export:kestrel_predict //worker/data:kestrel_datagen
 BIN="$(bazel info -c opt bazel-bin)"
 OUT=demo_out
 rm -rf "$OUT" && mkdir -p "$OUT"

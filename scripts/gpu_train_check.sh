@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine, from the repository root, over a bundle that scripts/gpu_bundle.sh made with
-# //worker:kestrel_worker and //worker/data:kestrel_datagen added: trains the same job with kestrel_worker --local
+# //cmd:kestrel_worker and //worker/data:kestrel_datagen added: trains the same job with kestrel_worker --local
 # on the CPU backend and on the CUDA backend, on generated data, and reports each one's test AUC, logloss,
 # prediction fingerprint and examples/s:
 #   demo       DeepFM, embedding dim 8, MLP 64-32, batch 512, 200k rows, 2 epochs

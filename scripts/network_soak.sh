@@ -8,6 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds="${1:-20}"
 bazel build -c opt //scheduler:kestrel_scheduler //scheduler:kestrel_ctl //server:kestrel_server \
-  //worker:kestrel_worker //worker/data:kestrel_datagen
+  //cmd:kestrel_worker //worker/data:kestrel_datagen
 python3 tests/network_faults.py --bin "$(bazel info -c opt bazel-bin)" --kestrel scripts/kestrel \
   --scenarios chaos --seeds "$(seq -s, 1 "$seeds")"

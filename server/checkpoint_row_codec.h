@@ -43,7 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/table.pb.h"
-#include "server/optimizer.h"
+#include "common/optimizer.h"
 #include "server/row_values.h"
 
 namespace kestrel {

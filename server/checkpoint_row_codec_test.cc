@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "proto/table.pb.h"
 #include "server/bounded_policy.h"
-#include "server/optimizer.h"
+#include "common/optimizer.h"
 #include "server/row_values.h"
 
 namespace kestrel {

@@ -35,7 +35,10 @@
 #include "common/process_setup.h"
 #include "server/ps_server.h"
 #include "server/server_metrics.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/routing_announcement.h"
+#include "client/scheduler_client.h"
 #include "server/hosted_shards.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
@@ -279,8 +282,7 @@ int Run() {
   if (const std::string address = absl::GetFlag(FLAGS_scheduler); !address.empty()) {
     SchedulerClientOptions client_options;
     client_options.job_id = shard_options.job_id;
-    client_options.credentials = *channel_credentials;
-    scheduler = NewGrpcSchedulerClient(address, client_options);
+    scheduler = NewGrpcSchedulerClient(address, client_options, *channel_credentials);
     std::string host = absl::GetFlag(FLAGS_advertise_host);
     if (host.empty()) host = absl::GetFlag(FLAGS_host);
     if (host == "0.0.0.0") {

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "scheduler/scheduler_client.h"
+#include "client/liveness.h"
 
 namespace kestrel {
 

@@ -1,3 +1,4 @@
+#include "client/liveness.h"
 #include "server/primary_lease.h"
 
 #include "gtest/gtest.h"

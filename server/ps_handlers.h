@@ -1,7 +1,7 @@
 // The ParameterServer API's request handlers over a Shard, in terms of protobuf messages only.
 //
 // They decode the packed wire arrays, call the Shard and encode its answer. Both the gRPC service
-// (server/ps_service.h) and the in-process client transport (worker/local_ps_client.h) use them, so a test
+// (server/ps_service.h) and the in-process client transport (inprocess/local_ps_client.h) use them, so a test
 // against the in-process path exercises exactly the server's decoding and validation.
 //
 // Thread-safe (the Shard is).

@@ -46,7 +46,7 @@
 #include "server/cut_memory.h"
 #include "server/initializer.h"
 #include "server/key_stripes.h"
-#include "server/optimizer.h"
+#include "common/optimizer.h"
 #include "server/row_arena.h"
 #include "server/row_values.h"
 

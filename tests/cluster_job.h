@@ -136,7 +136,7 @@ class ClusterJob {
         kJob, "worker", w);
     if (!args.ok()) return args.status();
     if (!fault.empty()) setenv("KESTREL_FAULT_POINT", fault.c_str(), 1);
-    auto p = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir_,
+    auto p = ServerProcess::Spawn(RunfilePath("cmd/kestrel_worker"), *args, dir_,
                                   absl::StrCat("worker", w, "_", ++starts_));
     unsetenv("KESTREL_FAULT_POINT");
     if (!p.ok()) return p.status();

@@ -7,7 +7,7 @@ Run by tests/deploy_test.sh (Bazel sh_test //tests:deploy_test), which finds the
 
 DIR for --deploy is a writable copy of deploy/ (kustomize refuses symlinks that leave a kustomization's
 directory, and runfiles are symlinks); --bin holds scheduler/kestrel_scheduler, server/kestrel_server and
-worker/kestrel_worker; --scripts is scripts/ (its shell scripts are shellchecked, its kestrel makes the
+cmd/kestrel_worker; --scripts is scripts/ (its shell scripts are shellchecked, its kestrel makes the
 certificates the TLS groups inspect, with the openssl command); --site is the kestrel Python package's directory
 (//python:site: the Python worker's flags, kestrel.worker.add_flags, and _kestrel.so's libraries); --examples is
 examples/torch (the PyTorch workers the launchers are given). Every group of checks is one JUnit test case
@@ -42,7 +42,7 @@ except ImportError:  # reported as skips by the groups that need it
 BINARIES = {
     "kestrel_scheduler": "scheduler/kestrel_scheduler",
     "kestrel_server": "server/kestrel_server",
-    "kestrel_worker": "worker/kestrel_worker",
+    "kestrel_worker": "cmd/kestrel_worker",
 }
 OVERLAYS = ["base", "overlays/cpu", "overlays/gpu"]
 SCHEDULER_NAME = "kestrel-scheduler"

@@ -16,7 +16,7 @@ else
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 fi
 for f in deploy/k8s/base/kustomization.yaml tests/deploy_check.py scheduler/kestrel_scheduler \
-    server/kestrel_server worker/kestrel_worker python/site/kestrel/worker.py examples/torch/deepfm.py; do
+    server/kestrel_server cmd/kestrel_worker python/site/kestrel/worker.py examples/torch/deepfm.py; do
   if [ ! -e "$root/$f" ]; then
     echo "deploy_test: $root/$f is missing (run it with bazel test //tests:deploy_test)" >&2
     exit 1

@@ -41,9 +41,9 @@ check server/kestrel_server rank num_servers ranges_per_server bsp_workers memor
   metrics_port tls_cert insecure
 check scheduler/kestrel_scheduler num_servers num_workers consistency staleness elastic job_id checkpoint_dir \
   metrics_port tls_ca
-check worker/kestrel_worker config local row_cache job_id scheduler rank_offset metrics_port tls_key
-check worker/kestrel_predict model input output device
-check worker/kestrel_export checkpoint_dir checkpoint config out base_export
+check cmd/kestrel_worker config local row_cache job_id scheduler rank_offset metrics_port tls_key
+check export/kestrel_predict model input output device
+check export/kestrel_export checkpoint_dir checkpoint config out base_export
 check scheduler/kestrel_ctl job_id scheduler timeout servers workers
 check worker/data/kestrel_datagen out_dir train_rows seed
 

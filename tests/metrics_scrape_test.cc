@@ -20,7 +20,9 @@
 #include "common/metrics_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/scheduler_client.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
 #include "worker/data/datagen.h"
@@ -186,8 +188,7 @@ TEST(MetricsScrapeTest, SchedulerAndWorkerExportTheJobsProgress) {
   ASSERT_TRUE(stand_in_credentials.ok()) << stand_in_credentials.status();
   SchedulerClientOptions client_options;
   client_options.job_id = "metrics";
-  client_options.credentials = *stand_in_credentials;
-  std::unique_ptr<SchedulerClient> stand_in = NewGrpcSchedulerClient(scheduler->address(), client_options);
+  std::unique_ptr<SchedulerClient> stand_in = NewGrpcSchedulerClient(scheduler->address(), client_options, *stand_in_credentials);
   absl::StatusOr<RegisterResponse> registered = stand_in->Register(ROLE_WORKER, "", 1);
   ASSERT_TRUE(registered.ok()) << registered.status();
   Heartbeater heartbeater(stand_in.get(), ROLE_WORKER, 1, registered->incarnation(), absl::Milliseconds(200),
@@ -199,7 +200,7 @@ TEST(MetricsScrapeTest, SchedulerAndWorkerExportTheJobsProgress) {
        "--metrics_port=0", "--metrics_port_file=" + worker_port_file},
       kJob, "worker", 0);
   ASSERT_TRUE(worker_args.ok()) << worker_args.status();
-  auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *worker_args, dir, "worker0");
+  auto worker = ServerProcess::Spawn(RunfilePath("cmd/kestrel_worker"), *worker_args, dir, "worker0");
   ASSERT_TRUE(worker.ok()) << worker.status();
   absl::StatusOr<int> worker_metrics = ReadPortFile(worker_port_file);
   ASSERT_TRUE(worker_metrics.ok()) << worker_metrics.status() << "; see " << worker->log_path();

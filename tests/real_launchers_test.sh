@@ -26,7 +26,7 @@ set -euo pipefail
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 export PATH="$PATH:/usr/sbin:/sbin"  # slurmctld, slurmd and munged live in sbin, which Bazel's PATH lacks
-for f in scheduler/kestrel_scheduler server/kestrel_server worker/kestrel_worker worker/data/kestrel_datagen \
+for f in scheduler/kestrel_scheduler server/kestrel_server cmd/kestrel_worker worker/data/kestrel_datagen \
     scripts/kestrel deploy/slurm/kestrel.sbatch deploy/mpi/run_mpmd.sh; do
   if [[ ! -e "$runfiles/$f" ]]; then
     echo "real_launchers_test: $runfiles/$f is missing (run it with bazel test)" >&2
@@ -224,7 +224,7 @@ train { batch_size: 256 epochs: 2 log_every_steps: 50 }
 JOB
 # KESTREL_BIN for the launchers: the three binaries as flat files of one directory.
 mkdir -p "$tmp/bin"
-for f in scheduler/kestrel_scheduler server/kestrel_server worker/kestrel_worker; do
+for f in scheduler/kestrel_scheduler server/kestrel_server cmd/kestrel_worker; do
   ln -sf "$runfiles/$f" "$tmp/bin/$(basename "$f")"
 done
 # Every job: this config and data, CPU workers, a checkpoint every 100 of its 314 clocks.

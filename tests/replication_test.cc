@@ -17,7 +17,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/routing_announcement.h"
+#include "client/scheduler_client.h"
 #include "tests/server_process.h"
 #include "common/test_seed.h"
 #include "worker/grpc_ps_client.h"
@@ -90,7 +93,7 @@ TEST_P(ReplicationTest, KilledServerLosesNoAcknowledgedPush) {
   // This test is the job's worker: registered, heartbeating, routing by the scheduler's announcements.
   SchedulerClientOptions scheduler_options;
   scheduler_options.job_id = kJob;
-  std::unique_ptr<SchedulerClient> client = NewGrpcSchedulerClient(scheduler->address(), scheduler_options);
+  std::unique_ptr<SchedulerClient> client = NewGrpcSchedulerClient(scheduler->address(), scheduler_options, nullptr);
   absl::StatusOr<RegisterResponse> reg = client->Register(ROLE_WORKER, "", 0);
   ASSERT_TRUE(reg.ok()) << reg.status();
   absl::StatusOr<DescribeResponse> view;

@@ -18,7 +18,9 @@
 #include "absl/time/clock.h"
 #include "common/metrics_testing.h"
 #include "gtest/gtest.h"
-#include "scheduler/scheduler_client.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/scheduler_client.h"
 #include "tests/server_process.h"
 #include "tests/test_cluster_tls.h"
 #include "worker/grpc_ps_client.h"
@@ -46,15 +48,14 @@ absl::StatusOr<ServerProcess> StartServer(int index, const std::string& schedule
   return ServerProcess::Start(RunfilePath("server/kestrel_server"), *args, TmpDir(), name);
 }
 
-// Options for a scheduler client presenting the certificate of `role` and `rank`.
-SchedulerClientOptions SchedulerOptionsAs(const std::string& role, int rank) {
+// A scheduler client presenting the certificate of `role` and `rank`.
+std::unique_ptr<SchedulerClient> SchedulerClientAs(const std::string& address, const std::string& role, int rank) {
   SchedulerClientOptions options;
   options.job_id = kJob;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       TestClusterTls::Get().Credentials(kJob, role, rank);
   EXPECT_TRUE(credentials.ok()) << credentials.status();
-  if (credentials.ok()) options.credentials = *credentials;
-  return options;
+  return NewGrpcSchedulerClient(address, options, credentials.ok() ? *credentials : nullptr);
 }
 
 // A PsClient of worker `rank`, with that worker's certificate.
@@ -124,13 +125,9 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   }
   // The admin reads the job (Describe); what only a worker may do (Register, Advance, Rejoin) the test does as
   // that worker, with its certificate.
-  auto admin = NewGrpcSchedulerClient(scheduler->address(), SchedulerOptionsAs("admin", 0));
-  std::vector<SchedulerClientOptions> worker_options;
+  auto admin = SchedulerClientAs(scheduler->address(), "admin", 0);
   std::vector<std::unique_ptr<SchedulerClient>> as_worker;
-  for (int w = 0; w < kWorkers; ++w) {
-    worker_options.push_back(SchedulerOptionsAs("worker", w));
-    as_worker.push_back(NewGrpcSchedulerClient(scheduler->address(), worker_options.back()));
-  }
+  for (int w = 0; w < kWorkers; ++w) as_worker.push_back(SchedulerClientAs(scheduler->address(), "worker", w));
 
   std::atomic<int> errors{0}, violations{0}, pauses_not_held{0};
   std::atomic<int64_t> paused_clock{-1}, max_start_during_pause{-1};
@@ -138,7 +135,7 @@ TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&, w] {
-      auto client = NewGrpcSchedulerClient(scheduler->address(), worker_options[w]);
+      auto client = SchedulerClientAs(scheduler->address(), "worker", w);
       auto reg = client->Register(ROLE_WORKER, "", w);
       if (!reg.ok()) {
         ++errors;

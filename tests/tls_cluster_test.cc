@@ -78,7 +78,7 @@ TEST(TlsClusterTest, AJobTrainsOverMutualTlsAndStrangersAreRefused) {
     absl::StatusOr<TlsConfig> tls = ca->Issue("tls", "worker", w);
     ASSERT_TRUE(tls.ok()) << tls.status();
     auto worker = ServerProcess::Spawn(
-        RunfilePath("worker/kestrel_worker"),
+        RunfilePath("cmd/kestrel_worker"),
         Concat({"--job_id=tls", "--config=" + config, "--scheduler=" + scheduler->address(),
                 absl::StrCat("--rank=", w), "--device=cpu", "--compute_threads=1",
                 "--metrics_out=" + dir + "/metrics.jsonl", "--metrics_append"},

@@ -74,7 +74,7 @@ class TrainClusterTest : public ::testing::Test {
                             "--metrics_out=" + dir + "/metrics.jsonl", "--metrics_append"},
                            "e2e", "worker", w);
       if (!args.ok()) return args.status();
-      auto worker = ServerProcess::Spawn(RunfilePath("worker/kestrel_worker"), *args, dir, absl::StrCat("worker", w));
+      auto worker = ServerProcess::Spawn(RunfilePath("cmd/kestrel_worker"), *args, dir, absl::StrCat("worker", w));
       if (!worker.ok()) return worker.status();
       workers.push_back(std::move(worker).value());
     }

@@ -5,8 +5,8 @@
 set -euo pipefail
 
 runfiles="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-kestrel}"
-worker="$runfiles/worker/kestrel_worker"
-predict="$runfiles/worker/kestrel_predict"
+worker="$runfiles/cmd/kestrel_worker"
+predict="$runfiles/export/kestrel_predict"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() {
   echo "FAIL: $*"

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/data/record_reader.h"
 #include "worker/data/schema.h"
 #include "worker/data/schema_parser.h"

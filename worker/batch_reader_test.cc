@@ -8,6 +8,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "worker/data/criteo_reader.h"
+#include "worker/data/preset_examples.h"
 
 namespace kestrel {
 namespace {

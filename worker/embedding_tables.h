@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "worker/batch.h"
+#include "worker/prepared_batch.h"
 #include "worker/ps_client.h"
 
 namespace kestrel {

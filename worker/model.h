@@ -2,7 +2,7 @@
 // pooled fields, run on a compute Backend. It knows nothing of the network or the servers: the Trainer pulls
 // its tables' rows, hands them to Step(), and pushes the gradients Step() returns.
 //
-// Each example has `fields` fields; field f is a bag of entries (key k, value v) (worker/batch.h: MEAN and
+// Each example has `fields` fields; field f is a bag of entries (key k, value v) (worker/data/batch.h: MEAN and
 // SQRT_N pooling are folded into the values, a single-valued field is a bag of one entry, an empty bag adds
 // nothing). Each field is pooled into one vector per table, and the model sees only those:
 //   w_f   = sum over the bag of v * w[k]                             (table "wide", dim 1)
@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 #include "proto/table.pb.h"
-#include "worker/batch.h"
+#include "worker/prepared_batch.h"
 #include "worker/compute/backend.h"
 
 namespace kestrel {

@@ -8,6 +8,7 @@
 #include "common/cuda_device.h"
 #include "gtest/gtest.h"
 #include "worker/compute/cpu_backend.h"
+#include "worker/data/preset_examples.h"
 #include "worker/compute/cuda_backend.h"
 #include "worker/model.h"
 #include "worker/synthetic_batch.h"

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/compute/cpu_backend.h"
+#include "worker/data/preset_examples.h"
 #include "worker/synthetic_batch.h"
 
 namespace kestrel {

@@ -1,7 +1,7 @@
 // PsClient: how workers, tools and benchmarks talk to the parameter servers.
 //
 // The hot path takes a KeyBatch (common/key_batch.h): the batch's keys already sorted, deduplicated and grouped
-// by server with the job's Partition, once per step by the trainer (worker/batch.h PreparedBatch). The client
+// by server with the job's Partition, once per step by the trainer (worker/prepared_batch.h). The client
 // splits each server's share into requests of at most PsClientOptions::max_request_bytes, sends all requests to
 // all servers in parallel, and reads or writes one row per unique key. The raw-keys forms (any order,
 // duplicates allowed; tools and benchmarks) build a KeyBatch and take that same path: pulled rows are scattered
@@ -13,7 +13,7 @@
 // Every Pull and Push carries its CallClock: the client keeps no clock of its own.
 //
 // The routing logic is written once, over a PsTransport; NewGrpcPsClient (worker/grpc_ps_client.h) talks to
-// real servers, NewLocalPsClient (worker/local_ps_client.h) calls in-process Shards for tests. A PsClient may
+// real servers, NewLocalPsClient (inprocess/local_ps_client.h) calls in-process Shards for tests. A PsClient may
 // wrap another (worker/row_cache.h).
 //
 // Thread-safe: any number of threads may call one PsClient concurrently.

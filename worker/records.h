@@ -31,7 +31,7 @@ std::string RecordJson(const Record& record);
 // of the wrong type or one that proto/records.proto does not define.
 absl::StatusOr<Record> ParseRecord(absl::string_view line);
 
-// A fingerprint (worker/metrics.h PredictionFingerprint) as a record writes it: 16 lowercase hex digits.
+// A fingerprint (common/evaluation.h PredictionFingerprint) as a record writes it: 16 lowercase hex digits.
 std::string FingerprintHex(uint64_t fingerprint);
 
 // Starts a records file for a run: creates it, emptied unless `append` (then records are added after what it

@@ -43,7 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/table.pb.h"
-#include "server/optimizer.h"
+#include "common/optimizer.h"
 #include "worker/ps_client.h"
 
 namespace kestrel {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "scheduler/scheduler_client.h"
+#include "client/scheduler_client.h"
 #include "worker/trainer.h"
 
 namespace kestrel {

@@ -7,7 +7,8 @@
 #include <cmath>
 #include <random>
 
-#include "worker/batch.h"
+#include "worker/data/preset_examples.h"
+#include "worker/prepared_batch.h"
 
 namespace kestrel {
 

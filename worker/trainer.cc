@@ -24,7 +24,7 @@
 #include "worker/data/schema.h"
 #include "worker/embedding_tables.h"
 #include "worker/epoch_schedule.h"
-#include "worker/metrics.h"
+#include "common/evaluation.h"
 #include "worker/model.h"
 #include "worker/records.h"
 #include "worker/training_feed.h"

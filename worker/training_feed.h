@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/job.pb.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
 #include "worker/epoch_schedule.h"

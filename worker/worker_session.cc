@@ -1,3 +1,7 @@
+#include "client/grpc_scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/routing_announcement.h"
+#include "client/scheduler_client.h"
 #include "worker/worker_session.h"
 
 #include <algorithm>
@@ -64,8 +68,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
 absl::Status WorkerSession::Register() {
   SchedulerClientOptions scheduler_options;
   scheduler_options.job_id = options_.job_id;
-  scheduler_options.credentials = options_.credentials;
-  scheduler_ = NewGrpcSchedulerClient(options_.scheduler, scheduler_options);
+  scheduler_ = NewGrpcSchedulerClient(options_.scheduler, scheduler_options, options_.credentials);
   const absl::Time deadline = absl::Now() + options_.scheduler_timeout;
   absl::StatusOr<RegisterResponse> reg;
   do {

@@ -1,5 +1,5 @@
 // WorkerSession: a training worker's membership in a cluster job — everything a worker process does around its
-// training loop, shared by the C++ worker (worker/main.cc) and a Python one (python/kestrel/_kestrel.cc):
+// training loop, shared by the C++ worker (cmd/worker_main.cc) and a Python one (python/kestrel/_kestrel.cc):
 //
 //   Join       registers with the scheduler (retrying while it is not up, or while a crashed predecessor of the
 //              same id is not yet declared dead), heartbeats from its own thread, waits until the job has formed
@@ -39,7 +39,8 @@
 #include "grpcpp/security/credentials.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/scheduler.pb.h"
-#include "scheduler/scheduler_client.h"
+#include "client/heartbeater.h"
+#include "client/scheduler_client.h"
 #include "worker/ps_client.h"
 #include "worker/row_cache.h"
 #include "worker/trainer.h"

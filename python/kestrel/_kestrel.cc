@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "common/partition.h"
 #include "proto/records.pb.h"
-#include "worker/metrics.h"
+#include "common/evaluation.h"
 #include "worker/records.h"
 #include "worker/training_feed.h"
 #include "worker/worker_session.h"
@@ -39,13 +39,13 @@
 #include "server/shard.h"
 #include "server/table.h"
 #include "proto/job.pb.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
-#include "worker/local_ps_client.h"
+#include "inprocess/local_ps_client.h"
 #include "worker/ps_client.h"
 
 namespace py = pybind11;
@@ -607,7 +607,7 @@ class Worker {
 };
 
 // kestrel.auc, kestrel.logloss, kestrel.fingerprint: the figures kestrel_worker's evaluation reports
-// (worker/metrics.h), of float32 arrays.
+// (common/evaluation.h), of float32 arrays.
 absl::Span<const float> FloatsOf(const py::array& a, const char* what) {
   RowsOf(a, -1, 0, what);
   return absl::MakeConstSpan(static_cast<const float*>(a.data()), static_cast<size_t>(a.size()));

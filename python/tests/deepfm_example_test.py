@@ -21,7 +21,7 @@ class DeepFmExampleTest(unittest.TestCase):
             f.write("model { type: DEEPFM embedding_dim: 8 hidden: [32, 16] }\n"
                     "data { format: CRITEO }\ntrain { batch_size: 256 epochs: 2 }\n")
         train, test = os.path.join(work, "train.tsv"), os.path.join(work, "test.tsv")
-        built_in = subprocess.run([path("worker/kestrel_worker"), "--local", "--device=cpu", f"--config={config}",
+        built_in = subprocess.run([path("cmd/kestrel_worker"), "--local", "--device=cpu", f"--config={config}",
                                    f"--train_files={train}", f"--test_files={test}"],
                                   capture_output=True, text=True, check=True)
         built_in_auc = float(re.search(r"test logloss \S+ AUC ([0-9.]+)", built_in.stderr).group(1))

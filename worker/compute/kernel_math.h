@@ -2,7 +2,7 @@
 // (cpu_backend.cc) loops over them, the CUDA backend (cuda_backend.cu) runs them one element per thread. CPU
 // tests therefore cover the math itself, and GPU tests only compare the two backends.
 //
-// Layouts (all row-major float32; worker/batch.h describes the batch they come from):
+// Layouts (all row-major float32; worker/data/batch.h describes the batch they come from):
 //   index/values: [entries] index[e] is the unique row of entry e's key, values[e] what the row is multiplied
 //                 by (1 for categorical features; MEAN and SQRT_N pooling already folded in).
 //   bag_offsets:  [bags + 1] bag b = n * fields + f (example n, field f) holds entries

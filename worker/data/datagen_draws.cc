@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/hash.h"
-#include "worker/metrics.h"
+#include "common/evaluation.h"
 
 namespace kestrel {
 

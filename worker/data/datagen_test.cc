@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/data/datagen_testing.h"
-#include "worker/metrics.h"
+#include "common/evaluation.h"
 
 namespace kestrel {
 namespace {

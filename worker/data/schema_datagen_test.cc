@@ -16,10 +16,10 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "worker/data/datagen_testing.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/data/schema.h"
 #include "worker/data/schema_parser.h"
-#include "worker/metrics.h"
+#include "common/evaluation.h"
 
 namespace kestrel {
 namespace {

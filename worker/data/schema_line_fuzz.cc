@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "common/fuzz_input.h"
 #include "google/protobuf/text_format.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/data/schema.h"
 #include "worker/data/schema_parser.h"
 

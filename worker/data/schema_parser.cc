@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/partition.h"
 #include "worker/data/feature_map.h"
+#include "worker/data/preset_examples.h"
 
 namespace kestrel {
 namespace {

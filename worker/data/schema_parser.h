@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/batch.h"
+#include "worker/data/batch.h"
 #include "worker/data/libsvm_reader.h"
 #include "worker/data/schema.h"
 

@@ -13,6 +13,7 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "worker/data/criteo_reader.h"
+#include "worker/data/preset_examples.h"
 #include "worker/data/feature_map.h"
 
 namespace kestrel {

@@ -1,0 +1,64 @@
+#include "inprocess/local_trainer.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "server/shard.h"
+#include "inprocess/local_ps_client.h"
+#include "worker/model.h"
+#include "worker/records.h"
+
+namespace kestrel {
+
+absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
+                                           const LocalTrainingOptions& options) {
+  KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(options.num_servers));
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<Shard*> views;
+  for (int s = 0; s < options.num_servers; ++s) {
+    ShardOptions shard_options;
+    shard_options.owner = s;
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, partition));
+    views.push_back(shard.get());
+    shards.push_back(std::move(shard));
+  }
+  if (options.prepare) options.prepare(views);
+  std::unique_ptr<PsClient> client = NewLocalPsClient(PsClientOptions(), views);
+  std::unique_ptr<ClockGate> gate = NewSingleWorkerGate();
+  std::shared_ptr<const Schema> schema = options.schema;
+  if (schema == nullptr) {
+    KESTREL_ASSIGN_OR_RETURN(schema, Schema::Resolve(job.data(), WithDefaults(job.model())));
+  }
+  TrainerOptions trainer_options;
+  trainer_options.job = job;
+  trainer_options.schema = schema;
+  trainer_options.partition = partition;
+  trainer_options.metrics_path = options.metrics_path;
+  trainer_options.observer = options.observer;
+  Trainer trainer(trainer_options, client.get(), gate.get(), backend);
+  absl::StatusOr<TrainResult> result = trainer.Run();
+  if (!result.ok()) return result;
+  if (options.inspect) options.inspect(views);
+  if (!options.predictions_path.empty()) {
+    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
+    std::vector<float> probs, labels;
+    if (absl::Status scored = trainer.Score(files, /*limit=*/0, &probs, &labels); !scored.ok()) {
+      return absl::Status(scored.code(), absl::StrCat("scoring the test files: ", scored.message()));
+    }
+    KESTREL_RETURN_IF_ERROR(WritePredictions(options.predictions_path, probs));
+    KLOG(Info) << "wrote " << probs.size() << " predictions of the test files to " << options.predictions_path;
+  }
+  if (options.finish) {
+    // With what the schema read from the data files written in (libsvm's slots, STANDARDIZE statistics), so
+    // an export neither reads them again nor needs them to score.
+    JobConfig pinned = job;
+    *pinned.mutable_data() = schema->Pinned(job.data());
+    KESTREL_RETURN_IF_ERROR(options.finish(views, *result, pinned));
+  }
+  return result;
+}
+
+}  // namespace kestrel

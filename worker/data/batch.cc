@@ -1,0 +1,45 @@
+#include "worker/data/batch.h"
+
+#include <cmath>
+
+namespace kestrel {
+
+void Batch::Reset(int fields_in, int dense_dim_in) {
+  size = 0;
+  fields = fields_in;
+  dense_dim = dense_dim_in;
+  keys.clear();
+  values.clear();
+  bag_offsets.clear();
+  dense.clear();
+  labels.clear();
+  weights.clear();
+  closed_bags = 0;
+}
+
+void Batch::CloseBag(Pooling pooling) {
+  const uint32_t end = static_cast<uint32_t>(keys.size());
+  const uint32_t begin = bag_offsets.empty() ? static_cast<uint32_t>(closed_bags) : bag_offsets.back();
+  if (bag_offsets.empty() && end != begin + 1) {  // the first bag that is not one entry: leave the compact layout
+    bag_offsets.resize(static_cast<size_t>(closed_bags) + 1);
+    for (int64_t b = 0; b <= closed_bags; ++b) bag_offsets[b] = static_cast<uint32_t>(b);
+  }
+  if (!bag_offsets.empty()) bag_offsets.push_back(end);
+  ++closed_bags;
+  const uint32_t n = end - begin;
+  if (n <= 1 || pooling == POOLING_SUM) return;  // a bag of one: the mean and sqrt-n scales are 1
+  const float scale = pooling == POOLING_MEAN ? 1.0f / static_cast<float>(n)
+                                              : 1.0f / std::sqrt(static_cast<float>(n));
+  for (uint32_t e = begin; e < end; ++e) values[e] *= scale;
+}
+
+void Batch::CloseExample(float label, float weight) {
+  if (weight != 1.0f || !weights.empty()) {
+    weights.resize(static_cast<size_t>(size), 1.0f);  // the examples before the first weight other than 1
+    weights.push_back(weight);
+  }
+  labels.push_back(label);
+  ++size;
+}
+
+}  // namespace kestrel
