@@ -41,6 +41,7 @@
 #include "google/protobuf/text_format.h"
 #include "worker/compute/backend_factory.h"
 #include "export/export.h"
+#include "worker/grpc_connector.h"
 #include "worker/job_check.h"
 #include "inprocess/local_trainer.h"
 #include "worker/records.h"
@@ -291,7 +292,7 @@ int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema
   session_options.scheduler = absl::GetFlag(FLAGS_scheduler);
   session_options.job_id = absl::GetFlag(FLAGS_job_id);
   session_options.id = absl::GetFlag(FLAGS_rank);
-  session_options.credentials = *credentials;
+  session_options.connector = NewGrpcConnector(*credentials);
   session_options.scheduler_timeout = absl::GetFlag(FLAGS_scheduler_timeout);
   session_options.recovery_timeout = absl::GetFlag(FLAGS_recovery_timeout);
   session_options.row_cache = absl::GetFlag(FLAGS_row_cache);

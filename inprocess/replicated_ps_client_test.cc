@@ -46,7 +46,7 @@ class ReplicatedPsClientTest : public ::testing::Test {
       addresses_.push_back("127.0.0.1:" + std::to_string((*server)->port()));
       servers_.push_back(std::move(server).value());
     }
-    for (auto& server : servers_) server->SetPeerAddresses(addresses_);
+    for (auto& server : servers_) server->peers().SetAddresses(addresses_);
     routing_ = std::make_shared<RoutingTable>(partition_);
     options_.job_id = "job";
     PsClientOptions& options = options_;
@@ -117,7 +117,7 @@ TEST_F(ReplicatedPsClientTest, PushesReachEveryCopyBeforeTheyAreAcknowledged) {
 // The split-brain fence (server/primary_lease.h): with it on, a primary whose lease from the scheduler lapsed (or
 // was never granted) answers no read or write, and nothing it refused was applied on any copy.
 TEST_F(ReplicatedPsClientTest, APrimaryWithoutALeaseAnswersNothing) {
-  for (auto& server : servers_) server->service().EnablePrimaryFence();
+  for (auto& server : servers_) server->service().primary_lease().Enforce();
   const std::vector<uint64_t> keys = Keys(300);
   std::vector<float> grads(keys.size() * kDim, 0.25f);
   failover_retries_ = 0;
@@ -183,7 +183,7 @@ class SplitBrainTest : public ReplicatedPsClientTest {
     // Server 0 hears the scheduler no more: its lease is not renewed (granted with the registration, it lapsed).
     // The others' heartbeats are answered.
     for (int s = 0; s < kServers; ++s) {
-      if (fenced) servers_[s]->service().EnablePrimaryFence();
+      if (fenced) servers_[s]->service().primary_lease().Enforce();
       const auto sent = std::chrono::steady_clock::now() - (s == 0 ? std::chrono::seconds(10) : std::chrono::seconds(0));
       servers_[s]->service().primary_lease().Renew(sent, PrimaryLease::LengthFor(absl::Seconds(1)));
     }

@@ -4,7 +4,7 @@
 // Checkpoint at clock c (every N clocks, every T seconds, on request, and once when every worker is done):
 //   1. hold: ClockTable::SetHold(c) stops every worker at the boundary of iteration c; once all clocks are c,
 //      every push of iterations < c is acknowledged (and in BSP applied) and no other push is in flight,
-//   2. every server cuts its part (ShardAdmin::Checkpoint). Copy-on-write (CheckpointOptions::copy_on_write, the
+//   2. every server cuts its part (ServerAdmin::Checkpoint). Copy-on-write (CheckpointOptions::copy_on_write, the
 //      default): each server marks the cut and answers at once, the hold is released, and the servers write their
 //      parts (changed rows as of the cut, RocksDB snapshot, checksums) while training goes on; AwaitCheckpoint
 //      collects them on a waiter thread. Otherwise the hold lasts until every part is written.

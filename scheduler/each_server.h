@@ -1,4 +1,4 @@
-// OnEachServer: the scheduler's fan-out of one admin call (ShardAdmin) to every server rank, concurrently.
+// OnEachServer: the scheduler's fan-out of one admin call (ServerAdmin) to every server rank, concurrently.
 //
 // Each call runs on a thread of its own, so one slow server costs the others nothing; the call returns once every
 // call has answered (each carries the admin deadline).

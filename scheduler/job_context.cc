@@ -13,7 +13,7 @@ bool Retriable(const absl::Status& status) {
 }
 
 JobContext::JobContext(CheckpointOptions options, JobDescription job, Membership* membership, ClockTable* clocks,
-                       ShardAdmin* admin, std::function<void(absl::Status)> on_fatal)
+                       ServerAdmin* admin, std::function<void(absl::Status)> on_fatal)
     : options(std::move(options)),
       layout(this->options.dir),
       membership(membership),

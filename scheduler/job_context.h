@@ -21,7 +21,7 @@
 #include "scheduler/clock_table.h"
 #include "scheduler/job_options.h"
 #include "scheduler/membership.h"
-#include "scheduler/shard_admin.h"
+#include "scheduler/server_admin.h"
 
 namespace kestrel {
 
@@ -38,7 +38,7 @@ bool Retriable(const absl::Status& status);
 struct JobContext {
   // Sizes the workers' states to the job's worker count.
   JobContext(CheckpointOptions options, JobDescription job, Membership* membership, ClockTable* clocks,
-             ShardAdmin* admin, std::function<void(absl::Status)> on_fatal);
+             ServerAdmin* admin, std::function<void(absl::Status)> on_fatal);
 
   // The job cannot continue safely: `on_fatal` runs with `status`, and the controller does nothing more.
   void Fail(absl::Status status);
@@ -53,7 +53,7 @@ struct JobContext {
   const CheckpointLayout layout;  // under options.dir
   Membership* const membership;
   ClockTable* const clocks;
-  ShardAdmin* const admin;
+  ServerAdmin* const admin;
   // Runs (on the controller thread) when the job cannot continue safely.
   const std::function<void(absl::Status)> on_fatal;
 

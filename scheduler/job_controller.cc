@@ -15,7 +15,7 @@ constexpr absl::Duration kPoll = absl::Milliseconds(50);
 }  // namespace
 
 JobController::JobController(CheckpointOptions options, JobDescription job, Membership* membership,
-                             ClockTable* clocks, ShardAdmin* admin, std::function<void(absl::Status)> on_fatal)
+                             ClockTable* clocks, ServerAdmin* admin, std::function<void(absl::Status)> on_fatal)
     : ctx_(std::move(options), std::move(job), membership, clocks, admin, std::move(on_fatal)),
       checkpointer_(&ctx_),
       recovery_(&ctx_, &checkpointer_),

@@ -35,7 +35,7 @@
 #include "scheduler/membership.h"
 #include "scheduler/recovery.h"
 #include "scheduler/rescaler.h"
-#include "scheduler/shard_admin.h"
+#include "scheduler/server_admin.h"
 
 namespace kestrel {
 
@@ -44,7 +44,7 @@ class JobController {
   // `membership`, `clocks` and `admin` must outlive it. `on_fatal` runs (on the controller thread) when the job
   // cannot continue safely: a checkpoint to restore is damaged, or a server refuses to restore it.
   JobController(CheckpointOptions options, JobDescription job, Membership* membership, ClockTable* clocks,
-                ShardAdmin* admin, std::function<void(absl::Status)> on_fatal);
+                ServerAdmin* admin, std::function<void(absl::Status)> on_fatal);
   ~JobController();
 
   JobController(const JobController&) = delete;

@@ -20,7 +20,7 @@
 // cancelled, the clocks stay where they are; workers and servers re-route at the next routing generation.
 // Re-replication: once a failed-over server's replacement is alive, the job is held at the earliest clock
 // boundary (as for a checkpoint: no push is then in flight), the primary of each range group the replacement
-// should hold copies it there (ShardAdmin::CopyGroup), the replacement is put back in service in a new routing
+// should hold copies it there (ServerAdmin::CopyGroup), the replacement is put back in service in a new routing
 // generation, and the hold is released once every live server acts on that routing (so no server still
 // accepts a write for a group it no longer forwards to the replacement). A failed copy releases the hold and is
 // tried again a few heartbeats later. Losing every copy of some range rolls back as above, which puts every

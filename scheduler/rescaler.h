@@ -4,7 +4,7 @@
 // Rescale (docs/elasticity.md). Scale() names new counts (Membership::BeginScale); once every joining rank is
 // alive, the rescaler holds every worker at the earliest clock boundary (as for a checkpoint), computes the
 // new partition (uniform over the new servers, as many ranges per server as before, the same replicas), and
-// drives the servers through the move (ShardAdmin::Rescale: every old server sends each row it serves to the
+// drives the servers through the move (ServerAdmin::Rescale: every old server sends each row it serves to the
 // servers holding its range in the new layout; every server builds its new groups; every server switches).
 // Then the new layout becomes the job's (Membership::CommitScale), the held workers are answered ABORTED (they
 // rejoin, and continue in the new layout from the same clock: no clock is redone), and the hold is released. A

@@ -15,6 +15,7 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "scheduler/scheduler_metrics.h"
+#include "scheduler/server_admin_client.h"
 
 namespace kestrel {
 namespace {
@@ -63,7 +64,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   SchedulerServiceImpl* raw = service.get();
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> admin_credentials,
                            MakeChannelCredentials(options.tls));
-  service->admin_ = NewGrpcShardAdmin(options.job_id, options.admin_deadline, std::move(admin_credentials));
+  service->admin_ = NewGrpcServerAdmin(options.job_id, options.admin_deadline, std::move(admin_credentials));
   ClusterView view;
   service->FillView(&view);
   JobDescription job;

@@ -29,7 +29,7 @@
 #include "common/partition.h"
 #include "scheduler/job_controller.h"
 #include "scheduler/membership.h"
-#include "scheduler/shard_admin.h"
+#include "scheduler/server_admin.h"
 
 namespace kestrel {
 
@@ -123,7 +123,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   const SchedulerOptions options_;
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
-  std::unique_ptr<ShardAdmin> admin_;
+  std::unique_ptr<ServerAdmin> admin_;
   std::unique_ptr<JobController> coordinator_;
   std::atomic<bool> shutting_down_{false};
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.

@@ -7,7 +7,20 @@ cd "$(dirname "$0")/.." || exit 1
 
 scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+# The package checks (docs/architecture.md, "Source layout"): the star of packages by declared dependencies and
+# by every include, and the rooms' sizes and gRPC at the edge. Each counts as one test case.
+checks=$(mktemp)
+for check in tools/check_layering.py tools/code_shape.py; do
+  if python3 "$check" > "$checks.out" 2>&1; then
+    tail -n 1 "$checks.out"
+    echo "PASSED $check" >> "$checks"
+  else
+    cat "$checks.out"
+    echo "FAILED $check" >> "$checks"
+  fi
+done
+
 log=$(mktemp)
 bazel test //... --keep_going --test_summary=short "$@" 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
-python3 scripts/test_summary.py "$log" "$(bazel info bazel-testlogs 2>/dev/null)" "$bazel_rc"
+python3 scripts/test_summary.py "$log" "$(bazel info bazel-testlogs 2>/dev/null)" "$bazel_rc" "$checks"

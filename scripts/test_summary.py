@@ -2,7 +2,10 @@
 """Prints 'N passed, N failed' for a `bazel test` run and exits non-zero on any failure.
 
 Counts test cases from each test target's JUnit XML; a target that failed to build, timed out or crashed
-without a usable XML counts as one failed case. Usage: test_summary.py BAZEL_LOG TESTLOGS_DIR BAZEL_RC
+without a usable XML counts as one failed case. Usage: test_summary.py BAZEL_LOG TESTLOGS_DIR BAZEL_RC [CHECKS]
+
+CHECKS (optional): a file of lines "PASSED name" / "FAILED name", checks run outside Bazel (scripts/test.sh's
+package checks), each counted as one case.
 """
 import os
 import re
@@ -20,6 +23,15 @@ def main():
             if m:
                 targets[m.group(1)] = m.group(2)
     passed = failed = skipped = 0
+    if len(sys.argv) > 4:
+        with open(sys.argv[4]) as f:
+            for line in f:
+                state, _, name = line.strip().partition(" ")
+                if state == "PASSED":
+                    passed += 1
+                elif state == "FAILED":
+                    failed += 1
+                    print(f"FAILED: {name}")
     for target, state in sorted(targets.items()):
         xml_path = os.path.join(testlogs, target[2:].replace(":", "/"), "test.xml")
         cases = []

@@ -8,17 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "common/network_policy.h"
 #include "common/status.h"
-#include "grpcpp/grpcpp.h"
+#include "server/peer_links.h"
 #include "server/piece_stream.h"
 #include "server/replication.h"
 #include "server/table.h"
 
 namespace kestrel {
 
-GroupTransfer::GroupTransfer(std::string job_id, const PeerServers* peers, absl::Duration deadline)
-    : job_id_(std::move(job_id)), peers_(peers), deadline_(deadline) {}
+GroupTransfer::GroupTransfer(std::string job_id, PeerLinks* peers) : job_id_(std::move(job_id)), peers_(peers) {}
 
 absl::Status GroupTransfer::Send(const HostedShards& hosted, const CopyGroupRequest& request,
                                  CopyGroupResponse* response) {
@@ -28,14 +26,14 @@ absl::Status GroupTransfer::Send(const HostedShards& hosted, const CopyGroupRequ
     return absl::InvalidArgumentError(absl::StrFormat("cannot copy the ranges of server %d to server %d at '%s'",
                                                       request.owner(), request.target(), request.target_address()));
   }
-  auto stub = ParameterServer::NewStub(NewChannel(request.target_address(), PeerCredentials(peers_)));
+  if (peers_ == nullptr) return absl::FailedPreconditionError("this server has no links to other servers");
   GroupChunk header;
   header.mutable_header()->set_job_id(job_id_);
   header.mutable_header()->set_worker_rank(-1);
   header.set_owner(request.owner());
   PieceStream stream(header, group->DescribeTables(),
-                     SendTo(stub.get(), deadline_,
-                            absl::StrFormat("server %d at %s", request.target(), request.target_address())));
+                     peers_->PiecesTo(request.target_address(),
+                                      absl::StrFormat("server %d at %s", request.target(), request.target_address())));
   // One cut: no request runs on the group while it is read (the scheduler holds every worker anyway).
   KESTREL_RETURN_IF_ERROR(group->Exclusive([&](const std::vector<Table*>& tables) -> absl::Status {
     for (const Table* table : tables) {

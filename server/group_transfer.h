@@ -19,7 +19,7 @@
 
 namespace kestrel {
 
-class PeerServers;
+class PeerLinks;
 
 // The receiver stages one copy at a time, piece by piece in order, and installs it into its copy of the group
 // with the last piece; a copy restarted from piece 0 replaces the one staged.
@@ -28,9 +28,8 @@ class PeerServers;
 // the rows staged; does not own `peers`.
 class GroupTransfer {
  public:
-  // `job_id`: the pieces' header. `peers` (may be null): the credentials the copy is sent with (plaintext
-  // without them). `deadline`: of each piece sent.
-  GroupTransfer(std::string job_id, const PeerServers* peers, absl::Duration deadline);
+  // `job_id`: the pieces' header. `peers` (may be null: this server sends no copies) reaches the receiver.
+  GroupTransfer(std::string job_id, PeerLinks* peers);
 
   GroupTransfer(const GroupTransfer&) = delete;
   GroupTransfer& operator=(const GroupTransfer&) = delete;
@@ -70,8 +69,7 @@ class GroupTransfer {
   void DropCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string job_id_;
-  const PeerServers* const peers_;
-  const absl::Duration deadline_;
+  PeerLinks* const peers_;
   uint64_t max_staged_bytes_ = uint64_t{16} << 30;
   absl::Mutex mu_;
   std::optional<IncomingCopy> incoming_ ABSL_GUARDED_BY(mu_);

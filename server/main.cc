@@ -12,37 +12,37 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "common/limits.h"
-#include "common/command_line.h"
-#include "common/process_flags.h"
-#include "common/consistency.h"
+#include "client/grpc_scheduler_client.h"
+#include "client/scheduler_client.h"
+#include "common/checkpoint_layout.h"
 #include "common/cluster_env.h"
+#include "common/command_line.h"
+#include "common/limits.h"
 #include "common/logging.h"
-#include "common/tls.h"
-#include "common/metrics_flags.h"
-#include "common/tls_flags.h"
 #include "common/metrics.h"
+#include "common/metrics_flags.h"
 #include "common/partition.h"
+#include "common/process_flags.h"
 #include "common/process_setup.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
+#include "server/hosted_shards.h"
 #include "server/ps_server.h"
 #include "server/server_metrics.h"
-#include "client/grpc_scheduler_client.h"
-#include "client/heartbeater.h"
-#include "client/routing_announcement.h"
-#include "client/scheduler_client.h"
-#include "server/hosted_shards.h"
+#include "server/server_session.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
-#include "common/checkpoint_layout.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_file).");
@@ -103,26 +103,29 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
 namespace kestrel {
 namespace {
 
-int Run() {
-  {  // Identity: explicit flags first, then the environment the launcher gives (common/cluster_env.h).
-    ExplicitSettings flags;
-    flags.rank = absl::GetFlag(FLAGS_rank);
-    flags.num_servers = absl::GetFlag(FLAGS_num_servers);
-    flags.scheduler = absl::GetFlag(FLAGS_scheduler);
-    flags.rank_offset = absl::GetFlag(FLAGS_rank_offset);
-    absl::StatusOr<ClusterIdentity> id =
-        ResolveClusterIdentity(ClusterRole::kServer, flags, ProcessEnvironment(), ProcessHostname());
-    if (!id.ok()) {
-      KLOG(Error) << "cannot tell which server this is: " << id.status();
-      return 2;
-    }
-    absl::SetFlag(&FLAGS_rank, id->rank >= 0 ? id->rank : 0);
-    absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
-    absl::SetFlag(&FLAGS_scheduler, id->scheduler);
-    if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "identity: " << id->DebugString();
+// Resolves --rank, --num_servers and --scheduler: explicit flags first, then the environment the launcher gives
+// (common/cluster_env.h). False (logged) when it cannot tell which server this is.
+bool ResolveIdentity() {
+  ExplicitSettings flags;
+  flags.rank = absl::GetFlag(FLAGS_rank);
+  flags.num_servers = absl::GetFlag(FLAGS_num_servers);
+  flags.scheduler = absl::GetFlag(FLAGS_scheduler);
+  flags.rank_offset = absl::GetFlag(FLAGS_rank_offset);
+  absl::StatusOr<ClusterIdentity> id =
+      ResolveClusterIdentity(ClusterRole::kServer, flags, ProcessEnvironment(), ProcessHostname());
+  if (!id.ok()) {
+    KLOG(Error) << "cannot tell which server this is: " << id.status();
+    return false;
   }
-  const int index = absl::GetFlag(FLAGS_rank);
-  SetLogIdentity(absl::StrCat("server[", index, "]"));
+  absl::SetFlag(&FLAGS_rank, id->rank >= 0 ? id->rank : 0);
+  absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
+  absl::SetFlag(&FLAGS_scheduler, id->scheduler);
+  if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "identity: " << id->DebugString();
+  return true;
+}
+
+// The groups this server starts with, from its flags (InvalidArgument for bad ones).
+absl::StatusOr<std::unique_ptr<HostedShards>> GroupsFromFlags(int index) {
   if (index >= absl::GetFlag(FLAGS_num_servers) && !absl::GetFlag(FLAGS_scheduler).empty() &&
       absl::GetFlag(FLAGS_partition).empty()) {
     // A rank beyond the job's servers (a scaled-up StatefulSet whose environment still names the old count):
@@ -138,50 +141,108 @@ int Run() {
   if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
     partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
   }
-  if (!partition.ok()) {
-    KLOG(Error) << "bad partition: " << partition.status();
-    return 2;
-  }
+  if (!partition.ok()) return absl::InvalidArgumentError(absl::StrCat("bad partition: ", partition.status().message()));
   if (partition->replicas() > 1 && absl::GetFlag(FLAGS_scheduler).empty()) {
-    KLOG(Error) << "--replicas needs --scheduler: the scheduler decides which copy of a range serves it";
-    return 2;
+    return absl::InvalidArgumentError(
+        "--replicas needs --scheduler: the scheduler decides which copy of a range serves it");
   }
   const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   const int threads = absl::GetFlag(FLAGS_threads);
   if (max_message_bytes < (1 << 20) || max_message_bytes > (1 << 30) || threads < 0 || threads > 1024 ||
       absl::GetFlag(FLAGS_max_keys_per_request) < 1 || absl::GetFlag(FLAGS_max_tables) < 1 ||
       absl::GetFlag(FLAGS_max_push_workers) < 1 || absl::GetFlag(FLAGS_max_push_workers) > kMaxWorkers) {
-    KLOG(Error) << "bad flags: need --max_message_bytes in [1 MiB, 1 GiB], --threads in [0, 1024], "
-                   "--max_keys_per_request >= 1, --max_tables >= 1 and --max_push_workers in [1, "
-                << kMaxWorkers << "]";
-    return 2;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad flags: need --max_message_bytes in [1 MiB, 1 GiB], --threads in [0, 1024], --max_keys_per_request >= 1, "
+        "--max_tables >= 1 and --max_push_workers in [1, ", kMaxWorkers, "]"));
   }
-  ShardOptions shard_options;
-  shard_options.max_response_bytes = static_cast<size_t>(max_message_bytes) - 4096;  // room for framing
-  shard_options.max_tables = static_cast<size_t>(absl::GetFlag(FLAGS_max_tables));
-  shard_options.bsp_workers = absl::GetFlag(FLAGS_bsp_workers);
-  shard_options.max_push_workers = static_cast<size_t>(absl::GetFlag(FLAGS_max_push_workers));
-  shard_options.job_id = absl::GetFlag(FLAGS_job_id);
-  shard_options.owner = index;
-  shard_options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
-  if (absl::GetFlag(FLAGS_checkpoint_retained_mb) < 0 || absl::GetFlag(FLAGS_checkpoint_retained_mb) > (int64_t{1} << 30)) {
-    KLOG(Error) << "bad flags: --checkpoint_retained_mb must be in [0, 2^30]";
-    return 2;
+  for (const auto& [name, mb] : {std::pair<const char*, int64_t>{"checkpoint_retained_mb",
+                                                                  absl::GetFlag(FLAGS_checkpoint_retained_mb)},
+                                 {"memory_budget_mb", absl::GetFlag(FLAGS_memory_budget_mb)}}) {
+    if (mb < 0 || mb > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad flags: --", name, " must be in [0, 2^30]"));
+    }
   }
-  if (absl::GetFlag(FLAGS_memory_budget_mb) < 0 || absl::GetFlag(FLAGS_memory_budget_mb) > (int64_t{1} << 30)) {
-    KLOG(Error) << "bad flags: --memory_budget_mb must be in [0, 2^30]";
-    return 2;
-  }
-  shard_options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
-  shard_options.max_cut_retained_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_retained_mb)) << 20;
-  absl::StatusOr<std::unique_ptr<HostedShards>> created = HostedShards::Create(shard_options, *std::move(partition));
+  ShardOptions options;
+  options.max_response_bytes = static_cast<size_t>(max_message_bytes) - 4096;  // room for framing
+  options.max_tables = static_cast<size_t>(absl::GetFlag(FLAGS_max_tables));
+  options.bsp_workers = absl::GetFlag(FLAGS_bsp_workers);
+  options.max_push_workers = static_cast<size_t>(absl::GetFlag(FLAGS_max_push_workers));
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.owner = index;
+  options.max_keys_per_request = static_cast<size_t>(absl::GetFlag(FLAGS_max_keys_per_request));
+  options.memory_budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_memory_budget_mb)) << 20;
+  options.max_cut_retained_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_retained_mb)) << 20;
+  absl::StatusOr<std::unique_ptr<HostedShards>> created = HostedShards::Create(options, *std::move(partition));
   if (!created.ok()) {
-    KLOG(Error) << "cannot create shard: " << created.status();
+    return absl::InvalidArgumentError(absl::StrCat("cannot create shard: ", created.status().message()));
+  }
+  return created;
+}
+
+// Opens the checkpoint store of --checkpoint_dir (null without one) as the disk tier of `own`, and with --resume
+// and no scheduler loads the latest committed checkpoint into it. The exit code on failure: 1 for a store that
+// cannot be opened, 2 for bad flags or a checkpoint that cannot be loaded.
+std::optional<int> OpenStore(int index, Shard& own, std::unique_ptr<ShardStore>* store) {
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (dir.empty()) {
+    if (!absl::GetFlag(FLAGS_resume)) return std::nullopt;
+    KLOG(Error) << "--resume needs --checkpoint_dir";
+    return 2;
+  }
+  const CheckpointLayout layout(dir);
+  absl::StatusOr<std::unique_ptr<ShardStore>> opened = ShardStore::Open(layout, index);
+  if (!opened.ok()) {
+    KLOG(Error) << "cannot open the checkpoint store: " << opened.status();
+    return 1;
+  }
+  *store = *std::move(opened);
+  own.SetColdTier(store->get());  // the disk tier of bounded tables with max_disk_bytes
+  if (!absl::GetFlag(FLAGS_resume) || !absl::GetFlag(FLAGS_scheduler).empty()) return std::nullopt;
+  absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
+  absl::Status restored = latest.status();
+  if (latest.ok() && latest->has_value()) {
+    const absl::Time start = absl::Now();
+    restored = (*store)->Restore(*latest, own, /*min_worker_generation=*/0);
+    if (restored.ok()) ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  } else if (latest.ok()) {
+    KLOG(Info) << "no checkpoint in " << dir << ": starting empty";
+  }
+  if (restored.ok()) return std::nullopt;
+  KLOG(Error) << "cannot resume server " << index << " from " << dir << ": " << restored;
+  return 2;
+}
+
+// Where workers and the other servers reach this server: --advertise_host, else --host, else (0.0.0.0) this
+// machine's hostname.
+std::string AdvertisedAddress(int port) {
+  std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (host.empty()) host = absl::GetFlag(FLAGS_host);
+  if (host == "0.0.0.0") {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+std::string DescribeRanges(const Shard& group) {
+  std::vector<std::string> ranges;
+  for (const KeyRange& r : group.ranges()) ranges.push_back(r.ToString());
+  return absl::StrJoin(ranges, " ");
+}
+
+int Run() {
+  if (!ResolveIdentity()) return 2;
+  const int index = absl::GetFlag(FLAGS_rank);
+  SetLogIdentity(absl::StrCat("server[", index, "]"));
+  absl::StatusOr<std::unique_ptr<HostedShards>> created = GroupsFromFlags(index);
+  if (!created.ok()) {
+    KLOG(Error) << created.status().message();
     return 2;
   }
   // The groups this server starts with; a rescale replaces them (server/rescale_participant.h).
   std::shared_ptr<HostedShards> hosted = *std::move(created);
-  Shard* const own = &hosted->own();  // the ranges this server owns; backups' copies live in memory only
+  Shard& own = hosted->own();  // the ranges this server owns; backups' copies live in memory only
 
   // Metrics first, so that a long --resume can be watched (server/server_metrics.h lists them).
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Start(MetricsServerOptionsFromFlags());
@@ -189,43 +250,15 @@ int Run() {
     KLOG(Error) << "--metrics_port: " << metrics.status();
     return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
   }
-
   std::unique_ptr<ShardStore> store;
-  if (const std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
-    const CheckpointLayout layout(dir);
-    auto opened = ShardStore::Open(layout, index);
-    if (!opened.ok()) {
-      KLOG(Error) << "cannot open the checkpoint store: " << opened.status();
-      return 1;
-    }
-    store = std::move(opened).value();
-    own->SetColdTier(store.get());  // the disk tier of bounded tables with max_disk_bytes
-    if (absl::GetFlag(FLAGS_resume) && absl::GetFlag(FLAGS_scheduler).empty()) {
-      absl::StatusOr<std::optional<CheckpointManifest>> latest = layout.ReadLatest();
-      absl::Status restored = latest.status();
-      if (latest.ok() && latest->has_value()) {
-        const absl::Time start = absl::Now();
-        restored = store->Restore(*latest, *own, /*min_worker_generation=*/0);
-        if (restored.ok()) ServerMetrics::Get().restore_duration().Observe(absl::ToDoubleSeconds(absl::Now() - start));
-      } else if (latest.ok()) {
-        KLOG(Info) << "no checkpoint in " << dir << ": starting empty";
-      }
-      if (!restored.ok()) {
-        KLOG(Error) << "cannot resume shard " << index << " from " << dir << ": " << restored;
-        return 2;
-      }
-    }
-  } else if (absl::GetFlag(FLAGS_resume)) {
-    KLOG(Error) << "--resume needs --checkpoint_dir";
-    return 2;
-  }
+  if (std::optional<int> failed = OpenStore(index, own, &store)) return *failed;
   // A disk tier that fails mid-push leaves a table holding part of it: exit, and let the scheduler restore the
   // job from its last checkpoint (without one, the operator restarts with --resume).
   auto on_tier_failure = [index](const absl::Status& status) {
-    KLOG(Error) << "shard " << index << ": disk tier failed: " << status << "; exiting so the job is restored";
+    KLOG(Error) << "server " << index << ": disk tier failed: " << status << "; exiting so the job is restored";
     std::_Exit(3);
   };
-  own->SetFailureListener(on_tier_failure);
+  own.SetFailureListener(on_tier_failure);
 
   // Block the shutdown signals in every thread; a dedicated wait below receives them.
   BlockShutdownSignals();  // every thread started from here on leaves SIGTERM/SIGINT to the wait below
@@ -238,8 +271,8 @@ int Run() {
   }
   PsServerOptions server_options;
   server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  server_options.threads = threads;
-  server_options.max_message_bytes = max_message_bytes;
+  server_options.threads = absl::GetFlag(FLAGS_threads);
+  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   server_options.tls = tls;
   server_options.peer_credentials = *channel_credentials;
   auto server = PsServer::Start(server_options, hosted, store.get());
@@ -248,26 +281,18 @@ int Run() {
     return absl::IsFailedPrecondition(server.status()) || absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
   PsServiceImpl& service = (*server)->service();
-  // The service holds the groups from here on: a rescale's switch frees them. (`own` is used only until this
-  // server has registered, before any switch.)
-  hosted.reset();
   // After a rescale: the new own group gets the disk tier and its failure listener.
-  service.SetSwitchListener([store = store.get(), on_tier_failure](HostedShards& groups) {
+  service.layout().SetSwitchListener([store = store.get(), on_tier_failure](HostedShards& groups) {
     if (store != nullptr) groups.own().SetColdTier(store);
     groups.own().SetFailureListener(on_tier_failure);
-    std::vector<std::string> ranges;
-    for (const KeyRange& r : groups.own().ranges()) ranges.push_back(r.ToString());
-    KLOG(Info) << "key ranges after the rescale: " << absl::StrJoin(ranges, " ");
+    KLOG(Info) << "key ranges after the rescale: " << DescribeRanges(groups.own());
   });
-  std::vector<std::string> ranges;
-  for (const KeyRange& r : own->ranges()) ranges.push_back(r.ToString());
-  KLOG(Info) << "serving job '" << shard_options.job_id << "' shard " << index << " of "
-             << own->partition().num_servers() << (own->partition().replicas() > 1
-                                                      ? absl::StrCat(" (", own->partition().replicas(), " replicas)")
-                                                      : "")
-             << " on " << absl::GetFlag(FLAGS_host) << ":"
-             << (*server)->port() << ", key ranges " << absl::StrJoin(ranges, " ") << ", "
-             << DescribeTransport(tls);
+  KLOG(Info) << "serving job '" << own.job_id() << "' server " << index << " of " << own.partition().num_servers()
+             << (own.partition().replicas() > 1 ? absl::StrCat(" (", own.partition().replicas(), " replicas)") : "")
+             << " on " << absl::GetFlag(FLAGS_host) << ":" << (*server)->port() << ", key ranges "
+             << DescribeRanges(own) << ", " << DescribeTransport(tls);
+  // The service holds the groups from here on: a rescale's switch frees them.
+  hosted.reset();
 
   if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
     KLOG(Error) << "--port_file: " << written;
@@ -275,158 +300,43 @@ int Run() {
   }
 
   // Membership: register with the scheduler and heartbeat; a refused heartbeat stops this server.
-  std::unique_ptr<SchedulerClient> scheduler;
-  std::unique_ptr<Heartbeater> heartbeater;
-  static std::atomic<bool> refused{false};
-  static std::atomic<bool> removed{false};  // a rescale left this server out: it exits 0
+  std::atomic<bool> refused{false};
+  std::unique_ptr<ServerSession> session;
   if (const std::string address = absl::GetFlag(FLAGS_scheduler); !address.empty()) {
+    ServerSessionOptions options;
+    options.scheduler = address;
+    options.id = index;
+    options.address = AdvertisedAddress((*server)->port());
+    options.scheduler_timeout = absl::GetFlag(FLAGS_scheduler_timeout);
+    options.primary_fence = !absl::GetFlag(FLAGS_unsafe_no_primary_fence);
+    options.on_refused = [&refused](absl::Status) {
+      refused.store(true);
+      kill(getpid(), SIGTERM);
+    };
+    options.on_removed = [] { kill(getpid(), SIGTERM); };
     SchedulerClientOptions client_options;
-    client_options.job_id = shard_options.job_id;
-    scheduler = NewGrpcSchedulerClient(address, client_options, *channel_credentials);
-    std::string host = absl::GetFlag(FLAGS_advertise_host);
-    if (host.empty()) host = absl::GetFlag(FLAGS_host);
-    if (host == "0.0.0.0") {
-      char name[256] = {0};
-      gethostname(name, sizeof(name) - 1);
-      host = name;
-    }
-    const std::string advertised = absl::StrCat(host, ":", (*server)->port());
-    absl::StatusOr<RegisterResponse> registration;
-    const absl::Time deadline = absl::Now() + absl::GetFlag(FLAGS_scheduler_timeout);
-    std::chrono::steady_clock::time_point sent;
-    do {
-      sent = std::chrono::steady_clock::now();
-      registration = scheduler->Register(ROLE_SERVER, advertised, index);
-      // UNAVAILABLE: the scheduler is not up yet. ALREADY_EXISTS: our previous incarnation (a crash moments
-      // ago) has not been declared dead yet.
-      if (registration.ok() ||
-          !(absl::IsUnavailable(registration.status()) || absl::IsAlreadyExists(registration.status()))) {
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(500));
-    } while (absl::Now() < deadline);
-    if (absl::IsOutOfRange(registration.status())) {  // an elastic job removed this server when it did not come back
-      KLOG(Info) << "not rejoining: " << registration.status().message();
+    client_options.job_id = absl::GetFlag(FLAGS_job_id);
+    absl::StatusOr<std::unique_ptr<ServerSession>> joined = ServerSession::Join(
+        std::move(options), NewGrpcSchedulerClient(address, client_options, *channel_credentials),
+        {&service.layout(), &service.primary_lease(), &(*server)->peers()});
+    if (absl::IsOutOfRange(joined.status())) {  // an elastic job removed this server when it did not come back
+      KLOG(Info) << "not rejoining: " << joined.status().message();
       return 0;
     }
-    if (!registration.ok()) {
-      KLOG(Error) << "cannot register with the scheduler at " << address << ": " << registration.status();
-      return 1;
+    if (!joined.ok()) {
+      KLOG(Error) << joined.status().message();
+      return absl::IsInvalidArgument(joined.status()) ? 2 : 1;
     }
-    const ClusterView& view = registration->view();
-    const absl::Duration lease = PrimaryLease::LengthFor(absl::Milliseconds(view.heartbeat_interval_ms()));
-    service.primary_lease().Renew(sent, lease);
-    if (absl::GetFlag(FLAGS_unsafe_no_primary_fence)) {
-      KLOG(Warning) << "--unsafe_no_primary_fence: this server serves as a primary without a lease from the "
-                    << "scheduler; cut off, it may answer after a backup took over (split brain). Tests only.";
-    } else {
-      service.EnablePrimaryFence();
-    }
-    absl::StatusOr<ConsistencyPolicy> consistency = ConsistencyPolicy::FromProto(view.consistency(), view.staleness());
-    if (!consistency.ok()) {
-      KLOG(Error) << "the scheduler at " << address << " announced no valid consistency: " << consistency.status();
-      return 1;
-    }
-    const bool bsp = consistency->bsp();
-    // The rank is this server's place in the job's layout: its id (--rank) unless a rescale removed a
-    // lower rank (docs/elasticity.md).
-    const int rank = registration->rank();
-    if (registration->joining()) {
-      KLOG(Info) << "joining the job in a rescale to " << own->partition().num_servers()
-                 << " servers: the ranges arrive from the other servers";
-    } else if ((view.layout_generation() > 0 || rank != index) &&
-               (view.partition() != own->partition().ToString() ||
-                shard_options.bsp_workers != (bsp ? view.num_workers() : 0) || rank != own->owner())) {
-      // The job was rescaled since it started: its layout is the scheduler's, not this server's flags.
-      absl::StatusOr<Partition> adopted = Partition::Parse(view.partition());
-      ShardOptions options = shard_options;
-      options.bsp_workers = bsp ? view.num_workers() : 0;
-      options.owner = rank;
-      absl::StatusOr<std::unique_ptr<HostedShards>> groups =
-          adopted.ok() ? HostedShards::Create(options, *adopted) : adopted.status();
-      if (!groups.ok()) {
-        KLOG(Error) << "cannot take the rescaled job's layout '" << view.partition() << "': " << groups.status();
-        return 2;
-      }
-      KLOG(Info) << "the job was rescaled to " << view.num_servers() << " servers and " << view.num_workers()
-                 << " workers (rescale " << view.layout_generation() << "): serving rank " << rank
-                 << " of that layout, not the flags'";
-      service.AdoptLayout(*std::move(groups), view.layout_generation(),
-                          {view.worker_ids().begin(), view.worker_ids().end()});
-    } else if (view.partition() != own->partition().ToString() ||
-               shard_options.bsp_workers != (bsp ? view.num_workers() : 0)) {
-      KLOG(Error) << "this server's configuration does not match the job's: scheduler partition '"
-                  << view.partition() << "', " << consistency->ToString() << " with " << view.num_workers()
-                  << " workers; this server: partition '" << own->partition().ToString()
-                  << "', --bsp_workers=" << shard_options.bsp_workers
-                  << " (must be the worker count in BSP, 0 otherwise)";
-      return 2;
-    }
-    SetLogGeneration(registration->view().generation());
-    KLOG(Info) << "registered with the scheduler at " << address << " as server " << index << ", rank " << rank
-               << " (generation " << registration->view().generation() << ")";
-    PsServiceImpl* service_ptr = &service;
-    PsServer* server_ptr = server->get();
-    static std::atomic<Heartbeater*> beat_ptr{nullptr};  // set once the heartbeater exists
-    heartbeater = std::make_unique<Heartbeater>(
-        scheduler.get(), ROLE_SERVER, registration->id(), registration->incarnation(),
-        absl::Milliseconds(registration->view().heartbeat_interval_ms()) / 2,  // twice per interval
-        [](absl::Status status) {
-          KLOG(Error) << "the scheduler refused this server: " << status << "; shutting down";
-          refused.store(true);
-          kill(getpid(), SIGTERM);
-        },
-        [service_ptr, server_ptr, index, lease, last = uint64_t{0}](const HeartbeatResponse& answer) mutable {
-          // The fence: the scheduler heard this server no earlier than the answered heartbeat was sent.
-          if (Heartbeater* beat = beat_ptr.load()) service_ptr->primary_lease().Renew(beat->last_answered_sent(), lease);
-          if (answer.removed()) {
-            if (!removed.exchange(true)) {
-              KLOG(Info) << "a rescale left server " << index << " out of the job: shutting down";
-              kill(getpid(), SIGTERM);
-            }
-            return;
-          }
-          const std::shared_ptr<HostedShards> hosted_ptr = service_ptr->hosted();
-          if (answer.generation() != last) {
-            SetLogGeneration(answer.generation());
-            KLOG(Info) << "shard " << index << " sees job generation " << answer.generation() << " ("
-                       << answer.job_state() << ")";
-            last = answer.generation();
-          }
-          service_ptr->SetJobView(answer.generation(),
-                                  {answer.worker_generations().begin(), answer.worker_generations().end()},
-                                  answer.layout_generation(),
-                                  {answer.worker_ids().begin(), answer.worker_ids().end()});
-          // The routing this server acts on, reported with every heartbeat (a switch installs one too).
-          if (Heartbeater* beat = beat_ptr.load()) beat->SetRoutingGeneration(hosted_ptr->routing_generation());
-          // An answer of an older layout (in flight across a switch) names the servers by their old ranks.
-          if (hosted_ptr->replicated() && answer.layout_generation() >= service_ptr->layout_generation()) {
-            server_ptr->SetPeerAddresses({answer.server_addresses().begin(), answer.server_addresses().end()});
-            if (ApplyRouting(hosted_ptr->routing(), answer.routing_generation(), answer.out_of_service())) {
-              // Tell the scheduler at once: it waits for every server to act on a routing before workers use it.
-              if (Heartbeater* beat = beat_ptr.load()) {
-                beat->SetRoutingGeneration(hosted_ptr->routing_generation());
-                beat->BeatSoon();
-              }
-            }
-          }
-        });
-    // A worker generation the shard has not heard of (a worker that just registered or rejoined): ask now.
-    Heartbeater* beat = heartbeater.get();
-    beat->SetRoutingGeneration(service.hosted()->routing_generation());
-    beat_ptr.store(beat);
-    service.SetGenerationListener([beat] { beat->BeatSoon(); });
-    beat->BeatSoon();  // the first view now, not an interval from now
+    session = *std::move(joined);
   }
 
   const int signal_number = WaitForShutdownSignal();
-  KLOG(Info) << "received signal " << signal_number << ", shutting down shard " << index;
+  KLOG(Info) << "received signal " << signal_number << ", shutting down server " << index;
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   (*server)->Wait();
-  service.SetGenerationListener(nullptr);  // before the heartbeater it points to goes
-  heartbeater.reset();
+  session.reset();
   const ShardStats stats = service.hosted()->own().Stats();
-  KLOG(Info) << "stopped shard " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
+  KLOG(Info) << "stopped server " << index << ": " << stats.pull_requests << " pulls, " << stats.push_requests
              << " pushes, " << stats.rejected_requests << " rejected";
   return refused.load() ? 3 : 0;
 }

@@ -3,9 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "common/grpc_status.h"
 #include "common/status.h"
-#include "grpcpp/grpcpp.h"
 
 namespace kestrel {
 
@@ -98,18 +96,6 @@ void PieceStream::SendLoop() {
 bool PieceStream::error_ok() {
   absl::MutexLock lock(&mu_);
   return error_.ok();
-}
-
-PieceStream::Deliver SendTo(ParameterServer::Stub* stub, absl::Duration deadline, std::string what) {
-  return [stub, deadline, what = std::move(what)](const GroupChunk& piece) -> absl::Status {
-    GroupChunkResponse answer;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-    absl::Status status = FromGrpcStatus(stub->ReceiveGroup(&context, piece, &answer));
-    if (status.ok()) return status;
-    return absl::Status(status.code(),
-                        absl::StrFormat("sending piece %d to %s: %s", piece.sequence(), what, status.message()));
-  };
 }
 
 }  // namespace kestrel

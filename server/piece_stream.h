@@ -1,5 +1,5 @@
-// PieceStream: rows streamed to one server as numbered GroupChunk pieces (a group copy's or a rescale's), and
-// the delivery of a piece to another server's ReceiveGroup.
+// PieceStream: rows streamed to one server as numbered GroupChunk pieces (a group copy's or a rescale's). The
+// delivery of a piece to another server's ReceiveGroup is a PeerLinks' (server/peer_links.h).
 #ifndef KESTREL_SERVER_PIECE_STREAM_H_
 #define KESTREL_SERVER_PIECE_STREAM_H_
 
@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/ps.grpc.pb.h"
+#include "proto/ps.pb.h"
 
 namespace kestrel {
 
@@ -69,10 +69,6 @@ class PieceStream {
   absl::Status error_ ABSL_GUARDED_BY(mu_);             // the first failed delivery
   std::thread sender_;  // last: started once the members above exist
 };
-
-// Delivers a piece to a server's ReceiveGroup through `stub` (which must outlive the stream), each call within
-// `deadline`; a failure names the piece and `what` (the server).
-PieceStream::Deliver SendTo(ParameterServer::Stub* stub, absl::Duration deadline, std::string what);
 
 }  // namespace kestrel
 

@@ -6,7 +6,7 @@
 // after hearing nothing from it for the whole timeout, counted from a heartbeat it received, which was sent no
 // earlier than `sent`; so by the time a backup is promoted, the old primary's lease has lapsed, and a primary that
 // is cut off from the scheduler or paused stops answering by itself. Times are this process's steady clock.
-// Thread-safe (one atomic).
+// Thread-safe (atomics).
 #ifndef KESTREL_SERVER_PRIMARY_LEASE_H_
 #define KESTREL_SERVER_PRIMARY_LEASE_H_
 
@@ -38,6 +38,10 @@ class PrimaryLease {
     }
   }
   bool Held() const { return Nanos(Clock::now()) < until_.load(std::memory_order_acquire); }
+  // From now on the server's primaries answer workers only while the lease is held (kestrel_server, unless
+  // --unsafe_no_primary_fence). Off by default: servers run without a scheduler (in-process tests) answer always.
+  void Enforce() { enforced_.store(true, std::memory_order_relaxed); }
+  bool Enforced() const { return enforced_.load(std::memory_order_relaxed); }
   // How long ago it lapsed (zero while held).
   absl::Duration LapsedFor() const {
     return std::max(absl::ZeroDuration(),
@@ -49,6 +53,7 @@ class PrimaryLease {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
   std::atomic<int64_t> until_{0};  // steady-clock nanoseconds; 0: never granted
+  std::atomic<bool> enforced_{false};
 };
 
 }  // namespace kestrel

@@ -7,7 +7,7 @@
 #include "common/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
-#include "server/replication.h"
+#include "server/peer_client.h"
 
 namespace kestrel {
 
@@ -27,9 +27,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(const PsServerOptions&
 
   grpc::EnableDefaultHealthCheckService(true);
   if (options.threads > 0) server->pool_ = std::make_unique<ThreadPool>(options.threads, kMaxQueuedCalls);
-  server->peers_ = std::make_unique<PeerServers>(options.peer_credentials, hosted->partition().num_servers());
+  server->peers_ = std::make_unique<PeerServers>(options.peer_credentials, hosted->partition().num_servers(),
+                                                 options.forward_deadline);
   server->service_ = std::make_unique<PsServiceImpl>(std::move(hosted), server->pool_.get(), store,
-                                                     server->peers_.get(), options.forward_deadline);
+                                                     server->peers_.get());
 
   KESTREL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, options.address));
@@ -75,6 +76,6 @@ void PsServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }
 
-void PsServer::SetPeerAddresses(const std::vector<std::string>& addresses) { peers_->SetAddresses(addresses); }
+PeerLinks& PsServer::peers() { return *peers_; }
 
 }  // namespace kestrel

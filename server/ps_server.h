@@ -45,7 +45,8 @@ struct PsServerOptions {
   // Replicated jobs: the credentials a primary reaches its backups with (common/tls.h
   // MakeChannelCredentials). Default: null, plaintext.
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
-  // How long a primary waits for a backup to acknowledge a forwarded update. Default: 10 s.
+  // Deadline of each call to another server: a forwarded update (how long a primary waits for a backup to
+  // acknowledge it), a piece of a group copy or of a rescale's rows. Default: 10 s.
   absl::Duration forward_deadline = absl::Seconds(10);
 };
 
@@ -73,8 +74,8 @@ class PsServer {
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until the server has shut down.
   void Wait();
-  // Replicated jobs: where the other servers serve (by server index, "" while unknown), from the scheduler.
-  void SetPeerAddresses(const std::vector<std::string>& addresses);
+  // The job's other servers as this one reaches them (replicated jobs: where they serve, from the scheduler).
+  PeerLinks& peers();
   // The service (the groups served now, the rescale state, the job view).
   PsServiceImpl& service() { return *service_; }
 

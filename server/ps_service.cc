@@ -13,6 +13,7 @@
 #include "server/checkpoint_restore.h"
 #include "server/group_transfer.h"
 #include "server/ps_handlers.h"
+#include "server/replication.h"
 #include "server/rescale_participant.h"
 #include "server/server_metrics.h"
 
@@ -39,7 +40,7 @@ std::optional<int> OwnerOf(const RequestHeader& header) {
 }  // namespace
 
 PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* pool, ShardStore* store,
-                             PeerServers* peers, absl::Duration forward_deadline)
+                             PeerServers* peers)
     : job_id_(hosted->own().job_id()),
       pool_(pool),
       pull_rpc_(ServerMetrics::Get().rpc().method("Pull")),
@@ -57,10 +58,10 @@ PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* p
       copy_group_rpc_(ServerMetrics::Get().rpc().method("CopyGroup")),
       rescale_rpc_(ServerMetrics::Get().rpc().method("RescaleShard")),
       layout_(std::move(hosted), peers),
-      forwarder_(peers, forward_deadline),
-      transfer_(std::make_unique<GroupTransfer>(job_id_, peers, forward_deadline)),
+      peers_(peers),
+      transfer_(std::make_unique<GroupTransfer>(job_id_, peers)),
       checkpoints_(std::make_unique<CheckpointRestore>(&layout_, store)),
-      rescale_(std::make_unique<RescaleParticipant>(job_id_, &layout_, store, peers, forward_deadline)),
+      rescale_(std::make_unique<RescaleParticipant>(job_id_, &layout_, store, peers)),
       admin_(1, kMaxQueuedAdminCalls),
       stats_hook_([this] { ServerMetrics::Get().Refresh(this->hosted()->own()); }),
       expirer_([this] {
@@ -163,8 +164,19 @@ absl::StatusOr<Shard*> PsServiceImpl::PrimaryGroup(const HostedShards& hosted, c
   return group;
 }
 
+void PsServiceImpl::Forward(const HostedShards& hosted, const char* method, int owner,
+                            const grpc::ByteBuffer& request, Done done) const {
+  ForwardToBackups(
+      hosted, owner,
+      [this, method, &request](int backup, ReplicationDone answered) {
+        if (peers_ == nullptr) return answered(absl::UnavailableError("this server has no links to other servers"));
+        peers_->Forward(backup, method, request, std::move(answered));
+      },
+      std::move(done));
+}
+
 absl::Status PsServiceImpl::CheckLease(const HostedShards* hosted) const {
-  if (!fenced_.load(std::memory_order_relaxed) || lease_.Held()) return absl::OkStatus();
+  if (!lease_.Enforced() || lease_.Held()) return absl::OkStatus();
   const Hosted current = hosted == nullptr ? this->hosted() : nullptr;  // only once the lease lapsed
   const HostedShards& groups = hosted != nullptr ? *hosted : *current;
   if (!groups.replicated()) return absl::OkStatus();
@@ -280,7 +292,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
                       KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
                       KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
                       // Applied here (or a repeat): the backups get it too before the worker hears OK.
-                      forwarder_.Forward(*hosted, "Replicate", group->owner(), *request, std::move(done));
+                      Forward(*hosted, "Replicate", group->owner(), *request, std::move(done));
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));
@@ -346,7 +358,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::PushDense(grpc::CallbackServerContext* 
                       grpc::Status serialized =
                           grpc::SerializationTraits<PushRequest>::Serialize(*request, &bytes, &own_buffer);
                       if (!serialized.ok()) return absl::InternalError(serialized.error_message());
-                      forwarder_.Forward(*hosted, "ReplicateDense", group->owner(), bytes, std::move(done));
+                      Forward(*hosted, "ReplicateDense", group->owner(), bytes, std::move(done));
                       return absl::OkStatus();
                     }();
                     if (!status.ok()) done(std::move(status));

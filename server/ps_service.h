@@ -26,7 +26,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "server/primary_lease.h"
 #include "server/hosted_shards.h"
-#include "server/replication.h"
+#include "server/peer_client.h"
 #include "server/served_layout.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
@@ -73,10 +73,10 @@ class PsServiceImpl final
               ParameterServer::WithRawCallbackMethod_Step<ParameterServer::CallbackService>>>> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
-  // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the backups.
-  // `forward_deadline`: of each call to another server (a forwarded push, a piece of a copy or a rescale).
+  // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the other
+  // servers: backups, and the targets of group copies and rescales.
   PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* pool, ShardStore* store = nullptr,
-                PeerServers* peers = nullptr, absl::Duration forward_deadline = absl::Seconds(10));
+                PeerServers* peers = nullptr);
   ~PsServiceImpl() override;
 
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
@@ -119,39 +119,15 @@ class PsServiceImpl final
 
   // The range groups served now (replaced by a rescale's switch).
   std::shared_ptr<HostedShards> hosted() const { return layout_.hosted(); }
-  // The rescales this server has switched to (0: the layout it started with).
-  uint64_t layout_generation() const { return layout_.generation(); }
-  // The last rescale left this server out: it serves nothing.
-  bool left() const { return layout_.left(); }
-  // The scheduler's job view and the generation listener, for the groups served now and after every switch
-  // (HostedShards::SetJobView / SetGenerationListener). `layout_generation`: the layout the view is of (a
-  // HeartbeatResponse's); a view of an older layout than the one served is ignored (it was in flight across a
-  // switch, and names the ranks as they were). `worker_ids`: by worker rank, the id each worker's certificate
-  // names (ClusterView.worker_ids; empty: every worker's id is its rank), which workers' requests are checked
-  // against.
-  void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations,
-                  uint64_t layout_generation, const std::vector<int>& worker_ids) {
-    layout_.SetJobView(job_generation, worker_generations, layout_generation, worker_ids);
-  }
-  void SetGenerationListener(std::function<void()> listener) { layout_.SetGenerationListener(std::move(listener)); }
-  // Replicated jobs: the split-brain fence (server/primary_lease.h). Once enabled, a primary answers workers'
+  // Replicated jobs: the split-brain fence (server/primary_lease.h). Once enforced, a primary answers workers'
   // reads and writes only while the scheduler has answered a call of this server's sent within the lease; else
   // UNAVAILABLE (the worker re-routes and retries). The lease is renewed from every answered heartbeat and the
-  // registration. kestrel_server enables it (unless --unsafe_no_primary_fence, a test hook that shows the split
-  // brain it prevents); default off, for servers run without a scheduler (in-process tests).
+  // registration (server/server_session.h). kestrel_server enforces it (unless --unsafe_no_primary_fence, a
+  // test hook that shows the split brain it prevents); default off, for servers run without a scheduler
+  // (in-process tests).
   PrimaryLease& primary_lease() { return lease_; }
-  void EnablePrimaryFence() { fenced_.store(true); }
-  // Runs after every switch with the new groups (e.g. to attach the disk tier and failure listener).
-  void SetSwitchListener(std::function<void(HostedShards&)> listener) {
-    layout_.SetSwitchListener(std::move(listener));
-  }
-  // Before serving anything (a server registering with a job rescaled since it started): serve `groups`, the
-  // layout of rescale `layout_generation`, instead of the ones it started with. `worker_ids`: as for SetJobView.
-  void AdoptLayout(std::shared_ptr<HostedShards> groups, uint64_t layout_generation,
-                   const std::vector<int>& worker_ids) {
-    layout_.Adopt(std::move(groups), layout_generation, worker_ids);
-  }
-
+  // The groups served and the layout they are of (what a rescale switches, what the session's job view updates).
+  ServedLayout& layout() { return layout_; }
   // Most bytes of rows a group copy being received may stage before it is installed, and of rows a rescale may
   // load into this server's new groups. Set before serving. Default: 16 GiB.
   void set_max_copy_bytes(uint64_t bytes);
@@ -204,6 +180,10 @@ class PsServiceImpl final
   };
   // Waits for wait->tables[next..] in turn, then serves (on the pool when `resumed` from a push's thread).
   void AwaitTables(std::shared_ptr<ClockWait> wait, size_t next, bool resumed);
+  // Forwards `request` (a push this primary applied to `owner`'s group) as `method` to the group's backups
+  // (server/replication.h ForwardToBackups), then runs `done`.
+  void Forward(const HostedShards& hosted, const char* method, int owner, const grpc::ByteBuffer& request,
+               Done done) const;
   // The group `header` names, when this server is its primary (workers' requests).
   absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
 
@@ -216,8 +196,7 @@ class PsServiceImpl final
       &rescale_rpc_;
   ServedLayout layout_;
   PrimaryLease lease_;
-  std::atomic<bool> fenced_{false};
-  const PushForwarder forwarder_;
+  PeerServers* const peers_;
   // The admin thread's work (and, for pieces received, handler threads').
   const std::unique_ptr<GroupTransfer> transfer_;
   const std::unique_ptr<CheckpointRestore> checkpoints_;

@@ -8,19 +8,17 @@
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
 #include "common/logging.h"
-#include "common/network_policy.h"
 #include "common/status.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/ps.grpc.pb.h"
+#include "proto/ps.pb.h"
+#include "server/peer_links.h"
 #include "server/piece_stream.h"
-#include "server/replication.h"
 #include "server/served_layout.h"
 
 namespace kestrel {
 
 RescaleParticipant::RescaleParticipant(std::string job_id, ServedLayout* layout, ShardStore* store,
-                                       PeerServers* peers, absl::Duration deadline)
-    : job_id_(std::move(job_id)), layout_(layout), store_(store), peers_(peers), deadline_(deadline) {}
+                                       PeerLinks* peers)
+    : job_id_(std::move(job_id)), layout_(layout), store_(store), peers_(peers) {}
 
 absl::Status RescaleParticipant::Handle(const HostedShards& hosted, const RescaleShardRequest& request,
                                         RescaleShardResponse* response) {
@@ -215,8 +213,6 @@ absl::Status RescaleParticipant::Send(const HostedShards& hosted, const RescaleS
     return absl::InvalidArgumentError(absl::StrFormat("rescale %d names rank %d for this server in a layout of %d",
                                                       request.layout_generation(), next_rank, n));
   }
-  const std::shared_ptr<grpc::ChannelCredentials> credentials = PeerCredentials(peers_);
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs(n);
   std::vector<std::unique_ptr<PieceStream>> streams(n);
   GroupChunk header;
   header.mutable_header()->set_job_id(job_id_);
@@ -235,9 +231,9 @@ absl::Status RescaleParticipant::Send(const HostedShards& hosted, const RescaleS
       if (request.server_addresses(t).empty()) {
         return absl::InvalidArgumentError(absl::StrFormat("the rescale names no address for server %d", t));
       }
-      stubs[t] = ParameterServer::NewStub(NewChannel(request.server_addresses(t), credentials));
-      deliver = SendTo(stubs[t].get(), deadline_,
-                       absl::StrFormat("server %d at %s", t, request.server_addresses(t)));
+      if (peers_ == nullptr) return absl::FailedPreconditionError("this server has no links to other servers");
+      deliver = peers_->PiecesTo(request.server_addresses(t),
+                                 absl::StrFormat("server %d at %s", t, request.server_addresses(t)));
     }
     GroupChunk to = header;
     to.set_recipient(t);

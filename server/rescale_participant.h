@@ -23,7 +23,7 @@
 
 namespace kestrel {
 
-class PeerServers;
+class PeerLinks;
 class ServedLayout;
 
 // The new layout's groups are built from the first piece of rows received and loaded as pieces arrive (from
@@ -36,10 +36,9 @@ class ServedLayout;
 class RescaleParticipant {
  public:
   // `job_id`: the pieces' header. `layout`: what this server serves, switched by SWITCH. `store` (may be null):
-  // rebased at SWITCH. `peers` (may be null): the credentials rows are sent with, and the addresses a
-  // replicated job forwards to after SWITCH. `deadline`: of each piece sent.
-  RescaleParticipant(std::string job_id, ServedLayout* layout, ShardStore* store, PeerServers* peers,
-                     absl::Duration deadline);
+  // rebased at SWITCH. `peers` (may be null: this server sends no rows to others) reaches the other servers,
+  // and is told the addresses a replicated job forwards to after SWITCH.
+  RescaleParticipant(std::string job_id, ServedLayout* layout, ShardStore* store, PeerLinks* peers);
 
   RescaleParticipant(const RescaleParticipant&) = delete;
   RescaleParticipant& operator=(const RescaleParticipant&) = delete;
@@ -94,8 +93,7 @@ class RescaleParticipant {
   const std::string job_id_;
   ServedLayout* const layout_;
   ShardStore* const store_;
-  PeerServers* const peers_;
-  const absl::Duration deadline_;
+  PeerLinks* const peers_;
   uint64_t max_bytes_ = uint64_t{16} << 30;
   // Admin thread only: the new layout's groups, complete since INSTALL, served from SWITCH.
   uint64_t next_generation_ = 0;

@@ -180,7 +180,7 @@ TEST_F(RescaleTest, RowsMoveTwoToThreeToTwoWithTheTableUnchanged) {
   EXPECT_EQ(Fingerprint(3), fingerprint);
   EXPECT_EQ(Rows(3), rows);
   for (int s = 0; s < 3; ++s) {
-    EXPECT_EQ(servers_[s]->service().layout_generation(), 1u);
+    EXPECT_EQ(servers_[s]->service().layout().generation(), 1u);
     EXPECT_EQ(Groups(s).partition().num_servers(), 3);
     EXPECT_GT(Groups(s).own().FindTable("emb")->num_rows(), 0u) << "server " << s;
   }
@@ -198,8 +198,8 @@ TEST_F(RescaleTest, RowsMoveTwoToThreeToTwoWithTheTableUnchanged) {
   Rescale(3, two, 2);
   EXPECT_EQ(Fingerprint(2), fingerprint);
   EXPECT_EQ(Rows(2), rows);
-  EXPECT_TRUE(servers_[2]->service().left());
-  EXPECT_FALSE(servers_[0]->service().left());
+  EXPECT_TRUE(servers_[2]->service().layout().left());
+  EXPECT_FALSE(servers_[0]->service().layout().left());
   ASSERT_TRUE(Groups(two.OwnerOf(probe)).own().Pull(Ctx(), "emb", {probe}, kDim, &after).ok());
   EXPECT_EQ(after, before);
 }
@@ -246,7 +246,7 @@ TEST_F(RescaleTest, AbortedRescaleLeavesTheLayoutAsItWas) {
   absl::Status refused = FromGrpcStatus(stubs_[2]->ReceiveGroup(&context, late, &answer));
   EXPECT_TRUE(absl::IsAborted(refused)) << refused;
   for (int s = 0; s < 2; ++s) {
-    EXPECT_EQ(servers_[s]->service().layout_generation(), 0u);
+    EXPECT_EQ(servers_[s]->service().layout().generation(), 0u);
     EXPECT_EQ(Groups(s).partition().num_servers(), 2);
   }
   EXPECT_EQ(Fingerprint(2), fingerprint);
@@ -312,7 +312,7 @@ TEST_F(RescaleTest, RefusesBadRequestsWithoutChangingAnything) {
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
   }
   for (int s = 0; s < 3; ++s) ASSERT_TRUE(Phase(s, RescaleShardRequest::ABORT, 5, three, 2).ok());
-  for (int s = 0; s < 2; ++s) EXPECT_EQ(servers_[s]->service().layout_generation(), 0u);
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(servers_[s]->service().layout().generation(), 0u);
   EXPECT_EQ(Fingerprint(2), fingerprint);
 }
 
@@ -380,7 +380,7 @@ TEST_F(RescaleTest, RestoreIntoANewLayoutServesTheRankItNames) {
   }
   EXPECT_EQ(Groups(2).server(), 1);
   EXPECT_EQ(Groups(2).partition().ToString(), two.ToString());
-  EXPECT_EQ(servers_[2]->service().layout_generation(), 1u);
+  EXPECT_EQ(servers_[2]->service().layout().generation(), 1u);
   // Retried (the scheduler retries a rollback whose other restores failed): restored again, same layout.
   {
     grpc::ClientContext context;
@@ -477,7 +477,7 @@ TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone)
     absl::Status status = FromGrpcStatus(stub->RescaleShard(&context, keep, &response));
     ASSERT_TRUE(status.ok()) << status;
   }
-  EXPECT_EQ((*server)->service().layout_generation(), 1u);
+  EXPECT_EQ((*server)->service().layout().generation(), 1u);
   EXPECT_EQ(shard.bsp_workers(), 2);
   EXPECT_EQ(shard.FindTable("emb")->RowsFingerprint(), after) << "the rows stayed";
   auto push1 = [&](int worker) {

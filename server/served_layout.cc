@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
-#include "server/replication.h"
+#include "server/peer_links.h"
 
 namespace kestrel {
 
-ServedLayout::ServedLayout(std::shared_ptr<HostedShards> hosted, PeerServers* peers)
+ServedLayout::ServedLayout(std::shared_ptr<HostedShards> hosted, PeerLinks* peers)
     : peers_(peers), hosted_(std::move(hosted)) {}
 
 std::shared_ptr<HostedShards> ServedLayout::hosted() const {

@@ -18,7 +18,7 @@
 
 namespace kestrel {
 
-class PeerServers;
+class PeerLinks;
 
 // The groups are swapped whole at a rescale's switch; a reader takes a shared_ptr snapshot (hosted()), so a
 // call in flight during a switch finishes on the old groups. A server the new layout leaves out has left().
@@ -29,7 +29,7 @@ class ServedLayout {
  public:
   // Serves `hosted` as layout 0. `peers` (may be null without replication) is resized to every adopted
   // layout's server count.
-  ServedLayout(std::shared_ptr<HostedShards> hosted, PeerServers* peers);
+  ServedLayout(std::shared_ptr<HostedShards> hosted, PeerLinks* peers);
 
   ServedLayout(const ServedLayout&) = delete;
   ServedLayout& operator=(const ServedLayout&) = delete;
@@ -41,15 +41,21 @@ class ServedLayout {
   // The last rescale left this server out: it serves nothing.
   bool left() const;
 
-  // See PsServiceImpl::SetJobView: a view of an older layout than the one served, or one naming more worker
-  // ids than a job may have workers, is ignored.
+  // The scheduler's job view, for the groups served now and after every switch (HostedShards::SetJobView /
+  // SetGenerationListener). `layout_generation`: the layout the view is of (a HeartbeatResponse's); a view of an
+  // older layout than the one served is ignored (it was in flight across a switch, and names the ranks as they
+  // were), as is one naming more worker ids than a job may have workers. `worker_ids`: by worker rank, the id
+  // each worker's certificate names (ClusterView.worker_ids; empty: every worker's id is its rank), which
+  // workers' requests are checked against.
   void SetJobView(uint64_t job_generation, const std::vector<uint64_t>& worker_generations,
                   uint64_t layout_generation, const std::vector<int>& worker_ids);
   void SetGenerationListener(std::function<void()> listener);
   // Runs after every Adopt with the new groups.
   void SetSwitchListener(std::function<void(HostedShards&)> listener);
   // Serves `groups`, the layout of rescale `layout_generation`, from now on: they get the job view and the
-  // generation listener, the peers are resized, then the switch listener runs. `worker_ids`: as for SetJobView.
+  // generation listener, the peers are resized, then the switch listener runs (e.g. to attach the disk tier and
+  // the failure listener). `worker_ids`: as for SetJobView. Also before serving anything, for a server
+  // registering with a job rescaled since it started (server/server_session.h).
   void Adopt(std::shared_ptr<HostedShards> groups, uint64_t layout_generation, const std::vector<int>& worker_ids);
   // Rescale `layout_generation` keeps the groups served (BSP's worker count changed in place).
   void AdvanceKeepingGroups(uint64_t layout_generation, std::vector<int> worker_ids);
@@ -67,7 +73,7 @@ class ServedLayout {
  private:
   void SetWorkerIdsLocked(std::vector<int> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  PeerServers* const peers_;
+  PeerLinks* const peers_;
   mutable absl::Mutex mu_;
   std::shared_ptr<HostedShards> hosted_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

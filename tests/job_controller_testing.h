@@ -31,7 +31,7 @@
 #include "scheduler/clock_table.h"
 #include "scheduler/job_controller.h"
 #include "scheduler/membership.h"
-#include "scheduler/shard_admin.h"
+#include "scheduler/server_admin.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
 
@@ -65,8 +65,8 @@ inline std::vector<uint64_t> KeysOf(int rank, int64_t clock) {
   return keys;
 }
 
-// In-process servers reached through ShardAdmin, as the scheduler reaches real ones over gRPC.
-class FakeServers final : public ShardAdmin {
+// In-process servers reached through ServerAdmin, as the scheduler reaches real ones over gRPC.
+class FakeServers final : public ServerAdmin {
  public:
   FakeServers(const CheckpointLayout& layout, Partition partition) : layout_(layout), partition_(partition) {
     for (int s = 0; s < kServers; ++s) Replace(s);

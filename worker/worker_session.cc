@@ -1,7 +1,3 @@
-#include "client/grpc_scheduler_client.h"
-#include "client/heartbeater.h"
-#include "client/routing_announcement.h"
-#include "client/scheduler_client.h"
 #include "worker/worker_session.h"
 
 #include <algorithm>
@@ -10,9 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/registration.h"
+#include "client/routing_announcement.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "worker/grpc_ps_client.h"
 #include "worker/scheduler_gate.h"
 
 namespace kestrel {
@@ -59,7 +56,7 @@ WorkerSession::~WorkerSession() {
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSessionOptions options) {
   if (options.scheduler.empty()) return absl::InvalidArgumentError("no scheduler address (host:port) given");
-  if (options.credentials == nullptr) return absl::InvalidArgumentError("no channel credentials given");
+  if (options.connector == nullptr) return absl::InvalidArgumentError("no connector given");
   std::unique_ptr<WorkerSession> session(new WorkerSession(std::move(options)));
   if (absl::Status registered = session->Register(); !registered.ok()) return registered;
   return session;
@@ -68,20 +65,13 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(WorkerSession
 absl::Status WorkerSession::Register() {
   SchedulerClientOptions scheduler_options;
   scheduler_options.job_id = options_.job_id;
-  scheduler_ = NewGrpcSchedulerClient(options_.scheduler, scheduler_options, options_.credentials);
+  scheduler_ = options_.connector->Scheduler(options_.scheduler, scheduler_options);
   const absl::Time deadline = absl::Now() + options_.scheduler_timeout;
-  absl::StatusOr<RegisterResponse> reg;
-  do {
-    reg = scheduler_->Register(ROLE_WORKER, options_.address, options_.id);
-    // UNAVAILABLE: the scheduler is not up yet; ALREADY_EXISTS: our crashed predecessor is not declared dead yet.
-    if (reg.ok() || !(absl::IsUnavailable(reg.status()) || absl::IsAlreadyExists(reg.status()))) break;
-    absl::SleepFor(absl::Milliseconds(500));
-  } while (absl::Now() < deadline);
-  if (!reg.ok()) {
-    if (absl::IsOutOfRange(reg.status())) return reg.status();  // an elastic job removed this worker
-    return absl::Status(reg.status().code(), absl::StrCat("cannot register with the scheduler at ", options_.scheduler,
-                                                          ": ", reg.status().message()));
-  }
+  // OUT_OF_RANGE: an elastic job removed this worker.
+  KESTREL_ASSIGN_OR_RETURN(Registered registered,
+                           RegisterWithRetry(*scheduler_, options_.scheduler, ROLE_WORKER, options_.address,
+                                             options_.id, options_.scheduler_timeout));
+  const RegisterResponse* const reg = &registered.answer;
   // The id (the rank the certificate names) is this process's for life; the rank is its place in the job's
   // layout, which a rescale that removes a lower rank renumbers (docs/elasticity.md).
   id_ = reg->id();
@@ -207,7 +197,7 @@ absl::Status WorkerSession::OpenPass() {
   ps_options.give_up = [this, generation] { return announced_generation_.load() != generation; };
   std::vector<std::string> servers(view.server_addresses().begin(), view.server_addresses().end());
   absl::StatusOr<std::unique_ptr<PsClient>> client =
-      NewGrpcPsClient(ps_options, *partition, servers, options_.credentials);
+      options_.connector->Servers(ps_options, *partition, servers);
   if (!client.ok()) {
     return absl::Status(client.status().code(), absl::StrCat("cannot create the parameter-server client: ",
                                                              client.status().message()));

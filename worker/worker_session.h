@@ -36,11 +36,11 @@
 #include "common/consistency.h"
 #include "common/metrics.h"
 #include "common/partition.h"
-#include "grpcpp/security/credentials.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/scheduler.pb.h"
 #include "client/heartbeater.h"
 #include "client/scheduler_client.h"
+#include "worker/connector.h"
 #include "worker/ps_client.h"
 #include "worker/row_cache.h"
 #include "worker/trainer.h"
@@ -57,8 +57,8 @@ struct WorkerSessionOptions {
   // What the worker registers as its address (ClusterView.worker_addresses): where peers reach it, e.g. the
   // allreduce rendezvous a Python worker hosts. Default: "" (none).
   std::string address;
-  // Credentials of every channel (common/tls.h MakeChannelCredentials). Required.
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // How the session reaches the scheduler and the servers (worker/grpc_connector.h NewGrpcConnector). Required.
+  std::shared_ptr<WorkerConnector> connector;
   // How long to retry registering and to wait for every server to join. Default: 60 s.
   absl::Duration scheduler_timeout = absl::Seconds(60);
   // How long Recover waits for the job to roll back or be rescaled. Default: 10 min.
@@ -105,7 +105,7 @@ class WorkerSession {
   // The id this process registered as (fixed for its life; the rank is the pass's).
   int id() const { return id_; }
   const WorkerPass& pass() const { return pass_; }
-  // The pass's parameter-server client: the row cache when the pass has one, else the gRPC client.
+  // The pass's parameter-server client: the row cache when the pass has one, else the connector's client.
   PsClient* client() const;
   // The pass's row cache, or null.
   const RowCache* row_cache() const { return row_cache_.get(); }

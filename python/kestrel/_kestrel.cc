@@ -42,6 +42,7 @@
 #include "worker/data/batch.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
+#include "worker/grpc_connector.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
@@ -407,7 +408,7 @@ class Worker {
     options.job_id = job_id;
     options.id = id->rank;
     options.address = address;
-    options.credentials = std::move(credentials);
+    options.connector = NewGrpcConnector(std::move(credentials));
     options.scheduler_timeout = absl::Seconds(scheduler_timeout_s);
     options.recovery_timeout = absl::Seconds(recovery_timeout_s);
     options.row_cache = row_cache;

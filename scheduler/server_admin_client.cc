@@ -1,4 +1,4 @@
-#include "scheduler/shard_admin.h"
+#include "scheduler/server_admin_client.h"
 
 #include <map>
 #include <set>
@@ -14,12 +14,12 @@
 namespace kestrel {
 namespace {
 
-class GrpcShardAdmin final : public ShardAdmin {
+class GrpcServerAdmin final : public ServerAdmin {
  public:
-  GrpcShardAdmin(std::string job_id, absl::Duration deadline, std::shared_ptr<grpc::ChannelCredentials> credentials)
+  GrpcServerAdmin(std::string job_id, absl::Duration deadline, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : job_id_(std::move(job_id)), deadline_(deadline), credentials_(std::move(credentials)) {}
 
-  absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
+  absl::StatusOr<ShardCheckpoint> Checkpoint(int server, const std::string& address, const std::string& name,
                                              int64_t clock, bool copy_on_write) override {
     CheckpointShardRequest request;
     Fill(request.mutable_header());
@@ -30,11 +30,11 @@ class GrpcShardAdmin final : public ShardAdmin {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     absl::Status status = FromGrpcStatus(StubFor(address)->Checkpoint(&context, request, &response));
-    if (!status.ok()) return Annotate(status, "checkpoint", shard, address);
+    if (!status.ok()) return Annotate(status, "checkpoint", server, address);
     return response.shard();
   }
 
-  absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string& address,
+  absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int server, const std::string& address,
                                                   const std::string& name) override {
     AwaitCheckpointRequest request;
     Fill(request.mutable_header());
@@ -52,7 +52,7 @@ class GrpcShardAdmin final : public ShardAdmin {
       absl::MutexLock lock(&mu_);
       awaits_.erase(&context);
     }
-    if (!status.ok()) return Annotate(status, "checkpoint write", shard, address);
+    if (!status.ok()) return Annotate(status, "checkpoint write", server, address);
     return response.shard();
   }
 
@@ -62,13 +62,13 @@ class GrpcShardAdmin final : public ShardAdmin {
     for (grpc::ClientContext* context : awaits_) context->TryCancel();
   }
 
-  absl::Status Restore(int shard, const std::string& address, RestoreShardRequest request) override {
+  absl::Status Restore(int server, const std::string& address, RestoreShardRequest request) override {
     Fill(request.mutable_header());
     RestoreShardResponse response;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     absl::Status status = FromGrpcStatus(StubFor(address)->Restore(&context, request, &response));
-    return status.ok() ? status : Annotate(status, "restore", shard, address);
+    return status.ok() ? status : Annotate(status, "restore", server, address);
   }
 
   absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
@@ -87,7 +87,7 @@ class GrpcShardAdmin final : public ShardAdmin {
     return response.rows();
   }
 
-  absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string& address) override {
+  absl::StatusOr<uint64_t> Fingerprint(int server, const std::string& address) override {
     StatsRequest request;
     Fill(request.mutable_header());
     request.set_fingerprints(true);
@@ -95,13 +95,13 @@ class GrpcShardAdmin final : public ShardAdmin {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     absl::Status status = FromGrpcStatus(StubFor(address)->Stats(&context, request, &response));
-    if (!status.ok()) return Annotate(status, "fingerprint", shard, address);
+    if (!status.ok()) return Annotate(status, "fingerprint", server, address);
     uint64_t sum = 0;
     for (const TableDescription& table : response.tables()) sum += table.fingerprint();
     return sum;
   }
 
-  absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string& address,
+  absl::StatusOr<RescaleShardResponse> Rescale(int server, const std::string& address,
                                                RescaleShardRequest request) override {
     Fill(request.mutable_header());
     RescaleShardResponse response;
@@ -113,7 +113,7 @@ class GrpcShardAdmin final : public ShardAdmin {
                       absl::StrFormat("rescale %d, phase %s", request.layout_generation(),
                                       RescaleShardRequest::Phase_Name(request.phase()))
                           .c_str(),
-                      shard, address);
+                      server, address);
     }
     return response;
   }
@@ -124,9 +124,9 @@ class GrpcShardAdmin final : public ShardAdmin {
     header->set_worker_rank(-1);
   }
 
-  static absl::Status Annotate(const absl::Status& status, const char* what, int shard, const std::string& address) {
+  static absl::Status Annotate(const absl::Status& status, const char* what, int server, const std::string& address) {
     return absl::Status(status.code(),
-                        absl::StrFormat("%s on server %d at %s: %s", what, shard, address, status.message()));
+                        absl::StrFormat("%s on server %d at %s: %s", what, server, address, status.message()));
   }
 
   ParameterServer::Stub* StubFor(const std::string& address) {
@@ -149,10 +149,10 @@ class GrpcShardAdmin final : public ShardAdmin {
 
 }  // namespace
 
-std::unique_ptr<ShardAdmin> NewGrpcShardAdmin(const std::string& job_id, absl::Duration deadline,
+std::unique_ptr<ServerAdmin> NewGrpcServerAdmin(const std::string& job_id, absl::Duration deadline,
                                               std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
-  return std::make_unique<GrpcShardAdmin>(job_id, deadline, std::move(credentials));
+  return std::make_unique<GrpcServerAdmin>(job_id, deadline, std::move(credentials));
 }
 
 }  // namespace kestrel
