@@ -1,4 +1,4 @@
-// Fuzz target: loading an export directory for scoring (export.h LoadExport: the MODEL file parser, the checks
+// Fuzz target: loading an export directory for scoring (export/load_export.h LoadExport: the MODEL file parser, the checks
 // of every table it lists, and the .rows/.dense file loaders).
 //
 // Input: a flags byte, the MODEL body (text-format ExportedModel, FuzzInput::Bytes), then the contents of up to
@@ -21,7 +21,7 @@
 #include "common/partition.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
-#include "export/export.h"
+#include "export/load_export.h"
 
 namespace kestrel {
 namespace {

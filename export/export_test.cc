@@ -1,4 +1,5 @@
 #include "export/export.h"
+#include "export/load_export.h"
 
 #include <algorithm>
 #include <cstring>

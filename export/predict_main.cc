@@ -18,7 +18,7 @@
 #include "common/partition.h"
 #include "common/process_setup.h"
 #include "worker/compute/backend_factory.h"
-#include "export/export.h"
+#include "export/load_export.h"
 #include "inprocess/local_ps_client.h"
 #include "common/evaluation.h"
 #include "worker/records.h"
