@@ -1,0 +1,83 @@
+#include "python/kestrel/binding_util.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tls.h"
+#include "google/protobuf/text_format.h"
+#include "worker/trainer.h"
+
+namespace kestrel {
+namespace {
+
+PyObject* g_error_type = nullptr;  // kestrel.KestrelError, made at import
+
+}  // namespace
+
+void RegisterKestrelError(py::module_& m) {
+  g_error_type = PyErr_NewException("kestrel.KestrelError", PyExc_RuntimeError, nullptr);
+  m.attr("KestrelError") = py::handle(g_error_type);
+}
+
+void Raise(const absl::Status& status) {
+  const std::string code = absl::StatusCodeToString(status.code());
+  py::object error = py::reinterpret_borrow<py::object>(g_error_type)(absl::StrCat(code, ": ", status.message()));
+  error.attr("code") = code;
+  error.attr("message") = std::string(status.message());
+  PyErr_SetObject(g_error_type, error.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+absl::Span<const uint64_t> KeysOf(const py::array& keys) {
+  if (keys.ndim() != 1 || !keys.dtype().is(py::dtype::of<uint64_t>()) || !(keys.flags() & py::array::c_style)) {
+    throw py::value_error("keys must be a 1-D C-contiguous numpy array of uint64");
+  }
+  return absl::MakeConstSpan(static_cast<const uint64_t*>(keys.data()), static_cast<size_t>(keys.shape(0)));
+}
+
+// A float32 C-contiguous array of `rows` x `dim` (any shape with that many elements when rows < 0).
+const float* RowsOf(const py::array& a, int64_t rows, int64_t dim, const char* what) {
+  if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style)) {
+    throw py::value_error(absl::StrCat(what, " must be a C-contiguous numpy array of float32"));
+  }
+  if (rows >= 0 && (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != dim)) {
+    throw py::value_error(absl::StrCat(what, " must have shape (", rows, ", ", dim, ")"));
+  }
+  return static_cast<const float*>(a.data());
+}
+
+absl::Span<const float> FloatsOf(const py::array& a, const char* what) {
+  RowsOf(a, -1, 0, what);
+  return absl::MakeConstSpan(static_cast<const float*>(a.data()), static_cast<size_t>(a.size()));
+}
+
+std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, const std::string& cert,
+                                                        const std::string& key, bool insecure) {
+  TlsConfig tls;
+  tls.ca_file = ca;
+  tls.cert_file = cert;
+  tls.key_file = key;
+  tls.insecure = insecure;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls);
+  Check(credentials.status());
+  return *std::move(credentials);
+}
+
+JobConfig ParseJob(const std::string& config_text, const std::vector<std::string>& train_files,
+                   const std::vector<std::string>& test_files) {
+  JobConfig job;
+  TextErrors errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(config_text, &job)) {
+    throw py::value_error(
+        absl::StrCat("config is not a JobConfig in protobuf text format (proto/job.proto): ", errors.text));
+  }
+  if (!train_files.empty()) *job.mutable_data()->mutable_train_files() = {train_files.begin(), train_files.end()};
+  if (!test_files.empty()) *job.mutable_data()->mutable_test_files() = {test_files.begin(), test_files.end()};
+  return JobWithDefaults(job);
+}
+
+}  // namespace kestrel

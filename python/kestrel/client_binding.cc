@@ -1,0 +1,156 @@
+#include "python/kestrel/client_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "inprocess/local_ps_client.h"
+#include "python/kestrel/binding_util.h"
+#include "server/table.h"
+#include "worker/grpc_ps_client.h"
+
+namespace kestrel {
+
+std::unique_ptr<Client> Client::InProcess(int servers, const std::string& job_id) {
+  if (servers < 1) throw py::value_error("servers must be >= 1");
+  absl::StatusOr<Partition> partition = Partition::Uniform(servers);
+  Check(partition.status());
+  auto client = std::unique_ptr<Client>(new Client());
+  std::vector<Shard*> shards;
+  for (int s = 0; s < servers; ++s) {
+    ShardOptions options;
+    options.job_id = job_id;
+    options.owner = s;
+    absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Create(options, *partition);
+    Check(shard.status());
+    shards.push_back(shard->get());
+    client->shards_.push_back(std::move(shard).value());
+  }
+  PsClientOptions options;
+  options.job_id = job_id;
+  client->client_ = NewLocalPsClient(options, shards);
+  return client;
+}
+
+std::unique_ptr<Client> Client::OfWorker(std::shared_ptr<WorkerCore> worker) {
+  auto client = std::unique_ptr<Client>(new Client());
+  client->worker_ = std::move(worker);
+  return client;
+}
+
+std::unique_ptr<Client> Client::Connect(const std::vector<std::string>& addresses, const std::string& job_id,
+                                        const std::string& tls_ca, const std::string& tls_cert,
+                                        const std::string& tls_key, int rank) {
+  if (addresses.empty()) throw py::value_error("give the servers' addresses");
+  absl::StatusOr<Partition> partition = Partition::Uniform(static_cast<int>(addresses.size()));
+  Check(partition.status());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, false);
+  PsClientOptions options;
+  options.job_id = job_id;
+  options.worker_rank = rank;
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      NewGrpcPsClient(options, *std::move(partition), addresses, std::move(credentials));
+  Check(client.status());
+  auto result = std::unique_ptr<Client>(new Client());
+  result->client_ = std::move(client).value();
+  return result;
+}
+
+void Client::CreateTable(const std::string& text) {
+  TableConfig config;
+  TextErrors errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    throw py::value_error(
+        absl::StrCat("config is not a TableConfig in protobuf text format (proto/table.proto): ", errors.text));
+  }
+  PsClient* ps = Current();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->CreateTable(config);
+  }
+  Check(status);
+}
+
+py::array_t<float> Client::Pull(const std::string& table, const py::array& keys, int dim, int64_t clock) {
+  // Checked before the answer's array is allocated (the servers refuse any other dim anyway).
+  if (dim < 1 || dim > Table::kMaxDim) throw py::value_error(absl::StrCat("dim must be in [1, ", Table::kMaxDim, "]"));
+  const absl::Span<const uint64_t> k = KeysOf(keys);
+  py::array_t<float> rows({static_cast<py::ssize_t>(k.size()), static_cast<py::ssize_t>(dim)});
+  float* out = rows.mutable_data();
+  PsClient* ps = Current();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->Pull(table, k, dim, out, ClockOf(clock));
+  }
+  Check(status);
+  return rows;
+}
+
+void Client::Push(const std::string& table, const py::array& keys, const py::array& grads, int64_t clock) {
+  const absl::Span<const uint64_t> k = KeysOf(keys);
+  if (grads.ndim() != 2) throw py::value_error("grads must be 2-D: one row per key");
+  const int64_t dim = grads.shape(1);
+  const float* g = RowsOf(grads, static_cast<int64_t>(k.size()), dim, "grads");
+  PsClient* ps = Current();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->Push(table, k, static_cast<int>(dim), g, CallClock{clock});
+  }
+  Check(status);
+}
+
+py::array_t<float> Client::PullDense(const std::string& table, int64_t size, int64_t clock) {
+  if (size < 1 || size > Table::kMaxDenseSize) {
+    throw py::value_error(absl::StrCat("size must be in [1, ", Table::kMaxDenseSize, "]"));
+  }
+  py::array_t<float> out(static_cast<py::ssize_t>(size));
+  float* data = out.mutable_data();
+  PsClient* ps = Current();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), CallClock{clock});
+  }
+  Check(status);
+  return out;
+}
+
+void Client::PushDense(const std::string& table, const py::array& grads, int64_t clock) {
+  const float* g = RowsOf(grads, -1, 0, "grads");
+  const size_t n = static_cast<size_t>(grads.size());
+  PsClient* ps = Current();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->PushDense(table, absl::MakeConstSpan(g, n), CallClock{clock});
+  }
+  Check(status);
+}
+
+void BindClient(py::module_& m) {
+  py::class_<Client>(m, "Client")
+      .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
+                  "A client over `servers` in-process servers it owns.")
+      .def_static("connect", &Client::Connect, py::arg("addresses"), py::arg("job_id") = "kestrel",
+                  py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("rank") = -1,
+                  "A client of a running job's servers (addresses in rank order), over mutual TLS when the files "
+                  "are given.")
+      .def("create_table", &Client::CreateTable, py::arg("config"),
+           "Creates a table on every server from a TableConfig in protobuf text format (idempotent).")
+      .def("pull", &Client::Pull, py::arg("table"), py::arg("keys"), py::arg("dim"), py::arg("clock") = 0,
+           "The rows of `keys` (uint64), float32 [len(keys), dim].")
+      .def("push", &Client::Push, py::arg("table"), py::arg("keys"), py::arg("grads"), py::arg("clock") = 0,
+           "Pushes one gradient row per key (float32 [len(keys), dim]); duplicate keys' rows are summed.")
+      .def("pull_dense", &Client::PullDense, py::arg("table"), py::arg("size"), py::arg("clock") = 0)
+      .def("push_dense", &Client::PushDense, py::arg("table"), py::arg("grads"), py::arg("clock") = 0)
+      .def_property_readonly("num_servers", &Client::num_servers);
+}
+
+}  // namespace kestrel
