@@ -1,6 +1,7 @@
 #include "client/registration.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/retry.h"
 
 namespace kestrel {
 
@@ -13,7 +14,8 @@ absl::StatusOr<Registered> RegisterWithRetry(SchedulerClient& client, const std:
     if (answer.ok()) return Registered{*std::move(answer), sent};
     const absl::Status& status = answer.status();
     if (absl::IsOutOfRange(status)) return status;
-    const bool may_change = absl::IsUnavailable(status) || absl::IsAlreadyExists(status);
+    // ALREADY_EXISTS names a state that changes by itself here: the predecessor is declared dead within a timeout.
+    const bool may_change = IsTransient(status) || absl::IsAlreadyExists(status);
     if (!may_change || absl::Now() + kRegisterRetry >= deadline) {
       return absl::Status(status.code(),
                           absl::StrCat("cannot register with the scheduler at ", scheduler, ": ", status.message()));

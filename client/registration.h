@@ -21,8 +21,9 @@ struct Registered {
 };
 
 // Registers as `role` with id `id` (-1: any free one) and `address`, retrying every kRegisterRetry for up to
-// `timeout` while the answer may still change: UNAVAILABLE (the scheduler is not up yet, or the id is outside the
-// job until a rescale names it) and ALREADY_EXISTS (this id's crashed predecessor is not declared dead yet).
+// `timeout` while the answer may still change: a transient failure (common/retry.h: the scheduler is not up yet,
+// or the id is outside the job until a rescale names it) and ALREADY_EXISTS (this id's crashed predecessor is not
+// declared dead yet).
 // OUT_OF_RANGE as the scheduler answered it (an elastic job removed this id: the member exits 0); any other
 // failure with its code, naming `scheduler` (the address, for the message).
 absl::StatusOr<Registered> RegisterWithRetry(SchedulerClient& client, const std::string& scheduler, MemberRole role,

@@ -1,8 +1,9 @@
 // Status helpers shared by every Kestrel module.
 //
 // Debian's Abseil 20220623 has no ABSL_RETURN_IF_ERROR / ASSIGN_OR_RETURN, so Kestrel defines its own.
-// Status codes follow Abseil's retry policy: Unavailable = retry the call, Aborted = retry at a higher level,
-// InvalidArgument = fix the input, FailedPrecondition = fix the system state first.
+// Status codes follow Abseil's retry policy (common/retry.h is the one classifier): Unavailable = retry the call,
+// Aborted = retry at a higher level, InvalidArgument = fix the input, FailedPrecondition = fix the system state
+// first.
 #ifndef KESTREL_COMMON_STATUS_H_
 #define KESTREL_COMMON_STATUS_H_
 
@@ -26,12 +27,5 @@
   auto var = (expr);                                   \
   if (!var.ok()) return std::move(var).status();       \
   lhs = std::move(var).value()
-
-namespace kestrel {
-
-// A call that failed this way may succeed if sent again unchanged (the peer was unreachable or slow).
-inline bool IsTransient(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
-
-}  // namespace kestrel
 
 #endif  // KESTREL_COMMON_STATUS_H_

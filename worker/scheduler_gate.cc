@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/retry.h"
 #include "common/status.h"
 
 namespace kestrel {

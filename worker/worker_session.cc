@@ -9,6 +9,7 @@
 #include "client/registration.h"
 #include "client/routing_announcement.h"
 #include "common/logging.h"
+#include "common/retry.h"
 #include "common/status.h"
 #include "worker/scheduler_gate.h"
 
