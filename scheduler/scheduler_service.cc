@@ -74,15 +74,15 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   job.num_servers = options.membership.num_servers;
   job.num_workers = options.membership.num_workers;
   job.config_fingerprint = view.config_fingerprint();
-  service->coordinator_ = std::make_unique<JobController>(
+  service->job_controller_ = std::make_unique<JobController>(
       options.checkpoint, job, service->membership_.get(), service->clocks_.get(), service->admin_.get(),
       [raw](absl::Status status) {
         KLOG(Error) << "the job cannot continue: " << status;
         if (raw->options_.on_fatal) raw->options_.on_fatal(status);
       });
-  service->clocks_->SetListener([raw] { raw->coordinator_->Wake(); });
+  service->clocks_->SetListener([raw] { raw->job_controller_->Wake(); });
   service->metrics_hook_ = ScrapeHook([raw] {
-    const CheckpointStatus checkpoints = raw->coordinator_->status();
+    const CheckpointStatus checkpoints = raw->job_controller_->status();
     SchedulerMetrics::Get().Refresh(*raw->membership_, *raw->clocks_,
                                     checkpoints.latest.empty() ? std::nullopt
                                                                : std::optional<int64_t>(checkpoints.latest_clock));
@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   return service;
 }
 
-absl::Status SchedulerServiceImpl::StartCoordinator() { return coordinator_->Start(); }
+absl::Status SchedulerServiceImpl::StartJobController() { return job_controller_->Start(); }
 
 SchedulerServiceImpl::SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
                                            std::unique_ptr<ClockTable> clocks)
@@ -216,10 +216,10 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Register(grpc::CallbackServerCon
       FillView(response->mutable_view());
       if (request->role() == ROLE_WORKER && !registration->joining) {
         response->set_clock(clocks_->ClockOf(registration->rank));
-        if (auto state = coordinator_->StateFor(registration->rank, response->clock())) *response->mutable_state() = *state;
+        if (auto state = job_controller_->StateFor(registration->rank, response->clock())) *response->mutable_state() = *state;
       }
-      response->set_rollbacks(coordinator_->status().rollbacks);
-      coordinator_->Wake();
+      response->set_rollbacks(job_controller_->status().rollbacks);
+      job_controller_->Wake();
       if (registration->state != JobState::kForming && !registration->joining) {
         std::vector<std::function<void()>> waits;
         {
@@ -364,7 +364,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Advance(grpc::CallbackServerCont
   }
   if (status.ok()) status = membership_->CheckWorker(request->rank(), request->incarnation(), request->generation());
   if (status.ok() && request->has_state() && request->state().clock() == request->finished()) {
-    coordinator_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
+    job_controller_->RecordWorkerState(request->rank(), request->state());  // before the Advance that may cut
   }
   if (status.ok()) status = clocks_->Advance(request->rank(), request->finished());
   if (status.ok() && request->done() && !request->leaving()) {
@@ -412,7 +412,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
       }
     }
     response->set_min_clock(clocks_->MinClock());
-    const CheckpointStatus checkpoints = coordinator_->status();
+    const CheckpointStatus checkpoints = job_controller_->status();
     response->set_latest_checkpoint(checkpoints.latest);
     response->set_latest_checkpoint_clock(checkpoints.latest_clock);
     response->set_checkpoints_committed(checkpoints.committed);
@@ -465,8 +465,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Rejoin(grpc::CallbackServerConte
     response->set_generation(layout.worker_generations[rank]);
     FillView(response->mutable_view());
     response->set_clock(clocks_->ClockOf(rank));
-    if (auto state = coordinator_->StateFor(rank, response->clock())) *response->mutable_state() = *state;
-    response->set_rollbacks(coordinator_->status().rollbacks);
+    if (auto state = job_controller_->StateFor(rank, response->clock())) *response->mutable_state() = *state;
+    response->set_rollbacks(job_controller_->status().rollbacks);
     response->set_layout_generation(layout.generation);
     KLOG(Info) << "worker " << request->id() << " rejoins as rank " << rank << " at clock " << response->clock()
                << " (generation " << response->generation() << ", layout " << layout.generation << ")";
@@ -523,11 +523,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestRollback(grpc::CallbackSe
       KLOG(Info) << why << ": its timeline is already discarded (generation " << current << " now)";
     } else {
       KLOG(Warning) << why;
-      coordinator_->RequestRollback(request->generation(), std::move(why));
+      job_controller_->RequestRollback(request->generation(), std::move(why));
     }
     response->set_rolled_back(!served);
     response->set_generation(current);
-    response->set_rollbacks(coordinator_->status().rollbacks);
+    response->set_rollbacks(job_controller_->status().rollbacks);
   }
   return Reply(context, call, status);
 }
@@ -539,7 +539,7 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::RequestCheckpoint(grpc::Callback
   absl::Status status =
       CheckCaller(context, request->job_id(), kCheckpointRoles, "RequestCheckpoint", std::nullopt, std::nullopt);
   if (status.ok()) {
-    absl::StatusOr<int64_t> clock = coordinator_->Request();
+    absl::StatusOr<int64_t> clock = job_controller_->Request();
     status = clock.status();
     if (status.ok()) response->set_clock(*clock);
   }
@@ -561,11 +561,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Duration join_timeout =
       request->join_timeout_ms() > 0 ? absl::Milliseconds(request->join_timeout_ms()) : absl::Minutes(5);
-  // Answered by the coordinator once the rescale is done; no gRPC thread waits for it.
+  // Answered by the job controller once the rescale is done; no gRPC thread waits for it.
   ScaleTarget target{request->servers(), request->workers(),
                      {request->remove_servers().begin(), request->remove_servers().end()},
                      {request->remove_workers().begin(), request->remove_workers().end()}};
-  status = coordinator_->Scale(
+  status = job_controller_->Scale(
       std::move(target), join_timeout,
       [reactor, response, call](absl::StatusOr<ScaleResult> result) {
         if (result.ok()) {
@@ -603,7 +603,7 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
     KLOG(Warning) << "the scheduler did not run for about " << absl::FormatDuration(stall)
                   << " (a pause or stall): members are judged by the time it was running";
   }
-  if (!expired.empty()) coordinator_->Wake();
+  if (!expired.empty()) job_controller_->Wake();
   for (const Member& m : expired) {
     KLOG(Warning) << RoleName(m.role) << " rank " << m.rank << " (id " << m.id << ")"
                   << (m.address.empty() ? "" : " at ") << m.address << " declared dead: silent for "
@@ -613,7 +613,7 @@ void SchedulerServiceImpl::ExpireSilent(absl::Time now) {
 }
 
 void SchedulerServiceImpl::CancelWaits() {
-  coordinator_->Stop();
+  job_controller_->Stop();
   std::vector<std::function<void()>> forming;
   {
     absl::MutexLock lock(&forming_mu_);
@@ -639,7 +639,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(const Sc
   }
   auto service = SchedulerServiceImpl::Create(options);
   if (!service.ok()) return service.status();
-  if (absl::Status started = (*service)->StartCoordinator(); !started.ok()) return started;
+  if (absl::Status started = (*service)->StartJobController(); !started.ok()) return started;
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   server->service_ = std::move(service).value();
   grpc::EnableDefaultHealthCheckService(true);

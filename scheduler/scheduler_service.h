@@ -54,7 +54,7 @@ struct SchedulerOptions {
   // Mutual TLS for the scheduler's listener and its calls to the servers (common/tls.h). Default: none:
   // plaintext, and a listener on a non-loopback address is refused unless tls.insecure.
   TlsConfig tls;
-  // Called (on the coordinator's thread) when the job cannot continue safely, e.g. the checkpoint to restore is
+  // Called (on the job controller's thread) when the job cannot continue safely, e.g. the checkpoint to restore is
   // damaged: the scheduler must exit non-zero. Default: none (logged only).
   std::function<void(absl::Status)> on_fatal;
 };
@@ -87,7 +87,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                                   ScaleResponse* response) override;
 
   // Starts the job controller (reads the checkpoint to resume from); an error means do not serve.
-  absl::Status StartCoordinator();
+  absl::Status StartJobController();
 
   // Declares silent members dead (logged); call every heartbeat_interval / 4.
   void ExpireSilent(absl::Time now);
@@ -98,7 +98,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
 
   Membership& membership() { return *membership_; }
   ClockTable& clocks() { return *clocks_; }
-  JobController& coordinator() { return *coordinator_; }
+  JobController& job_controller() { return *job_controller_; }
 
  private:
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
@@ -124,7 +124,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   const std::unique_ptr<Membership> membership_;
   const std::unique_ptr<ClockTable> clocks_;
   std::unique_ptr<ServerAdmin> admin_;
-  std::unique_ptr<JobController> coordinator_;
+  std::unique_ptr<JobController> job_controller_;
   std::atomic<bool> shutting_down_{false};
   // WaitToStart calls that arrived while the job was forming: the job starts once every member registered.
   // Workers' last heartbeat progress (HeartbeatRequest.progress) by member id: status only. Only ids the

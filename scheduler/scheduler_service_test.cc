@@ -379,8 +379,8 @@ TEST_F(SchedulerServiceTest, WorkerRequestedRollbackRestoresTheLastCheckpointOnc
   EXPECT_EQ(RequestRollback(w1, w1.generation() + 1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RequestRollback(w1, std::nullopt, std::string(1025, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);
-  const uint64_t steps = server_->service().coordinator().steps();
-  ASSERT_TRUE(Eventually([&] { return server_->service().coordinator().steps() > steps + 1; }));
+  const uint64_t steps = server_->service().job_controller().steps();
+  ASSERT_TRUE(Eventually([&] { return server_->service().job_controller().steps() > steps + 1; }));
   EXPECT_FALSE(server_->service().membership().rolling_back());
   EXPECT_EQ(Describe().view().generation(), generation);
   EXPECT_EQ(Describe().rollbacks(), 0u);
@@ -419,8 +419,8 @@ TEST_F(SchedulerServiceTest, WorkerRequestedRollbackRestoresTheLastCheckpointOnc
     EXPECT_EQ(rejoined->generation(), after.view().generation());
     EXPECT_EQ(Advance(*w, 3).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   }
-  const uint64_t steps_after = server_->service().coordinator().steps();
-  ASSERT_TRUE(Eventually([&] { return server_->service().coordinator().steps() > steps_after + 1; }));
+  const uint64_t steps_after = server_->service().job_controller().steps();
+  ASSERT_TRUE(Eventually([&] { return server_->service().job_controller().steps() > steps_after + 1; }));
   EXPECT_EQ(Describe().rollbacks(), 1u);
   EXPECT_EQ(Describe().view().generation(), after.view().generation());
   EXPECT_EQ(ps.restores().size(), 1u);

@@ -1,5 +1,5 @@
 // RescaleParticipant: one server's part in a rescale (docs/elasticity.md), the RescaleShard phases the
-// scheduler's coordinator drives: SEND its rows to their servers in the new layout, stage the rows received
+// scheduler's job controller drives: SEND its rows to their servers in the new layout, stage the rows received
 // into the new groups, INSTALL them, SWITCH to them (or ABORT), and FENCE / COMPLETE removed BSP workers' clock.
 #ifndef KESTREL_SERVER_RESCALE_PARTICIPANT_H_
 #define KESTREL_SERVER_RESCALE_PARTICIPANT_H_

@@ -119,7 +119,7 @@ TEST(CriteoReaderTest, ShardsByGlobalLineAndResumes) {
   for (int i = 0; i < 5; ++i) a.push_back(Line(i % 2, i, "aa"));
   for (int i = 5; i < 12; ++i) b.push_back(Line(i % 2, i, "bb"));
   const std::vector<std::string> files = {WriteFile("a.tsv", a), WriteFile("b.tsv", b, /*final_newline=*/false)};
-  // Three shards together read every line exactly once.
+  // Three parts together read every line exactly once.
   std::vector<float> all;
   for (int s = 0; s < 3; ++s) {
     ReaderOptions options;
@@ -156,7 +156,7 @@ TEST(CriteoReaderTest, CountDataLinesMatchesWhatEachShardReads) {
     options.part = s;
     options.num_parts = 2;
     EXPECT_EQ(ShareOf(options).CountBelow(*lines), FirstIntegers(**OpenCriteoReader(files, options)).size())
-        << "shard " << s;
+        << "part " << s;
   }
   EXPECT_EQ(CountDataLines({"/nonexistent"}, false).status().code(), absl::StatusCode::kNotFound);
 }

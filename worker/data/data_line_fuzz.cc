@@ -2,13 +2,13 @@
 // resumable line reader that feeds them (record_reader.h).
 //
 // Input: a flags byte (bit 7: also read the files; bit 6: header lines; bits 2-5: the shuffle window, 0 = file
-// order; bits 0-1: shards - 1), then two data files (FuzzInput::Bytes, then the rest). Every line of both is
-// parsed directly by both parsers, and (bit 7) the files are read through each shard's RecordReader. Invariants:
+// order; bits 0-1: parts - 1), then two data files (FuzzInput::Bytes, then the rest). Every line of both is
+// parsed directly by both parsers, and (bit 7) the files are read through each part's RecordReader. Invariants:
 //   - a parsed Criteo line has a 0/1 label, missing integers read 0, and a categorical value is the missing
 //     value exactly when its column is empty (a token must never alias a missing column);
 //   - a parsed libsvm line has a 0/1 label and one finite value per index;
-//   - every shard's reader returns (parsed + skipped) exactly the lines of its share of CountDataLines, in
-//     increasing position, and the shards together return every data line exactly once;
+//   - every part's reader returns (parsed + skipped) exactly the lines of its share of CountDataLines, in
+//     increasing position, and the parts together return every data line exactly once;
 //   - a reader resumed from the position after any record returns exactly the lines that followed it.
 #include <cmath>
 #include <filesystem>
@@ -76,7 +76,7 @@ Read ReadAll(const std::vector<std::string>& files, const ReaderOptions& options
   return read;
 }
 
-// Reads shard `shard` through a RecordReader (malformed lines skipped): records + skipped lines.
+// Reads part `part` through a RecordReader (malformed lines skipped): records + skipped lines.
 template <typename Example>
 uint64_t CountRecords(typename RecordReader<Example>::ParseFn parse, const std::vector<std::string>& files,
                       const ReaderOptions& options) {
@@ -142,6 +142,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i = 0; i < rest.lines.size(); ++i) FUZZ_CHECK(rest.lines[i] == read.lines[k + 1 + i]);
     }
   }
-  FUZZ_CHECK(globals.size() == *data_lines, "the shards' lines do not add up to the whole");
+  FUZZ_CHECK(globals.size() == *data_lines, "the parts' lines do not add up to the whole");
   return 0;
 }

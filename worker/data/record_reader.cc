@@ -22,7 +22,7 @@ absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, 
     }
   } else if (options.num_parts < 1 || options.part < 0 || options.part >= options.num_parts) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d of %d is not a shard", options.part, options.num_parts));
+        absl::StrFormat("part %d of %d does not exist (parts are 0 to num_parts - 1)", options.part, options.num_parts));
   }
   if (options.shuffle_window > 0 &&
       (start.window_line % options.shuffle_window != 0 || start.global_line < start.window_line)) {
@@ -114,7 +114,7 @@ absl::StatusOr<bool> ShardedLines::NextShuffled(absl::string_view* line) {
       *line = absl::string_view(kept.text, kept.size);
       return true;
     }
-    if (window_loaded_) {  // all of this shard's lines of the window returned: the next window
+    if (window_loaded_) {  // all of this part's lines of the window returned: the next window
       window_loaded_ = false;
       cursor_ = window_end_;
       position_.file = cursor_.file;

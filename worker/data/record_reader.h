@@ -9,8 +9,8 @@
 // worker/data/line_shuffle.h (windows of shuffle_window lines, each permuted by (seed, epoch, window)). A line's
 // place in that order is its position (its global index without shuffling). A reader returns the lines whose
 // position is in its share (common/reshard.h ShardAssignment; plain sharding: position congruent to part modulo
-// num_parts), in increasing position: deterministic, every line read by exactly one shard, and the order does not
-// depend on the number of shards. With shuffling a reader reads a whole window and keeps its own lines of it:
+// num_parts), in increasing position: deterministic, every line read by exactly one part, and the order does not
+// depend on the number of parts. With shuffling a reader reads a whole window and keeps its own lines of it:
 // memory for about shuffle_window / num_parts lines.
 //
 // Positions. The reader's position (ReaderPosition) can be saved and resumed: a resumed reader returns exactly
@@ -41,7 +41,7 @@ struct ReaderOptions {
   enum class OnError { kFail, kSkip };
   // What a malformed line does. Default: kFail.
   OnError on_error = OnError::kFail;
-  // This reader's shard of the lines. Defaults: 0 of 1 (every line).
+  // This reader's part of the lines. Defaults: 0 of 1 (every line).
   int part = 0;
   int num_parts = 1;
   // Instead of part / num_parts: an explicit share of the positions (a rescaled epoch, common/reshard.h).
@@ -76,14 +76,14 @@ struct ReaderPosition {
   uint64_t window_line = 0;
 };
 
-// Finds this shard's next data line. Shared by every RecordReader.
+// Finds this part's next data line. Shared by every RecordReader.
 class ShardedLines {
  public:
   // InvalidArgument for a malformed share, or a shuffled `start` that is not in a window it can resume;
   // NotFound for a missing file.
   static absl::StatusOr<ShardedLines> Open(std::vector<std::string> files, const ReaderOptions& options,
                                            const ReaderPosition& start);
-  // The next line of this shard (true), or the end of the data (false). `line` stays valid until the next call.
+  // The next line of this part (true), or the end of the data (false). `line` stays valid until the next call.
   absl::StatusOr<bool> Next(absl::string_view* line);
   // "file:line" of the line last returned.
   std::string Where() const;
@@ -99,7 +99,7 @@ class ShardedLines {
     uint64_t file_line = 0;
     uint64_t line = 0;
   };
-  // A line of the window being read that belongs to this shard.
+  // A line of the window being read that belongs to this part.
   struct Kept {
     uint64_t position = 0;
     uint64_t line = 0;
@@ -122,7 +122,7 @@ class ShardedLines {
   absl::StatusOr<bool> ReadDataLine();
   absl::StatusOr<bool> NextInFileOrder(absl::string_view* line);
   absl::StatusOr<bool> NextShuffled(absl::string_view* line);
-  // Reads the window at cursor_ (a window's first line), keeping this shard's lines from position_.global_line
+  // Reads the window at cursor_ (a window's first line), keeping this part's lines from position_.global_line
   // on, in increasing position; false at the end of the files.
   absl::StatusOr<bool> LoadWindow();
   // A copy of `text` in blocks_, valid until the blocks are emptied.
@@ -141,7 +141,7 @@ class ShardedLines {
   size_t last_file_ = 0;
   uint64_t last_file_line_ = 0;
   uint64_t last_line_ = 0;
-  // Shuffling: this shard's lines of the window being read, in increasing position; the next to return.
+  // Shuffling: this part's lines of the window being read, in increasing position; the next to return.
   std::vector<Kept> window_;
   std::vector<Block> blocks_;
   size_t block_ = 0;  // the first block with room
@@ -169,7 +169,7 @@ class RecordReader {
     return std::unique_ptr<RecordReader>(new RecordReader(std::move(lines).value(), parse, options));
   }
 
-  // The next record of this shard: true, or false at the end of the data.
+  // The next record of this part: true, or false at the end of the data.
   absl::StatusOr<bool> Next(Example* out) {
     absl::string_view line;
     while (true) {

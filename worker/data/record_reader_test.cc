@@ -1,4 +1,4 @@
-// The sharded line reader: data lines (headers and blank lines aside), shuffled windows, shares and resuming.
+// The line reader shared out in parts: data lines (headers and blank lines aside), shuffled windows, shares and resuming.
 #include "worker/data/record_reader.h"
 
 #include <algorithm>
@@ -125,8 +125,8 @@ TEST(RecordReaderTest, HeaderAndBlankLinesAreNotDataLines) {
   EXPECT_EQ(CountDataLines({"/nonexistent"}, false).status().code(), absl::StatusCode::kNotFound);
 }
 
-// Every shard count and share layout: the shards' lines together are every data line once; each shard returns
-// its lines in increasing position; merged by position, they are the same sequence whatever the shard count.
+// Every part count and share layout: the parts' lines together are every data line once; each part returns
+// its lines in increasing position; merged by position, they are the same sequence whatever the part count.
 TEST(RecordReaderTest, ShuffledShardsReadEveryLineOnceInAnOrderIndependentOfTheShardCount) {
   const int kLines = 103;  // windows of 10: the last holds 3
   const std::vector<std::string> files = DataFiles("shuffled", kLines, /*header=*/true);
@@ -156,11 +156,11 @@ TEST(RecordReaderTest, ShuffledShardsReadEveryLineOnceInAnOrderIndependentOfTheS
         by_position[position] = l.text;
       }
     }
-    EXPECT_EQ(seen.size(), static_cast<size_t>(kLines)) << parts << " shards";
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kLines)) << parts << " parts";
     std::vector<std::string> order;
     for (const auto& [position, text] : by_position) order.push_back(text);
     if (parts == 1) reference = order;
-    EXPECT_EQ(order, reference) << parts << " shards";
+    EXPECT_EQ(order, reference) << parts << " parts";
   }
   ASSERT_EQ(reference.size(), static_cast<size_t>(kLines));
   // Windows stay in place: the first ten positions hold d0 .. d9 in some order.
@@ -177,7 +177,7 @@ TEST(RecordReaderTest, ShuffledShardsReadEveryLineOnceInAnOrderIndependentOfTheS
 }
 
 // A reader resumed from the position after any line returns exactly the lines that followed: in file order and
-// shuffled, plain shards and an explicit share.
+// shuffled, plain parts and an explicit share.
 TEST(RecordReaderTest, ResumesAfterAnyLineMidWindow) {
   const std::vector<std::string> files = DataFiles("resume", 57, /*header=*/false);
   ShardAssignment share;  // a rescaled share: leftovers below 20, then every third line
