@@ -1,14 +1,9 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdio>
-#include <cstring>
-#include <deque>
 #include <future>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,13 +15,16 @@
 #include "common/logging.h"
 #include "common/reshard.h"
 #include "common/status.h"
+#include "worker/batch_pipeline.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
 #include "worker/embedding_tables.h"
 #include "worker/epoch_schedule.h"
 #include "common/evaluation.h"
 #include "worker/model.h"
+#include "worker/phase_clock.h"
 #include "worker/records.h"
+#include "worker/step_exchange.h"
 #include "worker/training_feed.h"
 
 namespace kestrel {
@@ -53,125 +51,7 @@ class SingleWorkerGate final : public ClockGate {
   absl::Status WaitAllFinished(int64_t) override { return absl::OkStatus(); }
 };
 
-// One step's gradients, as Model::Step writes them and Push sends them (pinned when the backend is CUDA).
-struct GradBuffers {
-  explicit GradBuffers(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
-  HostArray<float> wide, emb, dense;
-  mutable EmbeddingTables::Staging staging;  // the per-table gradient rows of a push
-};
-
-// A batch and the parameters pulled for it.
-struct StepData {
-  explicit StepData(Backend* backend) : wide(backend), emb(backend), dense(backend) {}
-  PreparedBatch batch;
-  HostArray<float> wide, emb, dense;  // pinned when the backend is CUDA
-  EmbeddingTables::Staging staging;   // the per-table rows of a pull
-  ReaderPosition after;               // the reader right after this batch
-  std::vector<uint64_t> lines;        // the batch's global line indices (with TrainerOptions::line_log)
-  CallClock read;                     // what the pulls of these rows carry
-};
-
-// A bounded queue of batches between two of the reader, preparer and training threads, and the free list that
-// recycles them (with their pinned buffers) once trained.
-class BatchQueue {
- public:
-  explicit BatchQueue(size_t capacity) : capacity_(capacity) {}
-  // False when the queue was closed.
-  bool Push(std::unique_ptr<StepData> item) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return q->closed_ || q->items_.size() < q->capacity_; },
-        this));
-    if (closed_) return false;
-    items_.push_back(std::move(item));
-    return true;
-  }
-  // The next item, or the error that ended the reader.
-  absl::StatusOr<std::unique_ptr<StepData>> Pop() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) { return !q->items_.empty() || !q->status_.ok() || q->closed_; },
-        this));
-    if (!items_.empty()) {
-      std::unique_ptr<StepData> item = std::move(items_.front());
-      items_.pop_front();
-      return item;
-    }
-    if (!status_.ok()) return status_;
-    return absl::CancelledError("the batch queue was closed");
-  }
-  void Fail(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    status_ = std::move(status);
-  }
-  void Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  // A used StepData to fill again (its pinned buffers are reused), or a new one.
-  std::unique_ptr<StepData> TakeFree(Backend* backend) {
-    absl::MutexLock lock(&mu_);
-    if (free_.empty()) return std::make_unique<StepData>(backend);
-    std::unique_ptr<StepData> item = std::move(free_.back());
-    free_.pop_back();
-    return item;
-  }
-  void Recycle(std::unique_ptr<StepData> item) {
-    absl::MutexLock lock(&mu_);
-    free_.push_back(std::move(item));
-  }
-
- private:
-  const size_t capacity_;
-  absl::Mutex mu_;
-  std::deque<std::unique_ptr<StepData>> items_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<StepData>> free_ ABSL_GUARDED_BY(mu_);
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 }  // namespace
-
-// PhaseTimes accumulated by the reader, preparer, training and prefetching threads. Thread-safe.
-class PhaseClock {
- public:
-  enum Phase { kRead, kBatch, kPull, kCompute, kPush, kWait, kPhases };
-
-  // Adds the time from its construction to its destruction to one phase.
-  class Scope {
-   public:
-    Scope(PhaseClock* clock, Phase phase) : clock_(clock), phase_(phase), start_(absl::Now()) {}
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-    ~Scope() { clock_->Add(phase_, absl::Now() - start_); }
-
-   private:
-    PhaseClock* const clock_;
-    const Phase phase_;
-    const absl::Time start_;
-  };
-
-  void Add(Phase phase, absl::Duration d) {
-    nanos_[phase].fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_relaxed);
-  }
-  PhaseTimes Get() const {
-    auto seconds = [this](Phase p) { return nanos_[p].load(std::memory_order_relaxed) * 1e-9; };
-    PhaseTimes t;
-    t.read = seconds(kRead);
-    t.batch = seconds(kBatch);
-    t.pull = seconds(kPull);
-    t.compute = seconds(kCompute);
-    t.push = seconds(kPush);
-    t.wait = seconds(kWait);
-    return t;
-  }
-  void Reset() {
-    for (auto& n : nanos_) n.store(0, std::memory_order_relaxed);
-  }
-
- private:
-  std::array<std::atomic<int64_t>, kPhases> nanos_{};
-};
 
 std::unique_ptr<ClockGate> NewSingleWorkerGate() { return std::make_unique<SingleWorkerGate>(); }
 
@@ -202,6 +82,7 @@ class Trainer::Impl {
     std::vector<std::string> names;
     for (int t = 0; t < schema_->num_tables(); ++t) names.push_back(schema_->table_name(t));
     tables_ = std::make_unique<EmbeddingTables>(client_, std::move(names), std::move(used), model_->embedding_dim());
+    exchange_ = std::make_unique<StepExchange>(client_, tables_.get(), model_.get());
     if (options_.create_tables) {
       std::vector<TableConfig> tables = model_->Tables();
       if (model_->has_embedding()) {
@@ -215,58 +96,13 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
-  // Pulls the rows of `step`'s unique keys and the dense tensor, at step->read; the sparse tables concurrently.
-  absl::Status Pull(StepData* step) {
-    const KeyBatch& keys = step->batch.keys;
-    const CallClock& read = step->read;
-    const int dim = model_->embedding_dim();
-    KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.num_unique()));
-    KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.num_unique() * dim));
-    KESTREL_RETURN_IF_ERROR(step->dense.Reserve(model_->dense_size()));
-    std::future<absl::Status> emb;
-    if (model_->has_embedding()) {
-      emb = std::async(std::launch::async,
-                       [&] { return tables_->Pull(step->batch, step->emb.data(), read, &step->staging); });
-    }
-    absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data(), read);
-    if (status.ok()) {
-      status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
-    }
-    if (emb.valid()) {
-      absl::Status e = emb.get();
-      if (status.ok()) status = e;
-    }
-    return status;
-  }
-
-  // Pushes iteration `clock`'s gradients; the sparse tables concurrently.
-  absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) {
-    const KeyBatch& keys = step.batch.keys;
-    const CallClock at{clock};
-    std::future<absl::Status> emb;
-    if (model_->has_embedding()) {
-      emb = std::async(std::launch::async,
-                       [&] { return tables_->Push(step.batch, g.emb.data(), at, &g.staging); });
-    }
-    absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
-    // An empty batch pushes no dense gradient (an empty part: BSP still counts this worker's part of the clock,
-    // while a zero gradient would move an Adam tensor's moments); its sparse pushes are empty anyway.
-    const size_t dense_floats = step.batch.batch.size > 0 ? model_->dense_size() : 0;
-    absl::Status dense = client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), dense_floats), at);
-    if (status.ok()) status = dense;
-    if (emb.valid()) {
-      absl::Status e = emb.get();
-      if (status.ok()) status = e;
-    }
-    return status;
-  }
-
   // Pushes iteration `clock`'s gradients, then tells the gate it is done.
   absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last) {
     CrashPoint("worker.push.before");  // crash tests: dies with nothing of this clock pushed
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
-      if (absl::Status pushed = Push(step, g, clock); !pushed.ok()) return Annotate(pushed, clock, "pushing");
+      absl::Status pushed = exchange_->Push(step, g, clock);
+      if (!pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
     CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
@@ -293,7 +129,7 @@ class Trainer::Impl {
     std::unique_ptr<StepData> next;
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-      KESTREL_ASSIGN_OR_RETURN(next, queue_->Pop());
+      KESTREL_ASSIGN_OR_RETURN(next, pipeline_->Pop());
     }
     if (!next->batch.tables.empty()) return absl::InternalError("a fused step of several embedding tables");
     const std::optional<int64_t> wait = gate_->WaitClock(read_clock);
@@ -301,45 +137,11 @@ class Trainer::Impl {
     // Ahead of this worker's own later pushes (SSP), the read carries the clock pushed with it, as prefetched
     // pulls do (PullClock).
     next->read = CallClock{options_.prefetch_pulls ? clock : read_clock, CacheRead{read_clock, fresh}, wait};
-    const KeyBatch& keys = next->batch.keys;
-    const int dim = model_->embedding_dim();
-    KESTREL_RETURN_IF_ERROR(next->wide.Reserve(keys.num_unique()));
-    KESTREL_RETURN_IF_ERROR(next->emb.Reserve(keys.num_unique() * dim));
-    KESTREL_RETURN_IF_ERROR(next->dense.Reserve(model_->dense_size()));
-    std::vector<StepPart> parts;
-    StepPart wide{kWideTable};
-    wide.dim = 1;
-    wide.push = true;
-    wide.push_keys = &step.batch.keys;
-    wide.grads = g.wide.data();
-    wide.pull = true;
-    wide.pull_keys = &keys;
-    wide.rows = next->wide.data();
-    parts.push_back(wide);
-    if (model_->has_embedding()) {
-      StepPart emb{tables_->name(0)};
-      emb.dim = dim;
-      emb.push = true;
-      emb.push_keys = &step.batch.keys;
-      emb.grads = g.emb.data();
-      emb.pull = true;
-      emb.pull_keys = &keys;
-      emb.rows = next->emb.data();
-      parts.push_back(emb);
-    }
-    StepPart dense{kDenseTable};
-    dense.dense = true;
-    dense.push = true;
-    dense.grads = g.dense.data();
-    dense.push_floats = step.batch.batch.size > 0 ? model_->dense_size() : 0;  // see Push
-    dense.pull = true;
-    dense.rows = next->dense.data();
-    dense.pull_floats = model_->dense_size();
-    parts.push_back(dense);
+    KESTREL_RETURN_IF_ERROR(exchange_->ReserveRows(next.get()));
     CrashPoint("worker.push.before");
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
-      if (absl::Status stepped = client_->Step(parts, CallClock{clock}, next->read); !stepped.ok()) {
+      if (absl::Status stepped = exchange_->Fused(step, g, clock, next.get()); !stepped.ok()) {
         return Annotate(stepped, clock, "pushing and pulling the next batch");
       }
     }
@@ -371,46 +173,6 @@ class Trainer::Impl {
     std::fflush(line_log_);
   }
 
-  // The reader thread: reads the batches of iterations [start_clock, total) into filled_ (the preparer thread
-  // prepares them), then closes it.
-  void ReadBatches() {
-    if (absl::Status status = ReadBatchesUntilError(); !status.ok()) {
-      filled_->Fail(std::move(status));
-    } else {
-      filled_->Close();
-    }
-  }
-
-  // The preparer thread: key-batches (dedup, sort, segments) what the reader filled, into queue_, in order.
-  void PrepareBatches() {
-    while (true) {
-      absl::StatusOr<std::unique_ptr<StepData>> step = filled_->Pop();
-      if (!step.ok()) {
-        if (!absl::IsCancelled(step.status())) queue_->Fail(step.status());  // Cancelled: all read, or stopped
-        return;
-      }
-      {
-        PhaseClock::Scope batching(&phases_, PhaseClock::kBatch);
-        (*step)->batch.Prepare(options_.partition, schema_->field_tables(), schema_->num_tables());
-      }
-      if (!queue_->Push(std::move(step).value())) return;
-    }
-  }
-
-  // ReadBatches' loop; an error ends it. OK also when filled_ was closed under it.
-  absl::Status ReadBatchesUntilError() {
-    while (true) {
-      std::unique_ptr<StepData> step = queue_->TakeFree(backend_);
-      absl::optional<PhaseClock::Scope> reading(absl::in_place, &phases_, PhaseClock::kRead);
-      std::vector<uint64_t>* lines = options_.line_log.empty() ? nullptr : &step->lines;
-      int64_t clock = 0;
-      KESTREL_ASSIGN_OR_RETURN(const bool more, feed_->Next(&step->batch.batch, &clock, &step->after, lines));
-      reading.reset();
-      if (!more) return absl::OkStatus();
-      if (!filled_->Push(std::move(step))) return absl::OkStatus();  // stopped
-    }
-  }
-
   // Waits for permission to run iteration `clock`, takes its batch and pulls its rows, sending `sent` with
   // the pulls (see sent_clock_).
   absl::StatusOr<std::unique_ptr<StepData>> Fetch(int64_t clock, int64_t sent) {
@@ -424,12 +186,12 @@ class Trainer::Impl {
       // every update below the clock it waits for.
       const std::optional<int64_t> wait = gate_->WaitClock(clock);
       if (wait.has_value()) fresh = std::max(fresh, *wait);
-      step = queue_->Pop();
+      step = pipeline_->Pop();
       if (!step.ok()) return step.status();
       (*step)->read = CallClock{sent, CacheRead{clock, fresh}, wait};
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
-    KESTREL_RETURN_IF_ERROR(Pull(step->get()));
+    KESTREL_RETURN_IF_ERROR(exchange_->Pull(step->get()));
     return step;
   }
 
@@ -441,8 +203,60 @@ class Trainer::Impl {
     return sent_clock_;
   }
 
+  // Stops the batch pipeline when destroyed.
+  struct PipelineStop {
+    BatchPipeline* pipeline = nullptr;
+    ~PipelineStop() {
+      if (pipeline != nullptr) pipeline->Stop();
+    }
+  };
+
+  // One Run()'s training loop: the batches in flight and the progress so far. Its members go in reverse order:
+  // the overlapped push and the fused-ahead Step (which use `pushed`, `held` and the pipeline) are waited for
+  // first, then the pipeline is stopped, then `next` is waited for.
+  struct Loop {
+    // The prefetched next batch (prefetch_pulls). Before `stop`, so on an early return the pipeline is stopped
+    // (ending a pending Fetch) before this future's destructor waits for it.
+    std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
+    PipelineStop stop;
+    int64_t start = 0;  // the first iteration and the end
+    int64_t total = 0;
+    TrainResult result;
+    absl::Duration training;  // excludes evaluations
+    absl::Time t0;            // when the current stretch of training began
+    absl::Time window_start;  // the log window: since the last train record
+    int64_t window_examples = 0;
+    double window_loss = 0;
+    std::unique_ptr<StepData> current;
+    std::unique_ptr<StepData> fused;  // the next batch, pulled by a fused Step with this iteration's push
+    // With overlap_pushes (ASP) the push of iteration c (and its Advance) runs while c + 1 computes, into the
+    // other gradient buffers; `pushed` holds c's batch until then.
+    bool overlap_push = false;
+    std::unique_ptr<StepData> pushed;
+    std::future<absl::Status> pushing;
+    // Fused ahead (SSP under leases, see the class comment): iteration c - 1's push and c + 1's pull travel in
+    // one Step while c computes; `held` keeps c - 1's batch (its gradients in the other buffers) until then.
+    bool fuse_ahead = false;
+    std::unique_ptr<StepData> held;
+    std::future<absl::StatusOr<std::unique_ptr<StepData>>> ahead;  // after `held`: waited for before it goes
+  };
+
   absl::StatusOr<TrainResult> Run() {
     KESTREL_RETURN_IF_ERROR(Init());
+    KESTREL_RETURN_IF_ERROR(OpenFeed());
+    Loop loop;
+    pipeline_ = std::make_unique<BatchPipeline>(feed_.get(), options_.partition, schema_,
+                                                !options_.line_log.empty(), backend_, &phases_);
+    loop.stop.pipeline = pipeline_.get();
+    KESTREL_RETURN_IF_ERROR(StartLoop(&loop));
+    for (int64_t clock = loop.start; clock < loop.total; ++clock) {
+      KESTREL_RETURN_IF_ERROR(RunIteration(clock, &loop));
+    }
+    return FinishRun(&loop);
+  }
+
+  // Opens this worker's TrainingFeed (feed_) at start_clock and resets the phase clock.
+  absl::Status OpenFeed() {
     const JobConfig& job = options_.job;
     TrainingFeedOptions feed_options;
     feed_options.job = job;
@@ -452,183 +266,213 @@ class Trainer::Impl {
     feed_options.start_clock = options_.start_clock;
     feed_options.start_state = options_.start_state;
     KESTREL_ASSIGN_OR_RETURN(feed_, TrainingFeed::Open(std::move(feed_options)));
-    const int64_t total = feed_->total();
     phases_.Reset();
-    const int64_t batch_size = job.train().batch_size();
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
-               << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for " << total
-               << " iterations of " << batch_size << " examples (" << feed_->per_epoch() << " per epoch), from "
-               << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "")
+               << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for "
+               << feed_->total() << " iterations of " << job.train().batch_size() << " examples ("
+               << feed_->per_epoch() << " per epoch), from " << options_.start_clock
+               << (options_.prefetch_pulls ? ", prefetching pulls" : "")
                << (options_.prefetch_pulls && options_.overlap_pushes ? ", overlapping pushes" : "");
+    return absl::OkStatus();
+  }
 
-    // Declared before the reader's guard, so on an early return the queue is closed (ending a pending Fetch)
-    // before this future's destructor waits for it.
-    std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
-    queue_ = std::make_unique<BatchQueue>(3);
-    filled_ = std::make_unique<BatchQueue>(2);
-    std::thread reader([this] { ReadBatches(); });
-    std::thread preparer([this] { PrepareBatches(); });
-    struct JoinReader {
-      BatchQueue* filled;
-      BatchQueue* queue;
-      std::thread* reader;
-      std::thread* preparer;
-      ~JoinReader() {
-        filled->Close();
-        queue->Close();
-        reader->join();
-        preparer->join();
-      }
-    } join_reader{filled_.get(), queue_.get(), &reader, &preparer};
+  // Starts the clocks and resumes at start_clock: a worker with nothing left to run says so at once; otherwise
+  // it fetches its first batch and decides whether to fuse ahead.
+  absl::Status StartLoop(Loop* loop) {
+    loop->start = options_.start_clock;
+    loop->total = feed_->total();
+    if (loop->start >= loop->total) {
+      KESTREL_RETURN_IF_ERROR(gate_->Advance(loop->total, /*done=*/true, options_.start_state));
+    }
+    loop->window_start = absl::Now();
+    loop->overlap_push = options_.prefetch_pulls && options_.overlap_pushes;
+    loop->t0 = absl::Now();
+    if (loop->start < loop->total) {
+      KESTREL_ASSIGN_OR_RETURN(loop->current, Fetch(loop->start, PullClock(loop->start)));
+      loop->fuse_ahead = options_.prefetch_pulls && !loop->overlap_push && gate_->Leased() &&
+                         gate_->WaitClock(loop->start).has_value() && loop->current->batch.tables.empty();
+    }
+    return absl::OkStatus();
+  }
 
-    TrainResult result;
-    const int64_t start = options_.start_clock;
-    if (start >= total) {
-      KESTREL_RETURN_IF_ERROR(gate_->Advance(total, /*done=*/true, options_.start_state));
-    }
-    absl::Duration training;  // excludes evaluations
-    absl::Time window_start = absl::Now();
-    int64_t window_examples = 0;
-    double window_loss = 0;
-    std::unique_ptr<StepData> current;
-    std::unique_ptr<StepData> fused;  // the next batch, pulled by a fused Step with this iteration's push
-    // With overlap_pushes (ASP) the push of iteration c (and its Advance) runs while c + 1 computes, into the
-    // other gradient buffers; `pushed` holds c's batch until then.
-    const bool overlap_push = options_.prefetch_pulls && options_.overlap_pushes;
-    std::unique_ptr<StepData> pushed;
-    std::future<absl::Status> pushing;
-    // Fused ahead (SSP under leases, see the class comment): iteration c - 1's push and c + 1's pull travel in
-    // one Step while c computes; `held` keeps c - 1's batch (its gradients in the other buffers) until then.
-    bool fuse_ahead = false;
-    std::unique_ptr<StepData> held;
-    std::future<absl::StatusOr<std::unique_ptr<StepData>>> ahead;  // after `held`: waited for before it goes
-    auto push_held = [&](int64_t clock) -> absl::Status {  // `held` (iteration clock) pushed on its own
-      if (held == nullptr) return absl::OkStatus();
-      absl::Status status = PushAndAdvance(*held, *grads_[clock % 2], clock, /*last=*/false);
-      queue_->Recycle(std::move(held));
-      return status;
-    };
-    auto finish_push = [&]() -> absl::Status {
-      if (!pushing.valid()) return absl::OkStatus();
-      absl::Status status;
-      {
-        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-        status = pushing.get();
-      }
-      queue_->Recycle(std::move(pushed));
-      return status;
-    };
-    absl::Time t0 = absl::Now();
-    if (start < total) {
-      KESTREL_ASSIGN_OR_RETURN(current, Fetch(start, PullClock(start)));
-      fuse_ahead = options_.prefetch_pulls && !overlap_push && gate_->Leased() &&
-                   gate_->WaitClock(start).has_value() && current->batch.tables.empty();
-    }
-    for (int64_t clock = start; clock < total; ++clock) {
-      const bool last = clock + 1 == total;
-      if (fuse_ahead && held != nullptr && !last) {
-        ahead = std::async(std::launch::async, [this, step = held.get(), &g = *grads_[(clock - 1) % 2], clock] {
-          return PushAndFetch(*step, g, clock - 1, clock + 1);
-        });
-      } else if (options_.prefetch_pulls && !last) {
-        next = std::async(std::launch::async,
-                          [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
-      } else if (last) {
-        KESTREL_RETURN_IF_ERROR(push_held(clock - 1));
-      }
-      const PreparedBatch& batch = current->batch;
-      const size_t unique = batch.keys.num_unique();
-      GradBuffers& g = *grads_[overlap_push || fuse_ahead ? clock % 2 : 0];
-      KESTREL_RETURN_IF_ERROR(g.wide.Reserve(unique));
-      KESTREL_RETURN_IF_ERROR(g.emb.Reserve(unique * model_->embedding_dim()));
-      KESTREL_RETURN_IF_ERROR(g.dense.Reserve(model_->dense_size()));
-      ModelGrads grads{g.wide.data(), g.emb.data(), g.dense.data()};
-      // An empty batch (this worker's share of the epoch ran out before the epoch's last iteration) computes
-      // nothing; its push is empty (Push).
-      absl::StatusOr<double> loss = 0.0;
-      if (batch.batch.size > 0) {
-        PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
-        loss = model_->Step(batch, {current->wide.data(), current->emb.data(), current->dense.data()}, &grads,
-                            nullptr);
-      }
-      if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
-      sent_clock_ = clock;  // this iteration's push, below or overlapped with the next
-      if (overlap_push) {
-        KESTREL_RETURN_IF_ERROR(finish_push());  // c - 1's, whose buffers c + 1 will fill
-        pushed = std::move(current);
-        pushing = std::async(std::launch::async, [this, step = pushed.get(), &g, clock, last] {
-          return PushAndAdvance(*step, g, clock, last);
-        });
-      } else if (fuse_ahead && !last) {
-        // Pushed with the next iteration's Step (`held`, below).
-      } else if (!last && CanFuse(*current, clock)) {
-        KESTREL_ASSIGN_OR_RETURN(fused, PushAndFetch(*current, g, clock, clock + 1));  // taken below, not fetched
-      } else {
-        KESTREL_RETURN_IF_ERROR(PushAndAdvance(*current, g, clock, last));
-      }
-      ++result.steps;
-      result.examples += batch.batch.size;  // (the batch lives on in `pushed` while it is pushed)
-      window_examples += batch.batch.size;
-      window_loss += *loss;
-      if (!last) {
-        absl::StatusOr<std::unique_ptr<StepData>> fetched;
-        if (fused != nullptr) {
-          fetched = std::move(fused);
-        } else if (ahead.valid()) {
-          PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-          fetched = ahead.get();
-        } else if (options_.prefetch_pulls) {
-          PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-          fetched = next.get();
-        } else {
-          fetched = Fetch(clock + 1, PullClock(clock + 1));
-        }
-        if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
-        if (fuse_ahead) {  // this iteration's batch waits for its push in the next Step
-          if (held != nullptr) queue_->Recycle(std::move(held));
-          held = std::move(current);
-        } else if (current != nullptr) {
-          queue_->Recycle(std::move(current));  // (pushing: moved to `pushed`)
-        }
-        current = std::move(fetched).value();
-      }
+  // Iteration `clock` of the loop: starts fetching the next batch, computes, pushes, takes the next batch, then
+  // logs and evaluates when due.
+  absl::Status RunIteration(int64_t clock, Loop* loop) {
+    const bool last = clock + 1 == loop->total;
+    KESTREL_RETURN_IF_ERROR(StartFetchingNext(clock, last, loop));
+    GradBuffers& g = *grads_[loop->overlap_push || loop->fuse_ahead ? clock % 2 : 0];
+    KESTREL_ASSIGN_OR_RETURN(const double loss, Compute(clock, *loop->current, &g));
+    const int64_t examples = loop->current->batch.batch.size;  // (the batch may move to `pushed` below)
+    sent_clock_ = clock;  // this iteration's push, below or overlapped with the next
+    KESTREL_RETURN_IF_ERROR(PushIteration(clock, last, &g, loop));
+    ++loop->result.steps;
+    loop->result.examples += examples;
+    loop->window_examples += examples;
+    loop->window_loss += loss;
+    if (!last) KESTREL_RETURN_IF_ERROR(TakeNextBatch(clock, loop));
 
-      const int64_t done = clock + 1;
-      if (done % job.train().log_every_steps() == 0 || last) {
-        const absl::Time now = absl::Now();
-        const double seconds = absl::ToDoubleSeconds(now - window_start);
-        const double rate = seconds > 0 ? window_examples / seconds : 0;
-        result.train_logloss = window_loss / std::max<int64_t>(window_examples, 1);
-        KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
-                                      done, total, result.train_logloss, rate);
-        Record record;
-        record.set_kind("train");
-        record.set_worker(options_.rank);
-        record.set_step(done);
-        record.set_steps(total);
-        record.set_logloss(result.train_logloss);
-        record.set_examples_per_second(rate);
-        records_.Write(record);
-        Notify({TrainerEvent::Kind::kTrain, done, window_examples, result.train_logloss, 0, rate, phases_.Get()});
-        window_start = now;
-        window_examples = 0;
-        window_loss = 0;
-      }
-      if (options_.evaluate && !last && job.train().eval_every_steps() > 0 &&
-          done % job.train().eval_every_steps() == 0) {
-        KESTREL_RETURN_IF_ERROR(finish_push());  // evaluate the model with this worker's pushes in
-        KESTREL_RETURN_IF_ERROR(push_held(clock));
-        training += absl::Now() - t0;
-        KESTREL_RETURN_IF_ERROR(Evaluate(done).status());
-        t0 = absl::Now();
-        window_start = t0;
-      }
+    const int64_t done = clock + 1;
+    const TrainConfig& train = options_.job.train();
+    if (done % train.log_every_steps() == 0 || last) ReportProgress(done, loop);
+    if (options_.evaluate && !last && train.eval_every_steps() > 0 && done % train.eval_every_steps() == 0) {
+      KESTREL_RETURN_IF_ERROR(EvaluateDuringTraining(clock, loop));
     }
-    KESTREL_RETURN_IF_ERROR(finish_push());
-    training += absl::Now() - t0;
-    result.seconds = absl::ToDoubleSeconds(training);
+    return absl::OkStatus();
+  }
+
+  // Before iteration `clock` computes: the fused-ahead Step of the held batch, or the prefetch of the next batch;
+  // the last iteration pushes the held batch instead.
+  absl::Status StartFetchingNext(int64_t clock, bool last, Loop* loop) {
+    if (loop->fuse_ahead && loop->held != nullptr && !last) {
+      loop->ahead = std::async(std::launch::async,
+                               [this, step = loop->held.get(), &g = *grads_[(clock - 1) % 2], clock] {
+                                 return PushAndFetch(*step, g, clock - 1, clock + 1);
+                               });
+    } else if (options_.prefetch_pulls && !last) {
+      loop->next = std::async(std::launch::async,
+                              [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
+    } else if (last) {
+      KESTREL_RETURN_IF_ERROR(PushHeld(clock - 1, loop));
+    }
+    return absl::OkStatus();
+  }
+
+  // Iteration `clock`'s forward and backward pass on `step` into `g`; its loss. An empty batch (this worker's
+  // share of the epoch ran out before the epoch's last iteration) computes nothing; its push is empty.
+  absl::StatusOr<double> Compute(int64_t clock, const StepData& step, GradBuffers* g) {
+    const PreparedBatch& batch = step.batch;
+    KESTREL_RETURN_IF_ERROR(exchange_->ReserveGrads(batch, g));
+    ModelGrads grads{g->wide.data(), g->emb.data(), g->dense.data()};
+    absl::StatusOr<double> loss = 0.0;
+    if (batch.batch.size > 0) {
+      PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
+      loss = model_->Step(batch, {step.wide.data(), step.emb.data(), step.dense.data()}, &grads, nullptr);
+    }
+    if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
+    return loss;
+  }
+
+  // Iteration `clock`'s push of `g`: overlapped with the next compute (ASP), left to the next iteration's Step
+  // (fused ahead), fused with the next batch's pull, or on its own.
+  absl::Status PushIteration(int64_t clock, bool last, GradBuffers* g, Loop* loop) {
+    if (loop->overlap_push) {
+      KESTREL_RETURN_IF_ERROR(FinishPush(loop));  // c - 1's, whose buffers c + 1 will fill
+      loop->pushed = std::move(loop->current);
+      loop->pushing = std::async(std::launch::async, [this, step = loop->pushed.get(), g, clock, last] {
+        return PushAndAdvance(*step, *g, clock, last);
+      });
+    } else if (loop->fuse_ahead && !last) {
+      // Pushed with the next iteration's Step (`held`, see TakeNextBatch).
+    } else if (!last && CanFuse(*loop->current, clock)) {
+      // Taken by TakeNextBatch, not fetched.
+      KESTREL_ASSIGN_OR_RETURN(loop->fused, PushAndFetch(*loop->current, *g, clock, clock + 1));
+    } else {
+      KESTREL_RETURN_IF_ERROR(PushAndAdvance(*loop->current, *g, clock, last));
+    }
+    return absl::OkStatus();
+  }
+
+  // After iteration `clock`: the next batch becomes current, from the fused Step, the fused-ahead one, the
+  // prefetch or a fetch now; the trained batch goes back to the pipeline (fused ahead: it waits in `held` for
+  // its push in the next Step).
+  absl::Status TakeNextBatch(int64_t clock, Loop* loop) {
+    absl::StatusOr<std::unique_ptr<StepData>> fetched;
+    if (loop->fused != nullptr) {
+      fetched = std::move(loop->fused);
+    } else if (loop->ahead.valid()) {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      fetched = loop->ahead.get();
+    } else if (options_.prefetch_pulls) {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      fetched = loop->next.get();
+    } else {
+      fetched = Fetch(clock + 1, PullClock(clock + 1));
+    }
+    if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
+    if (loop->fuse_ahead) {
+      if (loop->held != nullptr) pipeline_->Recycle(std::move(loop->held));
+      loop->held = std::move(loop->current);
+    } else if (loop->current != nullptr) {
+      pipeline_->Recycle(std::move(loop->current));  // (pushing: moved to `pushed`)
+    }
+    loop->current = std::move(fetched).value();
+    return absl::OkStatus();
+  }
+
+  // The train record of the log window ending after `done` iterations: logged, written and observed.
+  void ReportProgress(int64_t done, Loop* loop) {
+    TrainResult& result = loop->result;
+    const absl::Time now = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(now - loop->window_start);
+    const double rate = seconds > 0 ? loop->window_examples / seconds : 0;
+    result.train_logloss = loop->window_loss / std::max<int64_t>(loop->window_examples, 1);
+    KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
+                                  done, loop->total, result.train_logloss, rate);
+    Record record;
+    record.set_kind("train");
+    record.set_worker(options_.rank);
+    record.set_step(done);
+    record.set_steps(loop->total);
+    record.set_logloss(result.train_logloss);
+    record.set_examples_per_second(rate);
+    records_.Write(record);
+    Notify({TrainerEvent::Kind::kTrain, done, loop->window_examples, result.train_logloss, 0, rate, phases_.Get()});
+    loop->window_start = now;
+    loop->window_examples = 0;
+    loop->window_loss = 0;
+  }
+
+  // An evaluation after iteration `clock`, with this worker's pushes in; its time is not training time.
+  absl::Status EvaluateDuringTraining(int64_t clock, Loop* loop) {
+    KESTREL_RETURN_IF_ERROR(FinishPush(loop));  // evaluate the model with this worker's pushes in
+    KESTREL_RETURN_IF_ERROR(PushHeld(clock, loop));
+    loop->training += absl::Now() - loop->t0;
+    KESTREL_RETURN_IF_ERROR(Evaluate(clock + 1).status());
+    loop->t0 = absl::Now();
+    loop->window_start = loop->t0;
+    return absl::OkStatus();
+  }
+
+  // Pushes `held` (iteration `clock`) on its own, if any.
+  absl::Status PushHeld(int64_t clock, Loop* loop) {
+    if (loop->held == nullptr) return absl::OkStatus();
+    absl::Status status = PushAndAdvance(*loop->held, *grads_[clock % 2], clock, /*last=*/false);
+    pipeline_->Recycle(std::move(loop->held));
+    return status;
+  }
+
+  // Waits for the overlapped push, if any.
+  absl::Status FinishPush(Loop* loop) {
+    if (!loop->pushing.valid()) return absl::OkStatus();
+    absl::Status status;
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      status = loop->pushing.get();
+    }
+    pipeline_->Recycle(std::move(loop->pushed));
+    return status;
+  }
+
+  // After the last iteration: the last push, the done record, the barrier of every worker's last push, and the
+  // final evaluation.
+  absl::StatusOr<TrainResult> FinishRun(Loop* loop) {
+    KESTREL_RETURN_IF_ERROR(FinishPush(loop));
+    loop->training += absl::Now() - loop->t0;
+    TrainResult& result = loop->result;
+    result.seconds = absl::ToDoubleSeconds(loop->training);
     result.examples_per_second = result.seconds > 0 ? result.examples / result.seconds : 0;
     result.phases = phases_.Get();  // training only, like `seconds`
+    ReportDone(result);
+    // The final model: every worker's last push is in (and no rollback can undo it any more).
+    KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(loop->total));
+    if (options_.evaluate) {
+      KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(loop->total));
+    }
+    return result;
+  }
+
+  // The done record of `result`: written and observed.
+  void ReportDone(const TrainResult& result) {
     Record record;
     record.set_kind("done");
     record.set_worker(options_.rank);
@@ -651,19 +495,12 @@ class Trainer::Impl {
     records_.Write(record);
     Notify({TrainerEvent::Kind::kDone, result.steps, result.examples, result.train_logloss, 0,
             result.examples_per_second, result.phases});
-    // The final model: every worker's last push is in (and no rollback can undo it any more).
-    KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(total));
-    if (options_.evaluate) {
-      KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(total));
-    }
-    return result;
   }
 
   absl::Status Annotate(const absl::Status& status, int64_t clock, const char* what) {
     return absl::Status(status.code(), absl::StrFormat("worker %d, iteration %d, %s: %s", options_.rank, clock,
                                                        what, status.message()));
   }
-
   // One probability per example of `files` (at most `limit`; 0: all), in file order, and the labels.
   absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
                      std::vector<float>* labels) {
@@ -684,7 +521,7 @@ class Trainer::Impl {
       KESTREL_ASSIGN_OR_RETURN(const int64_t got, reader->Fill(want, &step_data.batch.batch));
       if (got == 0) break;
       step_data.batch.Prepare(options_.partition, schema_->field_tables(), schema_->num_tables());
-      KESTREL_RETURN_IF_ERROR(Pull(&step_data));
+      KESTREL_RETURN_IF_ERROR(exchange_->Pull(&step_data));
       batch_probs.resize(got);
       KESTREL_RETURN_IF_ERROR(model_
                                   ->Step(step_data.batch, {step_data.wide.data(), step_data.emb.data(),
@@ -742,8 +579,7 @@ class Trainer::Impl {
   std::shared_ptr<const Schema> schema_;     // the job's data format (Init)
   std::unique_ptr<Model> model_;
   std::unique_ptr<EmbeddingTables> tables_;  // the embedding tables the model's fields look up (Init)
-  std::unique_ptr<BatchQueue> filled_;  // read, not yet prepared: reader thread -> preparer thread
-  std::unique_ptr<BatchQueue> queue_;   // prepared: preparer thread -> training loop; holds the free list
+  std::unique_ptr<StepExchange> exchange_;   // the pulls and pushes of an iteration (Init)
   absl::Mutex line_log_mu_;
   std::FILE* line_log_ ABSL_GUARDED_BY(line_log_mu_) = nullptr;  // opened on first use
   std::unique_ptr<TrainingFeed> feed_;  // the batches of this worker's iterations (Run); read by the reader thread
@@ -753,6 +589,8 @@ class Trainer::Impl {
   int64_t sent_clock_ = 0;
   std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
   PhaseClock phases_;
+  // The batches of this Run() (its feed_'s), read and prepared on their own threads; stopped when Run() returns.
+  std::unique_ptr<BatchPipeline> pipeline_;
 };
 
 Trainer::Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)

@@ -36,6 +36,9 @@
 // examples/s, and a fingerprint of every prediction's bits (equal fingerprints: identical models on the test
 // data). Progress lines go to the log; records (one JSON object per line) to metrics_path.
 //
+// Inside, the batches come through a BatchPipeline (worker/batch_pipeline.h: the reader and preparer threads) and
+// each iteration's pulls and pushes go through a StepExchange (worker/step_exchange.h).
+//
 // Thread-compatible: one Run() at a time. The PsClient, ClockGate and Backend must outlive the Trainer.
 #ifndef KESTREL_WORKER_TRAINER_H_
 #define KESTREL_WORKER_TRAINER_H_
@@ -53,6 +56,7 @@
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
 #include "worker/data/schema.h"
+#include "worker/phase_clock.h"
 #include "worker/ps_client.h"
 #include "worker/row_cache.h"
 
@@ -84,20 +88,7 @@ class ClockGate {
 // A gate that never waits: a single worker.
 std::unique_ptr<ClockGate> NewSingleWorkerGate();
 
-// Where a worker's training time went: seconds summed over its iterations. `read` (reading and parsing lines,
-// on the reader thread) and `batch` (key batching: dedup, sort, segments, on the preparer thread) overlap the
-// rest; `pull`,
-// `compute` (forward + backward), `push` and `wait` are the training loop's (pulls prefetched in ASP/SSP
-// overlap too). `wait`: blocked on the clock gate (the consistency mode's barrier, the final all-finished
-// barrier) or on the reader.
-struct PhaseTimes {
-  double read = 0;
-  double batch = 0;
-  double pull = 0;
-  double compute = 0;
-  double push = 0;
-  double wait = 0;
-};
+// (PhaseTimes, where a worker's training time went, is in worker/phase_clock.h.)
 
 // One train, eval or done record, as the Trainer writes to metrics_path, for TrainerOptions::observer.
 struct TrainerEvent {

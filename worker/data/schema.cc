@@ -73,6 +73,49 @@ absl::Status ForEachRecord(const std::vector<std::string>& files, bool header, b
   }
 }
 
+// A DELIMITED schema's columns by name, for the label, the weight and the features to find theirs: a name that
+// appears twice cannot be referred to. Holds `columns`, which must outlive it.
+class ColumnLookup {
+ public:
+  explicit ColumnLookup(const std::vector<std::string>& columns) : columns_(columns) {
+    for (int c = 0; c < static_cast<int>(columns_.size()); ++c) {
+      if (!index_.emplace(columns_[c], c).second) repeated_.emplace(columns_[c], c);
+    }
+  }
+
+  // The column `name`, read by `who` (which the error names).
+  absl::StatusOr<int> Find(const std::string& name, const std::string& who) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, " reads column '", name, "', which is not one of the ",
+                                                     columns_.size(), " columns: ", NameList(columns_)));
+    }
+    if (auto r = repeated_.find(name); r != repeated_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, " reads column '", name, "', which is the name of columns ",
+                                                     it->second + 1, " and ", r->second + 1, ": rename one"));
+    }
+    return it->second;
+  }
+
+ private:
+  const std::vector<std::string>& columns_;
+  absl::flat_hash_map<std::string, int> index_;
+  absl::flat_hash_map<std::string, int> repeated_;  // name -> its second column
+};
+
+// What the features of a DELIMITED schema added so far claim, for the next ones to be checked against.
+struct FeatureClaims {
+  struct Vocabulary {
+    int table;
+    std::string first;  // the first feature naming it
+  };
+  absl::flat_hash_set<std::string> names;
+  absl::flat_hash_map<std::string, Vocabulary> vocabularies;
+  absl::flat_hash_map<uint32_t, std::string> namespace_owner;
+  std::vector<bool> table_used;  // per table: some feature looks it up
+  std::vector<int> statistics;   // features whose STANDARDIZE statistics come from the data
+};
+
 }  // namespace
 
 // Builds Schemas: the checks of proto/schema.proto's rules and the defaults, in one place for the user schemas
@@ -90,6 +133,20 @@ class SchemaBuilder {
   static absl::StatusOr<std::vector<std::string>> Columns(const FeatureSchema& fs, const DataConfig& data,
                                                           char delimiter, int quote);
   static absl::Status CheckFeature(const FeatureConfig& f, const std::string& name);
+  // Delimited's steps, in order: how lines split, the label and weight columns with the missing tokens, the
+  // embedding tables, every feature (a CATEGORICAL or BUCKETIZED one is a field too), the fields as a whole.
+  static absl::Status SetDelimiterAndQuote(const FeatureSchema& fs, const DataConfig& data, Schema* s);
+  static absl::Status SetLabelWeightAndMissing(const FeatureSchema& fs, const ColumnLookup& columns, Schema* s);
+  static absl::Status SetTables(const FeatureSchema& fs, const ModelConfig& model, Schema* s,
+                                absl::flat_hash_map<std::string, int>* table_index);
+  static absl::Status AddFeature(const FeatureConfig& config, const ColumnLookup& columns,
+                                 const absl::flat_hash_map<std::string, int>& table_index,
+                                 const absl::flat_hash_map<std::string, uint32_t>* namespaces, FeatureClaims* claims,
+                                 Schema* s);
+  static absl::Status AddField(const FeatureConfig& config, const absl::flat_hash_map<std::string, int>& table_index,
+                               const absl::flat_hash_map<std::string, uint32_t>* namespaces, FeatureClaims* claims,
+                               Schema* s, Schema::Feature* f);
+  static absl::Status CheckFields(const ModelConfig& model, const std::vector<bool>& table_used, const Schema& s);
   // The STANDARDIZE statistics of features `which` over the training files.
   static absl::Status ComputeStatistics(const std::shared_ptr<Schema>& schema, const std::vector<int>& which,
                                         const DataConfig& data);
@@ -203,70 +260,52 @@ absl::Status SchemaBuilder::CheckFeature(const FeatureConfig& f, const std::stri
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
-    const FeatureSchema& fs, const DataConfig& data, const ModelConfig& model,
-    const absl::flat_hash_map<std::string, uint32_t>* namespaces) {
-  std::shared_ptr<Schema> schema(new Schema());
-  Schema& s = *schema;
-  s.format_ = Schema::Format::kDelimited;
+absl::Status SchemaBuilder::SetDelimiterAndQuote(const FeatureSchema& fs, const DataConfig& data, Schema* s) {
   if (fs.delimiter().empty()) {
-    s.delimiter_ = data.train_files_size() > 0 && absl::EndsWith(data.train_files(0), ".csv") ? ',' : '\t';
+    s->delimiter_ = data.train_files_size() > 0 && absl::EndsWith(data.train_files(0), ".csv") ? ',' : '\t';
   } else if (fs.delimiter().size() != 1 || fs.delimiter() == "\n" || fs.delimiter() == "\r") {
     return absl::InvalidArgumentError(
         absl::StrCat("data.schema.delimiter '", fs.delimiter(), "' is not one character other than a line break"));
   } else {
-    s.delimiter_ = fs.delimiter()[0];
+    s->delimiter_ = fs.delimiter()[0];
   }
   const std::string quote = fs.has_quote() ? fs.quote() : "\"";
-  if (!quote.empty() && (quote.size() > 1 || quote == "\n" || quote == "\r" || quote[0] == s.delimiter_)) {
+  if (!quote.empty() && (quote.size() > 1 || quote == "\n" || quote == "\r" || quote[0] == s->delimiter_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.schema.quote '", quote, "' is not empty or one character other than the delimiter and a line break"));
   }
-  s.quote_ = quote.empty() ? -1 : static_cast<unsigned char>(quote[0]);
-  s.header_ = fs.header();
-  KESTREL_ASSIGN_OR_RETURN(s.columns_, Columns(fs, data, s.delimiter_, s.quote_));
+  s->quote_ = quote.empty() ? -1 : static_cast<unsigned char>(quote[0]);
+  return absl::OkStatus();
+}
 
-  // Column lookup: a name that appears twice cannot be referred to.
-  absl::flat_hash_map<std::string, int> column_index;
-  absl::flat_hash_map<std::string, int> repeated;  // name -> its second column
-  for (int c = 0; c < static_cast<int>(s.columns_.size()); ++c) {
-    if (!column_index.emplace(s.columns_[c], c).second) repeated.emplace(s.columns_[c], c);
-  }
-  auto lookup = [&](const std::string& name, const std::string& who) -> absl::StatusOr<int> {
-    auto it = column_index.find(name);
-    if (it == column_index.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(who, " reads column '", name, "', which is not one of the ",
-                                                     s.columns_.size(), " columns: ", NameList(s.columns_)));
-    }
-    if (auto r = repeated.find(name); r != repeated.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(who, " reads column '", name, "', which is the name of columns ",
-                                                     it->second + 1, " and ", r->second + 1, ": rename one"));
-    }
-    return it->second;
-  };
+absl::Status SchemaBuilder::SetLabelWeightAndMissing(const FeatureSchema& fs, const ColumnLookup& columns,
+                                                     Schema* s) {
   const std::string label = fs.label().empty() ? "label" : fs.label();
-  KESTREL_ASSIGN_OR_RETURN(s.label_column_, lookup(label, "the label (data.schema.label)"));
+  KESTREL_ASSIGN_OR_RETURN(s->label_column_, columns.Find(label, "the label (data.schema.label)"));
   if (!fs.weight().empty()) {
-    KESTREL_ASSIGN_OR_RETURN(s.weight_column_, lookup(fs.weight(), "the example weight (data.schema.weight)"));
+    KESTREL_ASSIGN_OR_RETURN(s->weight_column_, columns.Find(fs.weight(), "the example weight (data.schema.weight)"));
   }
   for (const std::string& token : fs.missing_tokens()) {
     if (token.empty()) {
       return absl::InvalidArgumentError(
           "data.schema.missing_tokens holds an empty token (an empty column is always missing)");
     }
-    s.missing_tokens_.push_back(token);
+    s->missing_tokens_.push_back(token);
   }
+  return absl::OkStatus();
+}
 
-  // Tables: 0 is the model's "emb".
-  s.table_names_ = {kDefaultTable};
-  absl::flat_hash_map<std::string, int> table_index = {{kDefaultTable, 0}};
+absl::Status SchemaBuilder::SetTables(const FeatureSchema& fs, const ModelConfig& model, Schema* s,
+                                      absl::flat_hash_map<std::string, int>* table_index) {
+  s->table_names_ = {kDefaultTable};
+  *table_index = {{kDefaultTable, 0}};
   for (const EmbeddingTableConfig& t : fs.tables()) {
     if (!ValidName(t.name()) || t.name() == "wide" || t.name() == "emb" || t.name() == "dense") {
       return absl::InvalidArgumentError(absl::StrCat("table '", t.name(),
                                                      "' needs a name of 1 to 64 letters, digits, '_', '-' or '.', "
                                                      "other than wide, emb and dense"));
     }
-    if (!table_index.emplace(t.name(), s.num_tables()).second) {
+    if (!table_index->emplace(t.name(), s->num_tables()).second) {
       return absl::InvalidArgumentError(absl::StrCat("table '", t.name(), "' is declared twice"));
     }
     if (t.dim() != 0 && t.dim() != model.embedding_dim()) {
@@ -274,103 +313,111 @@ absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
           "table '", t.name(), "' has dim ", t.dim(), ", but every table has the model's embedding_dim (",
           model.embedding_dim(), "): the FM and DLRM terms multiply embeddings of different fields"));
     }
-    s.table_names_.push_back(t.name());
-    s.tables_.push_back(t);
+    s->table_names_.push_back(t.name());
+    s->tables_.push_back(t);
   }
+  return absl::OkStatus();
+}
 
-  if (fs.features_size() == 0) return absl::InvalidArgumentError("data.schema has no features");
-  absl::flat_hash_set<std::string> names;
-  struct Vocabulary {
-    int table;
-    std::string first;  // the first feature naming it
-  };
-  absl::flat_hash_map<std::string, Vocabulary> vocabularies;
-  absl::flat_hash_map<uint32_t, std::string> namespace_owner;
-  std::vector<bool> table_used(s.table_names_.size(), false);
-  std::vector<int> statistics;  // features whose STANDARDIZE statistics come from the data
-  for (const FeatureConfig& config : fs.features()) {
-    const std::string& name = config.name();
-    if (!ValidName(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "feature '", name, "' needs a name of 1 to 64 letters, digits, '_', '-' or '.'"));
-    }
-    if (!names.insert(name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("two features are named '", name, "'"));
-    }
-    KESTREL_RETURN_IF_ERROR(CheckFeature(config, name));
-    Schema::Feature f;
-    f.name = name;
-    f.kind = config.kind();
-    KESTREL_ASSIGN_OR_RETURN(f.column, lookup(config.column().empty() ? name : config.column(),
-                                              absl::StrCat("feature '", name, "'")));
-    if (f.column == s.label_column_) {
-      return absl::InvalidArgumentError(absl::StrCat("feature '", name, "' reads the label column '",
-                                                     s.columns_[f.column], "'"));
-    }
-    f.separator = config.separator();
-    if (s.quote_ < 0 && absl::StrContains(f.separator, s.delimiter_)) {
-      return absl::InvalidArgumentError(absl::StrCat("feature '", name, "': its separator '", f.separator,
-                                                     "' holds the column delimiter, and columns are not quoted"));
-    }
-    f.pooling = config.pooling();
-    f.max_length = config.max_length() > 0 ? config.max_length() : kMaxBagValues;
-    f.overflow = config.overflow();
-    f.encoding = config.encoding();
-    f.hash_buckets = config.hash_buckets();
-    f.transform = config.kind() == FeatureConfig::BUCKETIZED && config.boundaries_size() == 0
-                      ? FeatureConfig::LOG2_BUCKET
-                      : config.transform();
-    f.boundaries.assign(config.boundaries().begin(), config.boundaries().end());
-    f.missing_value = config.missing_value();
-    if (f.transform == FeatureConfig::STANDARDIZE) {
-      if (config.stddev() == 0) {
-        statistics.push_back(static_cast<int>(s.features_.size()));
-      } else {
-        f.mean = config.mean();
-        f.stddev = config.stddev();
-      }
-    }
-    if (f.kind == FeatureConfig::NUMERIC) {
-      f.dense = s.dense_dim_++;
-    } else {
-      const std::string vocabulary = config.vocabulary().empty() ? name : config.vocabulary();
-      if (!ValidName(vocabulary)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "feature '", name, "': vocabulary '", vocabulary, "' needs a name of 1 to 64 letters, digits, '_', '-' "
-            "or '.'"));
-      }
-      const std::string table = config.table().empty() ? kDefaultTable : config.table();
-      auto t = table_index.find(table);
-      if (t == table_index.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("feature '", name, "' looks up table '", table,
-                                                       "', which is neither emb nor one of data.schema.tables (",
-                                                       NameList(s.table_names_), ")"));
-      }
-      f.table = t->second;
-      table_used[f.table] = true;
-      auto [v, added] = vocabularies.emplace(vocabulary, Vocabulary{f.table, name});
-      if (!added && v->second.table != f.table) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "features '", v->second.first, "' and '", name, "' share vocabulary '", vocabulary,
-            "' (so its keys) but look up different tables (", s.table_names_[v->second.table], ", ", table,
-            "): a vocabulary lives in one table"));
-      }
-      if (namespaces != nullptr && namespaces->contains(vocabulary)) {
-        f.key_namespace = namespaces->at(vocabulary);
-      } else {
-        f.key_namespace = static_cast<uint32_t>(Hash64(vocabulary));
-      }
-      auto [owner, fresh] = namespace_owner.emplace(f.key_namespace, vocabulary);
-      if (!fresh && owner->second != vocabulary) {
-        return absl::InvalidArgumentError(absl::StrCat("vocabularies '", owner->second, "' and '", vocabulary,
-                                                       "' have the same 32-bit key namespace: rename one"));
-      }
-      f.field = static_cast<int>(s.field_names_.size());
-      s.field_names_.push_back(name);
-      s.field_tables_.push_back(f.table);
-    }
-    s.features_.push_back(std::move(f));
+absl::Status SchemaBuilder::AddFeature(const FeatureConfig& config, const ColumnLookup& columns,
+                                       const absl::flat_hash_map<std::string, int>& table_index,
+                                       const absl::flat_hash_map<std::string, uint32_t>* namespaces,
+                                       FeatureClaims* claims, Schema* s) {
+  const std::string& name = config.name();
+  if (!ValidName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feature '", name, "' needs a name of 1 to 64 letters, digits, '_', '-' or '.'"));
   }
+  if (!claims->names.insert(name).second) {
+    return absl::InvalidArgumentError(absl::StrCat("two features are named '", name, "'"));
+  }
+  KESTREL_RETURN_IF_ERROR(CheckFeature(config, name));
+  Schema::Feature f;
+  f.name = name;
+  f.kind = config.kind();
+  KESTREL_ASSIGN_OR_RETURN(f.column, columns.Find(config.column().empty() ? name : config.column(),
+                                                  absl::StrCat("feature '", name, "'")));
+  if (f.column == s->label_column_) {
+    return absl::InvalidArgumentError(absl::StrCat("feature '", name, "' reads the label column '",
+                                                   s->columns_[f.column], "'"));
+  }
+  f.separator = config.separator();
+  if (s->quote_ < 0 && absl::StrContains(f.separator, s->delimiter_)) {
+    return absl::InvalidArgumentError(absl::StrCat("feature '", name, "': its separator '", f.separator,
+                                                   "' holds the column delimiter, and columns are not quoted"));
+  }
+  f.pooling = config.pooling();
+  f.max_length = config.max_length() > 0 ? config.max_length() : kMaxBagValues;
+  f.overflow = config.overflow();
+  f.encoding = config.encoding();
+  f.hash_buckets = config.hash_buckets();
+  f.transform = config.kind() == FeatureConfig::BUCKETIZED && config.boundaries_size() == 0
+                    ? FeatureConfig::LOG2_BUCKET
+                    : config.transform();
+  f.boundaries.assign(config.boundaries().begin(), config.boundaries().end());
+  f.missing_value = config.missing_value();
+  if (f.transform == FeatureConfig::STANDARDIZE) {
+    if (config.stddev() == 0) {
+      claims->statistics.push_back(static_cast<int>(s->features_.size()));
+    } else {
+      f.mean = config.mean();
+      f.stddev = config.stddev();
+    }
+  }
+  if (f.kind == FeatureConfig::NUMERIC) {
+    f.dense = s->dense_dim_++;
+  } else {
+    KESTREL_RETURN_IF_ERROR(AddField(config, table_index, namespaces, claims, s, &f));
+  }
+  s->features_.push_back(std::move(f));
+  return absl::OkStatus();
+}
+
+absl::Status SchemaBuilder::AddField(const FeatureConfig& config,
+                                     const absl::flat_hash_map<std::string, int>& table_index,
+                                     const absl::flat_hash_map<std::string, uint32_t>* namespaces,
+                                     FeatureClaims* claims, Schema* s, Schema::Feature* f) {
+  const std::string& name = config.name();
+  const std::string vocabulary = config.vocabulary().empty() ? name : config.vocabulary();
+  if (!ValidName(vocabulary)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feature '", name, "': vocabulary '", vocabulary, "' needs a name of 1 to 64 letters, digits, '_', '-' "
+        "or '.'"));
+  }
+  const std::string table = config.table().empty() ? kDefaultTable : config.table();
+  auto t = table_index.find(table);
+  if (t == table_index.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("feature '", name, "' looks up table '", table,
+                                                   "', which is neither emb nor one of data.schema.tables (",
+                                                   NameList(s->table_names_), ")"));
+  }
+  f->table = t->second;
+  claims->table_used[f->table] = true;
+  auto [v, added] = claims->vocabularies.emplace(vocabulary, FeatureClaims::Vocabulary{f->table, name});
+  if (!added && v->second.table != f->table) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "features '", v->second.first, "' and '", name, "' share vocabulary '", vocabulary,
+        "' (so its keys) but look up different tables (", s->table_names_[v->second.table], ", ", table,
+        "): a vocabulary lives in one table"));
+  }
+  if (namespaces != nullptr && namespaces->contains(vocabulary)) {
+    f->key_namespace = namespaces->at(vocabulary);
+  } else {
+    f->key_namespace = static_cast<uint32_t>(Hash64(vocabulary));
+  }
+  auto [owner, fresh] = claims->namespace_owner.emplace(f->key_namespace, vocabulary);
+  if (!fresh && owner->second != vocabulary) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabularies '", owner->second, "' and '", vocabulary,
+                                                   "' have the same 32-bit key namespace: rename one"));
+  }
+  f->field = static_cast<int>(s->field_names_.size());
+  s->field_names_.push_back(name);
+  s->field_tables_.push_back(f->table);
+  return absl::OkStatus();
+}
+
+absl::Status SchemaBuilder::CheckFields(const ModelConfig& model, const std::vector<bool>& table_used,
+                                        const Schema& s) {
   if (s.field_names_.empty()) {
     return absl::InvalidArgumentError(
         "data.schema has no CATEGORICAL or BUCKETIZED feature: a model needs at least one field");
@@ -384,7 +431,31 @@ absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
       return absl::InvalidArgumentError(absl::StrCat("table '", s.table_names_[t], "' is looked up by no feature"));
     }
   }
-  if (!statistics.empty()) KESTREL_RETURN_IF_ERROR(ComputeStatistics(schema, statistics, data));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
+    const FeatureSchema& fs, const DataConfig& data, const ModelConfig& model,
+    const absl::flat_hash_map<std::string, uint32_t>* namespaces) {
+  std::shared_ptr<Schema> schema(new Schema());
+  Schema& s = *schema;
+  s.format_ = Schema::Format::kDelimited;
+  KESTREL_RETURN_IF_ERROR(SetDelimiterAndQuote(fs, data, &s));
+  s.header_ = fs.header();
+  KESTREL_ASSIGN_OR_RETURN(s.columns_, Columns(fs, data, s.delimiter_, s.quote_));
+  const ColumnLookup columns(s.columns_);
+  KESTREL_RETURN_IF_ERROR(SetLabelWeightAndMissing(fs, columns, &s));
+  absl::flat_hash_map<std::string, int> table_index;  // table 0 is the model's "emb"
+  KESTREL_RETURN_IF_ERROR(SetTables(fs, model, &s, &table_index));
+
+  if (fs.features_size() == 0) return absl::InvalidArgumentError("data.schema has no features");
+  FeatureClaims claims;
+  claims.table_used.assign(s.table_names_.size(), false);
+  for (const FeatureConfig& config : fs.features()) {
+    KESTREL_RETURN_IF_ERROR(AddFeature(config, columns, table_index, namespaces, &claims, &s));
+  }
+  KESTREL_RETURN_IF_ERROR(CheckFields(model, claims.table_used, s));
+  if (!claims.statistics.empty()) KESTREL_RETURN_IF_ERROR(ComputeStatistics(schema, claims.statistics, data));
   return schema;
 }
 

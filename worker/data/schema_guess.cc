@@ -353,92 +353,122 @@ void ShareVocabularies(const std::vector<ColumnSample>& samples, const std::vect
   }
 }
 
-}  // namespace
-
-absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
-  if (options.train_files.empty()) return absl::InvalidArgumentError("no training file to guess from");
-  if (options.sample_rows < 1) return absl::InvalidArgumentError("sample_rows must be at least 1");
-  const std::string& file = options.train_files[0];
-  KESTREL_ASSIGN_OR_RETURN(std::string header_line, HeaderLine(file));
-  const char delimiter = ChooseDelimiter(options, header_line);
-  KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> columns, HeaderColumns(file, header_line, delimiter));
+// The label's column of the header `columns` of `file`; the error lists the columns, or says the first line is a
+// row rather than a header.
+absl::StatusOr<int> LabelColumn(const std::string& file, const std::vector<std::string>& columns,
+                                const SchemaGuessOptions& options) {
   const int label = ColumnIndex(columns, options.label);
-  if (label < 0) {
-    std::vector<std::string> quoted, numbers;
-    for (const std::string& c : columns) {
-      quoted.push_back(Quoted(c));
-      double x;
-      if (absl::SimpleAtod(c, &x)) numbers.push_back(Quoted(c));
-    }
-    if (!numbers.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the first line of %s has no label column %s and holds numbers (%s), a row rather than a header: "
-          "kestrel init needs a header line naming the columns (add one), and --label naming the label's",
-          file, Quoted(options.label), absl::StrJoin(numbers, ", ")));
-    }
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the header of %s has no label column %s; its columns: %s. Name the label with --label", file,
-        Quoted(options.label), absl::StrJoin(quoted, ", ")));
+  if (label >= 0) return label;
+  std::vector<std::string> quoted, numbers;
+  for (const std::string& c : columns) {
+    quoted.push_back(Quoted(c));
+    double x;
+    if (absl::SimpleAtod(c, &x)) numbers.push_back(Quoted(c));
   }
+  if (!numbers.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the first line of %s has no label column %s and holds numbers (%s), a row rather than a header: "
+        "kestrel init needs a header line naming the columns (add one), and --label naming the label's",
+        file, Quoted(options.label), absl::StrJoin(numbers, ", ")));
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the header of %s has no label column %s; its columns: %s. Name the label with --label", file,
+      Quoted(options.label), absl::StrJoin(quoted, ", ")));
+}
+
+// The weight's column of the header `columns` of `file` (-1 without a weight), other than the label's.
+absl::StatusOr<int> WeightColumn(const std::string& file, const std::vector<std::string>& columns,
+                                 const SchemaGuessOptions& options, int label) {
   const int weight = options.weight.empty() ? -1 : ColumnIndex(columns, options.weight);
   if (!options.weight.empty() && weight < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the header of %s has no weight column %s", file, Quoted(options.weight)));
   }
   if (weight == label) return absl::InvalidArgumentError("the label and the weight are one column");
+  return weight;
+}
 
-  // The sample.
-  SchemaGuess guess;
-  std::vector<ColumnSample> samples(columns.size());
+// Where the sample's columns are: the header's, the label's and the weight's (-1: none).
+struct SampleColumns {
+  const std::vector<std::string>& names;
+  char delimiter;
+  int label;
+  int weight;
+};
+
+// Checks one sampled row (`where`: its "file:line") split into `values`: the header's column count, a number for
+// the label and a finite one >= 0 for the weight. Sets *positive to whether the label is above 0.
+absl::Status CheckSampleRow(const std::string& where, const std::vector<std::string>& values,
+                            const SampleColumns& columns, const SchemaGuessOptions& options, bool* positive) {
+  if (values.size() != columns.names.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d columns, but the header names %d (with delimiter %s; a quoted value may not span lines)", where,
+        values.size(), columns.names.size(), DelimiterName(columns.delimiter)));
+  }
+  double y;
+  if (!absl::SimpleAtod(values[columns.label], &y) || !std::isfinite(y)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the label %s is %s, not a number (1/0, or any number: above 0 is a positive)", where,
+        Quoted(options.label), Quoted(values[columns.label])));
+  }
+  *positive = y > 0;
+  if (columns.weight >= 0) {
+    double w;
+    if (!absl::SimpleAtod(values[columns.weight], &w) || !std::isfinite(w) || w < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: the weight %s is %s, not a finite number >= 0", where,
+                                                        Quoted(options.weight), Quoted(values[columns.weight])));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Samples the first options.sample_rows rows of `file` into `samples` (one per column), counting them, their
+// positives and whether they are the whole file into `guess`, and their bytes (with newlines) into
+// *sampled_bytes.
+absl::Status SampleRows(const std::string& file, const SampleColumns& columns, const SchemaGuessOptions& options,
+                        std::vector<ColumnSample>* samples, SchemaGuess* guess, int64_t* sampled_bytes) {
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open({file}, ReaderOptions(), ReaderPosition()));
   absl::string_view line;
   KESTREL_ASSIGN_OR_RETURN(bool more, lines.Next(&line));  // the header
-  int64_t sampled_bytes = 0;
-  while (guess.sampled_rows < options.sample_rows) {
+  while (guess->sampled_rows < options.sample_rows) {
     KESTREL_ASSIGN_OR_RETURN(more, lines.Next(&line));
     if (!more) break;
-    sampled_bytes += static_cast<int64_t>(line.size()) + 1;
-    auto values = SplitDelimitedLine(line, delimiter, '"');
+    *sampled_bytes += static_cast<int64_t>(line.size()) + 1;
+    auto values = SplitDelimitedLine(line, columns.delimiter, '"');
     if (!values.ok()) return absl::InvalidArgumentError(absl::StrCat(lines.Where(), ": ", values.status().message()));
-    if (values->size() != columns.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %d columns, but the header names %d (with delimiter %s; a quoted value may not span lines)",
-          lines.Where(), values->size(), columns.size(), DelimiterName(delimiter)));
-    }
-    double y;
-    if (!absl::SimpleAtod((*values)[label], &y) || !std::isfinite(y)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: the label %s is %s, not a number (1/0, or any number: above 0 is a positive)", lines.Where(),
-          Quoted(options.label), Quoted((*values)[label])));
-    }
-    guess.positive_rows += y > 0;
-    if (weight >= 0) {
-      double w;
-      if (!absl::SimpleAtod((*values)[weight], &w) || !std::isfinite(w) || w < 0) {
-        return absl::InvalidArgumentError(absl::StrFormat("%s: the weight %s is %s, not a finite number >= 0",
-                                                          lines.Where(), Quoted(options.weight),
-                                                          Quoted((*values)[weight])));
-      }
-    }
-    for (size_t i = 0; i < columns.size(); ++i) samples[i].Add((*values)[i], delimiter);
-    ++guess.sampled_rows;
+    bool positive = false;
+    KESTREL_RETURN_IF_ERROR(CheckSampleRow(lines.Where(), *values, columns, options, &positive));
+    guess->positive_rows += positive;
+    for (size_t i = 0; i < columns.names.size(); ++i) (*samples)[i].Add((*values)[i], columns.delimiter);
+    ++guess->sampled_rows;
   }
-  if (guess.sampled_rows == 0) {
+  if (guess->sampled_rows == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s has a header but no rows", file));
   }
-  guess.whole_file = !more;
-  guess.train_rows = guess.sampled_rows;
-  if (!guess.whole_file || options.train_files.size() > 1) {  // the sampled rows' mean length into the files' sizes
-    double bytes = -static_cast<double>(options.train_files.size() * (header_line.size() + 1));
-    for (const std::string& f : options.train_files) {
-      std::error_code error;
-      const uintmax_t size = std::filesystem::file_size(f, error);
-      if (error) return absl::NotFoundError(absl::StrFormat("cannot read the size of %s: %s", f, error.message()));
-      bytes += static_cast<double>(size);
-    }
-    guess.train_rows = std::max<int64_t>(
-        guess.sampled_rows, std::llround(bytes * guess.sampled_rows / static_cast<double>(sampled_bytes)));
+  guess->whole_file = !more;
+  return absl::OkStatus();
+}
+
+// The training files' rows: the sample's when it holds every row of the only training file, else the sampled
+// rows' mean length (`sampled_bytes` over guess.sampled_rows) into the files' sizes less their header lines.
+absl::StatusOr<int64_t> TrainRows(const SchemaGuessOptions& options, const SchemaGuess& guess,
+                                  const std::string& header_line, int64_t sampled_bytes) {
+  if (guess.whole_file && options.train_files.size() <= 1) return guess.sampled_rows;
+  double bytes = -static_cast<double>(options.train_files.size() * (header_line.size() + 1));
+  for (const std::string& f : options.train_files) {
+    std::error_code error;
+    const uintmax_t size = std::filesystem::file_size(f, error);
+    if (error) return absl::NotFoundError(absl::StrFormat("cannot read the size of %s: %s", f, error.message()));
+    bytes += static_cast<double>(size);
   }
+  return std::max<int64_t>(guess.sampled_rows,
+                           std::llround(bytes * guess.sampled_rows / static_cast<double>(sampled_bytes)));
+}
+
+// InvalidArgument unless every training file but the first and every test file starts with the header
+// `columns` of `file`.
+absl::Status CheckOtherHeaders(const SchemaGuessOptions& options, const std::string& file, char delimiter,
+                               const std::vector<std::string>& columns) {
   std::vector<std::string> others(options.train_files.begin() + 1, options.train_files.end());
   others.insert(others.end(), options.test_files.begin(), options.test_files.end());
   for (const std::string& other : others) {
@@ -449,17 +479,21 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
           "the header of %s differs from %s's (every file must start with the same header line)", other, file));
     }
   }
+  return absl::OkStatus();
+}
 
-  // The job.
-  JobConfig& job = guess.job;
-  ModelConfig& model = *job.mutable_model();
+// The job around the features: the model, the files, how lines split and the training schedule for
+// `train_rows` rows.
+void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighted, int64_t train_rows,
+                 JobConfig* job) {
+  ModelConfig& model = *job->mutable_model();
   model.set_type(options.model);
   if (options.model != ModelConfig::LOGISTIC_REGRESSION) model.set_embedding_dim(16);
   if (HasMlp(options.model)) {
     model.add_hidden(64);
     model.add_hidden(32);
   }
-  DataConfig& data = *job.mutable_data();
+  DataConfig& data = *job->mutable_data();
   data.set_format(DataConfig::DELIMITED);
   for (const std::string& f : options.train_files) data.add_train_files(f);
   for (const std::string& f : options.test_files) data.add_test_files(f);
@@ -467,27 +501,36 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   schema.set_delimiter(std::string(1, delimiter));
   schema.set_header(true);
   schema.set_label(options.label);
-  if (weight >= 0) schema.set_weight(options.weight);
-  TrainConfig& train = *job.mutable_train();
+  if (weighted) schema.set_weight(options.weight);
+  TrainConfig& train = *job->mutable_train();
   train.set_batch_size(256);
   train.set_epochs(static_cast<int>(std::clamp<int64_t>(
-      std::llround(static_cast<double>(kExamplesToTrain) / guess.train_rows), 1, kMostEpochs)));
+      std::llround(static_cast<double>(kExamplesToTrain) / train_rows), 1, kMostEpochs)));
   train.set_shuffle_buffer(100000);
+}
 
+// Every column but the label and the weight that GuessFeature keeps becomes a feature of the guess's schema;
+// every column gets its note. Then the vocabularies the features share and the missing tokens of the numeric
+// ones. InvalidArgument when no column is kept.
+absl::Status AddFeatures(const std::string& file, const SampleColumns& columns,
+                         const std::vector<ColumnSample>& samples, const SchemaGuessOptions& options,
+                         SchemaGuess* guess) {
+  FeatureSchema& schema = *guess->job.mutable_data()->mutable_schema();
   absl::flat_hash_set<std::string> names, missing_tokens;
   std::vector<int> feature_columns;
-  for (size_t i = 0; i < columns.size(); ++i) {
+  for (size_t i = 0; i < columns.names.size(); ++i) {
+    const std::string& column = columns.names[i];
     std::string note;
-    if (static_cast<int>(i) == label) {
-      note = absl::StrFormat("the label (%d of %d rows positive)", guess.positive_rows, guess.sampled_rows);
-    } else if (static_cast<int>(i) == weight) {
+    if (static_cast<int>(i) == columns.label) {
+      note = absl::StrFormat("the label (%d of %d rows positive)", guess->positive_rows, guess->sampled_rows);
+    } else if (static_cast<int>(i) == columns.weight) {
       note = "the example weight";
     } else {
       FeatureConfig f;
-      if (GuessFeature(samples[i], columns[i], options, delimiter, &f, &note)) {
-        f.set_name(FeatureName(columns[i], &names));
-        if (f.name() != columns[i]) {
-          f.set_column(columns[i]);
+      if (GuessFeature(samples[i], column, options, columns.delimiter, &f, &note)) {
+        f.set_name(FeatureName(column, &names));
+        if (f.name() != column) {
+          f.set_column(column);
           absl::StrAppend(&note, "; feature ", Quoted(f.name()));
         }
         *schema.add_features() = std::move(f);
@@ -496,16 +539,41 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
         if (c.all_numbers) missing_tokens.insert(c.missing_tokens.begin(), c.missing_tokens.end());
       }
     }
-    guess.notes.push_back(absl::StrCat(columns[i], ": ", note));
+    guess->notes.push_back(absl::StrCat(column, ": ", note));
   }
   if (schema.features_size() == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "no column of %s but the label carries information in its first %d rows", file, guess.sampled_rows));
+        "no column of %s but the label carries information in its first %d rows", file, guess->sampled_rows));
   }
-  ShareVocabularies(samples, feature_columns, &schema, &guess.notes);
+  ShareVocabularies(samples, feature_columns, &schema, &guess->notes);
   for (const char* token : kMissingTokens) {
     if (missing_tokens.contains(token)) schema.add_missing_tokens(token);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
+  if (options.train_files.empty()) return absl::InvalidArgumentError("no training file to guess from");
+  if (options.sample_rows < 1) return absl::InvalidArgumentError("sample_rows must be at least 1");
+  const std::string& file = options.train_files[0];
+  KESTREL_ASSIGN_OR_RETURN(std::string header_line, HeaderLine(file));
+  const char delimiter = ChooseDelimiter(options, header_line);
+  KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> names, HeaderColumns(file, header_line, delimiter));
+  KESTREL_ASSIGN_OR_RETURN(const int label, LabelColumn(file, names, options));
+  KESTREL_ASSIGN_OR_RETURN(const int weight, WeightColumn(file, names, options, label));
+  const SampleColumns columns{names, delimiter, label, weight};
+
+  SchemaGuess guess;
+  std::vector<ColumnSample> samples(names.size());
+  int64_t sampled_bytes = 0;
+  KESTREL_RETURN_IF_ERROR(SampleRows(file, columns, options, &samples, &guess, &sampled_bytes));
+  KESTREL_ASSIGN_OR_RETURN(guess.train_rows, TrainRows(options, guess, header_line, sampled_bytes));
+  KESTREL_RETURN_IF_ERROR(CheckOtherHeaders(options, file, delimiter, names));
+
+  SetJobFrame(options, delimiter, weight >= 0, guess.train_rows, &guess.job);
+  KESTREL_RETURN_IF_ERROR(AddFeatures(file, columns, samples, options, &guess));
   return guess;
 }
 

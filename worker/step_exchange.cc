@@ -1,0 +1,106 @@
+#include "worker/step_exchange.h"
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kestrel {
+namespace {
+
+// A sparse table's part of a fused Step: the gradient rows `grads` of `push_keys` pushed, the rows of `pull_keys`
+// read into `rows`; `dim` floats a row.
+StepPart SparsePart(const std::string& table, int dim, const KeyBatch& push_keys, const float* grads,
+                    const KeyBatch& pull_keys, float* rows) {
+  StepPart part{table};
+  part.dim = dim;
+  part.push = true;
+  part.push_keys = &push_keys;
+  part.grads = grads;
+  part.pull = true;
+  part.pull_keys = &pull_keys;
+  part.rows = rows;
+  return part;
+}
+
+}  // namespace
+
+absl::Status StepExchange::ReserveRows(StepData* step) const {
+  const KeyBatch& keys = step->batch.keys;
+  KESTREL_RETURN_IF_ERROR(step->wide.Reserve(keys.num_unique()));
+  KESTREL_RETURN_IF_ERROR(step->emb.Reserve(keys.num_unique() * model_->embedding_dim()));
+  return step->dense.Reserve(model_->dense_size());
+}
+
+absl::Status StepExchange::ReserveGrads(const PreparedBatch& batch, GradBuffers* g) const {
+  const size_t unique = batch.keys.num_unique();
+  KESTREL_RETURN_IF_ERROR(g->wide.Reserve(unique));
+  KESTREL_RETURN_IF_ERROR(g->emb.Reserve(unique * model_->embedding_dim()));
+  return g->dense.Reserve(model_->dense_size());
+}
+
+absl::Status StepExchange::Pull(StepData* step) const {
+  const KeyBatch& keys = step->batch.keys;
+  const CallClock& read = step->read;
+  KESTREL_RETURN_IF_ERROR(ReserveRows(step));
+  std::future<absl::Status> emb;
+  if (model_->has_embedding()) {
+    emb = std::async(std::launch::async,
+                     [&] { return tables_->Pull(step->batch, step->emb.data(), read, &step->staging); });
+  }
+  absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data(), read);
+  if (status.ok()) {
+    status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
+  }
+  if (emb.valid()) {
+    absl::Status e = emb.get();
+    if (status.ok()) status = e;
+  }
+  return status;
+}
+
+absl::Status StepExchange::Push(const StepData& step, const GradBuffers& g, int64_t clock) const {
+  const KeyBatch& keys = step.batch.keys;
+  const CallClock at{clock};
+  std::future<absl::Status> emb;
+  if (model_->has_embedding()) {
+    emb = std::async(std::launch::async,
+                     [&] { return tables_->Push(step.batch, g.emb.data(), at, &g.staging); });
+  }
+  absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
+  absl::Status dense =
+      client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
+  if (status.ok()) status = dense;
+  if (emb.valid()) {
+    absl::Status e = emb.get();
+    if (status.ok()) status = e;
+  }
+  return status;
+}
+
+absl::Status StepExchange::Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const {
+  const KeyBatch& keys = next->batch.keys;
+  std::vector<StepPart> parts;
+  parts.push_back(SparsePart(kWideTable, 1, step.batch.keys, g.wide.data(), keys, next->wide.data()));
+  if (model_->has_embedding()) {
+    parts.push_back(
+        SparsePart(tables_->name(0), model_->embedding_dim(), step.batch.keys, g.emb.data(), keys, next->emb.data()));
+  }
+  StepPart dense{kDenseTable};
+  dense.dense = true;
+  dense.push = true;
+  dense.grads = g.dense.data();
+  dense.push_floats = DenseFloatsPushed(step);
+  dense.pull = true;
+  dense.rows = next->dense.data();
+  dense.pull_floats = model_->dense_size();
+  parts.push_back(dense);
+  return client_->Step(parts, CallClock{clock}, next->read);
+}
+
+size_t StepExchange::DenseFloatsPushed(const StepData& step) const {
+  return step.batch.batch.size > 0 ? model_->dense_size() : 0;
+}
+
+}  // namespace kestrel

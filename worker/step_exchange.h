@@ -1,0 +1,51 @@
+// StepExchange: the parameter-server traffic of one training iteration. Pull reads the rows of a batch's keys
+// (the wide table, the embedding tables) and the dense tensor; Push sends the iteration's gradients; Fused sends
+// one iteration's gradients and reads the next batch's rows in one PsClient::Step (one round trip per server).
+// The embedding tables travel concurrently with the wide and dense ones.
+#ifndef KESTREL_WORKER_STEP_EXCHANGE_H_
+#define KESTREL_WORKER_STEP_EXCHANGE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/batch_pipeline.h"
+#include "worker/embedding_tables.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace kestrel {
+
+// Thread-safe: calls on different StepData and GradBuffers may run concurrently (a prefetching or overlapped
+// push's thread beside the training loop). The client, tables and model must outlive it.
+class StepExchange {
+ public:
+  StepExchange(PsClient* client, const EmbeddingTables* tables, const Model* model)
+      : client_(client), tables_(tables), model_(model) {}
+
+  // Sizes `step`'s row buffers for its batch's unique keys and the dense tensor.
+  absl::Status ReserveRows(StepData* step) const;
+  // Sizes `g` for the gradients of `batch`.
+  absl::Status ReserveGrads(const PreparedBatch& batch, GradBuffers* g) const;
+
+  // Pulls the rows of `step`'s unique keys and the dense tensor, at step->read; the sparse tables concurrently.
+  absl::Status Pull(StepData* step) const;
+  // Pushes iteration `clock`'s gradients `g` (of `step`'s batch); the sparse tables concurrently. An empty batch
+  // pushes an empty dense part.
+  absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) const;
+  // Pushes iteration `clock`'s gradients `g` (of `step`'s batch, as Push) and pulls the rows of `next`'s batch at
+  // next->read, in one Step. `next`'s batch must look up one embedding table, its row buffers sized (ReserveRows).
+  absl::Status Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const;
+
+ private:
+  // The dense gradient floats an iteration of `step` pushes: none for an empty batch (an empty part: BSP still
+  // counts this worker's part of the clock, while a zero gradient would move an Adam tensor's moments).
+  size_t DenseFloatsPushed(const StepData& step) const;
+
+  PsClient* const client_;
+  const EmbeddingTables* const tables_;
+  const Model* const model_;
+};
+
+}  // namespace kestrel
+
+#endif  // KESTREL_WORKER_STEP_EXCHANGE_H_
