@@ -61,16 +61,16 @@ struct PsClientOptions {
   bool bsp_pushes = false;
   // Largest gRPC message the client accepts (must be >= what servers send). Default: 64 MiB.
   int max_message_bytes = 64 << 20;
-  // Retries of a request that failed with UNAVAILABLE, with exponential backoff from retry_backoff. Every
-  // call is safe to retry: a retried push keeps its request id (and BSP part), and servers apply a push
-  // once. Default: 3 retries, 50 ms.
+  // Retries of a request that failed transiently (common/retry.h: UNAVAILABLE, DEADLINE_EXCEEDED), with exponential
+  // backoff from retry_backoff. Every call is safe to retry: a retried push keeps its request id (and BSP part),
+  // and servers apply a push once. Default: 3 retries, 50 ms.
   int max_retries = 3;
   absl::Duration retry_backoff = absl::Milliseconds(50);
   // Replicated jobs (docs/replication.md): who serves each range group now, kept current by the caller from the
   // scheduler's announcements. Requests go to their group's primary and name the group (RequestHeader.owner).
   // Default: null, every server serves its own ranges.
   std::shared_ptr<RoutingTable> routing;
-  // Replicated jobs: a request failing with UNAVAILABLE (its server died, or it is not the primary any more) is
+  // Replicated jobs: a request failing transiently (its server died, or it is not the primary any more) is
   // retried, re-routed at every attempt, for this long beyond max_retries: the scheduler fails a dead server over
   // within a few heartbeats. Default: 60 s.
   absl::Duration failover_timeout = absl::Seconds(60);

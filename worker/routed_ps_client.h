@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "common/key_batch.h"
 #include "common/partition.h"
+#include "common/retry.h"
 #include "common/status.h"
 #include "common/step_wire.h"
 #include "proto/ps.pb.h"
@@ -102,7 +103,8 @@ class RoutedPsClient final : public PsClient {
     if (replicated_) header->set_owner(owner);
   }
   // Whether a request that failed with `status` on attempt `attempt` (0-based) of a call begun at `start` is
-  // tried again: UNAVAILABLE, within max_retries or, in a replicated job, within failover_timeout.
+  // tried again: a transient failure (common/retry.h), within max_retries or, in a replicated job, within
+  // failover_timeout.
   // A read waiting for its clocks (`waiting`) is asked again within read_wait_timeout.
   bool ShouldRetry(const absl::Status& status, int attempt, absl::Time start, bool waiting = false) const;
   absl::Duration Backoff(int attempt) const;
@@ -179,7 +181,7 @@ absl::Status RoutedPsClient::Broadcast(PsMethod method, const Request& request, 
   }
   all.Wait();
   for (int s = 0; s < n; ++s) {
-    if (absl::IsUnavailable(statuses[s])) statuses[s] = CallWithRetries(s, method, requests[s], &(*responses)[s]);
+    if (IsTransient(statuses[s])) statuses[s] = CallWithRetries(s, method, requests[s], &(*responses)[s]);
     KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
   }
   return absl::OkStatus();

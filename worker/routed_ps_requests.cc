@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
+#include "common/retry.h"
 
 namespace kestrel {
 namespace {
@@ -32,7 +33,7 @@ void RoutedPsClient::FillHeader(RequestHeader* header, int64_t clock) {
 }
 
 bool RoutedPsClient::ShouldRetry(const absl::Status& status, int attempt, absl::Time start, bool waiting) const {
-  if (!absl::IsUnavailable(status)) return false;
+  if (!IsTransient(status)) return false;  // common/retry.h: every request is idempotent
   if (attempt < options_.max_retries) return true;
   if (waiting && absl::Now() - start < options_.read_wait_timeout &&
       !(options_.give_up != nullptr && options_.give_up())) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/half.h"
+#include "common/retry.h"
 #include "common/limits.h"
 #include "worker/dense_blocks.h"
 #include "worker/routed_ps_client.h"
@@ -155,7 +156,7 @@ absl::Status RoutedPsClient::SendStepRequests(const StepRequests& requests, bool
   }
   all.Wait();
   for (int s = 0; s < servers; ++s) {
-    if (absl::IsUnavailable(statuses[s])) {
+    if (IsTransient(statuses[s])) {
       statuses[s] = WithRetries(s, waiting, [&](std::function<void(absl::Status)> done) {
         StepOwner(s, requests.bytes[s], requests.reads[s], std::move(done));
       });

@@ -139,7 +139,7 @@ absl::Status WorkerSession::Register() {
       TakeAnswer(*joined);
       return OpenPass();
     }
-    if (!absl::IsUnavailable(joined.status())) {
+    if (!IsTransient(joined.status())) {
       return absl::FailedPreconditionError(
           absl::StrCat("the rescale this worker was to join did not happen: ", joined.status().ToString()));
     }
