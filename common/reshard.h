@@ -53,7 +53,7 @@ ShardAssignment PlainShard(int index, int count);
 
 // The assignments of the workers of a new layout taking over from `old` (one per old worker, each `consumed[w]`
 // lines into its assignment). `old_of_new[v]` is the old worker new worker v was (-1: a new one), as
-// scheduler/membership.h MapRanks says; old workers it does not name leave, and their leftovers go round-robin
+// scheduler/rescale_layout.h MapRanks says; old workers it does not name leave, and their leftovers go round-robin
 // (in old rank order) to the staying ones (in new rank order; to every new worker when none stays).
 // InvalidArgument for mismatched sizes, a count outside [1, kMaxWorkers] (common/limits.h), an old worker named
 // twice, or leftovers beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).

@@ -15,7 +15,7 @@ namespace kestrel {
 // The states of the workers of a new layout at clock `cut` (a rescale), from the old workers' reported `states`:
 // the epoch's plan (common/reshard.h: the rest of the epoch dealt to the new workers, or a fresh epoch at
 // its start) and where to read from. Every worker that stays is at `cut`; a removed one (its rank in `removed`)
-// is wherever its last report says, and its unread lines go to the others. `old_of_new`: scheduler/membership.h
+// is wherever its last report says, and its unread lines go to the others. `old_of_new`: scheduler/rescale_layout.h
 // MapRanks. FailedPrecondition when a worker's state is unknown or the epochs disagree. Pure.
 absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
                                                    const std::vector<int>& old_of_new,

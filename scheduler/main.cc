@@ -12,7 +12,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +32,8 @@
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "client/liveness.h"
+#include "scheduler/job_options.h"
+#include "scheduler/membership.h"
 #include "scheduler/scheduler_service.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -89,96 +94,157 @@ ABSL_FLAG(absl::Duration, elastic_timeout, absl::Seconds(60),
 namespace kestrel {
 namespace {
 
-int Run() {
-  SetLogIdentity("scheduler");
-  {  // The job's shape: explicit flags first, then the launcher's environment (common/cluster_env.h).
-    ExplicitSettings flags;
-    flags.num_servers = absl::GetFlag(FLAGS_num_servers);
-    flags.num_workers = absl::GetFlag(FLAGS_num_workers);
-    absl::StatusOr<ClusterIdentity> id =
-        ResolveClusterIdentity(ClusterRole::kScheduler, flags, ProcessEnvironment(), ProcessHostname());
-    if (!id.ok()) {
-      KLOG(Error) << "cannot tell the job's shape: " << id.status();
-      return 2;
-    }
-    absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
-    absl::SetFlag(&FLAGS_num_workers, id->num_workers > 0 ? id->num_workers : 1);
-    if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "job shape: " << id->DebugString();
+// The job's shape: explicit flags first, then the launcher's environment (common/cluster_env.h); it becomes
+// --num_servers and --num_workers (1 where nothing says). False (logged) when it cannot be told.
+bool ResolveJobShape() {
+  ExplicitSettings flags;
+  flags.num_servers = absl::GetFlag(FLAGS_num_servers);
+  flags.num_workers = absl::GetFlag(FLAGS_num_workers);
+  absl::StatusOr<ClusterIdentity> id =
+      ResolveClusterIdentity(ClusterRole::kScheduler, flags, ProcessEnvironment(), ProcessHostname());
+  if (!id.ok()) {
+    KLOG(Error) << "cannot tell the job's shape: " << id.status();
+    return false;
   }
-  SchedulerOptions options;
-  options.job_id = absl::GetFlag(FLAGS_job_id);
-  options.membership.num_servers = absl::GetFlag(FLAGS_num_servers);
-  options.membership.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.membership.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  options.membership.heartbeat_timeout = HeartbeatTimeoutFor(options.membership.heartbeat_interval);
+  absl::SetFlag(&FLAGS_num_servers, id->num_servers > 0 ? id->num_servers : 1);
+  absl::SetFlag(&FLAGS_num_workers, id->num_workers > 0 ? id->num_workers : 1);
+  if (id->source != "flags" && !id->source.empty()) KLOG(Info) << "job shape: " << id->DebugString();
+  return true;
+}
+
+// Heartbeats and the liveness rules (--heartbeat_interval, --stall_threshold, --deaf_grace) and their defaults.
+void LivenessFromFlags(MembershipOptions* membership) {
+  membership->heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  membership->heartbeat_timeout = HeartbeatTimeoutFor(membership->heartbeat_interval);
   const absl::Duration stall_threshold = absl::GetFlag(FLAGS_stall_threshold);
-  options.membership.stall_threshold =
-      stall_threshold > absl::ZeroDuration() ? stall_threshold : options.membership.heartbeat_interval / 2;
+  membership->stall_threshold =
+      stall_threshold > absl::ZeroDuration() ? stall_threshold : membership->heartbeat_interval / 2;
   const absl::Duration deaf_grace = absl::GetFlag(FLAGS_deaf_grace);
-  options.membership.deaf_grace = deaf_grace < absl::ZeroDuration() ? absl::InfiniteDuration()
-                                  : deaf_grace > absl::ZeroDuration()
-                                      ? deaf_grace
-                                      : options.membership.heartbeat_interval * 3 + absl::Seconds(2);
-  absl::StatusOr<ConsistencyPolicy> consistency =
-      ConsistencyPolicy::Parse(absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness));
-  if (!consistency.ok()) {
-    KLOG(Error) << "--consistency: " << consistency.status().message();
-    return 2;
+  membership->deaf_grace = deaf_grace < absl::ZeroDuration() ? absl::InfiniteDuration()
+                           : deaf_grace > absl::ZeroDuration()
+                               ? deaf_grace
+                               : membership->heartbeat_interval * 3 + absl::Seconds(2);
+}
+
+// --resume: a job rescaled since it started resumes in its last layout, whatever the flags (a launcher restarts the
+// scheduler with the counts it started with). A damaged checkpoint is reported by the coordinator.
+void ResumeLayout(SchedulerOptions* options) {
+  if (!absl::GetFlag(FLAGS_resume) || absl::GetFlag(FLAGS_checkpoint_dir).empty()) return;
+  absl::StatusOr<std::optional<CheckpointManifest>> latest =
+      CheckpointLayout(absl::GetFlag(FLAGS_checkpoint_dir)).ReadLatest();
+  if (!latest.ok() || !latest->has_value() || (*latest)->layout_generation() == 0) return;
+  const CheckpointManifest& m = **latest;
+  if (m.num_servers() != options->membership.num_servers || m.num_workers() != options->membership.num_workers ||
+      m.partition() != options->partition) {
+    KLOG(Info) << "the job was rescaled to " << m.num_servers() << " servers and " << m.num_workers()
+               << " workers (rescale " << m.layout_generation()
+               << ") before its latest checkpoint: resuming with those, not the flags' "
+               << options->membership.num_servers << " and " << options->membership.num_workers;
   }
-  options.consistency = *consistency;
-  options.lease_clocks = absl::GetFlag(FLAGS_lease_clocks);
-  auto partition = Partition::Uniform(options.membership.num_servers, absl::GetFlag(FLAGS_ranges_per_server));
-  if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
-    partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
-  }
-  if (!partition.ok()) {
-    KLOG(Error) << partition.status();
-    return 2;
-  }
-  options.partition = partition->ToString();
-  if (absl::GetFlag(FLAGS_resume) && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    // A job rescaled since it started resumes in its last layout, whatever the flags (a launcher restarts the
-    // scheduler with the counts it started with). A damaged checkpoint is reported by the coordinator.
-    absl::StatusOr<std::optional<CheckpointManifest>> latest =
-        CheckpointLayout(absl::GetFlag(FLAGS_checkpoint_dir)).ReadLatest();
-    if (latest.ok() && latest->has_value() && (*latest)->layout_generation() > 0) {
-      const CheckpointManifest& m = **latest;
-      if (m.num_servers() != options.membership.num_servers || m.num_workers() != options.membership.num_workers ||
-          m.partition() != options.partition) {
-        KLOG(Info) << "the job was rescaled to " << m.num_servers() << " servers and " << m.num_workers()
-                   << " workers (rescale " << m.layout_generation()
-                   << ") before its latest checkpoint: resuming with those, not the flags' " << options.membership.num_servers
-                   << " and " << options.membership.num_workers;
-      }
-      options.membership.num_servers = m.num_servers();
-      options.membership.num_workers = m.num_workers();
-      options.partition = m.partition();
-      options.membership.layout_generation = m.layout_generation();
-      options.membership.server_ids.assign(m.server_ids().begin(), m.server_ids().end());
-      options.membership.worker_ids.assign(m.worker_ids().begin(), m.worker_ids().end());
-    }
-  }
-  options.checkpoint.dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  options.checkpoint.every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
-  options.checkpoint.every = absl::GetFlag(FLAGS_checkpoint_every);
-  options.checkpoint.keep = absl::GetFlag(FLAGS_keep_checkpoints);
-  options.checkpoint.copy_on_write = absl::GetFlag(FLAGS_checkpoint_copy_on_write);
-  options.checkpoint.resume = absl::GetFlag(FLAGS_resume);
-  options.checkpoint.final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
-  options.checkpoint.move_rows_on_worker_change = absl::GetFlag(FLAGS_move_rows_on_worker_change);
+  options->membership.num_servers = m.num_servers();
+  options->membership.num_workers = m.num_workers();
+  options->partition = m.partition();
+  options->membership.layout_generation = m.layout_generation();
+  options->membership.server_ids.assign(m.server_ids().begin(), m.server_ids().end());
+  options->membership.worker_ids.assign(m.worker_ids().begin(), m.worker_ids().end());
+}
+
+// Checkpoints and elasticity (--checkpoint_*, --resume, --elastic...). False (logged) for a bad combination.
+bool CheckpointFromFlags(CheckpointOptions* checkpoint) {
+  checkpoint->dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  checkpoint->every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
+  checkpoint->every = absl::GetFlag(FLAGS_checkpoint_every);
+  checkpoint->keep = absl::GetFlag(FLAGS_keep_checkpoints);
+  checkpoint->copy_on_write = absl::GetFlag(FLAGS_checkpoint_copy_on_write);
+  checkpoint->resume = absl::GetFlag(FLAGS_resume);
+  checkpoint->final_checkpoint = absl::GetFlag(FLAGS_final_checkpoint);
+  checkpoint->move_rows_on_worker_change = absl::GetFlag(FLAGS_move_rows_on_worker_change);
   if (absl::GetFlag(FLAGS_elastic)) {
     if (absl::GetFlag(FLAGS_elastic_timeout) <= absl::ZeroDuration()) {
       KLOG(Error) << "--elastic_timeout must be positive";
-      return 2;
+      return false;
     }
     if (absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
       // A removal may roll the job back (a dead server without replicas, a worker whose push was applied
       // already): without checkpoints that restarts it from its beginning.
       KLOG(Error) << "--elastic needs --checkpoint_dir";
-      return 2;
+      return false;
     }
-    options.checkpoint.elastic_timeout = absl::GetFlag(FLAGS_elastic_timeout);
+    checkpoint->elastic_timeout = absl::GetFlag(FLAGS_elastic_timeout);
   }
+  return true;
+}
+
+// The scheduler's options from the flags (the job's shape resolved), but for on_fatal. False (logged) when they
+// cannot be used (exit code 2).
+bool OptionsFromFlags(SchedulerOptions* options) {
+  options->job_id = absl::GetFlag(FLAGS_job_id);
+  options->membership.num_servers = absl::GetFlag(FLAGS_num_servers);
+  options->membership.num_workers = absl::GetFlag(FLAGS_num_workers);
+  LivenessFromFlags(&options->membership);
+  absl::StatusOr<ConsistencyPolicy> consistency =
+      ConsistencyPolicy::Parse(absl::GetFlag(FLAGS_consistency), absl::GetFlag(FLAGS_staleness));
+  if (!consistency.ok()) {
+    KLOG(Error) << "--consistency: " << consistency.status().message();
+    return false;
+  }
+  options->consistency = *consistency;
+  options->lease_clocks = absl::GetFlag(FLAGS_lease_clocks);
+  auto partition = Partition::Uniform(options->membership.num_servers, absl::GetFlag(FLAGS_ranges_per_server));
+  if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
+    partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
+  }
+  if (!partition.ok()) {
+    KLOG(Error) << partition.status();
+    return false;
+  }
+  options->partition = partition->ToString();
+  options->tls = TlsConfigFromFlags();
+  ResumeLayout(options);
+  return CheckpointFromFlags(&options->checkpoint);
+}
+
+// Starts the Scheduler service on --host:--port and writes --port_file. 0, or the exit code: 2 for options or a
+// checkpoint that cannot be used, else 1.
+int StartScheduler(const SchedulerOptions& options, std::unique_ptr<SchedulerServer>* started) {
+  SchedulerServerOptions server_options;
+  server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  auto server = SchedulerServer::Start(server_options, options);
+  if (!server.ok()) {
+    KLOG(Error) << server.status();
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kFailedPrecondition ||
+                   code == absl::StatusCode::kDataLoss
+               ? 2
+               : 1;
+  }
+  *started = *std::move(server);
+  KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
+             << (*started)->port() << " (" << DescribeTransport(options.tls) << "): " << options.membership.num_servers
+             << " servers, "
+             << options.membership.num_workers << " workers, " << options.consistency.ToString()
+             << ", heartbeat every "
+             << absl::FormatDuration(options.membership.heartbeat_interval);
+  if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*started)->port()); !written.ok()) {
+    KLOG(Error) << "--port_file: " << written;
+    return 1;
+  }
+  return 0;
+}
+
+// Serves until SIGTERM or SIGINT, then shuts `server` down.
+void ServeUntilSignal(SchedulerServer& server) {
+  const int signal_number = WaitForShutdownSignal();
+  KLOG(Info) << "received signal " << signal_number << ", shutting down";
+  server.Shutdown();
+  server.Wait();
+}
+
+int Run() {
+  SetLogIdentity("scheduler");
+  if (!ResolveJobShape()) return 2;
+  SchedulerOptions options;
+  if (!OptionsFromFlags(&options)) return 2;
   static std::atomic<bool> fatal{false};
   options.on_fatal = [](absl::Status) {
     fatal.store(true);
@@ -193,33 +259,9 @@ int Run() {
     KLOG(Error) << "--metrics_port: " << metrics.status();
     return absl::IsInvalidArgument(metrics.status()) ? 2 : 1;
   }
-
-  SchedulerServerOptions server_options;
-  server_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  options.tls = TlsConfigFromFlags();
-  auto server = SchedulerServer::Start(server_options, options);
-  if (!server.ok()) {
-    KLOG(Error) << server.status();
-    const absl::StatusCode code = server.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kFailedPrecondition ||
-                   code == absl::StatusCode::kDataLoss
-               ? 2
-               : 1;
-  }
-  KLOG(Info) << "scheduling job '" << options.job_id << "' on " << absl::GetFlag(FLAGS_host) << ":"
-             << (*server)->port() << " (" << DescribeTransport(options.tls) << "): " << options.membership.num_servers
-             << " servers, "
-             << options.membership.num_workers << " workers, " << options.consistency.ToString()
-             << ", heartbeat every "
-             << absl::FormatDuration(options.membership.heartbeat_interval);
-  if (absl::Status written = WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port()); !written.ok()) {
-    KLOG(Error) << "--port_file: " << written;
-    return 1;
-  }
-  const int signal_number = WaitForShutdownSignal();
-  KLOG(Info) << "received signal " << signal_number << ", shutting down";
-  (*server)->Shutdown();
-  (*server)->Wait();
+  std::unique_ptr<SchedulerServer> server;
+  if (const int failed = StartScheduler(options, &server); failed != 0) return failed;
+  ServeUntilSignal(*server);
   return fatal.load() ? 2 : 0;
 }
 

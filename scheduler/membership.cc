@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include <openssl/crypto.h>
 
@@ -17,8 +18,6 @@ namespace kestrel {
 absl::Time MonotonicNow() {
   return absl::UnixEpoch() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
 }
-
-const char* RoleName(Role role) { return role == Role::kServer ? "server" : "worker"; }
 
 const char* JobStateName(JobState state) {
   switch (state) {
@@ -33,13 +32,6 @@ const char* JobStateName(JobState state) {
   }
   return "unknown";
 }
-
-namespace {
-
-// Removed members remembered (so their heartbeats are answered OutOfRange, not FailedPrecondition).
-constexpr size_t kMaxRemembered = 1 << 16;
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options,
                                                                std::string partition) {
@@ -65,13 +57,13 @@ absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(const MembershipO
   return std::unique_ptr<Membership>(new Membership(options, std::move(partition)));
 }
 
-Membership::Membership(const MembershipOptions& options, std::string partition) : options_(options) {
+Membership::Membership(const MembershipOptions& options, std::string partition)
+    : options_(options),
+      liveness_(options.heartbeat_timeout, options.stall_threshold, options.deaf_grace),
+      routing_(options.num_servers),
+      rescale_(std::move(partition), options.layout_generation) {
   absl::MutexLock lock(&mu_);
-  partition_ = std::move(partition);
-  layout_generation_ = options.layout_generation;
   servers_.resize(options.num_servers);
-  out_of_service_.assign(options.num_servers, false);
-  lost_.assign(options.num_servers, false);
   workers_.resize(options.num_workers);
   done_.assign(options.num_workers, false);
   for (auto [ranks, ids, role] : {std::make_tuple(&servers_, &options.server_ids, Role::kServer),
@@ -85,7 +77,7 @@ Membership::Membership(const MembershipOptions& options, std::string partition) 
 
 bool Membership::AllAliveLocked() const {
   for (const Member& m : servers_) {
-    if (!m.alive && (m.rank == -1 || !out_of_service_[m.rank])) return false;
+    if (!m.alive && (m.rank == -1 || !routing_.out_of_service(m.rank))) return false;
   }
   for (const Member& m : workers_) {
     if (!m.alive) return false;
@@ -110,7 +102,6 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
   absl::MutexLock lock(&mu_);
   HeardLocked(now);
   std::vector<Member>& ranks = RanksLocked(role);
-  std::vector<Member>& joining = JoiningLocked(role);
   const int count = static_cast<int>(ranks.size());
   int rank = -1;
   int id = requested_id;
@@ -123,63 +114,22 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
     }
     if (rank != -1) {
       id = ranks[rank].id;
-    } else if (!joining.empty() && joining.back().rank == -1) {  // a free place in a pending rescale
-      std::set<int> taken;
-      for (const Member& m : ranks) taken.insert(m.id);
-      for (const Member& m : joining) taken.insert(m.id);
-      for (id = 0; taken.count(id) > 0;) ++id;
+    } else if (rescale_.HasFreePlace(role)) {  // a free place in a pending rescale
+      id = rescale_.LowestFreeId(role, ranks);
     } else {
       return absl::ResourceExhaustedError(
-          absl::StrFormat("all %d %s ranks are held by live members", count + static_cast<int>(joining.size()),
-                          RoleName(role)));
+          absl::StrFormat("all %d %s ranks are held by live members",
+                          count + static_cast<int>(rescale_.joining(role).size()), RoleName(role)));
     }
   } else {
     rank = RankOfIdLocked(role, id);
   }
-  if (rank != -1 && scale_.has_value()) {  // a rank the pending rescale removes may not come back meanwhile
-    const std::vector<int>& removing = role == Role::kServer ? scale_->remove_servers : scale_->remove_workers;
-    if (std::find(removing.begin(), removing.end(), rank) != removing.end()) {
-      return absl::UnavailableError(absl::StrFormat(
-          "%s %d is being removed from the job (it stayed dead): retry; it will be told whether it may rejoin",
-          RoleName(role), id));
-    }
+  if (rank != -1 && rescale_.Removing(role, rank)) {  // a rank the pending rescale removes may not come back meanwhile
+    return absl::UnavailableError(absl::StrFormat(
+        "%s %d is being removed from the job (it stayed dead): retry; it will be told whether it may rejoin",
+        RoleName(role), id));
   }
-  if (rank == -1) {  // an id outside the job
-    int place = -1;
-    for (int j = 0; j < static_cast<int>(joining.size()) && place == -1; ++j) {
-      if (joining[j].rank != -1 && joining[j].id == id) place = j;  // registered before
-    }
-    if (place == -1 && !joining.empty() && joining.back().rank == -1) {
-      // A free place: the registered joining members stay ordered by id (the new ranks follow that order).
-      place = 0;
-      while (joining[place].rank != -1 && joining[place].id < id) ++place;
-      joining.insert(joining.begin() + place, Member());
-      joining.pop_back();
-    }
-    if (place == -1) {
-      if (removed_ids_.count({role, id}) > 0) {
-        return absl::OutOfRangeError(absl::StrFormat(
-            "%s %d was removed from the job (it did not come back in time): it may rejoin only in a rescale that "
-            "grows the job",
-            RoleName(role), id));
-      }
-      // A new member started before the rescale that names it (e.g. a StatefulSet scaled up first): retry.
-      return absl::UnavailableError(absl::StrFormat(
-          "%s %d is not one of the job's %d: it may join once a rescale names it (kestrel scale); retry",
-          RoleName(role), id, count));
-    }
-    Member& m = joining[place];
-    if (m.alive) {
-      return absl::AlreadyExistsError(
-          absl::StrFormat("%s %d is held by a live member at %s", RoleName(role), id, m.address));
-    }
-    ClaimLocked(m, role, id, address, now);
-    m.registered_generation = generation_;
-    for (int j = 0; j < static_cast<int>(joining.size()); ++j) {
-      if (joining[j].rank != -1 || j == place) joining[j].rank = count + j;
-    }
-    return Registration{m.rank, m.incarnation, generation_, state_, /*joining=*/true, id};
-  }
+  if (rank == -1) return JoinLocked(role, address, id, count, now);  // an id outside the job
   Member& m = ranks[rank];
   if (m.alive) {
     return absl::AlreadyExistsError(absl::StrFormat("%s %d (rank %d) is held by a live member at %s", RoleName(role),
@@ -194,6 +144,32 @@ absl::StatusOr<Registration> Membership::Register(Role role, absl::string_view a
     state_ = rolling_back_ ? JobState::kRecovering : JobState::kRunning;
   }
   return Registration{rank, m.incarnation, generation_, state_, /*joining=*/false, m.id};
+}
+
+absl::StatusOr<Registration> Membership::JoinLocked(Role role, absl::string_view address, int id, int count,
+                                                    absl::Time now) {
+  Member* place = rescale_.Place(role, id);
+  if (place == nullptr) {
+    if (rescale_.RemovedId(role, id)) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "%s %d was removed from the job (it did not come back in time): it may rejoin only in a rescale that "
+          "grows the job",
+          RoleName(role), id));
+    }
+    // A new member started before the rescale that names it (e.g. a StatefulSet scaled up first): retry.
+    return absl::UnavailableError(absl::StrFormat(
+        "%s %d is not one of the job's %d: it may join once a rescale names it (kestrel scale); retry",
+        RoleName(role), id, count));
+  }
+  Member& m = *place;
+  if (m.alive) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("%s %d is held by a live member at %s", RoleName(role), id, m.address));
+  }
+  ClaimLocked(m, role, id, address, now);
+  m.registered_generation = generation_;
+  rescale_.RankJoining(role, count, &m);
+  return Registration{m.rank, m.incarnation, generation_, state_, /*joining=*/true, id};
 }
 
 void Membership::ClaimLocked(Member& m, Role role, int id, absl::string_view address, absl::Time now) {
@@ -230,24 +206,15 @@ Member* Membership::FindLocked(Role role, int id, absl::string_view incarnation,
   *removed = false;
   Member* found = nullptr;
   if (const int rank = RankOfIdLocked(role, id); rank != -1) found = &RanksLocked(role)[rank];
-  for (Member& m : JoiningLocked(role)) {
-    if (found == nullptr && m.rank != -1 && m.id == id) found = &m;
-  }
+  if (found == nullptr) found = rescale_.FindJoining(role, id);
   if (found != nullptr && CheckIncarnation(*found, incarnation).ok()) return found;
-  for (const Member& m : removed_) {
+  for (const Member& m : rescale_.removed()) {
     if (m.role == role && m.id == id && CheckIncarnation(m, incarnation).ok()) {
       *removed = true;
       return nullptr;
     }
   }
   return found;
-}
-
-void Membership::RemoveLocked(Member m) {
-  if (m.rank == -1) return;
-  m.alive = false;
-  removed_.push_back(std::move(m));
-  if (removed_.size() > kMaxRemembered) removed_.pop_front();
 }
 
 absl::Status Membership::CheckIncarnation(const Member& m, absl::string_view incarnation) {
@@ -293,35 +260,25 @@ absl::StatusOr<uint64_t> Membership::Heartbeat(Role role, int id, absl::string_v
 std::vector<Member> Membership::ExpireSilent(absl::Time now) {
   std::vector<Member> expired;
   absl::MutexLock lock(&mu_);
-  if (last_check_ != absl::InfinitePast() && now - last_check_ > options_.stall_threshold) {
-    // The scheduler did not run for the gap past the threshold: that time counts for nobody's silence. (Only
-    // the excess: a scheduler that is merely slow still declares the silent dead, a little later.)
-    const absl::Duration stall = now - last_check_ - options_.stall_threshold;
-    for (auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
-      // A member inside its deaf grace (last_heartbeat ahead of now) keeps the grace, lengthened by the stall.
-      for (Member& m : *ranks) {
-        m.last_heartbeat = m.last_heartbeat > now ? m.last_heartbeat + stall : std::min(now, m.last_heartbeat + stall);
-      }
-    }
-    stalled_ += stall;
+  // The scheduler did not run for a stall's length: that time counts for nobody's silence.
+  if (const absl::Duration stall = liveness_.Check(now); stall > absl::ZeroDuration()) {
+    ForEachMemberLocked([&](Member& m) { m.last_heartbeat = LivenessJudge::AfterStall(m.last_heartbeat, stall, now); });
   }
-  last_check_ = std::max(last_check_, now);
   for (auto* ranks : {&servers_, &workers_}) {
     for (Member& m : *ranks) {
-      if (m.alive && SilentLocked(m, now)) {
+      if (m.alive && liveness_.Silent(m.last_heartbeat, now)) {
         m.alive = false;
         m.dead_since = now;
         expired.push_back(m);
         // Remembered until a rollback or failover: a replacement registering first must not hide the lost rows.
-        // A server out of service serves nothing (a failed-over one's replacement): its death loses nothing.
-        if (m.role == Role::kServer && state_ != JobState::kForming && !out_of_service_[m.rank]) lost_[m.rank] = true;
+        if (m.role == Role::kServer && state_ != JobState::kForming) routing_.Died(m.rank);
       }
     }
   }
   const bool job_member_expired = !expired.empty();
-  for (auto* ranks : {&joining_servers_, &joining_workers_}) {  // not of the job yet: nothing fails
-    for (Member& m : *ranks) {
-      if (m.alive && SilentLocked(m, now)) {
+  for (Role role : {Role::kServer, Role::kWorker}) {  // joining members: not of the job yet, nothing fails
+    for (Member& m : rescale_.joining(role)) {
+      if (m.alive && liveness_.Silent(m.last_heartbeat, now)) {
         m.alive = false;
         expired.push_back(m);
       }
@@ -334,26 +291,17 @@ std::vector<Member> Membership::ExpireSilent(absl::Time now) {
   return expired;
 }
 
-bool Membership::SilentLocked(const Member& m, absl::Time now) const {
-  // deaf_grace: a silence counts once someone was heard after its deadline (the scheduler itself can hear).
-  return now - m.last_heartbeat > options_.heartbeat_timeout &&
-         (options_.deaf_grace == absl::InfiniteDuration() ||
-          last_heard_ - m.last_heartbeat > options_.heartbeat_timeout);
+void Membership::ForEachMemberLocked(absl::FunctionRef<void(Member&)> visit) {
+  for (auto* ranks : {&servers_, &workers_, &rescale_.joining(Role::kServer), &rescale_.joining(Role::kWorker)}) {
+    for (Member& m : *ranks) visit(m);
+  }
 }
 
 void Membership::HeardLocked(absl::Time now) {
-  if (options_.deaf_grace != absl::InfiniteDuration() && last_heard_ != absl::InfinitePast() &&
-      now - last_heard_ > options_.heartbeat_timeout) {
-    // Nobody was heard for longer than a timeout: the scheduler was cut off (or everyone stopped at once). From
-    // this first voice on, every member has deaf_grace to be heard again before its silence counts.
-    ++deaf_periods_;
-    for (auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
-      for (Member& m : *ranks) {
-        m.last_heartbeat = std::max(m.last_heartbeat, now + options_.deaf_grace - options_.heartbeat_timeout);
-      }
-    }
+  // Nobody was heard for longer than a timeout: from this first voice on, every member has deaf_grace.
+  if (const std::optional<absl::Time> grace = liveness_.Heard(now); grace.has_value()) {
+    ForEachMemberLocked([&](Member& m) { m.last_heartbeat = LivenessJudge::AfterDeafness(m.last_heartbeat, *grace); });
   }
-  last_heard_ = std::max(last_heard_, now);
 }
 
 DeadMembers Membership::DeadFor(absl::Duration timeout, absl::Time now) const {
@@ -443,7 +391,7 @@ uint64_t Membership::BeginRollback() {
   }
   done_.assign(done_.size(), false);
   rolling_back_ = true;
-  lost_.assign(lost_.size(), false);
+  routing_.ForgetLost();
   if (state_ == JobState::kRunning || state_ == JobState::kFinished) state_ = JobState::kRecovering;
   return generation_;
 }
@@ -451,11 +399,7 @@ uint64_t Membership::BeginRollback() {
 void Membership::EndRollback(bool finished) {
   absl::MutexLock lock(&mu_);
   rolling_back_ = false;
-  // Every server restored the checkpoint: each copy of each range is in service again.
-  if (std::find(out_of_service_.begin(), out_of_service_.end(), true) != out_of_service_.end()) {
-    out_of_service_.assign(out_of_service_.size(), false);
-    ++routing_generation_;
-  }
+  routing_.AllBackInService();  // every server restored the checkpoint
   if (finished) {
     done_.assign(done_.size(), true);
     state_ = JobState::kFinished;
@@ -471,42 +415,26 @@ bool Membership::rolling_back() const {
 
 bool Membership::AnyServerDead() const {
   absl::MutexLock lock(&mu_);
-  if (std::find(lost_.begin(), lost_.end(), true) != lost_.end()) return true;
+  if (routing_.AnyLost()) return true;
   for (const Member& m : servers_) {
-    if (m.rank != -1 && !m.alive && !out_of_service_[m.rank]) return true;
+    if (m.rank != -1 && !m.alive && !routing_.out_of_service(m.rank)) return true;
   }
   return false;
 }
 
 std::vector<int> Membership::FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered) {
   absl::MutexLock lock(&mu_);
-  std::vector<int> failed;
-  std::vector<bool> after = out_of_service_;
-  for (int r = 0; r < static_cast<int>(servers_.size()); ++r) {
-    const Member& m = servers_[r];
-    if ((lost_[r] || (m.rank != -1 && !m.alive)) && !out_of_service_[r]) {
-      after[r] = true;
-      failed.push_back(r);
-    }
-  }
-  if (failed.empty() || !covered(after)) return {};
-  out_of_service_ = std::move(after);
-  lost_.assign(lost_.size(), false);
-  ++routing_generation_;
-  failovers_ += failed.size();
+  std::vector<bool> dead;
+  for (const Member& m : servers_) dead.push_back(m.rank != -1 && !m.alive);
+  std::vector<int> failed = routing_.FailOver(dead, covered);
+  if (failed.empty()) return failed;
   if (state_ == JobState::kRecovering && !rolling_back_ && AllAliveLocked()) state_ = JobState::kRunning;
   return failed;
 }
 
 absl::StatusOr<uint64_t> Membership::PutBackInService(int rank) {
   absl::MutexLock lock(&mu_);
-  if (rank < 0 || rank >= static_cast<int>(servers_.size()) || !servers_[rank].alive || !out_of_service_[rank]) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("server rank %d is not a live server out of service: nothing to put back", rank));
-  }
-  out_of_service_[rank] = false;
-  ++rereplications_;
-  return ++routing_generation_;
+  return routing_.PutBackInService(rank, rank >= 0 && rank < static_cast<int>(servers_.size()) && servers_[rank].alive);
 }
 
 bool Membership::ServersAtRouting(uint64_t generation) const {
@@ -529,14 +457,7 @@ std::vector<std::string> Membership::LiveAddresses(Role role) const {
 
 RoutingState Membership::routing() const {
   absl::MutexLock lock(&mu_);
-  RoutingState out;
-  out.generation = routing_generation_;
-  out.failovers = failovers_;
-  out.rereplications = rereplications_;
-  for (size_t s = 0; s < out_of_service_.size(); ++s) {
-    if (out_of_service_[s]) out.out_of_service.push_back(static_cast<int>(s));
-  }
-  return out;
+  return routing_.state();
 }
 
 bool Membership::AllServersAlive() const {
@@ -557,143 +478,47 @@ JobState Membership::state() const {
   return state_;
 }
 
-std::vector<int> MapRanks(int old_count, int target, const std::vector<int>& removed) {
-  std::vector<int> out;
-  for (int r = 0; r < old_count && static_cast<int>(out.size()) < target; ++r) {
-    if (std::find(removed.begin(), removed.end(), r) == removed.end()) out.push_back(r);
-  }
-  out.resize(std::max<int>(target, 0), -1);
-  return out;
-}
-
 absl::Status Membership::BeginScale(ScaleTarget target) {
   absl::MutexLock lock(&mu_);
-  if (target.servers < 1 || target.servers > kMaxServers || target.workers < 1 || target.workers > kMaxWorkers) {
-    return absl::InvalidArgumentError(absl::StrFormat("need 1..%d servers and 1..%d workers, got %d and %d",
-                                                      kMaxServers, kMaxWorkers, target.servers, target.workers));
-  }
+  KESTREL_RETURN_IF_ERROR(rescale_.Check(target, servers_, workers_));
   const bool removes = !target.remove_servers.empty() || !target.remove_workers.empty();
-  for (auto [list, ranks, role] : {std::make_tuple(&target.remove_servers, &servers_, Role::kServer),
-                                   std::make_tuple(&target.remove_workers, &workers_, Role::kWorker)}) {
-    for (size_t i = 0; i < list->size(); ++i) {
-      const int r = (*list)[i];
-      if (r < 0 || r >= static_cast<int>(ranks->size()) || (i > 0 && r <= (*list)[i - 1])) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "the %s ranks to remove must increase and lie in [0, %d)", RoleName(role), ranks->size()));
-      }
-      if ((*ranks)[r].alive) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s rank %d is alive: only members that died are removed by rank (shrink the count instead)",
-            RoleName(role), r));
-      }
-    }
-    const int kept = static_cast<int>(ranks->size() - list->size());
-    const int count = role == Role::kServer ? target.servers : target.workers;
-    if (!list->empty() && count > kept) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "a rescale that removes %s ranks cannot add others (%d remain, %d asked for)", RoleName(role), kept, count));
-    }
-  }
-  if (!removes && target.servers == static_cast<int>(servers_.size()) &&
-      target.workers == static_cast<int>(workers_.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat("the job already has %d servers and %d workers",
-                                                      target.servers, target.workers));
-  }
-  if (scale_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrFormat("a rescale to %d servers and %d workers is in progress",
-                                                         scale_->servers, scale_->workers));
-  }
-  const bool grows = target.servers > static_cast<int>(servers_.size() - target.remove_servers.size()) ||
-                     target.workers > static_cast<int>(workers_.size() - target.remove_workers.size());
+  const bool grows =
+      RescaleLayout::Grows(target, static_cast<int>(servers_.size()), static_cast<int>(workers_.size()));
   // Removing dead members is how an elastic job recovers: it may begin while the job recovers or rolls back.
   const bool may_begin = state_ == JobState::kRunning && !rolling_back_;
   if (!may_begin && !(removes && !grows && (state_ == JobState::kRecovering || rolling_back_))) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the job is %s, not running: it cannot be rescaled now", JobStateName(state_)));
   }
-  for (size_t s = 0; s < out_of_service_.size() && !rolling_back_; ++s) {  // a rollback restores every server
-    if (out_of_service_[s] && std::find(target.remove_servers.begin(), target.remove_servers.end(),
-                                        static_cast<int>(s)) == target.remove_servers.end()) {
-      return absl::FailedPreconditionError(
-          "a server is out of service (failed over, not yet re-replicated): rescale once the job is whole again");
-    }
+  if (!rolling_back_ && routing_.AnyOutOfServiceBut(target.remove_servers)) {  // a rollback restores every server
+    return absl::FailedPreconditionError(
+        "a server is out of service (failed over, not yet re-replicated): rescale once the job is whole again");
   }
-  scale_ = target;
-  joining_servers_.assign(
-      std::max<int>(0, target.servers - static_cast<int>(servers_.size() - target.remove_servers.size())), Member());
-  joining_workers_.assign(
-      std::max<int>(0, target.workers - static_cast<int>(workers_.size() - target.remove_workers.size())), Member());
+  rescale_.Begin(std::move(target), static_cast<int>(servers_.size()), static_cast<int>(workers_.size()));
   return absl::OkStatus();
 }
 
 std::optional<ScaleTarget> Membership::pending_scale() const {
   absl::MutexLock lock(&mu_);
-  return scale_;
+  return rescale_.pending();
 }
 
 bool Membership::ScaleReady() const {
   absl::MutexLock lock(&mu_);
-  if (!scale_.has_value()) return false;
-  for (const auto* ranks : {&joining_servers_, &joining_workers_}) {
-    for (const Member& m : *ranks) {
-      if (!m.alive) return false;
-    }
-  }
-  return true;
-}
-
-std::vector<const Member*> Membership::TargetLocked(Role role) const {
-  const std::vector<Member>& ranks = role == Role::kServer ? servers_ : workers_;
-  const std::vector<Member>& joining = role == Role::kServer ? joining_servers_ : joining_workers_;
-  const int count = static_cast<int>(ranks.size());
-  std::vector<int> old_of_new = MapRanks(count, count, {});
-  if (scale_.has_value()) {
-    old_of_new = role == Role::kServer ? MapRanks(count, scale_->servers, scale_->remove_servers)
-                                       : MapRanks(count, scale_->workers, scale_->remove_workers);
-  }
-  std::vector<const Member*> out;
-  size_t j = 0;
-  for (const int old : old_of_new) out.push_back(old >= 0 ? &ranks[old] : &joining[j++]);
-  return out;
+  return rescale_.Ready();
 }
 
 std::vector<std::string> Membership::TargetServerAddresses() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
-  for (const Member* m : TargetLocked(Role::kServer)) out.push_back(m->alive ? m->address : "");
+  for (const Member* m : rescale_.Target(Role::kServer, servers_)) out.push_back(m->alive ? m->address : "");
   return out;
 }
 
 absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
   absl::MutexLock lock(&mu_);
-  if (!scale_.has_value()) return absl::FailedPreconditionError("no rescale is pending");
-  auto relayout = [&](std::vector<Member>& ranks, std::vector<Member>& joining, int count,
-                      const std::vector<int>& removed) {
-    const std::vector<int> old_of_new = MapRanks(static_cast<int>(ranks.size()), count, removed);
-    std::vector<bool> kept(ranks.size(), false);
-    std::vector<Member> next;
-    size_t j = 0;
-    for (int r = 0; r < count; ++r) {
-      const int old = old_of_new[r];
-      Member m = old >= 0 ? ranks[old] : joining[j++];
-      if (old >= 0) kept[old] = true;
-      if (m.rank != -1) m.rank = r;
-      next.push_back(std::move(m));
-    }
-    for (size_t old = 0; old < ranks.size(); ++old) {
-      if (kept[old]) continue;
-      if (std::find(removed.begin(), removed.end(), static_cast<int>(old)) != removed.end() &&
-          removed_ids_.size() < kMaxRemembered) {
-        removed_ids_.insert({ranks[old].role, ranks[old].id});
-      }
-      RemoveLocked(ranks[old]);
-    }
-    ranks = std::move(next);
-    joining.clear();
-    return old_of_new;
-  };
-  relayout(servers_, joining_servers_, scale_->servers, scale_->remove_servers);
-  const std::vector<int> worker_map = relayout(workers_, joining_workers_, scale_->workers, scale_->remove_workers);
+  if (!rescale_.pending().has_value()) return absl::FailedPreconditionError("no rescale is pending");
+  const std::vector<int> worker_map = rescale_.Commit(servers_, workers_, partition);
   // A renumbered worker's requests of the old layout name a rank that is another's now: they must be refused
   // (the servers compare each rank's generation), so it moves to a new generation, which it learns by rejoining.
   bool renumbered = false;
@@ -708,29 +533,21 @@ absl::StatusOr<uint64_t> Membership::CommitScale(const std::string& partition) {
     if (worker_map[r] >= 0) done[r] = done_[worker_map[r]];
   }
   done_ = std::move(done);
-  out_of_service_.assign(servers_.size(), false);
-  lost_.assign(servers_.size(), false);
-  partition_ = partition;
-  ++layout_generation_;
-  scale_.reset();
+  const uint64_t routing = routing_.Relayout(static_cast<int>(servers_.size()));
   if (state_ == JobState::kRunning && !AllAliveLocked()) state_ = JobState::kRecovering;
   if (state_ == JobState::kRecovering && !rolling_back_ && AllAliveLocked()) state_ = JobState::kRunning;
-  return ++routing_generation_;
+  return routing;
 }
 
 void Membership::CancelScale() {
   absl::MutexLock lock(&mu_);
-  for (auto* joining : {&joining_servers_, &joining_workers_}) {
-    for (Member& m : *joining) RemoveLocked(m);
-    joining->clear();
-  }
-  scale_.reset();
+  rescale_.Cancel();
 }
 
 std::vector<int> Membership::TargetIds(Role role) const {
   absl::MutexLock lock(&mu_);
   std::vector<int> out;
-  for (const Member* m : TargetLocked(role)) out.push_back(m->id);
+  for (const Member* m : rescale_.Target(role, RanksLocked(role))) out.push_back(m->id);
   return out;
 }
 
@@ -739,8 +556,8 @@ JobLayout Membership::layout() const {
   JobLayout out;
   out.num_servers = static_cast<int>(servers_.size());
   out.num_workers = static_cast<int>(workers_.size());
-  out.partition = partition_;
-  out.generation = layout_generation_;
+  out.partition = rescale_.partition();
+  out.generation = rescale_.generation();
   for (const Member& m : servers_) out.server_ids.push_back(m.id);
   for (const Member& m : workers_) {
     out.worker_ids.push_back(m.id);
@@ -752,7 +569,7 @@ JobLayout Membership::layout() const {
 std::vector<Member> Membership::Members() const {
   absl::MutexLock lock(&mu_);
   std::vector<Member> out;
-  for (const auto* ranks : {&servers_, &workers_, &joining_servers_, &joining_workers_}) {
+  for (const auto* ranks : {&servers_, &workers_, &rescale_.joining(Role::kServer), &rescale_.joining(Role::kWorker)}) {
     for (const Member& m : *ranks) {
       if (m.rank != -1) out.push_back(m);
     }

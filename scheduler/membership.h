@@ -1,5 +1,10 @@
 // Membership: who belongs to the job, who is alive, and the job generation. The scheduler's core (no gRPC).
 //
+// The facade over the job's members: it owns the one mutex, the member tables (by rank), the job generation and
+// state, and three parts it holds under that mutex, one concept each: when silence is death (LivenessJudge,
+// scheduler/liveness_judge.h), which servers serve (ServerRouting, scheduler/server_routing.h), and the layout
+// across rescales (RescaleLayout, scheduler/rescale_layout.h).
+//
 // Servers and workers register with a role and a requested rank (or none) and receive a rank and an
 // incarnation: 16 random bytes naming that registration, a secret between the member and the scheduler that
 // every later call (Heartbeat, CheckWorker) must present. They then heartbeat. A member silent for longer than
@@ -20,7 +25,7 @@
 // Routing (replicated jobs, docs/replication.md). A dead server whose ranges all have a copy elsewhere is
 // failed over instead (FailOver): it goes out of service, the routing generation moves, and the job runs on
 // without it (kRunning once every other member is alive; its replacement may register but serves nothing). A
-// rollback puts every server back in service.
+// rollback puts every server back in service. (ServerRouting keeps who is out of service.)
 //
 // Ranks and ids. A member's rank is its place in the job's layout: ranks are dense (0 .. n-1) because the
 // partition's owners, BSP's rank order and the workers' data shares are indexed by them. A member's id is the
@@ -39,18 +44,17 @@
 // joining members instead. The job's layout (its counts, partition and ids) lives here, the one place every
 // other part of the scheduler reads it from. Elastic jobs: DeadFor() names the members dead for longer than a
 // timeout, which the coordinator removes with such a rescale; an id removed that way that registers again is
-// answered OutOfRange (it exits 0).
+// answered OutOfRange (it exits 0). (RescaleLayout keeps the pending rescale, its joining members and those
+// removed.)
 //
 // Thread-safe. Time is passed in (absl::Time now), so tests control it.
 #ifndef KESTREL_SCHEDULER_MEMBERSHIP_H_
 #define KESTREL_SCHEDULER_MEMBERSHIP_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -60,13 +64,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "scheduler/liveness_judge.h"
+#include "scheduler/member.h"
+#include "scheduler/rescale_layout.h"
+#include "scheduler/server_routing.h"
 
 namespace kestrel {
 
-enum class Role { kServer, kWorker };
 enum class JobState { kForming, kRunning, kRecovering, kFinished };
 
-const char* RoleName(Role role);
 const char* JobStateName(JobState state);
 
 // The clock the scheduler passes Membership's `now` from: monotonic (a wall-clock step, e.g. NTP, must not
@@ -106,32 +112,8 @@ struct MembershipOptions {
   std::vector<int> worker_ids;
 };
 
-// The length of an incarnation, in bytes (128 random bits).
-inline constexpr size_t kIncarnationBytes = 16;
-
 // The longest address a member may register with (a DNS name is at most 253 bytes; a Unix socket path 108).
 inline constexpr size_t kMaxAddressBytes = 512;
-
-struct Member {
-  Role role = Role::kWorker;
-  int rank = -1;  // -1: never registered
-  int id = -1;    // the rank its certificate names (see the class comment); known before it registers
-  std::string address;
-  std::string incarnation;  // kIncarnationBytes random bytes; "" before the first registration
-  uint64_t registered_generation = 0;  // the job generation right after this registration
-  absl::Time last_heartbeat;
-  bool alive = false;
-  uint64_t routing_generation = 0;  // servers: the routing generation their latest heartbeat said they act on
-  absl::Time dead_since = absl::InfiniteFuture();  // when it was declared dead (InfiniteFuture: it was not)
-};
-
-// Which servers serve nothing (common/partition.h Routing), as of a routing generation.
-struct RoutingState {
-  uint64_t generation = 0;  // 0 until the first failover
-  std::vector<int> out_of_service;  // server ranks, increasing
-  uint64_t failovers = 0;           // servers failed over so far (rollbacks do not reset it)
-  uint64_t rereplications = 0;      // servers put back in service with synced copies so far
-};
 
 struct Registration {
   int rank = -1;
@@ -141,34 +123,6 @@ struct Registration {
   bool joining = false;  // a rank of a pending rescale (BeginScale), not yet of the job
   int id = -1;           // the member's id (the requested one, or the one taken for -1)
 };
-
-// The job's shape: its counts and key partition (common/partition.h Partition::ToString()), as of a rescale.
-struct JobLayout {
-  int num_servers = 1;
-  int num_workers = 1;
-  std::string partition;
-  uint64_t generation = 0;  // rescales so far
-  std::vector<int> server_ids;  // by rank: the id (certificate rank) of each server
-  std::vector<int> worker_ids;  // by rank: the id of each worker
-  std::vector<uint64_t> worker_generations;  // by rank: WorkerGenerations(), of the same moment
-};
-
-// Server and worker counts a rescale moves to.
-struct ScaleTarget {
-  int servers = 1;
-  int workers = 1;
-  // Ranks of the job to remove (elastic jobs: members that did not come back; each must be dead), increasing.
-  // The other ranks keep their order and are renumbered densely; a smaller count than what remains drops the
-  // highest of them too. Default: none.
-  std::vector<int> remove_servers;
-  std::vector<int> remove_workers;
-};
-
-// How the ranks of one role map across a rescale: for each rank of the new layout, the rank it had in the old
-// one, or -1 for a joining member. The ranks kept are those below `old_count` not in `removed` (increasing, so
-// they keep their order), the first `target` of them; joining members follow. E.g. old_count 3, removed {1},
-// target 2: {0, 2}; target 3: {0, 2, -1}.
-std::vector<int> MapRanks(int old_count, int target, const std::vector<int>& removed);
 
 // The members to remove from an elastic job (Membership::DeadFor).
 struct DeadMembers {
@@ -186,9 +140,10 @@ class Membership {
   // Registers the member whose id (certificate rank) is `requested_id` and answers its rank. requested_id -1
   // takes the lowest rank never registered, else the lowest dead one. AlreadyExists when the id is held by a
   // live member; ResourceExhausted when every rank is; InvalidArgument for an id out of range, a server
-  // without an address, or an address longer than kMaxAddressBytes (a worker's may be empty). During a pending rescale, ids outside the job register as joining members (up to its
-  // counts); otherwise they are answered Unavailable (they retry until a rescale names them), or OutOfRange
-  // when an elastic rescale removed that id (it exits).
+  // without an address, or an address longer than kMaxAddressBytes (a worker's may be empty). During a pending
+  // rescale, ids outside the job register as joining members (up to its counts); otherwise they are answered
+  // Unavailable (they retry until a rescale names them), or OutOfRange when an elastic rescale removed that id (it
+  // exits).
   absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_id, absl::Time now);
 
   // Records a heartbeat of the member with id `id` and returns the current generation (and, in *rank, the
@@ -207,12 +162,12 @@ class Membership {
   // The scheduler's stalls ExpireSilent did not count as anyone's silence, in all.
   absl::Duration stalled() const {
     absl::MutexLock lock(&mu_);
-    return stalled_;
+    return liveness_.stalled();
   }
   // Periods in which the scheduler heard no member for longer than heartbeat_timeout (deaf_grace), in all.
   int64_t deaf_periods() const {
     absl::MutexLock lock(&mu_);
-    return deaf_periods_;
+    return liveness_.deaf_periods();
   }
   // Elastic jobs: the job's members declared dead at least `timeout` before `now` and not registered again
   // since (none while the job forms or after it finished).
@@ -249,9 +204,9 @@ class Membership {
   bool AnyServerDead() const;
   bool AllServersAlive() const;
 
-  // Puts every dead server (or one declared dead whose replacement registered since) out of service (a new routing generation) and returns them, if `covered` says the
-  // resulting out-of-service set (by server rank) leaves every range a copy; the job is kRunning again once
-  // every other member is alive. Nothing changes (and none is returned) when no server is dead or `covered`
+  // Puts every dead server (or one declared dead whose replacement registered since) out of service (a new
+  // routing generation) and returns them, if `covered` says the resulting out-of-service set (by server rank)
+  // leaves every range a copy; the job is kRunning again once every other member is alive. Nothing changes (and none is returned) when no server is dead or `covered`
   // refuses. `covered` runs under the membership's lock: it must not call back.
   std::vector<int> FailOver(absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
   RoutingState routing() const;
@@ -298,9 +253,13 @@ class Membership {
   std::vector<Member>& RanksLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return role == Role::kServer ? servers_ : workers_;
   }
-  std::vector<Member>& JoiningLocked(Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return role == Role::kServer ? joining_servers_ : joining_workers_;
+  const std::vector<Member>& RanksLocked(Role role) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return role == Role::kServer ? servers_ : workers_;
   }
+  // Register for an id outside the job (`count`: the job's ranks of `role`): a joining member of the pending
+  // rescale, or refused (Unavailable; OutOfRange for an id an elastic rescale removed).
+  absl::StatusOr<Registration> JoinLocked(Role role, absl::string_view address, int id, int count, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The member with id `id` for a heartbeat: of the job, joining, or null; *removed when a rescale removed the
   // registration `incarnation` names.
   Member* FindLocked(Role role, int id, absl::string_view incarnation, bool* removed)
@@ -308,17 +267,12 @@ class Membership {
   // A registration takes `m`: a new incarnation, alive from `now` (its rank and generation are the caller's).
   void ClaimLocked(Member& m, Role role, int id, absl::string_view address, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // By rank of the pending rescale's layout (the job's when none is pending), its members: the ranks kept, then
-  // the joining places (MapRanks).
-  std::vector<const Member*> TargetLocked(Role role) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The job rank whose id is `id`, or -1.
   int RankOfIdLocked(Role role, int id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewIncarnationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves `m` to the removed members (kept, bounded, so its heartbeats are answered OutOfRange).
-  void RemoveLocked(Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllAliveLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Whether `m` has been silent long enough to be declared dead at `now` (heartbeat_timeout, deaf_grace).
-  bool SilentLocked(const Member& m, absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Every member (the job's and the joining ones), to move its last heartbeat (LivenessJudge).
+  void ForEachMemberLocked(absl::FunctionRef<void(Member&)> visit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Heartbeat or Register call arrived at `now` (deaf_grace): ends a deaf period, giving every member the grace.
   void HeardLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition unless `incarnation` is `m`'s (compared in constant time).
@@ -329,33 +283,13 @@ class Membership {
   std::vector<Member> servers_ ABSL_GUARDED_BY(mu_);  // index = rank; rank -1 = never registered (id is set)
   std::vector<Member> workers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the previous ExpireSilent's `now`
-  absl::Duration stalled_ ABSL_GUARDED_BY(mu_);  // stalls not counted as silence (stall_threshold), in all
-  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // the latest Heartbeat or Register call
-  int64_t deaf_periods_ ABSL_GUARDED_BY(mu_) = 0;
+  LivenessJudge liveness_ ABSL_GUARDED_BY(mu_);  // when silence is death (stalls, deafness)
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);  // per worker rank
   std::random_device random_ ABSL_GUARDED_BY(mu_);  // incarnations (see Register)
   JobState state_ ABSL_GUARDED_BY(mu_) = JobState::kForming;
   bool rolling_back_ ABSL_GUARDED_BY(mu_) = false;
-  // By server rank: declared dead (after the job formed) since the last rollback or failover. Remembered after a
-  // replacement registers: it holds none of the lost rows.
-  std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> out_of_service_ ABSL_GUARDED_BY(mu_);  // by server rank
-  uint64_t routing_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t rereplications_ ABSL_GUARDED_BY(mu_) = 0;
-  // Rescales.
-  std::string partition_ ABSL_GUARDED_BY(mu_);
-  uint64_t layout_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<ScaleTarget> scale_ ABSL_GUARDED_BY(mu_);
-  // The joining members of the pending rescale: registered ones first, by id (their ranks follow the job's in
-  // that order), then free places (rank -1).
-  std::vector<Member> joining_servers_ ABSL_GUARDED_BY(mu_);
-  std::vector<Member> joining_workers_ ABSL_GUARDED_BY(mu_);
-  std::deque<Member> removed_ ABSL_GUARDED_BY(mu_);  // newest last, at most kMaxRemembered
-  // Ids an elastic rescale removed (dead members that did not come back), by role: registering again is refused.
-  // At most kMaxRemembered (later ones are answered Unavailable, as ids outside the job are).
-  std::set<std::pair<Role, int>> removed_ids_ ABSL_GUARDED_BY(mu_);
+  ServerRouting routing_ ABSL_GUARDED_BY(mu_);  // failed-over and lost servers, the routing generation
+  RescaleLayout rescale_ ABSL_GUARDED_BY(mu_);  // partition, pending rescale, joining and removed members
 };
 
 }  // namespace kestrel

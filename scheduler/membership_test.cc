@@ -479,14 +479,6 @@ TEST(MembershipTest, CancelledRescaleLetsTheJoiningRanksGo) {
   EXPECT_TRUE(absl::IsUnavailable(m->Register(Role::kServer, "h:1", 1, kStart).status()));
 }
 
-TEST(MembershipTest, MapRanksKeepsTheOrderOfWhatRemainsThenAddsJoiningRanks) {
-  EXPECT_EQ(MapRanks(3, 2, {1}), (std::vector<int>{0, 2}));
-  EXPECT_EQ(MapRanks(3, 1, {0}), (std::vector<int>{1}));
-  EXPECT_EQ(MapRanks(3, 4, {}), (std::vector<int>{0, 1, 2, -1}));
-  EXPECT_EQ(MapRanks(4, 2, {}), (std::vector<int>{0, 1}));
-  EXPECT_EQ(MapRanks(4, 1, {0, 2}), (std::vector<int>{1}));
-}
-
 TEST(MembershipTest, RemovingADeadMiddleRankRenumbersTheRanksAboveItKeepingTheirIds) {
   auto m = Make(3, 3);
   std::vector<std::string> servers, workers;

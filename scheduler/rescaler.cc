@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "scheduler/epoch_plan.h"
+#include "scheduler/rescale_layout.h"
 
 namespace kestrel {
 
@@ -96,154 +97,177 @@ void Rescaler::RemoveDead() {
 bool Rescaler::Drive() {
   const std::optional<ScaleTarget> target = ctx_->membership->pending_scale();
   if (!target.has_value()) return false;
-  // Removing dead members is how an elastic job recovers: it goes on while the job waits for them.
-  const bool removes = !target->remove_servers.empty() || !target->remove_workers.empty();
   const JobState state = ctx_->membership->state();
-  if (scale_cut_ == ClockTable::kNoHold) {
-    if (!(state == JobState::kRunning || (removes && state == JobState::kRecovering)) ||
-        ctx_->membership->rolling_back()) {
-      EndRescale(absl::AbortedError(absl::StrFormat("the job is %s: the rescale was abandoned",
-                                                    JobStateName(ctx_->membership->state()))));
+  if (scale_cut_ == ClockTable::kNoHold) return StartHold(*target, state);
+  switch (CheckHeld(*target, state)) {
+    case Held::kEnded:
       return false;
-    }
-    for (auto [list, role] : {std::make_pair(&target->remove_servers, Role::kServer),
-                              std::make_pair(&target->remove_workers, Role::kWorker)}) {
-      for (int r : *list) {
-        if (ctx_->membership->Alive(role, r)) {
-          EndRescale(absl::AbortedError(absl::StrFormat(
-              "%s rank %d came back before the job was held: it is not removed", RoleName(role), r)));
-          return false;
-        }
-      }
-    }
-    if (!ctx_->membership->ScaleReady()) {
-      absl::Time deadline;
-      {
-        absl::MutexLock lock(&mu_);
-        deadline = scale_deadline_;
-      }
-      if (absl::Now() < deadline) return false;  // the job runs on while the new ranks start
-      EndRescale(absl::DeadlineExceededError(absl::StrFormat(
-          "the new ranks of a rescale to %d servers and %d workers did not all register in time: start them first",
-          target->servers, target->workers)));
-      return false;
-    }
-    int64_t at;
-    {
-      absl::MutexLock lock(&mu_);
-      at = scale_at_;
-    }
-    // A checkpoint scheduled before the asked-for boundary is cut first (the workers cannot pass it meanwhile).
-    if (at > 0 && ctx_->clocks->hold() < at && ctx_->clocks->MaxPermitted() < at) return false;
-    scale_start_ = absl::Now();
-    if (at > 0) {
-      if (!ctx_->clocks->HoldAt(at)) {
-        EndRescale(absl::FailedPreconditionError(absl::StrFormat(
-            "the job passed clock %d before the new ranks registered: the rescale was not done", at)));
+    case Held::kWaiting:
+      return true;
+    case Held::kReady:
+      break;
+  }
+  RescaleAtCut(*target);
+  return false;
+}
+
+bool Rescaler::StartHold(const ScaleTarget& target, JobState state) {
+  // Removing dead members is how an elastic job recovers: it goes on while the job waits for them.
+  const bool removes = !target.remove_servers.empty() || !target.remove_workers.empty();
+  if (!(state == JobState::kRunning || (removes && state == JobState::kRecovering)) ||
+      ctx_->membership->rolling_back()) {
+    EndRescale(absl::AbortedError(absl::StrFormat("the job is %s: the rescale was abandoned",
+                                                  JobStateName(ctx_->membership->state()))));
+    return false;
+  }
+  for (auto [list, role] : {std::make_pair(&target.remove_servers, Role::kServer),
+                            std::make_pair(&target.remove_workers, Role::kWorker)}) {
+    for (int r : *list) {
+      if (ctx_->membership->Alive(role, r)) {
+        EndRescale(absl::AbortedError(absl::StrFormat(
+            "%s rank %d came back before the job was held: it is not removed", RoleName(role), r)));
         return false;
       }
-      scale_cut_ = at;
-    } else {
-      scale_cut_ = ctx_->clocks->HoldAtEarliest();
     }
-    KLOG(Info) << "rescaling to " << target->servers << " servers and " << target->workers << " workers"
-               << (removes ? absl::StrCat(" (removing server ranks [", absl::StrJoin(target->remove_servers, ","),
-                                          "] and worker ranks [", absl::StrJoin(target->remove_workers, ","), "])")
-                           : "")
-               << ": every worker stops at clock " << scale_cut_;
-    return true;
   }
+  if (!ctx_->membership->ScaleReady()) {
+    absl::Time deadline;
+    {
+      absl::MutexLock lock(&mu_);
+      deadline = scale_deadline_;
+    }
+    if (absl::Now() < deadline) return false;  // the job runs on while the new ranks start
+    EndRescale(absl::DeadlineExceededError(absl::StrFormat(
+        "the new ranks of a rescale to %d servers and %d workers did not all register in time: start them first",
+        target.servers, target.workers)));
+    return false;
+  }
+  int64_t at;
+  {
+    absl::MutexLock lock(&mu_);
+    at = scale_at_;
+  }
+  // A checkpoint scheduled before the asked-for boundary is cut first (the workers cannot pass it meanwhile).
+  if (at > 0 && ctx_->clocks->hold() < at && ctx_->clocks->MaxPermitted() < at) return false;
+  scale_start_ = absl::Now();
+  if (at > 0) {
+    if (!ctx_->clocks->HoldAt(at)) {
+      EndRescale(absl::FailedPreconditionError(absl::StrFormat(
+          "the job passed clock %d before the new ranks registered: the rescale was not done", at)));
+      return false;
+    }
+    scale_cut_ = at;
+  } else {
+    scale_cut_ = ctx_->clocks->HoldAtEarliest();
+  }
+  KLOG(Info) << "rescaling to " << target.servers << " servers and " << target.workers << " workers"
+             << (removes ? absl::StrCat(" (removing server ranks [", absl::StrJoin(target.remove_servers, ","),
+                                        "] and worker ranks [", absl::StrJoin(target.remove_workers, ","), "])")
+                         : "")
+             << ": every worker stops at clock " << scale_cut_;
+  return true;
+}
+
+Rescaler::Held Rescaler::CheckHeld(const ScaleTarget& target, JobState state) {
   if (ctx_->membership->AnyServerDead() || ctx_->membership->rolling_back()) {
     EndRescale(absl::AbortedError("a server died while the job was held for a rescale: abandoned"));
-    return false;
+    return Held::kEnded;
   }
   if (state == JobState::kFinished) {
     EndRescale(absl::FailedPreconditionError("the job finished before the rescale's boundary: nothing to rescale"));
-    return false;
+    return Held::kEnded;
   }
   // Every worker that stays is at the cut; a removed one is wherever it died (BSP: the cut or the clock before).
   for (int w = 0; w < ctx_->job.num_workers; ++w) {
     const bool removed =
-        std::find(target->remove_workers.begin(), target->remove_workers.end(), w) != target->remove_workers.end();
+        std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
     if (removed || ctx_->clocks->ClockOf(w) == scale_cut_) continue;
     if (!ctx_->membership->Alive(Role::kWorker, w)) {  // it may never reach the cut
       EndRescale(absl::AbortedError(absl::StrFormat(
           "worker rank %d died while the job was held for a rescale: abandoned (tried again once it is back or "
           "removed)",
           w)));
-      return false;
+      return Held::kEnded;
     }
-    return true;
+    return Held::kWaiting;
   }
   // Replicated jobs: every server must act on the latest routing (a failover just before) before rows move, or
   // a group whose primary changed could be sent by nobody.
   if (ctx_->partition->replicas() > 1 &&
       !ctx_->membership->ServersAtRouting(ctx_->membership->routing().generation)) {
-    return true;
+    return Held::kWaiting;
   }
-  absl::StatusOr<Partition> next = ctx_->PartitionOver(target->servers);
+  return Held::kReady;
+}
+
+void Rescaler::RescaleAtCut(const ScaleTarget& target) {
+  absl::StatusOr<Partition> next = ctx_->PartitionOver(target.servers);
   const int old_workers = ctx_->job.num_workers;
-  const bool workers_change = target->workers != old_workers || !target->remove_workers.empty();
-  const std::vector<int> worker_map = MapRanks(old_workers, target->workers, target->remove_workers);
+  const bool workers_change = target.workers != old_workers || !target.remove_workers.empty();
+  const std::vector<int> worker_map = MapRanks(old_workers, target.workers, target.remove_workers);
   // The workers' shares of the rest of the epoch, before anything moves (a failure leaves the job as it was).
   absl::StatusOr<std::vector<WorkerState>> states =
-      workers_change ? PlanWorkers(worker_map, target->remove_workers) : std::vector<WorkerState>();
-  const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target->remove_workers, ","));
-  if (!states.ok() && !target->remove_workers.empty() && scale_cut_ != removal_rollback_clock_) {
+      workers_change ? PlanWorkers(worker_map, target.remove_workers) : std::vector<WorkerState>();
+  const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target.remove_workers, ","));
+  if (!states.ok() && !target.remove_workers.empty() && scale_cut_ != removal_rollback_clock_) {
     // A removed worker's last report cannot be handed on (it stopped in another epoch than the others): from
     // the last checkpoint every worker's state is known at one clock. Once only: at that clock it is final.
     EndRescale(absl::AbortedError(absl::StrCat(states.status().message(), ": the job rolls back to its last "
                                                "checkpoint, and they are removed from there")));
     roll_back_(removing);
     removal_rollback_clock_ = checkpointer_->last_checkpoint_clock();
-    return false;
+    return;
   }
   if (!states.ok()) next = states.status();
   // A removed BSP worker that died mid-clock left that clock half done on the servers: complete it without it.
   // From the fence on, the servers refuse its pushes of that clock: the removal must go through, or the job
   // roll back (a restore drops every fence and buffered push).
   std::vector<int> half_done;  // removed workers that died in the clock before the cut (the others finished it)
-  for (int w : target->remove_workers) {
+  for (int w : target.remove_workers) {
     if (ctx_->clocks->ClockOf(w) < scale_cut_ && ctx_->job.consistency.bsp() && next.ok()) half_done.push_back(w);
   }
   const bool fenced = !half_done.empty();
-  if (fenced) {
-    absl::StatusOr<bool> settled = CompleteWithout(half_done, scale_cut_ - 1);
-    if (!settled.ok() || !*settled) {
-      // Not settled: some server applied that clock with their parts (only a rollback undoes it), or a call
-      // failed with the fence in place on some servers.
-      EndRescale(absl::AbortedError(absl::StrFormat(
-          "%s: clock %d %s; the job rolls back to its last checkpoint, and they are removed from there", removing,
-          scale_cut_ - 1,
-          settled.ok() ? "was applied with their pushes on some server"
-                       : absl::StrCat("could not be completed without them (", settled.status().message(), ")"))));
-      roll_back_(removing);
-      return false;
-    }
-  }
+  if (fenced && !SettleHalfDoneClock(half_done, removing)) return;
   absl::StatusOr<ScaleResult> result =
-      next.ok() ? MoveTo(*next, *target, workers_change ? &*states : nullptr) : next.status();
+      next.ok() ? MoveTo(*next, target, workers_change ? &*states : nullptr) : next.status();
   if (!result.ok()) {
     EndRescale(result.status());
     if (fenced && !ctx_->failed) roll_back_(absl::StrCat(removing, " failed after their clock was completed"));
-    return false;
+    return;
   }
+  ReleaseRescaled(target, *std::move(result), workers_change);
+}
+
+bool Rescaler::SettleHalfDoneClock(const std::vector<int>& half_done, const std::string& removing) {
+  absl::StatusOr<bool> settled = CompleteWithout(half_done, scale_cut_ - 1);
+  if (settled.ok() && *settled) return true;
+  // Not settled: some server applied that clock with their parts (only a rollback undoes it), or a call failed
+  // with the fence in place on some servers.
+  EndRescale(absl::AbortedError(absl::StrFormat(
+      "%s: clock %d %s; the job rolls back to its last checkpoint, and they are removed from there", removing,
+      scale_cut_ - 1,
+      settled.ok() ? "was applied with their pushes on some server"
+                   : absl::StrCat("could not be completed without them (", settled.status().message(), ")"))));
+  roll_back_(removing);
+  return false;
+}
+
+void Rescaler::ReleaseRescaled(const ScaleTarget& target, ScaleResult result, bool workers_change) {
   // The held workers learn of the new layout by rejoining; they continue from this same clock.
   const size_t cancelled = ctx_->clocks->CancelAll(absl::AbortedError(absl::StrFormat(
-      "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target->servers, target->workers,
-      result->layout_generation)));
+      "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target.servers, target.workers,
+      result.layout_generation)));
   // A new worker count changes every worker's share of the data: a rollback must not restore the old shares,
   // so the workers stay held until a checkpoint of the new ones is committed (a rollback to an older one is
   // refused by Restore). Server moves need none: a checkpoint of the old layout restores into the new one.
   if (workers_change) checkpointer_->CutRescaled(scale_cut_);
-  result->held = absl::Now() - scale_start_;
+  result.held = absl::Now() - scale_start_;
   KLOG(Info) << absl::StrFormat(
       "rescale %d done at clock %d: %d servers, %d workers; %d rows (%.1f MB) moved in %.3f s, workers held %.3f s "
       "(%d waits answered: rejoin)",
-      result->layout_generation, result->clock, target->servers, target->workers, result->rows_moved,
-      result->bytes_moved / 1e6, absl::ToDoubleSeconds(result->moved), absl::ToDoubleSeconds(result->held), cancelled);
-  EndRescale(*std::move(result));
-  return false;
+      result.layout_generation, result.clock, target.servers, target.workers, result.rows_moved,
+      result.bytes_moved / 1e6, absl::ToDoubleSeconds(result.moved), absl::ToDoubleSeconds(result.held), cancelled);
+  EndRescale(std::move(result));
 }
 
 absl::StatusOr<bool> Rescaler::CompleteWithout(const std::vector<int>& workers, int64_t clock) {
@@ -282,129 +306,178 @@ absl::StatusOr<bool> Rescaler::CompleteWithout(const std::vector<int>& workers, 
   return true;
 }
 
+// One server's part in a rescale's move.
+struct Rescaler::Participant {
+  int old_rank;  // -1: joining
+  int new_rank;  // -1: leaving
+  std::string address;
+};
+
+// A rescale's move, as every phase tells the servers.
+struct Rescaler::MovePlan {
+  ScaleTarget target;
+  int old_servers = 0;  // the old layout's server count
+  uint64_t generation = 0;  // the layout generation it moves to
+  uint64_t attempt = 0;  // distinct for every attempt (a retry after an abort), across scheduler restarts too
+  std::string partition;  // the new layout's (Partition::ToString())
+  std::vector<std::string> addresses;  // by new rank
+  std::vector<int> senders;  // the old ranks that send their rows: every live one
+  // Who takes part: every live server of the old layout (it sends its rows; -1: it leaves), then the joining ones.
+  std::vector<Participant> everyone;
+  // The new layout's worker ids (servers check workers' certificates against them from the switch on).
+  std::vector<int> worker_ids;
+};
+
 absl::StatusOr<ScaleResult> Rescaler::MoveTo(const Partition& next, ScaleTarget target,
                                              std::vector<WorkerState>* worker_states) {
   const JobLayout old = ctx_->membership->layout();
-  const std::vector<std::string> addresses = ctx_->membership->TargetServerAddresses();  // by new rank
+  MovePlan move;
+  move.addresses = ctx_->membership->TargetServerAddresses();
   const std::vector<std::string> old_addresses = ctx_->membership->LiveServerAddresses();  // by old rank
-  const std::vector<int> server_map = MapRanks(old.num_servers, target.servers, target.remove_servers);
-  std::vector<int> new_of_old(old.num_servers, -1);
+  KESTREL_RETURN_IF_ERROR(Enlist(old, old_addresses, target, &move));
+  move.target = std::move(target);
+  move.old_servers = old.num_servers;
+  move.generation = old.generation + 1;
+  move.attempt = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  move.partition = next.ToString();
+  bool verify;
+  {
+    absl::MutexLock lock(&mu_);
+    verify = scale_verify_;
+  }
+  if (verify && static_cast<int>(move.senders.size()) != old.num_servers) {
+    KLOG(Warning) << "rescale " << move.generation << ": a server being removed is dead, so its own groups cannot "
+                  << "be read: no fingerprint check";
+    verify = false;
+  }
+  uint64_t fingerprint_before = 0;
+  if (verify) {
+    KESTREL_ASSIGN_OR_RETURN(fingerprint_before, Fingerprint(old_addresses));
+  }
+  move.worker_ids = ctx_->membership->TargetIds(Role::kWorker);
+  const absl::Time start = absl::Now();
+  std::vector<RescaleShardResponse> sent;
+  absl::Time installed;
+  KESTREL_RETURN_IF_ERROR(SwitchServers(move, start, &sent, &installed));
+  ScaleResult result;
+  if (verify) {
+    result.fingerprint_before = fingerprint_before;
+    absl::StatusOr<uint64_t> after = Fingerprint(move.addresses);
+    if (!after.ok()) KLOG(Warning) << "rescale " << move.generation << ": cannot verify: " << after.status();
+    result.fingerprint_after = after.ok() ? *after : 0;
+    if (after.ok() && *after != fingerprint_before) {
+      KLOG(Error) << absl::StrFormat("rescale %d changed the table: fingerprint %016x before, %016x after",
+                                     move.generation, fingerprint_before, *after);
+    }
+  }
+  result.moved = installed - start;
+  for (const RescaleShardResponse& r : sent) {
+    result.rows_moved += r.rows_sent();
+    result.bytes_moved += r.bytes_sent();
+  }
+  KESTREL_RETURN_IF_ERROR(CommitMove(move, next, worker_states));
+  result.clock = scale_cut_;
+  result.layout_generation = move.generation;
+  return result;
+}
+
+absl::Status Rescaler::Enlist(const JobLayout& old, const std::vector<std::string>& old_addresses,
+                              const ScaleTarget& target, MovePlan* move) {
+  const int old_servers = old.num_servers;
+  const std::vector<int> server_map = MapRanks(old_servers, target.servers, target.remove_servers);
+  std::vector<int> new_of_old(old_servers, -1);
   for (int r = 0; r < target.servers; ++r) {
     if (server_map[r] >= 0) new_of_old[server_map[r]] = r;
   }
-  // Who takes part: every live server of the old layout (it sends its rows; -1: it leaves), then the joining
-  // ones. A dead server being removed takes no part: with replicas, the primaries of its groups send its rows.
-  struct Participant {
-    int old_rank;  // -1: joining
-    int new_rank;  // -1: leaving
-    std::string address;
-  };
-  std::vector<Participant> everyone;
-  std::vector<int> senders;
-  for (int s = 0; s < old.num_servers; ++s) {
+  // A dead server being removed takes no part: with replicas, the primaries of its groups send its rows.
+  for (int s = 0; s < old_servers; ++s) {
     if (old_addresses[s].empty()) {
       if (std::find(target.remove_servers.begin(), target.remove_servers.end(), s) == target.remove_servers.end()) {
         return absl::UnavailableError(absl::StrFormat("server %d is not alive: the rescale was not done", s));
       }
       continue;
     }
-    everyone.push_back({s, new_of_old[s], old_addresses[s]});
-    senders.push_back(s);
+    move->everyone.push_back({s, new_of_old[s], old_addresses[s]});
+    move->senders.push_back(s);
   }
   for (int r = 0; r < target.servers; ++r) {
-    if (server_map[r] == -1) everyone.push_back({-1, r, addresses[r]});
+    if (server_map[r] == -1) move->everyone.push_back({-1, r, move->addresses[r]});
   }
-  const uint64_t generation = old.generation + 1;
-  // Distinct for every attempt (a retry after an abort), across scheduler restarts too.
-  const uint64_t attempt = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-  bool verify;
-  {
-    absl::MutexLock lock(&mu_);
-    verify = scale_verify_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Rescaler::Fingerprint(const std::vector<std::string>& at) {
+  uint64_t sum = 0;
+  for (size_t s = 0; s < at.size(); ++s) {
+    KESTREL_ASSIGN_OR_RETURN(const uint64_t f, ctx_->admin->Fingerprint(static_cast<int>(s), at[s]));
+    sum += f;
   }
-  if (verify && static_cast<int>(senders.size()) != old.num_servers) {
-    KLOG(Warning) << "rescale " << generation << ": a server being removed is dead, so its own groups cannot be read: "
-                  << "no fingerprint check";
-    verify = false;
+  return sum;
+}
+
+absl::Status Rescaler::RunPhase(const MovePlan& move, RescaleShardRequest::Phase which, bool senders_only,
+                             std::vector<RescaleShardResponse>* answers, bool keep_groups) {
+  RescaleShardRequest request;
+  request.set_phase(which);
+  request.set_keep_groups(keep_groups);
+  request.set_layout_generation(move.generation);
+  request.set_attempt(move.attempt);
+  request.set_partition(move.partition);
+  for (const std::string& a : move.addresses) request.add_server_addresses(a);
+  request.set_senders(move.old_servers);
+  for (int s : move.senders) request.add_from_servers(s);
+  request.set_bsp_workers(ctx_->job.consistency.bsp() ? move.target.workers : 0);
+  request.set_routing_generation(ctx_->membership->routing().generation + 1);
+  for (int id : move.worker_ids) request.add_worker_ids(id);
+  const std::vector<Participant>& everyone = move.everyone;
+  std::vector<absl::StatusOr<RescaleShardResponse>> results(everyone.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> calls;
+  for (size_t i = 0; i < everyone.size(); ++i) {
+    if (senders_only && everyone[i].old_rank < 0) continue;
+    calls.emplace_back([&, i, request]() mutable {
+      const Participant& p = everyone[i];
+      request.set_new_rank(p.new_rank);
+      results[i] = p.address.empty()
+                       ? absl::UnavailableError(absl::StrFormat("server rank %d is not alive", p.new_rank))
+                       : ctx_->admin->Rescale(p.old_rank >= 0 ? p.old_rank : p.new_rank, p.address, request);
+    });
   }
-  // The full table over the servers at `at` (each one's own group).
-  auto fingerprint = [&](const std::vector<std::string>& at) -> absl::StatusOr<uint64_t> {
-    uint64_t sum = 0;
-    for (size_t s = 0; s < at.size(); ++s) {
-      KESTREL_ASSIGN_OR_RETURN(const uint64_t f, ctx_->admin->Fingerprint(static_cast<int>(s), at[s]));
-      sum += f;
-    }
-    return sum;
-  };
-  uint64_t fingerprint_before = 0;
-  if (verify) {
-    KESTREL_ASSIGN_OR_RETURN(fingerprint_before, fingerprint(old_addresses));
+  for (std::thread& t : calls) t.join();
+  for (size_t i = 0; i < everyone.size(); ++i) {
+    if (senders_only && everyone[i].old_rank < 0) continue;
+    if (!results[i].ok()) return results[i].status();
+    if (answers != nullptr) answers->push_back(*results[i]);
   }
-  // The new layout's worker ids (servers check workers' certificates against them from the switch on).
-  const std::vector<int> worker_ids = ctx_->membership->TargetIds(Role::kWorker);
-  const absl::Time start = absl::Now();
-  // One phase on `who`, concurrently; the first failure.
-  auto phase = [&](RescaleShardRequest::Phase which, bool senders_only, std::vector<RescaleShardResponse>* answers,
-                   bool keep_groups = false) -> absl::Status {
-    RescaleShardRequest request;
-    request.set_phase(which);
-    request.set_keep_groups(keep_groups);
-    request.set_layout_generation(generation);
-    request.set_attempt(attempt);
-    request.set_partition(next.ToString());
-    for (const std::string& a : addresses) request.add_server_addresses(a);
-    request.set_senders(old.num_servers);
-    for (int s : senders) request.add_from_servers(s);
-    request.set_bsp_workers(ctx_->job.consistency.bsp() ? target.workers : 0);
-    request.set_routing_generation(ctx_->membership->routing().generation + 1);
-    for (int id : worker_ids) request.add_worker_ids(id);
-    std::vector<absl::StatusOr<RescaleShardResponse>> results(everyone.size(), absl::UnknownError("not run"));
-    std::vector<std::thread> calls;
-    for (size_t i = 0; i < everyone.size(); ++i) {
-      if (senders_only && everyone[i].old_rank < 0) continue;
-      calls.emplace_back([&, i, request]() mutable {
-        const Participant& p = everyone[i];
-        request.set_new_rank(p.new_rank);
-        results[i] = p.address.empty()
-                         ? absl::UnavailableError(absl::StrFormat("server rank %d is not alive", p.new_rank))
-                         : ctx_->admin->Rescale(p.old_rank >= 0 ? p.old_rank : p.new_rank, p.address, request);
-      });
-    }
-    for (std::thread& t : calls) t.join();
-    for (size_t i = 0; i < everyone.size(); ++i) {
-      if (senders_only && everyone[i].old_rank < 0) continue;
-      if (!results[i].ok()) return results[i].status();
-      if (answers != nullptr) answers->push_back(*results[i]);
-    }
-    return absl::OkStatus();
-  };
-  std::vector<RescaleShardResponse> sent;
+  return absl::OkStatus();
+}
+
+absl::Status Rescaler::SwitchServers(const MovePlan& move, absl::Time start, std::vector<RescaleShardResponse>* sent,
+                                     absl::Time* installed) {
   // Only the worker count changes: every server keeps its groups and rows and switches in place (idempotent, so a
   // failed call is retried before the servers are taken to disagree). Otherwise rows move, and a failure before
   // the switch aborts the rescale with the job unchanged.
-  const bool in_place = next.ToString() == ctx_->partition->ToString() && target.servers == old.num_servers &&
-                        target.remove_servers.empty() && !ctx_->options.move_rows_on_worker_change;
+  const bool in_place = move.partition == ctx_->partition->ToString() && move.target.servers == move.old_servers &&
+                        move.target.remove_servers.empty() && !ctx_->options.move_rows_on_worker_change;
   absl::Status status;
-  absl::Time installed;
   if (in_place) {
-    installed = start;
+    *installed = start;
     for (int attempt = 1;; ++attempt) {
-      status = phase(RescaleShardRequest::SWITCH, false, nullptr, /*keep_groups=*/true);
+      status = RunPhase(move, RescaleShardRequest::SWITCH, false, nullptr, /*keep_groups=*/true);
       if (status.ok() || !Retriable(status) || attempt == kFinalAttempts) break;
       absl::SleepFor(absl::Milliseconds(200) * attempt);
     }
   } else {
-    status = phase(RescaleShardRequest::SEND, /*senders_only=*/true, &sent);
-    if (status.ok()) status = phase(RescaleShardRequest::INSTALL, false, nullptr);
+    status = RunPhase(move, RescaleShardRequest::SEND, /*senders_only=*/true, sent);
+    if (status.ok()) status = RunPhase(move, RescaleShardRequest::INSTALL, false, nullptr);
     if (!status.ok()) {
-      const absl::Status aborted = phase(RescaleShardRequest::ABORT, false, nullptr);
+      const absl::Status aborted = RunPhase(move, RescaleShardRequest::ABORT, false, nullptr);
       if (!aborted.ok()) KLOG(Warning) << "aborting the rescale: " << aborted;
       return absl::Status(status.code(), absl::StrCat("the rescale failed (the job goes on unchanged): ",
                                                       status.message()));
     }
-    installed = absl::Now();
+    *installed = absl::Now();
     // From here the servers move on one by one: a failure leaves them disagreeing on the layout.
-    status = phase(RescaleShardRequest::SWITCH, false, nullptr);
+    status = RunPhase(move, RescaleShardRequest::SWITCH, false, nullptr);
   }
   if (!status.ok()) {
     ctx_->Fail(absl::InternalError(absl::StrCat(
@@ -413,47 +486,35 @@ absl::StatusOr<ScaleResult> Rescaler::MoveTo(const Partition& next, ScaleTarget 
         status.message())));
     return absl::InternalError("the rescale failed during the switch");
   }
-  ScaleResult result;
-  if (verify) {
-    result.fingerprint_before = fingerprint_before;
-    absl::StatusOr<uint64_t> after = fingerprint(addresses);
-    if (!after.ok()) KLOG(Warning) << "rescale " << generation << ": cannot verify: " << after.status();
-    result.fingerprint_after = after.ok() ? *after : 0;
-    if (after.ok() && *after != fingerprint_before) {
-      KLOG(Error) << absl::StrFormat("rescale %d changed the table: fingerprint %016x before, %016x after",
-                                     generation, fingerprint_before, *after);
-    }
-  }
+  return absl::OkStatus();
+}
+
+absl::Status Rescaler::CommitMove(const MovePlan& move, const Partition& next,
+                                  std::vector<WorkerState>* worker_states) {
+  const ScaleTarget& target = move.target;
   // The workers' side, right before the layout becomes the job's: a worker that rejoins from then on finds its
   // clock and state (new ranks are refused until the commit).
   if (worker_states != nullptr) {
     ctx_->clocks->Resize(target.workers, scale_cut_,
                          absl::AbortedError(absl::StrFormat("the job was rescaled to %d workers (rescale %d): rejoin",
-                                                            target.workers, generation)));
+                                                            target.workers, move.generation)));
     absl::MutexLock lock(&ctx_->mu);
     ctx_->worker_states = std::move(*worker_states);
   }
-  KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, ctx_->membership->CommitScale(next.ToString()));
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t routing, ctx_->membership->CommitScale(move.partition));
   ctx_->partition = next;
-  ctx_->job.partition = next.ToString();
+  ctx_->job.partition = move.partition;
   ctx_->job.num_servers = target.servers;
   ctx_->job.num_workers = target.workers;
-  result.clock = scale_cut_;
-  result.layout_generation = generation;
-  result.moved = installed - start;
-  for (const RescaleShardResponse& r : sent) {
-    result.rows_moved += r.rows_sent();
-    result.bytes_moved += r.bytes_sent();
-  }
   if (const size_t removed = target.remove_servers.size() + target.remove_workers.size(); removed > 0) {
     KLOG(Warning) << "elastic: removed server ranks [" << absl::StrJoin(target.remove_servers, ",")
                   << "] and worker ranks [" << absl::StrJoin(target.remove_workers, ",") << "] (rescale "
-                  << generation << ")";
+                  << move.generation << ")";
     ctx_->CountRemovals(removed);
   }
-  KLOG(Info) << "rescale " << generation << ": every server serves the layout of " << target.servers
+  KLOG(Info) << "rescale " << move.generation << ": every server serves the layout of " << target.servers
              << " servers (routing generation " << routing << ")";
-  return result;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<WorkerState>> Rescaler::PlanWorkers(const std::vector<int>& old_of_new,

@@ -45,6 +45,7 @@
 #include "scheduler/clock_table.h"
 #include "scheduler/job_context.h"
 #include "scheduler/membership.h"
+#include "scheduler/rescale_layout.h"
 
 namespace kestrel {
 
@@ -78,11 +79,52 @@ class Rescaler {
   void Shutdown();
 
  private:
+  struct Participant;
+  struct MovePlan;
+  // Where a rescale holding the workers stands (CheckHeld).
+  enum class Held {
+    kEnded,    // abandoned (EndRescale answered it)
+    kWaiting,  // a worker has not reached the cut yet, or a server does not act on the latest routing yet
+    kReady,    // every worker that stays is at the cut: the rows may move
+  };
+
+  // Drive's steps. StartHold: a pending rescale not holding the workers yet is abandoned (the job cannot go on
+  // with it), waited for (its joining ranks, the boundary asked for), or holds the workers at its cut (true).
+  bool StartHold(const ScaleTarget& target, JobState state);
+  // Whether the held rescale may move now (`state`: the job's, read as Drive began).
+  Held CheckHeld(const ScaleTarget& target, JobState state);
+  // Every worker is at the cut: plans the workers' shares, settles a removed BSP worker's half-done clock, moves
+  // the rows and releases the workers; a failure ends the rescale (or rolls the job back, for a removal).
+  void RescaleAtCut(const ScaleTarget& target);
+  // BSP removal: completes the clock before the cut without the removed `half_done` workers. False when it could
+  // not: the rescale ended and the job rolls back (`removing`: what the rollback is for).
+  bool SettleHalfDoneClock(const std::vector<int>& half_done, const std::string& removing);
+  // The rescale to `target` is committed: the held workers are answered (they rejoin), a worker-count change cuts
+  // its checkpoint, and the rescale ends with `result`.
+  void ReleaseRescaled(const ScaleTarget& target, ScaleResult result, bool workers_change);
+
   // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
   // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
   // just before the layout is committed.
   absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target,
                                      std::vector<WorkerState>* worker_states);
+  // MoveTo's steps. Enlist: who takes part in `move` (from the `old` layout's live servers at `old_addresses`
+  // and the joining ones): Unavailable when a server not being removed is dead.
+  absl::Status Enlist(const JobLayout& old, const std::vector<std::string>& old_addresses,
+                      const ScaleTarget& target, MovePlan* move);
+  // The full table's fingerprint over the servers at `at` (each one's own group).
+  absl::StatusOr<uint64_t> Fingerprint(const std::vector<std::string>& at);
+  // One phase of `move` on every participant (`senders_only`: the old servers alive), concurrently; the first
+  // failure. `answers`: every answer, in the participants' order.
+  absl::Status RunPhase(const MovePlan& move, RescaleShardRequest::Phase which, bool senders_only,
+                        std::vector<RescaleShardResponse>* answers, bool keep_groups = false);
+  // Drives the servers to the new layout: in place when only the worker count changes, else send, install and
+  // switch. A failure before the switch aborts it (the job unchanged); one during the switch fails the job
+  // (JobContext::Fail). `sent`: the senders' answers; `installed`: when the new groups were installed.
+  absl::Status SwitchServers(const MovePlan& move, absl::Time start, std::vector<RescaleShardResponse>* sent,
+                             absl::Time* installed);
+  // The servers serve `next`: the workers' side is installed, and the layout becomes the job's (CommitScale).
+  absl::Status CommitMove(const MovePlan& move, const Partition& next, std::vector<WorkerState>* worker_states);
   // A worker-count change at the held cut: every new worker's state (PlanEpoch) from the old workers' reported
   // states.
   absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
