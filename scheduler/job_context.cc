@@ -7,11 +7,6 @@
 
 namespace kestrel {
 
-bool Retriable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
-         absl::IsAborted(status);
-}
-
 JobContext::JobContext(CheckpointOptions options, JobDescription job, Membership* membership, ClockTable* clocks,
                        ServerAdmin* admin, std::function<void(absl::Status)> on_fatal)
     : options(std::move(options)),

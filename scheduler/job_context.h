@@ -29,9 +29,6 @@ namespace kestrel {
 // checkpoint of a new worker count and at its in-place switch.
 inline constexpr int kFinalAttempts = 3;
 
-// A failed server call worth trying again: UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED or ABORTED.
-bool Retriable(const absl::Status& status);
-
 // Owned by the JobController (scheduler/job_controller.h), which hands it to each collaborator; `membership`,
 // `clocks` and `admin` must outlive it. Thread safety: `mu` guards the fields the gRPC handlers read (the
 // workers' states, the status); every other field belongs to the controller thread once Start() returned.

@@ -127,7 +127,7 @@ void LivenessFromFlags(MembershipOptions* membership) {
 }
 
 // --resume: a job rescaled since it started resumes in its last layout, whatever the flags (a launcher restarts the
-// scheduler with the counts it started with). A damaged checkpoint is reported by the coordinator.
+// scheduler with the counts it started with). A damaged checkpoint is reported by the job controller.
 void ResumeLayout(SchedulerOptions* options) {
   if (!absl::GetFlag(FLAGS_resume) || absl::GetFlag(FLAGS_checkpoint_dir).empty()) return;
   absl::StatusOr<std::optional<CheckpointManifest>> latest =

@@ -43,7 +43,7 @@
 // answered OutOfRange (they exit, they did not fail), and the layout generation moves. CancelScale removes the
 // joining members instead. The job's layout (its counts, partition and ids) lives here, the one place every
 // other part of the scheduler reads it from. Elastic jobs: DeadFor() names the members dead for longer than a
-// timeout, which the coordinator removes with such a rescale; an id removed that way that registers again is
+// timeout, which the job controller removes with such a rescale; an id removed that way that registers again is
 // answered OutOfRange (it exits 0). (RescaleLayout keeps the pending rescale, its joining members and those
 // removed.)
 //

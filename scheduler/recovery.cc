@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/retry.h"
 #include "common/checkpoint_layout.h"
 #include "common/logging.h"
 #include "common/partition.h"
@@ -169,7 +170,7 @@ bool Recovery::Restore() {
       });
   for (const absl::Status& result : results) {
     if (result.ok()) continue;
-    if (Retriable(result)) {
+    if (RetryScopeOf(result) != RetryScope::kNone) {  // the restore is redone whole
       KLOG(Warning) << "rollback: " << result << "; retrying";
       absl::SleepFor(absl::Milliseconds(200));
       return false;

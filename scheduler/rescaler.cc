@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/retry.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "scheduler/epoch_plan.h"
@@ -463,7 +464,7 @@ absl::Status Rescaler::SwitchServers(const MovePlan& move, absl::Time start, std
     *installed = start;
     for (int attempt = 1;; ++attempt) {
       status = RunPhase(move, RescaleShardRequest::SWITCH, false, nullptr, /*keep_groups=*/true);
-      if (status.ok() || !Retriable(status) || attempt == kFinalAttempts) break;
+      if (status.ok() || RetryScopeOf(status) == RetryScope::kNone || attempt == kFinalAttempts) break;
       absl::SleepFor(absl::Milliseconds(200) * attempt);
     }
   } else {
