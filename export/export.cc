@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/checkpoint_table_reader.h"
 #include "server/initializer.h"
 #include "server/row_values.h"
 #include "server/table.h"
