@@ -15,33 +15,13 @@
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
 #include "server/table.h"
+#include "server/tables_testing.h"
 #include "server/tier_health.h"
 
 namespace kestrel {
 namespace {
 
 constexpr int kDim = 2;
-
-// SGD with learning rate 1 from zeros: a row is minus the sum of its gradients.
-TableConfig Sgd(TableConfig::Kind kind = TableConfig::SPARSE) {
-  TableConfig c;
-  c.set_name(kind == TableConfig::DENSE ? "mlp" : "emb");
-  c.set_dim(kDim);
-  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
-  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  c.mutable_optimizer()->set_learning_rate(1.0f);
-  if (kind == TableConfig::DENSE) {
-    c.set_kind(TableConfig::DENSE);
-    c.set_dense_size(8 * kDim);
-  }
-  return c;
-}
-
-std::unique_ptr<Table> MustCreate(const TableConfig& config) {
-  auto table = Table::Create(config);
-  EXPECT_TRUE(table.ok()) << table.status();
-  return table.ok() ? *std::move(table) : nullptr;
-}
 
 BspAggregator::Batch Batch(int64_t clock, std::vector<uint64_t> keys, float grad) {
   BspAggregator::Batch batch;
@@ -58,7 +38,7 @@ std::vector<float> Pull(const BspUndo& undo, const Table& table, const std::vect
 }
 
 TEST(BspUndoTest, APullForTheLastClockAppliedSeesTheRowsBeforeIt) {
-  auto table = MustCreate(Sgd());
+  auto table = MustCreateTable(ZeroSgdTable("emb", kDim));
   BspUndo undo;
   TierHealth health(0);
   ASSERT_TRUE(undo.Apply(*table, Batch(0, {1, 5, 9}, 1.0f), health).ok());
@@ -74,7 +54,7 @@ TEST(BspUndoTest, APullForTheLastClockAppliedSeesTheRowsBeforeIt) {
 }
 
 TEST(BspUndoTest, DenseBlockKeysAreLookedUpInAnyOrder) {
-  auto table = MustCreate(Sgd(TableConfig::DENSE));
+  auto table = MustCreateTable(ZeroSgdDenseTable("mlp", kDim, /*blocks=*/8));
   std::vector<uint64_t> blocks;
   for (uint64_t b = 0; b < table->num_blocks(); ++b) blocks.push_back(Partition::DenseBlockKey("mlp", b));
   std::vector<uint64_t> sorted = {blocks[2], blocks[5], blocks[6]};
@@ -93,7 +73,7 @@ TEST(BspUndoTest, DenseBlockKeysAreLookedUpInAnyOrder) {
 TEST(BspUndoTest, RandomClocksMatchAShadow) {
   const TestSeed seed;
   std::mt19937_64 rng(seed.value());
-  auto table = MustCreate(Sgd());
+  auto table = MustCreateTable(ZeroSgdTable("emb", kDim));
   BspUndo undo;
   TierHealth health(0);
   std::map<uint64_t, float> now, before;  // one value per row (every element gets the same gradient)
@@ -140,10 +120,10 @@ class FlakyTier : public ColdTier {
 };
 
 TEST(BspUndoTest, AFailedApplyIsRecordedInTheTiersHealth) {
-  TableConfig config = Sgd();
+  TableConfig config = ZeroSgdTable("emb", kDim);
   config.mutable_capacity()->set_max_memory_bytes(64 << 10);
   config.mutable_capacity()->set_max_disk_bytes(64 << 20);
-  auto table = MustCreate(config);
+  auto table = MustCreateTable(config);
   table->SetMemoryBudget(64 << 10);
   FlakyTier disk;
   table->SetColdTier(&disk);

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/partition.h"
 #include "common/test_seed.h"
 #include "gtest/gtest.h"
@@ -20,12 +18,11 @@
 #include "rocksdb/options.h"
 #include "server/checkpoint_rows.h"
 #include "server/shard.h"
+#include "server/store_testing.h"
 #include "server/table.h"
 
 namespace kestrel {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int kDim = 4;
 
@@ -71,15 +68,8 @@ void PushSome(Shard& shard, std::mt19937_64& rng) {
 class CheckpointCutTest : public ::testing::Test {
  protected:
   // A fresh working store named `name` in the test's directory.
-  std::unique_ptr<rocksdb::DB> OpenStore(const std::string& name) {
-    const std::string dir = absl::StrCat(testing::TempDir(), "/checkpoint_cut_",
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_", name);
-    fs::remove_all(dir);
-    rocksdb::Options options;
-    options.create_if_missing = true;
-    rocksdb::DB* raw = nullptr;
-    EXPECT_TRUE(rocksdb::DB::Open(options, dir, &raw).ok());
-    return std::unique_ptr<rocksdb::DB>(raw);
+  static std::unique_ptr<rocksdb::DB> OpenStore(const std::string& name) {
+    return OpenTestStore(FreshTestDir("checkpoint_cut") + "/" + name);
   }
 
   // Everything `db` holds, by stored key.

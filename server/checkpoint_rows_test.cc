@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
+#include "server/store_testing.h"
 
 namespace kestrel {
 namespace {
@@ -97,14 +97,10 @@ TEST(CheckpointRowsTest, RocksStatusesMapToDataLossOrUnavailable) {
 }
 
 TEST(CheckpointRowsTest, OpenSnapshotReadsWithoutWritingALog) {
-  const std::string dir = absl::StrCat(testing::TempDir(), "/checkpoint_rows_snapshot");
-  fs::remove_all(dir);
+  const std::string dir = FreshTestDir("checkpoint_rows") + "/snapshot";
   {
-    rocksdb::Options options;
-    options.create_if_missing = true;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = OpenTestStore(dir);
+    ASSERT_NE(db, nullptr);
     std::string key;
     AppendRowKey("emb", 7, &key);
     ASSERT_TRUE(db->Put(StoreWriteOptions(), key, "row!").ok());

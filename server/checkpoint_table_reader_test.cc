@@ -2,27 +2,23 @@
 
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/table.pb.h"
 #include "rocksdb/db.h"
-#include "rocksdb/options.h"
 #include "server/checkpoint_row_codec.h"
 #include "server/checkpoint_rows.h"
+#include "server/store_testing.h"
 
 namespace kestrel {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr uint64_t kSequence = 3;
 
@@ -45,9 +41,7 @@ std::string Raw(const std::vector<float>& row) {
 class CheckpointTableReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = absl::StrCat(testing::TempDir(), "/checkpoint_table_reader_",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    root_ = FreshTestDir("checkpoint_table_reader");
     layout_ = std::make_unique<CheckpointLayout>(root_);
     manifest_.set_sequence(kSequence);
   }
@@ -55,12 +49,8 @@ class CheckpointTableReaderTest : public ::testing::Test {
   // Writes `entries` (stored key, value) as shard `shard`'s part.
   void WriteShard(int shard, const std::vector<std::pair<std::string, std::string>>& entries) {
     const std::string dir = layout_->ShardDir(CheckpointLayout::CheckpointName(kSequence), shard);
-    fs::create_directories(dir);
-    rocksdb::Options options;
-    options.create_if_missing = true;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir, &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = OpenTestStore(dir);
+    ASSERT_NE(db, nullptr);
     for (const auto& [key, value] : entries) ASSERT_TRUE(db->Put(StoreWriteOptions(), key, value).ok());
   }
 

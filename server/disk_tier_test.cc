@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -10,18 +9,16 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "server/checkpoint_rows.h"
 #include "server/cut_memory.h"
+#include "server/store_testing.h"
 
 namespace kestrel {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int kFloats = 3;
 
@@ -37,15 +34,9 @@ std::vector<float> RowsOf(const std::vector<uint64_t>& keys, float salt) {
 class DiskTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(testing::TempDir(), "/disk_tier_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    rocksdb::Options options;
-    options.create_if_missing = true;
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir_ + "/store", &raw).ok());
-    db_.reset(raw);
+    dir_ = FreshTestDir("disk_tier");
+    db_ = OpenTestStore(dir_ + "/store");
+    ASSERT_NE(db_, nullptr);
     tier_ = std::make_unique<DiskTier>(dir_ + "/cold", /*shard=*/5);
     tier_->Attach(db_.get());
   }

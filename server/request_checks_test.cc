@@ -14,29 +14,10 @@
 #include "gtest/gtest.h"
 #include "proto/table.pb.h"
 #include "server/table.h"
+#include "server/tables_testing.h"
 
 namespace kestrel {
 namespace {
-
-TableConfig Config(const std::string& name, int dim, TableConfig::Kind kind = TableConfig::SPARSE) {
-  TableConfig c;
-  c.set_name(name);
-  c.set_dim(dim);
-  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
-  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  c.mutable_optimizer()->set_learning_rate(1.0f);
-  if (kind == TableConfig::DENSE) {
-    c.set_kind(TableConfig::DENSE);
-    c.set_dense_size(10 * dim);  // 10 blocks
-  }
-  return c;
-}
-
-std::unique_ptr<Table> MustCreate(const TableConfig& config) {
-  auto table = Table::Create(config);
-  EXPECT_TRUE(table.ok()) << table.status();
-  return table.ok() ? *std::move(table) : nullptr;
-}
 
 // The checks of server `owner` of `partition` (both must outlive it).
 struct Checks {
@@ -100,7 +81,7 @@ TEST(RequestChecksTest, RandomKeysAreTakenExactlyWhenOwned) {
 
 TEST(RequestChecksTest, GradientsAreOneFiniteRowPerKey) {
   Checks c(*Partition::Uniform(1), 0, 10);
-  auto table = MustCreate(Config("emb", 2));
+  auto table = MustCreateTable(ZeroSgdTable("emb", 2));
   const std::vector<uint64_t> keys = {3, 7};
   EXPECT_TRUE(c.checks.CheckGrads(*table, keys, {1, 2, 3, 4}).ok());
   ExpectInvalid(c.checks.CheckGrads(*table, keys, {1, 2, 3}),
@@ -113,7 +94,7 @@ TEST(RequestChecksTest, GradientsAreOneFiniteRowPerKey) {
 
 TEST(RequestChecksTest, DenseBlocksMapToTheirBlockKeys) {
   Checks c(*Partition::Uniform(1), 0, 10);
-  auto dense = MustCreate(Config("mlp", 4, TableConfig::DENSE));
+  auto dense = MustCreateTable(ZeroSgdDenseTable("mlp", 4, /*blocks=*/10));
   ASSERT_EQ(dense->num_blocks(), 10u);
   std::vector<uint64_t> keys;
   ASSERT_TRUE(c.checks.BlockKeys(*dense, {0, 3, 9}, &keys).ok());
@@ -127,7 +108,7 @@ TEST(RequestChecksTest, DenseBlocksMapToTheirBlockKeys) {
   EXPECT_EQ(std::vector<uint64_t>(checked->begin(), checked->end()),
             (std::vector<uint64_t>{Partition::DenseBlockKey("mlp", 1), Partition::DenseBlockKey("mlp", 2)}));
 
-  auto sparse = MustCreate(Config("emb", 4));
+  auto sparse = MustCreateTable(ZeroSgdTable("emb", 4));
   const std::vector<uint64_t> ids = {1, 2};
   checked = c.checks.CheckedKeys(*sparse, ids);
   ASSERT_TRUE(checked.ok()) << checked.status();
@@ -138,7 +119,7 @@ TEST(RequestChecksTest, DenseBlocksMapToTheirBlockKeys) {
 TEST(RequestChecksTest, DenseBlockKeysMustBeOwned) {
   // Of two servers, each owns some of a table's block keys; the other's are refused.
   Checks c(*Partition::Uniform(2), 0, 100);
-  auto dense = MustCreate(Config("mlp", 4, TableConfig::DENSE));
+  auto dense = MustCreateTable(ZeroSgdDenseTable("mlp", 4, /*blocks=*/10));
   std::vector<uint64_t> mine, theirs, keys;
   for (uint64_t b = 0; b < dense->num_blocks(); ++b) {
     (c.partition.OwnerOf(Partition::DenseBlockKey("mlp", b)) == 0 ? mine : theirs).push_back(b);

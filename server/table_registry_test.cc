@@ -11,23 +11,14 @@
 #include "server/bounded_policy.h"
 #include "server/cut_memory.h"
 #include "server/table.h"
+#include "server/tables_testing.h"
 
 namespace kestrel {
 namespace {
 
-TableConfig Config(const std::string& name, int dim) {
-  TableConfig c;
-  c.set_name(name);
-  c.set_dim(dim);
-  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
-  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  c.mutable_optimizer()->set_learning_rate(1.0f);
-  return c;
-}
-
 // A bounded table (a capacity policy) of `dim` with its own memory cap `max_memory` (0: none).
 TableConfig Bounded(const std::string& name, int dim, uint64_t max_memory = 0, uint64_t max_disk = 0) {
-  TableConfig c = Config(name, dim);
+  TableConfig c = ZeroSgdTable(name, dim);
   c.mutable_capacity()->set_max_memory_bytes(max_memory);
   c.mutable_capacity()->set_max_disk_bytes(max_disk);
   c.mutable_capacity()->set_ttl_clocks(100);
@@ -39,18 +30,18 @@ constexpr KeyRange kAll = {0, ~uint64_t{0}};
 TEST(TableRegistryTest, AddIsIdempotentAndRefusesConflictsAndTooManyTables) {
   CutMemory memory;
   TableRegistry tables(/*owner=*/3, kAll, /*max_tables=*/2, /*memory_budget_bytes=*/0, &memory);
-  absl::StatusOr<bool> added = tables.Add(Config("emb", 4));
+  absl::StatusOr<bool> added = tables.Add(ZeroSgdTable("emb", 4));
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_TRUE(*added);
-  added = tables.Add(Config("emb", 4));
+  added = tables.Add(ZeroSgdTable("emb", 4));
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_FALSE(*added) << "the same table again";
-  added = tables.Add(Config("emb", 8));
+  added = tables.Add(ZeroSgdTable("emb", 8));
   EXPECT_EQ(added.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(absl::StrContains(added.status().message(), "already exists on shard 3")) << added.status();
-  EXPECT_EQ(tables.Add(Config("bad name", 4)).status().code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(tables.Add(Config("a", 2)).ok());
-  added = tables.Add(Config("c", 2));
+  EXPECT_EQ(tables.Add(ZeroSgdTable("bad name", 4)).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(tables.Add(ZeroSgdTable("a", 2)).ok());
+  added = tables.Add(ZeroSgdTable("c", 2));
   EXPECT_EQ(added.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(added.status().message(), "shard 3 already holds 2 tables")) << added.status();
 }
@@ -60,7 +51,7 @@ TEST(TableRegistryTest, FindsAndListsTablesByName) {
   TableRegistry tables(0, kAll, 10, 0, &memory);
   EXPECT_EQ(tables.Find("emb"), nullptr);
   EXPECT_TRUE(tables.All().empty());
-  for (const char* name : {"m", "b", "z", "a"}) ASSERT_TRUE(tables.Add(Config(name, 2)).ok());
+  for (const char* name : {"m", "b", "z", "a"}) ASSERT_TRUE(tables.Add(ZeroSgdTable(name, 2)).ok());
   Table* b = tables.Find("b");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->config().name(), "b");
@@ -69,7 +60,7 @@ TEST(TableRegistryTest, FindsAndListsTablesByName) {
   for (const Table* table : tables.All()) all.push_back(table->config().name());
   EXPECT_EQ(described, (std::vector<std::string>{"a", "b", "m", "z"}));
   EXPECT_EQ(all, described);
-  ASSERT_TRUE(tables.Add(Config("c", 2)).ok());
+  ASSERT_TRUE(tables.Add(ZeroSgdTable("c", 2)).ok());
   EXPECT_EQ(tables.Find("b"), b) << "tables stay where they are as others are added";
 }
 
@@ -77,7 +68,7 @@ TEST(TableRegistryTest, TheServersBudgetIsSharedByRowSizeAndCappedByEachTables) 
   CutMemory memory;
   const uint64_t budget = uint64_t{30} << 20;
   TableRegistry tables(0, kAll, 10, budget, &memory);
-  ASSERT_TRUE(tables.Add(Config("plain", 8)).ok());
+  ASSERT_TRUE(tables.Add(ZeroSgdTable("plain", 8)).ok());
   ASSERT_TRUE(tables.Add(Bounded("small", 6)).ok());  // SGD: 6 stored floats, + 2 for the row's meta
   EXPECT_EQ(tables.Find("small")->tier_stats().memory_budget, budget) << "alone, it has the whole budget";
   ASSERT_TRUE(tables.Add(Bounded("large", 14)).ok());
