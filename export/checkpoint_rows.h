@@ -1,5 +1,5 @@
 // CheckpointRows: the live rows of one sparse table of a committed checkpoint, in key order, as an export reads
-// them: every server's part (server/shard_store.h CheckpointTableReader) merged by a heap (servers may own
+// them: every server's part (server/checkpoint_table_reader.h) merged by a heap (servers may own
 // interleaved ranges), rows expired at the checkpoint's clock skipped (gone for training: not served either).
 // Holds one row per server. Thread-compatible.
 #ifndef KESTREL_EXPORT_CHECKPOINT_ROWS_H_
@@ -17,7 +17,7 @@
 #include "common/checkpoint_layout.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/table.pb.h"
-#include "server/shard_store.h"
+#include "server/checkpoint_table_reader.h"
 
 namespace kestrel {
 

@@ -19,6 +19,7 @@
 #include "export/export_rows.h"
 #include "export/verified_export.h"
 #include "google/protobuf/text_format.h"
+#include "server/checkpoint_table_reader.h"
 #include "server/initializer.h"
 #include "server/shard_store.h"
 #include "server/table.h"

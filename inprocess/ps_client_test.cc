@@ -16,6 +16,7 @@
 #include "common/hash.h"
 #include "server/ps_server.h"
 #include "server/shard.h"
+#include "server/tables_testing.h"
 #include "worker/grpc_ps_client.h"
 #include "inprocess/local_ps_client.h"
 
@@ -26,16 +27,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr int kServers = 3;
-
-TableConfig Table(const std::string& name, int dim) {
-  TableConfig c;
-  c.set_name(name);
-  c.set_dim(dim);
-  c.mutable_initializer()->set_type(InitializerConfig::ZEROS);
-  c.mutable_optimizer()->set_type(OptimizerConfig::SGD);
-  c.mutable_optimizer()->set_learning_rate(1.0f);
-  return c;
-}
 
 enum class Transport { kLocal, kGrpc };
 
@@ -72,7 +63,7 @@ class PsClientTest : public ::testing::TestWithParam<Transport> {
     } else {
       client_ = NewLocalPsClient(options_, shards);
     }
-    ASSERT_TRUE(client_->CreateTable(Table("emb", 8)).ok());
+    ASSERT_TRUE(client_->CreateTable(ZeroSgdTable("emb", 8)).ok());
   }
 
   uint64_t Fingerprint() const {
@@ -138,7 +129,7 @@ TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
   for (ValueType wire : {VALUE_TYPE_FLOAT16, VALUE_TYPE_BFLOAT16}) {
     SCOPED_TRACE(ValueType_Name(wire));
     const std::string name = wire == VALUE_TYPE_FLOAT16 ? "h16" : "b16";
-    TableConfig config = Table(name, 8);
+    TableConfig config = ZeroSgdTable(name, 8);
     config.set_wire_type(wire);
     ASSERT_TRUE(client_->CreateTable(config).ok());
     std::vector<uint64_t> keys(500);
@@ -163,7 +154,7 @@ TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
     EXPECT_NEAR(out[11], -1e-6f, 0.05e-6f) << "the small gradient survived (fp16 subnormal steps are 6e-8)";
     EXPECT_GT(exact_gradients, out.size() / 2);
     // Dense: the same through PushDense / PullDense.
-    TableConfig dense = Table(name + "_dense", 16);
+    TableConfig dense = ZeroSgdTable(name + "_dense", 16);
     dense.set_kind(TableConfig::DENSE);
     dense.set_dense_size(100);
     dense.set_wire_type(wire);
@@ -187,10 +178,10 @@ TEST_P(PsClientTest, HalfWireTypesRoundTripAsSpecified) {
 // A table stored in bf16 with an fp32 wire: gradients travel exact, the server rounds the update once, and pulls
 // travel in bf16 (PullWireType: the stored values exactly, half the bytes), answering the stored values.
 TEST_P(PsClientTest, CompactStoragePullsTheStoredValuesExactly) {
-  TableConfig config = Table("stored16", 8);
+  TableConfig config = ZeroSgdTable("stored16", 8);
   config.mutable_storage()->set_type(VALUE_TYPE_BFLOAT16);
   EXPECT_EQ(PullWireType(config), VALUE_TYPE_BFLOAT16);
-  EXPECT_EQ(PullWireType(Table("plain", 8)), VALUE_TYPE_FLOAT32);
+  EXPECT_EQ(PullWireType(ZeroSgdTable("plain", 8)), VALUE_TYPE_FLOAT32);
   ASSERT_TRUE(client_->CreateTable(config).ok());
   std::vector<uint64_t> keys(300);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = Partition::FeatureKey(i);
@@ -206,7 +197,7 @@ TEST_P(PsClientTest, CompactStoragePullsTheStoredValuesExactly) {
 }
 
 TEST_P(PsClientTest, DenseTensorRoundTrip) {
-  TableConfig dense = Table("mlp", 16);
+  TableConfig dense = ZeroSgdTable("mlp", 16);
   dense.set_kind(TableConfig::DENSE);
   dense.set_dense_size(1000);  // 63 blocks, the last one partly used
   ASSERT_TRUE(client_->CreateTable(dense).ok());
@@ -402,7 +393,7 @@ TEST(PsClientClockTest, EveryRequestCarriesItsCallsClock) {
   auto owned = std::make_unique<RecordingTransport>();
   RecordingTransport* transport = owned.get();
   std::unique_ptr<PsClient> client = NewPsClient(PsClientOptions(), *Partition::Uniform(2), std::move(owned));
-  TableConfig dense = Table("dense", 4);
+  TableConfig dense = ZeroSgdTable("dense", 4);
   dense.set_kind(TableConfig::DENSE);
   dense.set_dense_size(8);
   ASSERT_TRUE(client->CreateTable(dense).ok());

@@ -12,6 +12,7 @@
 #include "common/hash.h"
 #include "common/partition.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_table_reader.h"
 #include "server/shard.h"
 #include "server/shard_store.h"
 

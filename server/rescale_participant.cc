@@ -42,6 +42,26 @@ absl::Status RescaleParticipant::Handle(const HostedShards& hosted, const Rescal
 }
 
 absl::Status RescaleParticipant::Receive(const HostedShards& hosted, const GroupChunk& chunk) {
+  KESTREL_RETURN_IF_ERROR(CheckPiece(chunk));
+  std::shared_ptr<HostedShards> groups;
+  {
+    absl::MutexLock lock(&mu_);
+    KESTREL_ASSIGN_OR_RETURN(groups, AcceptPieceLocked(hosted, chunk));
+  }
+  // Outside the lock: senders load at once (each table locks its own stripes). The piece counts as received
+  // only once its rows are in (`done` is set below), so INSTALL never sees a group half loaded.
+  KESTREL_RETURN_IF_ERROR(LoadPiece(groups, chunk));
+  absl::MutexLock lock(&mu_);
+  if (!incoming_layout_.has_value() || incoming_layout_->groups != groups) {
+    return absl::AbortedError(absl::StrFormat("rescale %d was dropped meanwhile", chunk.layout_generation()));
+  }
+  IncomingLayout::Sender& sender = incoming_layout_->senders[chunk.sender()];
+  ++sender.loaded;
+  if (chunk.last()) sender.done = true;
+  return absl::OkStatus();
+}
+
+absl::Status RescaleParticipant::CheckPiece(const GroupChunk& chunk) const {
   if (chunk.sender() < 0 || chunk.sender() >= kMaxServers || chunk.owner() < 0 || chunk.owner() >= kMaxServers) {
     return absl::InvalidArgumentError(
         absl::StrFormat("rescale rows from server %d for range group %d: out of range", chunk.sender(), chunk.owner()));
@@ -51,119 +71,117 @@ absl::Status RescaleParticipant::Receive(const HostedShards& hosted, const Group
         "rows of rescale %d arrived after this server switched to rescale %d", chunk.layout_generation(),
         layout_->generation()));
   }
-  std::shared_ptr<HostedShards> groups;
-  {
-    absl::MutexLock lock(&mu_);
-    const std::pair<uint64_t, uint64_t> key = {chunk.layout_generation(), chunk.attempt()};
-    if (key <= aborted_) {
-      return absl::AbortedError(absl::StrFormat("rows of rescale %d (attempt %d), which was aborted",
-                                                chunk.layout_generation(), chunk.attempt()));
-    }
-    if (incoming_layout_.has_value()) {
-      const std::pair<uint64_t, uint64_t> current = {incoming_layout_->generation, incoming_layout_->attempt};
-      if (current > key) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "rows of rescale %d (attempt %d) arrived during rescale %d (attempt %d)", chunk.layout_generation(),
-            chunk.attempt(), incoming_layout_->generation, incoming_layout_->attempt));
-      }
-      if (current < key) DropLayoutLocked();  // an earlier attempt's: superseded
-    }
-    IncomingLayout::Sender* sender = nullptr;
-    if (incoming_layout_.has_value()) {
-      auto it = incoming_layout_->senders.find(chunk.sender());
-      if (it != incoming_layout_->senders.end()) sender = &it->second;
-    }
-    if (chunk.sequence() == 0) {
-      if (sender != nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("rescale %d: server %d started sending twice", chunk.layout_generation(), chunk.sender()));
-      }
-      if (!incoming_layout_.has_value()) {
-        // The first piece of this rescale: the new groups, with the tables, empty.
-        if (!hosted.options().has_value()) {
-          return absl::FailedPreconditionError(
-              "this server's groups were not made by HostedShards::Create: no rescale");
-        }
-        absl::StatusOr<Partition> partition = Partition::Parse(chunk.partition());
-        if (!partition.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
-        }
-        if (chunk.recipient() < 0 || chunk.recipient() >= partition->num_servers()) {
-          return absl::InvalidArgumentError(absl::StrFormat("rescale rows for server %d of a layout of %d servers",
-                                                            chunk.recipient(), partition->num_servers()));
-        }
-        ShardOptions options = *hosted.options();
-        options.owner = chunk.recipient();  // this server's rank in the new layout
-        options.bsp_workers = chunk.bsp_workers();
-        KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
-        const std::vector<TableConfig> tables(chunk.tables().begin(), chunk.tables().end());
-        for (Shard* group : built->shards()) {
-          KESTREL_RETURN_IF_ERROR(
-              group->Restore(tables, /*min_worker_generation=*/0, [](Shard::RowSink, Shard::SketchSink) {
-                return absl::OkStatus();
-              }));
-        }
-        incoming_layout_.emplace();
-        incoming_layout_->generation = chunk.layout_generation();
-        incoming_layout_->attempt = chunk.attempt();
-        incoming_layout_->partition = chunk.partition();
-        incoming_layout_->bsp_workers = chunk.bsp_workers();
-        incoming_layout_->rank = chunk.recipient();
-        incoming_layout_->groups = std::move(built);
-      } else if (chunk.partition() != incoming_layout_->partition ||
-                 chunk.bsp_workers() != incoming_layout_->bsp_workers ||
-                 chunk.recipient() != incoming_layout_->rank) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "rescale %d: server %d names another layout than the others", chunk.layout_generation(), chunk.sender()));
-      }
-      // Every server holds the same tables: a sender naming others is refused.
-      std::vector<std::string> names, held;
-      for (const TableConfig& t : chunk.tables()) names.push_back(t.name());
-      for (const TableConfig& t : incoming_layout_->groups->own().DescribeTables()) held.push_back(t.name());
-      std::sort(names.begin(), names.end());
-      if (names != held) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "rescale %d: server %d sends other tables than the others", chunk.layout_generation(), chunk.sender()));
-      }
-      sender = &incoming_layout_->senders[chunk.sender()];
-    } else if (sender == nullptr || sender->done || sender->next_sequence != chunk.sequence()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "rescale %d: piece %d from server %d arrived out of order (expected piece %d%s)", chunk.layout_generation(),
-          chunk.sequence(), chunk.sender(), sender != nullptr ? sender->next_sequence : 0,
-          sender != nullptr && sender->done ? ", after its last one" : ""));
-    }
-    const uint64_t bytes = chunk.keys().size() + chunk.rows().size();
-    if (incoming_layout_->bytes + bytes > max_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "rescale %d: the rows received exceed the %d bytes this server takes in a rescale",
-          chunk.layout_generation(), max_bytes_));
-    }
-    incoming_layout_->bytes += bytes;
-    sender->next_sequence = chunk.sequence() + 1;
-    groups = incoming_layout_->groups;
-  }
-  // Outside the lock: senders load at once (each table locks its own stripes). The piece counts as received
-  // only once its rows are in (`done` is set below), so INSTALL never sees a group half loaded.
-  if (!chunk.keys().empty() || !chunk.rows().empty()) {
-    absl::StatusOr<Shard*> group = groups->Group(chunk.owner());
-    absl::Status loaded = group.ok() ? (*group)->LoadRows(chunk.table(), chunk.keys(), chunk.rows()).status()
-                                     : absl::InvalidArgumentError(absl::StrCat("rows for a range group this server "
-                                                                               "does not hold: ",
-                                                                               group.status().message()));
-    if (!loaded.ok()) {
-      absl::MutexLock lock(&mu_);
-      if (incoming_layout_.has_value() && incoming_layout_->groups == groups) DropLayoutLocked();  // half loaded
-      return loaded;
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  if (!incoming_layout_.has_value() || incoming_layout_->groups != groups) {
-    return absl::AbortedError(absl::StrFormat("rescale %d was dropped meanwhile", chunk.layout_generation()));
-  }
-  IncomingLayout::Sender& sender = incoming_layout_->senders[chunk.sender()];
-  ++sender.loaded;
-  if (chunk.last()) sender.done = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<HostedShards>> RescaleParticipant::AcceptPieceLocked(const HostedShards& hosted,
+                                                                                   const GroupChunk& chunk) {
+  const std::pair<uint64_t, uint64_t> key = {chunk.layout_generation(), chunk.attempt()};
+  if (key <= aborted_) {
+    return absl::AbortedError(absl::StrFormat("rows of rescale %d (attempt %d), which was aborted",
+                                              chunk.layout_generation(), chunk.attempt()));
+  }
+  if (incoming_layout_.has_value()) {
+    const std::pair<uint64_t, uint64_t> current = {incoming_layout_->generation, incoming_layout_->attempt};
+    if (current > key) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rows of rescale %d (attempt %d) arrived during rescale %d (attempt %d)", chunk.layout_generation(),
+          chunk.attempt(), incoming_layout_->generation, incoming_layout_->attempt));
+    }
+    if (current < key) DropLayoutLocked();  // an earlier attempt's: superseded
+  }
+  IncomingLayout::Sender* sender = nullptr;
+  if (incoming_layout_.has_value()) {
+    auto it = incoming_layout_->senders.find(chunk.sender());
+    if (it != incoming_layout_->senders.end()) sender = &it->second;
+  }
+  if (chunk.sequence() == 0) {
+    if (sender != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("rescale %d: server %d started sending twice", chunk.layout_generation(), chunk.sender()));
+    }
+    KESTREL_ASSIGN_OR_RETURN(sender, StartSenderLocked(hosted, chunk));
+  } else if (sender == nullptr || sender->done || sender->next_sequence != chunk.sequence()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rescale %d: piece %d from server %d arrived out of order (expected piece %d%s)", chunk.layout_generation(),
+        chunk.sequence(), chunk.sender(), sender != nullptr ? sender->next_sequence : 0,
+        sender != nullptr && sender->done ? ", after its last one" : ""));
+  }
+  const uint64_t bytes = chunk.keys().size() + chunk.rows().size();
+  if (incoming_layout_->bytes + bytes > max_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "rescale %d: the rows received exceed the %d bytes this server takes in a rescale",
+        chunk.layout_generation(), max_bytes_));
+  }
+  incoming_layout_->bytes += bytes;
+  sender->next_sequence = chunk.sequence() + 1;
+  return incoming_layout_->groups;
+}
+
+absl::StatusOr<RescaleParticipant::IncomingLayout::Sender*> RescaleParticipant::StartSenderLocked(
+    const HostedShards& hosted, const GroupChunk& chunk) {
+  if (!incoming_layout_.has_value()) {
+    KESTREL_RETURN_IF_ERROR(StartLayoutLocked(hosted, chunk));
+  } else if (chunk.partition() != incoming_layout_->partition || chunk.bsp_workers() != incoming_layout_->bsp_workers ||
+             chunk.recipient() != incoming_layout_->rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rescale %d: server %d names another layout than the others", chunk.layout_generation(), chunk.sender()));
+  }
+  // Every server holds the same tables: a sender naming others is refused.
+  std::vector<std::string> names, held;
+  for (const TableConfig& t : chunk.tables()) names.push_back(t.name());
+  for (const TableConfig& t : incoming_layout_->groups->own().DescribeTables()) held.push_back(t.name());
+  std::sort(names.begin(), names.end());
+  if (names != held) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rescale %d: server %d sends other tables than the others", chunk.layout_generation(), chunk.sender()));
+  }
+  return &incoming_layout_->senders[chunk.sender()];
+}
+
+absl::Status RescaleParticipant::StartLayoutLocked(const HostedShards& hosted, const GroupChunk& chunk) {
+  if (!hosted.options().has_value()) {
+    return absl::FailedPreconditionError("this server's groups were not made by HostedShards::Create: no rescale");
+  }
+  absl::StatusOr<Partition> partition = Partition::Parse(chunk.partition());
+  if (!partition.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the rescale's partition: ", partition.status().message()));
+  }
+  if (chunk.recipient() < 0 || chunk.recipient() >= partition->num_servers()) {
+    return absl::InvalidArgumentError(absl::StrFormat("rescale rows for server %d of a layout of %d servers",
+                                                      chunk.recipient(), partition->num_servers()));
+  }
+  ShardOptions options = *hosted.options();
+  options.owner = chunk.recipient();  // this server's rank in the new layout
+  options.bsp_workers = chunk.bsp_workers();
+  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<HostedShards> built, HostedShards::Create(options, *partition));
+  const std::vector<TableConfig> tables(chunk.tables().begin(), chunk.tables().end());
+  for (Shard* group : built->shards()) {
+    KESTREL_RETURN_IF_ERROR(group->Restore(tables, /*min_worker_generation=*/0,
+                                           [](Shard::RowSink, Shard::SketchSink) { return absl::OkStatus(); }));
+  }
+  incoming_layout_.emplace();
+  incoming_layout_->generation = chunk.layout_generation();
+  incoming_layout_->attempt = chunk.attempt();
+  incoming_layout_->partition = chunk.partition();
+  incoming_layout_->bsp_workers = chunk.bsp_workers();
+  incoming_layout_->rank = chunk.recipient();
+  incoming_layout_->groups = std::move(built);
+  return absl::OkStatus();
+}
+
+absl::Status RescaleParticipant::LoadPiece(const std::shared_ptr<HostedShards>& groups, const GroupChunk& chunk) {
+  if (chunk.keys().empty() && chunk.rows().empty()) return absl::OkStatus();
+  absl::StatusOr<Shard*> group = groups->Group(chunk.owner());
+  absl::Status loaded = group.ok() ? (*group)->LoadRows(chunk.table(), chunk.keys(), chunk.rows()).status()
+                                   : absl::InvalidArgumentError(absl::StrCat("rows for a range group this server "
+                                                                             "does not hold: ",
+                                                                             group.status().message()));
+  if (!loaded.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (incoming_layout_.has_value() && incoming_layout_->groups == groups) DropLayoutLocked();  // half loaded
+  }
+  return loaded;
 }
 
 absl::Status RescaleParticipant::CheckNoDiskTier(const HostedShards& hosted) {

@@ -71,6 +71,21 @@ class RescaleParticipant {
     uint64_t bytes = 0;  // of rows loaded (bounded by max_bytes_)
   };
 
+  // Receive's steps. CheckPiece: what a piece says of itself (sender and group in range, a rescale ahead of this
+  // server's layout). AcceptPieceLocked: takes the piece into the incoming layout (dropping an earlier attempt's),
+  // checking its attempt, its sender's order of pieces and the byte bound; answers the groups its rows go to.
+  // StartSenderLocked: a sender's first piece, which must name the layout and tables the others name (the first
+  // piece of the rescale builds the new groups: StartLayoutLocked). LoadPiece: loads the piece's rows into its group
+  // (outside the lock); on failure drops the layout it half loaded.
+  absl::Status CheckPiece(const GroupChunk& chunk) const;
+  absl::StatusOr<std::shared_ptr<HostedShards>> AcceptPieceLocked(const HostedShards& hosted, const GroupChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<IncomingLayout::Sender*> StartSenderLocked(const HostedShards& hosted, const GroupChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartLayoutLocked(const HostedShards& hosted, const GroupChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadPiece(const std::shared_ptr<HostedShards>& groups, const GroupChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The new layout, if this server can move to it.
   absl::StatusOr<Partition> CheckRescale(const HostedShards& hosted, const RescaleShardRequest& request) const;
   // FailedPrecondition when a table keeps rows on disk: a new layout is built in memory only.

@@ -22,6 +22,12 @@
 // requests stamped with a generation older than the restore's: they belong to the timeline rolled back.
 // The Shard knows nothing of files: server/shard_store.h moves rows between it and RocksDB.
 //
+// The Shard validates and applies; each other concept is a room of its own that it owns: its tables and their
+// memory budgets (server/table_registry.h), the checks of keys, blocks and gradients (server/request_checks.h),
+// the job id and worker generations (server/job_fence.h), a failed disk tier (server/tier_health.h), BSP's
+// previous rows (server/bsp_undo.h), BSP aggregation (server/bsp_aggregator.h), server-enforced clocks
+// (server/read_gate.h) and push idempotence (server/recent_requests.h).
+//
 // Thread-safe: any number of threads may call any method. Tables, once created, live as long as the Shard;
 // the table registry is read without locks (an immutable map published through an atomic pointer).
 #ifndef KESTREL_SERVER_SHARD_H_
@@ -45,10 +51,15 @@
 #include "common/partition.h"
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
+#include "server/bsp_undo.h"
 #include "server/cut_memory.h"
+#include "server/job_fence.h"
 #include "server/read_gate.h"
 #include "server/recent_requests.h"
+#include "server/request_checks.h"
 #include "server/table.h"
+#include "server/table_registry.h"
+#include "server/tier_health.h"
 
 namespace kestrel {
 
@@ -262,25 +273,14 @@ class Shard {
   const Table* FindTable(absl::string_view name) const;
 
  private:
-  using TableMap = absl::flat_hash_map<std::string, std::shared_ptr<Table>>;
-
   Shard(const ShardOptions& options, Partition partition);
 
   absl::StatusOr<Table*> LookupTable(const RequestContext& ctx, absl::string_view table,
                                      TableConfig::Kind kind, int expected_dim) const;
-  // Checks count, order (when `sorted` is required) and ownership of `keys`; `what` names them in errors.
-  absl::Status CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const;
-  absl::Status CheckGrads(const Table& table, absl::Span<const uint64_t> keys,
-                          absl::Span<const float> grads) const;
-  // The table's keys for `ids` after checking them: sparse keys as they are, dense block indices mapped to
-  // block keys (valid until the calling thread's next call).
-  absl::StatusOr<absl::Span<const uint64_t>> CheckedKeys(const Table& table, absl::Span<const uint64_t> ids) const;
   // The checks of a write before anything is applied (CheckPush); its table and keys. Needs state_mu_ held.
   absl::StatusOr<std::pair<Table*, absl::Span<const uint64_t>>> CheckedWrite(
       const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind, absl::Span<const uint64_t> ids,
       absl::Span<const float> grads, int expected_dim) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
-  // Maps block indices to block keys after checking them.
-  absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
   // Pull/PullDense and Push/PushDense after the kind-specific key checks.
   absl::Status Read(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                     absl::Span<const uint64_t> ids, int expected_dim,
@@ -288,17 +288,9 @@ class Shard {
   absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
 
-
-  // Publishes a new table (CreateTable and Restore).
-  absl::StatusOr<bool> AddTable(const TableConfig& config);
-  // Gives every bounded table of `tables` its memory budget (see ShardOptions::memory_budget_bytes).
-  void ApplyBudgetsLocked(const TableMap& tables) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK, or FailedPrecondition after a disk tier failed (until a Restore).
-  absl::Status CheckTier() const;
-
   // The BSP aggregator of `table` (created on first use).
   BspAggregator* AggregatorFor(const Table& table);
-  // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: Undo), then tells the
+  // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: BspUndo), then tells the
   // aggregator.
   // The reads the clock allows (server/read_gate.h) are added to `released`, to run once state_mu_ is released.
   absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch, std::vector<ReadGate::Callback>* released)
@@ -313,45 +305,21 @@ class Shard {
   std::atomic<int> bsp_workers_;  // options_.bsp_workers until SetBspWorkers
   const Partition partition_;
   const std::vector<KeyRange> ranges_;
+  const RequestChecks checks_;  // keys, blocks and gradients against partition_ and ranges_
 
   // Held shared by every request while it validates and touches tables; exclusively by Exclusive/Restore.
   mutable absl::Mutex state_mu_;
   std::string restore_error_ ABSL_GUARDED_BY(state_mu_);  // non-empty: the last Restore failed
-  std::atomic<uint64_t> min_worker_generation_{0};        // set by Restore
 
-  mutable absl::Mutex mu_;  // serializes table publication
-  std::vector<std::unique_ptr<const TableMap>> table_maps_ ABSL_GUARDED_BY(mu_);  // every published version
-  std::atomic<const TableMap*> tables_{nullptr};  // the newest of table_maps_
-  ColdTier* cold_tier_ ABSL_GUARDED_BY(mu_) = nullptr;
   CutMemory cut_memory_;  // every table's retained copies
-
-  mutable absl::Mutex tier_mu_;
-  std::atomic<bool> tier_failed_{false};
-  std::string tier_error_ ABSL_GUARDED_BY(tier_mu_);
-  std::function<void(const absl::Status&)> failure_listener_ ABSL_GUARDED_BY(tier_mu_);
-
-  struct JobView {
-    uint64_t job_generation = 0;
-    std::vector<uint64_t> worker_generations;  // by worker rank
-  };
-  std::shared_ptr<const JobView> job_view_;  // atomic_load/store; null: no word from a scheduler yet
-  mutable absl::Mutex view_mu_;              // lets CheckRestoreGeneration wait for a newer view
-  uint64_t job_generation_ ABSL_GUARDED_BY(view_mu_) = 0;
-  std::function<void()> generation_listener_ ABSL_GUARDED_BY(view_mu_);
-  void TellGenerationListener() const;
+  TableRegistry tables_;  // after cut_memory_, which its tables use
+  TierHealth tier_;
+  JobFence fence_;
   ReadGate read_gate_;              // server-enforced clocks
   RecentRequests recent_requests_;  // SSP/ASP: pushes already applied, by (worker, request id)
   absl::Mutex bsp_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<BspAggregator>> aggregators_ ABSL_GUARDED_BY(bsp_mu_);
-  // BSP: by table, the rows the last applied clock changed, as they were before it. Held exclusively while a
-  // clock is applied, shared by worker pulls.
-  struct Undo {
-    int64_t clock = -1;
-    std::vector<uint64_t> keys;  // sorted, unique
-    std::vector<float> values;   // keys.size() * dim, before the clock
-  };
-  mutable absl::Mutex undo_mu_;
-  absl::flat_hash_map<std::string, Undo> undo_ ABSL_GUARDED_BY(undo_mu_);
+  BspUndo undo_;  // BSP: the rows the last applied clock changed, as they were before it
 
   mutable std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, keys_pulled_{0}, keys_pushed_{0},
       rejected_requests_{0};

@@ -21,27 +21,27 @@
 // file of each against the manifest first, and hands the rows to Shard::Restore, which keeps those this server
 // owns. The working store is then recreated empty and every row is dirty, so the next checkpoint writes all.
 //
-// Row encoding: key = table name, a zero byte, the key as 8 bytes big-endian (so a table's rows are contiguous
-// and in key order); value = dim values then the optimizer's slot floats, little-endian float32, then for
-// bounded tables the row's meta (last-push clock and push count, little-endian uint32 each; server/bounded_policy.h).
-// Keys starting with byte 0x01 are metadata: "\x01sketch\0<table>" holds a bounded table's admission sketch
-// (AdmissionSketchState, proto/table.proto). The working store is written without a WAL: after a crash it is
-// discarded (Open() recreates it); the checkpoints are what survives.
+// Row encoding (server/checkpoint_rows.h): key = table name, a zero byte, the key as 8 bytes big-endian (so a
+// table's rows are contiguous and in key order); value = dim values then the optimizer's slot floats, little-endian
+// float32, then for bounded tables the row's meta (last-push clock and push count, little-endian uint32 each;
+// server/bounded_policy.h). Keys starting with byte 0x01 are metadata: "\x01sketch\0<table>" holds a bounded
+// table's admission sketch (AdmissionSketchState, proto/table.proto). The working store is written without a WAL:
+// after a crash it is discarded (Open() recreates it); the checkpoints are what survives.
 //
 // Bounded tables. A checkpoint deletes the rows that left a bounded table since the previous one (tombstones),
-// and the store doubles as the disk tier (ColdTier) of tables with a disk budget: rows they move out of memory
-// are written here between checkpoints (held back while a cut is written, see above). RocksDB stays the record of those rows (checkpoints
-// snapshot it); reads are served by a copy of them in one ColdRowFile per table (server/cold_row_file.h: fixed-size
-// records, mmapped, an in-memory index of 10.7-21.3 bytes per disk row), in <working store>/cold/<hex of the table
-// name>.rows, which every Write and Delete keeps equal to RocksDB's and Reset discards with the store. A cold
-// read costs a memory copy when the file's pages are cached and one page read per row (one batch of reads per
-// request) when not, against a RocksDB MultiGet's ~3 us per row.
+// and the store doubles as the disk tier (ColdTier, server/disk_tier.h) of tables with a disk budget: rows they move
+// out of memory are written here between checkpoints (held back while a cut is written, see above). RocksDB stays
+// the record of those rows (checkpoints snapshot it); reads are served by a copy of them in one ColdRowFile per
+// table (server/cold_row_file.h), in <working store>/cold/<hex of the table name>.rows, which every Write and Delete
+// keeps equal to RocksDB's and Reset discards with the store.
+//
+// Rooms: the row encoding in RocksDB (server/checkpoint_rows.h), a cut's writing (server/checkpoint_cut.h), the
+// disk tier (server/disk_tier.h) and the reader of a checkpoint's rows (server/checkpoint_table_reader.h).
 //
 // Thread-compatible: one Checkpoint/Restore at a time (the server runs them on one admin thread).
 #ifndef KESTREL_SERVER_SHARD_STORE_H_
 #define KESTREL_SERVER_SHARD_STORE_H_
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -49,67 +49,25 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "absl/synchronization/mutex.h"
 #include "common/checkpoint_layout.h"
 #include "proto/checkpoint.pb.h"
-#include "rocksdb/write_batch.h"
-#include "server/checkpoint_row_codec.h"
-#include "server/cold_row_file.h"
+#include "server/bounded_policy.h"
+#include "server/checkpoint_cut.h"
+#include "server/disk_tier.h"
 #include "server/shard.h"
 
 namespace rocksdb {
 class DB;
-class Iterator;
 }  // namespace rocksdb
 
 namespace kestrel {
 
-// Reads the rows of one table from one server's part of a committed checkpoint, in key order, straight from
-// its RocksDB (read-only; nothing is loaded into memory beyond the current row). For tools that stream a
-// checkpoint (kestrel_export) instead of loading it. Verify the shard first (CheckpointLayout::VerifyShard).
-// `table` "" reads every table's rows (table by table). Thread-compatible.
-class CheckpointTableReader {
- public:
-  static absl::StatusOr<std::unique_ptr<CheckpointTableReader>> Open(const CheckpointLayout& layout,
-                                                                     const CheckpointManifest& manifest, int shard,
-                                                                     absl::string_view table);
-  ~CheckpointTableReader();
-
-  // Whether the reader is on a row; key() and row() (values then optimizer slots) describe it.
-  bool Valid() const { return valid_; }
-  absl::string_view table() const { return table_; }  // valid until Next()
-  uint64_t key() const { return key_; }
-  absl::Span<const float> row() const { return row_; }
-  // Moves to the next row of the table; DataLoss naming the file for a malformed row or a read error.
-  absl::Status Next();
-  // Calls fn for each admission sketch the shard's checkpoint holds (bounded tables; by table name).
-  absl::Status ForEachSketch(
-      absl::FunctionRef<absl::Status(absl::string_view table, const AdmissionSketchState& state)> fn);
-  // "checkpoint X, shard N (dir)", for errors.
-  const std::string& where() const { return where_; }
-
- private:
-  CheckpointTableReader() = default;
-  // Decodes the iterator's current entry, or ends the table.
-  absl::Status Load();
-
-  std::string where_;   // "checkpoint X, shard N (dir)" for errors
-  std::string prefix_;  // table name + '\0'; "" for every table
-  std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<rocksdb::Iterator> it_;
-  bool valid_ = false;
-  absl::string_view table_;
-  uint64_t key_ = 0;
-  std::vector<float> row_;
-  absl::flat_hash_map<std::string, CheckpointRowCodec> codecs_;  // by table name, from the manifest
-};
-
+// Owns the working store (RocksDB), the disk tier that writes into it and the pending cut; does not own the shards
+// it checkpoints and restores. Thread-compatible (see the file comment); its ColdTier calls are thread-safe.
 class ShardStore : public ColdTier {
  public:
   // Creates an empty working store for server `shard` under layout's root (deleting a previous one: its
@@ -156,23 +114,25 @@ class ShardStore : public ColdTier {
 
   // ColdTier: bounded tables' rows moved out of memory live in the working store, under the same keys as
   // checkpointed rows (so a checkpoint's snapshot holds them), and in the table's ColdRowFile, which serves the
-  // reads. Set it on the shard (Shard::SetColdTier); thread-safe, but not during Restore (which the shard runs
-  // exclusively anyway). A table's rows keep one width until the next Reset: a Write or Read of another width is
-  // FailedPrecondition (nothing written), a table name of over kMaxTableName bytes InvalidArgument.
-  static constexpr size_t kMaxTableName = 100;
-  absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override;
+  // reads (server/disk_tier.h). Set it on the shard (Shard::SetColdTier); thread-safe, but not during Restore (which
+  // the shard runs exclusively anyway). A table's rows keep one width until the next Reset: a Write or Read of
+  // another width is FailedPrecondition (nothing written), a table name of over kMaxTableName bytes InvalidArgument.
+  static constexpr size_t kMaxTableName = DiskTier::kMaxTableName;
+  absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override {
+    return disk_tier_.Write(table, keys, rows);
+  }
   absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
-                    std::vector<uint8_t>* found) override;
-  absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override;
+                    std::vector<uint8_t>* found) override {
+    return disk_tier_.Read(table, keys, floats, rows, found);
+  }
+  absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override {
+    return disk_tier_.Delete(table, keys);
+  }
 
   // The disk tier's files, summed over tables: rows, bytes of memory their indexes hold (outside the tables'
   // budgets), bytes on disk.
-  struct ColdFileStats {
-    uint64_t rows = 0;
-    uint64_t index_bytes = 0;
-    uint64_t file_bytes = 0;
-  };
-  ColdFileStats cold_file_stats() const ABSL_LOCKS_EXCLUDED(files_mu_);
+  using ColdFileStats = DiskTier::FileStats;
+  ColdFileStats cold_file_stats() const { return disk_tier_.file_stats(); }
 
   // For benchmarks. Writes every checkpoint inside its cut (requests stopped for the write, as with a disk tier)
   // instead of copy-on-write. Default: false.
@@ -180,62 +140,42 @@ class ShardStore : public ColdTier {
   // For tests. The next copy-on-write write fails (Unavailable) after `rows` rows, as a full disk would; and, while
   // `on`, the disk tier's writes held back during a cut fail to apply. Default: neither.
   void TEST_FailCutWriteAfter(int64_t rows) { fail_cut_write_after_ = rows; }
-  void TEST_FailHeldBackWrites(bool on) ABSL_LOCKS_EXCLUDED(deferred_mu_) {
-    absl::MutexLock lock(&deferred_mu_);
-    fail_held_back_writes_ = on;
-  }
+  void TEST_FailHeldBackWrites(bool on) { disk_tier_.TEST_FailHeldBackWrites(on); }
   // For benchmarks. Serves ColdTier reads from RocksDB (MultiGet) instead of the files (the path before them).
   // Default: false.
-  void TEST_ReadColdFromRocksDB(bool on) { cold_reads_from_rocksdb_.store(on, std::memory_order_relaxed); }
+  void TEST_ReadColdFromRocksDB(bool on) { disk_tier_.TEST_ReadFromStore(on); }
   // Drops the disk tier files' pages from the page cache (ColdRowFile::TEST_DropCachedPages) and answers how
   // many of their pages are still resident.
-  absl::StatusOr<uint64_t> TEST_DropColdCachedPages() ABSL_LOCKS_EXCLUDED(files_mu_);
+  absl::StatusOr<uint64_t> TEST_DropColdCachedPages() { return disk_tier_.TEST_DropCachedPages(); }
 
  private:
-  class BatchWriter;
-  struct PendingCut;
-
   ShardStore(const CheckpointLayout& layout, int shard);
   // Flushes the working store and cuts a RocksDB checkpoint of it into `dir`.
   absl::Status Snapshot(int rank, const std::string& dir);
-  // Writes every stripe of the cut (after an error, ends the rest without writing them).
-  absl::Status WriteCut(PendingCut& cut);
-  // The disk tier's writes into the store: applied now, or, from StartDeferring until ApplyDeferred (while a cut
-  // is written and snapshotted), held back in memory counted in `memory` (the shard's CutMemory).
-  absl::Status WriteOrDefer(rocksdb::WriteBatch batch, const char* what) ABSL_LOCKS_EXCLUDED(deferred_mu_);
-  void StartDeferring(CutMemory* memory) ABSL_LOCKS_EXCLUDED(deferred_mu_);
-  absl::Status ApplyDeferred() ABSL_LOCKS_EXCLUDED(deferred_mu_);
-  void DropDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deferred_mu_);
+  // A copy-on-write write failed part-way (rebase_): the store is of no known state. Every row of `tables` is
+  // written afresh by the next cut (see BeginCheckpoint). In the shard's exclusive section.
+  absl::Status StartAfresh(const std::vector<Table*>& tables, bool disk_tier);
+  // Lists the snapshot's files in `dir` with their sizes and checksums into `answer` (an SST's checksum is
+  // computed once: SSTs are immutable).
+  absl::Status ListSnapshotFiles(const std::string& dir, ShardCheckpoint* answer);
   // Deletes every row of `table` from the store (not its admission sketch).
   absl::Status DeleteTableRows(absl::string_view table);
   // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
   // the shard's exclusive section.
   static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
                            uint64_t min_worker_generation, absl::FunctionRef<absl::Status()> before_rows);
-  // (Re)creates the empty working store (and drops the disk tier files).
-  absl::Status Reset() ABSL_LOCKS_EXCLUDED(files_mu_);
-  // The disk tier file of `table` for rows of `floats` floats, created if `create` (else null when there is
-  // none); FailedPrecondition when the table's file holds rows of another width.
-  absl::StatusOr<std::shared_ptr<ColdRowFile>> ColdFile(absl::string_view table, int floats, bool create)
-      ABSL_LOCKS_EXCLUDED(files_mu_);
+  // (Re)creates the empty working store (and drops the disk tier's files and held-back writes).
+  absl::Status Reset();
 
   const CheckpointLayout layout_;
   const int shard_;
   std::unique_ptr<rocksdb::DB> db_;
-  mutable absl::Mutex files_mu_;
-  // By table name; a Read holds its file's reference, so a Reset never unmaps a file being read.
-  absl::flat_hash_map<std::string, std::shared_ptr<ColdRowFile>> files_ ABSL_GUARDED_BY(files_mu_);
-  std::atomic<bool> cold_reads_from_rocksdb_{false};
+  DiskTier disk_tier_;  // writes into db_
   std::map<std::string, CheckpointFile> sst_checksums_;  // by SST file name (of the current working store)
-  std::unique_ptr<PendingCut> pending_;  // the cut BeginCheckpoint made, until FinishCheckpoint
-  absl::Mutex deferred_mu_;
-  CutMemory* deferred_memory_ ABSL_GUARDED_BY(deferred_mu_) = nullptr;  // non-null: the disk tier's writes wait
-  std::vector<rocksdb::WriteBatch> deferred_ ABSL_GUARDED_BY(deferred_mu_);
-  uint64_t deferred_bytes_ ABSL_GUARDED_BY(deferred_mu_) = 0;
+  std::unique_ptr<CheckpointCut> pending_;  // the cut BeginCheckpoint made, until FinishCheckpoint
   bool rebase_ = false;                  // a cut's write failed: the next cut starts the store afresh
   bool write_inside_cut_ = false;        // TEST_WriteInsideTheCut
   int64_t fail_cut_write_after_ = -1;    // TEST_FailCutWriteAfter (-1: never)
-  bool fail_held_back_writes_ ABSL_GUARDED_BY(deferred_mu_) = false;  // TEST_FailHeldBackWrites
 };
 
 }  // namespace kestrel
