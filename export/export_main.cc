@@ -11,7 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/command_line.h"
-#include "common/process_flags.h"
+#include "common/checkpoint_dir_flag.h"
 #include "common/logging.h"
 #include "google/protobuf/text_format.h"
 #include "common/checkpoint_layout.h"

@@ -21,7 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/command_line.h"
-#include "common/process_flags.h"
+#include "common/checkpoint_dir_flag.h"
+#include "common/job_id_flag.h"
+#include "common/job_shape_flags.h"
 #include "common/checkpoint_layout.h"
 #include "common/cluster_env.h"
 #include "common/logging.h"
@@ -39,17 +41,9 @@
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7000, "Port to listen on; 0 picks a free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written to this file once serving.");
-ABSL_FLAG(int, num_servers, -1,
-          "Parameter servers the job needs (>= 1). -1: from the environment (KESTREL_NUM_SERVERS, TF_CONFIG, "
-          "DMLC_NUM_SERVER), else 1.");
 ABSL_FLAG(int, num_workers, -1,
           "Workers the job needs (>= 1). -1: from the environment (KESTREL_NUM_WORKERS, TF_CONFIG, "
           "DMLC_NUM_WORKER), else 1.");
-ABSL_FLAG(int, ranges_per_server, 1, "Key ranges per server in the uniform partition handed to members.");
-ABSL_FLAG(int, replicas, 1,
-          "Copies of every key range, on distinct servers, in [1, --num_servers] (docs/replication.md). 1 (default): "
-          "a server's death rolls the job back to its last checkpoint. R >= 2: it fails over to a backup copy "
-          "without a rollback while every range keeps a copy. Servers must run with the same --replicas.");
 ABSL_FLAG(std::string, consistency, "bsp",
           "bsp: iteration c starts once every worker finished c-1; ssp: once the slowest finished c-s-1 "
           "(--staleness); asp: never waits.");
@@ -190,10 +184,7 @@ bool OptionsFromFlags(SchedulerOptions* options) {
   }
   options->consistency = *consistency;
   options->lease_clocks = absl::GetFlag(FLAGS_lease_clocks);
-  auto partition = Partition::Uniform(options->membership.num_servers, absl::GetFlag(FLAGS_ranges_per_server));
-  if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
-    partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
-  }
+  absl::StatusOr<Partition> partition = UniformPartitionFromFlags(options->membership.num_servers);
   if (!partition.ok()) {
     KLOG(Error) << partition.status();
     return false;

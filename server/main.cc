@@ -33,7 +33,11 @@
 #include "common/metrics.h"
 #include "common/metrics_flags.h"
 #include "common/partition.h"
-#include "common/process_flags.h"
+#include "common/checkpoint_dir_flag.h"
+#include "common/job_id_flag.h"
+#include "common/job_shape_flags.h"
+#include "common/rank_offset_flag.h"
+#include "common/scheduler_flag.h"
 #include "common/process_setup.h"
 #include "common/tls.h"
 #include "common/tls_flags.h"
@@ -50,19 +54,9 @@ ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server is serving.");
 ABSL_FLAG(int, rank, -1,
           "This server's index in [0, num_servers). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
-ABSL_FLAG(int, num_servers, -1,
-          "Number of servers the key space is split across. -1: from the environment (KESTREL_NUM_SERVERS, "
-          "TF_CONFIG, DMLC_NUM_SERVER), else 1.");
-ABSL_FLAG(int, ranges_per_server, 1,
-          "Key ranges per server: the key space is cut into num_servers * ranges_per_server equal ranges, dealt "
-          "round-robin.");
 ABSL_FLAG(std::string, partition, "",
           "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_servers and "
           "--ranges_per_server. Clients must use the same partition.");
-ABSL_FLAG(int, replicas, 1,
-          "Copies of every key range, on distinct servers (docs/replication.md): 1 (default) none; R >= 2 makes this "
-          "server also hold the backups of the ranges of the R-1 servers before it, and a server's death fail "
-          "over to a backup instead of rolling the job back. Must equal the scheduler's --replicas.");
 ABSL_FLAG(int, threads, 0,
           "Request-handling threads: N > 0 runs handlers on a pool of N threads; 0 runs them on gRPC's callback "
           "threads (sized by gRPC from the core count).");
@@ -134,12 +128,12 @@ absl::StatusOr<std::unique_ptr<HostedShards>> GroupsFromFlags(int index) {
                << ": it joins the job in a rescale (kestrel scale) or not at all";
     absl::SetFlag(&FLAGS_num_servers, index + 1);
   }
-  absl::StatusOr<Partition> partition = absl::GetFlag(FLAGS_partition).empty()
-                                            ? Partition::Uniform(absl::GetFlag(FLAGS_num_servers),
-                                                                 absl::GetFlag(FLAGS_ranges_per_server))
-                                            : Partition::Parse(absl::GetFlag(FLAGS_partition));
-  if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
-    partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
+  absl::StatusOr<Partition> partition = UniformPartitionFromFlags(absl::GetFlag(FLAGS_num_servers));
+  if (!absl::GetFlag(FLAGS_partition).empty()) {
+    partition = Partition::Parse(absl::GetFlag(FLAGS_partition));
+    if (partition.ok() && absl::GetFlag(FLAGS_replicas) != 1) {
+      partition = partition->WithReplicas(absl::GetFlag(FLAGS_replicas));
+    }
   }
   if (!partition.ok()) return absl::InvalidArgumentError(absl::StrCat("bad partition: ", partition.status().message()));
   if (partition->replicas() > 1 && absl::GetFlag(FLAGS_scheduler).empty()) {
