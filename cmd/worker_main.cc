@@ -51,13 +51,16 @@
 #include "worker/trainer.h"
 #include "worker/worker_session.h"
 
-ABSL_FLAG(absl::Duration, recovery_timeout, absl::Minutes(10),
+// Defaults come from the options each flag sets (WorkerSessionOptions, LocalTrainingOptions).
+ABSL_FLAG(absl::Duration, recovery_timeout, kestrel::WorkerSessionOptions().recovery_timeout,
           "How long a worker whose training stopped waits for the job to roll back and rejoins before giving up.");
 ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.proto). Required.");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
-ABSL_FLAG(int, local_servers, 1, "--local: in-process server shards.");
+ABSL_FLAG(int, local_servers, kestrel::LocalTrainingOptions().num_servers, "--local: in-process servers.");
 ABSL_FLAG(int, rank, -1,
-          "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else any free rank.");
+          "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / "
+          "Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index "
+          "(common/cluster_env.h)), else any free rank.");
 ABSL_FLAG(std::string, tensorboard_dir, "",
           "Write TensorBoard event files (loss, AUC, examples/s by step) under <dir>/worker<rank>/. Default: none.");
 ABSL_FLAG(std::string, device, "auto", "Compute backend: auto (CUDA when a GPU is present), cpu, cuda, cuda:N.");
@@ -66,11 +69,12 @@ ABSL_FLAG(int, compute_threads, 0,
           "count results are bitwise repeatable.");
 ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (override data.train_files).");
 ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override data.test_files).");
-ABSL_FLAG(bool, row_cache, true,
+ABSL_FLAG(bool, row_cache, kestrel::WorkerSessionOptions().row_cache,
           "Under SSP(s >= 1), serve sparse rows from this worker's cache while they are within the staleness bound "
           "(worker/row_cache.h); BSP never caches, nor does SSP under leases (its reads travel with its pushes).");
-ABSL_FLAG(int64_t, row_cache_rows, 1 << 20, "Most rows the row cache keeps per table.");
-ABSL_FLAG(int, asp_cache_clocks, 0,
+ABSL_FLAG(int64_t, row_cache_rows, kestrel::WorkerSessionOptions().row_cache_rows,
+          "Most rows the row cache keeps per table.");
+ABSL_FLAG(int, asp_cache_clocks, kestrel::WorkerSessionOptions().asp_cache_clocks,
           "Under ASP, serve cached rows for this many of the worker's own clocks after their pull (0: no cache).");
 ABSL_FLAG(std::string, metrics_out, "",
           "Write JSON-lines training and evaluation records (proto/records.proto) to this file, emptied at start "
@@ -87,7 +91,7 @@ ABSL_FLAG(std::string, export_dir, "",
 ABSL_FLAG(std::string, line_log, "",
           "Audit of the data order: append, for every iteration this worker trains, '<clock> <epoch> <line>...' with "
           "the global index of each training line of its batch, to this file. Empty (default): none.");
-ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(60),
+ABSL_FLAG(absl::Duration, scheduler_timeout, kestrel::WorkerSessionOptions().scheduler_timeout,
           "How long to retry registering and to wait for every server to join.");
 
 namespace kestrel {

@@ -48,11 +48,12 @@ ABSL_FLAG(std::string, consistency, "bsp",
           "bsp: iteration c starts once every worker finished c-1; ssp: once the slowest finished c-s-1 "
           "(--staleness); asp: never waits.");
 ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker may run ahead).");
-ABSL_FLAG(int, lease_clocks, 0,
+// Defaults come from the options each flag sets (SchedulerOptions, MembershipOptions, CheckpointOptions).
+ABSL_FLAG(int, lease_clocks, kestrel::SchedulerOptions().lease_clocks,
           "Server-enforced clocks: > 0, the servers enforce --consistency from the clocks workers' reads carry, and "
           "workers ask the scheduler once per lease of this many iterations (docs/protocol.md). Not with "
           "--elastic_timeout or replicated partitions. 0: the scheduler is every iteration's barrier.");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+ABSL_FLAG(absl::Duration, heartbeat_interval, kestrel::MembershipOptions().heartbeat_interval,
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
 ABSL_FLAG(absl::Duration, stall_threshold, absl::ZeroDuration(),
           "When the scheduler's liveness checks (every --heartbeat_interval / 4) are further apart than this, it did "
@@ -63,27 +64,29 @@ ABSL_FLAG(absl::Duration, deaf_grace, absl::ZeroDuration(),
           "deadline (a scheduler cut off from everyone declares no one dead); after hearing no one for a timeout, "
           "every member has this long from the first message heard. 0: 3 * --heartbeat_interval + 2s; negative: "
           "off (plain timeouts).");
-ABSL_FLAG(int64_t, checkpoint_every_clocks, 0, "Cut a global checkpoint every N clocks (0: off).");
-ABSL_FLAG(absl::Duration, checkpoint_every, absl::ZeroDuration(),
+ABSL_FLAG(int64_t, checkpoint_every_clocks, kestrel::CheckpointOptions().every_clocks,
+          "Cut a global checkpoint every N clocks (0: off).");
+ABSL_FLAG(absl::Duration, checkpoint_every, kestrel::CheckpointOptions().every,
           "Cut a global checkpoint when this long has passed since the last one (0: off).");
-ABSL_FLAG(int, keep_checkpoints, 3, "Committed checkpoints kept (>= 1); older ones are deleted.");
-ABSL_FLAG(bool, resume, false,
+ABSL_FLAG(int, keep_checkpoints, kestrel::CheckpointOptions().keep,
+          "Committed checkpoints kept (>= 1); older ones are deleted.");
+ABSL_FLAG(bool, resume, kestrel::CheckpointOptions().resume,
           "Continue the job from the latest committed checkpoint in --checkpoint_dir (a new job when there is "
           "none). Without it, a directory holding checkpoints is refused.");
-ABSL_FLAG(bool, final_checkpoint, true, "Cut a checkpoint when every worker has finished.");
-ABSL_FLAG(bool, checkpoint_copy_on_write, true,
+ABSL_FLAG(bool, final_checkpoint, kestrel::CheckpointOptions().final_checkpoint,
+          "Cut a checkpoint when every worker has finished.");
+ABSL_FLAG(bool, checkpoint_copy_on_write, kestrel::CheckpointOptions().copy_on_write,
           "Copy-on-write checkpoints: workers wait only while the servers mark the cut, and the rows are written "
           "while training continues. false: workers wait until every server has written its part.");
 ABSL_FLAG(bool, elastic, false,
           "Elastic job (docs/elasticity.md): a server or worker that stays dead for --elastic_timeout is removed "
           "from the job instead of waited for (the ranks above it are renumbered; its data share goes to the "
-          "others; a server's ranges go to the others, from its backups or the last checkpoint). Default: off.");
-ABSL_FLAG(bool, move_rows_on_worker_change, false,
+          "others; a server's ranges go to the others, from its backups or the last checkpoint).");
+ABSL_FLAG(bool, move_rows_on_worker_change, kestrel::CheckpointOptions().move_rows_on_worker_change,
           "Rebuild the servers' groups by moving every row even when a rescale changes only the worker count (which "
-          "is otherwise switched in place): the earlier behaviour, for comparisons (bench/rescale_bench.cc). "
-          "Default: false.");
+          "is otherwise switched in place): the earlier behaviour, for comparisons (bench/rescale_bench.cc).");
 ABSL_FLAG(absl::Duration, elastic_timeout, absl::Seconds(60),
-          "With --elastic: how long a dead member may take to come back before it is removed. Default: 60s.");
+          "With --elastic: how long a dead member may take to come back before it is removed.");
 
 namespace kestrel {
 namespace {

@@ -53,40 +53,46 @@ ABSL_FLAG(int, port, 7100, "Port to listen on; 0 picks a free port (see --port_f
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written to this file (atomically) once the server is serving.");
 ABSL_FLAG(int, rank, -1,
-          "This server's index in [0, num_servers). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index (common/cluster_env.h)), else 0.");
+          "This server's index in [0, num_servers). -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, "
+          "the Open MPI / PMI / Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job "
+          "index (common/cluster_env.h)), else 0.");
 ABSL_FLAG(std::string, partition, "",
           "Explicit key ranges 'first-last:server,...' (hex or decimal) instead of --num_servers and "
           "--ranges_per_server. Clients must use the same partition.");
-ABSL_FLAG(int, threads, 0,
+// Defaults come from the options each flag sets (PsServerOptions, ShardOptions, ServerSessionOptions).
+ABSL_FLAG(int, threads, kestrel::PsServerOptions().threads,
           "Request-handling threads: N > 0 runs handlers on a pool of N threads; 0 runs them on gRPC's callback "
           "threads (sized by gRPC from the core count).");
-ABSL_FLAG(int, max_message_bytes, 64 << 20,
-          "Largest gRPC message accepted or sent, in [1 MiB, 1 GiB] (default 64 MiB). Pulls whose answer would "
+ABSL_FLAG(int, max_message_bytes, kestrel::PsServerOptions().max_message_bytes,
+          "Largest gRPC message accepted or sent, in [1 MiB, 1 GiB]. Pulls whose answer would "
           "not fit are refused with INVALID_ARGUMENT before any work.");
-ABSL_FLAG(int64_t, max_keys_per_request, int64_t{1} << 22, "Largest number of keys in one request (>= 1).");
-ABSL_FLAG(int64_t, checkpoint_retained_mb, 512,
+ABSL_FLAG(int64_t, max_keys_per_request, static_cast<int64_t>(kestrel::ShardOptions().max_keys_per_request),
+          "Largest number of keys in one request (>= 1).");
+ABSL_FLAG(int64_t, checkpoint_retained_mb, static_cast<int64_t>(kestrel::ShardOptions().max_cut_retained_bytes >> 20),
           "MiB of row copies a copy-on-write checkpoint cut may keep while it is written (rows pushed before the "
           "writer reached them, as they were at the cut); at the bound pushes wait for the writer. 0: no bound.");
-ABSL_FLAG(int64_t, memory_budget_mb, 0,
+ABSL_FLAG(int64_t, memory_budget_mb, static_cast<int64_t>(kestrel::ShardOptions().memory_budget_bytes >> 20),
           "MiB of memory this server's bounded tables (those whose config has a capacity policy) may hold "
           "together, shared in proportion to their row sizes; a table's own max_memory_bytes caps its share. "
-          "0: only the tables' own budgets. Default: 0.");
-ABSL_FLAG(int, max_tables, 1024, "Most tables this server holds (>= 1).");
-ABSL_FLAG(int, max_push_workers, 256,
+          "0: only the tables' own budgets.");
+ABSL_FLAG(int, max_tables, static_cast<int>(kestrel::ShardOptions().max_tables),
+          "Most tables this server holds (>= 1).");
+ABSL_FLAG(int, max_push_workers, static_cast<int>(kestrel::ShardOptions().max_push_workers),
           "Without --scheduler: the workers whose recent push ids this server remembers, so a retried push is "
           "applied once (each up to 8192 ids; a push from one more worker is refused). With one, the job's "
-          "worker count. In [1, 1048576]; default 256.");
-ABSL_FLAG(int, bsp_workers, 0,
+          "worker count. In [1, 1048576].");
+ABSL_FLAG(int, bsp_workers, kestrel::ShardOptions().bsp_workers,
           "0: apply pushes on arrival (SSP/ASP). N > 0: BSP with N workers: each clock's pushes from all N are "
           "combined in rank order, averaged and applied once (clients must run with BSP pushes).");
 ABSL_FLAG(std::string, advertise_host, "",
           "Host the scheduler hands to workers for this server. Default: --host, or this machine's hostname "
           "when --host is 0.0.0.0.");
-ABSL_FLAG(absl::Duration, scheduler_timeout, absl::Seconds(30), "How long to retry registering.");
-ABSL_FLAG(bool, unsafe_no_primary_fence, false,
+ABSL_FLAG(absl::Duration, scheduler_timeout, kestrel::ServerSessionOptions().scheduler_timeout,
+          "How long to retry registering.");
+ABSL_FLAG(bool, unsafe_no_primary_fence, !kestrel::ServerSessionOptions().primary_fence,
           "Tests only: in a replicated job, serve as a range's primary without a lease from the scheduler "
           "(docs/replication.md#fencing), which lets a primary cut off from the scheduler answer after a backup took "
-          "over. Default false: fenced.");
+          "over.");
 ABSL_FLAG(bool, resume, false,
           "Without --scheduler: load the latest committed checkpoint of --checkpoint_dir before serving (a "
           "damaged one is an error, exit 2). With a scheduler, the scheduler's --resume decides.");

@@ -23,9 +23,9 @@ BINARIES = {
     "kestrel_datagen": "worker/data/kestrel_datagen",
     "kestrel_schema_guess": "worker/data/kestrel_schema_guess",
 }
-# The section of flags "every gRPC binary shares", and which binaries those are.
-SHARED_SECTION = "Flags every gRPC binary shares"
-GRPC_BINARIES = ("kestrel_server", "kestrel_scheduler", "kestrel_worker", "kestrel_ctl")
+# The section of flags every process of a running job shares, and which binaries those are.
+SHARED_SECTION = "Flags every process of a job shares"
+GRPC_BINARIES = ("kestrel_server", "kestrel_scheduler", "kestrel_worker")
 
 DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 SIZE_UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -62,9 +62,10 @@ def help_flags(binary):
     text = result.stdout + result.stderr
     flags = {}
     for entry in re.split(r"\n {4}(?=--\w)", text):  # continuation lines are indented further
-        m = re.match(r"--(\w+) \((.*)\); default: (.*?);?\s*$", entry.strip(), re.S)
+        entry = entry.split("\n\n")[0]  # a blank line ends the entry (then a section heading or the footer)
+        m = re.match(r"--(\w+) \(.*\);\s+default: ([^;]*);", entry.strip(), re.S)
         if m:
-            flags[m.group(1)] = normalize(m.group(3))
+            flags[m.group(1)] = normalize(m.group(2))
     if not flags:
         raise AssertionError(f"{binary} --help printed no flags:\n{text[:2000]}")
     return flags
@@ -127,7 +128,7 @@ class FlagsDocTest(unittest.TestCase):
         worker = self.help["kestrel_worker"]
         checked = 0
         for action in parser._actions:
-            if not action.option_strings or action.help == argparse.SUPPRESS:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
                 continue
             name = action.option_strings[0][2:]
             with self.subTest(flag=name):
