@@ -37,17 +37,17 @@ std::string UserPath(const std::string& path);
 void MakeParentDirs(const std::string& path);
 
 // Writes `text` to `path` (replacing it), creating the parent directories first.
-absl::Status WriteFile(const std::string& path, const std::string& text);
+[[nodiscard]] absl::Status WriteFile(const std::string& path, const std::string& text);
 
 // Prints a benchmark's Markdown report and, when `output_flag` (its --output value, relative to the user's
 // directory) is set, writes it there too.
-absl::Status PublishReport(const std::string& markdown, const std::string& output_flag);
+[[nodiscard]] absl::Status PublishReport(const std::string& markdown, const std::string& output_flag);
 
 // The binary a benchmark spawns, e.g. workspace_relative = "server/kestrel_server". A non-empty `flag_value`
 // (the value of --<flag_name>, taken by UserPath) must be executable. Otherwise the first executable of: the
 // runfiles copy (test runfiles, $RUNFILES_DIR, <argv0>.runfiles), then bazel-bin/<workspace_relative> under
 // the workspace. `flag_name` (without "--") is only named in the errors.
-absl::StatusOr<std::string> FindBinary(const std::string& flag_value, const std::string& workspace_relative,
+[[nodiscard]] absl::StatusOr<std::string> FindBinary(const std::string& flag_value, const std::string& workspace_relative,
                                        const char* argv0, const std::string& flag_name);
 
 // ---------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ struct Registered {
 // declared dead yet).
 // OUT_OF_RANGE as the scheduler answered it (an elastic job removed this id: the member exits 0); any other
 // failure with its code, naming `scheduler` (the address, for the message).
-absl::StatusOr<Registered> RegisterWithRetry(SchedulerClient& client, const std::string& scheduler, MemberRole role,
+[[nodiscard]] absl::StatusOr<Registered> RegisterWithRetry(SchedulerClient& client, const std::string& scheduler, MemberRole role,
                                              const std::string& address, int id, absl::Duration timeout);
 
 // How long RegisterWithRetry waits between attempts.

@@ -30,41 +30,41 @@ class SchedulerClientForTests final : public SchedulerClient {
 
   std::atomic<int> registers{0}, heartbeats{0};
 
-  absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) override {
+  [[nodiscard]] absl::StatusOr<RegisterResponse> Register(MemberRole role, const std::string& address, int id) override {
     ++registers;
     return register_ ? register_(role, address, id) : Unset("Register");
   }
-  absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
+  [[nodiscard]] absl::StatusOr<HeartbeatResponse> Heartbeat(MemberRole role, int id, const std::string& incarnation,
                                               uint64_t routing_generation, int64_t) override {
     ++heartbeats;
     return heartbeat ? heartbeat(role, id, incarnation, routing_generation) : Unset("Heartbeat");
   }
-  absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t, const std::string&, uint64_t,
+  [[nodiscard]] absl::StatusOr<int64_t> WaitToStart(int rank, int64_t clock, uint64_t, const std::string&, uint64_t,
                                       int64_t* permitted_through) override {
     if (permitted_through != nullptr) *permitted_through = clock;
     return wait_to_start ? wait_to_start(rank, clock) : Unset("WaitToStart");
   }
-  absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t, const std::string&, bool done,
+  [[nodiscard]] absl::StatusOr<int64_t> Advance(int rank, int64_t finished, uint64_t, const std::string&, bool done,
                                   const WorkerState*, uint64_t, int64_t* permitted_through) override {
     if (permitted_through != nullptr) *permitted_through = -1;
     return advance ? advance(rank, finished, done) : Unset("Advance");
   }
-  absl::Status Leave(int rank, int64_t finished, uint64_t, const std::string&, uint64_t) override {
+  [[nodiscard]] absl::Status Leave(int rank, int64_t finished, uint64_t, const std::string&, uint64_t) override {
     return leave ? leave(rank, finished) : Unset("Leave");
   }
-  absl::StatusOr<DescribeResponse> Describe() override { return describe ? describe() : Unset("Describe"); }
-  absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) override {
+  [[nodiscard]] absl::StatusOr<DescribeResponse> Describe() override { return describe ? describe() : Unset("Describe"); }
+  [[nodiscard]] absl::StatusOr<RegisterResponse> Rejoin(int id, const std::string& incarnation) override {
     return rejoin ? rejoin(id, incarnation) : Unset("Rejoin");
   }
-  absl::StatusOr<RequestRollbackResponse> RequestRollback(int id, const std::string&, uint64_t generation,
+  [[nodiscard]] absl::StatusOr<RequestRollbackResponse> RequestRollback(int id, const std::string&, uint64_t generation,
                                                           const std::string&) override {
     return request_rollback ? request_rollback(id, generation) : Unset("RequestRollback");
   }
-  absl::StatusOr<int64_t> RequestCheckpoint() override { return Unset("RequestCheckpoint"); }
-  absl::StatusOr<ScaleResponse> Scale(ScaleRequest, absl::Duration) override { return Unset("Scale"); }
+  [[nodiscard]] absl::StatusOr<int64_t> RequestCheckpoint() override { return Unset("RequestCheckpoint"); }
+  [[nodiscard]] absl::StatusOr<ScaleResponse> Scale(ScaleRequest, absl::Duration) override { return Unset("Scale"); }
 
  private:
-  static absl::Status Unset(const char* call) {
+  [[nodiscard]] static absl::Status Unset(const char* call) {
     return absl::UnimplementedError(std::string(call) + " is not answered by this test");
   }
 };

@@ -219,7 +219,7 @@ class WorkerMetrics {
   double counted_[6] ABSL_GUARDED_BY(phases_mu_) = {};
 };
 
-absl::StatusOr<JobConfig> LoadConfig() {
+[[nodiscard]] absl::StatusOr<JobConfig> LoadConfig() {
   const std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) return absl::InvalidArgumentError("--config is required");
   std::ifstream in(path);

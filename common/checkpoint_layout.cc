@@ -31,13 +31,13 @@ namespace fs = std::filesystem;
 constexpr absl::string_view kCheckpointPrefix = "ckpt-";
 constexpr absl::string_view kChecksumPrefix = "# crc32c=";
 
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+[[nodiscard]] absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   const int e = errno;
   const std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(e));
   return e == ENOENT ? absl::NotFoundError(message) : absl::UnavailableError(message);
 }
 
-absl::Status FsyncPath(const std::string& path, int flags) {
+[[nodiscard]] absl::Status FsyncPath(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags);
   if (fd < 0) return ErrnoError("cannot open", path);
   const int rc = ::fsync(fd);

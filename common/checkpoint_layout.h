@@ -33,20 +33,20 @@ namespace kestrel {
 
 // Writes `contents` to `path` atomically and durably: `path`.tmp, fsync, rename over `path`, fsync of the
 // directory. Errors name the path.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 // The whole file; NotFound when it does not exist, other errors name the path.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 // Fills manifest->shards and manifest->tables from the servers' answers (one per rank, any order): the
 // shards sorted by rank, each table once. InvalidArgument when a rank is missing or repeated, or two servers
 // hold different configs of one table. The answers' own table lists are dropped (the manifest keeps one).
-absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_servers, CheckpointManifest* manifest);
+[[nodiscard]] absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_servers, CheckpointManifest* manifest);
 
 // `body` (any bytes) followed by the checksum line MANIFEST and LATEST end with ("# crc32c=<8 hex> size=<n>\n").
 std::string WithChecksumLine(absl::string_view body);
 // The body of `contents` (read from `path`) after checking its checksum line; DataLoss naming `path` if it is
 // missing, malformed or does not match (a truncated or altered file).
-absl::StatusOr<std::string> VerifyChecksumLine(const std::string& path, const std::string& contents);
+[[nodiscard]] absl::StatusOr<std::string> VerifyChecksumLine(const std::string& path, const std::string& contents);
 
 class CheckpointLayout {
  public:
@@ -60,7 +60,7 @@ class CheckpointLayout {
   static constexpr uint64_t kMaxSequence = 1'000'000'000'000;
   // OK only for a name CheckpointName makes, of a sequence in [1, kMaxSequence]: every name that becomes a path
   // (from the scheduler, the network or LATEST) is checked first. InvalidArgument otherwise, without echoing it.
-  static absl::Status CheckName(absl::string_view name);
+  [[nodiscard]] static absl::Status CheckName(absl::string_view name);
   // "shard-0003" for server rank 3.
   static std::string ShardDirName(int shard);
 
@@ -73,34 +73,34 @@ class CheckpointLayout {
 
   // The sequence a new checkpoint takes: one above every ckpt-* directory present (committed or not), so an
   // abandoned attempt's directory is never reused.
-  absl::StatusOr<uint64_t> NextSequence() const;
+  [[nodiscard]] absl::StatusOr<uint64_t> NextSequence() const;
 
   // Commit, step 1: writes the manifest into its checkpoint directory (which the servers have filled).
-  absl::Status WriteManifest(const CheckpointManifest& manifest) const;
+  [[nodiscard]] absl::Status WriteManifest(const CheckpointManifest& manifest) const;
   // Commit, step 2: points LATEST at checkpoint `name`. From here on it exists.
-  absl::Status MoveLatest(absl::string_view name) const;
+  [[nodiscard]] absl::Status MoveLatest(absl::string_view name) const;
 
   // The committed checkpoint's manifest, verified against its checksum line (DataLoss naming the file when
   // it is truncated or altered, NotFound naming it when missing).
-  absl::StatusOr<CheckpointManifest> ReadManifest(absl::string_view name) const;
+  [[nodiscard]] absl::StatusOr<CheckpointManifest> ReadManifest(absl::string_view name) const;
   // The newest committed checkpoint's manifest; nullopt when the root holds no checkpoint at all (a new job).
   // DataLoss when there are checkpoint directories but LATEST is missing or damaged, or LATEST names a
   // checkpoint whose manifest is missing or damaged: never a silent fresh start.
-  absl::StatusOr<std::optional<CheckpointManifest>> ReadLatest() const;
+  [[nodiscard]] absl::StatusOr<std::optional<CheckpointManifest>> ReadLatest() const;
 
   // Checks the directory restore and export open for shard `shard` (ShardDir: the manifest's `dir` must name
   // exactly it, and its file names must be plain names): every file the manifest lists is present with its
   // recorded size and CRC-32C, and nothing else is there (RocksDB would read any file CURRENT names).
   // DataLoss (or NotFound) naming the file and the shard otherwise.
-  absl::Status VerifyShard(const CheckpointManifest& manifest, int shard) const;
+  [[nodiscard]] absl::Status VerifyShard(const CheckpointManifest& manifest, int shard) const;
 
   // Keeps the newest `keep` (>= 1) committed checkpoints up to and including LATEST's and deletes every other
   // ckpt-* directory (older ones, and attempts that never committed). Returns the names deleted.
-  absl::StatusOr<std::vector<std::string>> Prune(int keep) const;
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Prune(int keep) const;
 
  private:
   // ckpt-* directories present, by sequence.
-  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListCheckpointDirs() const;
+  [[nodiscard]] absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> ListCheckpointDirs() const;
 
   const std::string root_;
 };

@@ -46,7 +46,7 @@ std::string Quote(absl::string_view text) {
 
 // A non-negative decimal integer (surrounding whitespace allowed). `what` names the value in errors,
 // e.g. "SLURM_PROCID".
-absl::StatusOr<int> ParseNonNegative(absl::string_view what, absl::string_view text) {
+[[nodiscard]] absl::StatusOr<int> ParseNonNegative(absl::string_view what, absl::string_view text) {
   absl::string_view digits = absl::StripAsciiWhitespace(text);
   bool ok = !digits.empty();
   for (char c : digits) ok = ok && absl::ascii_isdigit(static_cast<unsigned char>(c));
@@ -59,7 +59,7 @@ absl::StatusOr<int> ParseNonNegative(absl::string_view what, absl::string_view t
 }
 
 // The variable `name` as a non-negative integer; -1 when unset.
-absl::StatusOr<int> GetNonNegative(const EnvLookup& env, absl::string_view name) {
+[[nodiscard]] absl::StatusOr<int> GetNonNegative(const EnvLookup& env, absl::string_view name) {
   std::optional<std::string> value = Get(env, name);
   if (!value.has_value()) return -1;
   return ParseNonNegative(name, *value);
@@ -95,7 +95,7 @@ struct Layer {
 // ----------------------------------------------------------------------------------------------------------
 // The sources.
 
-absl::Status InvalidTfConfig(absl::string_view what) {
+[[nodiscard]] absl::Status InvalidTfConfig(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG ", what));
 }
 
@@ -109,7 +109,7 @@ bool IsAddress(const google::protobuf::Value& value) {
 }
 
 // cluster.<key> as a list of addresses; nullopt when the key is absent (or null).
-absl::StatusOr<std::optional<std::vector<std::string>>> TfConfigAddresses(const TfConfig& config,
+[[nodiscard]] absl::StatusOr<std::optional<std::vector<std::string>>> TfConfigAddresses(const TfConfig& config,
                                                                           const std::string& key) {
   const auto it = config.cluster().find(key);
   if (it == config.cluster().end() || it->second.kind_case() == google::protobuf::Value::kNullValue ||
@@ -133,7 +133,7 @@ absl::StatusOr<std::optional<std::vector<std::string>>> TfConfigAddresses(const 
 
 // Kubeflow TFJob's TF_CONFIG (proto/tf_config.proto): {"cluster": {"chief": [...], "ps": [...], "worker": [...]},
 //                                                     "task": {"type": "ps", "index": 0}}.
-absl::StatusOr<std::optional<Layer>> FromTfConfig(const EnvLookup& env) {
+[[nodiscard]] absl::StatusOr<std::optional<Layer>> FromTfConfig(const EnvLookup& env) {
   std::optional<std::string> raw = Get(env, "TF_CONFIG");
   if (!raw.has_value() || absl::StripAsciiWhitespace(*raw).empty()) return std::nullopt;
   TfConfig config;
@@ -210,7 +210,7 @@ absl::StatusOr<std::optional<Layer>> FromTfConfig(const EnvLookup& env) {
   return layer;
 }
 
-absl::StatusOr<ClusterRole> ParseRoleVariable(absl::string_view name, absl::string_view value) {
+[[nodiscard]] absl::StatusOr<ClusterRole> ParseRoleVariable(absl::string_view name, absl::string_view value) {
   absl::StatusOr<ClusterRole> role = ParseClusterRole(value);
   if (!role.ok()) {
     return absl::InvalidArgumentError(
@@ -221,7 +221,7 @@ absl::StatusOr<ClusterRole> ParseRoleVariable(absl::string_view name, absl::stri
 
 // ps-lite / BytePS variables. `role_hint`: the role known from the caller, flags or KESTREL_ROLE, used to pick
 // DMLC_SERVER_ID or DMLC_WORKER_ID when DMLC_ROLE is unset.
-absl::StatusOr<std::optional<Layer>> FromDmlc(const EnvLookup& env, ClusterRole role_hint) {
+[[nodiscard]] absl::StatusOr<std::optional<Layer>> FromDmlc(const EnvLookup& env, ClusterRole role_hint) {
   static constexpr absl::string_view kVariables[] = {"DMLC_ROLE",       "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                                                      "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",  "DMLC_SERVER_ID",
                                                      "DMLC_WORKER_ID"};
@@ -270,7 +270,7 @@ absl::StatusOr<std::optional<Layer>> FromDmlc(const EnvLookup& env, ClusterRole 
 }
 
 // A role-less launcher: `rank_variable` (its presence marks the launcher) and optionally `size_variable`.
-absl::StatusOr<std::optional<Layer>> FromRankAndSize(const EnvLookup& env, absl::string_view source,
+[[nodiscard]] absl::StatusOr<std::optional<Layer>> FromRankAndSize(const EnvLookup& env, absl::string_view source,
                                                      absl::string_view rank_variable,
                                                      absl::string_view size_variable) {
   std::optional<std::string> rank = Get(env, rank_variable);
@@ -289,7 +289,7 @@ absl::StatusOr<std::optional<Layer>> FromRankAndSize(const EnvLookup& env, absl:
 
 // A StatefulSet pod: hostname "<name>-<ordinal>" inside Kubernetes (and not an Indexed Job, whose pods are
 // named "<job>-<index>" too and are recognized by JOB_COMPLETION_INDEX).
-absl::StatusOr<std::optional<Layer>> FromStatefulSet(const EnvLookup& env, absl::string_view hostname) {
+[[nodiscard]] absl::StatusOr<std::optional<Layer>> FromStatefulSet(const EnvLookup& env, absl::string_view hostname) {
   if (!Get(env, "KUBERNETES_SERVICE_HOST").has_value() || Get(env, "JOB_COMPLETION_INDEX").has_value()) {
     return std::nullopt;
   }
@@ -310,7 +310,7 @@ absl::StatusOr<std::optional<Layer>> FromStatefulSet(const EnvLookup& env, absl:
 }
 
 // The first present launcher environment, nullopt when none is.
-absl::StatusOr<std::optional<Layer>> FromLauncher(const EnvLookup& env, absl::string_view hostname,
+[[nodiscard]] absl::StatusOr<std::optional<Layer>> FromLauncher(const EnvLookup& env, absl::string_view hostname,
                                                   ClusterRole role_hint) {
   std::optional<Layer> layer;
   KESTREL_ASSIGN_OR_RETURN(layer, FromTfConfig(env));
@@ -328,7 +328,7 @@ absl::StatusOr<std::optional<Layer>> FromLauncher(const EnvLookup& env, absl::st
   return FromRankAndSize(env, "slurm", "SLURM_PROCID", "SLURM_NTASKS");
 }
 
-absl::StatusOr<Layer> FromFlags(const ExplicitSettings& flags) {
+[[nodiscard]] absl::StatusOr<Layer> FromFlags(const ExplicitSettings& flags) {
   Layer layer;
   layer.source = "flags";
   layer.role = flags.role;
@@ -357,7 +357,7 @@ absl::StatusOr<Layer> FromFlags(const ExplicitSettings& flags) {
   return layer;
 }
 
-absl::StatusOr<Layer> FromKestrelVariables(const EnvLookup& env) {
+[[nodiscard]] absl::StatusOr<Layer> FromKestrelVariables(const EnvLookup& env) {
   Layer layer;
   layer.source = "KESTREL";
   if (std::optional<std::string> role = Get(env, "KESTREL_ROLE"); role.has_value()) {

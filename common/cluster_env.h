@@ -70,7 +70,7 @@ enum class ClusterRole { kUnknown, kScheduler, kServer, kWorker };
 // "unknown", "scheduler", "server", "worker".
 absl::string_view ClusterRoleName(ClusterRole role);
 // Parses "scheduler", "server" or "worker" (case-insensitive); InvalidArgument otherwise.
-absl::StatusOr<ClusterRole> ParseClusterRole(absl::string_view name);
+[[nodiscard]] absl::StatusOr<ClusterRole> ParseClusterRole(absl::string_view name);
 
 // Looks up one environment variable: its value, or nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(absl::string_view name)>;
@@ -127,7 +127,7 @@ struct ClusterIdentity {
 // Resolves this process's identity; see the file comment for the precedence and the errors.
 // `expected_role`: the role of the calling binary (kWorker in kestrel_worker), kUnknown if it can be any.
 // `hostname`: this machine's host name (ProcessHostname() in production), used for StatefulSet ordinals.
-absl::StatusOr<ClusterIdentity> ResolveClusterIdentity(ClusterRole expected_role, const ExplicitSettings& flags,
+[[nodiscard]] absl::StatusOr<ClusterIdentity> ResolveClusterIdentity(ClusterRole expected_role, const ExplicitSettings& flags,
                                                        const EnvLookup& env, absl::string_view hostname);
 
 }  // namespace kestrel

@@ -26,10 +26,10 @@ struct ConsistencyPolicy {
 
   // The policy named `name` ("bsp", "ssp" or "asp", as the scheduler's --consistency flag takes it) with SSP's
   // `staleness` (ignored otherwise). InvalidArgument for any other name or a negative staleness under SSP.
-  static absl::StatusOr<ConsistencyPolicy> Parse(absl::string_view name, int staleness);
+  [[nodiscard]] static absl::StatusOr<ConsistencyPolicy> Parse(absl::string_view name, int staleness);
   // The policy a scheduler announced (ClusterView.consistency, .staleness). InvalidArgument for an unspecified
   // or unknown mode, or a negative staleness under SSP.
-  static absl::StatusOr<ConsistencyPolicy> FromProto(Consistency mode, int staleness);
+  [[nodiscard]] static absl::StatusOr<ConsistencyPolicy> FromProto(Consistency mode, int staleness);
 
   // "bsp", "ssp" or "asp" ("unknown" for anything else).
   absl::string_view name() const;

@@ -44,7 +44,7 @@ struct FileCrc {
 // Streams the file at `path` in 1 MiB chunks and returns its CRC-32C and size. Errors name the path and the
 // errno text: NotFound when it does not exist, otherwise the code absl::ErrnoToStatus gives (e.g.
 // PermissionDenied, FailedPrecondition for a directory).
-absl::StatusOr<FileCrc> Crc32cOfFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<FileCrc> Crc32cOfFile(const std::string& path);
 
 }  // namespace kestrel
 

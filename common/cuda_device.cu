@@ -17,12 +17,12 @@ __global__ void SelfCheckKernel(float* out, int n) {
   if (i < n) out[i] = SelfCheckValue(i);
 }
 
-absl::Status CudaError(cudaError_t e, const char* what) {
+[[nodiscard]] absl::Status CudaError(cudaError_t e, const char* what) {
   return absl::InternalError(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 // Launches the self-check kernel on `stream`.
-absl::Status LaunchSelfCheck(float* out, int n, cudaStream_t stream) {
+[[nodiscard]] absl::Status LaunchSelfCheck(float* out, int n, cudaStream_t stream) {
   constexpr int kThreads = 256;
   SelfCheckKernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out, n);
   const cudaError_t e = cudaGetLastError();
@@ -58,7 +58,7 @@ std::string DescribeCudaDevices() {
 namespace {
 
 // The self-check on `stream`: fills *d_out (allocated here; the caller frees it) and compares it on the host.
-absl::Status RunSelfCheck(int device, int n, cudaStream_t stream, float** d_out) {
+[[nodiscard]] absl::Status RunSelfCheck(int device, int n, cudaStream_t stream, float** d_out) {
   cudaError_t e = cudaMalloc(d_out, sizeof(float) * n);
   if (e != cudaSuccess) {
     *d_out = nullptr;

@@ -19,7 +19,7 @@ int CudaDeviceCount();
 std::string DescribeCudaDevices();
 // Runs a kernel on device `device` over `n` elements and checks its result on the host: Ok when the device
 // computes correctly, FailedPrecondition when there is no device, Internal on a wrong result or CUDA error.
-absl::Status CheckCudaDevice(int device, int n = 1 << 20);
+[[nodiscard]] absl::Status CheckCudaDevice(int device, int n = 1 << 20);
 
 }  // namespace kestrel
 

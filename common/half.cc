@@ -20,7 +20,7 @@ float FromBits(uint32_t u) { return absl::bit_cast<float>(u); }
 bool Float16NonFinite(uint16_t h) { return (h & 0x7c00) == 0x7c00; }
 bool Bfloat16NonFinite(uint16_t h) { return (h & 0x7f80) == 0x7f80; }
 
-absl::Status CheckScale(ValueType type, int scale_exponent) {
+[[nodiscard]] absl::Status CheckScale(ValueType type, int scale_exponent) {
   if (scale_exponent < kMinScaleExponent || scale_exponent > kMaxScaleExponent ||
       (scale_exponent != 0 && type != VALUE_TYPE_FLOAT16)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -31,7 +31,7 @@ absl::Status CheckScale(ValueType type, int scale_exponent) {
 }
 
 // After an encode that produced a non-finite half: was the input non-finite (the caller's bug) or too large?
-absl::Status EncodeError(ValueType type, const float* in, size_t n, size_t at, int scale_exponent) {
+[[nodiscard]] absl::Status EncodeError(ValueType type, const float* in, size_t n, size_t at, int scale_exponent) {
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(in[i])) {
       return absl::InvalidArgumentError(absl::StrFormat("value %d is %f: only finite values travel", i, in[i]));

@@ -44,13 +44,13 @@ inline ValueType PullWireType(const TableConfig& config) {
 // Bytes one value of `type` takes on the wire: 4 (FLOAT32) or 2; 0 for an unknown type.
 size_t BytesPerValue(ValueType type);
 // InvalidArgument naming `what` unless `type` is a known ValueType.
-absl::Status CheckValueType(ValueType type, const char* what);
+[[nodiscard]] absl::Status CheckValueType(ValueType type, const char* what);
 
 // Writes n values of `type` to `out` (n * BytesPerValue(type) bytes, 2-byte aligned for the half types): in[i] * 2^scale_exponent,
 // rounded to nearest even. scale_exponent must be in [kMinScaleExponent, kMaxScaleExponent] (0 unless fp16).
-absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_exponent, void* out);
+[[nodiscard]] absl::Status EncodeValues(ValueType type, const float* in, size_t n, int scale_exponent, void* out);
 // Reads n values of `type` from `in` (2-byte aligned for the half types) into out[i] = value * 2^-scale_exponent.
-absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_exponent, float* out);
+[[nodiscard]] absl::Status DecodeValues(ValueType type, const void* in, size_t n, int scale_exponent, float* out);
 
 // The largest |x[i]| as its bits (|x| orders as its bits; >= 0x7f800000: some value is infinite or NaN), 0
 // for none. AVX2 where the CPU has it.

@@ -21,7 +21,7 @@ namespace kestrel {
 
 // The key ranges of `num_servers` servers: num_servers * --ranges_per_server equal ranges dealt round-robin,
 // each with --replicas copies. InvalidArgument for counts out of range.
-absl::StatusOr<Partition> UniformPartitionFromFlags(int num_servers);
+[[nodiscard]] absl::StatusOr<Partition> UniformPartitionFromFlags(int num_servers);
 
 }  // namespace kestrel
 

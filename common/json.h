@@ -43,7 +43,7 @@ struct FromJsonOptions {
 //
 // protobuf 3.21's parser is more lenient than RFC 8259: it accepts a trailing comma, single-quoted strings,
 // unknown escapes ("\x" reads "x"), an integer field written 1e2 or "1", and a repeated key (the last wins).
-absl::Status FromJson(absl::string_view json, google::protobuf::Message* message,
+[[nodiscard]] absl::Status FromJson(absl::string_view json, google::protobuf::Message* message,
                       const FromJsonOptions& options = {});
 
 }  // namespace kestrel

@@ -188,7 +188,7 @@ class MetricsServer {
  public:
   // Null (and OK) when options.port is -1. InvalidArgument for a port outside [-1, 65535] or a timeout <= 0;
   // Unavailable when the address cannot be bound; the error of writing port_file.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options);
   // Stops serving (finishes a scrape in progress first).
   ~MetricsServer();
 

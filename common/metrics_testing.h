@@ -20,7 +20,7 @@ inline constexpr char kPromtoolPath[] = "/usr/bin/promtool";
 
 // GET http://host:port<path> with HTTP/1.0 over a plain socket; the body of a 200 answer, else an error naming
 // the status line. Gives up after `timeout`.
-absl::StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,
+[[nodiscard]] absl::StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,
                                     absl::Duration timeout = absl::Seconds(10));
 
 // A parsed text exposition (format 0.0.4).
@@ -38,11 +38,11 @@ struct Exposition {
 
 // Parses `text`. InvalidArgument naming the line for a malformed line, a sample of a family without a TYPE line
 // before it, or a repeated sample or TYPE line.
-absl::StatusOr<Exposition> ParseExposition(const std::string& text);
+[[nodiscard]] absl::StatusOr<Exposition> ParseExposition(const std::string& text);
 
 // Runs `promtool check metrics` on `text` (through a file under $TEST_TMPDIR, else /tmp). OK when promtool
 // reports nothing; FailedPrecondition with promtool's output otherwise; NotFound when kPromtoolPath is missing.
-absl::Status PromtoolCheckMetrics(const std::string& text);
+[[nodiscard]] absl::Status PromtoolCheckMetrics(const std::string& text);
 
 }  // namespace kestrel
 

@@ -170,21 +170,21 @@ class Assign final : public Optimizer {
   void Apply(const float* g, float* w, float*) const override { std::memcpy(w, g, sizeof(float) * dim_); }
 };
 
-absl::Status CheckPositive(const char* name, float v) {
+[[nodiscard]] absl::Status CheckPositive(const char* name, float v) {
   if (!(v > 0.0f) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be finite and > 0, got %g", name, v));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckNonNegative(const char* name, float v) {
+[[nodiscard]] absl::Status CheckNonNegative(const char* name, float v) {
   if (!(v >= 0.0f) || !std::isfinite(v)) {
     return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be finite and >= 0, got %g", name, v));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckDecay(const char* name, float v) {
+[[nodiscard]] absl::Status CheckDecay(const char* name, float v) {
   if (!(v > 0.0f && v < 1.0f)) {
     return absl::InvalidArgumentError(absl::StrFormat("optimizer %s must be in (0, 1), got %g", name, v));
   }

@@ -28,7 +28,7 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // Validates the hyper-parameters (finite, in range) and builds the optimizer for rows of `dim` floats.
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config, int dim);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config, int dim);
 
   int dim() const { return dim_; }
   // One run of a row's optimizer state: what its floats are, for a compact checkpoint (server/checkpoint_row_codec.h).

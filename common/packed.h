@@ -24,7 +24,7 @@ namespace kestrel {
 // A read-only view of a packed array. `scratch` backs the view when `bytes` is misaligned for T.
 // Fails with InvalidArgument when the byte count is not a multiple of sizeof(T).
 template <typename T>
-absl::StatusOr<absl::Span<const T>> UnpackView(absl::string_view bytes, absl::string_view what,
+[[nodiscard]] absl::StatusOr<absl::Span<const T>> UnpackView(absl::string_view bytes, absl::string_view what,
                                                std::vector<T>* scratch) {
   static_assert(std::is_trivially_copyable_v<T>);
   if (bytes.size() % sizeof(T) != 0) {

@@ -47,16 +47,16 @@ class Partition {
   // range r belongs to server r % num_servers, so with ranges_per_server > 1 each server holds
   // interleaved slices (useful for later resharding). num_servers in [1, 65536], ranges_per_server in
   // [1, 1024].
-  static absl::StatusOr<Partition> Uniform(int num_servers, int ranges_per_server = 1);
+  [[nodiscard]] static absl::StatusOr<Partition> Uniform(int num_servers, int ranges_per_server = 1);
 
   // Explicit ranges, e.g. "0x0-0x7fffffffffffffff:0,0x8000000000000000-0xffffffffffffffff:1": comma-separated
   // `first-last:server` items (hex or decimal). They must be sorted, tile the key space without gaps or
   // overlaps, and name every server in [0, max server] at least once. An optional ";replicas=R" suffix sets
   // the replica count (default 1).
-  static absl::StatusOr<Partition> Parse(absl::string_view spec);
+  [[nodiscard]] static absl::StatusOr<Partition> Parse(absl::string_view spec);
 
   // The same layout with `replicas` copies of every range, in [1, num_servers()].
-  absl::StatusOr<Partition> WithReplicas(int replicas) const;
+  [[nodiscard]] absl::StatusOr<Partition> WithReplicas(int replicas) const;
 
   // The form Parse accepts (the replicas suffix only when replicas() > 1).
   std::string ToString() const;
@@ -109,7 +109,7 @@ class Partition {
  private:
   Partition(int num_servers, std::vector<KeyRange> ranges, std::vector<int> owners, bool uniform);
   // Parse without the replicas suffix.
-  static absl::StatusOr<Partition> ParseRanges(absl::string_view spec);
+  [[nodiscard]] static absl::StatusOr<Partition> ParseRanges(absl::string_view spec);
   int OwnerOfSlow(uint64_t key) const;
 
   int num_servers_ = 0;
@@ -138,7 +138,7 @@ std::vector<RangeMove> MovesBetween(const Partition& from, const Partition& to);
 class Routing {
  public:
   // `out_of_service[s]`: server s serves nothing (size num_servers; empty: every server in service).
-  static absl::StatusOr<Routing> Create(Partition partition, std::vector<bool> out_of_service = {});
+  [[nodiscard]] static absl::StatusOr<Routing> Create(Partition partition, std::vector<bool> out_of_service = {});
 
   const Partition& partition() const { return partition_; }
   bool in_service(int server) const { return !out_of_service_[server]; }
@@ -173,7 +173,7 @@ class RoutingTable {
 
   // Takes the routing of `generation` unless an equal or newer one is held. InvalidArgument (nothing changes)
   // when `out_of_service` names a server outside the partition.
-  absl::Status Update(uint64_t generation, absl::Span<const int> out_of_service);
+  [[nodiscard]] absl::Status Update(uint64_t generation, absl::Span<const int> out_of_service);
 
   // The routing held now; stays valid (and unchanged) however the table moves on.
   std::shared_ptr<const Routing> Current() const;

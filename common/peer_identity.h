@@ -40,7 +40,7 @@ constexpr PeerRoles RolesOf(std::initializer_list<PeerRole> roles) {
 
 const char* PeerRoleName(PeerRole role);
 // The role PeerRoleName names ("worker", "server", "scheduler", "admin"); InvalidArgument for anything else.
-absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name);
+[[nodiscard]] absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name);
 
 // The certificate policy (what `kestrel certs` issues, and what tests issue): every certificate carries its SAN
 // URI; only the roles that listen (the scheduler and servers) also carry the host names they are dialled by.
@@ -48,17 +48,17 @@ bool IsListener(PeerRole role);
 
 // "spiffe://kestrel/<job>/<role>/<rank>"; InvalidArgument for anything else (job: 1-128 characters of
 // [A-Za-z0-9._-], the first a letter or digit; rank: 0 to 2^31 - 1 in plain decimal).
-absl::StatusOr<PeerIdentity> ParseSpiffeId(absl::string_view uri);
+[[nodiscard]] absl::StatusOr<PeerIdentity> ParseSpiffeId(absl::string_view uri);
 std::string SpiffeIdOf(const PeerIdentity& identity);
 
 // The caller's identity from its certificate (nullopt on a plaintext listener), if `job` matches and its role
 // is in `allowed`; else PERMISSION_DENIED saying what is wrong (`method` names the RPC).
-absl::StatusOr<std::optional<PeerIdentity>> AuthorizePeer(const grpc::AuthContext* auth, absl::string_view job,
+[[nodiscard]] absl::StatusOr<std::optional<PeerIdentity>> AuthorizePeer(const grpc::AuthContext* auth, absl::string_view job,
                                                           PeerRoles allowed, absl::string_view method);
 
 // PERMISSION_DENIED unless a worker's (or server's) rank claimed in a request is the one its certificate names.
 // No identity (plaintext) or another role: OK.
-absl::Status CheckClaimedRank(const std::optional<PeerIdentity>& caller, int claimed_rank, absl::string_view what);
+[[nodiscard]] absl::Status CheckClaimedRank(const std::optional<PeerIdentity>& caller, int claimed_rank, absl::string_view what);
 
 }  // namespace kestrel
 

@@ -32,7 +32,7 @@ void BlockShutdownSignals();
 int WaitForShutdownSignal();
 
 // Writes `port` to `path` atomically (temp file + rename), for launchers waiting on it. No-op for "".
-absl::Status WritePortFile(const std::string& path, int port);
+[[nodiscard]] absl::Status WritePortFile(const std::string& path, int port);
 
 }  // namespace kestrel
 

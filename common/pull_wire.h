@@ -50,10 +50,10 @@ void* AllocatePullSlice(size_t values, int dim, ValueType type, bool nested, grp
 // Decodes the values of the serialized PullResponse in `buffer`, which must be `floats` values of `type`
 // (its value_type field, wherever it is, must say so), into `out`. DataLoss when the buffer is malformed or
 // carries another number or type of values; InvalidArgument for a non-finite value.
-absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats,
+[[nodiscard]] absl::Status ReadPullValues(const grpc::ByteBuffer& buffer, float* out, size_t floats,
                             ValueType type = VALUE_TYPE_FLOAT32);
 // The same, of the PullResponse that `reader` reads to its end (a nested one: SliceReader::Sub).
-absl::Status ReadPullValues(SliceReader& reader, float* out, size_t floats, ValueType type);
+[[nodiscard]] absl::Status ReadPullValues(SliceReader& reader, float* out, size_t floats, ValueType type);
 
 // A push's fields, wherever they were read from: a parsed PushRequest, or the received gRPC buffers
 // (PushRequestView). The views must outlive their use.
@@ -84,7 +84,7 @@ struct PushRequestView : PushFields {
 };
 
 // InvalidArgument when `buffer` is no well-formed PushRequest.
-absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* out);
+[[nodiscard]] absl::Status ReadPushRequest(const grpc::ByteBuffer& buffer, PushRequestView* out);
 
 }  // namespace kestrel
 

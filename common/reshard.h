@@ -57,12 +57,12 @@ ShardAssignment PlainShard(int index, int count);
 // (in old rank order) to the staying ones (in new rank order; to every new worker when none stays).
 // InvalidArgument for mismatched sizes, a count outside [1, kMaxWorkers] (common/limits.h), an old worker named
 // twice, or leftovers beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).
-absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+[[nodiscard]] absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
                                                      absl::Span<const uint64_t> consumed,
                                                      absl::Span<const int> old_of_new,
                                                      uint64_t max_leftovers = uint64_t{1} << 24);
 // The same with ranks that keep their identity: new worker v < old.size() is old worker v.
-absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+[[nodiscard]] absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
                                                      absl::Span<const uint64_t> consumed, int new_count,
                                                      uint64_t max_leftovers = uint64_t{1} << 24);
 

@@ -58,7 +58,7 @@ bool ViewField(SliceReader& reader, size_t n, absl::string_view* out, std::deque
   return true;
 }
 
-absl::Status ReadStepTable(SliceReader& reader, std::deque<std::string>* scratch, StepTableFields* t) {
+[[nodiscard]] absl::Status ReadStepTable(SliceReader& reader, std::deque<std::string>* scratch, StepTableFields* t) {
   auto bad = [](const char* what) { return absl::InvalidArgumentError(absl::StrCat("malformed StepTable: ", what)); };
   while (!reader.done()) {
     uint64_t tag, value;

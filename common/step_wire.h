@@ -68,7 +68,7 @@ struct StepRequestView : StepFields {
 
 // InvalidArgument when `buffer` is no well-formed StepRequest, or names more than kMaxStepTables tables (checked
 // while reading, before anything is allocated for the next).
-absl::Status ReadStepRequest(const grpc::ByteBuffer& buffer, StepRequestView* out);
+[[nodiscard]] absl::Status ReadStepRequest(const grpc::ByteBuffer& buffer, StepRequestView* out);
 
 // Builds one StepResponse, a slice per read. Thread-compatible.
 class StepResponseWriter {
@@ -103,7 +103,7 @@ struct StepTableWrite {
 
 // The serialized StepRequest of `tables` (keys and gradients encoded straight into it). InvalidArgument when a
 // gradient cannot be encoded in its push_type.
-absl::StatusOr<std::string> WriteStepRequest(const RequestHeader& header, int64_t pull_clock,
+[[nodiscard]] absl::StatusOr<std::string> WriteStepRequest(const RequestHeader& header, int64_t pull_clock,
                                              absl::Span<const StepTableWrite> tables);
 
 // Where one read of a Step's answer lands: `floats` values of `type`, decoded into `out`.
@@ -116,7 +116,7 @@ struct StepRead {
 // Decodes the serialized StepResponse in `buffer`: one pulls entry per element of `reads`, in order. DataLoss
 // when it is malformed or answers another number, size or type of reads; InvalidArgument for a non-finite value
 // of a half type.
-absl::Status ReadStepPulls(const grpc::ByteBuffer& buffer, absl::Span<const StepRead> reads);
+[[nodiscard]] absl::Status ReadStepPulls(const grpc::ByteBuffer& buffer, absl::Span<const StepRead> reads);
 
 }  // namespace kestrel
 

@@ -16,11 +16,11 @@ namespace kestrel {
 class TestingCa {
  public:
   // A new CA in `dir` (created), named `name` (also the files' prefix).
-  static absl::StatusOr<TestingCa> Create(const std::string& dir, const std::string& name);
+  [[nodiscard]] static absl::StatusOr<TestingCa> Create(const std::string& dir, const std::string& name);
 
   // A leaf signed by this CA with SAN URI spiffe://kestrel/<job>/<role>/<rank> (plus the loopback names for
   // a listener): the TlsConfig that presents it and trusts this CA. InvalidArgument for an unknown role.
-  absl::StatusOr<TlsConfig> Issue(const std::string& job, const std::string& role, int rank) const;
+  [[nodiscard]] absl::StatusOr<TlsConfig> Issue(const std::string& job, const std::string& role, int rank) const;
 
   const std::string& ca_file() const { return ca_file_; }
 

@@ -14,7 +14,7 @@ namespace kestrel {
 namespace {
 
 // The whole file, refusing what is missing, empty or larger than kMaxTlsFileBytes before reading it.
-absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
+[[nodiscard]] absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file ", path));
   const std::streamoff size = in.tellg();
@@ -37,7 +37,7 @@ struct Pems {
   std::string ca, cert, key;
 };
 
-absl::StatusOr<Pems> ReadAll(const TlsConfig& c) {
+[[nodiscard]] absl::StatusOr<Pems> ReadAll(const TlsConfig& c) {
   if (c.ca_file.empty() || c.cert_file.empty() || c.key_file.empty()) {
     return absl::InvalidArgumentError(
         "TLS needs all three of --tls_ca, --tls_cert and --tls_key (or none, for plaintext)");

@@ -37,11 +37,11 @@ bool IsLoopbackAddress(absl::string_view address);
 
 // Credentials for a listener on `address`. InvalidArgument names a missing, unreadable or oversized file or an
 // incomplete set; FailedPrecondition refuses plaintext on a non-loopback address without `insecure`.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsConfig& config,
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsConfig& config,
                                                                                absl::string_view address);
 
 // Credentials for a channel (the same file checks); plaintext when no files are configured.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TlsConfig& config);
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TlsConfig& config);
 
 // One line for logs: "mutual TLS (CA <file>)" or "plaintext".
 std::string DescribeTransport(const TlsConfig& config);

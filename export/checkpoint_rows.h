@@ -24,18 +24,18 @@ namespace kestrel {
 class CheckpointRows {
  public:
   // Opens every server's part of `manifest` for `config`'s table (verify the shards first).
-  absl::Status Open(const CheckpointLayout& layout, const CheckpointManifest& manifest, const TableConfig& config);
+  [[nodiscard]] absl::Status Open(const CheckpointLayout& layout, const CheckpointManifest& manifest, const TableConfig& config);
   bool Valid() const { return !heads_.empty(); }
   uint64_t key() const { return heads_.top().first; }
   // The stored values (export/export_format.h ValueBytes).
   const float* values() const { return readers_[heads_.top().second]->row().data(); }
-  absl::Status Next();
+  [[nodiscard]] absl::Status Next();
 
  private:
   // Advances the reader of the smallest key.
-  absl::Status Pop();
+  [[nodiscard]] absl::Status Pop();
   // Moves to the smallest key whose row is live.
-  absl::Status Settle();
+  [[nodiscard]] absl::Status Settle();
 
   TableConfig config_;
   int64_t clock_ = 0;

@@ -31,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status WriteBytes(std::ofstream& out, const void* data, size_t bytes, const std::string& path) {
+[[nodiscard]] absl::Status WriteBytes(std::ofstream& out, const void* data, size_t bytes, const std::string& path) {
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
@@ -49,7 +49,7 @@ absl::StatusOr<FileCrc> Finish(std::ofstream& out, const std::string& path) {
 // the base, and its .deleted the keys the base holds and the checkpoint does not (one merge of the checkpoint
 // and the base's rows). Only the current row of each shard and of each base file is in memory (dense tensors:
 // the whole tensor).
-absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const CheckpointManifest& manifest,
+[[nodiscard]] absl::StatusOr<ExportedTable> WriteTable(const CheckpointLayout& layout, const CheckpointManifest& manifest,
                                          const TableConfig& config, const std::string& dir,
                                          const VerifiedExport* base) {
   ExportedTable entry;

@@ -38,20 +38,20 @@ struct ExportOptions {
 
 // Whether `out_dir` may receive an export: AlreadyExists when it holds one (a MODEL) already. Check it before
 // work whose result is to be exported (ExportCheckpoint and ExportServers check it again).
-absl::Status CheckExportTarget(const std::string& out_dir);
+[[nodiscard]] absl::Status CheckExportTarget(const std::string& out_dir);
 
 // Exports the tables of in-process servers (inprocess/local_trainer.h: kestrel_worker --local) as a full export of
 // their state at `clock`, trained with `job`: the servers checkpoint their tables into a scratch checkpoint root,
 // <out_dir>/.checkpoint (removed again, also on failure), which is exported as ExportCheckpoint does. `servers`:
 // every server of one partition, the one of rank s at index s. Errors as ExportCheckpoint's.
-absl::StatusOr<ExportedModel> ExportServers(const std::vector<Shard*>& servers, const JobConfig& job, int64_t clock,
+[[nodiscard]] absl::StatusOr<ExportedModel> ExportServers(const std::vector<Shard*>& servers, const JobConfig& job, int64_t clock,
                                             const std::string& out_dir);
 
 // Verifies every server's part of the checkpoint (and the base export, for a delta), then streams each table
 // into the export (the servers' rows merged in key order, and for a delta merged with the base's rows in the
 // same pass; memory holds one row per server and per base file, or one dense tensor), whatever the size of the
 // tables. MODEL is written last: an export without one does not exist. Returns its MODEL.
-absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options);
+[[nodiscard]] absl::StatusOr<ExportedModel> ExportCheckpoint(const ExportOptions& options);
 
 
 }  // namespace kestrel

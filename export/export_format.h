@@ -62,7 +62,7 @@ size_t ValueBytes(const TableConfig& config);
 // allocated for it: a valid shape (Table::CheckShape: the name can only make a file name in the export's
 // directory, dim and sizes bounded), the files named as the exporter names them, and sizes the shape explains.
 // `delta`: the export is a delta, so a sparse table has a deleted-keys file (and no other table has one).
-absl::Status CheckExportedTable(const ExportedTable& t, bool delta);
+[[nodiscard]] absl::Status CheckExportedTable(const ExportedTable& t, bool delta);
 
 }  // namespace kestrel
 

@@ -22,13 +22,13 @@ namespace kestrel {
 class SortedRecordReader {
  public:
   // `size`: the file's verified size, a multiple of record_bytes.
-  absl::Status Open(std::string path, size_t record_bytes, uint64_t size);
+  [[nodiscard]] absl::Status Open(std::string path, size_t record_bytes, uint64_t size);
   bool Valid() const { return valid_; }
   uint64_t key() const { return key_; }
   // The record's bytes after its key.
   const char* payload() const { return record_.data() + sizeof(uint64_t); }
   const std::string& path() const { return path_; }
-  absl::Status Next();
+  [[nodiscard]] absl::Status Next();
 
  private:
   std::string path_;
@@ -46,20 +46,20 @@ class SortedRecordReader {
 // DataLoss.
 class ExportRowStream {
  public:
-  static absl::StatusOr<std::unique_ptr<ExportRowStream>> Open(const VerifiedExport& e, const TableConfig& config);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ExportRowStream>> Open(const VerifiedExport& e, const TableConfig& config);
 
   bool Valid() const { return current_ != Source::kNone; }
   uint64_t key() const { return current_ == Source::kOwn ? rows_.key() : base_->key(); }
   // dim floats (little-endian bytes, not necessarily aligned); valid until Next().
   const char* values() const { return current_ == Source::kOwn ? rows_.payload() : base_->values(); }
-  absl::Status Next();
+  [[nodiscard]] absl::Status Next();
 
  private:
   enum class Source { kNone, kOwn, kBase };
   ExportRowStream() = default;
 
   // Moves to the smallest key held: an own row, or a base row not deleted.
-  absl::Status Settle();
+  [[nodiscard]] absl::Status Settle();
 
   SortedRecordReader rows_;
   SortedRecordReader deleted_;  // deltas only

@@ -23,7 +23,7 @@ struct LoadedExport {
   ExportedModel model;
   std::unique_ptr<Shard> shard;
 };
-absl::StatusOr<LoadedExport> LoadExport(const std::string& dir);
+[[nodiscard]] absl::StatusOr<LoadedExport> LoadExport(const std::string& dir);
 
 }  // namespace kestrel
 

@@ -18,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // DataLoss naming `path` unless the file has exactly `size` bytes and CRC-32C `crc`.
-absl::Status VerifyFile(const std::string& path, uint64_t size, uint32_t crc32c) {
+[[nodiscard]] absl::Status VerifyFile(const std::string& path, uint64_t size, uint32_t crc32c) {
   KESTREL_ASSIGN_OR_RETURN(const FileCrc crc, Crc32cOfFile(path));
   if (crc.size != size || crc.crc != crc32c) {
     return absl::DataLossError(absl::StrFormat("%s: %d bytes with crc32c %08x, MODEL says %d bytes, %08x", path,
@@ -29,7 +29,7 @@ absl::Status VerifyFile(const std::string& path, uint64_t size, uint32_t crc32c)
 
 // A MODEL file's bytes: NotFound when it does not exist; DataLoss when it is not a regular file or larger
 // than any MODEL (a path read from a file never makes the loader read a device, a pipe or gigabytes).
-absl::StatusOr<std::string> ReadModelFile(const std::string& path) {
+[[nodiscard]] absl::StatusOr<std::string> ReadModelFile(const std::string& path) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (!error && fs::exists(status)) {
@@ -44,7 +44,7 @@ absl::StatusOr<std::string> ReadModelFile(const std::string& path) {
 
 // Where a delta's base is: its MODEL's base_dir, relative to the delta's directory unless absolute.
 // DataLoss for a base_dir no exporter writes (empty, too long, or with control characters).
-absl::StatusOr<std::string> ResolveBaseDir(const std::string& dir, const std::string& base_dir) {
+[[nodiscard]] absl::StatusOr<std::string> ResolveBaseDir(const std::string& dir, const std::string& base_dir) {
   const bool plain = !base_dir.empty() && base_dir.size() <= kMaxBaseDirBytes &&
                      std::none_of(base_dir.begin(), base_dir.end(), [](char c) {
                        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;

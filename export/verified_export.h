@@ -26,7 +26,7 @@ struct VerifiedExport {
 // CRC-32C), and for a delta its base, recursively: the base must be the very export the delta was made
 // against (its MODEL's CRC-32C; FailedPrecondition otherwise) and agree with it (job, tables, checkpoint).
 // `depth`: the deltas above this export in the chain being resolved (at most kMaxDeltaChain in all).
-absl::StatusOr<std::unique_ptr<VerifiedExport>> VerifyExport(const std::string& dir, int depth);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<VerifiedExport>> VerifyExport(const std::string& dir, int depth);
 
 // What base_dir an export in `out_dir` records for the base `base_export` (both as given, relative to the
 // working directory): the base relative to out_dir (so a tree of exports can move as a whole), or absolute

@@ -44,7 +44,7 @@ struct LocalTrainingOptions {
 
 // Trains `job` on `options.num_servers` in-process servers, evaluates, then writes the predictions and runs the
 // last step that `options` asks for. An error names the step that failed.
-absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
+[[nodiscard]] absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
                                            const LocalTrainingOptions& options = {});
 
 }  // namespace kestrel

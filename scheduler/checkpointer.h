@@ -53,11 +53,11 @@ class Checkpointer {
 
   // Validates the options and reads the checkpoint to resume from (none: a new job). An error means the
   // scheduler must not start.
-  absl::StatusOr<std::optional<CheckpointManifest>> Open();
+  [[nodiscard]] absl::StatusOr<std::optional<CheckpointManifest>> Open();
 
   // Asks for a checkpoint at the earliest clock every worker can still stop at; returns that clock.
   // FailedPrecondition without a checkpoint directory or when the job is not running.
-  absl::StatusOr<int64_t> Request();
+  [[nodiscard]] absl::StatusOr<int64_t> Request();
 
   // The job runs: once every worker reached the held cut, cuts the checkpoint there (or skips it while a server
   // is out of service) and holds the workers at the next one.

@@ -48,7 +48,7 @@ class ClockTable {
 
   // num_workers in [1, kMaxWorkers] (common/limits.h); SSP staleness >= 0; lease_clocks in [0, kMaxLeaseClocks]
   // (0: no leases, the table enforces the policy). All clocks start at 0.
-  static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ClockTable>> Create(int num_workers, ConsistencyPolicy policy,
                                                             int lease_clocks = 0);
   static constexpr int kMaxLeaseClocks = 1 << 20;
   int lease_clocks() const { return lease_clocks_; }
@@ -73,7 +73,7 @@ class ClockTable {
   // Worker `rank` has finished `finished` iterations. Clocks only move forward, one iteration at a time:
   // repeating the current value is a no-op (retries are safe), going back is FailedPrecondition, skipping
   // ahead (more than current + 1) InvalidArgument. Runs the callbacks this allows.
-  absl::Status Advance(int rank, int64_t finished);
+  [[nodiscard]] absl::Status Advance(int rank, int64_t finished);
 
   // Fails every waiting (and held) request with `status` (e.g. Aborted when the job rolls back); returns how many.
   size_t CancelAll(absl::Status status);
@@ -112,7 +112,7 @@ class ClockTable {
 
  private:
   ClockTable(int num_workers, ConsistencyPolicy policy, int lease_clocks);
-  absl::Status CheckRank(int rank) const;
+  [[nodiscard]] absl::Status CheckRank(int rank) const;
 
   struct Waiter {
     int64_t clock = 0;  // the iteration asked for

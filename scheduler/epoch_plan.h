@@ -17,7 +17,7 @@ namespace kestrel {
 // its start) and where to read from. Every worker that stays is at `cut`; a removed one (its rank in `removed`)
 // is wherever its last report says, and its unread lines go to the others. `old_of_new`: scheduler/rescale_layout.h
 // MapRanks. FailedPrecondition when a worker's state is unknown or the epochs disagree. Pure.
-absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
+[[nodiscard]] absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
                                                    const std::vector<int>& old_of_new,
                                                    const std::vector<int>& removed);
 

@@ -42,7 +42,7 @@ struct JobContext {
   // How long an elastic removal that could not be done waits before it is tried again.
   absl::Duration RemovalRetry() const;
   // The uniform partition over `servers` servers with as many ranges per server and copies as the job's.
-  absl::StatusOr<Partition> PartitionOver(int servers) const;
+  [[nodiscard]] absl::StatusOr<Partition> PartitionOver(int servers) const;
   // `removed` members left the job: the metric and Describe's count.
   void CountRemovals(size_t removed);
 

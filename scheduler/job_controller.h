@@ -52,7 +52,7 @@ class JobController {
 
   // Validates the options, reads the checkpoint to resume from (or checks there is none), and starts the
   // controller thread. An error means the scheduler must not start.
-  absl::Status Start();
+  [[nodiscard]] absl::Status Start();
   // Stops the thread (an operation in progress finishes first).
   void Stop();
   // Something changed (a clock, a registration, a death): look now rather than at the next poll.
@@ -65,7 +65,7 @@ class JobController {
 
   // Asks for a checkpoint at the earliest clock every worker can still stop at; returns that clock.
   // FailedPrecondition without a checkpoint directory or when the job is not running.
-  absl::StatusOr<int64_t> Request();
+  [[nodiscard]] absl::StatusOr<int64_t> Request();
 
   // A live worker asks for a rollback to the last checkpoint on behalf of the timeline of `generation` (the
   // generation its requests carry). Never blocks: the controller rolls the job back at its next step unless a
@@ -82,7 +82,7 @@ class JobController {
   // (or in Stop(), after that thread ended), when it is done or failed (the job unchanged, or rolled back when a
   // removal failed after its fence). The new ranks must register within `join_timeout`. `verify`:
   // read the full table's fingerprint before and after (ScaleResult).
-  absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
+  [[nodiscard]] absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
                      std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false, int64_t at_clock = 0);
 
  private:

@@ -134,7 +134,7 @@ struct DeadMembers {
 class Membership {
  public:
   // `partition`: the job's key partition (Partition::ToString()).
-  static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Membership>> Create(const MembershipOptions& options,
                                                             std::string partition = "");
 
   // Registers the member whose id (certificate rank) is `requested_id` and answers its rank. requested_id -1
@@ -144,7 +144,7 @@ class Membership {
   // rescale, ids outside the job register as joining members (up to its counts); otherwise they are answered
   // Unavailable (they retry until a rescale names them), or OutOfRange when an elastic rescale removed that id (it
   // exits).
-  absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_id, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Registration> Register(Role role, absl::string_view address, int requested_id, absl::Time now);
 
   // Records a heartbeat of the member with id `id` and returns the current generation (and, in *rank, the
   // member's rank now: a rescale may have renumbered it). InvalidArgument when `incarnation` is not
@@ -152,7 +152,7 @@ class Membership {
   // newer registration, never issued) or the member was declared dead (it must register again).
   // `routing_generation`: the routing the member acts on (servers of replicated jobs). OutOfRange: a rescale
   // removed this member (it exits; not a failure).
-  absl::StatusOr<uint64_t> Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
+  [[nodiscard]] absl::StatusOr<uint64_t> Heartbeat(Role role, int id, absl::string_view incarnation, absl::Time now,
                                      uint64_t routing_generation = 0, int* rank = nullptr);
 
   // Declares dead every live member silent for longer than heartbeat_timeout, and returns them. A gap since the
@@ -174,10 +174,10 @@ class Membership {
   DeadMembers DeadFor(absl::Duration timeout, absl::Time now) const;
 
   // Worker `rank` has finished its last iteration; returns the job state (kFinished once all have).
-  absl::StatusOr<JobState> MarkWorkerDone(int rank);
+  [[nodiscard]] absl::StatusOr<JobState> MarkWorkerDone(int rank);
   // Worker `rank` needs the servers no more and exits: no longer a live member, and not a death.
   // FailedPrecondition unless the job is kFinished.
-  absl::Status MarkWorkerLeft(int rank);
+  [[nodiscard]] absl::Status MarkWorkerLeft(int rank);
   // Some worker rank is alive (registered, and neither declared dead nor left).
   bool AnyWorkerAlive() const;
   // Rank `rank` of `role` is a live member of the job.
@@ -186,7 +186,7 @@ class Membership {
   // FailedPrecondition when worker `rank` is not alive (declared dead: register again), `incarnation` is not
   // its current one or `generation` is not exactly the one its requests must carry (an older one: a superseded
   // incarnation). Deaths of other members do not matter.
-  absl::Status CheckWorker(int rank, absl::string_view incarnation, uint64_t generation) const;
+  [[nodiscard]] absl::Status CheckWorker(int rank, absl::string_view incarnation, uint64_t generation) const;
   // By worker rank: the generation each rank's requests must carry (0: never registered).
   std::vector<uint64_t> WorkerGenerations() const;
 
@@ -216,7 +216,7 @@ class Membership {
   std::vector<std::string> LiveServerAddresses() const { return LiveAddresses(Role::kServer); }
   // Re-replication: server `rank` (alive, out of service) holds synced copies of its groups now; it serves again
   // in a new routing generation, which is returned. FailedPrecondition when it is not alive and out of service.
-  absl::StatusOr<uint64_t> PutBackInService(int rank);
+  [[nodiscard]] absl::StatusOr<uint64_t> PutBackInService(int rank);
   // Every live server's heartbeat said it acts on routing generation >= `generation`.
   bool ServersAtRouting(uint64_t generation) const;
 
@@ -224,7 +224,7 @@ class Membership {
   // out of service; InvalidArgument for counts out of range or a target that changes nothing. A target that
   // removes ranks (every one dead, none joining) may also begin while the job recovers, rolls back, or has the
   // removed servers out of service.
-  absl::Status BeginScale(ScaleTarget target);
+  [[nodiscard]] absl::Status BeginScale(ScaleTarget target);
   std::optional<ScaleTarget> pending_scale() const;
   // Every joining rank of the pending rescale is alive (false when none is pending).
   bool ScaleReady() const;
@@ -234,7 +234,7 @@ class Membership {
   // The pending rescale becomes the job's layout, with `partition` (ranks mapped as MapRanks says); a new
   // routing generation, which is returned. Workers whose rank changed move to a new generation (their requests
   // of the old layout are refused; they rejoin). FailedPrecondition when none is pending.
-  absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
+  [[nodiscard]] absl::StatusOr<uint64_t> CommitScale(const std::string& partition);
   // Drops the pending rescale: joining members are removed.
   void CancelScale();
   // By rank, the ids of `role` in the pending rescale's layout (the job's when none is pending; -1 for a joining
@@ -258,7 +258,7 @@ class Membership {
   }
   // Register for an id outside the job (`count`: the job's ranks of `role`): a joining member of the pending
   // rescale, or refused (Unavailable; OutOfRange for an id an elastic rescale removed).
-  absl::StatusOr<Registration> JoinLocked(Role role, absl::string_view address, int id, int count, absl::Time now)
+  [[nodiscard]] absl::StatusOr<Registration> JoinLocked(Role role, absl::string_view address, int id, int count, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The member with id `id` for a heartbeat: of the job, joining, or null; *removed when a rescale removed the
   // registration `incarnation` names.
@@ -276,7 +276,7 @@ class Membership {
   // A Heartbeat or Register call arrived at `now` (deaf_grace): ends a deaf period, giving every member the grace.
   void HeardLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition unless `incarnation` is `m`'s (compared in constant time).
-  static absl::Status CheckIncarnation(const Member& m, absl::string_view incarnation);
+  [[nodiscard]] static absl::Status CheckIncarnation(const Member& m, absl::string_view incarnation);
 
   const MembershipOptions options_;
   mutable absl::Mutex mu_;

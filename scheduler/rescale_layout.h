@@ -68,7 +68,7 @@ class RescaleLayout {
   // InvalidArgument for counts out of range, ranks to remove that do not increase or lie outside the job, a
   // removal that also adds ranks, or a target that changes nothing; FailedPrecondition for a rank to remove that
   // is alive, or a rescale already pending.
-  absl::Status Check(const ScaleTarget& target, const std::vector<Member>& servers,
+  [[nodiscard]] absl::Status Check(const ScaleTarget& target, const std::vector<Member>& servers,
                      const std::vector<Member>& workers) const;
   // Whether `target` (Check passed) adds ranks to a job of `servers` and `workers` ranks (joining members).
   static bool Grows(const ScaleTarget& target, int servers, int workers);

@@ -63,7 +63,7 @@ class Rescaler {
   // (or in Shutdown()), when it is done or failed (the job unchanged, or rolled back when a removal failed after
   // its fence). The new ranks must register within `join_timeout`. `verify`: read the full table's fingerprint
   // before and after (ScaleResult). `at_clock`: the boundary to rescale at (0: the earliest).
-  absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
+  [[nodiscard]] absl::Status Scale(ScaleTarget target, absl::Duration join_timeout,
                      std::function<void(absl::StatusOr<ScaleResult>)> done, bool verify = false, int64_t at_clock = 0);
 
   // Elastic jobs: starts a rescale that removes the members dead for longer than the elastic timeout, when
@@ -106,32 +106,32 @@ class Rescaler {
   // Moves the rows and switches every server to `next` (the held cut is scale_cut_).
   // `worker_states` (a worker-count change): every new worker's state, installed with the ClockTable's new size
   // just before the layout is committed.
-  absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target,
+  [[nodiscard]] absl::StatusOr<ScaleResult> MoveTo(const Partition& next, ScaleTarget target,
                                      std::vector<WorkerState>* worker_states);
   // MoveTo's steps. Enlist: who takes part in `move` (from the `old` layout's live servers at `old_addresses`
   // and the joining ones): Unavailable when a server not being removed is dead.
-  absl::Status Enlist(const JobLayout& old, const std::vector<std::string>& old_addresses,
+  [[nodiscard]] absl::Status Enlist(const JobLayout& old, const std::vector<std::string>& old_addresses,
                       const ScaleTarget& target, MovePlan* move);
   // The full table's fingerprint over the servers at `at` (each one's own group).
-  absl::StatusOr<uint64_t> Fingerprint(const std::vector<std::string>& at);
+  [[nodiscard]] absl::StatusOr<uint64_t> Fingerprint(const std::vector<std::string>& at);
   // One phase of `move` on every participant (`senders_only`: the old servers alive), concurrently; the first
   // failure. `answers`: every answer, in the participants' order.
-  absl::Status RunPhase(const MovePlan& move, RescaleShardRequest::Phase which, bool senders_only,
+  [[nodiscard]] absl::Status RunPhase(const MovePlan& move, RescaleShardRequest::Phase which, bool senders_only,
                         std::vector<RescaleShardResponse>* answers, bool keep_groups = false);
   // Drives the servers to the new layout: in place when only the worker count changes, else send, install and
   // switch. A failure before the switch aborts it (the job unchanged); one during the switch fails the job
   // (JobContext::Fail). `sent`: the senders' answers; `installed`: when the new groups were installed.
-  absl::Status SwitchServers(const MovePlan& move, absl::Time start, std::vector<RescaleShardResponse>* sent,
+  [[nodiscard]] absl::Status SwitchServers(const MovePlan& move, absl::Time start, std::vector<RescaleShardResponse>* sent,
                              absl::Time* installed);
   // The servers serve `next`: the workers' side is installed, and the layout becomes the job's (CommitScale).
-  absl::Status CommitMove(const MovePlan& move, const Partition& next, std::vector<WorkerState>* worker_states);
+  [[nodiscard]] absl::Status CommitMove(const MovePlan& move, const Partition& next, std::vector<WorkerState>* worker_states);
   // A worker-count change at the held cut: every new worker's state (PlanEpoch) from the old workers' reported
   // states.
-  absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
+  [[nodiscard]] absl::StatusOr<std::vector<WorkerState>> PlanWorkers(const std::vector<int>& old_of_new,
                                                        const std::vector<int>& removed);
   // BSP: removed `workers` died in `clock`, which every other worker finished: the servers fence them off and
   // apply it without them. False (nothing applied) when some server had applied it with their pushes already.
-  absl::StatusOr<bool> CompleteWithout(const std::vector<int>& workers, int64_t clock);
+  [[nodiscard]] absl::StatusOr<bool> CompleteWithout(const std::vector<int>& workers, int64_t clock);
   // Ends a rescale with `result` (answering Scale's caller) and releases its hold.
   void EndRescale(absl::StatusOr<ScaleResult> result);
 

@@ -63,7 +63,7 @@ struct SchedulerOptions {
 // (scheduler/scheduler_metrics.h). Thread-safe.
 class SchedulerServiceImpl final : public Scheduler::CallbackService {
  public:
-  static absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> Create(const SchedulerOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> Create(const SchedulerOptions& options);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context, const RegisterRequest* request,
                                      RegisterResponse* response) override;
@@ -87,7 +87,7 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
                                   ScaleResponse* response) override;
 
   // Starts the job controller (reads the checkpoint to resume from); an error means do not serve.
-  absl::Status StartJobController();
+  [[nodiscard]] absl::Status StartJobController();
 
   // Declares silent members dead (logged); call every heartbeat_interval / 4.
   void ExpireSilent(absl::Time now);
@@ -104,16 +104,16 @@ class SchedulerServiceImpl final : public Scheduler::CallbackService {
   SchedulerServiceImpl(const SchedulerOptions& options, std::unique_ptr<Membership> membership,
                        std::unique_ptr<ClockTable> clocks);
   std::atomic<int64_t> deaf_periods_logged_{0};  // Membership::deaf_periods() as ExpireSilent last logged it
-  absl::Status CheckJob(const std::string& job_id) const;
+  [[nodiscard]] absl::Status CheckJob(const std::string& job_id) const;
   // CheckJob, then the caller's certificate (common/peer_identity.h): of this job, a role in `allowed`, and for
   // workers and servers the member role (none: a worker-only call) and id (none: no id) the request claims. On
   // success *caller is the identity (none on a plaintext listener).
-  absl::Status CheckCaller(grpc::CallbackServerContext* context, const std::string& job_id, PeerRoles allowed,
+  [[nodiscard]] absl::Status CheckCaller(grpc::CallbackServerContext* context, const std::string& job_id, PeerRoles allowed,
                            const char* method, std::optional<MemberRole> claimed_role, std::optional<int> claimed_id,
                            std::optional<PeerIdentity>* caller = nullptr) const;
   // A worker's call by rank (WaitToStart, Advance): ABORTED when it trains in an older layout than `layout`
   // (it rejoins), else the rank must be of the layout and its id the caller's certificate's.
-  absl::Status CheckWorkerRank(const std::optional<PeerIdentity>& caller, const JobLayout& layout, int rank,
+  [[nodiscard]] absl::Status CheckWorkerRank(const std::optional<PeerIdentity>& caller, const JobLayout& layout, int rank,
                                uint64_t layout_generation, const char* method) const;
   void FillView(ClusterView* view) const;
   // Replicated jobs: key ranges with fewer copies in service than the job's replicas.
@@ -152,7 +152,7 @@ struct SchedulerServerOptions {
 // silent members dead. Thread-safe.
 class SchedulerServer {
  public:
-  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const SchedulerServerOptions& server_options,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(const SchedulerServerOptions& server_options,
                                                                 const SchedulerOptions& options);
   ~SchedulerServer();
 

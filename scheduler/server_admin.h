@@ -22,10 +22,10 @@ class ServerAdmin {
   // Server `server` at `address` writes its part of checkpoint `name` (cut at `clock`). With `copy_on_write` it
   // answers once the cut is marked (the answer holds the server's rank, dir and cut_seconds) and writes in the background:
   // AwaitCheckpoint then answers the written part.
-  virtual absl::StatusOr<ShardCheckpoint> Checkpoint(int server, const std::string& address, const std::string& name,
+  [[nodiscard]] virtual absl::StatusOr<ShardCheckpoint> Checkpoint(int server, const std::string& address, const std::string& name,
                                                      int64_t clock, bool copy_on_write) = 0;
   // Waits for server `server` to finish writing the copy-on-write checkpoint `name` it cut, and answers its part.
-  virtual absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int server, const std::string& address,
+  [[nodiscard]] virtual absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int server, const std::string& address,
                                                           const std::string& name) = 0;
   // The scheduler is shutting down: AwaitCheckpoint calls in flight and later ones end at once (Cancelled).
   virtual void CancelAwaits() {}
@@ -33,15 +33,15 @@ class ServerAdmin {
   // and refuses worker requests older than `request.min_worker_generation()`; with request.layout_generation()
   // set, it does so in that new layout, as the rank the request names (ParameterServer.Restore). The header is
   // the admin's.
-  virtual absl::Status Restore(int server, const std::string& address, RestoreShardRequest request) = 0;
+  [[nodiscard]] virtual absl::Status Restore(int server, const std::string& address, RestoreShardRequest request) = 0;
   // Re-replication: server `source` at `address`, the primary of `owner`'s range group, copies the group whole
   // to server `target` at `target_address`. Returns the rows copied.
-  virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
                                              const std::string& target_address) = 0;
   // The sum of the fingerprints of every table of server `server`'s own range group (ParameterServer.Stats).
-  virtual absl::StatusOr<uint64_t> Fingerprint(int server, const std::string& address) = 0;
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> Fingerprint(int server, const std::string& address) = 0;
   // Rescale: one phase of a rescale (ParameterServer.RescaleShard) on server `server` at `address`.
-  virtual absl::StatusOr<RescaleShardResponse> Rescale(int server, const std::string& address,
+  [[nodiscard]] virtual absl::StatusOr<RescaleShardResponse> Rescale(int server, const std::string& address,
                                                        RescaleShardRequest request) = 0;
 };
 

@@ -56,7 +56,7 @@ class ServerRouting {
                             absl::FunctionRef<bool(const std::vector<bool>& out_of_service)> covered);
   // Re-replication: server `rank` (`alive`, out of service) serves again; returns the new routing generation.
   // FailedPrecondition when it is out of range, not alive or in service.
-  absl::StatusOr<uint64_t> PutBackInService(int rank, bool alive);
+  [[nodiscard]] absl::StatusOr<uint64_t> PutBackInService(int rank, bool alive);
   // A rescale committed a layout of `num_servers`: every one in service, none lost; returns the new routing
   // generation.
   uint64_t Relayout(int num_servers);

@@ -51,14 +51,14 @@ class ColdTier {
  public:
   virtual ~ColdTier() = default;
   // Stores the rows of `keys` (keys.size() * floats floats), replacing earlier copies.
-  virtual absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys,
+  [[nodiscard]] virtual absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys,
                              absl::Span<const float> rows) = 0;
   // Reads the rows of `keys` into `rows` (keys.size() * floats floats); found[i] says whether key i is held
   // (a key not held leaves its row untouched).
-  virtual absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+  [[nodiscard]] virtual absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
                             std::vector<uint8_t>* found) = 0;
   // Deletes the rows of `keys` (absent ones are no error).
-  virtual absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) = 0;
+  [[nodiscard]] virtual absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) = 0;
 };
 
 // What a table has done to bound itself, since it was created (counters) and now (gauges).
@@ -144,7 +144,7 @@ class BoundedPolicy {
   void AddPullStats(TableTierStats* stats) const;
 
   // Before a row is inserted into `rows`: when the stripe is full, moves its coldest unpinned rows out.
-  absl::Status MakeRoomLocked(RowArena& rows, BoundedStripe& stripe, int64_t clock) const;
+  [[nodiscard]] absl::Status MakeRoomLocked(RowArena& rows, BoundedStripe& stripe, int64_t clock) const;
 
  private:
   friend class BoundedPush;
@@ -171,14 +171,14 @@ class BoundedPolicy {
   // Where eviction from a full stripe stops: 1/16 of the cap below it.
   static uint32_t LowMark(uint32_t max_rows) { return max_rows - std::max<uint32_t>(1, max_rows / 16); }
   // Moves the coldest unpinned rows out until the stripe holds at most `target` rows.
-  absl::Status EvictLocked(RowArena& rows, BoundedStripe& stripe, uint32_t target, int64_t clock) const;
+  [[nodiscard]] absl::Status EvictLocked(RowArena& rows, BoundedStripe& stripe, uint32_t target, int64_t clock) const;
   // Removes the rows expired at `clock`.
-  absl::Status SweepLocked(RowArena& rows, BoundedStripe& stripe, int64_t clock) const;
+  [[nodiscard]] absl::Status SweepLocked(RowArena& rows, BoundedStripe& stripe, int64_t clock) const;
   // Removes the rows `ids` (sorted in decreasing order). Rows the store holds get a tombstone, or with a cold tier
   // are deleted from it now (pulls read it). Nothing changes if that deletion fails.
-  absl::Status RemoveLocked(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint32_t> ids) const;
+  [[nodiscard]] absl::Status RemoveLocked(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint32_t> ids) const;
   // Reads the stored rows of the request positions `missing` from the cold tier (ColdTier::Read's contract).
-  absl::Status ReadCold(absl::Span<const uint64_t> keys, const std::vector<uint32_t>& missing,
+  [[nodiscard]] absl::Status ReadCold(absl::Span<const uint64_t> keys, const std::vector<uint32_t>& missing,
                         std::vector<float>* rows, std::vector<uint8_t>* found) const;
 
   const std::string name_;
@@ -217,7 +217,7 @@ class BoundedPush {
 
   // Sweeps expired rows when due, pins the request's rows of the stripe (`request`) in memory and reads those
   // absent from memory from the cold tier.
-  absl::Status BeginStripe(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint64_t> keys,
+  [[nodiscard]] absl::Status BeginStripe(RowArena& rows, BoundedStripe& stripe, absl::Span<const uint64_t> keys,
                            StripeKeys request);
   // Whether a row in memory is expired (absent for this push).
   bool Expired(const float* row) const { return policy_.ExpiredAt(row, clock_); }
@@ -245,7 +245,7 @@ class BoundedPush {
   }
   // Unpins the stripe's rows, then returns the error of MakeRoom if any; else deletes the expired disk rows not
   // admitted again and evicts rows until the stripe is back under its cap.
-  absl::Status EndStripe();
+  [[nodiscard]] absl::Status EndStripe();
 
  private:
   struct Buffers {
@@ -296,7 +296,7 @@ class BoundedPull {
   void Miss() { ++misses_; }
   // Reads the deferred rows from disk into `out` (dim floats per request position, decoded by `values`; initial
   // values, rounded as stored, for rows absent or expired there) and counts the request's hits and misses.
-  absl::Status Finish(absl::Span<const uint64_t> keys, float* out, const RowValues& values, const Initializer& init);
+  [[nodiscard]] absl::Status Finish(absl::Span<const uint64_t> keys, float* out, const RowValues& values, const Initializer& init);
 
  private:
   const BoundedPolicy& policy_;
@@ -312,7 +312,7 @@ class BoundedPull {
 class UnboundedPush {
  public:
   UnboundedPush(const BoundedPolicy&, int64_t) {}
-  absl::Status BeginStripe(RowArena&, BoundedStripe&, absl::Span<const uint64_t>, StripeKeys) {
+  [[nodiscard]] absl::Status BeginStripe(RowArena&, BoundedStripe&, absl::Span<const uint64_t>, StripeKeys) {
     return absl::OkStatus();
   }
   bool Expired(const float*) const { return false; }
@@ -324,7 +324,7 @@ class UnboundedPush {
   void Inserted(uint32_t, const NewRow&) {}
   void InsertFailed(const NewRow&) {}
   void Pushed(float*) const {}
-  absl::Status EndStripe() { return absl::OkStatus(); }
+  [[nodiscard]] absl::Status EndStripe() { return absl::OkStatus(); }
 };
 
 // Pull's hooks for an unbounded table: every row in memory is live, an absent key reads its initial value.
@@ -336,7 +336,7 @@ class UnboundedPull {
   void Hit() {}
   bool Defer(uint32_t) { return false; }
   void Miss() {}
-  absl::Status Finish(absl::Span<const uint64_t>, float*, const RowValues&, const Initializer&) {
+  [[nodiscard]] absl::Status Finish(absl::Span<const uint64_t>, float*, const RowValues&, const Initializer&) {
     return absl::OkStatus();
   }
 };

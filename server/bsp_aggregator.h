@@ -70,7 +70,7 @@ class BspAggregator {
   // part has arrived), nullopt otherwise (or for a repeat). The caller applies the batch, then calls
   // Applied(clock). InvalidArgument for a malformed part (worker or index out of range, a part count that
   // changed, keys/grads mismatch, different contents for a part already received).
-  absl::StatusOr<std::optional<Batch>> Add(const Part& part);
+  [[nodiscard]] absl::StatusOr<std::optional<Batch>> Add(const Part& part);
   // The batch of `clock` is in the table.
   void Applied(int64_t clock);
 
@@ -83,11 +83,11 @@ class BspAggregator {
   // The workers `workers` (ranks in [0, num_workers)) were removed while clock `clock` was collected: their parts
   // of `clock` and later are refused from now on (FailedPrecondition), and the answer says what `clock` is.
   // InvalidArgument for a rank out of range or a fence that would leave no worker.
-  absl::StatusOr<Fenced> Fence(const std::vector<int>& workers, int64_t clock);
+  [[nodiscard]] absl::StatusOr<Fenced> Fence(const std::vector<int>& workers, int64_t clock);
   // Combines fenced `clock` from the parts of the workers not fenced (kMean: scaled by 1 / their count), and hands
   // it back to apply (then Applied(clock)); nullopt when `clock` was applied already or nobody pushed it.
   // FailedPrecondition when `clock` is not the fenced one or a worker not fenced has not pushed all of it.
-  absl::StatusOr<std::optional<Batch>> CompleteWithout(int64_t clock);
+  [[nodiscard]] absl::StatusOr<std::optional<Batch>> CompleteWithout(int64_t clock);
 
   // The highest clock already combined, or -1.
   int64_t applied_through() const;

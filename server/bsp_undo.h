@@ -34,11 +34,11 @@ class BspUndo {
   // Applies the combined `batch` of a BSP clock to `table`, first keeping the values its rows hold (replacing the
   // table's record). The table's error is recorded in `health` before any pull can see the table; returns what
   // health answers (OK when the update succeeded).
-  absl::Status Apply(Table& table, const BspAggregator::Batch& batch, TierHealth& health) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Apply(Table& table, const BspAggregator::Batch& batch, TierHealth& health) ABSL_LOCKS_EXCLUDED(mu_);
   // A worker's pull of `keys` (the table's, sorted; dense block keys in any order) for `clock` into `out`
   // (keys.size() * dim floats): Table::Pull, then, when `clock` is the last clock applied to the table, the rows
   // it changed as they were before it.
-  absl::Status Pull(const Table& table, absl::Span<const uint64_t> keys, int64_t clock, float* out) const
+  [[nodiscard]] absl::Status Pull(const Table& table, absl::Span<const uint64_t> keys, int64_t clock, float* out) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets every record (a restore, or a new BSP worker count: a re-pull is of the old timeline or layout).
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);

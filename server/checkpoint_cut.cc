@@ -30,7 +30,7 @@ constexpr size_t kBatchBytes = size_t{8} << 20;
 // checkpoint written while training goes on takes the CPU training leaves, not a core from it.
 constexpr int kWriterNice = 10;
 
-absl::Status RunInBackground(absl::FunctionRef<absl::Status()> fn) {
+[[nodiscard]] absl::Status RunInBackground(absl::FunctionRef<absl::Status()> fn) {
   absl::Status status;
   std::thread writer([&] {
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));

@@ -47,12 +47,12 @@ class CheckpointCut {
   void BeginCopyOnWrite();
   // In the same section: writes every change into `db` now, then clears the tables' dirty marks (the store holds
   // every change: the next checkpoint starts from here).
-  absl::Status WriteInside(rocksdb::DB* db);
+  [[nodiscard]] absl::Status WriteInside(rocksdb::DB* db);
   // After BeginCopyOnWrite, with requests served: writes every stripe of the cut into `db` on a thread of its own
   // at a lower CPU priority than the request handlers (a checkpoint takes the CPU training leaves). After an
   // error, ends the remaining stripes' cuts (freeing their copies) without writing them. `fail_after_rows` >= 0
   // (tests): fails (Unavailable) after writing that many rows, as a full disk would.
-  absl::Status WriteStripes(rocksdb::DB* db, int64_t fail_after_rows);
+  [[nodiscard]] absl::Status WriteStripes(rocksdb::DB* db, int64_t fail_after_rows);
 
   const std::string& name() const { return name_; }
   const std::string& dir() const { return dir_; }
@@ -67,7 +67,7 @@ class CheckpointCut {
 
  private:
   // Writes every stripe of the cut (WriteStripes, on the calling thread).
-  absl::Status WriteStripesNow(rocksdb::DB* db, int64_t fail_after_rows);
+  [[nodiscard]] absl::Status WriteStripesNow(rocksdb::DB* db, int64_t fail_after_rows);
 
   const std::string name_;
   const std::string dir_;  // the shard's directory of the checkpoint

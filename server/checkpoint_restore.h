@@ -29,21 +29,21 @@ class CheckpointRestore {
   // Writes the own group of `hosted` as checkpoint `request.name()`. With request.copy_on_write(), only cuts it
   // (ShardStore::BeginCheckpoint): the caller must then run WriteCut (the admin thread's next task), whose result
   // Await answers.
-  absl::Status Checkpoint(const HostedShards& hosted, const CheckpointShardRequest& request,
+  [[nodiscard]] absl::Status Checkpoint(const HostedShards& hosted, const CheckpointShardRequest& request,
                           CheckpointShardResponse* response);
   // Writes the pending copy-on-write cut, keeping the result for Await.
   void WriteCut();
   // The result of the last WriteCut, when it was of checkpoint `request.name()`; else FailedPrecondition.
-  absl::Status Await(const AwaitCheckpointRequest& request, CheckpointShardResponse* response);
+  [[nodiscard]] absl::Status Await(const AwaitCheckpointRequest& request, CheckpointShardResponse* response);
   // Restores `request.name()` (empty: empty tables) into every group of `served`, or into the groups of the new
   // layout the request names, which are served from then on.
-  absl::Status Restore(const HostedShards& served, const RestoreShardRequest& request,
+  [[nodiscard]] absl::Status Restore(const HostedShards& served, const RestoreShardRequest& request,
                        RestoreShardResponse* response);
 
  private:
   // Restore into a new layout (RestoreShardRequest.layout_generation): builds the groups of rank `rank` of it;
   // null when the request names none, or the layout served already.
-  absl::StatusOr<std::shared_ptr<HostedShards>> GroupsForRestore(const HostedShards& hosted,
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<HostedShards>> GroupsForRestore(const HostedShards& hosted,
                                                                  const RestoreShardRequest& request) const;
 
   // Counts a written checkpoint part in the server's metrics.

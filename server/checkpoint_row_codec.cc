@@ -19,7 +19,7 @@ void AppendRaw(const float* words, int n, std::string* out) {
 }
 
 // Takes n words from the front of `in`.
-absl::Status ReadRaw(absl::string_view* in, float* words, int n, const char* what) {
+[[nodiscard]] absl::Status ReadRaw(absl::string_view* in, float* words, int n, const char* what) {
   const size_t bytes = sizeof(float) * static_cast<size_t>(n);
   if (in->size() < bytes) {
     return absl::DataLossError(absl::StrFormat("Q8 row: %s needs %d bytes, %d are left", what, bytes, in->size()));
@@ -31,7 +31,7 @@ absl::Status ReadRaw(absl::string_view* in, float* words, int n, const char* wha
 
 // Takes a code of floats.size() floats from the front of `in`, refusing floats that are not finite (a kLog8 header
 // whose base and step overflow float; EncodeRun never writes one).
-absl::Status ReadCoded(RowCode code, absl::string_view* in, absl::Span<float> floats, const char* what) {
+[[nodiscard]] absl::Status ReadCoded(RowCode code, absl::string_view* in, absl::Span<float> floats, const char* what) {
   if (absl::Status s = DecodeRun(code, in, floats); !s.ok()) {
     return absl::DataLossError(absl::StrFormat("Q8 row: %s: %s", what, s.message()));
   }

@@ -51,13 +51,13 @@ namespace kestrel {
 // InvalidArgument naming the table unless config.checkpoint_codec() is a known CheckpointCodec, and CHECKPOINT_Q8
 // is on a sparse table (a dense table's weights are checkpointed exactly). Part of what a table's config must
 // satisfy (Table::CheckShape calls it).
-absl::Status CheckCheckpointCodec(const TableConfig& config);
+[[nodiscard]] absl::Status CheckCheckpointCodec(const TableConfig& config);
 
 class CheckpointRowCodec {
  public:
   // The codec of a table of `config`: InvalidArgument naming the table for a codec CheckCheckpointCodec refuses, a
   // dim outside [1, RowValues::kMaxDim], a storage RowValues::Check refuses or an invalid optimizer.
-  static absl::StatusOr<CheckpointRowCodec> Create(const TableConfig& config);
+  [[nodiscard]] static absl::StatusOr<CheckpointRowCodec> Create(const TableConfig& config);
 
   CheckpointCodec codec() const { return codec_; }
   // 32-bit words of a stored row (Table::stored_floats()).
@@ -80,16 +80,16 @@ class CheckpointRowCodec {
   // DataLoss, naming what is wrong, for a record of neither length, a Q8 record with a bad header, a run
   // header that is not finite, or a decoded value or slot that is not finite; `stored_row` is then unspecified.
   // Reads nothing past the record and allocates nothing, whatever the bytes.
-  absl::Status Decode(absl::string_view record, absl::Span<float> stored_row) const;
+  [[nodiscard]] absl::Status Decode(absl::string_view record, absl::Span<float> stored_row) const;
   // The same into a vector, resized to stored_floats() words.
-  absl::Status Decode(absl::string_view record, std::vector<float>* stored_row) const;
+  [[nodiscard]] absl::Status Decode(absl::string_view record, std::vector<float>* stored_row) const;
 
  private:
   CheckpointRowCodec(const TableConfig& config, std::vector<Optimizer::SlotRun> runs, int meta_floats);
 
   // The Q8 code of `stored_row` appended to *out; false (out then partly written) if a run cannot be coded.
   bool EncodeQ8(absl::Span<const float> stored_row, std::string* out) const;
-  absl::Status DecodeQ8(absl::string_view record, absl::Span<float> stored_row) const;
+  [[nodiscard]] absl::Status DecodeQ8(absl::string_view record, absl::Span<float> stored_row) const;
 
   // The 'Q' and, when the codes' bytes would make the length a multiple of 4, a zero byte.
   static constexpr char kTag = 'Q';

@@ -37,14 +37,14 @@ bool ParseRowKey(const rocksdb::Slice& stored, absl::string_view* table, uint64_
 
 // RocksDB's status as absl's, prefixed with `what`: DataLoss for corruption and missing files, Unavailable for
 // anything else (I/O), OK for OK.
-absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what);
+[[nodiscard]] absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what);
 
 // Writes into the working store: without a WAL (the working store never survives a crash; checkpoints do).
 rocksdb::WriteOptions StoreWriteOptions();
 
 // Opens a checkpoint's shard directory read-only, with paranoid checks and no LOG file written into it;
 // `where` names it in errors.
-absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenSnapshot(const std::string& dir, const std::string& where);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenSnapshot(const std::string& dir, const std::string& where);
 // Reads of a snapshot: checksums verified, the block cache left alone.
 rocksdb::ReadOptions SnapshotReadOptions();
 

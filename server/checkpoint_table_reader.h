@@ -33,7 +33,7 @@ namespace kestrel {
 // `table` "" reads every table's rows (table by table). Owns its read-only RocksDB. Thread-compatible.
 class CheckpointTableReader {
  public:
-  static absl::StatusOr<std::unique_ptr<CheckpointTableReader>> Open(const CheckpointLayout& layout,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CheckpointTableReader>> Open(const CheckpointLayout& layout,
                                                                      const CheckpointManifest& manifest, int shard,
                                                                      absl::string_view table);
   ~CheckpointTableReader();
@@ -47,9 +47,9 @@ class CheckpointTableReader {
   uint64_t key() const { return key_; }
   absl::Span<const float> row() const { return row_; }
   // Moves to the next row of the table; DataLoss naming the file for a malformed row or a read error.
-  absl::Status Next();
+  [[nodiscard]] absl::Status Next();
   // Calls fn for each admission sketch the shard's checkpoint holds (bounded tables; by table name).
-  absl::Status ForEachSketch(
+  [[nodiscard]] absl::Status ForEachSketch(
       absl::FunctionRef<absl::Status(absl::string_view table, const AdmissionSketchState& state)> fn);
   // "checkpoint X, shard N (dir)", for errors.
   const std::string& where() const { return where_; }
@@ -57,7 +57,7 @@ class CheckpointTableReader {
  private:
   CheckpointTableReader() = default;
   // Decodes the iterator's current entry, or ends the table.
-  absl::Status Load();
+  [[nodiscard]] absl::Status Load();
 
   std::string where_;   // "checkpoint X, shard N (dir)" for errors
   std::string prefix_;  // table name + '\0'; "" for every table

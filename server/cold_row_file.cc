@@ -38,7 +38,7 @@ uint64_t KeyOfRecord(const char* record) {
   return key;
 }
 
-absl::Status ErrnoError(int error, absl::string_view what, const std::string& path) {
+[[nodiscard]] absl::Status ErrnoError(int error, absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(error)));
 }
 

@@ -52,7 +52,7 @@ class ColdRowFile {
 
   // Creates (or truncates) the file at `path` for rows of `floats` words ([1, kMaxFloats]); InvalidArgument for
   // another width, Unavailable when the file cannot be created.
-  static absl::StatusOr<std::unique_ptr<ColdRowFile>> Create(const std::string& path, int floats,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ColdRowFile>> Create(const std::string& path, int floats,
                                                             size_t segment_bytes = kDefaultSegmentBytes);
   ~ColdRowFile();
 
@@ -65,11 +65,11 @@ class ColdRowFile {
   // Stores the rows of `keys` (keys.size() * floats() words; a key may appear once), replacing the records of
   // keys held. InvalidArgument for another row width (nothing written); ResourceExhausted past kMaxRows or
   // Unavailable when the file cannot grow or be written (the keys before the failing one are written).
-  absl::Status Write(absl::Span<const uint64_t> keys, absl::Span<const float> rows) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Write(absl::Span<const uint64_t> keys, absl::Span<const float> rows) ABSL_LOCKS_EXCLUDED(mu_);
   // Reads the rows of `keys` into `rows` (keys.size() * floats() words), setting found[i] to 1 for each key held
   // (`found` has keys.size() entries; a key not held leaves its row and entry untouched). Unavailable when the
   // device fails a read of rows not in the page cache.
-  absl::Status Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
+  [[nodiscard]] absl::Status Read(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the records of `keys` (absent ones are no error); their slots are reused.
   void Delete(absl::Span<const uint64_t> keys) ABSL_LOCKS_EXCLUDED(mu_);
@@ -81,11 +81,11 @@ class ColdRowFile {
   // Bytes of the file (whole segments).
   uint64_t file_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
   // Pages of the file in the page cache now (mincore over the mappings).
-  absl::StatusOr<uint64_t> ResidentPages() const ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<uint64_t> ResidentPages() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // For benchmarks of the uncached path: unmaps the file's pages from this process (MADV_DONTNEED), writes the
   // dirty ones back (fdatasync) and drops the file from the page cache (posix_fadvise DONTNEED). The rows stay.
-  absl::Status TEST_DropCachedPages() ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status TEST_DropCachedPages() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Where a slot's record is: its segment and byte offset in the file.
@@ -125,15 +125,15 @@ class ColdRowFile {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The same through pread (no page table update: the pages were just read, and mapping each would cost a page
   // fault); Unavailable when a read fails.
-  absl::Status PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
+  [[nodiscard]] absl::Status PreadLocked(absl::Span<const uint64_t> keys, float* rows, absl::Span<uint8_t> found) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether the records of a sample of the keys held among `keys` are in the page cache.
   bool SampleResidentLocked(absl::Span<const uint64_t> keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Asks the kernel to read the pages of `ranges` (sorted) into the page cache now, without waiting.
   void RequestPages(const std::vector<PageRange>& ranges) const;
   // A free slot (reused or new; the file grows when needed).
-  absl::StatusOr<uint32_t> AllocateSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AddSegmentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::StatusOr<uint32_t> AllocateSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status AddSegmentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void GrowIndexLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the entry at index position `pos` (backward-shift deletion: no tombstones).
   void EraseAtLocked(size_t pos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

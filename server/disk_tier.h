@@ -64,11 +64,11 @@ class DiskTier : public ColdTier {
 
   // ColdTier. A table's rows keep one width until the next Detach: a Write or Read of another width is
   // FailedPrecondition (nothing written), a table name of over kMaxTableName bytes InvalidArgument.
-  absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override
+  [[nodiscard]] absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override
       ABSL_LOCKS_EXCLUDED(files_mu_, deferred_mu_);
-  absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+  [[nodiscard]] absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
                     std::vector<uint8_t>* found) override ABSL_LOCKS_EXCLUDED(files_mu_);
-  absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override
+  [[nodiscard]] absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override
       ABSL_LOCKS_EXCLUDED(files_mu_, deferred_mu_);
 
   // From now until ApplyDeferred, the writes into the working store are held back, counted in `memory` (the
@@ -76,7 +76,7 @@ class DiskTier : public ColdTier {
   void StartDeferring(CutMemory* memory) ABSL_LOCKS_EXCLUDED(deferred_mu_);
   // Applies the writes held back, in their order (after a failure, drops the rest), releases their memory and
   // stops holding back. Returns the first failure.
-  absl::Status ApplyDeferred() ABSL_LOCKS_EXCLUDED(deferred_mu_);
+  [[nodiscard]] absl::Status ApplyDeferred() ABSL_LOCKS_EXCLUDED(deferred_mu_);
 
   // The tier's files, summed over tables: rows, bytes of memory their indexes hold (outside the tables'
   // budgets), bytes on disk.
@@ -96,18 +96,18 @@ class DiskTier : public ColdTier {
   void TEST_ReadFromStore(bool on) { reads_from_store_.store(on, std::memory_order_relaxed); }
   // Drops the files' pages from the page cache (ColdRowFile::TEST_DropCachedPages) and answers how many of their
   // pages are still resident.
-  absl::StatusOr<uint64_t> TEST_DropCachedPages() ABSL_LOCKS_EXCLUDED(files_mu_);
+  [[nodiscard]] absl::StatusOr<uint64_t> TEST_DropCachedPages() ABSL_LOCKS_EXCLUDED(files_mu_);
 
  private:
   // The file of `table` for rows of `floats` floats, created if `create` (else null when there is none);
   // FailedPrecondition when the table's file holds rows of another width.
-  absl::StatusOr<std::shared_ptr<ColdRowFile>> File(absl::string_view table, int floats, bool create)
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<ColdRowFile>> File(absl::string_view table, int floats, bool create)
       ABSL_LOCKS_EXCLUDED(files_mu_);
   // Writes `batch` into the working store now, or holds it back (StartDeferring); `what` names it in errors.
-  absl::Status WriteOrDefer(rocksdb::WriteBatch batch, const char* what) ABSL_LOCKS_EXCLUDED(deferred_mu_);
+  [[nodiscard]] absl::Status WriteOrDefer(rocksdb::WriteBatch batch, const char* what) ABSL_LOCKS_EXCLUDED(deferred_mu_);
   void DropDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deferred_mu_);
   // Read from the working store instead of the files (TEST_ReadFromStore).
-  absl::Status ReadFromStore(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+  [[nodiscard]] absl::Status ReadFromStore(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
                              std::vector<uint8_t>* found);
 
   const std::string dir_;

@@ -35,12 +35,12 @@ class GroupTransfer {
   GroupTransfer& operator=(const GroupTransfer&) = delete;
 
   // Sends `request.owner()`'s group, whole and at one cut, to the server at `request.target_address()`.
-  absl::Status Send(const HostedShards& hosted, const CopyGroupRequest& request, CopyGroupResponse* response);
+  [[nodiscard]] absl::Status Send(const HostedShards& hosted, const CopyGroupRequest& request, CopyGroupResponse* response);
   // Stages one piece of a group copy (chunk.layout_generation() == 0); installs the copy with its last piece
   // (into *installed: rows). FailedPrecondition for a piece out of order, ResourceExhausted (the copy is
   // dropped) past the staging bound, InvalidArgument for a piece that is not whole rows of a table of the copy
   // or a row outside the group's ranges.
-  absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed);
+  [[nodiscard]] absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk, uint64_t* installed);
 
   // Most bytes of rows a copy being received may stage before it is installed. Set before serving.
   // Default: 16 GiB.
@@ -61,10 +61,10 @@ class GroupTransfer {
   };
 
   // Checks one piece against `copy` (its sequence, tables, whole rows, the staging bound) and stages it.
-  absl::Status StagePieceLocked(const GroupChunk& chunk, IncomingCopy* copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status StagePieceLocked(const GroupChunk& chunk, IncomingCopy* copy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces `group`'s state with the rows of `pieces` (InvalidArgument for a row outside its ranges); returns
   // the rows installed.
-  static absl::StatusOr<uint64_t> Install(Shard& group, const std::vector<TableConfig>& tables,
+  [[nodiscard]] static absl::StatusOr<uint64_t> Install(Shard& group, const std::vector<TableConfig>& tables,
                                           const std::vector<const Piece*>& pieces);
   void DropCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -31,7 +31,7 @@ class HostedShards {
  public:
   // The groups server options.owner hosts in `partition` (options.owner names this server; each
   // group's Shard gets its owner's index and otherwise the same options).
-  static absl::StatusOr<std::unique_ptr<HostedShards>> Create(const ShardOptions& options, Partition partition);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HostedShards>> Create(const ShardOptions& options, Partition partition);
   // One unreplicated shard, owned by the caller (tests, tools): its own group only. It cannot be rescaled.
   static std::unique_ptr<HostedShards> Single(Shard* shard);
   // Owned by the caller as well (server/served_layout.h takes shared ownership of the groups it serves).
@@ -53,11 +53,11 @@ class HostedShards {
 
   // The group a request names by its owner (RequestHeader.owner; unset: this server's own). InvalidArgument for
   // an owner outside the partition, NotFound for a group this server holds no copy of.
-  absl::StatusOr<Shard*> Group(std::optional<int> owner) const;
+  [[nodiscard]] absl::StatusOr<Shard*> Group(std::optional<int> owner) const;
   // OK when this server is the primary of `owner`'s group at the routing it holds. Otherwise Unavailable
   // naming the primary (the sender's routing or this server's is behind; the listener set with
   // SetGenerationListener is told, so the server asks the scheduler at once).
-  absl::Status CheckPrimary(int owner) const;
+  [[nodiscard]] absl::Status CheckPrimary(int owner) const;
   // The servers the primary of `owner`'s group forwards its updates to, in failover order (empty without
   // replication or when every backup is out of service).
   std::vector<int> BackupsOf(int owner) const;

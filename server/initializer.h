@@ -19,7 +19,7 @@ class Initializer {
  public:
   // Validates `config` (e.g. min < max for UNIFORM, stddev > 0; every parameter finite and within +-1e6) and
   // resolves its defaults.
-  static absl::StatusOr<Initializer> Create(const InitializerConfig& config, uint64_t seed);
+  [[nodiscard]] static absl::StatusOr<Initializer> Create(const InitializerConfig& config, uint64_t seed);
 
   // Writes the initial value of `key`'s row (dim floats) to `row`.
   void Fill(uint64_t key, float* row, int dim) const;

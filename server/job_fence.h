@@ -42,7 +42,7 @@ class JobFence {
   // kMaxWorkers; FailedPrecondition naming neither job id when `job_id` is not the shard's. For workers, then:
   // Aborted below the floor; and once a view was set, Unavailable (retry; the listener is told) for a rank beyond
   // the view's workers or a generation newer than the rank's, FailedPrecondition for an older one.
-  absl::Status Check(absl::string_view job_id, int32_t worker_rank, uint64_t generation) const
+  [[nodiscard]] absl::Status Check(absl::string_view job_id, int32_t worker_rank, uint64_t generation) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // What the scheduler's latest heartbeat answer said: the job generation and, by worker rank, the generation
   // each rank's requests carry. Until the first call, worker generations are not checked (a server without a
@@ -54,7 +54,7 @@ class JobFence {
   // A restore that would raise the floor to `min_worker_generation` must not be ahead of the job: waits up to
   // `wait` for a view of a job generation that high (telling the listener first), then InvalidArgument. Without
   // a listener (no scheduler) only 0 is valid.
-  absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const
+  [[nodiscard]] absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // From now on, worker requests of a generation below `min_worker_generation` are refused; the floor never
   // goes down.

@@ -125,7 +125,7 @@ bool ResolveIdentity() {
 }
 
 // The groups this server starts with, from its flags (InvalidArgument for bad ones).
-absl::StatusOr<std::unique_ptr<HostedShards>> GroupsFromFlags(int index) {
+[[nodiscard]] absl::StatusOr<std::unique_ptr<HostedShards>> GroupsFromFlags(int index) {
   if (index >= absl::GetFlag(FLAGS_num_servers) && !absl::GetFlag(FLAGS_scheduler).empty() &&
       absl::GetFlag(FLAGS_partition).empty()) {
     // A rank beyond the job's servers (a scaled-up StatefulSet whose environment still names the old count):

@@ -43,16 +43,16 @@ class PieceStream {
   PieceStream& operator=(const PieceStream&) = delete;
 
   // Adds one row of `owner`'s group; sends the group's pending piece once it is full. The first failure so far.
-  absl::Status Add(int owner, absl::string_view table, uint64_t key, absl::Span<const float> row);
+  [[nodiscard]] absl::Status Add(int owner, absl::string_view table, uint64_t key, absl::Span<const float> row);
   // Sends every pending row, then the last piece, and waits until every piece was delivered: the first failure.
-  absl::Status Finish();
+  [[nodiscard]] absl::Status Finish();
   // Rows and bytes (keys and rows) added.
   uint64_t rows() const { return rows_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
   // Queues `piece` for the sender thread (waiting while kInFlight are queued); the first failure so far.
-  absl::Status Send(GroupChunk* piece, bool last);
+  [[nodiscard]] absl::Status Send(GroupChunk* piece, bool last);
   void SendLoop();
   bool error_ok();
 

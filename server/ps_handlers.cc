@@ -24,7 +24,7 @@ namespace {
 
 // `bytes` as `n` values of `type` (scaled by 2^scale_exponent for fp16), decoded into fp32: a view of `bytes`
 // itself for aligned fp32, else `scratch`.
-absl::StatusOr<absl::Span<const float>> DecodeView(absl::string_view bytes, ValueType type, int scale_exponent,
+[[nodiscard]] absl::StatusOr<absl::Span<const float>> DecodeView(absl::string_view bytes, ValueType type, int scale_exponent,
                                                    std::vector<float>* scratch) {
   KESTREL_RETURN_IF_ERROR(CheckValueType(type, "values"));
   if (type == VALUE_TYPE_FLOAT32) {
@@ -122,7 +122,7 @@ absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, 
 namespace {
 
 // A sparse read's rows of `keys` (packed) at `header`, written where `alloc` says.
-absl::Status PullRowsInto(Shard& shard, const RequestHeader& header, absl::string_view table, absl::string_view keys,
+[[nodiscard]] absl::Status PullRowsInto(Shard& shard, const RequestHeader& header, absl::string_view table, absl::string_view keys,
                           int dim, ValueType type, absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc) {
   thread_local std::vector<uint64_t> scratch;
   thread_local std::vector<float> rows;

@@ -26,30 +26,30 @@ inline constexpr int kMaxPushParts = 1024;
 
 
 // Pulls answer rows in the request's value_type (common/half.h): the Shard's fp32 rows, encoded.
-absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
+[[nodiscard]] absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* response);
 // HandlePull writing the rows where `alloc(values, dim, type)` says (values * BytesPerValue(type) bytes), once
 // the request is validated (the gRPC edge writes them straight into the response buffer, see
 // common/pull_wire.h; fp32 rows go there straight from the table).
-absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
+[[nodiscard]] absl::Status HandlePullInto(Shard& shard, const PullRequest& request,
                             absl::FunctionRef<void*(size_t values, int dim, ValueType type)> alloc);
 // Pushed gradients of any value_type are decoded to fp32 (scaled back for fp16) before the Shard applies them.
-absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
+[[nodiscard]] absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
 // A push given by its fields (common/pull_wire.h): the raw Push handler passes a PushRequestView.
-absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response);
-absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
-absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
-absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);
-absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& request,
+[[nodiscard]] absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response);
+[[nodiscard]] absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
+[[nodiscard]] absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
+[[nodiscard]] absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);
+[[nodiscard]] absl::Status HandleDescribeTables(Shard& shard, const DescribeTablesRequest& request,
                                   DescribeTablesResponse* response);
-absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
+[[nodiscard]] absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
 
 // A Step's pushes (StepRequest): checks the table list (at most kMaxStepTables, each once), decodes and checks
 // every push (Shard::CheckPush), then applies each as a one-part Push / PushDense of header.clock, in order: a
 // Step refused by those checks changes nothing. Table i's push carries request id header.request_id + i.
 // The fields are a parsed StepRequest's (StepFieldsOf) or the received buffers' (ReadStepRequest).
-absl::Status HandleStepPushes(Shard& shard, const StepFields& request);
+[[nodiscard]] absl::Status HandleStepPushes(Shard& shard, const StepFields& request);
 // A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, one pulls entry each.
-absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response);
+[[nodiscard]] absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response);
 
 }  // namespace kestrel
 

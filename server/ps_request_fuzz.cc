@@ -81,7 +81,7 @@ absl::Status Push(Shard& shard, const std::string& bytes, size_t piece) {
 }
 
 template <typename Request, typename Response>
-absl::Status Call(absl::Status (*handler)(Shard&, const Request&, Response*), Shard& shard,
+[[nodiscard]] absl::Status Call(absl::Status (*handler)(Shard&, const Request&, Response*), Shard& shard,
                   const std::string& bytes) {
   Request request;
   if (!request.ParseFromString(bytes)) return absl::InvalidArgumentError("not a message");

@@ -56,14 +56,14 @@ struct PsServerOptions {
 class PsServer {
  public:
   // `store` (optional) serves the checkpoint admin calls; it must outlive the server.
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options,
                                                          std::shared_ptr<HostedShards> hosted,
                                                          ShardStore* store = nullptr);
   // Groups the caller owns and keeps alive for the server's life (tests, tools).
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, HostedShards* hosted,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, HostedShards* hosted,
                                                          ShardStore* store = nullptr);
   // One unreplicated Shard (tests, tools).
-  static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, Shard* shard,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PsServer>> Start(const PsServerOptions& options, Shard* shard,
                                                          ShardStore* store = nullptr);
   ~PsServer();
 

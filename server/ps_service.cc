@@ -269,7 +269,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Pull(grpc::CallbackServerContext* conte
 namespace {
 
 // Serializes a push's answer into the raw response.
-absl::Status WritePushResponse(const PushResponse& answer, grpc::ByteBuffer* response) {
+[[nodiscard]] absl::Status WritePushResponse(const PushResponse& answer, grpc::ByteBuffer* response) {
   bool own_buffer;
   grpc::Status serialized = grpc::SerializationTraits<PushResponse>::Serialize(answer, response, &own_buffer);
   return serialized.ok() ? absl::OkStatus() : absl::InternalError(serialized.error_message());

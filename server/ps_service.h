@@ -142,7 +142,7 @@ class PsServiceImpl final
   // call's callback).
   // The split-brain fence: OK unless the fence is on, the primary lease has lapsed and `hosted` (null: the groups
   // served now, read only then) is replicated (UNAVAILABLE). A clock read while the lease holds.
-  absl::Status CheckLease(const HostedShards* hosted = nullptr) const;
+  [[nodiscard]] absl::Status CheckLease(const HostedShards* hosted = nullptr) const;
   // `primary`: a call only a range's primary answers (reads and writes of workers): fenced by CheckLease as
   // its answer leaves too.
   grpc::ServerUnaryReactor* RunAsync(grpc::CallbackServerContext* context, RpcMetrics::Method& rpc,
@@ -185,7 +185,7 @@ class PsServiceImpl final
   void Forward(const HostedShards& hosted, const char* method, int owner, const grpc::ByteBuffer& request,
                Done done) const;
   // The group `header` names, when this server is its primary (workers' requests).
-  absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
+  [[nodiscard]] absl::StatusOr<Shard*> PrimaryGroup(const HostedShards& hosted, const RequestHeader& header) const;
 
   const std::string job_id_;
   ThreadPool* const pool_;

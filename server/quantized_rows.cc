@@ -60,7 +60,7 @@ struct Header {
 // The header of a run whose (log2-domain, for Log8) floats lie in [low, high]: lo the largest half <= low, step the
 // smallest half with lo + top * step >= high (0 only if high == lo). lo + top * step is exact in double (two
 // halves' significands, 11 and 11 + 8 bits, between 2^-24 and 2^25), so the check is too.
-absl::Status ChooseHeader(double low, double high, int top, Header* header) {
+[[nodiscard]] absl::Status ChooseHeader(double low, double high, int top, Header* header) {
   int lo_rank, step_rank = 0;
   if (!RoundToHalf(low, /*down=*/true, &lo_rank)) {
     return absl::InvalidArgumentError(absl::StrFormat("the run's base %g is below fp16's range", low));

@@ -45,10 +45,10 @@ enum class RowCode { kAffine8, kLog8 };
 inline size_t QuantizedBytes(size_t n) { return n + 4; }
 
 // Appends the code of `run` to `out`. On error `out` is unchanged.
-absl::Status EncodeRun(RowCode code, absl::Span<const float> run, std::string* out);
+[[nodiscard]] absl::Status EncodeRun(RowCode code, absl::Span<const float> run, std::string* out);
 
 // Decodes one run of out.size() floats from the front of `in` and advances `in` past it.
-absl::Status DecodeRun(RowCode code, absl::string_view* in, absl::Span<float> out);
+[[nodiscard]] absl::Status DecodeRun(RowCode code, absl::string_view* in, absl::Span<float> out);
 
 }  // namespace kestrel
 

@@ -69,7 +69,7 @@ class ReadGate {
   // A read of `table` that must see every worker's clocks < `need`: true when it may run now. Otherwise `done`
   // runs later: OK once it may run, or an error (the gate reset, the deadline passed). Unavailable when
   // kMaxWaitingReads reads already wait.
-  absl::StatusOr<bool> Await(absl::string_view table, int64_t need, absl::Time deadline, Callback done);
+  [[nodiscard]] absl::StatusOr<bool> Await(absl::string_view table, int64_t need, absl::Time deadline, Callback done);
   // Fails the waits whose deadline is before `now` with Unavailable; returns how many.
   size_t Expire(absl::Time now);
 

@@ -22,7 +22,7 @@ void ForwardToBackups(const HostedShards& hosted, int owner, const SendToBackup&
 
 // FailedPrecondition (counted) unless the job is replicated: a forwarded push or a group copy has no business
 // on this server otherwise.
-absl::Status CheckReplicated(const HostedShards& hosted);
+[[nodiscard]] absl::Status CheckReplicated(const HostedShards& hosted);
 
 }  // namespace kestrel
 

@@ -35,14 +35,14 @@ class RequestChecks {
   RequestChecks& operator=(const RequestChecks&) = delete;
 
   // Checks count, order (when `sorted` is required) and ownership of `keys`; `what` names them in errors.
-  absl::Status CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const;
+  [[nodiscard]] absl::Status CheckKeys(absl::Span<const uint64_t> keys, bool sorted, const char* what) const;
   // `grads` holds one finite, not too large gradient row of `table`'s dim per key of `keys`.
-  absl::Status CheckGrads(const Table& table, absl::Span<const uint64_t> keys, absl::Span<const float> grads) const;
+  [[nodiscard]] absl::Status CheckGrads(const Table& table, absl::Span<const uint64_t> keys, absl::Span<const float> grads) const;
   // Maps block indices of dense `table` to block keys in `keys` after checking them.
-  absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
+  [[nodiscard]] absl::Status BlockKeys(const Table& table, absl::Span<const uint64_t> blocks, std::vector<uint64_t>* keys) const;
   // The table's keys for `ids` after checking them: sparse keys as they are, dense block indices mapped to
   // block keys (valid until the calling thread's next call).
-  absl::StatusOr<absl::Span<const uint64_t>> CheckedKeys(const Table& table, absl::Span<const uint64_t> ids) const;
+  [[nodiscard]] absl::StatusOr<absl::Span<const uint64_t>> CheckedKeys(const Table& table, absl::Span<const uint64_t> ids) const;
 
  private:
   const Partition& partition_;

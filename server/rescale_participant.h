@@ -44,10 +44,10 @@ class RescaleParticipant {
   RescaleParticipant& operator=(const RescaleParticipant&) = delete;
 
   // Runs the phase `request` names on `hosted`, the groups served now.
-  absl::Status Handle(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
+  [[nodiscard]] absl::Status Handle(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
   // A rescale's piece of rows (chunk.layout_generation() > 0): builds the new groups from the first one, loads
   // the rows into them. Aborted for a piece of an aborted attempt.
-  absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk);
+  [[nodiscard]] absl::Status Receive(const HostedShards& hosted, const GroupChunk& chunk);
 
   // Most bytes of rows a rescale may load into this server's new groups. Set before serving. Default: 16 GiB.
   void set_max_bytes(uint64_t bytes) { max_bytes_ = bytes; }
@@ -77,31 +77,31 @@ class RescaleParticipant {
   // StartSenderLocked: a sender's first piece, which must name the layout and tables the others name (the first
   // piece of the rescale builds the new groups: StartLayoutLocked). LoadPiece: loads the piece's rows into its group
   // (outside the lock); on failure drops the layout it half loaded.
-  absl::Status CheckPiece(const GroupChunk& chunk) const;
-  absl::StatusOr<std::shared_ptr<HostedShards>> AcceptPieceLocked(const HostedShards& hosted, const GroupChunk& chunk)
+  [[nodiscard]] absl::Status CheckPiece(const GroupChunk& chunk) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<HostedShards>> AcceptPieceLocked(const HostedShards& hosted, const GroupChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<IncomingLayout::Sender*> StartSenderLocked(const HostedShards& hosted, const GroupChunk& chunk)
+  [[nodiscard]] absl::StatusOr<IncomingLayout::Sender*> StartSenderLocked(const HostedShards& hosted, const GroupChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status StartLayoutLocked(const HostedShards& hosted, const GroupChunk& chunk)
+  [[nodiscard]] absl::Status StartLayoutLocked(const HostedShards& hosted, const GroupChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status LoadPiece(const std::shared_ptr<HostedShards>& groups, const GroupChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status LoadPiece(const std::shared_ptr<HostedShards>& groups, const GroupChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The new layout, if this server can move to it.
-  absl::StatusOr<Partition> CheckRescale(const HostedShards& hosted, const RescaleShardRequest& request) const;
+  [[nodiscard]] absl::StatusOr<Partition> CheckRescale(const HostedShards& hosted, const RescaleShardRequest& request) const;
   // FailedPrecondition when a table keeps rows on disk: a new layout is built in memory only.
-  static absl::Status CheckNoDiskTier(const HostedShards& hosted);
-  absl::Status Send(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
-  absl::Status Install(const HostedShards& hosted, const RescaleShardRequest& request,
+  [[nodiscard]] static absl::Status CheckNoDiskTier(const HostedShards& hosted);
+  [[nodiscard]] absl::Status Send(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
+  [[nodiscard]] absl::Status Install(const HostedShards& hosted, const RescaleShardRequest& request,
                        RescaleShardResponse* response);
-  absl::Status Switch(const HostedShards& hosted, const RescaleShardRequest& request);
+  [[nodiscard]] absl::Status Switch(const HostedShards& hosted, const RescaleShardRequest& request);
   // SWITCH with keep_groups: the groups stay, BSP's worker count changes in place.
-  absl::Status SwitchInPlace(const HostedShards& hosted, const RescaleShardRequest& request);
+  [[nodiscard]] absl::Status SwitchInPlace(const HostedShards& hosted, const RescaleShardRequest& request);
   void Abort(uint64_t generation, uint64_t attempt);
   // FENCE and COMPLETE (removed BSP workers' half-done clock) on every group held; CheckSettle: the request may
   // act here (the rescale is ahead of this server's layout, which it has not left).
-  absl::Status CheckSettle(const RescaleShardRequest& request) const;
-  absl::Status Fence(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
-  absl::Status Complete(const HostedShards& hosted, const RescaleShardRequest& request,
+  [[nodiscard]] absl::Status CheckSettle(const RescaleShardRequest& request) const;
+  [[nodiscard]] absl::Status Fence(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
+  [[nodiscard]] absl::Status Complete(const HostedShards& hosted, const RescaleShardRequest& request,
                         RescaleShardResponse* response);
   void DropLayoutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { incoming_layout_.reset(); }
 

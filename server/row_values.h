@@ -31,7 +31,7 @@ class RowValues {
 
   // InvalidArgument naming the table unless its storage is a known ValueType, compact only on a sparse table,
   // and stochastic rounding only with a compact type.
-  static absl::Status Check(const TableConfig& config);
+  [[nodiscard]] static absl::Status Check(const TableConfig& config);
   // 32-bit words a row's values take: dim, or ceil(dim / 2) for the half types.
   static int WordsFor(const TableConfig& config);
 

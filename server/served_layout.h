@@ -65,10 +65,10 @@ class ServedLayout {
   // PERMISSION_DENIED unless a worker caller's certificate names the id of the worker rank its request claims
   // (common/peer_identity.h CheckClaimedRank, through the layout's worker ids). Lock-free: every worker request
   // with a certificate reads it.
-  absl::Status CheckWorkerCaller(const std::optional<PeerIdentity>& caller, int worker_rank, const char* what) const;
+  [[nodiscard]] absl::Status CheckWorkerCaller(const std::optional<PeerIdentity>& caller, int worker_rank, const char* what) const;
 
   // InvalidArgument for more worker ids than a job may have workers (a layout from the network).
-  static absl::Status CheckWorkerIds(size_t count);
+  [[nodiscard]] static absl::Status CheckWorkerIds(size_t count);
 
  private:
   void SetWorkerIdsLocked(std::vector<int> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

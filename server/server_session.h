@@ -65,7 +65,7 @@ class ServerSession {
   // INVALID_ARGUMENT: this server's configuration (partition, BSP worker count) does not match the job's, or the
   // scheduler announced a rescaled layout it cannot take. FAILED_PRECONDITION: the scheduler announced no valid
   // consistency mode. Other codes: it could not register.
-  static absl::StatusOr<std::unique_ptr<ServerSession>> Join(ServerSessionOptions options,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServerSession>> Join(ServerSessionOptions options,
                                                              std::unique_ptr<SchedulerClient> client,
                                                              ServedServer served);
   ~ServerSession();
@@ -79,7 +79,7 @@ class ServerSession {
  private:
   ServerSession(ServerSessionOptions options, std::unique_ptr<SchedulerClient> client, ServedServer served);
   // Checks the registration's view against the groups served, or adopts a rescaled job's layout.
-  absl::Status TakeLayout(const RegisterResponse& registration);
+  [[nodiscard]] absl::Status TakeLayout(const RegisterResponse& registration);
   void OnAnswer(const HeartbeatResponse& answer);
 
   const ServerSessionOptions options_;

@@ -127,7 +127,7 @@ struct ShardStats {
 class Shard {
  public:
   // Fails when options.owner is not a server of `partition`.
-  static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options, Partition partition);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Shard>> Create(const ShardOptions& options, Partition partition);
 
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
@@ -140,27 +140,27 @@ class Shard {
 
   // Creates a table. Idempotent: returns false (and OK) when an identical table exists, AlreadyExists when a
   // table of that name exists with a different config.
-  absl::StatusOr<bool> CreateTable(const RequestContext& ctx, const TableConfig& config);
+  [[nodiscard]] absl::StatusOr<bool> CreateTable(const RequestContext& ctx, const TableConfig& config);
   // Configs of all tables, sorted by name.
   std::vector<TableConfig> DescribeTables() const;
 
   // Sparse rows. `keys` strictly increasing and owned by this shard; `expected_dim` 0 or the table's dim.
   // Pull resizes `values` to keys.size() * dim floats (packed little-endian) and fills it in key order.
-  absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+  [[nodiscard]] absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     int expected_dim, std::string* values);
   // The same, writing the rows wherever `alloc(floats)` says once the request is validated (the gRPC edge
   // uses it to write rows straight into the response buffer). `alloc` is not called on error.
-  absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+  [[nodiscard]] absl::Status Pull(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     int expected_dim, absl::FunctionRef<float*(size_t floats)> alloc);
   // One gradient row per key, keys.size() * dim floats; all finite.
-  absl::Status Push(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
+  [[nodiscard]] absl::Status Push(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, int expected_dim);
 
   // Server-enforced clocks (server/read_gate.h): a worker's read of `table` (of `kind`) that must see every
   // worker's clocks < `need`. Checks the job, the generation and the table first (their errors, as Pull gives
   // them); then true when the read may run now, else `done` runs once it may (OK) or the wait ends (Aborted by a
   // restore, Unavailable at `deadline` or while kMaxWaitingReads reads wait).
-  absl::StatusOr<bool> AwaitClocks(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+  [[nodiscard]] absl::StatusOr<bool> AwaitClocks(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                                    int64_t need, absl::Time deadline, ReadGate::Callback done);
   // Clocks < `clock` are complete on every table (the checkpoint a Restore loaded is of `clock`, or a rescale's
   // new layout starts there): releases the reads that waited for them.
@@ -175,22 +175,22 @@ class Shard {
 
   // Dense blocks, named by block index (strictly increasing, each < the table's block count, each owned by
   // this shard according to Partition::DenseBlockKey). Same layout as the sparse calls, one row per block.
-  absl::Status PullDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
+  [[nodiscard]] absl::Status PullDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
                          int expected_dim, std::string* values);
-  absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
+  [[nodiscard]] absl::Status PushDense(const RequestContext& ctx, absl::string_view table, absl::Span<const uint64_t> blocks,
                          absl::Span<const float> grads, int expected_dim);
 
   // Whether Push (SPARSE) or PushDense (DENSE) of these arguments would pass the checks made before anything is
   // applied (the table, dim, keys or blocks, gradients, a BSP rank), without applying it: a caller that applies
   // several pushes as one request (a Step) checks them all first. A refusal is counted.
-  absl::Status CheckPush(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+  [[nodiscard]] absl::Status CheckPush(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                          absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim) const;
 
   // Counts `status` as a rejected request when it is an error (for rejections made before the Shard is
   // called, e.g. undecodable messages); returns it.
-  absl::Status Count(absl::Status status) const;
+  [[nodiscard]] absl::Status Count(absl::Status status) const;
   template <typename T>
-  absl::StatusOr<T> Count(absl::StatusOr<T> value) const {
+  [[nodiscard]] absl::StatusOr<T> Count(absl::StatusOr<T> value) const {
     if (!value.ok()) Count(value.status()).IgnoreError();  // counted; the caller returns `value`
     return value;
   }
@@ -201,7 +201,7 @@ class Shard {
   // before a rollback (Aborted); a newer one is one this shard has not heard of yet (Unavailable: retry; the
   // generation listener is told, so the shard asks the scheduler at once); a rank beyond the job's workers is
   // InvalidArgument.
-  absl::Status CheckJob(const RequestContext& ctx) const;
+  [[nodiscard]] absl::Status CheckJob(const RequestContext& ctx) const;
   // What the scheduler's latest heartbeat answer said: the job generation and, by worker rank, the generation
   // each rank's requests carry. Until the first call, worker requests are not checked (a server without a
   // scheduler).
@@ -212,11 +212,11 @@ class Shard {
   // A restore that would refuse worker generations below `min_worker_generation` must not be ahead of the
   // job: waits up to `wait` for the scheduler's view to reach it, then InvalidArgument (a bogus generation
   // would lock every worker out until the server restarts). A shard without a scheduler only takes 0.
-  absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const;
+  [[nodiscard]] absl::Status CheckRestoreGeneration(uint64_t min_worker_generation, absl::Duration wait) const;
 
   // Runs `fn` with every table (sorted by name) while no request is in progress and none can start.
   // (Copy-on-write checkpoints begin their cut in it: Table::BeginCut.)
-  absl::Status Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn);
+  [[nodiscard]] absl::Status Exclusive(absl::FunctionRef<absl::Status(const std::vector<Table*>& tables)> fn);
 
   // Receives one checkpointed row: returns whether this shard owns `key` and took the row.
   using RowSink = absl::FunctionRef<absl::StatusOr<bool>(absl::string_view table, uint64_t key,
@@ -230,27 +230,27 @@ class Shard {
   // then lets `load` feed rows to the sink; rows of keys other shards own are ignored. From then on, worker
   // requests with a generation below `min_worker_generation` are refused (Aborted). If `load` fails, the shard
   // is left empty and refuses every request (FailedPrecondition) until a Restore succeeds.
-  absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
+  [[nodiscard]] absl::Status Restore(const std::vector<TableConfig>& tables, uint64_t min_worker_generation,
                        absl::FunctionRef<absl::Status(RowSink rows, SketchSink sketches)> load);
 
   // A rescale's new range group, built before it serves anything (server/rescale_participant.h): adds rows to it, one
   // stored row (stored_floats() floats, packed little-endian in `rows`) per key of `keys` (packed uint64 LE).
   // InvalidArgument for an unknown table, bytes that are not whole rows, or a key outside this shard's ranges;
   // the rows before the bad one are kept (the caller drops the whole group then). Returns the rows loaded.
-  absl::StatusOr<uint64_t> LoadRows(absl::string_view table, absl::string_view keys, absl::string_view rows);
+  [[nodiscard]] absl::StatusOr<uint64_t> LoadRows(absl::string_view table, absl::string_view keys, absl::string_view rows);
 
   // Elastic jobs, BSP (server/bsp_aggregator.h Fence / CompleteWithout): BSP workers `workers` were removed while
   // clock `clock` was collected. FenceWorkers refuses their pushes of `clock` and later on every table and
   // answers how many tables had already applied `clock` with their parts (then it cannot be taken back).
   // CompleteClockWithout applies `clock` on every table from the other workers' parts, averaged over them, and
   // answers how many tables applied it now. FailedPrecondition outside BSP.
-  absl::StatusOr<int> FenceWorkers(const std::vector<int>& workers, int64_t clock);
-  absl::StatusOr<int> CompleteClockWithout(int64_t clock);
+  [[nodiscard]] absl::StatusOr<int> FenceWorkers(const std::vector<int>& workers, int64_t clock);
+  [[nodiscard]] absl::StatusOr<int> CompleteClockWithout(int64_t clock);
   // A rescale that changes only the worker count (the partition stays): BSP's worker count becomes
   // `bsp_workers` from the next clock on, in place. FailedPrecondition while a clock's pushes are being
   // collected (it must be called at a clock boundary); InvalidArgument for a count out of range or a change of
   // consistency mode (0 <-> > 0).
-  absl::Status SetBspWorkers(int bsp_workers);
+  [[nodiscard]] absl::Status SetBspWorkers(int bsp_workers);
   int bsp_workers() const { return bsp_workers_.load(std::memory_order_acquire); }
 
   // Where bounded tables with a disk budget put the rows they move out of memory (null: none, the default;
@@ -261,7 +261,7 @@ class Shard {
   void SetFailureListener(std::function<void(const absl::Status&)> listener);
   // Records a failed disk tier update (a push's, or the writes a checkpoint held back: ShardStore), returns the
   // error callers get from then on; OK stays OK.
-  absl::Status TierFailed(absl::Status status);
+  [[nodiscard]] absl::Status TierFailed(absl::Status status);
 
   // The retained row copies of the tables' pending copy-on-write cut, and their bound (server/cut_memory.h).
   CutMemory& cut_memory() { return cut_memory_; }
@@ -275,17 +275,17 @@ class Shard {
  private:
   Shard(const ShardOptions& options, Partition partition);
 
-  absl::StatusOr<Table*> LookupTable(const RequestContext& ctx, absl::string_view table,
+  [[nodiscard]] absl::StatusOr<Table*> LookupTable(const RequestContext& ctx, absl::string_view table,
                                      TableConfig::Kind kind, int expected_dim) const;
   // The checks of a write before anything is applied (CheckPush); its table and keys. Needs state_mu_ held.
-  absl::StatusOr<std::pair<Table*, absl::Span<const uint64_t>>> CheckedWrite(
+  [[nodiscard]] absl::StatusOr<std::pair<Table*, absl::Span<const uint64_t>>> CheckedWrite(
       const RequestContext& ctx, absl::string_view name, TableConfig::Kind kind, absl::Span<const uint64_t> ids,
       absl::Span<const float> grads, int expected_dim) const ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
   // Pull/PullDense and Push/PushDense after the kind-specific key checks.
-  absl::Status Read(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+  [[nodiscard]] absl::Status Read(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                     absl::Span<const uint64_t> ids, int expected_dim,
                     absl::FunctionRef<float*(size_t floats)> alloc);
-  absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+  [[nodiscard]] absl::Status Write(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                      absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim);
 
   // The BSP aggregator of `table` (created on first use).
@@ -293,11 +293,11 @@ class Shard {
   // Applies a BSP clock's combined batch to `table` (keeping the rows' previous values: BspUndo), then tells the
   // aggregator.
   // The reads the clock allows (server/read_gate.h) are added to `released`, to run once state_mu_ is released.
-  absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch, std::vector<ReadGate::Callback>* released)
+  [[nodiscard]] absl::Status ApplyBsp(Table& table, const BspAggregator::Batch& batch, std::vector<ReadGate::Callback>* released)
       ABSL_SHARED_LOCKS_REQUIRED(state_mu_);
-  absl::StatusOr<int> CompleteClockWithoutLocked(int64_t clock, std::vector<ReadGate::Callback>* released);
+  [[nodiscard]] absl::StatusOr<int> CompleteClockWithoutLocked(int64_t clock, std::vector<ReadGate::Callback>* released);
   // Write() under state_mu_, handing the reads its push allows to `released`.
-  absl::Status WriteLocked(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
+  [[nodiscard]] absl::Status WriteLocked(const RequestContext& ctx, absl::string_view table, TableConfig::Kind kind,
                            absl::Span<const uint64_t> ids, absl::Span<const float> grads, int expected_dim,
                            std::vector<ReadGate::Callback>* released);
 

@@ -74,7 +74,7 @@ class ShardStore : public ColdTier {
   // contents are of an earlier life of this server). `shard` names the process (its id, the rank its
   // certificate names: scheduler/membership.h), not its rank, which a rescale may renumber: Checkpoint writes
   // the part of the rank the Shard is (Shard::owner()).
-  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const CheckpointLayout& layout, int shard);
   ~ShardStore() override;
 
   ShardStore(const ShardStore&) = delete;
@@ -83,25 +83,25 @@ class ShardStore : public ColdTier {
   // Writes the rows changed since the last successful Checkpoint and snapshots the store into
   // layout.ShardDir(name, shard.owner()). The answer lists the snapshot's files for the manifest.
   // BeginCheckpoint then FinishCheckpoint.
-  absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
+  [[nodiscard]] absl::StatusOr<ShardCheckpoint> Checkpoint(Shard& shard, absl::string_view name);
   // Cuts checkpoint `name` of `shard` (see the file comment); FailedPrecondition while another cut is pending. The
   // shard must outlive the FinishCheckpoint call.
-  absl::Status BeginCheckpoint(Shard& shard, absl::string_view name);
+  [[nodiscard]] absl::Status BeginCheckpoint(Shard& shard, absl::string_view name);
   // Writes the pending cut and snapshots it; FailedPrecondition without one. The cut is no longer pending after it,
   // whatever it answers.
-  absl::StatusOr<ShardCheckpoint> FinishCheckpoint();
+  [[nodiscard]] absl::StatusOr<ShardCheckpoint> FinishCheckpoint();
   // The name of the pending cut, "" when none.
   std::string pending_checkpoint() const;
 
   // Replaces the shard's state with the checkpoint `manifest` describes (nullopt: with empty tables, the
   // job's beginning), refusing older worker generations from then on (see Shard::Restore). Files are checked
   // against the manifest first; a missing, truncated or corrupt one is DataLoss naming the file and shard.
-  absl::Status Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
+  [[nodiscard]] absl::Status Restore(const std::optional<CheckpointManifest>& manifest, Shard& shard,
                        uint64_t min_worker_generation);
 
   // Loads the checkpoint `manifest` describes into `shard` (as Restore does) without any working store: for
   // tools that read a checkpoint (export) while the job may still be writing new ones.
-  static absl::Status LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
+  [[nodiscard]] static absl::Status LoadCheckpoint(const CheckpointLayout& layout, const CheckpointManifest& manifest,
                                      Shard& shard, uint64_t min_worker_generation);
 
   int owner() const { return shard_; }
@@ -110,7 +110,7 @@ class ShardStore : public ColdTier {
   // A rescale replaced the server's rows (server/rescale_participant.h): empties the working store, so that the next
   // Checkpoint writes exactly the rows held then (they are all dirty) and nothing of the old layout's.
   // A cut still pending is dropped.
-  absl::Status Rebase();
+  [[nodiscard]] absl::Status Rebase();
 
   // ColdTier: bounded tables' rows moved out of memory live in the working store, under the same keys as
   // checkpointed rows (so a checkpoint's snapshot holds them), and in the table's ColdRowFile, which serves the
@@ -118,14 +118,14 @@ class ShardStore : public ColdTier {
   // the shard runs exclusively anyway). A table's rows keep one width until the next Reset: a Write or Read of
   // another width is FailedPrecondition (nothing written), a table name of over kMaxTableName bytes InvalidArgument.
   static constexpr size_t kMaxTableName = DiskTier::kMaxTableName;
-  absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override {
+  [[nodiscard]] absl::Status Write(absl::string_view table, absl::Span<const uint64_t> keys, absl::Span<const float> rows) override {
     return disk_tier_.Write(table, keys, rows);
   }
-  absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
+  [[nodiscard]] absl::Status Read(absl::string_view table, absl::Span<const uint64_t> keys, int floats, float* rows,
                     std::vector<uint8_t>* found) override {
     return disk_tier_.Read(table, keys, floats, rows, found);
   }
-  absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override {
+  [[nodiscard]] absl::Status Delete(absl::string_view table, absl::Span<const uint64_t> keys) override {
     return disk_tier_.Delete(table, keys);
   }
 
@@ -146,26 +146,26 @@ class ShardStore : public ColdTier {
   void TEST_ReadColdFromRocksDB(bool on) { disk_tier_.TEST_ReadFromStore(on); }
   // Drops the disk tier files' pages from the page cache (ColdRowFile::TEST_DropCachedPages) and answers how
   // many of their pages are still resident.
-  absl::StatusOr<uint64_t> TEST_DropColdCachedPages() { return disk_tier_.TEST_DropCachedPages(); }
+  [[nodiscard]] absl::StatusOr<uint64_t> TEST_DropColdCachedPages() { return disk_tier_.TEST_DropCachedPages(); }
 
  private:
   ShardStore(const CheckpointLayout& layout, int shard);
   // Flushes the working store and cuts a RocksDB checkpoint of it into `dir`.
-  absl::Status Snapshot(int rank, const std::string& dir);
+  [[nodiscard]] absl::Status Snapshot(int rank, const std::string& dir);
   // A copy-on-write write failed part-way (rebase_): the store is of no known state. Every row of `tables` is
   // written afresh by the next cut (see BeginCheckpoint). In the shard's exclusive section.
-  absl::Status StartAfresh(const std::vector<Table*>& tables, bool disk_tier);
+  [[nodiscard]] absl::Status StartAfresh(const std::vector<Table*>& tables, bool disk_tier);
   // Lists the snapshot's files in `dir` with their sizes and checksums into `answer` (an SST's checksum is
   // computed once: SSTs are immutable).
-  absl::Status ListSnapshotFiles(const std::string& dir, ShardCheckpoint* answer);
+  [[nodiscard]] absl::Status ListSnapshotFiles(const std::string& dir, ShardCheckpoint* answer);
   // Deletes every row of `table` from the store (not its admission sketch).
-  absl::Status DeleteTableRows(absl::string_view table);
+  [[nodiscard]] absl::Status DeleteTableRows(absl::string_view table);
   // Verifies the checkpoint's files, then restores the shard from them, running before_rows() first inside
   // the shard's exclusive section.
-  static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
+  [[nodiscard]] static absl::Status Load(const CheckpointLayout& layout, const CheckpointManifest& manifest, Shard& shard,
                            uint64_t min_worker_generation, absl::FunctionRef<absl::Status()> before_rows);
   // (Re)creates the empty working store (and drops the disk tier's files and held-back writes).
-  absl::Status Reset();
+  [[nodiscard]] absl::Status Reset();
 
   const CheckpointLayout layout_;
   const int shard_;

@@ -69,10 +69,10 @@ class Table {
   // dense_size ([1, kMaxDenseSize] for dense tables, 0 for sparse ones) are valid, and a capacity policy is on a
   // sparse table with admit_after <= kMaxAdmitAfter, ttl_clocks >= 0 and sketch_bytes <= 1 GiB: what every
   // table, and every table read from a file (manifests, exports), must satisfy before it is used or allocated.
-  static absl::Status CheckShape(const TableConfig& config);
+  [[nodiscard]] static absl::Status CheckShape(const TableConfig& config);
   // Validates the config (name, dim, initializer, optimizer) and builds an empty table for keys in `span`
   // (the owning shard's first to last key; keys outside it work, all in the first or last stripe).
-  static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Table>> Create(const TableConfig& config,
                                                        KeyRange span = {0, ~uint64_t{0}});
 
   Table(const Table&) = delete;
@@ -93,11 +93,11 @@ class Table {
 
   // Writes keys.size() rows of dim() floats to `out`, in key order, as of `clock` (bounded tables: rows
   // expired at `clock` read as absent). Fails only when the disk tier does (`out` is then partly written).
-  absl::Status Pull(absl::Span<const uint64_t> keys, float* out, int64_t clock = 0) const;
+  [[nodiscard]] absl::Status Pull(absl::Span<const uint64_t> keys, float* out, int64_t clock = 0) const;
   // Applies one gradient row per key (keys.size() * dim() floats) at `clock`, creating absent rows first
   // (bounded tables: once admitted). Keys must be unique. Fails only when the disk tier does: the table may
   // then hold part of the push, and the caller must restore it (Shard refuses requests until then).
-  absl::Status Push(absl::Span<const uint64_t> keys, const float* grads, int64_t clock = 0);
+  [[nodiscard]] absl::Status Push(absl::Span<const uint64_t> keys, const float* grads, int64_t clock = 0);
 
   // Bounded tables: the memory budget, in bytes of memory_bytes() (0: unbounded, the default), and where
   // rows go when they leave memory (null: dropped; the default). Shrinking the budget takes effect as pushes
@@ -117,12 +117,12 @@ class Table {
   // Calls fn(key, row) for each dirty row in key order, where row holds stored_floats() floats (values,
   // optimizer state, meta), stripe by stripe under the stripe's shared lock; stops at the first error fn
   // returns.
-  absl::Status ForEachDirtyRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
+  [[nodiscard]] absl::Status ForEachDirtyRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
   // The same for every row in memory, dirty or not (copying a table to another server: re-replication).
-  absl::Status ForEachStoredRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
+  [[nodiscard]] absl::Status ForEachStoredRow(const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
   // Calls fn(key) for each key whose row the store holds (it was in memory at a ClearDirty(), or was moved to
   // disk) but that has since left the table: the checkpoint deletes them.
-  absl::Status ForEachTombstone(const std::function<absl::Status(uint64_t)>& fn) const;
+  [[nodiscard]] absl::Status ForEachTombstone(const std::function<absl::Status(uint64_t)>& fn) const;
   uint64_t num_dirty() const;
   // After a checkpoint wrote every dirty row and tombstone: nothing is dirty, every row is in the store.
   void ClearDirty();
@@ -130,13 +130,13 @@ class Table {
   void MarkAllDirty();
   // Stores `row` (stored_floats() floats) as the row of `key`, replacing any previous one, and marks it
   // dirty (making room as a push would). InvalidArgument for a row of the wrong width.
-  absl::Status LoadRow(uint64_t key, absl::Span<const float> row);
+  [[nodiscard]] absl::Status LoadRow(uint64_t key, absl::Span<const float> row);
   // Drops every row, tombstone and admission count (a restore starts from an empty table and store).
   void Clear();
   // Floats (32-bit words) of a stored row: values().words() + slot_floats() + kMetaFloats if bounded.
   int stored_floats() const { return row_floats_ - RowArena::kKeyFloats; }
   // Stored floats for a table of this config (without building it).
-  static absl::StatusOr<int> StoredFloats(const TableConfig& config);
+  [[nodiscard]] static absl::StatusOr<int> StoredFloats(const TableConfig& config);
   // Whether a stored row of a bounded table (stored_floats floats) is expired at `clock`. Unbounded tables: no.
   static bool Expired(const TableConfig& config, absl::Span<const float> stored_row, int64_t clock) {
     return BoundedPolicy::StoredRowExpired(config, stored_row, clock);
@@ -152,7 +152,7 @@ class Table {
   // tombstone(key) for each of its tombstones and row(key, stored row) for each of its rows, in key order. The
   // first error a callback returns is answered: the caller must then treat the store as unknown (a new store,
   // every row dirty).
-  absl::Status WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
+  [[nodiscard]] absl::Status WriteCutStripe(int stripe, const std::function<absl::Status(uint64_t)>& tombstone,
                               const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row);
   // Where retained copies are counted and pushes wait for room (null: neither; the default). Set before use.
   void set_cut_memory(CutMemory* memory) { cut_memory_ = memory; }
@@ -162,7 +162,7 @@ class Table {
   // (InvalidArgument otherwise, leaving the sketch unchanged).
   bool sketch_dirty() const;
   std::optional<AdmissionSketchState> SketchState() const;
-  absl::Status LoadSketchState(const AdmissionSketchState& state);
+  [[nodiscard]] absl::Status LoadSketchState(const AdmissionSketchState& state);
 
   // Order-independent fingerprint of every stored row (key, values, optimizer state, meta) in memory.
   uint64_t Fingerprint() const;
@@ -185,10 +185,10 @@ class Table {
 
   // Pull and Push, with the policy's hooks (UnboundedPull/BoundedPull, UnboundedPush/BoundedPush).
   template <typename Hooks>
-  absl::Status PullWith(absl::Span<const uint64_t> keys, const StripedKeys& request, float* out,
+  [[nodiscard]] absl::Status PullWith(absl::Span<const uint64_t> keys, const StripedKeys& request, float* out,
                         int64_t clock) const;
   template <typename Hooks>
-  absl::Status PushWith(absl::Span<const uint64_t> keys, const StripedKeys& request, const float* grads,
+  [[nodiscard]] absl::Status PushWith(absl::Span<const uint64_t> keys, const StripedKeys& request, const float* grads,
                         int64_t clock);
   // Calls visit(i) for each request position i of the stripe `s` (`request`) in order, prefetching ahead (see
   // table.cc), until visit returns false.
@@ -211,7 +211,7 @@ class Table {
   // Releases the stripe's retained copies from the CutMemory (they are about to be freed).
   void ReleaseRetainedLocked(Stripe& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // ForEachDirtyRow (dirty_only) and ForEachStoredRow.
-  absl::Status VisitRows(bool dirty_only,
+  [[nodiscard]] absl::Status VisitRows(bool dirty_only,
                          const std::function<absl::Status(uint64_t, absl::Span<const float>)>& fn) const;
 
   // Prefetch distances (in keys) for the lookup loops.

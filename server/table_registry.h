@@ -47,7 +47,7 @@ class TableRegistry {
   // Creates and publishes a table. Idempotent: returns false (and OK) when an identical table exists,
   // AlreadyExists when a table of that name exists with a different config; ResourceExhausted at max_tables;
   // Table::Create's error for a bad config.
-  absl::StatusOr<bool> Add(const TableConfig& config) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<bool> Add(const TableConfig& config) ABSL_LOCKS_EXCLUDED(mu_);
   // The table, or nullptr. The pointer stays valid for the registry's lifetime.
   Table* Find(absl::string_view name) const;
   // Configs of all tables, sorted by name.

@@ -28,10 +28,10 @@ class TierHealth {
   TierHealth& operator=(const TierHealth&) = delete;
 
   // OK, or FailedPrecondition naming the first failure once a failure was recorded (until Reset).
-  absl::Status Check() const ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Check() const ABSL_LOCKS_EXCLUDED(mu_);
   // Records `status` when it is an error, runs the listener (outside the lock, on the calling thread) and returns
   // the error callers get from then on (FailedPrecondition naming the first failure); OK stays OK.
-  absl::Status Failed(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Failed(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // `listener` (may be null, the default) runs for every failure Failed records.
   void SetListener(std::function<void(const absl::Status&)> listener) ABSL_LOCKS_EXCLUDED(mu_);
   // A restore replaced the shard's state: healthy again (the listener stays).

@@ -91,7 +91,7 @@ class ClusterJob {
 
   // Starts (or restarts) the scheduler; `fault` sets KESTREL_FAULT_POINT. `servers` and `workers` (> 0) are the
   // counts it is launched with instead of the job's (a launcher that restarts it with the counts it started with).
-  absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0, int servers = 0,
+  [[nodiscard]] absl::Status StartScheduler(bool resume, const std::string& fault = "", int port = 0, int servers = 0,
                               int workers = 0) {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", servers > 0 ? servers : num_servers_),
                                      absl::StrCat("--num_workers=", workers > 0 ? workers : num_workers_),
@@ -115,7 +115,7 @@ class ClusterJob {
 
   // `num_servers`: the server count it is launched for (default: the job's at the start; a rescale's new
   // servers are launched for the count they join).
-  absl::Status StartServer(int s, const std::string& fault = "", int num_servers = 0) {
+  [[nodiscard]] absl::Status StartServer(int s, const std::string& fault = "", int num_servers = 0) {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", num_servers > 0 ? num_servers : num_servers_),
                                      absl::StrCat("--rank=", s), absl::StrCat("--bsp_workers=", num_workers_),
                                      "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints(),
@@ -128,7 +128,7 @@ class ClusterJob {
   }
 
   // `fault` sets KESTREL_FAULT_POINT (common/fault_injection.h), e.g. "worker.push.before@40".
-  absl::Status StartWorker(int w, const std::string& fault = "") {
+  [[nodiscard]] absl::Status StartWorker(int w, const std::string& fault = "") {
     absl::StatusOr<std::vector<std::string>> args = TestClusterTls::Get().WithFlags(
         {"--job_id=rec", "--config=" + config_, "--scheduler=" + scheduler_->address(), absl::StrCat("--rank=", w),
          "--device=cpu", "--metrics_out=" + dir_ + "/metrics.jsonl",
@@ -144,7 +144,7 @@ class ClusterJob {
     return absl::OkStatus();
   }
 
-  absl::Status StartAll(bool resume, const std::string& scheduler_fault = "", const std::string& server_fault = "") {
+  [[nodiscard]] absl::Status StartAll(bool resume, const std::string& scheduler_fault = "", const std::string& server_fault = "") {
     if (absl::Status s = StartScheduler(resume, scheduler_fault); !s.ok()) return s;
     for (int s = 0; s < num_servers_; ++s) {
       if (absl::Status st = StartServer(s, s == 1 ? server_fault : ""); !st.ok()) return st;
@@ -190,7 +190,7 @@ class ClusterJob {
 
   // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
   // (kestrel local, Kubernetes) would, until both workers have exited 0.
-  absl::Status Supervise(absl::Duration timeout = absl::Minutes(3)) {
+  [[nodiscard]] absl::Status Supervise(absl::Duration timeout = absl::Minutes(3)) {
     const absl::Time deadline = absl::Now() + timeout;
     int done = 0;
     std::vector<bool> finished(num_workers_, false);
@@ -223,7 +223,7 @@ class ClusterJob {
 
   // Waits for every worker to exit 0, then reads the outcome from worker 0's records and the servers of the
   // job's layout at the end.
-  absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
+  [[nodiscard]] absl::StatusOr<Outcome> Finish(absl::Duration timeout = absl::Minutes(3)) {
     std::vector<int> ids = worker_ids_;
     for (int w = 0; ids.empty() && w < num_workers_; ++w) ids.push_back(w);
     for (int w : ids) {
@@ -291,7 +291,7 @@ class ClusterJob {
   }
 
   // The scheduler's Describe (as an admin), or an error.
-  absl::StatusOr<DescribeResponse> DescribeJob() {
+  [[nodiscard]] absl::StatusOr<DescribeResponse> DescribeJob() {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> admin =
         TestClusterTls::Get().Credentials(kJob, "admin", 0);
     if (!admin.ok()) return admin.status();
@@ -307,7 +307,7 @@ class ClusterJob {
   }
 
   // Waits until every worker has finished at least `clock` iterations.
-  absl::Status WaitForClock(int64_t clock, absl::Duration timeout = absl::Minutes(2)) {
+  [[nodiscard]] absl::Status WaitForClock(int64_t clock, absl::Duration timeout = absl::Minutes(2)) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       absl::StatusOr<DescribeResponse> d = DescribeJob();
@@ -338,7 +338,7 @@ class ClusterJob {
 
   // Starts a process with KESTREL_FAULT_POINT=`fault` in its environment (inherited at fork) and the
   // certificate of `role` and `rank`.
-  static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
+  [[nodiscard]] static absl::StatusOr<ServerProcess> StartWithFault(const std::string& fault, const std::string& binary,
                                                       std::vector<std::string> args, const std::string& role,
                                                       int rank, const std::string& dir, const std::string& name) {
     absl::StatusOr<std::vector<std::string>> with_tls =
@@ -402,7 +402,7 @@ inline LineAudit Audit(const ClusterJob& job, const std::vector<int>& ids) {
 }
 
 // The reference a test suite compares with: a job of `servers` x `workers` in `dir`, run to its end unscaled.
-inline absl::StatusOr<Outcome> RunReference(const std::string& dir, const std::string& data, int epochs,
+[[nodiscard]] inline absl::StatusOr<Outcome> RunReference(const std::string& dir, const std::string& data, int epochs,
                                             int servers = 2, int workers = 2) {
   ClusterJob job(dir, data, /*bounded=*/false, /*replicas=*/1, epochs, servers, workers);
   if (absl::Status started = job.StartAll(/*resume=*/false); !started.ok()) return started;

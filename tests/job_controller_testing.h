@@ -89,7 +89,7 @@ class FakeServers final : public ServerAdmin {
   Shard& shard(int s) { return *shards_[s]; }
 
   // The worker side of an iteration: create the table (idempotent) and push its keys to their owners.
-  absl::Status Push(int rank, int64_t clock, uint64_t generation) {
+  [[nodiscard]] absl::Status Push(int rank, int64_t clock, uint64_t generation) {
     std::vector<uint64_t> keys = KeysOf(rank, clock);
     std::sort(keys.begin(), keys.end());
     for (int s = 0; s < kServers; ++s) {
@@ -119,7 +119,7 @@ class FakeServers final : public ServerAdmin {
     return sum;
   }
 
-  absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
+  [[nodiscard]] absl::StatusOr<ShardCheckpoint> Checkpoint(int shard, const std::string& address, const std::string& name,
                                              int64_t, bool copy_on_write) override {
     if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
     if (shard >= kServers) return absl::UnavailableError("no such fake server");  // a rescale's new rank
@@ -132,7 +132,7 @@ class FakeServers final : public ServerAdmin {
     answer.set_shard(shard);
     return answer;
   }
-  absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string&, const std::string& name) override {
+  [[nodiscard]] absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int shard, const std::string&, const std::string& name) override {
     if (shard == fail_shard_.load()) return absl::UnavailableError("injected failure");
     if (shard >= kServers) return absl::UnavailableError("no such fake server");
     absl::MutexLock admin(&admin_mu_[shard]);
@@ -140,13 +140,13 @@ class FakeServers final : public ServerAdmin {
     if (written_[shard].first != name) return absl::FailedPreconditionError(absl::StrCat(name, " was not cut here last"));
     return written_[shard].second;
   }
-  absl::Status Restore(int shard, const std::string& address, const std::string& name, uint64_t generation) {
+  [[nodiscard]] absl::Status Restore(int shard, const std::string& address, const std::string& name, uint64_t generation) {
     RestoreShardRequest request;
     request.set_name(name);
     request.set_min_worker_generation(generation);
     return Restore(shard, address, request);
   }
-  absl::Status Restore(int shard, const std::string&, RestoreShardRequest request) override {
+  [[nodiscard]] absl::Status Restore(int shard, const std::string&, RestoreShardRequest request) override {
     const std::string& name = request.name();
     const uint64_t generation = request.min_worker_generation();
     std::optional<CheckpointManifest> manifest;
@@ -163,7 +163,7 @@ class FakeServers final : public ServerAdmin {
 
   // Re-replication: records each copy asked for, (source, owner, target); the copy itself is tested with real
   // servers (tests/recovery_test.cc).
-  absl::StatusOr<uint64_t> CopyGroup(int source, const std::string&, int owner, int target,
+  [[nodiscard]] absl::StatusOr<uint64_t> CopyGroup(int source, const std::string&, int owner, int target,
                                      const std::string&) override {
     absl::MutexLock lock(&copies_mu_);
     copies_.push_back({source, owner, target});
@@ -176,7 +176,7 @@ class FakeServers final : public ServerAdmin {
 
   // Rescale: records each phase asked of each server, (phase, shard); fails `fail_phase` when set. The moves
   // themselves are tested with real servers (server/rescale_test.cc, tests/rescale_test.cc).
-  absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string&, RescaleShardRequest request) override {
+  [[nodiscard]] absl::StatusOr<RescaleShardResponse> Rescale(int shard, const std::string&, RescaleShardRequest request) override {
     absl::MutexLock lock(&copies_mu_);
     rescales_.push_back({static_cast<int>(request.phase()), shard});
     if (static_cast<int>(request.phase()) == fail_phase_) return absl::UnavailableError("injected failure");
@@ -185,7 +185,7 @@ class FakeServers final : public ServerAdmin {
     if (request.phase() == RescaleShardRequest::FENCE) response.set_applied_with_removed(fence_applied_.exchange(0));
     return response;
   }
-  absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string&) override {
+  [[nodiscard]] absl::StatusOr<uint64_t> Fingerprint(int shard, const std::string&) override {
     if (shard >= kServers) return 0;
     const Table* table = shards_[shard]->FindTable("emb");
     return table == nullptr ? 0 : table->RowsFingerprint();
@@ -232,7 +232,7 @@ class JobControllerTest : public ::testing::Test {
 
   // Builds the scheduler side and registers everyone. Returns Start()'s status.
   // `bsp`: the clocks and the controller run BSP (else ASP: workers run apart).
-  absl::Status StartScheduler(CheckpointOptions options, int replicas = 1, bool bsp = false) {
+  [[nodiscard]] absl::Status StartScheduler(CheckpointOptions options, int replicas = 1, bool bsp = false) {
     controller_.reset();
     MembershipOptions m;
     m.num_servers = kServers;
@@ -270,7 +270,7 @@ class JobControllerTest : public ::testing::Test {
   }
 
   // Worker `rank` runs iterations [from, to) with the generation it holds; stops at the first refusal.
-  absl::Status RunWorker(int rank, int64_t from, int64_t to, uint64_t generation) {
+  [[nodiscard]] absl::Status RunWorker(int rank, int64_t from, int64_t to, uint64_t generation) {
     for (int64_t c = from; c < to; ++c) {
       auto permitted = std::make_shared<absl::Notification>();
       auto status = std::make_shared<absl::Status>();
@@ -294,7 +294,7 @@ class JobControllerTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
-  absl::Status RunAll(int64_t from, int64_t to) {
+  [[nodiscard]] absl::Status RunAll(int64_t from, int64_t to) {
     std::vector<absl::Status> results(kWorkers);
     std::vector<std::thread> threads;
     const uint64_t generation = membership_->generation();

@@ -14,10 +14,10 @@ namespace kestrel {
 
 // Every record of a JSON-lines file, in order. NotFound when the file cannot be opened; InvalidArgument
 // (naming the file) for a line that is not a Record.
-absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path);
+[[nodiscard]] absl::StatusOr<std::vector<Record>> ReadRecords(const std::string& path);
 
 // The last record of `kind` ("train", "eval", "done") in a file; NotFound when there is none.
-absl::StatusOr<Record> LastRecord(const std::string& path, absl::string_view kind);
+[[nodiscard]] absl::StatusOr<Record> LastRecord(const std::string& path, absl::string_view kind);
 
 }  // namespace kestrel
 

@@ -19,12 +19,12 @@ class ServerProcess {
  public:
   // Runs `binary` with `args` plus --host=127.0.0.1 --port=0 --port_file=<work_dir>/<name>.port, stderr and
   // stdout to <work_dir>/<name>.log, and waits up to `timeout` for the port.
-  static absl::StatusOr<ServerProcess> Start(const std::string& binary, const std::vector<std::string>& args,
+  [[nodiscard]] static absl::StatusOr<ServerProcess> Start(const std::string& binary, const std::vector<std::string>& args,
                                              const std::string& work_dir, const std::string& name,
                                              absl::Duration timeout = absl::Seconds(20));
 
   // Runs `binary` with exactly `args`, output to <work_dir>/<name>.log, without waiting for anything.
-  static absl::StatusOr<ServerProcess> Spawn(const std::string& binary, const std::vector<std::string>& args,
+  [[nodiscard]] static absl::StatusOr<ServerProcess> Spawn(const std::string& binary, const std::vector<std::string>& args,
                                              const std::string& work_dir, const std::string& name);
 
   ServerProcess(ServerProcess&& other) noexcept;
@@ -38,10 +38,10 @@ class ServerProcess {
   const std::string& log_path() const { return log_path_; }
 
   // Sends `signal` and waits up to `timeout` for the exit; returns the exit code (128 + signal if killed).
-  absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(10));
+  [[nodiscard]] absl::StatusOr<int> Stop(int signal, absl::Duration timeout = absl::Seconds(10));
   // Waits up to `timeout` for the process to exit by itself; returns its exit code (DeadlineExceeded: still
   // running).
-  absl::StatusOr<int> Wait(absl::Duration timeout);
+  [[nodiscard]] absl::StatusOr<int> Wait(absl::Duration timeout);
 
  private:
   ServerProcess() = default;
@@ -53,7 +53,7 @@ class ServerProcess {
 
 // The port a process wrote to `path` (e.g. its --metrics_port_file), waiting up to `timeout` for the file to
 // hold one. DeadlineExceeded naming the file when it never does.
-absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout = absl::Seconds(20));
+[[nodiscard]] absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout = absl::Seconds(20));
 
 // The path of a binary in Bazel's runfiles (e.g. "server/kestrel_server"), for tests with `data` deps;
 // falls back to the path relative to the working directory.

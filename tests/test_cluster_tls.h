@@ -33,17 +33,17 @@ class TestClusterTls {
   static TestClusterTls& Get();
 
   // The TlsConfig presenting spiffe://kestrel/<job>/<role>/<rank> and trusting the CA.
-  absl::StatusOr<TlsConfig> Config(const std::string& job, const std::string& role, int rank);
+  [[nodiscard]] absl::StatusOr<TlsConfig> Config(const std::string& job, const std::string& role, int rank);
 
   // The --tls_ca/--tls_cert/--tls_key flags that make a Kestrel binary that identity.
-  absl::StatusOr<std::vector<std::string>> Flags(const std::string& job, const std::string& role, int rank);
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Flags(const std::string& job, const std::string& role, int rank);
 
   // `args` followed by Flags(job, role, rank): a process's command line over mutual TLS.
-  absl::StatusOr<std::vector<std::string>> WithFlags(std::vector<std::string> args, const std::string& job,
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> WithFlags(std::vector<std::string> args, const std::string& job,
                                                      const std::string& role, int rank);
 
   // Channel credentials of that identity, for clients the test itself runs (PsClient, SchedulerClient, stubs).
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const std::string& job,
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const std::string& job,
                                                                         const std::string& role, int rank);
 
  private:
@@ -54,7 +54,7 @@ class TestClusterTls {
   };
 
   explicit TestClusterTls(std::string dir) : dir_(std::move(dir)) {}
-  absl::StatusOr<Issued> Issue(const std::string& job, const std::string& role, int rank);
+  [[nodiscard]] absl::StatusOr<Issued> Issue(const std::string& job, const std::string& role, int rank);
 
   const std::string dir_;
   absl::Mutex mu_;

@@ -8,7 +8,9 @@ at once, and gRPC outside the edge of the system.
 The rules (docs/architecture.md, "Source layout"):
   - no production file over MAX_FILE_LINES lines;
   - no function over MAX_FUNCTION_LINES lines (its signature to its closing brace);
-  - gRPC headers (grpc/, grpcpp/, *.grpc.pb.h) only in edge files: EDGE_PATTERNS and EDGE_FILES.
+  - gRPC headers (grpc/, grpcpp/, *.grpc.pb.h) only in edge files: EDGE_PATTERNS and EDGE_FILES;
+  - every function a header declares returning absl::Status or absl::StatusOr is [[nodiscard]] (the build makes a
+    dropped one an error, -Werror=unused-result in .bazelrc).
 Production files are the .h/.cc/.cu files of the packages in PACKAGES; tests, fuzz targets, test helpers,
 benchmarks and generated code are not (EXCLUDED).
 
@@ -52,6 +54,9 @@ EDGE_FILES = {
 }
 # The Python binding is the process edge of a Python worker: it makes the channels a Python client or worker uses.
 EDGE_DIRECTORIES = ("python/kestrel/",)
+STATUS_DECLARATION = re.compile(
+    r"^\s*(?:template\s*<[^>]*>\s*)?(?:(?:static|virtual|inline|constexpr|explicit)\s+)*"
+    r"absl::Status(?:Or<.*>)?\s+(?!operator)[A-Za-z_][\w:~]*\s*\(")
 GRPC_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](grpc/|grpcpp/|[^">]*\.grpc\.pb\.h)')
 
 
@@ -192,6 +197,13 @@ def main():
             for number, line in enumerate(text.splitlines(), 1):
                 if GRPC_INCLUDE.match(line):
                     print(f"{path}:{number}: includes gRPC outside the edge ({line.strip()})")
+                    broken += 1
+        if path.endswith(".h"):
+            code_lines = blank_code(text).splitlines()
+            for number, line in enumerate(code_lines, 1):
+                previous = code_lines[number - 2].rstrip() if number > 1 else ""
+                if STATUS_DECLARATION.match(line) and not previous.endswith((",", "(")):
+                    print(f"{path}:{number}: a Status-returning function without [[nodiscard]]")
                     broken += 1
         for name, first, last in functions(text):
             length = last - first + 1

@@ -65,6 +65,14 @@ class CodeShapeTest(unittest.TestCase):
         self.assertNotIn("#define", blanked)
         self.assertNotIn("f() {", blanked)
 
+    def test_a_status_declaration_needs_nodiscard(self):
+        self.assertTrue(code_shape.STATUS_DECLARATION.match("  absl::Status Pull(int a);"))
+        self.assertTrue(code_shape.STATUS_DECLARATION.match("  virtual absl::StatusOr<int> Count() = 0;"))
+        self.assertTrue(code_shape.STATUS_DECLARATION.match("static absl::StatusOr<std::unique_ptr<X>> Create("))
+        self.assertFalse(code_shape.STATUS_DECLARATION.match("  [[nodiscard]] absl::Status Pull(int a);"))
+        self.assertFalse(code_shape.STATUS_DECLARATION.match("  absl::Status status = Pull();"))
+        self.assertFalse(code_shape.STATUS_DECLARATION.match("  std::function<absl::Status()> done;"))
+
     def test_grpc_includes_are_allowed_only_at_the_edge(self):
         self.assertTrue(code_shape.GRPC_INCLUDE.match('#include "grpcpp/grpcpp.h"'))
         self.assertTrue(code_shape.GRPC_INCLUDE.match('#include "proto/ps.grpc.pb.h"'))

@@ -55,7 +55,7 @@ class BatchQueue {
   // Waits for room. False when the queue was closed.
   bool Push(std::unique_ptr<StepData> item);
   // The next item, or the error that ended the reader (Fail); Cancelled once closed and empty.
-  absl::StatusOr<std::unique_ptr<StepData>> Pop();
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<StepData>> Pop();
   void Fail(absl::Status status);
   void Close();
   // A used StepData to fill again (its pinned buffers are reused), or a new one.
@@ -90,7 +90,7 @@ class BatchPipeline {
 
   // The next prepared batch, in iteration order; the error that ended the reader or preparer; Cancelled after
   // Stop().
-  absl::StatusOr<std::unique_ptr<StepData>> Pop() { return prepared_.Pop(); }
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<StepData>> Pop() { return prepared_.Pop(); }
   // Gives a batch back once trained, for the reader to fill again.
   void Recycle(std::unique_ptr<StepData> step) { prepared_.Recycle(std::move(step)); }
   // Closes both queues (a waiting Pop returns Cancelled) and joins the threads. Idempotent.
@@ -101,7 +101,7 @@ class BatchPipeline {
   // them), then closes it; an error fails it instead.
   void ReadBatches();
   // ReadBatches' loop; an error ends it. OK also when filled_ was closed under it.
-  absl::Status ReadBatchesUntilError();
+  [[nodiscard]] absl::Status ReadBatchesUntilError();
   // The preparer thread: key-batches what the reader filled, into prepared_, in order.
   void PrepareBatches();
 

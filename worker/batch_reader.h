@@ -22,7 +22,7 @@ class BatchReader {
  public:
   // Reads `files` as `schema` says; options.header is taken from schema->header(). `start`: where to continue
   // (a position() saved earlier with the same files and options). NotFound for a missing file.
-  static absl::StatusOr<std::unique_ptr<BatchReader>> Open(std::shared_ptr<const Schema> schema,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<BatchReader>> Open(std::shared_ptr<const Schema> schema,
                                                            const std::vector<std::string>& files,
                                                            const ReaderOptions& options,
                                                            const ReaderPosition& start = {});
@@ -30,7 +30,7 @@ class BatchReader {
   // Replaces `batch` with up to `size` next examples (with `append`, adds them until it holds `size`);
   // returns how many examples the batch holds (fewer than `size` at the end of the data). `lines` (optional):
   // the global index of each example's line is appended to it.
-  absl::StatusOr<int64_t> Fill(int64_t size, Batch* batch, bool append = false, std::vector<uint64_t>* lines = nullptr);
+  [[nodiscard]] absl::StatusOr<int64_t> Fill(int64_t size, Batch* batch, bool append = false, std::vector<uint64_t>* lines = nullptr);
   // Where the reader is (to resume from; checkpointed with the worker's state).
   const ReaderPosition& position() const { return lines_.position(); }
   // Malformed lines skipped so far (OnError::kSkip).

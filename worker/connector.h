@@ -23,7 +23,7 @@ class WorkerConnector {
   virtual std::unique_ptr<SchedulerClient> Scheduler(const std::string& address,
                                                      const SchedulerClientOptions& options) = 0;
   // A client of the servers of `partition`: server i at addresses[i] (their count must be the partition's).
-  virtual absl::StatusOr<std::unique_ptr<PsClient>> Servers(const PsClientOptions& options, Partition partition,
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<PsClient>> Servers(const PsClientOptions& options, Partition partition,
                                                             const std::vector<std::string>& addresses) = 0;
 };
 

@@ -10,7 +10,7 @@ namespace {
 // Runs fn(t) for every used table, the first on this thread and the rest concurrently; the first error wins
 // (in table order).
 template <typename Fn>
-absl::Status ForEachTable(const std::vector<bool>& used, const Fn& fn) {
+[[nodiscard]] absl::Status ForEachTable(const std::vector<bool>& used, const Fn& fn) {
   std::vector<int> tables;
   for (size_t t = 0; t < used.size(); ++t) {
     if (used[t]) tables.push_back(static_cast<int>(t));

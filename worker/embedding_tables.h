@@ -44,15 +44,15 @@ class EmbeddingTables {
   bool used(absl::string_view name) const;
 
   // Pulls the rows of batch's unique keys into `rows` (num_unique x dim), at `read`.
-  absl::Status Pull(const PreparedBatch& batch, float* rows, const CallClock& read, Staging* staging) const;
+  [[nodiscard]] absl::Status Pull(const PreparedBatch& batch, float* rows, const CallClock& read, Staging* staging) const;
   // Pushes `grads` (num_unique x dim, one row per unique key) to the keys' tables, at `at`.
-  absl::Status Push(const PreparedBatch& batch, const float* grads, const CallClock& at, Staging* staging) const;
+  [[nodiscard]] absl::Status Push(const PreparedBatch& batch, const float* grads, const CallClock& at, Staging* staging) const;
 
  private:
   using TableFn = std::function<absl::Status(int t, const PreparedBatch::TableKeys& table, float* buffer)>;
   // Checks the batch's tables, then runs fn for every used table (concurrently) with its staging buffer sized
   // for its rows.
-  absl::Status ForEachUsed(const PreparedBatch& batch, Staging* staging, const TableFn& fn) const;
+  [[nodiscard]] absl::Status ForEachUsed(const PreparedBatch& batch, Staging* staging, const TableFn& fn) const;
 
   PsClient* client_;
   std::vector<std::string> names_;

@@ -16,7 +16,7 @@ namespace kestrel {
 // server_addresses[i] ("host:port") serves partition server i; their count must equal
 // partition.num_servers(). Channels connect lazily: a server that is down surfaces as UNAVAILABLE on use.
 // `credentials`: the channels' (common/tls.h MakeChannelCredentials); null: plaintext.
-absl::StatusOr<std::unique_ptr<PsClient>> NewGrpcPsClient(
+[[nodiscard]] absl::StatusOr<std::unique_ptr<PsClient>> NewGrpcPsClient(
     const PsClientOptions& options, Partition partition, const std::vector<std::string>& server_addresses,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 

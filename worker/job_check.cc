@@ -15,7 +15,7 @@ namespace kestrel {
 namespace {
 
 // Reads the first `examples` examples of `file` as training would; the error says which list the file is in.
-absl::Status CheckFile(const JobConfig& job, const std::shared_ptr<const Schema>& schema, const std::string& file,
+[[nodiscard]] absl::Status CheckFile(const JobConfig& job, const std::shared_ptr<const Schema>& schema, const std::string& file,
                        const char* list, int64_t examples) {
   ReaderOptions options;
   options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;

@@ -30,7 +30,7 @@ struct JobCheckOptions {
 // The job's data format, resolved (hand it to the Trainer: TrainerOptions::schema), when the job can start;
 // InvalidArgument naming the problem (the config field, or the file and line) otherwise. `backend`: the one the
 // job computes on (the model is built on it, then dropped).
-absl::StatusOr<std::shared_ptr<const Schema>> CheckJob(const JobConfig& job, Backend* backend,
+[[nodiscard]] absl::StatusOr<std::shared_ptr<const Schema>> CheckJob(const JobConfig& job, Backend* backend,
                                                        const JobCheckOptions& options = {});
 
 }  // namespace kestrel

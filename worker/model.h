@@ -62,7 +62,7 @@ struct ModelGrads {
 class Model {
  public:
   // `fields` fields (bags) and `dense_dim` dense inputs per example (dense inputs feed the MLP only).
-  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, int fields, int dense_dim,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, int fields, int dense_dim,
                                                        Backend* backend);
   ~Model();
 
@@ -85,7 +85,7 @@ class Model {
   // (size 0, of any shape) returns 0 and zero gradients. The sparse parameter and gradient arrays may be null
   // when the batch has no keys. InvalidArgument when the batch's shape is not the model's or its arrays
   // disagree with one another (e.g. bag_offsets without entry_bags: Prepare() was not run on it).
-  absl::StatusOr<double> Step(const PreparedBatch& batch, const ModelParams& params, ModelGrads* grads,
+  [[nodiscard]] absl::StatusOr<double> Step(const PreparedBatch& batch, const ModelParams& params, ModelGrads* grads,
                               float* probabilities);
 
  private:
@@ -118,21 +118,21 @@ class Model {
     int extra_width = 0;
   };
   // Forward; *output points at the last layer's activations.
-  absl::Status MlpForward(Mlp& mlp, const MlpInput& in, int64_t n, const float** output);
+  [[nodiscard]] absl::Status MlpForward(Mlp& mlp, const MlpInput& in, int64_t n, const float** output);
   // Backward given dout = dL/d(output) (overwritten); writes the weight and bias gradients into grad_dense.
   // dL/d(input) (not of `extra`): with `dinput`, points it at a buffer of it ([n, inputs], valid until the
   // next call; extra_width must be 0); with `add_dinput_to`, adds it to that [n, inputs - extra_width].
-  absl::Status MlpBackward(Mlp& mlp, const MlpInput& in, float* dout, int64_t n, float** dinput,
+  [[nodiscard]] absl::Status MlpBackward(Mlp& mlp, const MlpInput& in, float* dout, int64_t n, float** dinput,
                            float* add_dinput_to = nullptr);
   // DeepFM's and Wide&Deep's MLP input: [Buffers::x | Buffers::dense_in].
   MlpInput DeepInput() const;
   // The batch's shape and the sizes of its arrays (Step's InvalidArgument).
-  absl::Status CheckBatch(const PreparedBatch& batch) const;
-  absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
-  absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
+  [[nodiscard]] absl::Status CheckBatch(const PreparedBatch& batch) const;
+  [[nodiscard]] absl::Status Forward(const PreparedBatch& batch, const ModelParams& params, bool train);
+  [[nodiscard]] absl::Status Backward(const PreparedBatch& batch, ModelGrads* grads);
   // DLRM's deep part (after the embeddings are pooled into Buffers::x).
-  absl::Status DlrmForward(const Batch& batch, const float** deep_out);
-  absl::Status DlrmBackward(int64_t n);
+  [[nodiscard]] absl::Status DlrmForward(const Batch& batch, const float** deep_out);
+  [[nodiscard]] absl::Status DlrmBackward(int64_t n);
 
   ModelConfig config_;
   Backend* backend_;

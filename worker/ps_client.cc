@@ -16,7 +16,7 @@ namespace {
 // The raw-keys forms' common part: checks the call, builds `keys` into leased buffers (room for the unique rows
 // unless the batch is the keys themselves) and runs `call` with them.
 template <typename Call>
-absl::Status WithRawKeys(absl::Span<const uint64_t> keys, int dim, const Partition& partition, Call call) {
+[[nodiscard]] absl::Status WithRawKeys(absl::Span<const uint64_t> keys, int dim, const Partition& partition, Call call) {
   KESTREL_RETURN_IF_ERROR(CheckShape(keys.size(), dim));
   BufferPool<RawKeysBuffers>::Lease lease(&RawKeysPool());
   RawKeysBuffers& b = *lease;

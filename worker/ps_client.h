@@ -175,31 +175,31 @@ class PsClient {
   virtual const Partition& partition() const = 0;
 
   // Creates the table on every server (idempotent for an identical config). Its requests carry clock 0.
-  virtual absl::Status CreateTable(const TableConfig& config) = 0;
+  [[nodiscard]] virtual absl::Status CreateTable(const TableConfig& config) = 0;
   // Pulls one row of `dim` floats per unique key of `keys` into `rows` (keys.num_unique() * dim floats), in
   // keys.unique_keys() order.
-  virtual absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+  [[nodiscard]] virtual absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
                             const CallClock& clock) = 0;
   // Pushes one gradient row of `dim` floats per unique key of `keys` (keys.num_unique() * dim floats, in
   // keys.unique_keys() order). Gradients are checked (finite, |g| <= kMaxGradientMagnitude) before anything is
   // sent. A push spanning several servers is not atomic: if one server fails (down, or refusing its share) the
   // others may have applied theirs; the error names the server. Pushes are idempotent on the servers (by
   // request id, and per (worker, clock, part) in BSP), so retrying is safe.
-  virtual absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+  [[nodiscard]] virtual absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
                             const CallClock& clock) = 0;
   // Pulls the whole dense tensor (its dense_size floats) into `out`.
-  virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) = 0;
+  [[nodiscard]] virtual absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) = 0;
   // Pushes a gradient for the whole dense tensor. An empty `grads` pushes nothing (a worker with an empty batch):
   // BSP servers still get this worker's part of the clock, empty.
-  virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads,
+  [[nodiscard]] virtual absl::Status PushDense(absl::string_view table, absl::Span<const float> grads,
                                  const CallClock& clock) = 0;
   // One training step: every part's push at `push` (a clock), then every part's read at `pull` (its clock,
   // wait_clock and cache). The default makes the Push / PushDense calls, then the Pull / PullDense calls; the
   // routed client sends one ParameterServer.Step per server instead (each server gets every table's part,
   // empty where it has no key; not in a replicated job), answered once the read's clocks are complete.
-  virtual absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull);
+  [[nodiscard]] virtual absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull);
   // Every server's statistics, in server order. Its requests carry clock 0.
-  virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<StatsResponse>> Stats() = 0;
   // The job generation this worker registered at (its RegisterResponse view's generation), sent with later
   // requests: servers refuse it once the worker's rank has registered again (this process was superseded).
   virtual void SetGeneration(uint64_t generation) = 0;
@@ -207,9 +207,9 @@ class PsClient {
   // The raw-keys forms: keys.size() keys in any order, duplicates allowed. Pull writes keys.size() rows into
   // `out` in the order of `keys`; Push sums the gradient rows of duplicate keys (in input order) and pushes
   // one row per unique key. Both build a KeyBatch with partition() and call the forms above.
-  absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out,
+  [[nodiscard]] absl::Status Pull(absl::string_view table, absl::Span<const uint64_t> keys, int dim, float* out,
                     const CallClock& clock = {});
-  absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim, const float* grads,
+  [[nodiscard]] absl::Status Push(absl::string_view table, absl::Span<const uint64_t> keys, int dim, const float* grads,
                     const CallClock& clock = {});
 };
 

@@ -29,19 +29,19 @@ std::string RecordJson(const Record& record);
 
 // One line of JSON back into a Record. InvalidArgument (naming the line) when it is not JSON or has a field
 // of the wrong type or one that proto/records.proto does not define.
-absl::StatusOr<Record> ParseRecord(absl::string_view line);
+[[nodiscard]] absl::StatusOr<Record> ParseRecord(absl::string_view line);
 
 // A fingerprint (common/evaluation.h PredictionFingerprint) as a record writes it: 16 lowercase hex digits.
 std::string FingerprintHex(uint64_t fingerprint);
 
 // Starts a records file for a run: creates it, emptied unless `append` (then records are added after what it
 // holds). `path` empty: nothing. InvalidArgument naming the path when it cannot be created or opened.
-absl::Status StartRecordFile(const std::string& path, bool append);
+[[nodiscard]] absl::Status StartRecordFile(const std::string& path, bool append);
 
 // Writes `probs` to `path` (created or replaced), one per line as "%.9g" (a float's shortest form that reads
 // back bit-exact), in order: what kestrel_predict --output and kestrel_worker --predictions_out write.
 // Unavailable naming the path when it cannot be written.
-absl::Status WritePredictions(const std::string& path, absl::Span<const float> probs);
+[[nodiscard]] absl::Status WritePredictions(const std::string& path, absl::Span<const float> probs);
 
 // Appends one record per line to a file, flushing each. Not thread-safe.
 class RecordWriter {

@@ -43,10 +43,10 @@
 namespace kestrel {
 
 // InvalidArgument unless one call can carry `keys` keys of `dim` floats.
-absl::Status CheckShape(size_t keys, int dim);
+[[nodiscard]] absl::Status CheckShape(size_t keys, int dim);
 
 // `status` naming `server` (OK stays OK).
-absl::Status OnServer(int server, const absl::Status& status);
+[[nodiscard]] absl::Status OnServer(int server, const absl::Status& status);
 
 class RoutedPsClient final : public PsClient {
  public:
@@ -55,15 +55,15 @@ class RoutedPsClient final : public PsClient {
   RoutedPsClient(const PsClientOptions& options, Partition partition, std::unique_ptr<PsTransport> transport);
 
   const Partition& partition() const override { return partition_; }
-  absl::Status CreateTable(const TableConfig& config) override;
-  absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+  [[nodiscard]] absl::Status CreateTable(const TableConfig& config) override;
+  [[nodiscard]] absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
                     const CallClock& clock) override;
-  absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+  [[nodiscard]] absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
                     const CallClock& clock) override;
-  absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override;
-  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override;
-  absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) override;
-  absl::StatusOr<std::vector<StatsResponse>> Stats() override;
+  [[nodiscard]] absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override;
+  [[nodiscard]] absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override;
+  [[nodiscard]] absl::Status Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) override;
+  [[nodiscard]] absl::StatusOr<std::vector<StatsResponse>> Stats() override;
   void SetGeneration(uint64_t generation) override { generation_.store(generation, std::memory_order_relaxed); }
 
  private:
@@ -75,10 +75,10 @@ class RoutedPsClient final : public PsClient {
 
   // InvalidArgument naming the first NaN/Inf/too-large gradient (common/gradients.h); `id_of(row)` names
   // the row's key (or dense block).
-  static absl::Status CheckGradients(absl::string_view table, absl::Span<const float> grads, int dim,
+  [[nodiscard]] static absl::Status CheckGradients(absl::string_view table, absl::Span<const float> grads, int dim,
                                      const std::function<uint64_t(size_t)>& id_of);
   // CheckShape, and a batch built for this client's servers.
-  absl::Status CheckBatch(const KeyBatch& keys, int dim) const;
+  [[nodiscard]] absl::Status CheckBatch(const KeyBatch& keys, int dim) const;
   // Where each server's keys start in keys.unique_keys(), and their end, into *offsets.
   const std::vector<size_t>& BatchOffsets(const KeyBatch& keys, std::vector<size_t>* offsets) const;
 
@@ -89,9 +89,9 @@ class RoutedPsClient final : public PsClient {
   ValueType WireType(absl::string_view table);
   ValueType PullType(absl::string_view table);
   // The config of dense table `table` of `size` floats, learnt from server 0 (at `clock`) when unknown.
-  absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size, int64_t clock);
+  [[nodiscard]] absl::StatusOr<TableConfig> DenseConfig(absl::string_view table, size_t size, int64_t clock);
   // Learns every table's config from server 0.
-  absl::Status RefreshConfigs(int64_t clock);
+  [[nodiscard]] absl::Status RefreshConfigs(int64_t clock);
 
   // Requests: headers, routing, retries (routed_ps_requests.cc).
 
@@ -115,39 +115,39 @@ class RoutedPsClient final : public PsClient {
   void StepOwner(int owner, std::shared_ptr<const std::string> request, absl::Span<const StepRead> reads,
                  std::function<void(absl::Status)> done);
   // One call to `owner`'s primary, retried on UNAVAILABLE (re-routed at every attempt).
-  absl::Status CallWithRetries(int owner, PsMethod method, const google::protobuf::Message& request,
+  [[nodiscard]] absl::Status CallWithRetries(int owner, PsMethod method, const google::protobuf::Message& request,
                                google::protobuf::Message* response, bool waiting = false);
   // Attempts of `start` (one call to `owner`, answering its argument) until one is not to be retried.
-  absl::Status WithRetries(int owner, bool waiting,
+  [[nodiscard]] absl::Status WithRetries(int owner, bool waiting,
                            absl::FunctionRef<void(std::function<void(absl::Status)> done)> start);
   // The same request to every range group's primary in parallel (naming the group in a replicated job),
   // retried on UNAVAILABLE.
   template <typename Request, typename Response>
-  absl::Status Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses);
+  [[nodiscard]] absl::Status Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses);
   // Sends ids [offsets[s], offsets[s+1]) to server s, split into requests of at most max_request_bytes, all in
   // parallel, each carrying `call`'s clocks. Pushes send in_rows (one row of `dim` per id); pulls write out_rows.
-  absl::Status Execute(PsMethod method, absl::string_view table, ValueType wire, int dim,
+  [[nodiscard]] absl::Status Execute(PsMethod method, absl::string_view table, ValueType wire, int dim,
                        absl::Span<const uint64_t> ids, const std::vector<size_t>& offsets, const float* in_rows,
                        float* out_rows, const CallClock& call, CallBuffers* b);
   // Sends `pending` in waves of at most max_inflight_per_server requests per server, and retries reads that
   // failed with UNAVAILABLE.
-  absl::Status Send(PsMethod method, std::vector<Rpc*> pending, bool waiting);
+  [[nodiscard]] absl::Status Send(PsMethod method, std::vector<Rpc*> pending, bool waiting);
 
   // The fused Step's named steps, in order (routed_ps_step.cc).
 
   // Plans a dense or a sparse part: its value types, dim, checks, offsets and (dense) padded blocks.
-  absl::Status PlanDensePart(const StepPart& p, int64_t clock, StepPlan* plan);
-  absl::Status PlanSparsePart(const StepPart& p, StepPlan* plan);
+  [[nodiscard]] absl::Status PlanDensePart(const StepPart& p, int64_t clock, StepPlan* plan);
+  [[nodiscard]] absl::Status PlanSparsePart(const StepPart& p, StepPlan* plan);
   // One request per server, every part in it, and where its answer's rows land.
   // `plans` (one per part) hold the dense reads' blocks, where their answers land.
-  absl::Status WriteStepRequests(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull,
+  [[nodiscard]] absl::Status WriteStepRequests(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull,
                                  std::vector<StepPlan>* plans, StepRequests* requests);
   // Part `p`'s share of server `s`'s request into `t`, its read (if any) appended to `reads` (a dense one lands in
   // plan->pull_blocks); returns the bytes of that read's answer.
   static size_t WriteStepTable(const StepPart& p, int s, StepPlan* plan, StepTableWrite* t,
                                std::vector<StepRead>* reads);
   // Sends every server its request, all in parallel, then retries those that failed with UNAVAILABLE.
-  absl::Status SendStepRequests(const StepRequests& requests, bool waiting);
+  [[nodiscard]] absl::Status SendStepRequests(const StepRequests& requests, bool waiting);
 
   const PsClientOptions options_;
   const Partition partition_;
@@ -165,7 +165,7 @@ class RoutedPsClient final : public PsClient {
 };
 
 template <typename Request, typename Response>
-absl::Status RoutedPsClient::Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses) {
+[[nodiscard]] absl::Status RoutedPsClient::Broadcast(PsMethod method, const Request& request, std::vector<Response>* responses) {
   const int n = partition_.num_servers();
   responses->assign(n, Response());
   std::vector<Request> requests(n, request);

@@ -71,22 +71,22 @@ class RowCache final : public PsClient {
 
   const Partition& partition() const override { return client_->partition(); }
   // Creates the table through the wrapped client, then registers it (AddTable).
-  absl::Status CreateTable(const TableConfig& config) override;
+  [[nodiscard]] absl::Status CreateTable(const TableConfig& config) override;
   // With clock.cache set, for a registered table: rows cached with freshness >= cache->read_clock - bound are
   // answered from the cache, the rest pulled (carrying clock.clock) and cached with freshness
   // cache->fresh_clock. Otherwise a pull through the wrapped client.
-  absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
+  [[nodiscard]] absl::Status Pull(absl::string_view table, const KeyBatch& keys, int dim, float* rows,
                     const CallClock& clock) override;
   // Pushes through the wrapped client, then applies the push to the cached rows where that is exact (SGD).
-  absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
+  [[nodiscard]] absl::Status Push(absl::string_view table, const KeyBatch& keys, int dim, const float* grads,
                     const CallClock& clock) override;
-  absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override {
+  [[nodiscard]] absl::Status PullDense(absl::string_view table, absl::Span<float> out, const CallClock& clock) override {
     return client_->PullDense(table, out, clock);
   }
-  absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override {
+  [[nodiscard]] absl::Status PushDense(absl::string_view table, absl::Span<const float> grads, const CallClock& clock) override {
     return client_->PushDense(table, grads, clock);
   }
-  absl::StatusOr<std::vector<StatsResponse>> Stats() override { return client_->Stats(); }
+  [[nodiscard]] absl::StatusOr<std::vector<StatsResponse>> Stats() override { return client_->Stats(); }
   void SetGeneration(uint64_t generation) override { client_->SetGeneration(generation); }
   using PsClient::Pull;  // the raw-keys forms
   using PsClient::Push;

@@ -23,18 +23,18 @@ class StepExchange {
       : client_(client), tables_(tables), model_(model) {}
 
   // Sizes `step`'s row buffers for its batch's unique keys and the dense tensor.
-  absl::Status ReserveRows(StepData* step) const;
+  [[nodiscard]] absl::Status ReserveRows(StepData* step) const;
   // Sizes `g` for the gradients of `batch`.
-  absl::Status ReserveGrads(const PreparedBatch& batch, GradBuffers* g) const;
+  [[nodiscard]] absl::Status ReserveGrads(const PreparedBatch& batch, GradBuffers* g) const;
 
   // Pulls the rows of `step`'s unique keys and the dense tensor, at step->read; the sparse tables concurrently.
-  absl::Status Pull(StepData* step) const;
+  [[nodiscard]] absl::Status Pull(StepData* step) const;
   // Pushes iteration `clock`'s gradients `g` (of `step`'s batch); the sparse tables concurrently. An empty batch
   // pushes an empty dense part.
-  absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) const;
+  [[nodiscard]] absl::Status Push(const StepData& step, const GradBuffers& g, int64_t clock) const;
   // Pushes iteration `clock`'s gradients `g` (of `step`'s batch, as Push) and pulls the rows of `next`'s batch at
   // next->read, in one Step. `next`'s batch must look up one embedding table, its row buffers sized (ReserveRows).
-  absl::Status Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const;
+  [[nodiscard]] absl::Status Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const;
 
  private:
   // The dense gradient floats an iteration of `step` pushes: none for an empty batch (an empty part: BSP still

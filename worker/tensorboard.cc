@@ -39,7 +39,7 @@ std::string Hostname() {
 }
 
 // Writes all of `data` to `fd`, retrying short writes and EINTR.
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
+[[nodiscard]] absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
   while (!data.empty()) {
     const ssize_t n = write(fd, data.data(), data.size());
     if (n < 0) {

@@ -46,7 +46,7 @@ class EventWriter {
   // AlreadyExists when it exists, which happens only to two writers of one process opened in the same second
   // with the same suffix, so give each writer of a process its own suffix (e.g. "worker3"). InvalidArgument
   // when tag_suffix contains '/' or a NUL. Every I/O error names the path (code from absl::ErrnoToStatus).
-  static absl::StatusOr<std::unique_ptr<EventWriter>> Open(const std::string& logdir, absl::string_view tag_suffix);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EventWriter>> Open(const std::string& logdir, absl::string_view tag_suffix);
 
   // Flushes and closes; an error there is lost (call Close() first to see it).
   ~EventWriter();
@@ -54,22 +54,22 @@ class EventWriter {
   EventWriter& operator=(const EventWriter&) = delete;
 
   // One event at `step` stamped with the current time, holding one scalar.
-  absl::Status AddScalar(int64_t step, absl::string_view tag, float value);
+  [[nodiscard]] absl::Status AddScalar(int64_t step, absl::string_view tag, float value);
 
   // One event at `step` holding all `scalars` (e.g. loss, AUC and samples/s of one step), stamped with the
   // current time, or with `wall_time` in the second form (for replaying logs, and tests).
-  absl::Status AddScalars(int64_t step, absl::Span<const TensorBoardScalar> scalars);
-  absl::Status AddScalars(int64_t step, absl::Span<const TensorBoardScalar> scalars, absl::Time wall_time);
+  [[nodiscard]] absl::Status AddScalars(int64_t step, absl::Span<const TensorBoardScalar> scalars);
+  [[nodiscard]] absl::Status AddScalars(int64_t step, absl::Span<const TensorBoardScalar> scalars, absl::Time wall_time);
 
   // Appends any event as it is.
-  absl::Status WriteEvent(const tensorboard::Event& event);
+  [[nodiscard]] absl::Status WriteEvent(const tensorboard::Event& event);
 
   // Writes the buffered events to the file.
-  absl::Status Flush();
+  [[nodiscard]] absl::Status Flush();
 
   // Flushes and closes the file. Later writes return FailedPrecondition (or the earlier write error); a second
   // Close() returns the status of the first.
-  absl::Status Close();
+  [[nodiscard]] absl::Status Close();
 
   // The file being written.
   const std::string& path() const { return path_; }
@@ -78,7 +78,7 @@ class EventWriter {
   EventWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
 
   // Returns the sticky error of an earlier failed write or of Close(), or OK.
-  absl::Status CheckWritable() const;
+  [[nodiscard]] absl::Status CheckWritable() const;
 
   const std::string path_;
   int fd_;                // -1 once closed
@@ -93,11 +93,11 @@ void AppendTfRecord(absl::string_view data, std::string* out);
 // The data of every TFRecord of the file at `path`, after checking both CRCs of each. DataLoss naming the path,
 // the record index (from 0) and its byte offset when a CRC does not match or the file ends inside a record;
 // I/O errors name the path.
-absl::StatusOr<std::vector<std::string>> ReadTfRecordFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> ReadTfRecordFile(const std::string& path);
 
 // The events of the event file at `path`: ReadTfRecordFile, then each record parsed as an Event (DataLoss
 // naming the path and record index when one does not parse).
-absl::StatusOr<std::vector<tensorboard::Event>> ReadEventFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<std::vector<tensorboard::Event>> ReadEventFile(const std::string& path);
 
 }  // namespace kestrel
 

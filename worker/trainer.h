@@ -67,12 +67,12 @@ class ClockGate {
  public:
   virtual ~ClockGate() = default;
   // Blocks until iteration `clock` may start.
-  virtual absl::Status WaitToStart(int64_t clock) = 0;
+  [[nodiscard]] virtual absl::Status WaitToStart(int64_t clock) = 0;
   // This worker has finished `finished` iterations (their pushes acknowledged); `done`: it has no more.
   // `state`: where its reader is now (the scheduler keeps it for checkpoints and replacements).
-  virtual absl::Status Advance(int64_t finished, bool done, const WorkerState& state) = 0;
+  [[nodiscard]] virtual absl::Status Advance(int64_t finished, bool done, const WorkerState& state) = 0;
   // Blocks until every worker has finished `iterations` iterations (before the final evaluation).
-  virtual absl::Status WaitAllFinished(int64_t iterations) = 0;
+  [[nodiscard]] virtual absl::Status WaitAllFinished(int64_t iterations) = 0;
   // The highest min clock (every worker's finished iterations, their pushes acknowledged) this gate has
   // heard of; -1 when it knows none. Rows pulled after it was read hold every update of iterations below it.
   virtual int64_t KnownMinClock() const { return -1; }
@@ -160,12 +160,12 @@ class Trainer {
   ~Trainer();
 
   // Trains to the end and evaluates.
-  absl::StatusOr<TrainResult> Run();
+  [[nodiscard]] absl::StatusOr<TrainResult> Run();
   // Evaluates the current model on the test files.
-  absl::StatusOr<EvalResult> Evaluate(int64_t step);
+  [[nodiscard]] absl::StatusOr<EvalResult> Evaluate(int64_t step);
   // Scores the examples of `files` with the current model (what Evaluate does, without the metrics): one
   // probability per example in file order (at most `limit`; 0: all) and the examples' labels.
-  absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
+  [[nodiscard]] absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
                      std::vector<float>* labels);
 
  private:
@@ -176,7 +176,7 @@ class Trainer {
 // The number of iterations every worker runs: epochs * ceil(largest share / batch_size) (train.drop_last: epochs *
 // floor(smallest share / batch_size)), capped by max_steps. FailedPrecondition when that is 0: no data lines, or
 // with drop_last a share smaller than one batch.
-absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers);
+[[nodiscard]] absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers);
 
 // The job config with every unset field given its documented default.
 JobConfig JobWithDefaults(JobConfig job);

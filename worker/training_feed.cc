@@ -13,7 +13,7 @@ namespace kestrel {
 namespace {
 
 // The training files' data lines (worker/data/record_reader.h: header and blank lines are not data lines).
-absl::StatusOr<uint64_t> TrainingLines(const JobConfig& job) {
+[[nodiscard]] absl::StatusOr<uint64_t> TrainingLines(const JobConfig& job) {
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
   // The header lines of a DELIMITED schema (Schema::header).
@@ -30,7 +30,7 @@ int64_t EpochIterations(const TrainConfig& train, absl::Span<const uint64_t> sha
 }
 
 // Iterations per epoch of `num_workers` workers sharing `lines` training lines.
-absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
+[[nodiscard]] absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
   std::vector<uint64_t> shares;
   for (int w = 0; w < num_workers; ++w) shares.push_back(PlainShard(w, num_workers).CountBelow(lines));
   const int64_t per_epoch = EpochIterations(job.train(), shares);

@@ -43,7 +43,7 @@ class TrainingFeed {
  public:
   // Counts the training files' lines and plans the epochs. FailedPrecondition when the data holds no batch;
   // InvalidArgument for a plan that does not fit the worker count.
-  static absl::StatusOr<std::unique_ptr<TrainingFeed>> Open(TrainingFeedOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TrainingFeed>> Open(TrainingFeedOptions options);
 
   // The clock the job ends at (iterations in all, over every epoch).
   int64_t total() const { return schedule_.total(); }
@@ -56,20 +56,20 @@ class TrainingFeed {
   // dropped): `clock` its iteration, `after` the reader right after it, `lines` (optional) its global line
   // indices. False once every iteration up to total() was returned. A share shorter than an epoch's iterations
   // gives short batches, then empty ones. DataLoss when the files changed under the count.
-  absl::StatusOr<bool> Next(Batch* batch, int64_t* clock, ReaderPosition* after, std::vector<uint64_t>* lines);
+  [[nodiscard]] absl::StatusOr<bool> Next(Batch* batch, int64_t* clock, ReaderPosition* after, std::vector<uint64_t>* lines);
 
   // The state after iteration clock - 1 with the reader at `after`: what Advance(clock) reports.
   WorkerState StateOf(int64_t clock, const ReaderPosition& after) const;
 
  private:
   explicit TrainingFeed(TrainingFeedOptions options) : options_(std::move(options)) {}
-  absl::Status Plan();
+  [[nodiscard]] absl::Status Plan();
   // Whether epoch `epoch` is read by the plan's shares (a worker-count change in its middle).
   bool Shared(const EpochSchedule::Epoch& epoch) const;
   // This worker's lines of `epoch`.
   ShardAssignment ShareOf(const EpochSchedule::Epoch& epoch) const;
   // Opens the reader of `epoch` at `at` (or at the data's beginning).
-  absl::Status OpenReader(const EpochSchedule::Epoch& epoch, const ReaderPosition& at);
+  [[nodiscard]] absl::Status OpenReader(const EpochSchedule::Epoch& epoch, const ReaderPosition& at);
 
   const TrainingFeedOptions options_;
   uint64_t total_lines_ = 0;  // the training files' data lines
@@ -84,7 +84,7 @@ class TrainingFeed {
 
 // The iterations a job of `num_workers` workers runs without a worker-count change (every epoch; max_steps caps
 // it). `job` with defaults applied.
-absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers);
+[[nodiscard]] absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers);
 
 }  // namespace kestrel
 

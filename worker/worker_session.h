@@ -96,7 +96,7 @@ class WorkerSession {
   // OUT_OF_RANGE: an elastic job removed this worker or the rescale it was to join was given up (nothing to
   // do: exit 0). FAILED_PRECONDITION: the scheduler refused it. UNAVAILABLE / DEADLINE_EXCEEDED: no scheduler,
   // or the job did not form, within scheduler_timeout. Other codes: a bad announcement.
-  static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(WorkerSessionOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(WorkerSessionOptions options);
   ~WorkerSession();
 
   WorkerSession(const WorkerSession&) = delete;
@@ -120,21 +120,21 @@ class WorkerSession {
   // pass is open (pass(), client() and gate() are new). OUT_OF_RANGE: a rescale left this worker out (exit 0).
   // FAILED_PRECONDITION: the scheduler refused it. Otherwise `error` itself: the failure was the worker's own
   // (the job runs on without a rollback), or no rollback came within recovery_timeout.
-  absl::Status Recover(const absl::Status& error);
+  [[nodiscard]] absl::Status Recover(const absl::Status& error);
 
   // Asks the scheduler to roll the job back to its last checkpoint (Scheduler.RequestRollback), naming
   // `reason`; then Recover as after any failure. A no-op when the job already rolled back since this pass.
-  absl::Status RequestRollback(const std::string& reason);
+  [[nodiscard]] absl::Status RequestRollback(const std::string& reason);
 
   // The job is finished and this worker's final model is settled at `finished` clocks: tells the scheduler it
   // leaves (retried while the scheduler is unreachable), after which refused heartbeats no longer matter.
-  absl::Status Leave(int64_t finished);
+  [[nodiscard]] absl::Status Leave(int64_t finished);
 
  private:
   explicit WorkerSession(WorkerSessionOptions options);
-  absl::Status Register();
+  [[nodiscard]] absl::Status Register();
   // Opens the pass in pass_ (its client, row cache and gate).
-  absl::Status OpenPass();
+  [[nodiscard]] absl::Status OpenPass();
   // Takes the layout of a Register / Rejoin answer into pass_.
   void TakeAnswer(const RegisterResponse& answer);
 

@@ -13,7 +13,7 @@ namespace kestrel {
 // `device`: "cpu"; "cuda" (device 0; an error without one); "cuda:N"; or "auto" (CUDA device 0 when a GPU is
 // present and the binary has the CUDA backend, else the CPU). `compute_threads`: the CPU backend's threads
 // (0: the cores this process may use; CpuBackendOptions::threads); negative is an error.
-absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& device, int compute_threads = 0);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Backend>> NewBackend(const std::string& device, int compute_threads = 0);
 
 }  // namespace kestrel
 

@@ -37,26 +37,26 @@ constexpr int64_t kMaxBlocks = 8192;
 
 int BlocksFor(int64_t total) { return static_cast<int>(std::min((total + kThreads - 1) / kThreads, kMaxBlocks)); }
 
-absl::Status CudaError(cudaError_t e, const std::string& what) {
+[[nodiscard]] absl::Status CudaError(cudaError_t e, const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 // The Status of a runtime call. A failed call also stays behind as this thread's "last error", which the next
 // launch check (cudaGetLastError) would then blame on its kernel; it is cleared here, where it is reported.
 // (A sticky error, one that broke the context, stays and fails every later call anyway.)
-absl::Status CudaStatus(cudaError_t e, const std::string& what) {
+[[nodiscard]] absl::Status CudaStatus(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();
   return CudaError(e, what);
 }
 
-absl::Status CublasError(cublasStatus_t s, const std::string& what) {
+[[nodiscard]] absl::Status CublasError(cublasStatus_t s, const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")"));
 }
 
 // The launch check shared by every launcher: a bad configuration, or an error a kernel enqueued earlier hit
 // while running (those are sticky), reported under the name of the kernel whose launch saw it.
-absl::Status CheckLaunch(const char* kernel) {
+[[nodiscard]] absl::Status CheckLaunch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? absl::OkStatus() : CudaError(e, absl::StrCat("launching ", kernel));
 }
@@ -173,7 +173,7 @@ __global__ void SegmentSumKernel(const float* dx, const float* values, const uin
 
 // ---- Launchers: size the grid, enqueue on `stream`, check the launch. Empty work launches nothing. ----
 
-absl::Status LaunchPool(cudaStream_t stream, const float* rows, int dim, const uint32_t* index,
+[[nodiscard]] absl::Status LaunchPool(cudaStream_t stream, const float* rows, int dim, const uint32_t* index,
                         const float* values, const uint32_t* bag_offsets, int64_t bags, float* x) {
   const int64_t total = bags * dim;
   if (total <= 0) return absl::OkStatus();
@@ -181,7 +181,7 @@ absl::Status LaunchPool(cudaStream_t stream, const float* rows, int dim, const u
   return CheckLaunch("PoolKernel");
 }
 
-absl::Status LaunchFieldSum(cudaStream_t stream, const float* x, int64_t examples, int fields, int dim,
+[[nodiscard]] absl::Status LaunchFieldSum(cudaStream_t stream, const float* x, int64_t examples, int fields, int dim,
                             float* sum) {
   const int64_t total = examples * dim;
   if (total <= 0) return absl::OkStatus();
@@ -189,14 +189,14 @@ absl::Status LaunchFieldSum(cudaStream_t stream, const float* x, int64_t example
   return CheckLaunch("FieldSumKernel");
 }
 
-absl::Status LaunchFmForward(cudaStream_t stream, const float* x, const float* sum, int64_t examples, int fields,
+[[nodiscard]] absl::Status LaunchFmForward(cudaStream_t stream, const float* x, const float* sum, int64_t examples, int fields,
                              int dim, float* out) {
   if (examples <= 0) return absl::OkStatus();
   FmForwardKernel<<<BlocksFor(examples), kThreads, 0, stream>>>(x, sum, examples, fields, dim, out);
   return CheckLaunch("FmForwardKernel");
 }
 
-absl::Status LaunchFmBackward(cudaStream_t stream, const float* x, const float* sum, const float* g,
+[[nodiscard]] absl::Status LaunchFmBackward(cudaStream_t stream, const float* x, const float* sum, const float* g,
                               int64_t examples, int fields, int dim, float* dx) {
   const int64_t total = examples * fields * dim;
   if (total <= 0) return absl::OkStatus();
@@ -204,7 +204,7 @@ absl::Status LaunchFmBackward(cudaStream_t stream, const float* x, const float* 
   return CheckLaunch("FmBackwardKernel");
 }
 
-absl::Status LaunchDotInteraction(cudaStream_t stream, const float* v, int64_t examples, int m, int dim,
+[[nodiscard]] absl::Status LaunchDotInteraction(cudaStream_t stream, const float* v, int64_t examples, int m, int dim,
                                   float* z) {
   const int64_t total = examples * (int64_t{m} * (m - 1) / 2);
   if (total <= 0) return absl::OkStatus();
@@ -212,7 +212,7 @@ absl::Status LaunchDotInteraction(cudaStream_t stream, const float* v, int64_t e
   return CheckLaunch("DotInteractionKernel");
 }
 
-absl::Status LaunchDotInteractionBackward(cudaStream_t stream, const float* v, const float* dz, int64_t examples,
+[[nodiscard]] absl::Status LaunchDotInteractionBackward(cudaStream_t stream, const float* v, const float* dz, int64_t examples,
                                           int m, int dim, float* dv) {
   const int64_t total = examples * m * dim;
   if (total <= 0) return absl::OkStatus();
@@ -220,7 +220,7 @@ absl::Status LaunchDotInteractionBackward(cudaStream_t stream, const float* v, c
   return CheckLaunch("DotInteractionBackwardKernel");
 }
 
-absl::Status LaunchCopyBlock(cudaStream_t stream, const float* src, int src_stride, float* dst, int dst_stride,
+[[nodiscard]] absl::Status LaunchCopyBlock(cudaStream_t stream, const float* src, int src_stride, float* dst, int dst_stride,
                              int64_t rows, int cols, bool accumulate) {
   const int64_t total = rows * cols;
   if (rows <= 0 || cols <= 0) return absl::OkStatus();
@@ -229,7 +229,7 @@ absl::Status LaunchCopyBlock(cudaStream_t stream, const float* src, int src_stri
   return CheckLaunch("CopyBlockKernel");
 }
 
-absl::Status LaunchBiasActivation(cudaStream_t stream, float* x, const float* bias, int64_t rows, int cols,
+[[nodiscard]] absl::Status LaunchBiasActivation(cudaStream_t stream, float* x, const float* bias, int64_t rows, int cols,
                                   bool relu) {
   const int64_t total = rows * cols;
   if (rows <= 0 || cols <= 0) return absl::OkStatus();
@@ -237,20 +237,20 @@ absl::Status LaunchBiasActivation(cudaStream_t stream, float* x, const float* bi
   return CheckLaunch("BiasActivationKernel");
 }
 
-absl::Status LaunchReluBackward(cudaStream_t stream, const float* y, float* dy, int64_t count) {
+[[nodiscard]] absl::Status LaunchReluBackward(cudaStream_t stream, const float* y, float* dy, int64_t count) {
   if (count <= 0) return absl::OkStatus();
   ReluBackwardKernel<<<BlocksFor(count), kThreads, 0, stream>>>(y, dy, count);
   return CheckLaunch("ReluBackwardKernel");
 }
 
 // rows == 0 still launches: every column sum is then 0, as on the CPU.
-absl::Status LaunchColumnSum(cudaStream_t stream, const float* x, int64_t rows, int cols, float* out) {
+[[nodiscard]] absl::Status LaunchColumnSum(cudaStream_t stream, const float* x, int64_t rows, int cols, float* out) {
   if (cols <= 0) return absl::OkStatus();
   ColumnSumKernel<<<BlocksFor(cols), kThreads, 0, stream>>>(x, rows, cols, out);
   return CheckLaunch("ColumnSumKernel");
 }
 
-absl::Status LaunchLogitLoss(cudaStream_t stream, const float* bias, const float* wide, const float* fm,
+[[nodiscard]] absl::Status LaunchLogitLoss(cudaStream_t stream, const float* bias, const float* wide, const float* fm,
                              const float* deep, const float* labels, const float* weights, int64_t examples,
                              float scale, float* prob, float* loss, float* dlogit) {
   if (examples <= 0) return absl::OkStatus();
@@ -259,7 +259,7 @@ absl::Status LaunchLogitLoss(cudaStream_t stream, const float* bias, const float
   return CheckLaunch("LogitLossKernel");
 }
 
-absl::Status LaunchSegmentSum(cudaStream_t stream, const float* dx, const float* values, const uint32_t* offsets,
+[[nodiscard]] absl::Status LaunchSegmentSum(cudaStream_t stream, const float* dx, const float* values, const uint32_t* offsets,
                               const uint32_t* positions, const uint32_t* entry_bags, int dim, int group,
                               int64_t segments, float* grad_rows) {
   const int64_t total = segments * dim;

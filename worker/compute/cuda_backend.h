@@ -12,7 +12,7 @@
 namespace kestrel {
 
 // FailedPrecondition when the binary was built without the CUDA toolkit or `device` does not exist.
-absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device);
 
 }  // namespace kestrel
 

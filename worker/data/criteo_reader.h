@@ -24,11 +24,11 @@ struct CriteoExample {
 };
 
 // Parses one line (without its newline). InvalidArgument describes the problem (the reader adds file:line).
-absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* out);
+[[nodiscard]] absl::Status ParseCriteoLine(absl::string_view line, CriteoExample* out);
 
 // Streams Criteo TSV files (see record_reader.h for sharding, positions and the error policy).
 using CriteoReader = RecordReader<CriteoExample>;
-inline absl::StatusOr<std::unique_ptr<CriteoReader>> OpenCriteoReader(std::vector<std::string> files,
+[[nodiscard]] inline absl::StatusOr<std::unique_ptr<CriteoReader>> OpenCriteoReader(std::vector<std::string> files,
                                                                        const ReaderOptions& options = {},
                                                                        const ReaderPosition& start = {}) {
   return CriteoReader::Open(std::move(files), &ParseCriteoLine, options, start);

@@ -103,7 +103,7 @@ class PlantedModel {
 
 // Writes <out_dir>/train.tsv, test.tsv and truth.txt ("bayes_logloss: ...", "bayes_auc: ...", ...).
 // InvalidArgument, naming the option, for options out of range.
-absl::StatusOr<DatagenTruth> GenerateCriteoData(const DatagenOptions& options, const std::string& out_dir);
+[[nodiscard]] absl::StatusOr<DatagenTruth> GenerateCriteoData(const DatagenOptions& options, const std::string& out_dir);
 
 }  // namespace kestrel
 

@@ -21,10 +21,10 @@ struct LibsvmExample {
   std::vector<float> values;
 };
 
-absl::Status ParseLibsvmLine(absl::string_view line, LibsvmExample* out);
+[[nodiscard]] absl::Status ParseLibsvmLine(absl::string_view line, LibsvmExample* out);
 
 using LibsvmReader = RecordReader<LibsvmExample>;
-inline absl::StatusOr<std::unique_ptr<LibsvmReader>> OpenLibsvmReader(std::vector<std::string> files,
+[[nodiscard]] inline absl::StatusOr<std::unique_ptr<LibsvmReader>> OpenLibsvmReader(std::vector<std::string> files,
                                                                        const ReaderOptions& options = {},
                                                                        const ReaderPosition& start = {}) {
   return LibsvmReader::Open(std::move(files), &ParseLibsvmLine, options, start);

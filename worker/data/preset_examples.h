@@ -16,7 +16,7 @@ inline constexpr int kCriteoFields = kCriteoIntegerFields + kCriteoCategoricalFi
 void AppendCriteo(const CriteoExample& example, Batch* batch);
 // Appends a libsvm example into batch->fields slots (zero-valued padding after its features).
 // InvalidArgument when it has more features than slots.
-absl::Status AppendLibsvm(const LibsvmExample& example, Batch* batch);
+[[nodiscard]] absl::Status AppendLibsvm(const LibsvmExample& example, Batch* batch);
 
 }  // namespace kestrel
 

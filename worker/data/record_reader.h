@@ -81,10 +81,10 @@ class ShardedLines {
  public:
   // InvalidArgument for a malformed share, or a shuffled `start` that is not in a window it can resume;
   // NotFound for a missing file.
-  static absl::StatusOr<ShardedLines> Open(std::vector<std::string> files, const ReaderOptions& options,
+  [[nodiscard]] static absl::StatusOr<ShardedLines> Open(std::vector<std::string> files, const ReaderOptions& options,
                                            const ReaderPosition& start);
   // The next line of this part (true), or the end of the data (false). `line` stays valid until the next call.
-  absl::StatusOr<bool> Next(absl::string_view* line);
+  [[nodiscard]] absl::StatusOr<bool> Next(absl::string_view* line);
   // "file:line" of the line last returned.
   std::string Where() const;
   // The global index of the line last returned (its place in the files, whatever the order).
@@ -119,12 +119,12 @@ class ShardedLines {
 
   // Reads the data line at cursor_ into data_ and moves past it (and past the header and blank lines before it);
   // false at the end of the files.
-  absl::StatusOr<bool> ReadDataLine();
-  absl::StatusOr<bool> NextInFileOrder(absl::string_view* line);
-  absl::StatusOr<bool> NextShuffled(absl::string_view* line);
+  [[nodiscard]] absl::StatusOr<bool> ReadDataLine();
+  [[nodiscard]] absl::StatusOr<bool> NextInFileOrder(absl::string_view* line);
+  [[nodiscard]] absl::StatusOr<bool> NextShuffled(absl::string_view* line);
   // Reads the window at cursor_ (a window's first line), keeping this part's lines from position_.global_line
   // on, in increasing position; false at the end of the files.
-  absl::StatusOr<bool> LoadWindow();
+  [[nodiscard]] absl::StatusOr<bool> LoadWindow();
   // A copy of `text` in blocks_, valid until the blocks are emptied.
   const char* Keep(absl::string_view text);
 
@@ -153,7 +153,7 @@ class ShardedLines {
 // The data lines of `files` (with `header`, the first line of each file is not one): the global indices run
 // from 0 to that count - 1, and a reader's lines are ShareOf(options).CountBelow(that count), malformed ones
 // included. One pass over the files.
-absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header);
+[[nodiscard]] absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header);
 
 template <typename Example>
 class RecordReader {
@@ -161,7 +161,7 @@ class RecordReader {
   // Parses one line (without its newline); InvalidArgument describes the problem (the reader adds file:line).
   using ParseFn = absl::Status (*)(absl::string_view line, Example* out);
 
-  static absl::StatusOr<std::unique_ptr<RecordReader>> Open(std::vector<std::string> files, ParseFn parse,
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RecordReader>> Open(std::vector<std::string> files, ParseFn parse,
                                                              const ReaderOptions& options = {},
                                                              const ReaderPosition& start = {}) {
     auto lines = ShardedLines::Open(std::move(files), options, start);
@@ -170,7 +170,7 @@ class RecordReader {
   }
 
   // The next record of this part: true, or false at the end of the data.
-  absl::StatusOr<bool> Next(Example* out) {
+  [[nodiscard]] absl::StatusOr<bool> Next(Example* out) {
     absl::string_view line;
     while (true) {
       absl::StatusOr<bool> more = lines_.Next(&line);

@@ -41,7 +41,7 @@ std::string NameList(const std::vector<std::string>& names) {
 }
 
 // The first line of `file` (its newline, a final '\r' and a UTF-8 byte order mark removed).
-absl::StatusOr<std::string> FirstLine(const std::string& file) {
+[[nodiscard]] absl::StatusOr<std::string> FirstLine(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in.good()) return absl::NotFoundError(absl::StrCat("cannot open data file ", file));
   std::string line;
@@ -57,7 +57,7 @@ absl::StatusOr<std::string> FirstLine(const std::string& file) {
 // Calls on_line for every data line of `files` (in file order; ReaderOptions.header passes over the header lines),
 // turning its failure into "file:line: problem" unless `skip_malformed` (then the line is passed over).
 template <typename OnLine>
-absl::Status ForEachRecord(const std::vector<std::string>& files, bool header, bool skip_malformed,
+[[nodiscard]] absl::Status ForEachRecord(const std::vector<std::string>& files, bool header, bool skip_malformed,
                            OnLine on_line) {
   ReaderOptions options;
   options.header = header;

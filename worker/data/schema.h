@@ -69,7 +69,7 @@ class Schema {
   //     LOG1P as dense inputs unless model.no_dense_inputs()).
   //   LIBSVM: data.libsvm_slots fields, or when 0 the most features of any line of the training and test files
   //     (one pass over them).
-  static absl::StatusOr<std::shared_ptr<const Schema>> Resolve(const DataConfig& data, const ModelConfig& model);
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<const Schema>> Resolve(const DataConfig& data, const ModelConfig& model);
 
   Format format() const { return format_; }
   // Fields (bags) and dense inputs per example.

@@ -84,7 +84,7 @@ void AppendColumn(absl::string_view value, char delimiter, std::string* line) {
   line->push_back('"');
 }
 
-absl::Status CheckOptions(const SchemaDatagenOptions& o) {
+[[nodiscard]] absl::Status CheckOptions(const SchemaDatagenOptions& o) {
   auto invalid = [](absl::string_view name, auto value, absl::string_view range) {
     return absl::InvalidArgumentError(absl::StrCat("schema datagen needs ", name, " ", range, ", got ", value));
   };

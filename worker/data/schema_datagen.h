@@ -135,7 +135,7 @@ std::string SchemaDatagenFile(const SchemaDatagenOptions& options, int split);
 // scores and HistorySignal) and job.pbtxt (SchemaDatagenJobConfig of `model_type`, naming the files as
 // <out_dir>/<file>, so it works from the directory out_dir is relative to). InvalidArgument, naming the option,
 // for options out of range.
-absl::StatusOr<SchemaDatagenTruth> GenerateSchemaData(const SchemaDatagenOptions& options,
+[[nodiscard]] absl::StatusOr<SchemaDatagenTruth> GenerateSchemaData(const SchemaDatagenOptions& options,
                                                       ModelConfig::Type model_type, const std::string& out_dir);
 
 }  // namespace kestrel

@@ -137,7 +137,7 @@ bool HasMlp(ModelConfig::Type model) {
 }
 
 // The first non-blank line of `file` (ShardedLines' view: without a trailing '\r').
-absl::StatusOr<std::string> HeaderLine(const std::string& file) {
+[[nodiscard]] absl::StatusOr<std::string> HeaderLine(const std::string& file) {
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open({file}, ReaderOptions(), ReaderPosition()));
   absl::string_view line;
   KESTREL_ASSIGN_OR_RETURN(bool found, lines.Next(&line));
@@ -172,7 +172,7 @@ char ChooseDelimiter(const SchemaGuessOptions& options, absl::string_view header
 }
 
 // The header's columns, checked: named, unique, not all numbers (a file without a header).
-absl::StatusOr<std::vector<std::string>> HeaderColumns(const std::string& file, absl::string_view line,
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> HeaderColumns(const std::string& file, absl::string_view line,
                                                        char delimiter) {
   auto columns = SplitDelimitedLine(line, delimiter, '"');
   if (!columns.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ":1: ", columns.status().message()));
@@ -355,7 +355,7 @@ void ShareVocabularies(const std::vector<ColumnSample>& samples, const std::vect
 
 // The label's column of the header `columns` of `file`; the error lists the columns, or says the first line is a
 // row rather than a header.
-absl::StatusOr<int> LabelColumn(const std::string& file, const std::vector<std::string>& columns,
+[[nodiscard]] absl::StatusOr<int> LabelColumn(const std::string& file, const std::vector<std::string>& columns,
                                 const SchemaGuessOptions& options) {
   const int label = ColumnIndex(columns, options.label);
   if (label >= 0) return label;
@@ -377,7 +377,7 @@ absl::StatusOr<int> LabelColumn(const std::string& file, const std::vector<std::
 }
 
 // The weight's column of the header `columns` of `file` (-1 without a weight), other than the label's.
-absl::StatusOr<int> WeightColumn(const std::string& file, const std::vector<std::string>& columns,
+[[nodiscard]] absl::StatusOr<int> WeightColumn(const std::string& file, const std::vector<std::string>& columns,
                                  const SchemaGuessOptions& options, int label) {
   const int weight = options.weight.empty() ? -1 : ColumnIndex(columns, options.weight);
   if (!options.weight.empty() && weight < 0) {
@@ -398,7 +398,7 @@ struct SampleColumns {
 
 // Checks one sampled row (`where`: its "file:line") split into `values`: the header's column count, a number for
 // the label and a finite one >= 0 for the weight. Sets *positive to whether the label is above 0.
-absl::Status CheckSampleRow(const std::string& where, const std::vector<std::string>& values,
+[[nodiscard]] absl::Status CheckSampleRow(const std::string& where, const std::vector<std::string>& values,
                             const SampleColumns& columns, const SchemaGuessOptions& options, bool* positive) {
   if (values.size() != columns.names.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -425,7 +425,7 @@ absl::Status CheckSampleRow(const std::string& where, const std::vector<std::str
 // Samples the first options.sample_rows rows of `file` into `samples` (one per column), counting them, their
 // positives and whether they are the whole file into `guess`, and their bytes (with newlines) into
 // *sampled_bytes.
-absl::Status SampleRows(const std::string& file, const SampleColumns& columns, const SchemaGuessOptions& options,
+[[nodiscard]] absl::Status SampleRows(const std::string& file, const SampleColumns& columns, const SchemaGuessOptions& options,
                         std::vector<ColumnSample>* samples, SchemaGuess* guess, int64_t* sampled_bytes) {
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open({file}, ReaderOptions(), ReaderPosition()));
   absl::string_view line;
@@ -451,7 +451,7 @@ absl::Status SampleRows(const std::string& file, const SampleColumns& columns, c
 
 // The training files' rows: the sample's when it holds every row of the only training file, else the sampled
 // rows' mean length (`sampled_bytes` over guess.sampled_rows) into the files' sizes less their header lines.
-absl::StatusOr<int64_t> TrainRows(const SchemaGuessOptions& options, const SchemaGuess& guess,
+[[nodiscard]] absl::StatusOr<int64_t> TrainRows(const SchemaGuessOptions& options, const SchemaGuess& guess,
                                   const std::string& header_line, int64_t sampled_bytes) {
   if (guess.whole_file && options.train_files.size() <= 1) return guess.sampled_rows;
   double bytes = -static_cast<double>(options.train_files.size() * (header_line.size() + 1));
@@ -467,7 +467,7 @@ absl::StatusOr<int64_t> TrainRows(const SchemaGuessOptions& options, const Schem
 
 // InvalidArgument unless every training file but the first and every test file starts with the header
 // `columns` of `file`.
-absl::Status CheckOtherHeaders(const SchemaGuessOptions& options, const std::string& file, char delimiter,
+[[nodiscard]] absl::Status CheckOtherHeaders(const SchemaGuessOptions& options, const std::string& file, char delimiter,
                                const std::vector<std::string>& columns) {
   std::vector<std::string> others(options.train_files.begin() + 1, options.train_files.end());
   others.insert(others.end(), options.test_files.begin(), options.test_files.end());
@@ -512,7 +512,7 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
 // Every column but the label and the weight that GuessFeature keeps becomes a feature of the guess's schema;
 // every column gets its note. Then the vocabularies the features share and the missing tokens of the numeric
 // ones. InvalidArgument when no column is kept.
-absl::Status AddFeatures(const std::string& file, const SampleColumns& columns,
+[[nodiscard]] absl::Status AddFeatures(const std::string& file, const SampleColumns& columns,
                          const std::vector<ColumnSample>& samples, const SchemaGuessOptions& options,
                          SchemaGuess* guess) {
   FeatureSchema& schema = *guess->job.mutable_data()->mutable_schema();

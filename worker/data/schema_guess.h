@@ -83,7 +83,7 @@ struct SchemaGuess {
 // lacks the label (the message lists the columns) or the weight; a row with another column count than the
 // header, or broken quoting ("file:line: problem"); a label or weight that is not a number; headers that differ
 // between files. NotFound: a file that cannot be opened.
-absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options);
+[[nodiscard]] absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options);
 
 // The guess as a job config in protobuf text format, after a comment block saying that it was guessed, from
 // which rows, and what to check (the notes).

@@ -18,7 +18,7 @@ namespace {
 
 // Splits `line` into `columns` (views into `line` or into `buffer`, which must hold line.size() bytes: unescaped
 // text is never longer than its quoted form).
-absl::Status Split(absl::string_view line, char delimiter, int quote, std::vector<absl::string_view>* columns,
+[[nodiscard]] absl::Status Split(absl::string_view line, char delimiter, int quote, std::vector<absl::string_view>* columns,
                    char* buffer) {
   columns->clear();
   size_t pos = 0;

@@ -31,7 +31,7 @@ namespace kestrel {
 
 // The columns of `line` split on `delimiter`, unquoted when `quote` (a character, or -1 for none) opens a
 // column. InvalidArgument for a quoted column without its closing quote or with text after it.
-absl::StatusOr<std::vector<std::string>> SplitDelimitedLine(absl::string_view line, char delimiter, int quote);
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> SplitDelimitedLine(absl::string_view line, char delimiter, int quote);
 
 class LineParser {
  public:
@@ -42,18 +42,18 @@ class LineParser {
   // names the problem and, where one column is at fault, the column (its name and 1-based index): a wrong
   // number of columns, an unparsable label, weight or number, a token that is not INTEGER or HEX when so
   // encoded, more than max_length values with overflow FAIL; then `batch` is left exactly as it was.
-  absl::Status Append(absl::string_view line, Batch* batch);
+  [[nodiscard]] absl::Status Append(absl::string_view line, Batch* batch);
 
   // After an OK Append of a DELIMITED or CRITEO line: feature i's number before its transform (NUMERIC,
   // BUCKETIZED), NaN when missing or when feature i reads no number.
   double raw_number(int feature) const { return raw_[feature]; }
 
  private:
-  absl::Status AppendColumns(absl::string_view line, Batch* batch);
-  absl::Status AppendLibsvmLine(absl::string_view line, Batch* batch);
-  absl::Status AppendCategorical(const Schema::Feature& f, Batch* batch);
+  [[nodiscard]] absl::Status AppendColumns(absl::string_view line, Batch* batch);
+  [[nodiscard]] absl::Status AppendLibsvmLine(absl::string_view line, Batch* batch);
+  [[nodiscard]] absl::Status AppendCategorical(const Schema::Feature& f, Batch* batch);
   // The token's value v (before hash_buckets), or an InvalidArgument.
-  absl::Status Encode(const Schema::Feature& f, absl::string_view token, uint64_t* v) const;
+  [[nodiscard]] absl::Status Encode(const Schema::Feature& f, absl::string_view token, uint64_t* v) const;
   // A column's number, parsed once per line however many features read it.
   struct ParsedNumber {
     uint64_t line = 0;     // the line (lines_) it was parsed for
@@ -63,10 +63,10 @@ class LineParser {
     double value = 0;
   };
   // Feature f's column as a number (present false when it is missing), or an InvalidArgument when it is not one.
-  absl::Status Number(const Schema::Feature& f, const ParsedNumber** number);
+  [[nodiscard]] absl::Status Number(const Schema::Feature& f, const ParsedNumber** number);
   bool IsMissing(absl::string_view token) const;
   // "column 'name' (3)" (and ", feature 'f'" when the feature's name differs) + ": " + problem.
-  absl::Status ColumnError(int column, const Schema::Feature* feature, absl::string_view problem) const;
+  [[nodiscard]] absl::Status ColumnError(int column, const Schema::Feature* feature, absl::string_view problem) const;
 
   const std::shared_ptr<const Schema> schema_;
   std::vector<absl::string_view> columns_;  // the line's, into the line or unquoted_
