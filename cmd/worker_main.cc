@@ -39,6 +39,7 @@
 #include "common/tls_flags.h"
 #include "worker/tensorboard.h"
 #include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "common/process_setup.h"
 #include "google/protobuf/text_format.h"
 #include "worker/compute/backend_factory.h"

@@ -1,15 +1,12 @@
 // Prometheus metrics of Kestrel's processes (Debian's prometheus-cpp core): one process-wide registry, helpers
-// to declare metrics in it, scrape hooks that refresh gauges from a component's state just before each scrape,
-// per-RPC request metrics, and the HTTP server that serves them (GET /metrics, text exposition format 0.0.4).
+// to declare metrics in it, and scrape hooks that refresh gauges from a component's state just before each scrape.
+// Per-RPC request metrics: common/rpc_metrics.h; the HTTP server that serves them (GET /metrics, text exposition
+// format 0.0.4): common/metrics_server.h.
 //
 // Names follow Prometheus conventions: kestrel_<process>_<what>[_<unit>][_total], snake_case, base units
 // (`_seconds`, `_bytes`), `_total` on counters only. The metrics each process exports are declared in one place
 // per process: server/server_metrics.h, scheduler/scheduler_metrics.h, cmd/worker_main.cc.
-//
-// The HTTP server is Kestrel's own (a few dozen lines over sockets), not prometheus-cpp's Exposer: the Exposer
-// runs on civetweb, whose threads get a fixed 100 KiB stack, and glibc places a process's static TLS on every
-// thread's stack; in a worker linked with CUDA (cuBLASLt alone has 92 KiB of TLS) civetweb cannot start a
-// thread at all.
+
 //
 // Core classes (Shard, Table, ClockTable, Membership, Trainer) do not depend on this file: the gRPC services, the
 // job controller and the binaries' mains read their state and record events.
@@ -17,29 +14,14 @@
 //   prometheus::Counter& done = NewCounter("kestrel_worker_examples_total", "Training examples processed.");
 //   done.Increment(batch_size);
 //   ScrapeHook hook([&] { NewGauge("kestrel_server_tables", "Tables held.").Set(shard.Stats().tables.size()); });
-//   MetricsServerOptions options;
-//   options.port = 0;  // any free port
-//   absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start(options);
 #ifndef KESTREL_COMMON_METRICS_H_
 #define KESTREL_COMMON_METRICS_H_
 
-#include <array>
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <deque>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -103,118 +85,6 @@ class ScrapeHook {
 
 // Runs every scrape hook, then returns MetricsRegistry() in the text exposition format: what /metrics serves.
 std::string MetricsText();
-
-// Counts and times the calls of one RPC service:
-//   <prefix>_requests_total{method="Pull",code="OK"}      counter: finished calls by status code
-//   <prefix>_request_duration_seconds{method="Pull"}      histogram (RpcLatencyBuckets): arrival to reply
-// where code is the canonical status code name ("OK", "INVALID_ARGUMENT", ... as absl::StatusCodeToString).
-// Thread-safe. Per call: a clock read, a few atomic operations and the histogram's own mutex; no lookups.
-//
-//   RpcMetrics rpc("kestrel_server", "parameter server");
-//   RpcMetrics::Method& pull = rpc.method("Pull");        // once, e.g. in a constructor
-//   RpcMetrics::Call call = pull.Begin();                 // per call
-//   ... call.End(status);
-class RpcMetrics {
- public:
-  class Method;
-
-  // One call being timed. Copyable; End() it once.
-  class Call {
-   public:
-    void End(const absl::Status& status) const;
-
-   private:
-    friend class Method;
-    Call(Method* method, std::chrono::steady_clock::time_point start) : method_(method), start_(start) {}
-    Method* method_;
-    std::chrono::steady_clock::time_point start_;
-  };
-
-  class Method {
-   public:
-    Call Begin() { return Call(this, std::chrono::steady_clock::now()); }
-    // Records one finished call directly.
-    void Record(absl::StatusCode code, double seconds);
-
-   private:
-    friend class RpcMetrics;
-    Method(prometheus::Family<prometheus::Counter>* requests, prometheus::Histogram* latency, std::string name);
-
-    prometheus::Family<prometheus::Counter>* const requests_;
-    prometheus::Histogram* const latency_;
-    const std::string name_;
-    // By absl::StatusCode value (0..16): the series, created on first use.
-    std::array<std::atomic<prometheus::Counter*>, 17> by_code_{};
-  };
-
-  // `prefix`: e.g. "kestrel_server"; `service`: what the help text calls the service ("parameter server").
-  RpcMetrics(const std::string& prefix, const std::string& service);
-
-  // The metrics of `method`, created on the first call (its code="OK" series starts at 0). The reference stays
-  // valid for the life of this RpcMetrics; look it up once, not per call.
-  Method& method(const std::string& name);
-
- private:
-  prometheus::Family<prometheus::Counter>& requests_;
-  prometheus::Family<prometheus::Histogram>& latency_;
-  absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<Method>> methods_ ABSL_GUARDED_BY(mu_);
-};
-
-struct MetricsServerOptions {
-  // Address to listen on. Default: "127.0.0.1" (this machine only; a Prometheus elsewhere needs
-  // --metrics_host=0.0.0.0 or the pod's address).
-  std::string host = "127.0.0.1";
-  // -1: no server (Start returns null); 0: any free port (logged, and written to port_file); N in [1, 65535]:
-  // that port. Default: -1.
-  int port = -1;
-  // If non-empty, the bound port is written to this file atomically (common/process_setup.h WritePortFile)
-  // once the server is serving. Default: "" (none).
-  std::string port_file;
-  // How long one connection may take to send its request and read the answer; then it is closed. Default: 5 s.
-  absl::Duration io_timeout = absl::Seconds(5);
-  // Connections answered at once (one thread each), and accepted connections waiting for one; a connection
-  // beyond both is closed at once. Defaults: 4 and 64.
-  int handler_threads = 4;
-  int max_waiting = 64;
-};
-
-// Serves MetricsText() at http://host:port/metrics (HTTP/1.0 and 1.1, one request per connection; other paths
-// are 404, other methods 405). One thread accepts; handler_threads answer concurrently, each connection for at
-// most io_timeout, so idle or stalled clients cannot hold scrapes up; past max_waiting queued connections, new
-// ones are closed unanswered. The threads block every asynchronous signal, so the server may be started before
-// or after BlockShutdownSignals(). Thread-safe.
-class MetricsServer {
- public:
-  // Null (and OK) when options.port is -1. InvalidArgument for a port outside [-1, 65535] or a timeout <= 0;
-  // Unavailable when the address cannot be bound; the error of writing port_file.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsServerOptions& options);
-  // Stops serving (finishes a scrape in progress first).
-  ~MetricsServer();
-
-  MetricsServer(const MetricsServer&) = delete;
-  MetricsServer& operator=(const MetricsServer&) = delete;
-
-  // The port actually bound.
-  int port() const { return port_; }
-
- private:
-  MetricsServer() = default;
-  void Serve();
-  void Handle();
-  void Answer(int connection);
-
-  int listen_fd_ = -1;
-  int stop_fd_ = -1;  // eventfd: readable once the destructor asks the thread to stop
-  absl::Duration io_timeout_;
-  size_t max_waiting_ = 64;
-  int port_ = 0;
-  std::thread thread_;
-  std::vector<std::thread> handlers_;
-  absl::Mutex mu_;
-  std::deque<int> waiting_ ABSL_GUARDED_BY(mu_);  // accepted connections for the handlers
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 }  // namespace kestrel
 

@@ -3,7 +3,7 @@
 #ifndef KESTREL_COMMON_METRICS_FLAGS_H_
 #define KESTREL_COMMON_METRICS_FLAGS_H_
 
-#include "common/metrics.h"
+#include "common/metrics_server.h"
 
 namespace kestrel {
 

@@ -1,4 +1,6 @@
 #include "common/metrics.h"
+#include "common/metrics_server.h"
+#include "common/rpc_metrics.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -31,6 +31,7 @@
 #include "common/metrics_flags.h"
 #include "common/tls_flags.h"
 #include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "common/process_setup.h"
 #include "common/partition.h"
 #include "client/liveness.h"

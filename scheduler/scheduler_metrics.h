@@ -33,6 +33,7 @@
 #include <optional>
 
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/membership.h"
 

@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 #include "common/peer_identity.h"
 #include "common/tls.h"
 #include "grpcpp/grpcpp.h"

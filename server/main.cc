@@ -31,6 +31,7 @@
 #include "common/limits.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "common/metrics_flags.h"
 #include "common/partition.h"
 #include "common/checkpoint_dir_flag.h"

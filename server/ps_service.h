@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 #include "common/peer_identity.h"
 #include "common/thread_pool.h"
 #include "grpcpp/grpcpp.h"

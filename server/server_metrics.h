@@ -28,6 +28,7 @@
 #define KESTREL_SERVER_SERVER_METRICS_H_
 
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 #include "server/shard.h"
 
 namespace kestrel {
