@@ -135,18 +135,18 @@ absl::Status AddShardsToManifest(std::vector<ShardCheckpoint> shards, int num_se
   std::sort(shards.begin(), shards.end(),
             [](const ShardCheckpoint& a, const ShardCheckpoint& b) { return a.shard() < b.shard(); });
   if (static_cast<int>(shards.size()) != num_servers) {
-    return absl::InvalidArgumentError(absl::StrFormat("%d shard answers for %d servers", shards.size(), num_servers));
+    return absl::InvalidArgumentError(absl::StrFormat("%d servers' answers for %d servers", shards.size(), num_servers));
   }
   std::map<std::string, TableConfig> tables;
   for (int i = 0; i < num_servers; ++i) {
     if (shards[i].shard() != i) {
-      return absl::InvalidArgumentError(absl::StrFormat("no checkpoint answer from shard %d", i));
+      return absl::InvalidArgumentError(absl::StrFormat("no checkpoint answer from server %d", i));
     }
     for (const TableConfig& table : shards[i].tables()) {
       auto [it, inserted] = tables.emplace(table.name(), table);
       if (!inserted && it->second.SerializeAsString() != table.SerializeAsString()) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("shards disagree on the config of table '%s' (shard %d differs)", table.name(), i));
+            absl::StrFormat("shards disagree on the config of table '%s' (server %d differs)", table.name(), i));
       }
     }
     shards[i].clear_tables();
@@ -277,15 +277,15 @@ absl::StatusOr<std::optional<CheckpointManifest>> CheckpointLayout::ReadLatest()
 absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, int shard) const {
   const std::string name = CheckpointName(manifest.sequence());
   if (shard < 0 || shard >= manifest.shards_size() || manifest.shards(shard).shard() != shard) {
-    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest has no entry for shard %d", name, shard));
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest has no entry for server %d", name, shard));
   }
   const ShardCheckpoint& entry = manifest.shards(shard);
   if (entry.files().empty()) {
-    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest lists no files for shard %d", name, shard));
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest lists no files for server %d", name, shard));
   }
   // Restore and export open ShardDir(name, shard), whatever the manifest says: it must say exactly that.
   if (entry.dir() != ShardDirName(shard)) {
-    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest puts shard %d in '%s', not in %s", name,
+    return absl::DataLossError(absl::StrFormat("checkpoint %s: the manifest puts server %d's part in '%s', not in %s", name,
                                                shard, absl::CEscape(entry.dir().substr(0, 64)), ShardDirName(shard)));
   }
   const std::string dir = ShardDir(name, shard);
@@ -296,35 +296,35 @@ absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, i
         base.find('/') != std::string::npos ||
         base.find('\0') != std::string::npos || !listed.insert(base).second) {
       return absl::DataLossError(absl::StrFormat(
-          "checkpoint %s, shard %d: the manifest lists '%s', not a file name of its own (empty, a path or repeated)",
+          "checkpoint %s, server %d: the manifest lists '%s', not a file name of its own (empty, a path or repeated)",
           name, shard, absl::CEscape(base.substr(0, 64))));
     }
     const std::string path = absl::StrCat(dir, "/", base);
     absl::StatusOr<FileCrc> crc = Crc32cOfFile(path);
     if (!crc.ok()) {
-      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: file %s: %s", name, shard, path,
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, server %d: file %s: %s", name, shard, path,
                                                  crc.status().message()));
     }
     if (crc->size != file.size()) {
-      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: file %s has %d bytes, the manifest says %d",
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, server %d: file %s has %d bytes, the manifest says %d",
                                                  name, shard, path, crc->size, file.size()));
     }
     if (crc->crc != file.crc32c()) {
       return absl::DataLossError(absl::StrFormat(
-          "checkpoint %s, shard %d: file %s is corrupt (crc32c %08x, the manifest says %08x)", name, shard, path,
+          "checkpoint %s, server %d: file %s is corrupt (crc32c %08x, the manifest says %08x)", name, shard, path,
           crc->crc, file.crc32c()));
     }
   }
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     if (listed.count(it->path().filename().string()) == 0) {
-      return absl::DataLossError(absl::StrFormat("checkpoint %s, shard %d: %s is not in the manifest", name, shard,
+      return absl::DataLossError(absl::StrFormat("checkpoint %s, server %d: %s is not in the manifest", name, shard,
                                                  it->path().string()));
     }
   }
   if (error) {
     return absl::UnavailableError(
-        absl::StrFormat("checkpoint %s, shard %d: cannot list %s: %s", name, shard, dir, error.message()));
+        absl::StrFormat("checkpoint %s, server %d: cannot list %s: %s", name, shard, dir, error.message()));
   }
   return absl::OkStatus();
 }

@@ -149,7 +149,7 @@ TEST_F(CheckpointLayoutTest, DamagedOrMissingLatestIsNeverAFreshStart) {
   EXPECT_TRUE(absl::StrContains(latest.status().message(), "LATEST")) << latest.status();
 }
 
-TEST_F(CheckpointLayoutTest, DamagedShardFilesAreNamedWithTheirShard) {
+TEST_F(CheckpointLayoutTest, DamagedFilesOfAServersPartAreNamedWithTheServer) {
   CheckpointLayout layout(root_);
   const CheckpointManifest manifest = MakeCheckpoint(layout, 1);
   for (const char* file : {"000001.sst", "CURRENT"}) {
@@ -159,7 +159,7 @@ TEST_F(CheckpointLayoutTest, DamagedShardFilesAreNamedWithTheirShard) {
       absl::Status status = layout.VerifyShard(manifest, 0);
       EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << what << " " << file;
       EXPECT_TRUE(absl::StrContains(status.message(), path)) << status;
-      EXPECT_TRUE(absl::StrContains(status.message(), "shard 0")) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), "server 0")) << status;
     };
     FlipByte(path, 100);
     expect_named("flip");

@@ -45,7 +45,7 @@ absl::StatusOr<std::optional<CheckpointManifest>> Checkpointer::Open() {
       }
       if (m.num_workers() != ctx_->job.num_workers) {
         return absl::FailedPreconditionError(absl::StrFormat(
-            "checkpoint %s was written by %d workers; this job has %d (each worker's data shard and reader position "
+            "checkpoint %s was written by %d workers; this job has %d (each worker's part of the data and reader position "
             "depend on the worker count)",
             name, m.num_workers(), ctx_->job.num_workers));
       }

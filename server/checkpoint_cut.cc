@@ -81,7 +81,7 @@ class BatchWriter {
   absl::Status Flush() {
     if (batch_.Count() == 0) return absl::OkStatus();
     KESTREL_RETURN_IF_ERROR(FromRocks(db_->Write(StoreWriteOptions(), &batch_),
-                                      absl::StrFormat("shard %d: writing checkpoint rows", rank_)));
+                                      absl::StrFormat("server %d: writing checkpoint rows", rank_)));
     batch_.Clear();
     return absl::OkStatus();
   }

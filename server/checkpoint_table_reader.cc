@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<CheckpointTableReader>> CheckpointTableReader::Op
   const std::string name = CheckpointLayout::CheckpointName(manifest.sequence());
   const std::string dir = layout.ShardDir(name, shard);
   std::unique_ptr<CheckpointTableReader> reader(new CheckpointTableReader());
-  reader->where_ = absl::StrFormat("checkpoint %s, shard %d (%s)", name, shard, dir);
+  reader->where_ = absl::StrFormat("checkpoint %s, server %d's part (%s)", name, shard, dir);
   if (!table.empty()) reader->prefix_ = absl::StrCat(table, absl::string_view("\0", 1));
   for (const TableConfig& config : manifest.tables()) {
     if (!table.empty() && config.name() != table) continue;

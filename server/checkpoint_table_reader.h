@@ -51,7 +51,7 @@ class CheckpointTableReader {
   // Calls fn for each admission sketch the shard's checkpoint holds (bounded tables; by table name).
   [[nodiscard]] absl::Status ForEachSketch(
       absl::FunctionRef<absl::Status(absl::string_view table, const AdmissionSketchState& state)> fn);
-  // "checkpoint X, shard N (dir)", for errors.
+  // "checkpoint X, server N's part (dir)", for errors.
   const std::string& where() const { return where_; }
 
  private:
@@ -59,7 +59,7 @@ class CheckpointTableReader {
   // Decodes the iterator's current entry, or ends the table.
   [[nodiscard]] absl::Status Load();
 
-  std::string where_;   // "checkpoint X, shard N (dir)" for errors
+  std::string where_;   // "checkpoint X, server N's part (dir)" for errors
   std::string prefix_;  // table name + '\0'; "" for every table
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<rocksdb::Iterator> it_;

@@ -78,7 +78,7 @@ TEST_F(CheckpointTableReaderTest, StreamsOneTableOrAllInKeyOrder) {
 
   auto reader = CheckpointTableReader::Open(*layout_, manifest_, 1, "a");
   ASSERT_TRUE(reader.ok()) << reader.status();
-  EXPECT_TRUE(absl::StrContains((*reader)->where(), "shard 1")) << (*reader)->where();
+  EXPECT_TRUE(absl::StrContains((*reader)->where(), "server 1")) << (*reader)->where();
   std::vector<std::pair<std::string, uint64_t>> seen;
   while ((*reader)->Valid()) {
     seen.emplace_back(std::string((*reader)->table()), (*reader)->key());
@@ -130,7 +130,7 @@ TEST_F(CheckpointTableReaderTest, MalformedEntriesAreDataLossNamingTheShard) {
   WriteShard(2, {{std::string("a\0xyz", 5), Raw({1, 2, 3, 4})}, {Key("z", 1), "Q" + std::string(6, 'x')}});
   auto reader = CheckpointTableReader::Open(*layout_, manifest_, 2, "a");
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(absl::StrContains(reader.status().message(), "shard 2")) << reader.status();
+  EXPECT_TRUE(absl::StrContains(reader.status().message(), "server 2")) << reader.status();
   EXPECT_TRUE(absl::StrContains(reader.status().message(), "malformed row")) << reader.status();
   reader = CheckpointTableReader::Open(*layout_, manifest_, 2, "z");
   EXPECT_EQ(reader.status().code(), absl::StatusCode::kDataLoss);

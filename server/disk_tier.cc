@@ -30,7 +30,7 @@ void DiskTier::Detach() {
 absl::StatusOr<std::shared_ptr<ColdRowFile>> DiskTier::File(absl::string_view table, int floats, bool create) {
   if (table.empty() || table.size() > kMaxTableName) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("shard %d: disk tier table names are 1 to %d bytes, not %d", shard_, kMaxTableName,
+        absl::StrFormat("server %d: disk tier table names are 1 to %d bytes, not %d", shard_, kMaxTableName,
                         table.size()));
   }
   std::shared_ptr<ColdRowFile> file;
@@ -62,7 +62,7 @@ absl::StatusOr<std::shared_ptr<ColdRowFile>> DiskTier::File(absl::string_view ta
   }
   if (file != nullptr && file->floats() != floats) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "shard %d: the disk tier holds rows of %d floats for table '%s', not %d: a table's row width cannot change "
+        "server %d: the disk tier holds rows of %d floats for table '%s', not %d: a table's row width cannot change "
         "while it has rows on disk (restore or rescale first)",
         shard_, file->floats(), table, floats));
   }
@@ -75,7 +75,7 @@ absl::Status DiskTier::Write(absl::string_view table, absl::Span<const uint64_t>
   const size_t floats = rows.size() / keys.size();
   if (floats == 0 || floats > ColdRowFile::kMaxFloats || rows.size() != floats * keys.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "shard %d: disk tier write of %d keys with %d floats: not a whole row of 1 to %d floats per key", shard_,
+        "server %d: disk tier write of %d keys with %d floats: not a whole row of 1 to %d floats per key", shard_,
         keys.size(), rows.size(), ColdRowFile::kMaxFloats));
   }
   KESTREL_ASSIGN_OR_RETURN(const std::shared_ptr<ColdRowFile> file,
@@ -137,9 +137,9 @@ absl::Status DiskTier::ReadFromStore(absl::string_view table, absl::Span<const u
   const size_t row_bytes = sizeof(float) * floats;
   for (size_t i = 0; i < n; ++i) {
     if (statuses[i].IsNotFound()) continue;
-    KESTREL_RETURN_IF_ERROR(FromRocks(statuses[i], absl::StrFormat("shard %d: disk tier read", shard_)));
+    KESTREL_RETURN_IF_ERROR(FromRocks(statuses[i], absl::StrFormat("server %d: disk tier read", shard_)));
     if (values[i].size() != row_bytes) {
-      return absl::DataLossError(absl::StrFormat("shard %d: disk tier row of table '%s' has %d bytes, expected %d",
+      return absl::DataLossError(absl::StrFormat("server %d: disk tier row of table '%s' has %d bytes, expected %d",
                                                  shard_, table, values[i].size(), row_bytes));
     }
     std::memcpy(rows + i * floats, values[i].data(), row_bytes);
@@ -156,7 +156,7 @@ absl::Status DiskTier::WriteOrDefer(rocksdb::WriteBatch batch, const char* what)
     deferred_.push_back(std::move(batch));
     return absl::OkStatus();
   }
-  return FromRocks(db_->Write(StoreWriteOptions(), &batch), absl::StrFormat("shard %d: %s", shard_, what));
+  return FromRocks(db_->Write(StoreWriteOptions(), &batch), absl::StrFormat("server %d: %s", shard_, what));
 }
 
 void DiskTier::StartDeferring(CutMemory* memory) {
@@ -173,7 +173,7 @@ absl::Status DiskTier::ApplyDeferred() {
   for (rocksdb::WriteBatch& batch : deferred_) {
     if (status.ok()) {
       status = FromRocks(db_->Write(StoreWriteOptions(), &batch),
-                         absl::StrFormat("shard %d: disk tier writes held back during a checkpoint", shard_));
+                         absl::StrFormat("server %d: disk tier writes held back during a checkpoint", shard_));
     }
   }
   DropDeferredLocked();

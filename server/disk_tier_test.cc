@@ -93,7 +93,7 @@ TEST_F(DiskTierTest, RowsAreInTheFileAndTheStoreAlike) {
 TEST_F(DiskTierTest, RefusesBadRowsNamesAndWidths) {
   const absl::Status ragged = tier_->Write("emb", {1, 2}, std::vector<float>(5, 1.0f));
   EXPECT_EQ(ragged.code(), absl::StatusCode::kInvalidArgument) << ragged;
-  EXPECT_TRUE(absl::StrContains(ragged.message(), "shard 5")) << ragged;
+  EXPECT_TRUE(absl::StrContains(ragged.message(), "server 5")) << ragged;
   EXPECT_EQ(tier_->Write("", {1}, RowsOf({1}, 0)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(tier_->Write(std::string(DiskTier::kMaxTableName + 1, 't'), {1}, RowsOf({1}, 0)).code(),
             absl::StatusCode::kInvalidArgument);

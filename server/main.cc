@@ -175,7 +175,7 @@ bool ResolveIdentity() {
   options.max_cut_retained_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_retained_mb)) << 20;
   absl::StatusOr<std::unique_ptr<HostedShards>> created = HostedShards::Create(options, *std::move(partition));
   if (!created.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create shard: ", created.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("cannot create the server's range groups: ", created.status().message()));
   }
   return created;
 }
@@ -347,6 +347,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   kestrel::TuneMallocForLargeBuffers();
-  kestrel::ParseCommandLine(argc, argv, "Kestrel parameter server: one shard of the job's sparse and dense tables.");
+  kestrel::ParseCommandLine(argc, argv, "Kestrel parameter server: its key ranges of the job's sparse and dense tables.");
   return kestrel::Run();
 }

@@ -109,12 +109,12 @@ absl::Status ShardStore::Snapshot(int rank, const std::string& dir) {
     return absl::UnavailableError(
         absl::StrCat("cannot create ", fs::path(dir).parent_path().string(), ": ", error.message()));
   }
-  KESTREL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("shard %d: flush", rank)));
+  KESTREL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions()), absl::StrFormat("server %d: flush", rank)));
   rocksdb::Checkpoint* raw = nullptr;
   KESTREL_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "creating a RocksDB checkpoint"));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
   return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
-                   absl::StrFormat("shard %d: snapshot into %s", rank, dir));
+                   absl::StrFormat("server %d: snapshot into %s", rank, dir));
 }
 
 absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
@@ -122,7 +122,7 @@ absl::Status ShardStore::BeginCheckpoint(Shard& shard, absl::string_view name) {
   if (db_ == nullptr) return absl::FailedPreconditionError("the working store is not open");
   if (pending_ != nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("shard %d: checkpoint %s is still being written", shard_, pending_->name()));
+        absl::StrFormat("server %d: checkpoint %s is still being written", shard_, pending_->name()));
   }
   // The checkpoint's part is the rank's: after a rescale renumbered this server it is not its id's.
   auto cut = std::make_unique<CheckpointCut>(std::string(name), layout_.ShardDir(name, shard.owner()), shard);
@@ -173,7 +173,7 @@ absl::Status ShardStore::Rebase() {
 std::string ShardStore::pending_checkpoint() const { return pending_ == nullptr ? "" : pending_->name(); }
 
 absl::StatusOr<ShardCheckpoint> ShardStore::FinishCheckpoint() {
-  if (pending_ == nullptr) return absl::FailedPreconditionError(absl::StrFormat("shard %d: no checkpoint cut", shard_));
+  if (pending_ == nullptr) return absl::FailedPreconditionError(absl::StrFormat("server %d: no checkpoint cut", shard_));
   std::unique_ptr<CheckpointCut> cut = std::move(pending_);
   ShardCheckpoint& answer = cut->answer();
   if (cut->copy_on_write()) {
@@ -196,7 +196,7 @@ absl::StatusOr<ShardCheckpoint> ShardStore::FinishCheckpoint() {
   answer.set_retained_peak_bytes(cut->shard().cut_memory().peak());
   answer.set_backpressure_seconds(absl::ToDoubleSeconds(cut->shard().cut_memory().waited()));
   KLOG(Info) << absl::StrFormat(
-      "shard %d: checkpoint %s: cut in %.3f s; wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s; "
+      "server %d: checkpoint %s: cut in %.3f s; wrote %d changed rows (%d bytes) of %d in %.3f s, snapshot %.3f s; "
       "retained copies peaked at %d bytes",
       cut->rank(), cut->name(), answer.cut_seconds(), answer.rows_written(), answer.bytes_written(), answer.rows(),
       answer.write_seconds(), answer.snapshot_seconds(), answer.retained_peak_bytes());
@@ -239,7 +239,7 @@ absl::Status ShardStore::Restore(const std::optional<CheckpointManifest>& manife
   if (!manifest.has_value()) {
     KESTREL_RETURN_IF_ERROR(shard.Restore({}, min_worker_generation,
                                           [&](Shard::RowSink, Shard::SketchSink) { return reset(); }));
-    KLOG(Info) << "shard " << shard_ << ": reset to the job's beginning (no checkpoint)";
+    KLOG(Info) << "server " << shard_ << ": reset to the job's beginning (no checkpoint)";
     return absl::OkStatus();
   }
   return Load(layout_, *manifest, shard, min_worker_generation, reset);
@@ -299,7 +299,7 @@ absl::Status ShardStore::Load(const CheckpointLayout& layout, const CheckpointMa
       });
   KESTREL_RETURN_IF_ERROR(restored);
   KLOG(Info) << absl::StrFormat(
-      "shard %d: loaded checkpoint %s (clock %d): %d rows from %d shard(s) (%d read), %d admission sketch(es) in %.3f s",
+      "server %d: loaded checkpoint %s (clock %d): %d rows from the parts of %d server(s) (%d read), %d admission sketch(es) in %.3f s",
       shard.owner(), name, manifest.clock(), loaded, sources.size(), read, sketches,
       absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
@@ -311,7 +311,7 @@ absl::Status ShardStore::DeleteTableRows(absl::string_view table) {
   AppendRowKey(table, ~uint64_t{0}, &end);
   end.push_back('\0');  // past the last key
   return FromRocks(db_->DeleteRange(StoreWriteOptions(), db_->DefaultColumnFamily(), begin, end),
-                   absl::StrFormat("shard %d: deleting table '%s' from the store", shard_, table));
+                   absl::StrFormat("server %d: deleting table '%s' from the store", shard_, table));
 }
 
 }  // namespace kestrel

@@ -314,7 +314,7 @@ TEST_F(ShardStoreTest, DamagedFilesAreRefusedByNameAndChangeNothing) {
       absl::Status status = target.stores[0]->Restore(manifest, *target.shards[0], 2);
       EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << damage << " " << path << ": " << status;
       EXPECT_TRUE(absl::StrContains(status.message(), path)) << status;
-      EXPECT_TRUE(absl::StrContains(status.message(), "shard 0")) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), "server 0")) << status;
       EXPECT_EQ(target.shards[0]->Fingerprint(), before) << damage << " " << path << " changed the shard";
     };
     {
