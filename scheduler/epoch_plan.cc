@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "common/status.h"
 
 namespace kestrel {
@@ -38,23 +38,23 @@ absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState
   plan.set_start_clock(cut);
   std::optional<ReaderPositionProto> reader;  // none at an epoch's start: the next epoch starts afresh
   if (cut != at.epoch_start()) {
-    // Mid-epoch: every unread line of the epoch goes to exactly one worker (common/reshard.h), read from
+    // Mid-epoch: every unread line of the epoch goes to exactly one worker (common/line_assignment.h), read from
     // the slowest worker's position (every unread line lies beyond it). A removed worker hands on the lines
     // from where its last report says its reader was: under BSP its half-done clock was completed without it.
-    std::vector<ShardAssignment> shares;
+    std::vector<LineAssignment> shares;
     std::vector<uint64_t> consumed;
     bool from_start = false;  // some worker's lines start at the epoch's first line
     for (int w = 0; w < static_cast<int>(states.size()); ++w) {
       const WorkerState& s = states[w];
       if (s.has_share() && s.has_reader() && s.share().count() >= 1 && s.epoch() == at.epoch() &&
           s.epoch_start() == at.epoch_start()) {
-        ShardAssignment a = AssignmentOf(s.share());
+        LineAssignment a = AssignmentOf(s.share());
         consumed.push_back(a.CountBelow(s.reader().global_line()));
         shares.push_back(std::move(a));
         if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
       } else if (is_removed(w) && !s.has_share() && at.epoch() == 0 && !at.has_plan()) {
         // Removed before it ever reported: it read nothing of the first epoch's plain sharding.
-        shares.push_back(PlainShard(w, static_cast<int>(states.size())));
+        shares.push_back(PlainAssignment(w, static_cast<int>(states.size())));
         consumed.push_back(0);
         from_start = true;
       } else {
@@ -64,8 +64,8 @@ absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState
       }
     }
     if (from_start) reader = ReaderPositionProto();
-    KESTREL_ASSIGN_OR_RETURN(std::vector<ShardAssignment> next, Reshard(shares, consumed, old_of_new));
-    for (const ShardAssignment& a : next) *plan.add_shares() = LineShareOf(a);
+    KESTREL_ASSIGN_OR_RETURN(std::vector<LineAssignment> next, ReassignLines(shares, consumed, old_of_new));
+    for (const LineAssignment& a : next) *plan.add_shares() = LineShareOf(a);
   }
   // Each new worker's state at the cut as it will report it (a rollback to the checkpoint cut here, then another
   // rescale at that clock, plans from these): its share of the epoch (the plan's, or the new count's modulo at
@@ -79,7 +79,7 @@ absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState
     *s.mutable_plan() = plan;
     s.set_epoch(at.epoch());
     s.set_epoch_start(plan.shares_size() > 0 ? at.epoch_start() : cut);
-    *s.mutable_share() = plan.shares_size() > 0 ? plan.shares(v) : LineShareOf(PlainShard(v, new_count));
+    *s.mutable_share() = plan.shares_size() > 0 ? plan.shares(v) : LineShareOf(PlainAssignment(v, new_count));
   }
   return out;
 }

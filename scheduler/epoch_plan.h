@@ -1,6 +1,6 @@
 // PlanEpoch: the workers' shares of the rest of an epoch when a rescale changes the worker count (elastic jobs,
-// docs/elasticity.md). Mid-epoch, every unread line of the epoch goes to exactly one new worker (Reshard,
-// common/reshard.h); at an epoch's start, the epoch starts afresh with the new count's plain sharding.
+// docs/elasticity.md). Mid-epoch, every unread line of the epoch goes to exactly one new worker (ReassignLines,
+// common/line_assignment.h); at an epoch's start, the epoch starts afresh with the new count's plain deal.
 #ifndef KESTREL_SCHEDULER_EPOCH_PLAN_H_
 #define KESTREL_SCHEDULER_EPOCH_PLAN_H_
 
@@ -13,7 +13,7 @@
 namespace kestrel {
 
 // The states of the workers of a new layout at clock `cut` (a rescale), from the old workers' reported `states`:
-// the epoch's plan (common/reshard.h: the rest of the epoch dealt to the new workers, or a fresh epoch at
+// the epoch's plan (common/line_assignment.h: the rest of the epoch dealt to the new workers, or a fresh epoch at
 // its start) and where to read from. Every worker that stays is at `cut`; a removed one (its rank in `removed`)
 // is wherever its last report says, and its unread lines go to the others. `old_of_new`: scheduler/rescale_layout.h
 // MapRanks. FailedPrecondition when a worker's state is unknown or the epochs disagree. Pure.

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "gtest/gtest.h"
 
 namespace kestrel {
@@ -12,7 +12,7 @@ namespace {
 
 // A worker's reported state after reading its first `read` lines of the first epoch (plain sharding of `count`).
 WorkerState ReadOf(int w, int count, uint64_t read, int64_t clock) {
-  const ShardAssignment share = PlainShard(w, count);
+  const LineAssignment share = PlainAssignment(w, count);
   WorkerState s;
   s.set_clock(clock);
   s.set_epoch(0);
@@ -35,11 +35,11 @@ TEST(PlanEpochTest, ARemovedWorkersUnreadLinesGoToTheOthersExactlyOnce) {
   // Every line of the epoch (1000 lines) is read exactly once: before the cut, or by one new share after it.
   std::vector<int> reads(1000, 0);
   for (int w = 0; w < 3; ++w) {
-    const ShardAssignment a = PlainShard(w, 3);
+    const LineAssignment a = PlainAssignment(w, 3);
     for (uint64_t n = 0; n < (w == 1 ? 20u : 24u); ++n) ++reads[a.Line(n)];
   }
   for (const LineShare& share : plan.shares()) {
-    const ShardAssignment a = AssignmentOf(share);
+    const LineAssignment a = AssignmentOf(share);
     for (uint64_t n = 0; a.Line(n) < 1000; ++n) ++reads[a.Line(n)];
   }
   for (int line = 0; line < 1000; ++line) ASSERT_EQ(reads[line], 1) << "line " << line;
@@ -58,10 +58,10 @@ TEST(PlanEpochTest, PlannedStatesCanBePlannedFromAgainAtTheSameClock) {
   ASSERT_TRUE(second.ok()) << second.status();
   std::vector<int> reads(1000, 0);
   for (int w = 0; w < 3; ++w) {
-    const ShardAssignment a = PlainShard(w, 3);
+    const LineAssignment a = PlainAssignment(w, 3);
     for (uint64_t n = 0; n < (w == 1 ? 20u : 24u); ++n) ++reads[a.Line(n)];
   }
-  const ShardAssignment last = AssignmentOf((*second)[0].plan().shares(0));
+  const LineAssignment last = AssignmentOf((*second)[0].plan().shares(0));
   for (uint64_t n = 0; last.Line(n) < 1000; ++n) ++reads[last.Line(n)];
   for (int line = 0; line < 1000; ++line) ASSERT_EQ(reads[line], 1) << "line " << line;
 }
@@ -78,10 +78,10 @@ TEST(PlanEpochTest, AtAnEpochsStartTheEpochStartsAfreshAndAWorkerThatNeverReport
   EXPECT_EQ((*planned)[0].reader().global_line(), 0u) << "read from the epoch's start";
   std::vector<int> reads(300, 0);
   for (int w : {0, 2}) {
-    for (uint64_t n = 0; n < 8; ++n) ++reads[PlainShard(w, 3).Line(n)];
+    for (uint64_t n = 0; n < 8; ++n) ++reads[PlainAssignment(w, 3).Line(n)];
   }
   for (const LineShare& share : (*planned)[0].plan().shares()) {
-    const ShardAssignment a = AssignmentOf(share);
+    const LineAssignment a = AssignmentOf(share);
     for (uint64_t n = 0; a.Line(n) < 300; ++n) ++reads[a.Line(n)];
   }
   for (int line = 0; line < 300; ++line) ASSERT_EQ(reads[line], 1) << "line " << line;

@@ -26,7 +26,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/hash.h"
 #include "common/partition.h"
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "gtest/gtest.h"
 #include "scheduler/clock_table.h"
 #include "scheduler/job_controller.h"
@@ -286,7 +286,7 @@ class JobControllerTest : public ::testing::Test {
       WorkerState state;
       state.set_clock(c + 1);
       state.mutable_reader()->set_global_line(static_cast<uint64_t>(c + 1) * 100 + rank);
-      *state.mutable_share() = LineShareOf(PlainShard(rank, kWorkers));
+      *state.mutable_share() = LineShareOf(PlainAssignment(rank, kWorkers));
       state.set_epoch_end(1 << 20);
       controller_->RecordWorkerState(rank, state);
       if (absl::Status advanced = clocks_->Advance(rank, c + 1); !advanced.ok()) return advanced;

@@ -13,7 +13,7 @@
 #include "common/hash.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "common/status.h"
 #include "worker/batch_pipeline.h"
 #include "worker/batch_reader.h"

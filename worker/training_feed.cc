@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "common/status.h"
 
 namespace kestrel {
@@ -32,7 +32,7 @@ int64_t EpochIterations(const TrainConfig& train, absl::Span<const uint64_t> sha
 // Iterations per epoch of `num_workers` workers sharing `lines` training lines.
 [[nodiscard]] absl::StatusOr<int64_t> IterationsPerEpoch(const JobConfig& job, int num_workers, uint64_t lines) {
   std::vector<uint64_t> shares;
-  for (int w = 0; w < num_workers; ++w) shares.push_back(PlainShard(w, num_workers).CountBelow(lines));
+  for (int w = 0; w < num_workers; ++w) shares.push_back(PlainAssignment(w, num_workers).CountBelow(lines));
   const int64_t per_epoch = EpochIterations(job.train(), shares);
   if (per_epoch == 0 && lines == 0) {
     return absl::FailedPreconditionError("the training files hold no data lines");
@@ -132,8 +132,8 @@ bool TrainingFeed::Shared(const EpochSchedule::Epoch& epoch) const {
   return plan_.has_value() && epoch.index == plan_->epoch() && plan_->shares_size() > 0;
 }
 
-ShardAssignment TrainingFeed::ShareOf(const EpochSchedule::Epoch& epoch) const {
-  return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainShard(options_.rank, options_.num_workers);
+LineAssignment TrainingFeed::ShareOf(const EpochSchedule::Epoch& epoch) const {
+  return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainAssignment(options_.rank, options_.num_workers);
 }
 
 WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) const {
@@ -152,7 +152,7 @@ absl::Status TrainingFeed::OpenReader(const EpochSchedule::Epoch& epoch, const R
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   ReaderOptions reader_options;
   reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-  reader_options.assignment = std::make_shared<ShardAssignment>(ShareOf(epoch));
+  reader_options.assignment = std::make_shared<LineAssignment>(ShareOf(epoch));
   if (job.train().shuffle_buffer() > 0) {
     reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
     reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();

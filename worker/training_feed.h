@@ -1,7 +1,7 @@
 // TrainingFeed: the batches a cluster worker trains on, iteration by iteration, and the state (WorkerState) that
 // lets the job continue each of them elsewhere — after a rollback, in a replacement, or with another worker
 // count. It is the one place that decides a worker's data order: the epoch schedule (worker/epoch_schedule.h,
-// with the plan of the last worker-count change), this rank's share of each epoch's lines (common/reshard.h), the
+// with the plan of the last worker-count change), this rank's share of each epoch's lines (common/line_assignment.h), the
 // shuffle, and where a worker continuing at clock c resumes its reader (exactly at the saved position mid-epoch,
 // or from the start of c's epoch, dropping the iterations before c). The C++ Trainer reads through it on its
 // reader thread; the Python package hands its batches to a PyTorch loop (python/kestrel/_kestrel.cc), so both
@@ -67,7 +67,7 @@ class TrainingFeed {
   // Whether epoch `epoch` is read by the plan's shares (a worker-count change in its middle).
   bool Shared(const EpochSchedule::Epoch& epoch) const;
   // This worker's lines of `epoch`.
-  ShardAssignment ShareOf(const EpochSchedule::Epoch& epoch) const;
+  LineAssignment ShareOf(const EpochSchedule::Epoch& epoch) const;
   // Opens the reader of `epoch` at `at` (or at the data's beginning).
   [[nodiscard]] absl::Status OpenReader(const EpochSchedule::Epoch& epoch, const ReaderPosition& at);
 

@@ -167,7 +167,7 @@ TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {
   lines.insert(lines.begin() + 5, "");  // blank: not a data line (line 5 is the record with integer 5)
   const std::vector<std::string> files = {WriteFile("e.tsv", lines)};
   // After a rescale: two workers' leftovers below line 8, then a modulo of 2 from there.
-  std::vector<ShardAssignment> shares(2);
+  std::vector<LineAssignment> shares(2);
   shares[0].leftovers = {1, 5};
   shares[1].leftovers = {3, 4};
   for (int v = 0; v < 2; ++v) {
@@ -180,13 +180,13 @@ TEST(CriteoReaderTest, ExplicitSharesReadTheirLinesAndAreCounted) {
   const std::vector<std::vector<float>> want = {{1, 5, 8, 10, 12}, {3, 4, 9, 11}};
   for (int v = 0; v < 2; ++v) {
     ReaderOptions options;
-    options.assignment = std::make_shared<ShardAssignment>(shares[v]);
+    options.assignment = std::make_shared<LineAssignment>(shares[v]);
     EXPECT_EQ(FirstIntegers(**OpenCriteoReader(files, options)), want[v]) << "share " << v;
     EXPECT_EQ(shares[v].CountBelow(total), want[v].size()) << "share " << v;
   }
   ReaderOptions bad;
-  bad.assignment = std::make_shared<ShardAssignment>(shares[0]);
-  std::const_pointer_cast<ShardAssignment>(bad.assignment)->leftovers = {9};  // not below the watermark
+  bad.assignment = std::make_shared<LineAssignment>(shares[0]);
+  std::const_pointer_cast<LineAssignment>(bad.assignment)->leftovers = {9};  // not below the watermark
   EXPECT_EQ(OpenCriteoReader(files, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -7,18 +7,18 @@
 
 namespace kestrel {
 
-ShardAssignment ShareOf(const ReaderOptions& options) {
-  return options.assignment != nullptr ? *options.assignment : PlainShard(options.part, options.num_parts);
+LineAssignment ShareOf(const ReaderOptions& options) {
+  return options.assignment != nullptr ? *options.assignment : PlainAssignment(options.part, options.num_parts);
 }
 
 absl::StatusOr<ShardedLines> ShardedLines::Open(std::vector<std::string> files, const ReaderOptions& options,
                                                 const ReaderPosition& start) {
   if (options.assignment != nullptr) {
-    const ShardAssignment& a = *options.assignment;
+    const LineAssignment& a = *options.assignment;
     if (a.count < 1 || a.index < 0 || a.index >= a.count ||
         !std::is_sorted(a.leftovers.begin(), a.leftovers.end()) ||
         (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
-      return absl::InvalidArgumentError("a malformed share of the lines (common/reshard.h)");
+      return absl::InvalidArgumentError("a malformed share of the lines (common/line_assignment.h)");
     }
   } else if (options.num_parts < 1 || options.part < 0 || options.part >= options.num_parts) {
     return absl::InvalidArgumentError(

@@ -8,14 +8,14 @@
 // Order and sharding. Lines are dealt in an order: file order, or with shuffling the seeded order of
 // worker/data/line_shuffle.h (windows of shuffle_window lines, each permuted by (seed, epoch, window)). A line's
 // place in that order is its position (its global index without shuffling). A reader returns the lines whose
-// position is in its share (common/reshard.h ShardAssignment; plain sharding: position congruent to part modulo
+// position is in its share (common/line_assignment.h LineAssignment; plain sharding: position congruent to part modulo
 // num_parts), in increasing position: deterministic, every line read by exactly one part, and the order does not
 // depend on the number of parts. With shuffling a reader reads a whole window and keeps its own lines of it:
 // memory for about shuffle_window / num_parts lines.
 //
 // Positions. The reader's position (ReaderPosition) can be saved and resumed: a resumed reader returns exactly
 // the lines after the last one returned. With shuffling it reads the current window again and skips what was
-// returned; ReaderPosition::global_line (the next position) is what resharding counts (scheduler/epoch_plan.h).
+// returned; ReaderPosition::global_line (the next position) is what dealing the lines anew counts (scheduler/epoch_plan.h).
 //
 // Malformed lines are an InvalidArgument naming "file:line" and the problem (OnError::kFail, the default), or
 // are skipped and counted (OnError::kSkip). Thread-compatible.
@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 #include "worker/data/line_shuffle.h"
 
 namespace kestrel {
@@ -44,9 +44,9 @@ struct ReaderOptions {
   // This reader's part of the lines. Defaults: 0 of 1 (every line).
   int part = 0;
   int num_parts = 1;
-  // Instead of part / num_parts: an explicit share of the positions (a rescaled epoch, common/reshard.h).
+  // Instead of part / num_parts: an explicit share of the positions (a rescaled epoch, common/line_assignment.h).
   // Default: none.
-  std::shared_ptr<const ShardAssignment> assignment;
+  std::shared_ptr<const LineAssignment> assignment;
   // The first line of every file is a header, not a record. Default: false.
   bool header = false;
   // Shuffling (worker/data/line_shuffle.h): windows of this many consecutive lines, each dealt in a seeded random
@@ -58,7 +58,7 @@ struct ReaderOptions {
 };
 
 // The positions a reader with `options` returns: options.assignment, or the plain sharding of part / num_parts.
-ShardAssignment ShareOf(const ReaderOptions& options);
+LineAssignment ShareOf(const ReaderOptions& options);
 
 // Where a reader is: resume a reader (same files and options) from it to continue exactly after the last record
 // returned.
@@ -130,7 +130,7 @@ class ShardedLines {
 
   std::vector<std::string> files_;
   ReaderOptions options_;
-  ShardAssignment share_;
+  LineAssignment share_;
   std::optional<LineShuffle> shuffle_;
   ReaderPosition position_;
   Cursor cursor_;

@@ -180,7 +180,7 @@ TEST(RecordReaderTest, ShuffledShardsReadEveryLineOnceInAnOrderIndependentOfTheS
 // shuffled, plain parts and an explicit share.
 TEST(RecordReaderTest, ResumesAfterAnyLineMidWindow) {
   const std::vector<std::string> files = DataFiles("resume", 57, /*header=*/false);
-  ShardAssignment share;  // a rescaled share: leftovers below 20, then every third line
+  LineAssignment share;  // a rescaled share: leftovers below 20, then every third line
   share.leftovers = {2, 5, 6, 11, 19};
   share.watermark = 20;
   share.index = 1;
@@ -195,7 +195,7 @@ TEST(RecordReaderTest, ResumesAfterAnyLineMidWindow) {
         options.part = 1;
         options.num_parts = 2;
       } else if (variant == 2) {
-        options.assignment = std::make_shared<ShardAssignment>(share);
+        options.assignment = std::make_shared<LineAssignment>(share);
       }
       const std::vector<Line> all = ReadAll(files, options);
       ASSERT_EQ(all.size(), ShareOf(options).CountBelow(57)) << "window " << window << " variant " << variant;

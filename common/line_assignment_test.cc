@@ -1,4 +1,4 @@
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 
 #include <algorithm>
 #include <random>
@@ -12,7 +12,7 @@ namespace {
 // Workers reading one epoch of `lines` lines through their assignments, counting how often each line is read.
 struct EpochReads {
   explicit EpochReads(uint64_t lines, int count) : reads(lines, 0), consumed(count, 0) {
-    for (int w = 0; w < count; ++w) shards.push_back(PlainShard(w, count));
+    for (int w = 0; w < count; ++w) shards.push_back(PlainAssignment(w, count));
   }
   // Worker `w` reads its next `n` lines (those in the epoch).
   void Read(int w, uint64_t n) {
@@ -31,12 +31,12 @@ struct EpochReads {
     }
   }
   // The new assignments take over; each worker starts at their beginning.
-  void Take(std::vector<ShardAssignment> next) {
+  void Take(std::vector<LineAssignment> next) {
     shards = std::move(next);
     consumed.assign(shards.size(), 0);
   }
   std::vector<int> reads;
-  std::vector<ShardAssignment> shards;
+  std::vector<LineAssignment> shards;
   std::vector<uint64_t> consumed;
 };
 
@@ -49,7 +49,7 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceAcrossRescales) {
     for (int step = 0; step < 4; ++step) {
       epoch.Step(rng);
       const int next = std::uniform_int_distribution<int>(1, 6)(rng);
-      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(epoch.shards, epoch.consumed, next);
+      absl::StatusOr<std::vector<LineAssignment>> resharded = ReassignLines(epoch.shards, epoch.consumed, next);
       ASSERT_TRUE(resharded.ok()) << resharded.status();
       epoch.Take(*std::move(resharded));
     }
@@ -77,7 +77,7 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceWhenWorkersLeaveFromTheMiddle) {
       if (old_of_new.empty()) old_of_new.push_back(std::uniform_int_distribution<int>(0, count - 1)(rng));
       const int added = std::uniform_int_distribution<int>(0, 2)(rng);
       for (int i = 0; i < added; ++i) old_of_new.push_back(-1);
-      absl::StatusOr<std::vector<ShardAssignment>> resharded = Reshard(epoch.shards, epoch.consumed, old_of_new);
+      absl::StatusOr<std::vector<LineAssignment>> resharded = ReassignLines(epoch.shards, epoch.consumed, old_of_new);
       ASSERT_TRUE(resharded.ok()) << resharded.status();
       epoch.Take(*std::move(resharded));
     }
@@ -90,25 +90,25 @@ TEST(ReshardTest, EveryLineIsReadExactlyOnceWhenWorkersLeaveFromTheMiddle) {
 
 TEST(ReshardTest, AWorkerRemovedFromTheMiddleHandsItsLinesToTheOthers) {
   // 3 workers; worker 1 died one line behind: workers 0 and 2 stay as ranks 0 and 1.
-  std::vector<ShardAssignment> shards = {PlainShard(0, 3), PlainShard(1, 3), PlainShard(2, 3)};
+  std::vector<LineAssignment> shards = {PlainAssignment(0, 3), PlainAssignment(1, 3), PlainAssignment(2, 3)};
   const std::vector<uint64_t> consumed = {4, 3, 4};  // next lines: 12, 10, 14 -> watermark 14
-  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, std::vector<int>{0, 2});
+  absl::StatusOr<std::vector<LineAssignment>> out = ReassignLines(shards, consumed, std::vector<int>{0, 2});
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 2u);
   EXPECT_EQ((*out)[0].watermark, 14u);
   EXPECT_EQ((*out)[0].leftovers, (std::vector<uint64_t>{10, 12}));  // its own 12, and worker 1's 10
   EXPECT_EQ((*out)[1].leftovers, (std::vector<uint64_t>{13}));      // worker 1's 13 (old worker 2 read to 14)
   EXPECT_EQ((*out)[1].index, 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{0, 0}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{0, 3}).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, std::vector<int>{}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, consumed, std::vector<int>{0, 0}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, consumed, std::vector<int>{0, 3}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, consumed, std::vector<int>{}).status()));
 }
 
 TEST(ReshardTest, LeavingWorkersHandTheirUnreadLinesToTheStayingOnes) {
   // 3 workers; worker 2 is behind by one line of its class.
-  std::vector<ShardAssignment> shards = {PlainShard(0, 3), PlainShard(1, 3), PlainShard(2, 3)};
+  std::vector<LineAssignment> shards = {PlainAssignment(0, 3), PlainAssignment(1, 3), PlainAssignment(2, 3)};
   const std::vector<uint64_t> consumed = {4, 4, 3};  // next lines: 12, 13, 11 -> watermark 13
-  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, 2);
+  absl::StatusOr<std::vector<LineAssignment>> out = ReassignLines(shards, consumed, 2);
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out->size(), 2u);
   EXPECT_EQ((*out)[0].watermark, 13u);
@@ -119,42 +119,42 @@ TEST(ReshardTest, LeavingWorkersHandTheirUnreadLinesToTheStayingOnes) {
 }
 
 TEST(ReshardTest, RefusesBadInputAndRunawayLeftovers) {
-  std::vector<ShardAssignment> shards = {PlainShard(0, 2), PlainShard(1, 2)};
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, std::vector<uint64_t>{0}, 2).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, std::vector<uint64_t>{0, 0}, 0).status()));
+  std::vector<LineAssignment> shards = {PlainAssignment(0, 2), PlainAssignment(1, 2)};
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, std::vector<uint64_t>{0}, 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, std::vector<uint64_t>{0, 0}, 0).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      Reshard(shards, std::vector<uint64_t>{0, 1000}, 2, /*max_leftovers=*/100).status()));
-  ShardAssignment bad = PlainShard(0, 1);
+      ReassignLines(shards, std::vector<uint64_t>{0, 1000}, 2, /*max_leftovers=*/100).status()));
+  LineAssignment bad = PlainAssignment(0, 1);
   bad.leftovers = {5};  // not below the watermark (0)
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard({bad}, std::vector<uint64_t>{0}, 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines({bad}, std::vector<uint64_t>{0}, 1).status()));
 }
 
 // A job may have kMaxWorkers workers (common/limits.h): resharding to that many is accepted, one more is not.
 TEST(ReshardTest, AcceptsUpToTheJobsWorkerLimit) {
-  std::vector<ShardAssignment> shards = {PlainShard(0, 2), PlainShard(1, 2)};
+  std::vector<LineAssignment> shards = {PlainAssignment(0, 2), PlainAssignment(1, 2)};
   const std::vector<uint64_t> consumed = {4, 3};  // next lines: 8, 7 -> watermark 8; worker 1's 7 is unread
-  absl::StatusOr<std::vector<ShardAssignment>> out = Reshard(shards, consumed, kMaxWorkers);
+  absl::StatusOr<std::vector<LineAssignment>> out = ReassignLines(shards, consumed, kMaxWorkers);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), static_cast<size_t>(kMaxWorkers));
   EXPECT_EQ((*out)[1].leftovers, (std::vector<uint64_t>{7}));
-  const ShardAssignment& last = out->back();
+  const LineAssignment& last = out->back();
   EXPECT_EQ(last.index, kMaxWorkers - 1);
   EXPECT_EQ(last.count, kMaxWorkers);
   EXPECT_EQ(last.Line(0), 8u + kMaxWorkers - 1);
   std::vector<int> old_of_new(kMaxWorkers, -1);
   old_of_new[0] = 1;  // old worker 1 stays as new worker 0, with its unread line; old worker 0 leaves
-  out = Reshard(shards, consumed, old_of_new);
+  out = ReassignLines(shards, consumed, old_of_new);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->size(), static_cast<size_t>(kMaxWorkers));
   EXPECT_EQ((*out)[0].leftovers, (std::vector<uint64_t>{7}));
 
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, kMaxWorkers + 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, consumed, kMaxWorkers + 1).status()));
   old_of_new.push_back(-1);
-  EXPECT_TRUE(absl::IsInvalidArgument(Reshard(shards, consumed, old_of_new).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReassignLines(shards, consumed, old_of_new).status()));
 }
 
 TEST(ReshardTest, ContainsAndCountBelowAgreeWithLine) {
-  ShardAssignment a;
+  LineAssignment a;
   a.leftovers = {3, 7, 8};
   a.watermark = 10;
   a.index = 1;

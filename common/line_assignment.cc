@@ -1,4 +1,4 @@
-#include "common/reshard.h"
+#include "common/line_assignment.h"
 
 #include <algorithm>
 
@@ -7,12 +7,12 @@
 
 namespace kestrel {
 
-bool ShardAssignment::Contains(uint64_t line) const {
+bool LineAssignment::Contains(uint64_t line) const {
   if (line < watermark) return std::binary_search(leftovers.begin(), leftovers.end(), line);
   return (line - watermark) % static_cast<uint64_t>(count) == static_cast<uint64_t>(index);
 }
 
-uint64_t ShardAssignment::CountBelow(uint64_t line) const {
+uint64_t LineAssignment::CountBelow(uint64_t line) const {
   const uint64_t below = static_cast<uint64_t>(std::lower_bound(leftovers.begin(), leftovers.end(), line) -
                                                leftovers.begin());
   if (line <= watermark + static_cast<uint64_t>(index)) return below;
@@ -21,8 +21,8 @@ uint64_t ShardAssignment::CountBelow(uint64_t line) const {
   return below + (line - first + static_cast<uint64_t>(count) - 1) / static_cast<uint64_t>(count);
 }
 
-ShardAssignment AssignmentOf(const LineShare& share) {
-  ShardAssignment a;
+LineAssignment AssignmentOf(const LineShare& share) {
+  LineAssignment a;
   a.leftovers.assign(share.leftovers().begin(), share.leftovers().end());
   a.watermark = share.watermark();
   a.index = share.index();
@@ -30,7 +30,7 @@ ShardAssignment AssignmentOf(const LineShare& share) {
   return a;
 }
 
-LineShare LineShareOf(const ShardAssignment& assignment) {
+LineShare LineShareOf(const LineAssignment& assignment) {
   LineShare share;
   for (uint64_t line : assignment.leftovers) share.add_leftovers(line);
   share.set_watermark(assignment.watermark);
@@ -39,14 +39,14 @@ LineShare LineShareOf(const ShardAssignment& assignment) {
   return share;
 }
 
-ShardAssignment PlainShard(int index, int count) {
-  ShardAssignment a;
+LineAssignment PlainAssignment(int index, int count) {
+  LineAssignment a;
   a.index = index;
   a.count = count;
   return a;
 }
 
-absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+absl::StatusOr<std::vector<LineAssignment>> ReassignLines(absl::Span<const LineAssignment> old,
                                                      absl::Span<const uint64_t> consumed,
                                                      absl::Span<const int> old_of_new, uint64_t max_leftovers) {
   const int new_count = static_cast<int>(old_of_new.size());
@@ -73,7 +73,7 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
   if (staying.empty()) {
     for (int v = 0; v < new_count; ++v) staying.push_back(v);
   }
-  for (const ShardAssignment& a : old) {
+  for (const LineAssignment& a : old) {
     if (a.count < 1 || a.index < 0 || a.index >= a.count ||
         (!a.leftovers.empty() && a.leftovers.back() >= a.watermark)) {
       return absl::InvalidArgumentError("resharding: a malformed assignment");
@@ -87,7 +87,7 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
     watermark = std::max({watermark, old[w].watermark, old[w].Line(consumed[w])});
   }
 
-  std::vector<ShardAssignment> out(new_count);
+  std::vector<LineAssignment> out(new_count);
   for (int v = 0; v < new_count; ++v) {
     out[v].watermark = watermark;
     out[v].index = v;
@@ -108,11 +108,11 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
       out[heir].leftovers.push_back(line);
     }
   }
-  for (ShardAssignment& a : out) std::sort(a.leftovers.begin(), a.leftovers.end());
+  for (LineAssignment& a : out) std::sort(a.leftovers.begin(), a.leftovers.end());
   return out;
 }
 
-absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+absl::StatusOr<std::vector<LineAssignment>> ReassignLines(absl::Span<const LineAssignment> old,
                                                      absl::Span<const uint64_t> consumed, int new_count,
                                                      uint64_t max_leftovers) {
   if (new_count < 1 || new_count > kMaxWorkers) {
@@ -120,7 +120,7 @@ absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssig
   }
   std::vector<int> old_of_new(new_count);
   for (int v = 0; v < new_count; ++v) old_of_new[v] = v < static_cast<int>(old.size()) ? v : -1;
-  return Reshard(old, consumed, old_of_new, max_leftovers);
+  return ReassignLines(old, consumed, old_of_new, max_leftovers);
 }
 
 }  // namespace kestrel

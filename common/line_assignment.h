@@ -1,11 +1,11 @@
-// Reshard: which training lines each worker reads after the worker count changes mid-epoch (elastic jobs,
-// docs/elasticity.md).
+// LineAssignment: which training lines each worker reads, and how they are dealt anew when the worker count
+// changes mid-epoch (elastic jobs, docs/elasticity.md).
 //
-// A worker's share of an epoch is a ShardAssignment: first an explicit, increasing list of lines below a
+// A worker's share of an epoch is a LineAssignment: first an explicit, increasing list of lines below a
 // watermark (leftovers), then every line g >= watermark with (g - watermark) mod count == index. A job
-// starts with the plain modulo sharding of worker/data/record_reader.h: no leftovers, watermark 0.
+// starts with the plain modulo deal of worker/data/record_reader.h: no leftovers, watermark 0.
 //
-// Reshard() takes every worker's assignment and how many of its lines it has consumed at a clock boundary,
+// ReassignLines() takes every worker's assignment and how many of its lines it has consumed at a clock boundary,
 // and deals the rest of the epoch to `new_count` workers:
 // - The watermark G is the furthest line any worker will read next (and at least the previous watermark). No
 //   line at or above G has been read.
@@ -13,10 +13,10 @@
 //   leftovers (a worker removed from the middle of the ranks included) are dealt round-robin to the staying
 //   workers.
 // - From G on, the new modulo deals the lines.
-// Every line of the epoch is read exactly once, however many times the job is rescaled (reshard_test checks
+// Every line of the epoch is read exactly once, however many times the job is rescaled (line_assignment_test checks
 // this against random schedules). Pure functions; thread-compatible values.
-#ifndef KESTREL_COMMON_RESHARD_H_
-#define KESTREL_COMMON_RESHARD_H_
+#ifndef KESTREL_COMMON_LINE_ASSIGNMENT_H_
+#define KESTREL_COMMON_LINE_ASSIGNMENT_H_
 
 #include <cstdint>
 #include <vector>
@@ -27,7 +27,7 @@
 
 namespace kestrel {
 
-struct ShardAssignment {
+struct LineAssignment {
   std::vector<uint64_t> leftovers;  // increasing, all < watermark
   uint64_t watermark = 0;
   int index = 0;  // in [0, count)
@@ -45,11 +45,11 @@ struct ShardAssignment {
 };
 
 // The assignment's wire form (proto/checkpoint.proto LineShare), both ways.
-ShardAssignment AssignmentOf(const LineShare& share);
-LineShare LineShareOf(const ShardAssignment& assignment);
+LineAssignment AssignmentOf(const LineShare& share);
+LineShare LineShareOf(const LineAssignment& assignment);
 
 // The plain sharding: worker `index` of `count` reads lines congruent to index mod count.
-ShardAssignment PlainShard(int index, int count);
+LineAssignment PlainAssignment(int index, int count);
 
 // The assignments of the workers of a new layout taking over from `old` (one per old worker, each `consumed[w]`
 // lines into its assignment). `old_of_new[v]` is the old worker new worker v was (-1: a new one), as
@@ -57,15 +57,15 @@ ShardAssignment PlainShard(int index, int count);
 // (in old rank order) to the staying ones (in new rank order; to every new worker when none stays).
 // InvalidArgument for mismatched sizes, a count outside [1, kMaxWorkers] (common/limits.h), an old worker named
 // twice, or leftovers beyond `max_leftovers` lines (a worker far behind the others; BSP keeps them within a batch).
-[[nodiscard]] absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+[[nodiscard]] absl::StatusOr<std::vector<LineAssignment>> ReassignLines(absl::Span<const LineAssignment> old,
                                                      absl::Span<const uint64_t> consumed,
                                                      absl::Span<const int> old_of_new,
                                                      uint64_t max_leftovers = uint64_t{1} << 24);
 // The same with ranks that keep their identity: new worker v < old.size() is old worker v.
-[[nodiscard]] absl::StatusOr<std::vector<ShardAssignment>> Reshard(absl::Span<const ShardAssignment> old,
+[[nodiscard]] absl::StatusOr<std::vector<LineAssignment>> ReassignLines(absl::Span<const LineAssignment> old,
                                                      absl::Span<const uint64_t> consumed, int new_count,
                                                      uint64_t max_leftovers = uint64_t{1} << 24);
 
 }  // namespace kestrel
 
-#endif  // KESTREL_COMMON_RESHARD_H_
+#endif  // KESTREL_COMMON_LINE_ASSIGNMENT_H_
