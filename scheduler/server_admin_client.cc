@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/network_policy.h"
+#include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/ps.grpc.pb.h"
 
@@ -22,37 +23,33 @@ class GrpcServerAdmin final : public ServerAdmin {
   absl::StatusOr<ShardCheckpoint> Checkpoint(int server, const std::string& address, const std::string& name,
                                              int64_t clock, bool copy_on_write) override {
     CheckpointShardRequest request;
-    Fill(request.mutable_header());
     request.set_name(name);
     request.set_clock(clock);
     request.set_copy_on_write(copy_on_write);
     CheckpointShardResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-    absl::Status status = FromGrpcStatus(StubFor(address)->Checkpoint(&context, request, &response));
-    if (!status.ok()) return Annotate(status, "checkpoint", server, address);
+    KESTREL_RETURN_IF_ERROR(
+        Call(&ParameterServer::Stub::Checkpoint, server, address, "checkpoint", &request, &response));
     return response.shard();
   }
 
   absl::StatusOr<ShardCheckpoint> AwaitCheckpoint(int server, const std::string& address,
                                                   const std::string& name) override {
     AwaitCheckpointRequest request;
-    Fill(request.mutable_header());
     request.set_name(name);
     CheckpointShardResponse response;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
     {
       absl::MutexLock lock(&mu_);
       if (awaits_cancelled_) return absl::CancelledError("the scheduler is shutting down");
       awaits_.insert(&context);
     }
-    absl::Status status = FromGrpcStatus(StubFor(address)->AwaitCheckpoint(&context, request, &response));
+    const absl::Status status = Call(&ParameterServer::Stub::AwaitCheckpoint, server, address, "checkpoint write",
+                                     &request, &response, &context);
     {
       absl::MutexLock lock(&mu_);
       awaits_.erase(&context);
     }
-    if (!status.ok()) return Annotate(status, "checkpoint write", server, address);
+    if (!status.ok()) return status;
     return response.shard();
   }
 
@@ -63,39 +60,28 @@ class GrpcServerAdmin final : public ServerAdmin {
   }
 
   absl::Status Restore(int server, const std::string& address, RestoreShardRequest request) override {
-    Fill(request.mutable_header());
     RestoreShardResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-    absl::Status status = FromGrpcStatus(StubFor(address)->Restore(&context, request, &response));
-    return status.ok() ? status : Annotate(status, "restore", server, address);
+    return Call(&ParameterServer::Stub::Restore, server, address, "restore", &request, &response);
   }
 
   absl::StatusOr<uint64_t> CopyGroup(int source, const std::string& address, int owner, int target,
                                      const std::string& target_address) override {
     CopyGroupRequest request;
-    Fill(request.mutable_header());
     request.set_owner(owner);
     request.set_target(target);
     request.set_target_address(target_address);
     CopyGroupResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-    absl::Status status = FromGrpcStatus(StubFor(address)->CopyGroup(&context, request, &response));
-    if (!status.ok()) return Annotate(status, absl::StrFormat("copying ranges of %d to server %d", owner, target).c_str(),
-                                      source, address);
+    KESTREL_RETURN_IF_ERROR(Call(&ParameterServer::Stub::CopyGroup, source, address,
+                                 absl::StrFormat("copying ranges of %d to server %d", owner, target), &request,
+                                 &response));
     return response.rows();
   }
 
   absl::StatusOr<uint64_t> Fingerprint(int server, const std::string& address) override {
     StatsRequest request;
-    Fill(request.mutable_header());
     request.set_fingerprints(true);
     StatsResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-    absl::Status status = FromGrpcStatus(StubFor(address)->Stats(&context, request, &response));
-    if (!status.ok()) return Annotate(status, "fingerprint", server, address);
+    KESTREL_RETURN_IF_ERROR(Call(&ParameterServer::Stub::Stats, server, address, "fingerprint", &request, &response));
     uint64_t sum = 0;
     for (const TableDescription& table : response.tables()) sum += table.fingerprint();
     return sum;
@@ -103,18 +89,11 @@ class GrpcServerAdmin final : public ServerAdmin {
 
   absl::StatusOr<RescaleShardResponse> Rescale(int server, const std::string& address,
                                                RescaleShardRequest request) override {
-    Fill(request.mutable_header());
     RescaleShardResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
-    absl::Status status = FromGrpcStatus(StubFor(address)->RescaleShard(&context, request, &response));
-    if (!status.ok()) {
-      return Annotate(status,
-                      absl::StrFormat("rescale %d, phase %s", request.layout_generation(),
-                                      RescaleShardRequest::Phase_Name(request.phase()))
-                          .c_str(),
-                      server, address);
-    }
+    KESTREL_RETURN_IF_ERROR(Call(&ParameterServer::Stub::RescaleShard, server, address,
+                                 absl::StrFormat("rescale %d, phase %s", request.layout_generation(),
+                                                 RescaleShardRequest::Phase_Name(request.phase())),
+                                 &request, &response));
     return response;
   }
 
@@ -124,7 +103,22 @@ class GrpcServerAdmin final : public ServerAdmin {
     header->set_worker_rank(-1);
   }
 
-  static absl::Status Annotate(const absl::Status& status, const char* what, int server, const std::string& address) {
+  // Sends `request` (its header filled here) to server `server` at `address` as `method`, within the deadline,
+  // on `context` (null: one of its own); a failure names `what`, the server and its address.
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    int server, const std::string& address, const std::string& what, Request* request,
+                    Response* response, grpc::ClientContext* context = nullptr) {
+    Fill(request->mutable_header());
+    grpc::ClientContext own;
+    if (context == nullptr) context = &own;
+    context->set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
+    const absl::Status status = FromGrpcStatus((StubFor(address)->*method)(context, *request, response));
+    return status.ok() ? status : Annotate(status, what, server, address);
+  }
+
+  static absl::Status Annotate(const absl::Status& status, const std::string& what, int server,
+                               const std::string& address) {
     return absl::Status(status.code(),
                         absl::StrFormat("%s on server %d at %s: %s", what, server, address, status.message()));
   }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
+#include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "worker/trainer.h"
 
@@ -65,16 +66,32 @@ std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, c
   return *std::move(credentials);
 }
 
-JobConfig ParseJob(const std::string& config_text, const std::vector<std::string>& train_files,
-                   const std::vector<std::string>& test_files) {
-  JobConfig job;
+namespace {
+
+// Collects a text-format parse's errors for the exception instead of logging them.
+struct TextErrors : google::protobuf::io::ErrorCollector {
+  void AddError(int line, int column, const std::string& message) override {
+    if (text.empty()) text = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  std::string text;
+};
+
+}  // namespace
+
+void ParseText(const std::string& text, const char* proto_file, google::protobuf::Message* message) {
   TextErrors errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(config_text, &job)) {
-    throw py::value_error(
-        absl::StrCat("config is not a JobConfig in protobuf text format (proto/job.proto): ", errors.text));
+  if (!parser.ParseFromString(text, message)) {
+    throw py::value_error(absl::StrCat("config is not a ", message->GetDescriptor()->name(),
+                                       " in protobuf text format (", proto_file, "): ", errors.text));
   }
+}
+
+JobConfig ParseJob(const std::string& config_text, const std::vector<std::string>& train_files,
+                   const std::vector<std::string>& test_files) {
+  JobConfig job;
+  ParseText(config_text, "proto/job.proto", &job);
   if (!train_files.empty()) *job.mutable_data()->mutable_train_files() = {train_files.begin(), train_files.end()};
   if (!test_files.empty()) *job.mutable_data()->mutable_test_files() = {test_files.begin(), test_files.end()};
   return JobWithDefaults(job);

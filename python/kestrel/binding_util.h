@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/job.pb.h"
 
@@ -41,13 +41,9 @@ absl::Span<const float> FloatsOf(const py::array& a, const char* what);
 std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, const std::string& cert,
                                                         const std::string& key, bool insecure);
 
-// Collects a text-format parse's errors for the exception instead of logging them.
-struct TextErrors : google::protobuf::io::ErrorCollector {
-  void AddError(int line, int column, const std::string& message) override {
-    if (text.empty()) text = absl::StrCat(line + 1, ":", column + 1, ": ", message);
-  }
-  std::string text;
-};
+// Parses `text` (protobuf text format) into `message`; ValueError naming the message type, `proto_file` and the
+// first error otherwise.
+void ParseText(const std::string& text, const char* proto_file, google::protobuf::Message* message);
 
 // A job config in protobuf text format, with train/test file overrides (as kestrel_worker's --train_files and
 // --test_files) and every default applied.

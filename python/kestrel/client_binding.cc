@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/text_format.h"
 #include "inprocess/local_ps_client.h"
 #include "python/kestrel/binding_util.h"
 #include "server/table.h"
@@ -60,13 +59,7 @@ std::unique_ptr<Client> Client::Connect(const std::vector<std::string>& addresse
 
 void Client::CreateTable(const std::string& text) {
   TableConfig config;
-  TextErrors errors;
-  google::protobuf::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
-    throw py::value_error(
-        absl::StrCat("config is not a TableConfig in protobuf text format (proto/table.proto): ", errors.text));
-  }
+  ParseText(text, "proto/table.proto", &config);
   PsClient* ps = Current();
   absl::Status status;
   {
