@@ -132,7 +132,7 @@ TEST_F(JobControllerTest, DamagedShardFileStopsTheRestoreWithItsName) {
   ASSERT_TRUE(fatal_seen_.WaitForNotificationWithTimeout(absl::Seconds(20)));
   EXPECT_EQ(fatal_.code(), absl::StatusCode::kDataLoss) << fatal_;
   EXPECT_TRUE(absl::StrContains(fatal_.message(), sst)) << fatal_;
-  EXPECT_TRUE(absl::StrContains(fatal_.message(), "shard 1")) << fatal_;
+  EXPECT_TRUE(absl::StrContains(fatal_.message(), "server 1")) << fatal_;
   EXPECT_NE(membership_->state(), JobState::kRunning) << "never a silent fresh start";
 }
 

@@ -213,10 +213,10 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
       EXPECT_EQ(*code, 2);
       const std::string log = ReadAll(server->log_path());
       EXPECT_NE(log.find(path), std::string::npos) << log;
-      if (kind != "LATEST" && kind != "MANIFEST") { EXPECT_NE(log.find("shard 0"), std::string::npos) << log; }
+      if (kind != "LATEST" && kind != "MANIFEST") { EXPECT_NE(log.find("server 0"), std::string::npos) << log; }
     }
   }
-  // The undamaged copy loads, and the scheduler path refuses a damaged shard too (exit 2, file and shard named).
+  // The undamaged copy loads, and the scheduler path refuses a damaged part too (exit 2, file and server named).
   fs::remove_all(copy);
   fs::copy(*reference_checkpoints_, copy, fs::copy_options::recursive);
   auto good_args = TestClusterTls::Get().WithFlags(
@@ -251,7 +251,7 @@ TEST_F(RecoveryTest, DamagedCheckpointFilesAreNamedAndRefused) {
   EXPECT_EQ(*code, 2);
   const std::string log = ReadAll(scheduler->log_path());
   EXPECT_NE(log.find(sst), std::string::npos) << log;
-  EXPECT_NE(log.find("shard 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("server 0"), std::string::npos) << log;
 }
 
 TEST_F(RecoveryTest, KilledServerIsReplacedAndTheJobEndsBitwiseIdentical) {
