@@ -48,7 +48,8 @@ config() {  # model format drop_last
   fi
 }
 run() {  # bin model format drop_last -> "auc fingerprint"
-  local name="$OUT/$(basename "$(dirname "$1/x")")_$2_$3_$4"
+  local name
+  name="$OUT/$(basename "$(dirname "$1/x")")_$2_$3_$4"
   config "$2" "$3" "$4" > "$name.pbtxt"
   "$1/kestrel_worker" --local --device=cpu --compute_threads=1 --config="$name.pbtxt" \
     --metrics_out="$name.jsonl" > "$name.log" 2>&1 || { tail -5 "$name.log" >&2; echo "FAILED"; return; }

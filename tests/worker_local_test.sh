@@ -63,9 +63,9 @@ echo "85 features per line: trained, scored and exported with the default config
 
 echo "== --metrics_out starts empty; --metrics_append adds"
 local_run --metrics_out="$tmp/metrics.jsonl" 2>/dev/null || fail "second run"
-[[ $(records_of "$tmp/metrics.jsonl" done) -eq 1 ]] || fail "--metrics_out kept an earlier run's records"
+[[ $(records_of "$tmp/metrics.jsonl" "done") -eq 1 ]] || fail "--metrics_out kept an earlier run's records"
 local_run --metrics_out="$tmp/metrics.jsonl" --metrics_append 2>/dev/null || fail "third run"
-[[ $(records_of "$tmp/metrics.jsonl" done) -eq 2 ]] || fail "--metrics_append lost an earlier run's records"
+[[ $(records_of "$tmp/metrics.jsonl" "done") -eq 2 ]] || fail "--metrics_append lost an earlier run's records"
 
 # expect_config_error NAME PATTERN ARGS...: exit 2, the log matching PATTERN, nothing trained.
 expect_config_error() {
