@@ -87,11 +87,12 @@ def file_of(label):
 
 
 class Target:
-    def __init__(self, label, kind, files, deps):
+    def __init__(self, label, kind, files, deps, srcs):
         self.label = label
         self.kind = kind
-        self.files = files  # workspace-relative paths of its srcs and hdrs
+        self.files = files  # workspace-relative paths of its srcs and hdrs (and the .cu sources of its objects)
         self.deps = deps    # labels
+        self.srcs = srcs    # labels of its srcs, generated ones included
 
 
 def parse_query_xml(xml_text):
@@ -110,8 +111,7 @@ def parse_query_xml(xml_text):
         if kind not in ("cc_library", "cc_binary", "cc_test"):
             continue
         files = [file_of(f) for name in ("srcs", "hdrs", "textual_hdrs") for f in lists.get(name, [])]
-        targets[label] = Target(label, kind, [f for f in files if f], lists.get("deps", []))
-        targets[label].srcs = lists.get("srcs", [])
+        targets[label] = Target(label, kind, [f for f in files if f], lists.get("deps", []), lists.get("srcs", []))
     for target in targets.values():
         for src in target.srcs:
             target.files.extend(genrule_sources.get(src, []))

@@ -157,8 +157,7 @@ def functions(text):
                 header = code[header_start:i].strip()
                 if in_function:
                     stack.append(("block", i, ""))
-                elif SCOPE_HEADER.search(header) and "(" not in header.split("{")[0].split("=")[0][:1] and \
-                        not FUNCTION_HEADER.search(header):
+                elif SCOPE_HEADER.search(header) and not FUNCTION_HEADER.search(header):
                     stack.append(("scope", i, ""))
                 elif "(" in header and FUNCTION_HEADER.search(header) and "=" not in header.split("(")[0]:
                     name = re.findall(r"([~\w:]+(?:operator\s*[^\s(]+)?)\s*\(", header)
