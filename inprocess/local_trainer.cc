@@ -38,6 +38,7 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   trainer_options.partition = partition;
   trainer_options.metrics_path = options.metrics_path;
   trainer_options.observer = options.observer;
+  trainer_options.stand_in_compute = options.stand_in_compute;
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
   absl::StatusOr<TrainResult> result = trainer.Run();
   if (!result.ok()) return result;

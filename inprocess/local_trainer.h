@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/job.pb.h"
 #include "server/shard.h"
 #include "worker/compute/backend.h"
@@ -38,6 +40,9 @@ struct LocalTrainingOptions {
   // tables there (export/export.h ExportServers). Its error is the run's. Default: none.
   std::function<absl::Status(const std::vector<Shard*>& servers, const TrainResult& result, const JobConfig& pinned)>
       finish;
+  // TrainerOptions::stand_in_compute (benchmarks: the pipeline's ceiling without the model's compute). Default:
+  // none.
+  std::optional<absl::Duration> stand_in_compute;
   // The job's data format, resolved (TrainerOptions::schema). Default: null: resolved here.
   std::shared_ptr<const Schema> schema;
 };

@@ -337,6 +337,17 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
+  // TrainerOptions::stand_in_compute: waits `duration` (the host idle, as while a GPU computes) and writes zero
+  // gradients of the batch's shapes; the loss is 0.
+  absl::StatusOr<double> StandInStep(const PreparedBatch& batch, absl::Duration duration, GradBuffers* g) {
+    if (duration > absl::ZeroDuration()) absl::SleepFor(duration);
+    const size_t unique = batch.keys.num_unique();
+    std::fill_n(g->wide.data(), unique, 0.0f);
+    if (model_->has_embedding()) std::fill_n(g->emb.data(), unique * model_->embedding_dim(), 0.0f);
+    std::fill_n(g->dense.data(), model_->dense_size(), 0.0f);
+    return 0.0;
+  }
+
   // Iteration `clock`'s forward and backward pass on `step` into `g`; its loss. An empty batch (this worker's
   // share of the epoch ran out before the epoch's last iteration) computes nothing; its push is empty.
   absl::StatusOr<double> Compute(int64_t clock, const StepData& step, GradBuffers* g) {
@@ -346,7 +357,11 @@ class Trainer::Impl {
     absl::StatusOr<double> loss = 0.0;
     if (batch.batch.size > 0) {
       PhaseClock::Scope computing(&phases_, PhaseClock::kCompute);
-      loss = model_->Step(batch, {step.wide.data(), step.emb.data(), step.dense.data()}, &grads, nullptr);
+      if (options_.stand_in_compute.has_value()) {
+        loss = StandInStep(batch, *options_.stand_in_compute, g);
+      } else {
+        loss = model_->Step(batch, {step.wide.data(), step.emb.data(), step.dense.data()}, &grads, nullptr);
+      }
     }
     if (!loss.ok()) return Annotate(loss.status(), clock, "computing");
     return loss;

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/partition.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/job.pb.h"
@@ -133,6 +134,11 @@ struct TrainerOptions {
   // min clock; rows serve reads the cache's bound of the worker's own clocks after their pull); false, the gate's
   // known min clock before the pull (SSP). Default: false = SSP.
   bool row_cache_own_clock = false;
+  // Benchmarks only (bench/pipeline_ceiling_bench.cc): instead of the model's forward and backward pass, each
+  // batch waits this long and pushes zero gradients, as a host waits for a GPU computing the step. What the host
+  // side feeds then (reading, key batching, pulls, pushes, the servers' optimizers) is the pipeline's ceiling,
+  // measured without a GPU. Default: none (the model computes).
+  std::optional<absl::Duration> stand_in_compute;
 };
 
 struct EvalResult {
