@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch CPU peer of Kestrel's training benchmark (bench/train_bench.cc).
+"""PyTorch peer of Kestrel's training benchmarks (bench/train_bench.cc on the CPU, bench/run_gpu_bench.sh on a GPU).
 
 Trains the same LR / FM / DeepFM / Wide&Deep / DLRM as Kestrel (worker/model.h) on the same kestrel_datagen
 Criteo TSV files, with the same batch, per-table optimizers and initial distributions, and prints one JSON
@@ -50,6 +50,19 @@ How Kestrel's model is reproduced:
   (about 10x slower) is reported on stderr. The JSON line names the BLAS, its threads and a measured matmul
   GFLOP/s.
 
+On a GPU (--device cuda; one process, no --ddp): the model is built and initialized on the CPU exactly as above
+(same seed, same draws), then moved to the device, and the tables are nn.EmbeddingBag (mode sum: the wide table
+sums each example's 39 rows in one bag, the embedding table looks up one row per bag) instead of nn.Embedding
+(--tables embedding|bag chooses either on either device).
+This process's whole training and test arrays are copied to the device once, before the clock starts; a step's
+batch is a slice of them on the device (no host-to-device copy per step). TF32 matmuls are off (fp32, as Kestrel's
+cuBLAS GEMMs) unless --allow_tf32; torch.cuda.synchronize() runs before each timer read, so examples/s still
+counts the training steps only. --sparse_grad picks the tables' gradients: true (sparse, as on the CPU), false
+(dense gradients over the whole table: torch.optim.Adam instead of SparseAdam, so with an Adam table every row
+moves every step; Adagrad and SGD make the same updates either way), or both: the two are trained one after the
+other from the same initial values, the faster one is the result and "variants" holds both. The test AUC and
+logloss are computed as on the CPU (exact_auc over every test example's probability).
+
 Parsed arrays (row ids, dense inputs, labels, line indices) are cached as .npy files in
 <train dir>/.torch_peer_cache/<key>/ (or --cache_dir), key = both files' paths, sizes and mtimes; parsing
 1M lines takes about 45 s once.
@@ -58,6 +71,7 @@ Usage:
   /usr/bin/python3 bench/torch_peer.py --train /tmp/d/train.tsv --test /tmp/d/test.tsv --model deepfm \
       --embedding_dim 16 --hidden 256,128 --batch_size 4096 --threads 2
   /usr/bin/python3 bench/torch_peer.py ... --ddp 2 --threads 1
+  python3 bench/torch_peer.py ... --device cuda --sparse_grad both
 """
 import argparse
 import ctypes
@@ -117,6 +131,12 @@ def parse_args(argv=None):
     p.add_argument("--eval_max_examples", type=int, default=0, help="evaluate on the first N test lines (0: all)")
     p.add_argument("--log_every", type=int, default=0, help="train logloss to stderr every N steps (0: none)")
     p.add_argument("--cache_dir", default="", help="where the parsed .npy arrays go (default: next to --train)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (one process; see above)")
+    p.add_argument("--sparse_grad", default="true", choices=("true", "false", "both"),
+                   help="the tables' gradients: sparse (true), dense (false), or train both ways and keep the faster")
+    p.add_argument("--tables", default="auto", choices=("auto", "embedding", "bag"),
+                   help="nn.Embedding or nn.EmbeddingBag tables (auto: EmbeddingBag on a GPU, Embedding on the CPU)")
+    p.add_argument("--allow_tf32", action="store_true", help="--device cuda: let matmuls use TF32 (default fp32)")
     p.add_argument("--blas", default="openmp", choices=("openmp", "system"),
                    help="openmp: run torch on Debian's OpenMP OpenBLAS (libopenblas0-openmp) when it is installed, "
                         "whatever the libblas.so.3 alternative points at; system: the alternative's BLAS")
@@ -159,6 +179,12 @@ def parse_args(argv=None):
         fail("--batch_size, --epochs, --ddp and --embedding_dim must be >= 1")
     if args.threads <= 0:
         args.threads = max(1, len(os.sched_getaffinity(0)) // args.ddp)
+    args.cuda = args.device.startswith("cuda")
+    if not args.cuda and args.device != "cpu":
+        fail("--device must be cpu, cuda or cuda:N, got %r" % args.device)
+    if args.cuda and args.ddp > 1:
+        fail("--device cuda runs one process: --ddp is for the CPU")
+    args.bag = args.tables == "bag" or (args.tables == "auto" and args.cuda)
     return args
 
 
@@ -227,17 +253,41 @@ def blas_setup(threads):
     return info
 
 
-def matmul_gflops(seconds=0.2):
-    a = torch.randn(4096, 512)
-    b = torch.randn(512, 256)
+def matmul_gflops(seconds=0.2, device=None):
+    a = torch.randn(4096, 512, device=device)
+    b = torch.randn(512, 256, device=device)
     a @ b
+    sync(device)
     count, start = 0, time.perf_counter()
     while True:
         a @ b
         count += 1
+        sync(device)
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return 2.0 * 4096 * 512 * 256 * count / elapsed / 1e9
+
+
+def sync(device):
+    """Waits for the device's queued work (a no-op on the CPU): before every timer read on a GPU."""
+    if device is not None:
+        torch.cuda.synchronize(device)
+
+
+def on(tensor, device):
+    """`tensor` on `device` (None: where it is)."""
+    return tensor if device is None else tensor.to(device)
+
+
+def cuda_setup(args):
+    """--device cuda: the device (failing when torch has none), fp32 matmuls unless --allow_tf32; its description."""
+    if not torch.cuda.is_available():
+        fail("--device %s: torch %s sees no CUDA device" % (args.device, torch.__version__), code=1)
+    device = torch.device(args.device)
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = args.allow_tf32
+    torch.backends.cudnn.allow_tf32 = args.allow_tf32
+    return device, {"device": args.device, "gpu": torch.cuda.get_device_name(device), "tf32": args.allow_tf32}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -429,7 +479,9 @@ def load_data(args):
 # ---------------------------------------------------------------------------------------------------------
 # The model (worker/model.h).
 
-def make_model(args, rows, dense_dim):
+def make_model(args, rows, dense_dim, sparse=True):
+    """The model, built and initialized on the CPU. `sparse`: the tables' gradients. With --device cuda the tables
+    are nn.EmbeddingBag (sum) rather than nn.Embedding: same shapes, same initial draws."""
     nn = torch.nn
 
     class Mlp(nn.Module):
@@ -462,11 +514,16 @@ def make_model(args, rows, dense_dim):
             self.dlrm = kind == "dlrm"
             self.deep = kind in ("deepfm", "wd", "dlrm")
             self.dense_dim = dense_dim if self.deep else 0
-            self.wide = nn.Embedding(rows, 1, sparse=True)
+            # Both constructors draw Normal(0, 1) for the whole table first, so either kind leaves the generator
+            # (and every later initial value) the same.
+            self.bag = args.bag
+            table = (lambda n, d: nn.EmbeddingBag(n, d, mode="sum", sparse=sparse)) if self.bag else \
+                (lambda n, d: nn.Embedding(n, d, sparse=sparse))
+            self.wide = table(rows, 1)
             nn.init.zeros_(self.wide.weight)
             self.emb = None
             if self.fm or self.deep:
-                self.emb = nn.Embedding(rows, args.embedding_dim, sparse=True)
+                self.emb = table(rows, args.embedding_dim)
                 nn.init.normal_(self.emb.weight, 0.0, args.emb_init_stddev)
             self.bias = nn.Parameter(torch.empty(1).uniform_(-0.05, 0.05))
             dim = args.embedding_dim
@@ -487,10 +544,16 @@ def make_model(args, rows, dense_dim):
 
         def forward(self, ids, dense):
             n = ids.shape[0]
-            logit = self.bias + self.wide(ids).sum(dim=(1, 2))
+            if self.bag:  # one bag of the example's 39 rows; then one bag per row
+                logit = self.bias + self.wide(ids).squeeze(1)
+            else:
+                logit = self.bias + self.wide(ids).sum(dim=(1, 2))
             if self.emb is None:
                 return logit
-            x = self.emb(ids)  # [n, 39, dim]; every Criteo slot's value is 1
+            if self.bag:
+                x = self.emb(ids.reshape(-1, 1)).view(n, ids.shape[1], -1)
+            else:
+                x = self.emb(ids)  # [n, 39, dim]; every Criteo slot's value is 1
             if self.fm:
                 s = x.sum(dim=1)
                 logit = logit + 0.5 * (s * s - (x * x).sum(dim=1)).sum(dim=1)
@@ -550,7 +613,7 @@ def exact_auc(scores, labels):
     return float((ranks[labels].sum() - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
-def evaluate(model, data, args):
+def evaluate(model, data, args, device=None):
     ids = data["test_ids"]
     dense = data["test_dense"]
     labels = data["test_labels"]
@@ -561,12 +624,12 @@ def evaluate(model, data, args):
     with torch.no_grad():
         for s in range(0, n, step):
             e = min(n, s + step)
-            logit = model(torch.from_numpy(np.array(ids[s:e])),
-                          torch.from_numpy(np.array(dense[s:e])))
-            y = torch.from_numpy(np.array(labels[s:e]))
+            logit = model(on(torch.from_numpy(np.array(ids[s:e])), device),
+                          on(torch.from_numpy(np.array(dense[s:e])), device))
+            y = on(torch.from_numpy(np.array(labels[s:e])), device)
             loss += float(torch.nn.functional.binary_cross_entropy_with_logits(logit, y, reduction="none")
                           .double().sum())
-            probs[s:e] = torch.sigmoid(logit).numpy()
+            probs[s:e] = torch.sigmoid(logit).cpu().numpy()
     return n, exact_auc(probs, labels[:n]), loss / n
 
 
@@ -578,6 +641,55 @@ def shard(data, rank, world):
     mine = np.flatnonzero(lines % world == rank)
     counts = [int(np.count_nonzero(lines % world == r)) for r in range(world)]
     return mine, min(counts)
+
+
+def train_variant(args, rows, ids, dense, labels, steps, per_epoch, sparse, device, world, rank, dist):
+    """Trains a fresh model (seeded, so every variant starts from the same values) for `steps` steps on the
+    tensors (on `device` when given); returns its timing and the model."""
+    torch.manual_seed(args.seed)
+    net = make_model(args, rows, 0 if args.no_dense_inputs else INTEGER_FIELDS, sparse=sparse)
+    if device is not None:
+        net = net.to(device)  # Module.to moves the parameters in place: the optimizers below see the device copies
+    dense_params = net.dense_parameters()
+    optimizers = [make_optimizer(args, "wide", [net.wide.weight], sparse=sparse),
+                  make_optimizer(args, "dense", dense_params, sparse=False)]
+    if net.emb is not None:
+        optimizers.append(make_optimizer(args, "emb", [net.emb.weight], sparse=sparse))
+    model = net
+    if world > 1:
+        # Rank 0's initial values are broadcast; gradients, sparse ones included, are averaged over the ranks.
+        model = torch.nn.parallel.DistributedDataParallel(net, broadcast_buffers=False)
+    batch = args.batch_size
+    if dist is not None:
+        dist.barrier()
+    sync(device)
+    start = time.perf_counter()
+    window_loss, window_examples = 0.0, 0
+    for step in range(steps):
+        s = (step % per_epoch) * batch
+        y = labels[s:s + batch]
+        logit = model(ids[s:s + batch], dense[s:s + batch])
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y, reduction="sum")
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        # The sparse tables keep the batch's sum; the dense tensor takes its mean (worker/model.h).
+        for p in dense_params:
+            p.grad.div_(batch)
+        for opt in optimizers:
+            opt.step()
+        if args.log_every > 0:
+            window_loss += float(loss)
+            window_examples += batch
+            if (step + 1) % args.log_every == 0 and rank == 0:
+                log("step %d/%d: train logloss %.5f" % (step + 1, steps, window_loss / window_examples))
+                window_loss, window_examples = 0.0, 0
+    if dist is not None:
+        dist.barrier()
+    sync(device)
+    seconds = time.perf_counter() - start
+    return {"sparse_grad": "sparse" if sparse else "dense", "seconds": seconds,
+            "examples_per_second": steps * batch * world / seconds if seconds > 0 else 0.0, "net": net}
 
 
 def train(rank, world, args, port, results):
@@ -605,57 +717,36 @@ def train(rank, world, args, port, results):
     dense = torch.from_numpy(np.ascontiguousarray(data["train_dense"][mine]))
     labels = torch.from_numpy(np.ascontiguousarray(data["train_labels"][mine]))
 
-    torch.manual_seed(args.seed)
-    net = make_model(args, data["rows"], 0 if args.no_dense_inputs else INTEGER_FIELDS)
-    if not net.deep:
+    device, extra = cuda_setup(args) if args.cuda else (None, {})
+    if args.model not in ("deepfm", "wd", "dlrm"):  # no MLP: no dense inputs
         dense = torch.zeros(len(mine), 0)
-    dense_params = net.dense_parameters()
-    optimizers = [make_optimizer(args, "wide", [net.wide.weight], sparse=True),
-                  make_optimizer(args, "dense", dense_params, sparse=False)]
-    if net.emb is not None:
-        optimizers.append(make_optimizer(args, "emb", [net.emb.weight], sparse=True))
-    model = net
-    if world > 1:
-        # Rank 0's initial values are broadcast; gradients, sparse ones included, are averaged over the ranks.
-        model = torch.nn.parallel.DistributedDataParallel(net, broadcast_buffers=False)
-    batch = args.batch_size
-    gflops = matmul_gflops() if rank == 0 else 0.0
-    if dist is not None:
-        dist.barrier()
-    start = time.perf_counter()
-    window_loss, window_examples = 0.0, 0
-    for step in range(steps):
-        s = (step % per_epoch) * batch
-        y = labels[s:s + batch]
-        logit = model(ids[s:s + batch], dense[s:s + batch])
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y, reduction="sum")
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        # The sparse tables keep the batch's sum; the dense tensor takes its mean (worker/model.h).
-        for p in dense_params:
-            p.grad.div_(batch)
-        for opt in optimizers:
-            opt.step()
-        if args.log_every > 0:
-            window_loss += float(loss)
-            window_examples += batch
-            if (step + 1) % args.log_every == 0 and rank == 0:
-                log("step %d/%d: train logloss %.5f" % (step + 1, steps, window_loss / window_examples))
-                window_loss, window_examples = 0.0, 0
-    if dist is not None:
-        dist.barrier()
-    seconds = time.perf_counter() - start
+    if device is not None:  # the whole shard on the device once: a step's batch is a slice there
+        ids, dense, labels = on(ids, device), on(dense, device), on(labels, device)
+    gflops = matmul_gflops(device=device) if rank == 0 else 0.0
+    variants = []
+    for sparse in {"true": (True,), "false": (False,), "both": (True, False)}[args.sparse_grad]:
+        variant = train_variant(args, data["rows"], ids, dense, labels, steps, per_epoch, sparse, device, world,
+                                rank, dist)
+        if rank == 0:
+            n, auc, logloss = evaluate(variant.pop("net"), data, args, device)
+            variant.update(auc=auc, logloss=logloss, eval_examples=n)
+            variants.append(variant)
+        if device is not None:
+            torch.cuda.empty_cache()
     if rank == 0:
-        n, auc, logloss = evaluate(net, data, args)
+        best = max(variants, key=lambda v: v["examples_per_second"])
+        batch = args.batch_size
         result = {
             "model": args.model, "processes": world, "threads": args.threads,
-            "examples": steps * batch * world, "seconds": seconds,
-            "examples_per_second": steps * batch * world / seconds if seconds > 0 else 0.0,
-            "auc": auc, "logloss": logloss, "steps": steps, "batch_size": batch, "epochs": args.epochs,
-            "eval_examples": n, "rows": data["rows"], "blas": blas["blas"], "blas_threads": blas["blas_threads"],
-            "matmul_gflops": gflops, "torch": torch.__version__,
+            "examples": steps * batch * world, "seconds": best["seconds"],
+            "examples_per_second": best["examples_per_second"],
+            "auc": best["auc"], "logloss": best["logloss"], "steps": steps, "batch_size": batch, "epochs": args.epochs,
+            "eval_examples": best["eval_examples"], "rows": data["rows"], "blas": blas["blas"],
+            "blas_threads": blas["blas_threads"], "matmul_gflops": gflops, "torch": torch.__version__,
         }
+        if args.cuda or args.sparse_grad != "true" or args.tables != "auto":  # else the fields it always printed
+            result.update(extra or {"device": "cpu"}, tables="bag" if args.bag else "embedding",
+                          sparse_grad=best["sparse_grad"], variants=variants)
         if results is not None:
             results.put(result)
         else:
@@ -681,7 +772,7 @@ def free_port():
 
 def main():
     args = parse_args()
-    if args.blas == "openmp":
+    if args.blas == "openmp" and not args.cuda:
         use_openmp_blas()
     set_thread_environment(args.threads)
     import_torch(args.threads)

@@ -6,16 +6,39 @@
 #                    librt, ld-linux), the CUDA driver (libcuda) and the CUDA toolkit's libraries (cudart,
 #                    cuBLAS: hundreds of MB, installed on the GPU machine and found through the binaries' rpath
 #                    to /usr/local/cuda/lib64).
-# Prints the bundle's size; fails if it would not fit the 64 MiB a device call can carry.
+#   gpu_bundle/COMMIT  the commit the binaries were built from (with -dirty when the work tree had changes)
+# --bench adds what bench/run_gpu_bench.sh runs: kestrel_worker, kestrel_datagen, kestrel_server and
+# kestrel_scheduler (`kestrel local` starts them), and the openssl command with a minimal config
+# (gpu_bundle/etc/openssl.cnf) for the certificates `kestrel local` makes.
+# --xz also packs gpu_bundle/ into .gpu/bundle.tar.xz (what a device call carries then: the binaries with their
+# libraries are over 64 MiB uncompressed).
+# Prints the bundle's size; fails if what a device call would carry (gpu_bundle/, or with --xz the archive) is
+# over the 64 MiB it can carry.
 #
-# Usage: scripts/gpu_bundle.sh [//extra:target ...]
+# Usage: scripts/gpu_bundle.sh [--bench] [--xz] [//extra:target ...]
 # Then:  run(command="scripts/gpu_check.sh", carry=["gpu_bundle"])
+#        run(command="bench/run_gpu_bench.sh", carry=[".gpu"])    # after --bench --xz
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 BUNDLE=gpu_bundle
+ARCHIVE=.gpu/bundle.tar.xz
 LIMIT_MIB=64
-TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test //bench:cuda_step_bench "$@")
+TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test //bench:cuda_step_bench)
+BENCH_TARGETS=(//cmd:kestrel_worker //worker/data:kestrel_datagen //server:kestrel_server //scheduler:kestrel_scheduler)
+bench=false
+xz=false
+for arg in "$@"; do
+  case "$arg" in
+    --bench) bench=true ;;
+    --xz) xz=true ;;
+    --*) echo "usage: $0 [--bench] [--xz] [//extra:target ...]" >&2; exit 2 ;;
+    *) TARGETS+=("$arg") ;;
+  esac
+done
+if [ "$bench" = true ]; then
+  TARGETS+=("${BENCH_TARGETS[@]}")
+fi
 
 bazel build -c opt "${TARGETS[@]}"
 
@@ -52,6 +75,20 @@ for target in "${TARGETS[@]}"; do
   chmod u+w "$BUNDLE/bin/$name"
   built+=("$binary")
 done
+if [ "$bench" = true ]; then
+  # `kestrel local` makes each run's certificates with the openssl command, which the GPU machine may lack.
+  openssl_bin=$(command -v openssl) || { echo "gpu_bundle: --bench needs the openssl command here" >&2; exit 1; }
+  cp -L "$openssl_bin" "$BUNDLE/bin/openssl"
+  built+=("$openssl_bin")
+  mkdir -p "$BUNDLE/etc"
+  # `openssl req` refuses to run without a config file; the launcher passes everything else on its command line.
+  printf '[req]\ndistinguished_name = req_dn\n[req_dn]\n' >"$BUNDLE/etc/openssl.cnf"
+fi
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit-dirty"
+fi
+echo "$commit" >"$BUNDLE/COMMIT"
 
 missing=0
 # ldd the binaries where Bazel built them: tests link the project's own libraries as shared objects found
@@ -83,6 +120,13 @@ echo "gpu_bundle: $(find "$BUNDLE/bin" -type f | wc -l) binaries, $(find "$BUNDL
 find "$BUNDLE" -type f -printf '  %-60p %10s bytes\n' | sort
 kib=$(du -sk "$BUNDLE" | cut -f1)
 echo "gpu_bundle: $(du -sh "$BUNDLE" | cut -f1) in $BUNDLE/ ($kib KiB)"
+if [ "$xz" = true ]; then
+  mkdir -p "$(dirname "$ARCHIVE")"
+  tar -cf - "$BUNDLE" | xz -T2 -6 >"$ARCHIVE.tmp"
+  mv "$ARCHIVE.tmp" "$ARCHIVE"
+  kib=$(du -sk "$ARCHIVE" | cut -f1)
+  echo "gpu_bundle: $ARCHIVE, $kib KiB (unpacked there by bench/run_gpu_bench.sh, or: tar -xJf $ARCHIVE)"
+fi
 if [ "$kib" -gt $((LIMIT_MIB * 1024)) ]; then
   echo "gpu_bundle: over the ${LIMIT_MIB} MiB a device call can carry" >&2
   exit 1
