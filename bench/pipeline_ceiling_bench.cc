@@ -43,6 +43,8 @@ ABSL_FLAG(int, batch_size, 4096, "train.batch_size.");
 ABSL_FLAG(int64_t, train_rows, 1000000, "Generated training rows (made once in --work_dir).");
 ABSL_FLAG(int, max_vocab, 100000, "Largest vocabulary of a generated categorical field.");
 ABSL_FLAG(int, servers, 1, "In-process servers (kestrel_worker --local_servers).");
+ABSL_FLAG(int, server_threads, -1, "LocalTrainingOptions::server_threads (-1: the default, DefaultServerThreads).");
+ABSL_FLAG(int, parse_threads, 0, "data.parse_threads (0: the default, worker/batch_reader.h DefaultParseThreads).");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_pipeline_ceiling", "Where the generated data is kept.");
 ABSL_FLAG(std::string, output, "bench/results/pipeline_ceiling.md", "Markdown report ('' for none).");
 ABSL_FLAG(std::string, git_commit, "", "Commit to record (default: git rev-parse).");
@@ -64,6 +66,7 @@ JobConfig Job(const std::string& data) {
   job.mutable_data()->set_format(DataConfig::CRITEO);
   job.mutable_data()->add_train_files(data + "/train.tsv");
   job.mutable_data()->add_test_files(data + "/test.tsv");
+  job.mutable_data()->set_parse_threads(absl::GetFlag(FLAGS_parse_threads));
   job.mutable_train()->set_batch_size(absl::GetFlag(FLAGS_batch_size));
   job.mutable_train()->set_log_every_steps(1000000);
   job.mutable_train()->set_eval_max_examples(100);
@@ -99,6 +102,7 @@ absl::StatusOr<Run> Measure(const JobConfig& job, absl::Duration stand_in) {
   std::unique_ptr<Backend> backend = NewCpuBackend();
   LocalTrainingOptions options;
   options.num_servers = absl::GetFlag(FLAGS_servers);
+  options.server_threads = absl::GetFlag(FLAGS_server_threads);
   options.stand_in_compute = stand_in;
   const double cpu_start = bench::ProcessCpuSeconds();
   KESTREL_ASSIGN_OR_RETURN(TrainResult result, TrainInProcess(job, backend.get(), options));
@@ -180,6 +184,7 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   kestrel::PreferPassiveOpenMpWaiting(argv);
+  kestrel::TuneMallocForLargeBuffers();  // the batches and the in-process servers' buffers stay in the heap
   absl::SetProgramUsageMessage("The worker's pipeline ceiling: its host side with a stand-in for the compute.");
   absl::ParseCommandLine(argc, argv);
   return kestrel::Main(argc, argv);

@@ -58,6 +58,9 @@ ABSL_FLAG(absl::Duration, recovery_timeout, kestrel::WorkerSessionOptions().reco
 ABSL_FLAG(std::string, config, "", "Job config (protobuf text format, proto/job.proto). Required.");
 ABSL_FLAG(bool, local, false, "Train in this process on in-process tables instead of joining a cluster.");
 ABSL_FLAG(int, local_servers, kestrel::LocalTrainingOptions().num_servers, "--local: in-process servers.");
+ABSL_FLAG(int, local_server_threads, kestrel::LocalTrainingOptions().server_threads,
+          "--local: threads besides the trainer's applying the in-process servers' large pulls and pushes (-1: a "
+          "quarter of the cores, at most 4; none below 8 cores).");
 ABSL_FLAG(int, rank, -1,
           "Worker rank to take. -1: from the environment (KESTREL_RANK, TF_CONFIG, DMLC_*_ID, the Open MPI / PMI / "
           "Slurm rank minus --rank_offset, the Kubernetes StatefulSet ordinal or Indexed Job index "
@@ -463,6 +466,7 @@ int Run() {
     }
     LocalTrainingOptions options;
     options.num_servers = absl::GetFlag(FLAGS_local_servers);
+    options.server_threads = absl::GetFlag(FLAGS_local_server_threads);
     options.metrics_path = absl::GetFlag(FLAGS_metrics_out);
     options.observer = metrics.Observer();
     options.predictions_path = absl::GetFlag(FLAGS_predictions_out);
@@ -491,6 +495,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   kestrel::PreferPassiveOpenMpWaiting(argv);
+  kestrel::TuneMallocForLargeBuffers();  // the batches and the in-process servers' buffers stay in the heap
   kestrel::ParseCommandLine(argc, argv, "Kestrel training worker: trains a sparse recommendation model.");
   return kestrel::Run();
 }

@@ -66,8 +66,12 @@ class KeyBatch {
   bool hash_first_ = true;  // the previous batch had at most a third of its keys unique
   // Scratch reused across Build() calls.
   std::vector<std::pair<uint64_t, uint32_t>> sorted_;  // (unique key, first-seen id)
-  std::vector<uint64_t> slot_key_;                     // the dedup table: key of each slot
-  std::vector<uint32_t> slot_id_;                      // and its first-seen id + 1 (0: empty)
+  struct DedupSlot {
+    uint64_t key;
+    uint32_t id;  // first-seen id + 1 (0: empty)
+  };
+  std::vector<DedupSlot> slots_;                       // the dedup table, at most half full
+  size_t expected_unique_ = 0;                         // unique keys of the last hash-deduped batch (0: none yet)
   std::vector<uint32_t> rank_;                         // first-seen id -> place in unique_
   std::vector<std::pair<uint64_t, uint32_t>> sort_scratch_;
   std::vector<int> owner_;

@@ -1,11 +1,14 @@
 #include "inprocess/local_trainer.h"
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "server/shard.h"
 #include "inprocess/local_ps_client.h"
 #include "worker/model.h"
@@ -13,14 +16,23 @@
 
 namespace kestrel {
 
+int DefaultServerThreads() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return cores < 8 ? 0 : std::min(cores / 4, 4);
+}
+
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
                                            const LocalTrainingOptions& options) {
   KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(options.num_servers));
+  const int server_threads = options.server_threads >= 0 ? options.server_threads : DefaultServerThreads();
+  // Declared before the shards: it outlives them.
+  std::unique_ptr<ThreadPool> stripe_pool = server_threads > 0 ? std::make_unique<ThreadPool>(server_threads) : nullptr;
   std::vector<std::unique_ptr<Shard>> shards;
   std::vector<Shard*> views;
   for (int s = 0; s < options.num_servers; ++s) {
     ShardOptions shard_options;
     shard_options.owner = s;
+    shard_options.stripe_pool = stripe_pool.get();
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Create(shard_options, partition));
     views.push_back(shard.get());
     shards.push_back(std::move(shard));

@@ -21,8 +21,15 @@
 
 namespace kestrel {
 
+// LocalTrainingOptions::server_threads -1: a quarter of the machine's cores, at most 4 (none on a machine of
+// fewer than 8 cores, where the reader, the preparer and the trainer keep every core busy).
+int DefaultServerThreads();
+
 struct LocalTrainingOptions {
   int num_servers = 1;          // in-process servers. Default: 1.
+  // Threads besides the trainer's that apply the in-process servers' large pulls and pushes, stripe by stripe
+  // (ShardOptions::stripe_pool: the same result as none). Default: -1 = DefaultServerThreads().
+  int server_threads = -1;
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
   std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
   // Called with the in-process servers before training (e.g. to give bounded tables a disk tier:

@@ -151,6 +151,65 @@ TEST_F(TrainerTest, OverlappedPushesAreAllAcknowledgedInOrderAndTheModelLearns) 
   EXPECT_GT(overlapped->result.eval.auc, truth_->bayes_auc - 0.02);
 }
 
+// The host side on threads (data.parse_threads, LocalTrainingOptions::server_threads spreading the in-process
+// servers' large requests over stripes) trains the same model bit for bit as one thread.
+TEST_F(TrainerTest, ParseAndServerThreadsTrainTheSameModel) {
+  // Vocabularies large enough that a batch's requests hold more than Table::kSpreadKeys unique keys.
+  DatagenOptions data = SmallDatagenOptions();
+  data.train_rows = 24000;
+  data.test_rows = 2000;
+  data.max_vocab = 100000;
+  const std::string dir = TmpDir() + "/large_vocab";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(GenerateCriteoData(data, dir).ok());
+  JobConfig job = Job(ModelConfig::DEEPFM);
+  job.mutable_data()->set_train_files(0, dir + "/train.tsv");
+  job.mutable_data()->set_test_files(0, dir + "/test.tsv");
+  job.mutable_train()->set_batch_size(4096);
+  job.mutable_train()->set_epochs(1);
+  auto backend = NewCpuBackend();
+  LocalTrainingOptions alone;
+  alone.num_servers = 2;
+  alone.server_threads = 0;
+  job.mutable_data()->set_parse_threads(1);
+  auto one = TrainInProcess(job, backend.get(), alone);
+  ASSERT_TRUE(one.ok()) << one.status();
+  LocalTrainingOptions threaded = alone;
+  threaded.server_threads = 2;
+  job.mutable_data()->set_parse_threads(3);
+  auto many = TrainInProcess(job, backend.get(), threaded);
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_EQ(many->examples, one->examples);
+  EXPECT_EQ(many->eval.fingerprint, one->eval.fingerprint);
+  EXPECT_EQ(many->eval.logloss, one->eval.logloss);
+}
+
+// TrainerOptions::stand_in_compute (bench/pipeline_ceiling_bench): the host side runs every step, pushing zero
+// gradients: whatever the stand-in's duration the servers' optimizers see the same (zero) gradients, so the
+// predictions are the same, and a real step's differ.
+TEST_F(TrainerTest, StandInComputeRunsTheHostSideWithZeroGradients) {
+  JobConfig job = Job(ModelConfig::FM);
+  job.mutable_train()->set_max_steps(6);
+  job.mutable_train()->set_eval_max_examples(500);
+  auto backend = NewCpuBackend();
+  LocalTrainingOptions options;
+  options.stand_in_compute = absl::ZeroDuration();
+  auto zero = TrainInProcess(job, backend.get(), options);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->steps, 6);
+  EXPECT_EQ(zero->examples, 6 * 256);
+  options.stand_in_compute = absl::Milliseconds(2);
+  auto waiting = TrainInProcess(job, backend.get(), options);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_EQ(waiting->eval.fingerprint, zero->eval.fingerprint);
+  EXPECT_GE(waiting->phases.compute, 6 * 0.002);
+  // A real step moves the model away from where zero gradients leave it.
+  job.mutable_train()->set_max_steps(6);
+  auto trained = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_NE(trained->eval.fingerprint, zero->eval.fingerprint);
+}
+
 TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
   JobConfig job = Job(ModelConfig::FM);
   job.mutable_train()->set_max_steps(20);

@@ -39,7 +39,7 @@ Shard::Shard(const ShardOptions& options, Partition partition)
       checks_(partition_, options.owner, ranges_, options.max_keys_per_request),
       cut_memory_(options.max_cut_retained_bytes),
       tables_(options.owner, KeyRange{ranges_.front().first, ranges_.back().last}, options.max_tables,
-              options.memory_budget_bytes, &cut_memory_),
+              options.memory_budget_bytes, &cut_memory_, options.stripe_pool),
       tier_(options.owner),
       fence_(options.job_id, options.owner),
       read_gate_(options.bsp_workers > 0, options.bsp_workers),

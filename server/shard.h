@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
+#include "common/thread_pool.h"
 #include "proto/table.pb.h"
 #include "server/bsp_aggregator.h"
 #include "server/bsp_undo.h"
@@ -104,6 +105,11 @@ struct ShardOptions {
   // Bytes of row copies a pending copy-on-write checkpoint cut may keep before pushes wait (server/cut_memory.h);
   // 0: no bound. Default: CutMemory::kDefaultBound (512 MiB).
   uint64_t max_cut_retained_bytes = CutMemory::kDefaultBound;
+  // Threads that share a large pull or push of an unbounded table with the caller's, stripe by stripe
+  // (Table::set_stripe_pool: the same result as one thread). For a process where one caller's requests are the
+  // load, such as kestrel_worker --local's in-process servers; a gRPC server's requests already run on many
+  // handler threads. Not owned; must outlive the shard. Default: null (the caller's thread alone).
+  ThreadPool* stripe_pool = nullptr;
 };
 
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "common/hash.h"
 #include "server/checkpoint_row_codec.h"
 #include "common/status.h"
@@ -166,6 +167,44 @@ void Table::ApplyGradient(uint64_t key, const float* g, float* row, int64_t cloc
   values_.Encode(w, values, values_.Noise(key, clock));
 }
 
+template <typename Work>
+absl::Status Table::ForEachRequestStripe(const StripedKeys& request, size_t keys, Work work) const {
+  if (stripe_pool_ == nullptr || bounded() || keys < kSpreadKeys) {
+    for (int si = 0; si < kStripes; ++si) {
+      if (!request.empty(si)) KESTREL_RETURN_IF_ERROR(work(si));
+    }
+    return absl::OkStatus();
+  }
+  // Groups of contiguous stripes holding about keys / groups keys each: group g ends at the first stripe where
+  // the keys so far reach (g + 1) * keys / groups.
+  const int groups = stripe_pool_->size() + 1;
+  std::vector<int> ends(groups, kStripes);
+  size_t so_far = 0;
+  for (int si = 0, g = 0; si < kStripes && g < groups - 1; ++si) {
+    so_far += request.Stripe(si).end - request.Stripe(si).begin;
+    while (g < groups - 1 && so_far * groups >= static_cast<size_t>(g + 1) * keys) ends[g++] = si + 1;
+  }
+  std::vector<absl::Status> statuses(groups);
+  auto run_group = [&](int g) {
+    for (int si = g == 0 ? 0 : ends[g - 1]; si < ends[g]; ++si) {
+      if (request.empty(si)) continue;
+      statuses[g] = work(si);
+      if (!statuses[g].ok()) return;
+    }
+  };
+  absl::BlockingCounter done(groups - 1);
+  for (int g = 1; g < groups; ++g) {
+    stripe_pool_->Schedule([&run_group, &done, g] {
+      run_group(g);
+      done.DecrementCount();
+    });
+  }
+  run_group(0);
+  done.Wait();
+  for (const absl::Status& status : statuses) KESTREL_RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
 template <typename Visit>
 void Table::VisitStripeLocked(const Stripe& s, StripeKeys request, const float* request_rows, bool pushing,
                               Visit visit) const {
@@ -199,8 +238,8 @@ absl::Status Table::PullWith(absl::Span<const uint64_t> keys, const StripedKeys&
                              int64_t clock) const {
   const size_t row_bytes = sizeof(float) * dim_;
   Hooks hooks(policy_, clock);
-  for (int si = 0; si < kStripes; ++si) {
-    if (request.empty(si)) continue;
+  // Spread (ForEachRequestStripe) only for unbounded tables, whose hooks hold nothing.
+  KESTREL_RETURN_IF_ERROR(ForEachRequestStripe(request, keys.size(), [&](int si) {
     const Stripe& s = stripes_[si];
     absl::ReaderMutexLock lock(&s.mu);
     hooks.BeginStripe(s.bounded);
@@ -226,7 +265,8 @@ absl::Status Table::PullWith(absl::Span<const uint64_t> keys, const StripedKeys&
       hooks.Miss();
       return true;
     });
-  }
+    return absl::OkStatus();
+  }));
   return hooks.Finish(keys, out, values_, init_);
 }
 
@@ -243,8 +283,8 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
   const size_t stored_bytes = sizeof(float) * stored_floats();
   if (cut_memory_ != nullptr) cut_memory_->AwaitRoom();  // before any lock: the writer frees copies under them
   Hooks hooks(policy_, clock);
-  for (int si = 0; si < kStripes; ++si) {
-    if (request.empty(si)) continue;
+  // Spread (ForEachRequestStripe) only for unbounded tables, whose hooks hold nothing.
+  return ForEachRequestStripe(request, keys.size(), [&](int si) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     Stripe& s = stripes_[si];
     absl::MutexLock lock(&s.mu);
     RetainedDelta retained(s.rows, cut_memory_);
@@ -288,9 +328,8 @@ absl::Status Table::PushWith(absl::Span<const uint64_t> keys, const StripedKeys&
       hooks.Pushed(row);
       return true;
     });
-    KESTREL_RETURN_IF_ERROR(hooks.EndStripe());
-  }
-  return absl::OkStatus();
+    return hooks.EndStripe();
+  });
 }
 
 template <typename Hooks>

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/partition.h"
+#include "common/thread_pool.h"
 #include "proto/table.pb.h"
 #include "server/admission_sketch.h"
 #include "server/bounded_policy.h"
@@ -156,6 +157,13 @@ class Table {
                               const std::function<absl::Status(uint64_t, absl::Span<const float>)>& row);
   // Where retained copies are counted and pushes wait for room (null: neither; the default). Set before use.
   void set_cut_memory(CutMemory* memory) { cut_memory_ = memory; }
+  // Where a large pull or push of an unbounded table spreads its stripes (ShardOptions::stripe_pool): contiguous
+  // groups of stripes of about equal keys run on the pool's threads and the caller's, each row handled exactly as
+  // on one thread (rows are independent), so the table ends bitwise the same. Null: the caller's thread alone
+  // (the default). Not owned. Set before use.
+  void set_stripe_pool(ThreadPool* pool) { stripe_pool_ = pool; }
+  // Requests with fewer keys than this stay on the caller's thread.
+  static constexpr size_t kSpreadKeys = 4096;
 
   // Admission sketch (bounded tables with admit_after > 1; otherwise empty): whether it changed since the
   // last ClearDirty(), its state, and loading a state written by a table of the same config and span
@@ -190,6 +198,11 @@ class Table {
   template <typename Hooks>
   [[nodiscard]] absl::Status PushWith(absl::Span<const uint64_t> keys, const StripedKeys& request, const float* grads,
                         int64_t clock);
+  // Calls work(si) for each stripe si that `request` has keys in, in order on the caller's thread, or spread over
+  // stripe_pool_ (set_stripe_pool) when the table is unbounded and the request has at least kSpreadKeys keys. work
+  // must touch stripe si alone. The first error, in stripe order, is answered; a group stops at its first.
+  template <typename Work>
+  [[nodiscard]] absl::Status ForEachRequestStripe(const StripedKeys& request, size_t keys, Work work) const;
   // Calls visit(i) for each request position i of the stripe `s` (`request`) in order, prefetching ahead (see
   // table.cc), until visit returns false.
   template <typename Visit>
@@ -228,6 +241,7 @@ class Table {
   BoundedPolicy policy_;
   std::unique_ptr<Stripe[]> stripes_;
   CutMemory* cut_memory_ = nullptr;
+  ThreadPool* stripe_pool_ = nullptr;
 };
 
 }  // namespace kestrel

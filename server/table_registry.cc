@@ -9,12 +9,13 @@
 namespace kestrel {
 
 TableRegistry::TableRegistry(int owner, KeyRange span, size_t max_tables, uint64_t memory_budget_bytes,
-                             CutMemory* cut_memory)
+                             CutMemory* cut_memory, ThreadPool* stripe_pool)
     : owner_(owner),
       span_(span),
       max_tables_(max_tables),
       memory_budget_bytes_(memory_budget_bytes),
-      cut_memory_(cut_memory) {
+      cut_memory_(cut_memory),
+      stripe_pool_(stripe_pool) {
   absl::MutexLock lock(&mu_);
   maps_.push_back(std::make_unique<TableMap>());
   tables_.store(maps_.back().get(), std::memory_order_release);
@@ -40,6 +41,7 @@ absl::StatusOr<bool> TableRegistry::Add(const TableConfig& config) {
   (*next)[config.name()] = std::shared_ptr<Table>(std::move(table).value());
   if (config.capacity().max_disk_bytes() > 0) added->SetColdTier(cold_tier_);
   added->set_cut_memory(cut_memory_);
+  added->set_stripe_pool(stripe_pool_);
   ApplyBudgetsLocked(*next);
   maps_.push_back(std::move(next));
   tables_.store(maps_.back().get(), std::memory_order_release);

@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/partition.h"
+#include "common/thread_pool.h"
 #include "proto/table.pb.h"
 #include "server/bounded_policy.h"
 #include "server/cut_memory.h"
@@ -38,8 +39,10 @@ class TableRegistry {
  public:
   // `owner`: the server whose range group the shard is (named in errors). `span`: the keys the tables hold.
   // `max_tables`: most tables. `memory_budget_bytes`: the bounded tables' shared budget (0: only their own).
-  // `cut_memory`: every table's retained copies.
-  TableRegistry(int owner, KeyRange span, size_t max_tables, uint64_t memory_budget_bytes, CutMemory* cut_memory);
+  // `cut_memory`: every table's retained copies. `stripe_pool`: every table's (Table::set_stripe_pool; null:
+  // none).
+  TableRegistry(int owner, KeyRange span, size_t max_tables, uint64_t memory_budget_bytes, CutMemory* cut_memory,
+                ThreadPool* stripe_pool = nullptr);
 
   TableRegistry(const TableRegistry&) = delete;
   TableRegistry& operator=(const TableRegistry&) = delete;
@@ -70,6 +73,7 @@ class TableRegistry {
   const size_t max_tables_;
   const uint64_t memory_budget_bytes_;
   CutMemory* const cut_memory_;
+  ThreadPool* const stripe_pool_;
 
   mutable absl::Mutex mu_;  // serializes table publication
   std::vector<std::unique_ptr<const TableMap>> maps_ ABSL_GUARDED_BY(mu_);  // every published version

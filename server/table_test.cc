@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/table.pb.h"
 #include "common/half.h"
+#include "common/thread_pool.h"
 #include "server/initializer.h"
 
 namespace kestrel {
@@ -180,6 +182,32 @@ TEST(TableTest, PushCreatesRowsAndPullReturnsUpdatedValues) {
   EXPECT_EQ(table->num_rows(), keys.size());
   for (size_t i = 0; i < expected.size(); ++i) expected[i] -= grads[i];
   EXPECT_EQ(Pull(*table, keys), expected);
+}
+
+// A stripe pool (Table::set_stripe_pool) spreads large requests over threads: the rows end bitwise as with none,
+// and pulls read the same bytes.
+TEST(TableTest, StripePoolGivesTheSameRowsAsOneThread) {
+  TableConfig config = SgdConfig(8, InitializerConfig::NORMAL);
+  config.mutable_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+  config.mutable_optimizer()->set_learning_rate(0.05f);
+  const auto alone = MustCreate(config);
+  const auto spread = MustCreate(config);
+  ThreadPool pool(3);
+  spread->set_stripe_pool(&pool);
+  for (int round = 0; round < 4; ++round) {
+    // Keys old and new, more than kSpreadKeys, gradients not exact in any rounding.
+    const std::vector<uint64_t> keys = Keys(3 * Table::kSpreadKeys, round % 2);
+    std::vector<float> grads(keys.size() * 8);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(static_cast<float>(i * 7 + round)) / 3.0f;
+    ASSERT_TRUE(alone->Push(keys, grads.data(), round).ok());
+    ASSERT_TRUE(spread->Push(keys, grads.data(), round).ok());
+  }
+  EXPECT_EQ(alone->Fingerprint(), spread->Fingerprint());
+  EXPECT_EQ(alone->num_rows(), spread->num_rows());
+  const std::vector<uint64_t> read = Keys(5 * Table::kSpreadKeys, 1);  // present and absent keys
+  const std::vector<float> a = Pull(*alone, read);
+  const std::vector<float> b = Pull(*spread, read);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
 }
 
 TEST(TableTest, ManyKeysGrowStripesAndIndex) {

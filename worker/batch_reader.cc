@@ -1,12 +1,40 @@
 #include "worker/batch_reader.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "common/status.h"
 
 namespace kestrel {
 
-BatchReader::BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error)
-    : schema_(schema), lines_(std::move(lines)), parser_(std::move(schema)), on_error_(on_error) {}
+namespace {
+
+// Fewer lines than this per chunk are not worth a thread's hand-off.
+constexpr size_t kMinChunkLines = 256;
+
+}  // namespace
+
+int DefaultParseThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+}
+
+ReaderOptions ReaderOptionsFor(const DataConfig& data) {
+  ReaderOptions options;
+  options.on_error = data.skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  options.parse_threads = data.parse_threads() > 0 ? data.parse_threads() : DefaultParseThreads();
+  return options;
+}
+
+BatchReader::BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error,
+                         int parse_threads)
+    : schema_(schema), lines_(std::move(lines)), parser_(schema), on_error_(on_error) {
+  if (parse_threads <= 1) return;
+  pool_ = std::make_unique<ThreadPool>(parse_threads - 1);
+  chunks_.resize(parse_threads);
+  for (Chunk& chunk : chunks_) chunk.parser = std::make_unique<LineParser>(schema);
+}
 
 absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(std::shared_ptr<const Schema> schema,
                                                                const std::vector<std::string>& files,
@@ -16,11 +44,13 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(std::shared_ptr<c
   ReaderOptions with_header = options;
   with_header.header = schema->header();
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open(files, with_header, start));
-  return std::unique_ptr<BatchReader>(new BatchReader(std::move(schema), std::move(lines), options.on_error));
+  return std::unique_ptr<BatchReader>(
+      new BatchReader(std::move(schema), std::move(lines), options.on_error, options.parse_threads));
 }
 
 absl::StatusOr<int64_t> BatchReader::Fill(int64_t size, Batch* batch, bool append, std::vector<uint64_t>* lines) {
   if (!append) batch->Reset(schema_->fields(), schema_->dense_dim());
+  if (pool_ != nullptr) return FillParallel(size, batch, lines);
   absl::string_view line;
   while (batch->size < size) {
     KESTREL_ASSIGN_OR_RETURN(bool more, lines_.Next(&line));
@@ -36,6 +66,71 @@ absl::StatusOr<int64_t> BatchReader::Fill(int64_t size, Batch* batch, bool appen
     if (lines != nullptr) lines->push_back(lines_.line());
   }
   return batch->size;
+}
+
+absl::StatusOr<int64_t> BatchReader::FillParallel(int64_t size, Batch* batch, std::vector<uint64_t>* lines) {
+  while (batch->size < size) {
+    // The lines one thread would read next if none were malformed; any that are leave a shortfall for the
+    // next round, so exactly the lines one thread reads are read.
+    round_.text.clear();
+    round_.ends.clear();
+    round_.marks.clear();
+    round_.global.clear();
+    absl::string_view line;
+    for (int64_t want = size - batch->size; want > 0; --want) {
+      KESTREL_ASSIGN_OR_RETURN(bool more, lines_.Next(&line));
+      if (!more) break;
+      round_.text.append(line.data(), line.size());
+      round_.ends.push_back(round_.text.size());
+      round_.marks.push_back(lines_.mark());
+      round_.global.push_back(lines_.line());
+    }
+    const size_t n = round_.ends.size();
+    if (n == 0) break;
+    const size_t chunks = std::min(chunks_.size(), std::max<size_t>(1, n / kMinChunkLines));
+    absl::BlockingCounter done(static_cast<int>(chunks) - 1);
+    for (size_t c = 1; c < chunks; ++c) {
+      pool_->Schedule([this, c, n, chunks, lines, &done] {
+        ParseChunk(n * c / chunks, n * (c + 1) / chunks, lines != nullptr, &chunks_[c]);
+        done.DecrementCount();
+      });
+    }
+    ParseChunk(0, n / chunks, lines != nullptr, &chunks_[0]);
+    done.Wait();
+    for (size_t c = 0; c < chunks; ++c) {
+      Chunk& chunk = chunks_[c];
+      if (chunk.failed != SIZE_MAX) {  // the first malformed line in line order (chunks are in order)
+        return absl::InvalidArgumentError(
+            absl::StrCat(lines_.WhereOf(round_.marks[chunk.failed]), ": ", chunk.error.message()));
+      }
+      batch->Append(chunk.batch);
+      skipped_ += chunk.skipped;
+      if (lines != nullptr) lines->insert(lines->end(), chunk.lines.begin(), chunk.lines.end());
+    }
+  }
+  return batch->size;
+}
+
+void BatchReader::ParseChunk(size_t begin, size_t end, bool log_lines, Chunk* chunk) {
+  chunk->batch.Reset(schema_->fields(), schema_->dense_dim());
+  chunk->lines.clear();
+  chunk->skipped = 0;
+  chunk->failed = SIZE_MAX;
+  for (size_t i = begin; i < end; ++i) {
+    const size_t from = i == 0 ? 0 : round_.ends[i - 1];
+    absl::Status parsed =
+        chunk->parser->Append(absl::string_view(round_.text).substr(from, round_.ends[i] - from), &chunk->batch);
+    if (!parsed.ok()) {
+      if (on_error_ == ReaderOptions::OnError::kFail) {
+        chunk->failed = i;
+        chunk->error = std::move(parsed);
+        return;
+      }
+      ++chunk->skipped;
+      continue;
+    }
+    if (log_lines) chunk->lines.push_back(round_.global[i]);
+  }
 }
 
 }  // namespace kestrel

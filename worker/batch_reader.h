@@ -1,7 +1,9 @@
 // BatchReader: one worker's share of a job's data files read as Batches, each line parsed as the job's Schema
 // (worker/data/schema.h) says. Lines come from ShardedLines (worker/data/record_reader.h: sharding, shuffling,
 // header lines, resumable positions); a malformed line fails the read with "file:line: problem" or, with
-// ReaderOptions::OnError::kSkip, is skipped and counted. Thread-compatible.
+// ReaderOptions::OnError::kSkip, is skipped and counted. With ReaderOptions::parse_threads > 1 a batch's lines are
+// copied out, parsed in contiguous chunks on a pool the reader owns and joined in order (Batch::Append), so the
+// result is the one thread's, bit for bit. Thread-compatible.
 #ifndef KESTREL_WORKER_BATCH_READER_H_
 #define KESTREL_WORKER_BATCH_READER_H_
 
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/thread_pool.h"
 #include "proto/job.pb.h"
 #include "worker/data/batch.h"
 #include "worker/data/record_reader.h"
@@ -17,6 +20,12 @@
 #include "worker/data/schema_parser.h"
 
 namespace kestrel {
+
+// data.parse_threads 0: a quarter of the machine's cores, from 1 to 4 (one on a small machine, where the parse
+// shares the cores with the model and the servers; more on a GPU host, where the host side feeds the card).
+int DefaultParseThreads();
+// The reader options a job's data asks for: its malformed-line rule (skip_malformed) and its parse threads.
+ReaderOptions ReaderOptionsFor(const DataConfig& data);
 
 class BatchReader {
  public:
@@ -37,13 +46,39 @@ class BatchReader {
   uint64_t skipped() const { return skipped_; }
 
  private:
-  BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error);
+  BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error,
+              int parse_threads);
+
+  // Fill with parse_threads > 1: rounds of (the lines still wanted, copied out; parsed in chunks; joined).
+  [[nodiscard]] absl::StatusOr<int64_t> FillParallel(int64_t size, Batch* batch, std::vector<uint64_t>* lines);
+  // The lines copied out for a round, and what their parse found.
+  struct Round {
+    std::string text;               // the lines, one after another
+    std::vector<size_t> ends;       // where each line ends in `text`
+    std::vector<ShardedLines::LineMark> marks;
+    std::vector<uint64_t> global;   // each line's global index
+  };
+  // A chunk's parse: its examples, its good lines' global indices, its skipped lines, its first error's line.
+  struct Chunk {
+    std::unique_ptr<LineParser> parser;
+    Batch batch;
+    std::vector<uint64_t> lines;
+    uint64_t skipped = 0;
+    size_t failed = SIZE_MAX;  // index in the round of its first malformed line (OnError::kFail)
+    absl::Status error;
+  };
+  // Parses lines [begin, end) of round_ into `chunk`.
+  void ParseChunk(size_t begin, size_t end, bool log_lines, Chunk* chunk);
 
   const std::shared_ptr<const Schema> schema_;
   ShardedLines lines_;
   LineParser parser_;
   const ReaderOptions::OnError on_error_;
   uint64_t skipped_ = 0;
+  // parse_threads > 1 only. The pool runs chunks 1.., the caller chunk 0.
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<Chunk> chunks_;
+  Round round_;
 };
 
 }  // namespace kestrel

@@ -17,8 +17,7 @@ namespace {
 // Reads the first `examples` examples of `file` as training would; the error says which list the file is in.
 [[nodiscard]] absl::Status CheckFile(const JobConfig& job, const std::shared_ptr<const Schema>& schema, const std::string& file,
                        const char* list, int64_t examples) {
-  ReaderOptions options;
-  options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  const ReaderOptions options = ReaderOptionsFor(job.data());
   absl::StatusOr<std::unique_ptr<BatchReader>> reader = BatchReader::Open(schema, {file}, options);
   absl::Status status = reader.status();
   if (status.ok()) {

@@ -94,6 +94,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, 
       }
     }
   }
+  if (backend != nullptr) {
+    KESTREL_RETURN_IF_ERROR(backend->SetGemmMath(c.gemm_precision() == ModelConfig::GEMM_TF32
+                                                     ? Backend::GemmMath::kTf32
+                                                     : Backend::GemmMath::kFp32));
+  }
   return std::unique_ptr<Model>(new Model(c, fields, dense_dim, backend));
 }
 

@@ -1,7 +1,7 @@
 // GPU test (tagged "gpu"): one whole training step (forward, backward, every gradient) of each model on the
 // CUDA backend against the CPU backend, on a Criteo-shaped batch (single-valued, and jagged with pooled
-// multi-valued fields and example weights), within 1e-5 (relative to 1 + |cpu|). Skips where there is no GPU or
-// the binary was built without CUDA.
+// multi-valued fields and example weights), within 1e-5 (relative to 1 + |cpu|), and with TF32 matrix products
+// within 1e-2. Skips where there is no GPU or the binary was built without CUDA.
 #include <cmath>
 #include <random>
 
@@ -31,8 +31,9 @@ void ExpectClose(const std::vector<float>& cuda, const std::vector<float>& cpu, 
 }
 
 // One training step of `config` on a Criteo-shaped `batch`, CUDA against CPU (gradients and probabilities
-// within `tolerance` relative to 1 + |cpu|), and the CUDA step repeated bit for bit.
-void CompareStep(const ModelConfig& config, const PreparedBatch& batch, double tolerance) {
+// within `tolerance` relative to 1 + |cpu|, the loss within `loss_tolerance`), and the CUDA step repeated bit for
+// bit.
+void CompareStep(const ModelConfig& config, const PreparedBatch& batch, double tolerance, double loss_tolerance = 1e-5) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no GPU here (" << DescribeCudaDevices() << ")";
   absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0);
   if (!cuda.ok()) GTEST_SKIP() << "no CUDA backend: " << cuda.status();
@@ -65,7 +66,7 @@ void CompareStep(const ModelConfig& config, const PreparedBatch& batch, double t
     return o;
   };
   const Out a = run(*cuda_model), b = run(*cpu_model);
-  EXPECT_NEAR(a.loss, b.loss, 1e-5 * (1 + std::fabs(b.loss)));
+  EXPECT_NEAR(a.loss, b.loss, loss_tolerance * (1 + std::fabs(b.loss)));
   ExpectClose(a.probs, b.probs, "probabilities", tolerance);
   ExpectClose(a.wide, b.wide, "wide gradient", tolerance);
   if (cpu_model->has_embedding()) ExpectClose(a.emb, b.emb, "embedding gradient", tolerance);
@@ -106,6 +107,18 @@ TEST_P(ModelGpuRealisticTest, TrainingStepMatchesTheCpuBackend) {
   config.set_embedding_dim(dim);
   for (int h : dim == 16 ? std::vector<int>{256, 128} : std::vector<int>{1024, 512, 256}) config.add_hidden(h);
   CompareStep(config, SyntheticCriteoBatch(4096, 500.0), 1e-4);
+}
+
+// model.gemm_precision GEMM_TF32: the MLP's products on tensor cores from TF32-rounded inputs (10-bit mantissa):
+// within 1e-2 of the CPU's fp32 at the realistic size, and still repeatable bit for bit.
+TEST(ModelGpuTf32Test, TrainingStepNearTheCpuBackendAndRepeatable) {
+  ModelConfig config;
+  config.set_type(ModelConfig::DEEPFM);
+  config.set_embedding_dim(16);
+  config.add_hidden(256);
+  config.add_hidden(128);
+  config.set_gemm_precision(ModelConfig::GEMM_TF32);
+  CompareStep(config, SyntheticCriteoBatch(4096, 500.0), 1e-2, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(RealisticSizes, ModelGpuRealisticTest,

@@ -521,8 +521,7 @@ class Trainer::Impl {
                      std::vector<float>* labels) {
     KESTREL_RETURN_IF_ERROR(Init());
     const JobConfig& job = options_.job;
-    ReaderOptions reader_options;
-    reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+    ReaderOptions reader_options = ReaderOptionsFor(job.data());
     KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
                              BatchReader::Open(schema_, files, reader_options));
     StepData step_data(backend_);

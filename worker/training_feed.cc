@@ -150,8 +150,7 @@ WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) co
 absl::Status TrainingFeed::OpenReader(const EpochSchedule::Epoch& epoch, const ReaderPosition& at) {
   const JobConfig& job = options_.job;
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
-  ReaderOptions reader_options;
-  reader_options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  ReaderOptions reader_options = ReaderOptionsFor(job.data());
   reader_options.assignment = std::make_shared<LineAssignment>(ShareOf(epoch));
   if (job.train().shuffle_buffer() > 0) {
     reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());

@@ -55,8 +55,7 @@ Reader::Reader(const std::string& config_text, std::vector<std::string> files, b
     const auto& from = test ? job.data().test_files() : job.data().train_files();
     files.assign(from.begin(), from.end());
   }
-  ReaderOptions options;
-  options.on_error = job.data().skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
+  ReaderOptions options = ReaderOptionsFor(job.data());
   options.part = part;
   options.num_parts = num_parts;
   if (!test && job.train().shuffle_buffer() > 0) {

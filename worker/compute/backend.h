@@ -37,6 +37,14 @@ class Backend {
   // Sets `bytes` of a device array to zero.
   [[nodiscard]] virtual absl::Status Zero(void* device, size_t bytes) = 0;
   [[nodiscard]] virtual absl::Status Synchronize() = 0;
+  // The arithmetic of Gemm from now on: kFp32 (the default), or kTf32, tensor cores on TF32-rounded inputs with
+  // fp32 accumulation where the backend has them (ModelConfig.gemm_precision). A backend without them (the CPU)
+  // keeps computing fp32 and answers OK.
+  enum class GemmMath { kFp32, kTf32 };
+  [[nodiscard]] virtual absl::Status SetGemmMath(GemmMath math) {
+    (void)math;
+    return absl::OkStatus();
+  }
 
   // Ops (layouts in kernel_math.h).
   // Pools each bag's rows: x[b, :] = sum over bag b's entries e (ascending) of values[e] * rows[index[e], :],

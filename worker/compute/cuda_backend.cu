@@ -5,7 +5,8 @@
 // only has to compare them. Elements that reduce (Pool, FieldSum, FmForward, ColumnSum, SegmentSum) are summed
 // by one thread in the same fixed order as on the CPU: no atomics, so every op is bitwise repeatable run to run.
 // They need not be bitwise equal to the CPU's, since nvcc fuses a * b + c into one FMA where g++ rounds twice;
-// the GPU test allows 1e-5. Gemm is cuBLAS SGEMM in full fp32 (no TF32), within 1e-5 of the CPU's loops.
+// the GPU test allows 1e-5. Gemm is cuBLAS SGEMM in full fp32 (no TF32), within 1e-5 of the CPU's loops, unless
+// SetGemmMath(kTf32) opts into tensor cores (ModelConfig.gemm_precision).
 //
 // Ops only enqueue work; errors a kernel hits while running surface at the next launch check or at
 // Synchronize(). Indices are 64-bit throughout: examples * fields * dim overflows int at realistic batch sizes.
@@ -323,6 +324,13 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::Status SetGemmMath(GemmMath math) override {
+    if (absl::Status s = SetDevice(); !s.ok()) return s;
+    const cublasStatus_t blas =
+        cublasSetMathMode(blas_, math == GemmMath::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    return blas == CUBLAS_STATUS_SUCCESS ? absl::OkStatus() : CublasError(blas, "cublasSetMathMode");
+  }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;

@@ -42,4 +42,31 @@ void Batch::CloseExample(float label, float weight) {
   ++size;
 }
 
+void Batch::Append(const Batch& other) {
+  const uint32_t base = static_cast<uint32_t>(keys.size());
+  if (!single_valued() || !other.single_valued()) {
+    if (single_valued()) {  // as CloseBag leaves the compact layout: bag b holds entry b
+      bag_offsets.resize(static_cast<size_t>(closed_bags) + 1);
+      for (int64_t b = 0; b <= closed_bags; ++b) bag_offsets[b] = static_cast<uint32_t>(b);
+    }
+    for (int64_t b = 1; b <= other.closed_bags; ++b) {
+      bag_offsets.push_back(base + (other.single_valued() ? static_cast<uint32_t>(b) : other.bag_offsets[b]));
+    }
+  }
+  keys.insert(keys.end(), other.keys.begin(), other.keys.end());
+  values.insert(values.end(), other.values.begin(), other.values.end());
+  dense.insert(dense.end(), other.dense.begin(), other.dense.end());
+  labels.insert(labels.end(), other.labels.begin(), other.labels.end());
+  if (!weights.empty() || !other.weights.empty()) {
+    weights.resize(static_cast<size_t>(size), 1.0f);
+    if (other.weights.empty()) {
+      weights.resize(static_cast<size_t>(size + other.size), 1.0f);
+    } else {
+      weights.insert(weights.end(), other.weights.begin(), other.weights.end());
+    }
+  }
+  size += other.size;
+  closed_bags += other.closed_bags;
+}
+
 }  // namespace kestrel

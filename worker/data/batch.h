@@ -54,6 +54,10 @@ struct Batch {
   // Ends the example (its dense inputs already appended); `weight` 1 keeps `weights` empty while all are 1.
   void CloseExample(float label, float weight = 1.0f);
 
+  // Appends the examples of `other` (of the same shape; its examples all closed), exactly as if they had been
+  // built into this batch after its own: the layout stays compact while both are.
+  void Append(const Batch& other);
+
   int64_t closed_bags = 0;  // bags closed so far (CloseBag)
 };
 

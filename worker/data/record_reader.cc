@@ -174,8 +174,8 @@ const char* ShardedLines::Keep(absl::string_view text) {
   return out;
 }
 
-std::string ShardedLines::Where() const {
-  return absl::StrFormat("%s:%d", files_[std::min(last_file_, files_.size() - 1)], last_file_line_);
+std::string ShardedLines::WhereOf(LineMark mark) const {
+  return absl::StrFormat("%s:%d", files_[std::min(mark.file, files_.size() - 1)], mark.file_line);
 }
 
 absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header) {
@@ -184,26 +184,27 @@ absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, b
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);
     if (!in.good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", f));
-    // A line is blank when it holds nothing but an optional '\r' (as ShardedLines sees it).
+    // A line is blank when it holds nothing but an optional '\r' (as ShardedLines sees it). Lines are found with
+    // memchr (vectorised); a line may span buffers.
     uint64_t line_chars = 0;
-    bool only_cr = true;
+    char first_char = 0;
     bool first = true;
     auto end_line = [&] {
-      if (!(header && first) && line_chars > 0 && !(only_cr && line_chars == 1)) ++lines;
+      if (!(header && first) && line_chars > 0 && !(line_chars == 1 && first_char == '\r')) ++lines;
       first = false;
       line_chars = 0;
-      only_cr = true;
     };
     while (in.read(buffer.data(), buffer.size()) || in.gcount() > 0) {
-      const std::streamsize got = in.gcount();
-      for (std::streamsize i = 0; i < got; ++i) {
-        const char c = buffer[i];
-        if (c == '\n') {
-          end_line();
-        } else {
-          ++line_chars;
-          if (c != '\r') only_cr = false;
-        }
+      const char* p = buffer.data();
+      const char* const end = p + in.gcount();
+      while (p < end) {
+        const char* newline = static_cast<const char*>(std::memchr(p, '\n', end - p));
+        const char* const stop = newline == nullptr ? end : newline;
+        if (line_chars == 0 && stop > p) first_char = *p;
+        line_chars += stop - p;
+        if (newline == nullptr) break;
+        end_line();
+        p = newline + 1;
       }
     }
     if (in.bad()) return absl::DataLossError(absl::StrFormat("cannot read data file %s", f));

@@ -55,6 +55,9 @@ struct ReaderOptions {
   // The shuffle's seed, and the epoch being read (every epoch has its own order). Defaults: 0 and 0.
   uint64_t shuffle_seed = 0;
   int64_t epoch = 0;
+  // BatchReader: threads parsing a batch's lines (in chunks, joined in line order: the batch, the skipped lines and
+  // the first error are those of one thread). Default: 1 (the caller's thread alone).
+  int parse_threads = 1;
 };
 
 // The positions a reader with `options` returns: options.assignment, or the plain sharding of part / num_parts.
@@ -86,7 +89,15 @@ class ShardedLines {
   // The next line of this part (true), or the end of the data (false). `line` stays valid until the next call.
   [[nodiscard]] absl::StatusOr<bool> Next(absl::string_view* line);
   // "file:line" of the line last returned.
-  std::string Where() const;
+  std::string Where() const { return WhereOf(mark()); }
+  // The line last returned, to name it later (WhereOf) when it is no longer the last.
+  struct LineMark {
+    size_t file = 0;
+    uint64_t file_line = 0;
+  };
+  LineMark mark() const { return {last_file_, last_file_line_}; }
+  // "file:line" of a line marked earlier.
+  std::string WhereOf(LineMark mark) const;
   // The global index of the line last returned (its place in the files, whatever the order).
   uint64_t line() const { return last_line_; }
   const ReaderPosition& position() const { return position_; }
