@@ -10,7 +10,10 @@
 // (every thread of this process: the worker and its in-process servers) and examples per CPU-second (per core),
 // and the time by phase of the last run.
 //
-//   bench/run_pipeline_ceiling_bench.sh [--stand_in_us=0,2840] [--runs=3] ...
+// With --baseline_binary (another build of this benchmark, e.g. an older commit's) each round runs that build once
+// per configuration, alternated with this one, and the report gives the ratios within each round.
+//
+//   bench/run_pipeline_ceiling_bench.sh [--before=COMMIT] [--stand_in_us=0,2840] [--runs=3] ...
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,7 +47,14 @@ ABSL_FLAG(int64_t, train_rows, 1000000, "Generated training rows (made once in -
 ABSL_FLAG(int, max_vocab, 100000, "Largest vocabulary of a generated categorical field.");
 ABSL_FLAG(int, servers, 1, "In-process servers (kestrel_worker --local_servers).");
 ABSL_FLAG(int, server_threads, -1, "LocalTrainingOptions::server_threads (-1: the default, DefaultServerThreads).");
+ABSL_FLAG(int, split_pulls, -1,
+          "LocalTrainingOptions::split_pulls: 1 on, 0 off, -1 on when the stand-in is not 0 (it stands for a GPU "
+          "computing while the host pulls).");
 ABSL_FLAG(int, parse_threads, 0, "data.parse_threads (0: the default, worker/batch_reader.h DefaultParseThreads).");
+ABSL_FLAG(std::string, baseline_binary, "",
+          "Another build of this benchmark (e.g. an older commit's): each round runs it once per configuration, "
+          "alternated with this build, and the report gives both and their ratio within each round ('' for none).");
+ABSL_FLAG(std::string, baseline_label, "before", "The baseline build's name in the report.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_pipeline_ceiling", "Where the generated data is kept.");
 ABSL_FLAG(std::string, output, "bench/results/pipeline_ceiling.md", "Markdown report ('' for none).");
 ABSL_FLAG(std::string, git_commit, "", "Commit to record (default: git rev-parse).");
@@ -103,6 +113,8 @@ absl::StatusOr<Run> Measure(const JobConfig& job, absl::Duration stand_in) {
   LocalTrainingOptions options;
   options.num_servers = absl::GetFlag(FLAGS_servers);
   options.server_threads = absl::GetFlag(FLAGS_server_threads);
+  const int split = absl::GetFlag(FLAGS_split_pulls);
+  options.split_pulls = split >= 0 ? split : stand_in > absl::ZeroDuration();
   options.stand_in_compute = stand_in;
   const double cpu_start = bench::ProcessCpuSeconds();
   KESTREL_ASSIGN_OR_RETURN(TrainResult result, TrainInProcess(job, backend.get(), options));
@@ -112,6 +124,30 @@ absl::StatusOr<Run> Measure(const JobConfig& job, absl::Duration stand_in) {
   run.cpu_seconds_per_1000 = 1000.0 * cpu / std::max<int64_t>(result.examples, 1);
   run.phases = result.phases;
   return run;
+}
+
+// One run of the baseline build (--baseline_binary) with a stand-in of `stand_in`, on the same data and sizes:
+// its "examples/s" and "CPU-s per 1000" from the line it prints per run.
+absl::StatusOr<Run> MeasureBaseline(absl::Duration stand_in) {
+  std::string command = bench::ShellQuote(absl::GetFlag(FLAGS_baseline_binary));
+  absl::StrAppend(&command, " --runs=1 --output= --stand_in_us=", absl::ToInt64Microseconds(stand_in),
+                  " --embedding_dim=", absl::GetFlag(FLAGS_embedding_dim), " --hidden=",
+                  bench::ShellQuote(absl::GetFlag(FLAGS_hidden)), " --batch_size=", absl::GetFlag(FLAGS_batch_size),
+                  " --train_rows=", absl::GetFlag(FLAGS_train_rows), " --max_vocab=", absl::GetFlag(FLAGS_max_vocab),
+                  " --servers=", absl::GetFlag(FLAGS_servers), " --work_dir=",
+                  bench::ShellQuote(absl::GetFlag(FLAGS_work_dir)), " 2>&1");
+  const std::string out = bench::RunCommand(command);
+  // "run 1, stand-in 0: 265514 examples/s, 0.0068 CPU-s per 1000"
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    const size_t colon = line.find(": ");
+    if (!absl::StartsWith(line, "run 1, stand-in") || colon == absl::string_view::npos) continue;
+    Run run;
+    if (std::sscanf(std::string(line.substr(colon + 2)).c_str(), "%lf examples/s, %lf CPU-s per 1000",
+                    &run.examples_per_second, &run.cpu_seconds_per_1000) == 2) {
+      return run;
+    }
+  }
+  return absl::InternalError(absl::StrCat("the baseline printed no run line: ", out.substr(0, 2000)));
 }
 
 int Main(int argc, char** argv) {
@@ -134,10 +170,24 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const JobConfig job = Job(*data);
-  std::vector<bench::Figures> figures(stand_ins.size());
+  const bool baseline = !absl::GetFlag(FLAGS_baseline_binary).empty();
+  const std::string label = absl::GetFlag(FLAGS_baseline_label);
+  std::vector<bench::Figures> figures(stand_ins.size()), baseline_figures(stand_ins.size());
   std::vector<PhaseTimes> last_phases(stand_ins.size());
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     for (size_t i = 0; i < stand_ins.size(); ++i) {
+      Run before;
+      if (baseline) {
+        absl::StatusOr<Run> measured = MeasureBaseline(stand_ins[i]);
+        if (!measured.ok()) {
+          std::fprintf(stderr, "%s: %s\n", label.c_str(), measured.status().ToString().c_str());
+          return 1;
+        }
+        before = *measured;
+        baseline_figures[i].Add("examples/s", "%.0f", before.examples_per_second);
+        baseline_figures[i].Add("CPU-seconds per 1000 examples", "%.4f", before.cpu_seconds_per_1000);
+        baseline_figures[i].Add("examples per CPU-second (per core)", "%.0f", 1000.0 / before.cpu_seconds_per_1000);
+      }
       absl::StatusOr<Run> run = Measure(job, stand_ins[i]);
       if (!run.ok()) {
         std::fprintf(stderr, "run: %s\n", run.status().ToString().c_str());
@@ -147,6 +197,12 @@ int Main(int argc, char** argv) {
       figures[i].Add("CPU-seconds per 1000 examples", "%.4f", run->cpu_seconds_per_1000);
       figures[i].Add("examples per CPU-second (per core)", "%.0f", 1000.0 / run->cpu_seconds_per_1000);
       last_phases[i] = run->phases;
+      if (baseline) {
+        figures[i].Add(absl::StrCat("examples/s, this build / ", label), "%.2fx",
+                       run->examples_per_second / before.examples_per_second);
+        figures[i].Add(absl::StrCat("examples per CPU-second, this build / ", label), "%.2fx",
+                       before.cpu_seconds_per_1000 / run->cpu_seconds_per_1000);
+      }
       std::fprintf(stderr, "run %d, stand-in %s: %.0f examples/s, %.4f CPU-s per 1000\n", r + 1,
                    absl::FormatDuration(stand_ins[i]).c_str(), run->examples_per_second, run->cpu_seconds_per_1000);
     }
@@ -166,7 +222,11 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < stand_ins.size(); ++i) {
     const PhaseTimes& p = last_phases[i];
     absl::StrAppend(&md, "## Stand-in compute ", absl::FormatDuration(stand_ins[i]), " per batch\n\n",
+                    baseline ? "This build, and its ratios to the baseline within each round:\n\n" : "",
                     figures[i].Markdown(), "\n",
+                    baseline ? absl::StrCat("The baseline (", label, ", ", absl::GetFlag(FLAGS_baseline_binary),
+                                            "), run alternately with it:\n\n", baseline_figures[i].Markdown(), "\n")
+                             : "",
                     absl::StrFormat("Time by phase (last run, seconds): read %.2f, batch %.2f (reader and preparer "
                                     "threads); pull %.2f, compute %.2f, push %.2f, wait %.2f.\n\n",
                                     p.read, p.batch, p.pull, p.compute, p.push, p.wait));

@@ -51,6 +51,10 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   trainer_options.metrics_path = options.metrics_path;
   trainer_options.observer = options.observer;
   trainer_options.stand_in_compute = options.stand_in_compute;
+  // One worker, and servers only it reaches: the next batch's rows this batch does not push can be pulled while it
+  // computes (exact for unbounded tables; a bounded table's push may evict or expire other rows).
+  const bool split = options.split_pulls < 0 ? backend->accelerator() : options.split_pulls > 0;
+  trainer_options.split_pulls = split && !job.model().has_sparse_capacity();
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
   absl::StatusOr<TrainResult> result = trainer.Run();
   if (!result.ok()) return result;

@@ -30,6 +30,10 @@ struct LocalTrainingOptions {
   // Threads besides the trainer's that apply the in-process servers' large pulls and pushes, stripe by stripe
   // (ShardOptions::stripe_pool: the same result as none). Default: -1 = DefaultServerThreads().
   int server_threads = -1;
+  // TrainerOptions::split_pulls (never with a bounded table, whose pushes may evict other rows): 1 on, 0 off, -1 on
+  // when the backend computes on an accelerator (Backend::accelerator: a GPU computes while the host pulls; the CPU
+  // backend's compute already keeps every core busy). Default: -1.
+  int split_pulls = -1;
   std::string metrics_path;    // JSON-lines records; empty: none. Default: none.
   std::function<void(const TrainerEvent&)> observer;  // TrainerOptions::observer. Default: none.
   // Called with the in-process servers before training (e.g. to give bounded tables a disk tier:

@@ -152,9 +152,12 @@ TEST_F(TrainerTest, OverlappedPushesAreAllAcknowledgedInOrderAndTheModelLearns) 
 }
 
 // The host side on threads (data.parse_threads, LocalTrainingOptions::server_threads spreading the in-process
-// servers' large requests over stripes) trains the same model bit for bit as one thread.
-TEST_F(TrainerTest, ParseAndServerThreadsTrainTheSameModel) {
-  // Vocabularies large enough that a batch's requests hold more than Table::kSpreadKeys unique keys.
+// servers' large requests over stripes) and split pulls (the next batch's rows this one does not push pulled while
+// it computes) train the same model bit for bit as one thread pulling after each push, with and without
+// embeddings and with an evaluation between steps.
+TEST_F(TrainerTest, ThreadsAndSplitPullsTrainTheSameModel) {
+  // Vocabularies large enough that a batch's requests hold more than Table::kSpreadKeys unique keys, and
+  // consecutive batches share some keys but not all.
   DatagenOptions data = SmallDatagenOptions();
   data.train_rows = 24000;
   data.test_rows = 2000;
@@ -162,26 +165,33 @@ TEST_F(TrainerTest, ParseAndServerThreadsTrainTheSameModel) {
   const std::string dir = TmpDir() + "/large_vocab";
   std::filesystem::create_directories(dir);
   ASSERT_TRUE(GenerateCriteoData(data, dir).ok());
-  JobConfig job = Job(ModelConfig::DEEPFM);
-  job.mutable_data()->set_train_files(0, dir + "/train.tsv");
-  job.mutable_data()->set_test_files(0, dir + "/test.tsv");
-  job.mutable_train()->set_batch_size(4096);
-  job.mutable_train()->set_epochs(1);
-  auto backend = NewCpuBackend();
-  LocalTrainingOptions alone;
-  alone.num_servers = 2;
-  alone.server_threads = 0;
-  job.mutable_data()->set_parse_threads(1);
-  auto one = TrainInProcess(job, backend.get(), alone);
-  ASSERT_TRUE(one.ok()) << one.status();
-  LocalTrainingOptions threaded = alone;
-  threaded.server_threads = 2;
-  job.mutable_data()->set_parse_threads(3);
-  auto many = TrainInProcess(job, backend.get(), threaded);
-  ASSERT_TRUE(many.ok()) << many.status();
-  EXPECT_EQ(many->examples, one->examples);
-  EXPECT_EQ(many->eval.fingerprint, one->eval.fingerprint);
-  EXPECT_EQ(many->eval.logloss, one->eval.logloss);
+  for (const ModelConfig::Type type : {ModelConfig::DEEPFM, ModelConfig::LOGISTIC_REGRESSION}) {
+    SCOPED_TRACE(ModelConfig::Type_Name(type));
+    JobConfig job = Job(type);
+    job.mutable_data()->set_train_files(0, dir + "/train.tsv");
+    job.mutable_data()->set_test_files(0, dir + "/test.tsv");
+    job.mutable_train()->set_batch_size(4096);
+    job.mutable_train()->set_epochs(1);
+    job.mutable_train()->set_eval_every_steps(3);
+    job.mutable_train()->set_eval_max_examples(2000);
+    auto backend = NewCpuBackend();
+    LocalTrainingOptions alone;
+    alone.num_servers = 2;
+    alone.server_threads = 0;
+    alone.split_pulls = 0;
+    job.mutable_data()->set_parse_threads(1);
+    auto one = TrainInProcess(job, backend.get(), alone);
+    ASSERT_TRUE(one.ok()) << one.status();
+    LocalTrainingOptions threaded = alone;
+    threaded.server_threads = 2;
+    threaded.split_pulls = 1;
+    job.mutable_data()->set_parse_threads(3);
+    auto many = TrainInProcess(job, backend.get(), threaded);
+    ASSERT_TRUE(many.ok()) << many.status();
+    EXPECT_EQ(many->examples, one->examples);
+    EXPECT_EQ(many->eval.fingerprint, one->eval.fingerprint);
+    EXPECT_EQ(many->eval.logloss, one->eval.logloss);
+  }
 }
 
 // TrainerOptions::stand_in_compute (bench/pipeline_ceiling_bench): the host side runs every step, pushing zero

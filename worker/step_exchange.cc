@@ -99,6 +99,34 @@ absl::Status StepExchange::Fused(const StepData& step, const GradBuffers& g, int
   return client_->Step(parts, CallClock{clock}, next->read);
 }
 
+absl::Status StepExchange::PullPart(const PullSplit::Part& part, StepData* step, std::vector<float>* scratch) const {
+  if (!step->batch.tables.empty()) return absl::InternalError("a split pull of several embedding tables");
+  const size_t n = part.keys.num_unique();
+  if (n == 0) return absl::OkStatus();
+  const int dim = model_->embedding_dim();
+  scratch->resize(n * (1 + (model_->has_embedding() ? dim : 0)));
+  float* const wide = scratch->data();
+  float* const emb = wide + n;
+  std::future<absl::Status> pulling;
+  if (model_->has_embedding()) {
+    pulling = std::async(std::launch::async,
+                         [&] { return client_->Pull(tables_->name(0), part.keys, dim, emb, step->read); });
+  }
+  absl::Status status = client_->Pull(kWideTable, part.keys, 1, wide, step->read);
+  if (pulling.valid()) {
+    absl::Status e = pulling.get();
+    if (status.ok()) status = e;
+  }
+  if (!status.ok()) return status;
+  PullSplit::Place(part, wide, 1, step->wide.data());
+  if (model_->has_embedding()) PullSplit::Place(part, emb, dim, step->emb.data());
+  return absl::OkStatus();
+}
+
+absl::Status StepExchange::PullDense(StepData* step) const {
+  return client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), step->read);
+}
+
 size_t StepExchange::DenseFloatsPushed(const StepData& step) const {
   return step.batch.batch.size > 0 ? model_->dense_size() : 0;
 }

@@ -12,6 +12,7 @@
 #include "worker/embedding_tables.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/pull_split.h"
 
 namespace kestrel {
 
@@ -35,6 +36,14 @@ class StepExchange {
   // Pushes iteration `clock`'s gradients `g` (of `step`'s batch, as Push) and pulls the rows of `next`'s batch at
   // next->read, in one Step. `next`'s batch must look up one embedding table, its row buffers sized (ReserveRows).
   [[nodiscard]] absl::Status Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const;
+
+  // A split pull (worker/pull_split.h, TrainerOptions::split_pulls): the rows of `part`'s keys of the wide table and
+  // the embedding table into `step`'s row buffers (sized: ReserveRows) at part.positions, at step->read; the
+  // embedding table concurrently. `step`'s batch must look up one embedding table. `scratch` holds the part's rows
+  // on their way.
+  [[nodiscard]] absl::Status PullPart(const PullSplit::Part& part, StepData* step, std::vector<float>* scratch) const;
+  // The dense tensor into `step`'s buffer, at step->read.
+  [[nodiscard]] absl::Status PullDense(StepData* step) const;
 
  private:
   // The dense gradient floats an iteration of `step` pushes: none for an empty batch (an empty part: BSP still

@@ -24,6 +24,7 @@
 #include "worker/model.h"
 #include "worker/phase_clock.h"
 #include "worker/records.h"
+#include "worker/pull_split.h"
 #include "worker/step_exchange.h"
 #include "worker/training_feed.h"
 
@@ -179,20 +180,52 @@ class Trainer::Impl {
     absl::StatusOr<std::unique_ptr<StepData>> step;
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
-      // Read after the permission: every update below it is in the rows pulled from now on.
-      int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
-      // Server-enforced clocks: the servers answer once the updates this read must see are in, so its rows hold
-      // every update below the clock it waits for.
-      const std::optional<int64_t> wait = gate_->WaitClock(clock);
-      if (wait.has_value()) fresh = std::max(fresh, *wait);
+      KESTREL_ASSIGN_OR_RETURN(const CallClock read, StartReading(clock, sent));
       step = pipeline_->Pop();
       if (!step.ok()) return step.status();
-      (*step)->read = CallClock{sent, CacheRead{clock, fresh}, wait};
+      (*step)->read = read;
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
     KESTREL_RETURN_IF_ERROR(exchange_->Pull(step->get()));
     return step;
+  }
+
+  // Waits for permission to run iteration `clock`; what its pulls carry, sending `sent`.
+  absl::StatusOr<CallClock> StartReading(int64_t clock, int64_t sent) {
+    KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock));
+    // Read after the permission: every update below it is in the rows pulled from now on.
+    int64_t fresh = options_.row_cache_own_clock ? clock : gate_->KnownMinClock();
+    // Server-enforced clocks: the servers answer once the updates this read must see are in, so its rows hold
+    // every update below the clock it waits for.
+    const std::optional<int64_t> wait = gate_->WaitClock(clock);
+    if (wait.has_value()) fresh = std::max(fresh, *wait);
+    return CallClock{sent, CacheRead{clock, fresh}, wait};
+  }
+
+  // split_pulls, while `current` computes: takes iteration `clock`'s batch and pulls the rows of its keys that
+  // `current` does not push (their rows read the same before and after that push). A batch of several embedding
+  // tables waits for PullLate whole.
+  absl::StatusOr<std::unique_ptr<StepData>> PullEarly(int64_t clock, const StepData* current) {
+    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<StepData> next, pipeline_->Pop());
+    next->read = CallClock{clock};
+    KESTREL_RETURN_IF_ERROR(exchange_->ReserveRows(next.get()));
+    if (!next->batch.tables.empty()) return next;
+    split_.Build(current->batch.keys, next->batch.keys, options_.partition);
+    KESTREL_RETURN_IF_ERROR(exchange_->PullPart(split_.early(), next.get(), &split_rows_));
+    return next;
+  }
+
+  // split_pulls, once the push before it is in: the permission to run iteration `clock` and the rest of `step`'s
+  // rows (those that push changed) and the dense tensor.
+  absl::Status PullLate(int64_t clock, int64_t sent, StepData* step) {
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      KESTREL_ASSIGN_OR_RETURN(step->read, StartReading(clock, sent));
+    }
+    PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
+    if (!step->batch.tables.empty()) return exchange_->Pull(step);
+    KESTREL_RETURN_IF_ERROR(exchange_->PullPart(split_.late(), step, &split_rows_));
+    return exchange_->PullDense(step);
   }
 
   // The clock iteration `clock`'s pulls carry. Without prefetching (BSP), their iteration: a server that already
@@ -218,6 +251,9 @@ class Trainer::Impl {
     // The prefetched next batch (prefetch_pulls). Before `stop`, so on an early return the pipeline is stopped
     // (ending a pending Fetch) before this future's destructor waits for it.
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
+    // The next batch with its early rows (split_pulls), pulled while the current batch computes. Before `stop`,
+    // as `next`.
+    std::future<absl::StatusOr<std::unique_ptr<StepData>>> early;
     PipelineStop stop;
     int64_t start = 0;  // the first iteration and the end
     int64_t total = 0;
@@ -331,6 +367,9 @@ class Trainer::Impl {
     } else if (options_.prefetch_pulls && !last) {
       loop->next = std::async(std::launch::async,
                               [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
+    } else if (options_.split_pulls && !last) {
+      loop->early = std::async(std::launch::async,
+                               [this, clock, current = loop->current.get()] { return PullEarly(clock + 1, current); });
     } else if (last) {
       KESTREL_RETURN_IF_ERROR(PushHeld(clock - 1, loop));
     }
@@ -400,6 +439,14 @@ class Trainer::Impl {
     } else if (options_.prefetch_pulls) {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       fetched = loop->next.get();
+    } else if (loop->early.valid()) {
+      {
+        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+        fetched = loop->early.get();
+      }
+      if (fetched.ok()) {
+        if (absl::Status late = PullLate(clock + 1, PullClock(clock + 1), fetched->get()); !late.ok()) fetched = late;
+      }
     } else {
       fetched = Fetch(clock + 1, PullClock(clock + 1));
     }
@@ -602,6 +649,10 @@ class Trainer::Impl {
   // Run(), Evaluate() or Score().
   int64_t sent_clock_ = 0;
   std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
+  // split_pulls: the next batch's split and its rows on their way; used by PullEarly, then (after it is waited
+  // for) by PullLate.
+  PullSplit split_;
+  std::vector<float> split_rows_;
   PhaseClock phases_;
   // The batches of this Run() (its feed_'s), read and prepared on their own threads; stopped when Run() returns.
   std::unique_ptr<BatchPipeline> pipeline_;

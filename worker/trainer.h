@@ -117,6 +117,11 @@ struct TrainerOptions {
   WorkerState start_state;
   bool prefetch_pulls = false; // see the class comment. Default: false.
   bool overlap_pushes = false; // see the class comment; needs prefetch_pulls. Default: false.
+  // One worker whose servers hear no one else, with unbounded tables (kestrel_worker --local): while an iteration
+  // computes, the rows of the next batch's keys it does not push are pulled; after its push, the rest and the dense
+  // tensor (worker/pull_split.h): the same rows as one pull after the push, with most of the pull off the loop.
+  // Not with prefetch_pulls. Default: false.
+  bool split_pulls = false;
   bool evaluate = true;        // run the evaluations. Default: true (a cluster: worker 0 only).
   bool create_tables = true;   // create the model's tables on the servers first (idempotent). Default: true.
   std::string metrics_path;    // JSON-lines records (proto/records.proto); empty: none. Default: none.

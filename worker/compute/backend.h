@@ -25,6 +25,9 @@ class Backend {
 
   // "cpu" or "cuda:<device>".
   virtual std::string name() const = 0;
+  // Whether the model computes on an accelerator while the host's cores are free (CUDA), rather than on the
+  // host's cores (the CPU backend). Default: false.
+  virtual bool accelerator() const { return false; }
 
   // Memory.
   [[nodiscard]] virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;

@@ -324,6 +324,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return absl::StrCat("cuda:", device_); }
+  bool accelerator() const override { return true; }
 
   absl::Status SetGemmMath(GemmMath math) override {
     if (absl::Status s = SetDevice(); !s.ok()) return s;

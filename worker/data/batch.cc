@@ -17,7 +17,7 @@ void Batch::Reset(int fields_in, int dense_dim_in) {
   closed_bags = 0;
 }
 
-void Batch::CloseBag(Pooling pooling) {
+void Batch::CloseOtherBag(Pooling pooling) {
   const uint32_t end = static_cast<uint32_t>(keys.size());
   const uint32_t begin = bag_offsets.empty() ? static_cast<uint32_t>(closed_bags) : bag_offsets.back();
   if (bag_offsets.empty() && end != begin + 1) {  // the first bag that is not one entry: leave the compact layout

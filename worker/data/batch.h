@@ -50,7 +50,14 @@ struct Batch {
     values.push_back(value);
   }
   // Ends the current bag, scaling its values for `pooling` (SUM: unchanged; MEAN: 1/n; SQRT_N: 1/sqrt(n)).
-  void CloseBag(Pooling pooling = POOLING_SUM);
+  void CloseBag(Pooling pooling = POOLING_SUM) {
+    // Inline, the common case: a compact batch and a bag of one entry (nothing to scale).
+    if (bag_offsets.empty() && keys.size() == static_cast<size_t>(closed_bags) + 1) {
+      ++closed_bags;
+      return;
+    }
+    CloseOtherBag(pooling);
+  }
   // Ends the example (its dense inputs already appended); `weight` 1 keeps `weights` empty while all are 1.
   void CloseExample(float label, float weight = 1.0f);
 
@@ -59,6 +66,10 @@ struct Batch {
   void Append(const Batch& other);
 
   int64_t closed_bags = 0;  // bags closed so far (CloseBag)
+
+ private:
+  // CloseBag but for its inline case.
+  void CloseOtherBag(Pooling pooling);
 };
 
 }  // namespace kestrel

@@ -6,6 +6,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +21,35 @@
 namespace kestrel {
 namespace {
 
+// Appends the columns of `line` split on `delimiter` (no quoting) to `columns`. Columns are short (a CTR line has
+// dozens of a few bytes each), so rather than a memchr call per column this compares 16 bytes at a time and walks
+// the delimiters' bit mask.
+void SplitUnquoted(absl::string_view line, char delimiter, std::vector<absl::string_view>* columns) {
+  const char* const p = line.data();
+  const size_t n = line.size();
+  size_t start = 0;
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i d = _mm_set1_epi8(delimiter);
+  for (; i + 16 <= n; i += 16) {
+    uint32_t mask = static_cast<uint32_t>(
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i)), d)));
+    while (mask != 0) {
+      const size_t at = i + static_cast<size_t>(__builtin_ctz(mask));
+      columns->emplace_back(p + start, at - start);
+      start = at + 1;
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    if (p[i] != delimiter) continue;
+    columns->emplace_back(p + start, i - start);
+    start = i + 1;
+  }
+  columns->emplace_back(p + start, n - start);
+}
+
 // Splits `line` into `columns` (views into `line` or into `buffer`, which must hold line.size() bytes: unescaped
 // text is never longer than its quoted form).
 [[nodiscard]] absl::Status Split(absl::string_view line, char delimiter, int quote, std::vector<absl::string_view>* columns,
@@ -24,16 +57,8 @@ namespace {
   columns->clear();
   size_t pos = 0;
   if (quote < 0) {
-    while (true) {
-      const void* found = pos < line.size() ? std::memchr(line.data() + pos, delimiter, line.size() - pos) : nullptr;
-      if (found == nullptr) {
-        columns->push_back(line.substr(pos));
-        return absl::OkStatus();
-      }
-      const size_t end = static_cast<const char*>(found) - line.data();
-      columns->push_back(line.substr(pos, end - pos));
-      pos = end + 1;
-    }
+    SplitUnquoted(line, delimiter, columns);
+    return absl::OkStatus();
   }
   const char q = static_cast<char>(quote);
   size_t written = 0;
