@@ -1,9 +1,10 @@
 #include "worker/step_exchange.h"
 
-#include <future>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/status.h"
 
 namespace kestrel {
@@ -40,43 +41,47 @@ absl::Status StepExchange::ReserveGrads(const PreparedBatch& batch, GradBuffers*
   return g->dense.Reserve(model_->dense_size());
 }
 
+absl::Status StepExchange::Beside(const std::function<absl::Status()>& side,
+                                  absl::FunctionRef<absl::Status()> main) const {
+  if (!side) return main();
+  absl::Status side_status;
+  absl::Notification done;
+  pool_.Schedule([&] {
+    side_status = side();
+    done.Notify();
+  });
+  absl::Status status = main();
+  done.WaitForNotification();
+  return status.ok() ? side_status : status;
+}
+
 absl::Status StepExchange::Pull(StepData* step) const {
   const KeyBatch& keys = step->batch.keys;
   const CallClock& read = step->read;
   KESTREL_RETURN_IF_ERROR(ReserveRows(step));
-  std::future<absl::Status> emb;
+  std::function<absl::Status()> emb;
   if (model_->has_embedding()) {
-    emb = std::async(std::launch::async,
-                     [&] { return tables_->Pull(step->batch, step->emb.data(), read, &step->staging); });
+    emb = [&] { return tables_->Pull(step->batch, step->emb.data(), read, &step->staging); };
   }
-  absl::Status status = client_->Pull(kWideTable, keys, 1, step->wide.data(), read);
-  if (status.ok()) {
-    status = client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
-  }
-  if (emb.valid()) {
-    absl::Status e = emb.get();
-    if (status.ok()) status = e;
-  }
-  return status;
+  return Beside(emb, [&] {
+    KESTREL_RETURN_IF_ERROR(client_->Pull(kWideTable, keys, 1, step->wide.data(), read));
+    return client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
+  });
 }
 
 absl::Status StepExchange::Push(const StepData& step, const GradBuffers& g, int64_t clock) const {
   const KeyBatch& keys = step.batch.keys;
   const CallClock at{clock};
-  std::future<absl::Status> emb;
+  std::function<absl::Status()> emb;
   if (model_->has_embedding()) {
-    emb = std::async(std::launch::async,
-                     [&] { return tables_->Push(step.batch, g.emb.data(), at, &g.staging); });
+    emb = [&] { return tables_->Push(step.batch, g.emb.data(), at, &g.staging); };
   }
-  absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
-  absl::Status dense =
-      client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
-  if (status.ok()) status = dense;
-  if (emb.valid()) {
-    absl::Status e = emb.get();
-    if (status.ok()) status = e;
-  }
-  return status;
+  return Beside(emb, [&] {
+    absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
+    absl::Status dense =
+        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
+    return status.ok() ? dense : status;
+  });
 }
 
 absl::Status StepExchange::Fused(const StepData& step, const GradBuffers& g, int64_t clock, StepData* next) const {
@@ -107,17 +112,11 @@ absl::Status StepExchange::PullPart(const PullSplit::Part& part, StepData* step,
   scratch->resize(n * (1 + (model_->has_embedding() ? dim : 0)));
   float* const wide = scratch->data();
   float* const emb = wide + n;
-  std::future<absl::Status> pulling;
+  std::function<absl::Status()> pulling;
   if (model_->has_embedding()) {
-    pulling = std::async(std::launch::async,
-                         [&] { return client_->Pull(tables_->name(0), part.keys, dim, emb, step->read); });
+    pulling = [&] { return client_->Pull(tables_->name(0), part.keys, dim, emb, step->read); };
   }
-  absl::Status status = client_->Pull(kWideTable, part.keys, 1, wide, step->read);
-  if (pulling.valid()) {
-    absl::Status e = pulling.get();
-    if (status.ok()) status = e;
-  }
-  if (!status.ok()) return status;
+  KESTREL_RETURN_IF_ERROR(Beside(pulling, [&] { return client_->Pull(kWideTable, part.keys, 1, wide, step->read); }));
   PullSplit::Place(part, wide, 1, step->wide.data());
   if (model_->has_embedding()) PullSplit::Place(part, emb, dim, step->emb.data());
   return absl::OkStatus();

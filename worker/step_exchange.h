@@ -6,8 +6,12 @@
 #define KESTREL_WORKER_STEP_EXCHANGE_H_
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "common/thread_pool.h"
 #include "worker/batch_pipeline.h"
 #include "worker/embedding_tables.h"
 #include "worker/model.h"
@@ -50,9 +54,16 @@ class StepExchange {
   // counts this worker's part of the clock, while a zero gradient would move an Adam tensor's moments).
   size_t DenseFloatsPushed(const StepData& step) const;
 
+  // Runs `side` (if set) on pool_ while `main` runs on the caller's thread; main's error first, then side's.
+  [[nodiscard]] absl::Status Beside(const std::function<absl::Status()>& side,
+                                    absl::FunctionRef<absl::Status()> main) const;
+
   PsClient* const client_;
   const EmbeddingTables* const tables_;
   const Model* const model_;
+  // The embedding tables' side of each call (Beside): two threads, one per concurrent caller (the training loop,
+  // and a prefetching, split or overlapped pull or push), kept instead of a thread started per call.
+  mutable ThreadPool pool_{2};
 };
 
 }  // namespace kestrel
