@@ -34,4 +34,11 @@ void PullSplit::Place(const Part& part, const float* part_rows, int dim, float* 
   }
 }
 
+void PullSplit::Gather(const Part& part, const float* rows, int dim, float* part_rows) {
+  const size_t row_bytes = sizeof(float) * dim;
+  for (size_t i = 0; i < part.positions.size(); ++i) {
+    std::memcpy(part_rows + i * dim, rows + static_cast<size_t>(part.positions[i]) * dim, row_bytes);
+  }
+}
+
 }  // namespace kestrel

@@ -1,7 +1,9 @@
-// PullSplit: the unique keys of the next batch split by whether the current batch holds them too. With one worker
-// whose servers hear no one else (kestrel_worker --local), the current batch's push changes the rows of the shared
-// keys only, so the others can be pulled while the current batch computes (TrainerOptions::split_pulls) and only
-// the shared ones, after the push, wait on it: the same rows as one pull after the push.
+// PullSplit: the unique keys of one batch split by whether another holds them too. With one worker whose servers
+// hear no one else (kestrel_worker --local, TrainerOptions::split_pulls), a batch's push changes the rows of its own
+// keys only: the next batch's keys that the current one lacks can be pulled while the current one computes, and
+// only the shared ones wait for its push; of that push, only the rows of the shared keys must be in before the next
+// batch's pull, the others may follow while the next batch computes. Either way, the same rows as a whole push
+// then a whole pull.
 //
 // Thread-compatible.
 #ifndef KESTREL_WORKER_PULL_SPLIT_H_
@@ -34,6 +36,8 @@ class PullSplit {
 
   // Row i of `part_rows` (dim floats per key of `part`, in its order) into row part.positions[i] of `rows`.
   static void Place(const Part& part, const float* part_rows, int dim, float* rows);
+  // The reverse: row part.positions[i] of `rows` into row i of `part_rows`.
+  static void Gather(const Part& part, const float* rows, int dim, float* part_rows);
 
  private:
   Part early_, late_;

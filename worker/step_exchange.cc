@@ -122,6 +122,28 @@ absl::Status StepExchange::PullPart(const PullSplit::Part& part, StepData* step,
   return absl::OkStatus();
 }
 
+absl::Status StepExchange::PushPart(const PullSplit::Part& part, const StepData& step, const GradBuffers& g,
+                                    int64_t clock, bool dense, std::vector<float>* scratch) const {
+  if (!step.batch.tables.empty()) return absl::InternalError("a split push of several embedding tables");
+  const CallClock at{clock};
+  const size_t n = part.keys.num_unique();
+  const int dim = model_->embedding_dim();
+  scratch->resize(n * (1 + (model_->has_embedding() ? dim : 0)));
+  float* const wide = scratch->data();
+  float* const emb = wide + n;
+  PullSplit::Gather(part, g.wide.data(), 1, wide);
+  std::function<absl::Status()> pushing;
+  if (model_->has_embedding() && n > 0) {
+    PullSplit::Gather(part, g.emb.data(), dim, emb);
+    pushing = [&] { return client_->Push(tables_->name(0), part.keys, dim, emb, at); };
+  }
+  return Beside(pushing, [&] {
+    if (n > 0) KESTREL_RETURN_IF_ERROR(client_->Push(kWideTable, part.keys, 1, wide, at));
+    if (!dense) return absl::OkStatus();
+    return client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
+  });
+}
+
 absl::Status StepExchange::PullDense(StepData* step) const {
   return client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), step->read);
 }

@@ -48,6 +48,11 @@ class StepExchange {
   [[nodiscard]] absl::Status PullPart(const PullSplit::Part& part, StepData* step, std::vector<float>* scratch) const;
   // The dense tensor into `step`'s buffer, at step->read.
   [[nodiscard]] absl::Status PullDense(StepData* step) const;
+  // A split push: iteration `clock`'s gradient rows (of `g`, for `step`'s batch) of `part`'s keys, the embedding
+  // table concurrently, and with `dense` the dense gradients too. `step`'s batch must look up one embedding table.
+  // `scratch` holds the part's rows on their way.
+  [[nodiscard]] absl::Status PushPart(const PullSplit::Part& part, const StepData& step, const GradBuffers& g,
+                                      int64_t clock, bool dense, std::vector<float>* scratch) const;
 
  private:
   // The dense gradient floats an iteration of `step` pushes: none for an empty batch (an empty part: BSP still

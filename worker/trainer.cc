@@ -1,14 +1,12 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <future>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/hash.h"
 #include "common/fault_injection.h"
@@ -23,6 +21,7 @@
 #include "common/evaluation.h"
 #include "worker/model.h"
 #include "worker/phase_clock.h"
+#include "worker/line_log.h"
 #include "worker/records.h"
 #include "worker/pull_split.h"
 #include "worker/step_exchange.h"
@@ -43,32 +42,15 @@ absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers) {
   return PlainIterations(JobWithDefaults(job), num_workers);
 }
 
-namespace {
-
-class SingleWorkerGate final : public ClockGate {
- public:
-  absl::Status WaitToStart(int64_t) override { return absl::OkStatus(); }
-  absl::Status Advance(int64_t, bool, const WorkerState&) override { return absl::OkStatus(); }
-  absl::Status WaitAllFinished(int64_t) override { return absl::OkStatus(); }
-};
-
-}  // namespace
-
-std::unique_ptr<ClockGate> NewSingleWorkerGate() { return std::make_unique<SingleWorkerGate>(); }
-
 class Trainer::Impl {
  public:
   Impl(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)
       : options_(std::move(options)), client_(client), gate_(gate), backend_(backend),
         records_(options_.metrics_path),
+        line_log_(options_.line_log),
         grads_{std::make_unique<GradBuffers>(backend), std::make_unique<GradBuffers>(backend)} {
     options_.job = JobWithDefaults(options_.job);
   }
-  ~Impl() {
-    absl::MutexLock lock(&line_log_mu_);
-    if (line_log_ != nullptr) std::fclose(line_log_);
-  }
-
   absl::Status Init() {
     if (model_ != nullptr) return absl::OkStatus();
     const JobConfig& job = options_.job;
@@ -98,17 +80,21 @@ class Trainer::Impl {
   }
 
   // Pushes iteration `clock`'s gradients, then tells the gate it is done.
-  absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last) {
+  absl::Status PushAndAdvance(const StepData& step, const GradBuffers& g, int64_t clock, bool last,
+                              const PullSplit::Part* part = nullptr) {
     CrashPoint("worker.push.before");  // crash tests: dies with nothing of this clock pushed
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
-      absl::Status pushed = exchange_->Push(step, g, clock);
+      // With `part` (split pushes), its keys' gradients and the dense ones; the rest follows (SplitPushAndPull).
+      absl::Status pushed = part == nullptr
+                                ? exchange_->Push(step, g, clock)
+                                : exchange_->PushPart(*part, step, g, clock, /*dense=*/true, &push_rows_);
       if (!pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
     CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
     KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, feed_->StateOf(clock + 1, step.after)));
-    if (!options_.line_log.empty()) LogLines(clock, step.lines);
+    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
     return absl::OkStatus();
   }
 
@@ -152,26 +138,8 @@ class Trainer::Impl {
       KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
       KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease: answered at once
     }
-    if (!options_.line_log.empty()) LogLines(clock, step.lines);
+    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
     return next;
-  }
-
-  // Appends iteration `clock`'s lines to the line log (TrainerOptions::line_log); a failure is logged once.
-  void LogLines(int64_t clock, const std::vector<uint64_t>& lines) {
-    std::string text = absl::StrCat(clock, " ", feed_->EpochAt(clock).index);
-    for (uint64_t line : lines) absl::StrAppend(&text, " ", line);
-    text.push_back('\n');
-    absl::MutexLock lock(&line_log_mu_);
-    if (line_log_ == nullptr) {
-      line_log_ = std::fopen(options_.line_log.c_str(), "a");
-      if (line_log_ == nullptr) {
-        KLOG(Error) << "cannot append to --line_log " << options_.line_log;
-        options_.line_log.clear();
-        return;
-      }
-    }
-    std::fwrite(text.data(), 1, text.size(), line_log_);
-    std::fflush(line_log_);
   }
 
   // Waits for permission to run iteration `clock`, takes its batch and pulls its rows, sending `sent` with
@@ -248,12 +216,18 @@ class Trainer::Impl {
   // the overlapped push and the fused-ahead Step (which use `pushed`, `held` and the pipeline) are waited for
   // first, then the pipeline is stopped, then `next` is waited for.
   struct Loop {
+    // split_pulls: the batch whose rest is still being pushed (`rest`), kept until that push is in. First, so it
+    // outlives every future below that may still use it.
+    std::unique_ptr<StepData> resting;
     // The prefetched next batch (prefetch_pulls). Before `stop`, so on an early return the pipeline is stopped
     // (ending a pending Fetch) before this future's destructor waits for it.
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> next;
     // The next batch with its early rows (split_pulls), pulled while the current batch computes. Before `stop`,
     // as `next`.
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> early;
+    // split_pulls: the rest of the last iteration's push (the rows of its keys the next batch lacks), in flight
+    // while the next batch computes; the next early pull waits for it first.
+    std::future<absl::Status> rest;
     PipelineStop stop;
     int64_t start = 0;  // the first iteration and the end
     int64_t total = 0;
@@ -273,6 +247,10 @@ class Trainer::Impl {
     // Fused ahead (SSP under leases, see the class comment): iteration c - 1's push and c + 1's pull travel in
     // one Step while c computes; `held` keeps c - 1's batch (its gradients in the other buffers) until then.
     bool fuse_ahead = false;
+    // Split pulls and pushes (TrainerOptions::split_pulls): `early`, `rest`, and the next batch with all its rows,
+    // for TakeNextBatch.
+    bool split = false;
+    std::unique_ptr<StepData> split_next;
     std::unique_ptr<StepData> held;
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> ahead;  // after `held`: waited for before it goes
   };
@@ -328,6 +306,7 @@ class Trainer::Impl {
       loop->fuse_ahead = options_.prefetch_pulls && !loop->overlap_push && gate_->Leased() &&
                          gate_->WaitClock(loop->start).has_value() && loop->current->batch.tables.empty();
     }
+    loop->split = options_.split_pulls && !options_.prefetch_pulls;
     return absl::OkStatus();
   }
 
@@ -336,7 +315,7 @@ class Trainer::Impl {
   absl::Status RunIteration(int64_t clock, Loop* loop) {
     const bool last = clock + 1 == loop->total;
     KESTREL_RETURN_IF_ERROR(StartFetchingNext(clock, last, loop));
-    GradBuffers& g = *grads_[loop->overlap_push || loop->fuse_ahead ? clock % 2 : 0];
+    GradBuffers& g = *grads_[loop->overlap_push || loop->fuse_ahead || loop->split ? clock % 2 : 0];
     KESTREL_ASSIGN_OR_RETURN(const double loss, Compute(clock, *loop->current, &g));
     const int64_t examples = loop->current->batch.batch.size;  // (the batch may move to `pushed` below)
     sent_clock_ = clock;  // this iteration's push, below or overlapped with the next
@@ -367,9 +346,15 @@ class Trainer::Impl {
     } else if (options_.prefetch_pulls && !last) {
       loop->next = std::async(std::launch::async,
                               [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
-    } else if (options_.split_pulls && !last) {
-      loop->early = std::async(std::launch::async,
-                               [this, clock, current = loop->current.get()] { return PullEarly(clock + 1, current); });
+    } else if (loop->split && !last) {
+      loop->early = std::async(
+          std::launch::async,
+          [this, clock, current = loop->current.get(),
+           rest = std::move(loop->rest)]() mutable -> absl::StatusOr<std::unique_ptr<StepData>> {
+            // The rows the last push's rest still writes may be among those pulled now: that rest first.
+            if (rest.valid()) KESTREL_RETURN_IF_ERROR(rest.get());
+            return PullEarly(clock + 1, current);
+          });
     } else if (last) {
       KESTREL_RETURN_IF_ERROR(PushHeld(clock - 1, loop));
     }
@@ -406,6 +391,40 @@ class Trainer::Impl {
     return loss;
   }
 
+  // split_pulls, iteration `clock` but the last: takes the next batch with its early rows, pushes the gradients of
+  // the keys both batches hold and the dense ones, pulls the next batch's other rows, then leaves the rest of the
+  // push (the keys the next batch lacks) in flight while the next batch computes (`rest`); the next batch waits in
+  // loop->split_next for TakeNextBatch.
+  absl::Status SplitPushAndPull(int64_t clock, const GradBuffers& g, Loop* loop) {
+    absl::StatusOr<std::unique_ptr<StepData>> next;
+    {
+      PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+      next = loop->early.get();  // after the last rest: its batch can go back
+    }
+    if (!next.ok()) return Annotate(next.status(), clock + 1, "starting");
+    if (loop->resting != nullptr) pipeline_->Recycle(std::move(loop->resting));
+    StepData& current = *loop->current;
+    const bool split = current.batch.tables.empty() && (*next)->batch.tables.empty();
+    if (split) {
+      push_split_.Build((*next)->batch.keys, current.batch.keys, options_.partition);  // early: the rest
+      KESTREL_RETURN_IF_ERROR(PushAndAdvance(current, g, clock, /*last=*/false, &push_split_.late()));
+    } else {
+      KESTREL_RETURN_IF_ERROR(PushAndAdvance(current, g, clock, /*last=*/false));
+    }
+    if (absl::Status late = PullLate(clock + 1, PullClock(clock + 1), next->get()); !late.ok()) {
+      return Annotate(late, clock + 1, "starting");
+    }
+    loop->split_next = *std::move(next);
+    if (split) {  // after the pull: the rest's exclusive stripe locks would hold it up
+      loop->resting = std::move(loop->current);
+      loop->rest = std::async(std::launch::async, [this, step = loop->resting.get(), &g, clock] {
+        absl::Status pushed = exchange_->PushPart(push_split_.early(), *step, g, clock, /*dense=*/false, &push_rows_);
+        return pushed.ok() ? pushed : Annotate(pushed, clock, "pushing");
+      });
+    }
+    return absl::OkStatus();
+  }
+
   // Iteration `clock`'s push of `g`: overlapped with the next compute (ASP), left to the next iteration's Step
   // (fused ahead), fused with the next batch's pull, or on its own.
   absl::Status PushIteration(int64_t clock, bool last, GradBuffers* g, Loop* loop) {
@@ -417,6 +436,8 @@ class Trainer::Impl {
       });
     } else if (loop->fuse_ahead && !last) {
       // Pushed with the next iteration's Step (`held`, see TakeNextBatch).
+    } else if (loop->split && !last) {
+      KESTREL_RETURN_IF_ERROR(SplitPushAndPull(clock, *g, loop));
     } else if (!last && CanFuse(*loop->current, clock)) {
       // Taken by TakeNextBatch, not fetched.
       KESTREL_ASSIGN_OR_RETURN(loop->fused, PushAndFetch(*loop->current, *g, clock, clock + 1));
@@ -431,7 +452,9 @@ class Trainer::Impl {
   // its push in the next Step).
   absl::Status TakeNextBatch(int64_t clock, Loop* loop) {
     absl::StatusOr<std::unique_ptr<StepData>> fetched;
-    if (loop->fused != nullptr) {
+    if (loop->split_next != nullptr) {
+      fetched = std::move(loop->split_next);
+    } else if (loop->fused != nullptr) {
       fetched = std::move(loop->fused);
     } else if (loop->ahead.valid()) {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
@@ -439,14 +462,6 @@ class Trainer::Impl {
     } else if (options_.prefetch_pulls) {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       fetched = loop->next.get();
-    } else if (loop->early.valid()) {
-      {
-        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-        fetched = loop->early.get();
-      }
-      if (fetched.ok()) {
-        if (absl::Status late = PullLate(clock + 1, PullClock(clock + 1), fetched->get()); !late.ok()) fetched = late;
-      }
     } else {
       fetched = Fetch(clock + 1, PullClock(clock + 1));
     }
@@ -505,6 +520,15 @@ class Trainer::Impl {
 
   // Waits for the overlapped push, if any.
   absl::Status FinishPush(Loop* loop) {
+    if (loop->rest.valid()) {  // split pushes
+      absl::Status rest;
+      {
+        PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
+        rest = loop->rest.get();
+      }
+      if (loop->resting != nullptr) pipeline_->Recycle(std::move(loop->resting));
+      KESTREL_RETURN_IF_ERROR(rest);
+    }
     if (!loop->pushing.valid()) return absl::OkStatus();
     absl::Status status;
     {
@@ -637,12 +661,11 @@ class Trainer::Impl {
   ClockGate* gate_;
   Backend* backend_;
   RecordWriter records_;
+  LineLog line_log_;  // TrainerOptions::line_log
   std::shared_ptr<const Schema> schema_;     // the job's data format (Init)
   std::unique_ptr<Model> model_;
   std::unique_ptr<EmbeddingTables> tables_;  // the embedding tables the model's fields look up (Init)
   std::unique_ptr<StepExchange> exchange_;   // the pulls and pushes of an iteration (Init)
-  absl::Mutex line_log_mu_;
-  std::FILE* line_log_ ABSL_GUARDED_BY(line_log_mu_) = nullptr;  // opened on first use
   std::unique_ptr<TrainingFeed> feed_;  // the batches of this worker's iterations (Run); read by the reader thread
   // The clock of the last pull or push that named its iteration (a push's, a pull's without prefetching) or of
   // the last evaluation; 0 before any. Prefetched pulls and Score's carry it. Used only by the thread running
@@ -653,6 +676,11 @@ class Trainer::Impl {
   // for) by PullLate.
   PullSplit split_;
   std::vector<float> split_rows_;
+  // split_pulls: the current batch's keys split by the next batch's (its push: the shared keys now, the rest while
+  // the next batch computes) and the gradient rows on their way; used by the training loop, then by the rest of
+  // the push, which the next split waits for.
+  PullSplit push_split_;
+  std::vector<float> push_rows_;
   PhaseClock phases_;
   // The batches of this Run() (its feed_'s), read and prepared on their own threads; stopped when Run() returns.
   std::unique_ptr<BatchPipeline> pipeline_;
