@@ -30,6 +30,8 @@ ABSL_FLAG(std::string, model, "DEEPFM", "Model type (proto/job.proto ModelConfig
 ABSL_FLAG(std::string, configs,
           "8/64,32/4096;16/256,128/4096;16/256,128/16384;64/1024,512,256/4096;64/1024,512,256/16384",
           "Semicolon-separated embedding_dim/hidden widths/batch configurations, one report row each.");
+ABSL_FLAG(std::string, gemm_precision, "GEMM_FP32",
+          "model.gemm_precision (proto/job.proto ModelConfig.GemmPrecision): GEMM_FP32 or GEMM_TF32.");
 ABSL_FLAG(int, steps, 50, "Timed steps per run (after 3 warm-up steps).");
 ABSL_FLAG(int, runs, 3, "Runs; medians are reported.");
 
@@ -133,15 +135,22 @@ int Main() {
     std::fprintf(stderr, "unknown --model\n");
     return 2;
   }
+  ModelConfig::GemmPrecision precision;
+  if (!ModelConfig::GemmPrecision_Parse(absl::GetFlag(FLAGS_gemm_precision), &precision)) {
+    std::fprintf(stderr, "unknown --gemm_precision\n");
+    return 2;
+  }
   std::printf("# Kestrel cuda_step_bench\n\n%s\n\n", DescribeCudaDevices().c_str());
-  std::printf("Model %s, %d fields, CPU backend on %s; medians of %d runs, ratios within each run.\n\n",
-              absl::GetFlag(FLAGS_model).c_str(), kCriteoFields, cpu->name().c_str(), absl::GetFlag(FLAGS_runs));
+  std::printf("Model %s, %d fields, %s, CPU backend on %s; medians of %d runs, ratios within each run.\n\n",
+              absl::GetFlag(FLAGS_model).c_str(), kCriteoFields, absl::GetFlag(FLAGS_gemm_precision).c_str(),
+              cpu->name().c_str(), absl::GetFlag(FLAGS_runs));
   std::printf("| dim | MLP | batch | unique keys | CPU step | CUDA step | CUDA / CPU speed-up | CUDA examples/s | "
               "Pool GB/s | SegmentSum GB/s |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_configs), ';', absl::SkipEmpty())) {
     const std::vector<std::string> parts = absl::StrSplit(spec, '/');
     ModelConfig config;
     config.set_type(type);
+    config.set_gemm_precision(precision);
     int dim = 0, batch_size = 0;
     bool ok = parts.size() == 3 && absl::SimpleAtoi(parts[0], &dim) && absl::SimpleAtoi(parts[2], &batch_size) &&
               dim > 0 && batch_size > 0;

@@ -6,12 +6,16 @@
 #   datagen        kestrel_datagen --train_rows=1000000 --test_rows=100000 --max_vocab=100000
 #   cuda_step      bench/cuda_step_bench at the realistic size alone (DeepFM dim 16, MLP 256-128, batch 4096):
 #                  the CUDA training step on one prepared batch, host parameters in and gradients out
+#   cuda_step_tf32 the same with model.gemm_precision GEMM_TF32 (the MLP on tensor cores)
 #   local_cuda     kestrel_worker --local --device=cuda: the whole trainer in one process (reading, batching,
 #   local_cpu      in-process tables, optimizer), then --device=cpu on every core
+#   local_cuda_tf32  kestrel_worker --local --device=cuda with model.gemm_precision GEMM_TF32
 #   torch_peer     bench/torch_peer.py --device cuda --sparse_grad both: the same DeepFM in PyTorch
 #                  (nn.EmbeddingBag, the data in GPU memory), sparse and dense table gradients, the faster counted
 #   cluster_1w     `kestrel local --servers 2 --workers 1 --device cuda` (BSP, mutual TLS, no periodic
 #   cluster_2w     checkpoints), then --workers 2: CPU servers, CUDA workers, each worker a batch of 4096
+#   ceiling        bench/pipeline_ceiling_bench --stand_in_us=0,2840: the host side alone on this machine's
+#                  cores, the model's compute a stand-in (0: what the host can feed; 2.84 ms: an H100's step)
 #
 # The model everywhere: DeepFM, embedding dim 16, MLP 256-128, batch 4096, 1 epoch; the wide table Adagrad
 # (learning rate 0.05, initial accumulator 0.1) instead of Kestrel's default FTRL, which PyTorch lacks, so the
@@ -124,16 +128,20 @@ wrap kestrel_server "$kbin/server/kestrel_server"
 wrap kestrel_scheduler "$kbin/scheduler/kestrel_scheduler"
 wrap kestrel_datagen "$kbin/worker/data/kestrel_datagen"
 wrap cuda_step_bench "$kbin/cuda_step_bench"
+wrap pipeline_ceiling_bench "$kbin/pipeline_ceiling_bench"
 if [ -x "$BUNDLE/bin/openssl" ]; then
   wrap openssl "$tools/openssl" "OPENSSL_CONF=$BUNDLE/etc/openssl.cnf"
 fi
 
 # --- Parts and their results ---------------------------------------------------------------------------------
-PARTS=(datagen cuda_step local_cuda local_cpu torch_peer cluster_1w cluster_2w)
+PARTS=(datagen cuda_step cuda_step_tf32 local_cuda local_cuda_tf32 local_cpu torch_peer cluster_1w cluster_2w ceiling)
 declare -A STATUS EPS AUC LOGLOSS WALL NOTE GPU_UTIL WHY
 declare -A LABEL=(
   [datagen]="kestrel_datagen ($rows + $test_rows rows)"
   [cuda_step]="CUDA step alone (cuda_step_bench)"
+  [cuda_step_tf32]="CUDA step alone, TF32 GEMMs"
+  [local_cuda_tf32]="kestrel_worker --local, CUDA, TF32 GEMMs"
+  [ceiling]="host side alone, stand-in compute (pipeline_ceiling_bench)"
   [local_cuda]="kestrel_worker --local, CUDA"
   [local_cpu]="kestrel_worker --local, CPU"
   [torch_peer]="PyTorch peer, GPU"
@@ -241,38 +249,46 @@ model='model { type: DEEPFM embedding_dim: 16 hidden: [256, 128]
 printf '%s\ndata { format: CRITEO }\ntrain { batch_size: %d epochs: 1 }\n' "$model" "$BATCH" >"$work/cluster.pbtxt"
 printf '%s\ndata { format: CRITEO train_files: "%s" test_files: "%s" }\ntrain { batch_size: %d epochs: 1 }\n' \
   "$model" "$data/train.tsv" "$data/test.tsv" "$BATCH" >"$work/local.pbtxt"
+sed 's/^model { /model { gemm_precision: GEMM_TF32 /' "$work/local.pbtxt" >"$work/local_tf32.pbtxt"
 skip_all_needing_data() {
   for part in "$@"; do [ -z "${STATUS[$part]:-}" ] && record "$part" FAILED "no data (datagen failed)"; done
 }
-[ "$data_ok" = true ] || skip_all_needing_data cuda_step local_cuda local_cpu torch_peer cluster_1w cluster_2w
+[ "$data_ok" = true ] || skip_all_needing_data cuda_step cuda_step_tf32 local_cuda local_cuda_tf32 local_cpu torch_peer \
+  cluster_1w cluster_2w
 
-# --- (a) the CUDA step alone ---------------------------------------------------------------------------------
-if [ -z "${STATUS[cuda_step]:-}" ]; then
+# --- (a) the CUDA step alone, fp32 and TF32 GEMMs -------------------------------------------------------------
+for part in cuda_step cuda_step_tf32; do
+  [ -z "${STATUS[$part]:-}" ] || continue
+  precision=GEMM_FP32
+  [ "$part" = cuda_step_tf32 ] && precision=GEMM_TF32
   if [ "$dry_run" = true ]; then
-    record cuda_step skipped "no GPU (dry run)"
-  elif run_part cuda_step 120 "$kbin/cuda_step_bench" --configs="16/256,128/$BATCH"; then
+    record "$part" skipped "no GPU (dry run)"
+  elif run_part "$part" 120 "$kbin/cuda_step_bench" --configs="16/256,128/$BATCH" --gemm_precision="$precision"; then
     # | dim | MLP | batch | unique keys | CPU step | CUDA step | speed-up | CUDA examples/s | Pool | SegmentSum |
-    EPS[cuda_step]=$(awk -F'|' '$2 ~ /^ *16 *$/ { gsub(/ /, "", $9); print $9; exit }' "$logs/cuda_step.log")
-    if [ -n "${EPS[cuda_step]}" ]; then
-      record cuda_step ok "$(awk -F' *[|] *' '$2 == "16" { printf "CUDA step %s, CPU step %s: %s", $7, $6, $8; exit }' \
-        "$logs/cuda_step.log")"
+    EPS[$part]=$(awk -F'|' '$2 ~ /^ *16 *$/ { gsub(/ /, "", $9); print $9; exit }' "$logs/$part.log")
+    if [ -n "${EPS[$part]}" ]; then
+      record "$part" ok "$(awk -F' *[|] *' '$2 == "16" { printf "CUDA step %s, CPU step %s: %s", $7, $6, $8; exit }' \
+        "$logs/$part.log")"
     else
-      record cuda_step FAILED "no report row"
+      record "$part" FAILED "no report row"
     fi
   else
-    record cuda_step FAILED "exit status"
+    record "$part" FAILED "exit status"
   fi
-fi
+done
 
 # --- (b) kestrel_worker --local on CUDA and on the CPU -------------------------------------------------------
-for device in cuda cpu; do
-  part=local_$device
+for part in local_cuda local_cuda_tf32 local_cpu; do
   [ -z "${STATUS[$part]:-}" ] || continue
+  device=cuda
+  [ "$part" = local_cpu ] && device=cpu
+  config="$work/local.pbtxt"
+  [ "$part" = local_cuda_tf32 ] && config="$work/local_tf32.pbtxt"
   if [ "$device" = cuda ] && [ "$dry_run" = true ]; then
     record "$part" skipped "no GPU (dry run)"
     continue
   fi
-  if run_part "$part" 240 "$kbin/cmd/kestrel_worker" --local --device="$device" --config="$work/local.pbtxt" \
+  if run_part "$part" 240 "$kbin/cmd/kestrel_worker" --local --device="$device" --config="$config" \
       && parse_finished "$part"; then
     record "$part" ok "$(grep -o 'time by phase: .*' "$logs/$part.log" | tail -1 | cut -c16-)"
   else
@@ -355,6 +371,22 @@ for workers in 1 2; do
   done
 done
 
+# --- (e) the host side alone: the pipeline ceiling on this machine's cores ------------------------------------
+# Its own data (the same generator, seed and sizes; 1000 test rows), made in the work folder.
+if [ -z "${STATUS[ceiling]:-}" ]; then
+  if run_part ceiling 150 "$kbin/pipeline_ceiling_bench" --stand_in_us=0,2840 --runs=3 --train_rows="$rows" \
+      --work_dir="$work/ceiling" --output="$logs/pipeline_ceiling.md"; then
+    # | examples/s | median | ... (the first table: stand-in 0; the second: 2.84 ms)
+    EPS[ceiling]=$(awk -F' *[|] *' '$2 == "examples/s" { print $3; exit }' "$logs/pipeline_ceiling.md")
+    ceiling_per_core=$(awk -F' *[|] *' '$2 == "examples per CPU-second (per core)" { print $3; exit }' \
+      "$logs/pipeline_ceiling.md")
+    ceiling_gpu=$(awk -F' *[|] *' '$2 == "examples/s" { if (++n == 2) { print $3; exit } }' "$logs/pipeline_ceiling.md")
+    record ceiling ok "stand-in 0: ${EPS[ceiling]:-?} examples/s, ${ceiling_per_core:-?} per CPU-second; stand-in 2.84 ms: ${ceiling_gpu:-?} examples/s"
+  else
+    record ceiling FAILED "exit status"
+  fi
+fi
+
 # --- The report ----------------------------------------------------------------------------------------------
 ratio() {  # ratio A B: A / B to 2 decimals, or — when either is missing
   awk -v a="${1:-}" -v b="${2:-}" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "—"; else printf "%.2f", a / b }'
@@ -403,6 +435,11 @@ report="$OUT/gpu_bench.md"
   echo "| local CUDA / PyTorch GPU peer | $(ratio "${EPS[local_cuda]:-}" "${EPS[torch_peer]:-}") |"
   echo "| test AUC: local CUDA − PyTorch peer | $(diff5 "${AUC[local_cuda]:-}" "${AUC[torch_peer]:-}") |"
   echo "| local CUDA / local CPU | $(ratio "${EPS[local_cuda]:-}" "${EPS[local_cpu]:-}") |"
+  echo "| CUDA step alone, TF32 / fp32 | $(ratio "${EPS[cuda_step_tf32]:-}" "${EPS[cuda_step]:-}") |"
+  echo "| local CUDA TF32 end-to-end / CUDA step alone TF32 | $(ratio "${EPS[local_cuda_tf32]:-}" "${EPS[cuda_step_tf32]:-}") |"
+  echo "| local CUDA TF32 / PyTorch GPU peer | $(ratio "${EPS[local_cuda_tf32]:-}" "${EPS[torch_peer]:-}") |"
+  echo "| test AUC: local CUDA TF32 − PyTorch peer | $(diff5 "${AUC[local_cuda_tf32]:-}" "${AUC[torch_peer]:-}") |"
+  echo "| host side alone (stand-in 0) / local CUDA | $(ratio "${EPS[ceiling]:-}" "${EPS[local_cuda]:-}") |"
   if [ "$cluster_device" = cuda ]; then
     echo "| cluster, 1 worker / local CUDA | $(ratio "${EPS[cluster_1w]:-}" "${EPS[local_cuda]:-}") |"
     echo "| cluster, 2 workers / local CUDA | $(ratio "${EPS[cluster_2w]:-}" "${EPS[local_cuda]:-}") |"

@@ -8,7 +8,7 @@
 #                    to /usr/local/cuda/lib64).
 #   gpu_bundle/COMMIT  the commit the binaries were built from (with -dirty when the work tree had changes)
 # --bench adds what bench/run_gpu_bench.sh runs: kestrel_worker, kestrel_datagen, kestrel_server and
-# kestrel_scheduler (`kestrel local` starts them), and the openssl command with a minimal config
+# kestrel_scheduler (`kestrel local` starts them), pipeline_ceiling_bench, and the openssl command with a minimal config
 # (gpu_bundle/etc/openssl.cnf) for the certificates `kestrel local` makes.
 # --xz also packs gpu_bundle/ into .gpu/bundle.tar.xz (what a device call carries then: the binaries with their
 # libraries are over 64 MiB uncompressed).
@@ -25,7 +25,8 @@ BUNDLE=gpu_bundle
 ARCHIVE=.gpu/bundle.tar.xz
 LIMIT_MIB=64
 TARGETS=(//worker/compute:cuda_backend_test //common:cuda_device_test //worker:model_gpu_test //bench:cuda_step_bench)
-BENCH_TARGETS=(//cmd:kestrel_worker //worker/data:kestrel_datagen //server:kestrel_server //scheduler:kestrel_scheduler)
+BENCH_TARGETS=(//cmd:kestrel_worker //worker/data:kestrel_datagen //server:kestrel_server //scheduler:kestrel_scheduler
+  //bench:pipeline_ceiling_bench)
 bench=false
 xz=false
 for arg in "$@"; do
