@@ -1,12 +1,12 @@
 #include "worker/batch_reader.h"
 
-#include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/test_seed.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "worker/data/criteo_reader.h"
@@ -158,9 +158,8 @@ TEST(BatchReaderTest, DelimitedFilesWithAHeader) {
 // Random delimited lines (multi-valued, weighted, numeric; some malformed, some with tags only in a stretch so a
 // chunk may stay compact while another does not): parse_threads 4 reads exactly what one thread reads.
 TEST(BatchReaderTest, ParallelParseReadsWhatOneThreadReads) {
-  const uint32_t seed = std::random_device{}();
-  std::printf("seed %u\n", seed);  // replay: set seed to this value
-  std::mt19937 rng(seed);
+  const TestSeed seed;  // prints the seed and how to replay it
+  std::mt19937 rng(seed.value());
   std::string text = "click,w,user,tags,price\n";
   const int kLines = 5000;
   for (int i = 0; i < kLines; ++i) {
