@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/usable_cores.h"
 #include "server/shard.h"
 #include "inprocess/local_ps_client.h"
 #include "worker/model.h"
@@ -17,7 +17,7 @@
 namespace kestrel {
 
 int DefaultServerThreads() {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = UsableCores();
   return cores < 8 ? 0 : std::min(cores / 4, 4);
 }
 

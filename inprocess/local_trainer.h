@@ -21,8 +21,8 @@
 
 namespace kestrel {
 
-// LocalTrainingOptions::server_threads -1: a quarter of the machine's cores, at most 4 (none on a machine of
-// fewer than 8 cores, where the reader, the preparer and the trainer keep every core busy).
+// LocalTrainingOptions::server_threads -1: a quarter of the usable cores (common/usable_cores.h), at most 4 (none on
+// fewer than 8, where the reader, the preparer and the trainer keep every core busy).
 int DefaultServerThreads();
 
 struct LocalTrainingOptions {

@@ -1,11 +1,11 @@
 #include "worker/batch_reader.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/status.h"
+#include "common/usable_cores.h"
 
 namespace kestrel {
 
@@ -17,7 +17,7 @@ constexpr size_t kMinChunkLines = 256;
 }  // namespace
 
 int DefaultParseThreads() {
-  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  return std::clamp(UsableCores() / 4, 1, 4);
 }
 
 ReaderOptions ReaderOptionsFor(const DataConfig& data) {

@@ -21,8 +21,9 @@
 
 namespace kestrel {
 
-// data.parse_threads 0: a quarter of the machine's cores, from 1 to 4 (one on a small machine, where the parse
-// shares the cores with the model and the servers; more on a GPU host, where the host side feeds the card).
+// data.parse_threads 0: a quarter of the usable cores (common/usable_cores.h), from 1 to 4 (one on a small
+// machine, where the parse shares the cores with the model and the servers; more on a GPU host, where the host
+// side feeds the card).
 int DefaultParseThreads();
 // The reader options a job's data asks for: its malformed-line rule (skip_malformed) and its parse threads.
 ReaderOptions ReaderOptionsFor(const DataConfig& data);

@@ -3,7 +3,6 @@
 #include "worker/compute/cpu_backend.h"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include "dnnl.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/usable_cores.h"
 #include "worker/compute/kernel_math.h"
 
 namespace kestrel {
@@ -263,12 +263,7 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-int DefaultComputeThreads() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
+int DefaultComputeThreads() { return UsableCores(); }
 
 std::unique_ptr<Backend> NewCpuBackend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);

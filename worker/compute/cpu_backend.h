@@ -33,7 +33,7 @@ std::unique_ptr<Backend> NewCpuBackend(const CpuBackendOptions& options = {});
 // The tests' reference: one thread, hand-written GEMM loops.
 std::unique_ptr<Backend> NewReferenceCpuBackend();
 
-// The number of CPUs this process may run on (its affinity mask), at least 1.
+// The CPU backend's default threads: every CPU this process may run on (common/usable_cores.h).
 int DefaultComputeThreads();
 
 }  // namespace kestrel
