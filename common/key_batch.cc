@@ -47,11 +47,9 @@ void KeyBatch::DedupThenSort(absl::Span<const uint64_t> keys) {
   // Dedup first, with an open-addressing table over the batch (unique keys numbered in first-seen order),
   // then sort only the unique keys: CTR batches repeat most keys (the 26 categorical fields of 4096
   // kestrel_datagen rows hold ~6x fewer unique keys than keys), and the hash pass costs less than the radix
-  // passes it saves.
-  // The table is sized for the unique keys of the previous batch (a quarter more), not for every key, so it
-  // stays in the cache (a slot holds its key and its id: one cache line per probe); it doubles when a batch has
-  // more.
-  // The first batch starts at an eighth of its keys (CTR batches hold about a sixth unique) and grows if needed.
+  // passes it saves. The table is sized for the unique keys of the previous batch (a quarter more; the first batch:
+  // an eighth of its keys), not for every key, so it stays in the cache (a slot holds its key and its id: one
+  // cache line per probe); it doubles when it would be more than half full.
   const size_t want = expected_unique_ == 0 ? n / 8 : std::min(n, expected_unique_ + expected_unique_ / 4 + 16);
   size_t capacity = 16;
   while (capacity < 2 * want) capacity <<= 1;

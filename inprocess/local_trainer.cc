@@ -24,6 +24,10 @@ int DefaultServerThreads() {
 absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backend,
                                            const LocalTrainingOptions& options) {
   KESTREL_ASSIGN_OR_RETURN(Partition partition, Partition::Uniform(options.num_servers));
+  if (options.server_threads < -1 || options.server_threads > kMaxServerThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--local_server_threads is ", options.server_threads,
+                                                   ": it must be -1 (the default) or 0 to ", kMaxServerThreads));
+  }
   const int server_threads = options.server_threads >= 0 ? options.server_threads : DefaultServerThreads();
   // Declared before the shards: it outlives them.
   std::unique_ptr<ThreadPool> stripe_pool = server_threads > 0 ? std::make_unique<ThreadPool>(server_threads) : nullptr;

@@ -24,11 +24,14 @@ namespace kestrel {
 // LocalTrainingOptions::server_threads -1: a quarter of the usable cores (common/usable_cores.h), at most 4 (none on
 // fewer than 8, where the reader, the preparer and the trainer keep every core busy).
 int DefaultServerThreads();
+// The most server threads LocalTrainingOptions::server_threads may ask for.
+inline constexpr int kMaxServerThreads = 64;
 
 struct LocalTrainingOptions {
   int num_servers = 1;          // in-process servers. Default: 1.
   // Threads besides the trainer's that apply the in-process servers' large pulls and pushes, stripe by stripe
-  // (ShardOptions::stripe_pool: the same result as none). Default: -1 = DefaultServerThreads().
+  // (ShardOptions::stripe_pool: the same result as none), at most kMaxServerThreads (more, or below -1, is an
+  // InvalidArgument). Default: -1 = DefaultServerThreads().
   int server_threads = -1;
   // TrainerOptions::split_pulls (never with a bounded table, whose pushes may evict other rows): 1 on, 0 off, -1 on
   // when the backend computes on an accelerator (Backend::accelerator: a GPU computes while the host pulls; the CPU

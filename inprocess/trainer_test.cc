@@ -194,6 +194,18 @@ TEST_F(TrainerTest, ThreadsAndSplitPullsTrainTheSameModel) {
   }
 }
 
+TEST_F(TrainerTest, ServerThreadsOutsideTheirRangeAreRefused) {
+  auto backend = NewCpuBackend();
+  for (const int threads : {-2, kMaxServerThreads + 1}) {
+    LocalTrainingOptions options;
+    options.server_threads = threads;
+    auto result = TrainInProcess(Job(ModelConfig::LOGISTIC_REGRESSION), backend.get(), options);
+    ASSERT_FALSE(result.ok()) << threads;
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(result.status().message().find("--local_server_threads is"), std::string::npos) << result.status();
+  }
+}
+
 // TrainerOptions::stand_in_compute (bench/pipeline_ceiling_bench): the host side runs every step, pushing zero
 // gradients: whatever the stand-in's duration the servers' optimizers see the same (zero) gradients, so the
 // predictions are the same, and a real step's differ.

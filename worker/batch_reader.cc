@@ -23,7 +23,7 @@ int DefaultParseThreads() {
 ReaderOptions ReaderOptionsFor(const DataConfig& data) {
   ReaderOptions options;
   options.on_error = data.skip_malformed() ? ReaderOptions::OnError::kSkip : ReaderOptions::OnError::kFail;
-  options.parse_threads = data.parse_threads() > 0 ? data.parse_threads() : DefaultParseThreads();
+  options.parse_threads = data.parse_threads() != 0 ? data.parse_threads() : DefaultParseThreads();
   return options;
 }
 
@@ -41,6 +41,10 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(std::shared_ptr<c
                                                                const ReaderOptions& options,
                                                                const ReaderPosition& start) {
   if (files.empty()) return absl::InvalidArgumentError("no data files given");
+  if (options.parse_threads < 1 || options.parse_threads > kMaxParseThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("data.parse_threads is ", options.parse_threads,
+                                                   ": it must be 0 (the default) or 1 to ", kMaxParseThreads));
+  }
   ReaderOptions with_header = options;
   with_header.header = schema->header();
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open(files, with_header, start));

@@ -25,13 +25,16 @@ namespace kestrel {
 // machine, where the parse shares the cores with the model and the servers; more on a GPU host, where the host
 // side feeds the card).
 int DefaultParseThreads();
+// The most parse threads a reader starts (ReaderOptions::parse_threads, data.parse_threads).
+inline constexpr int kMaxParseThreads = 64;
 // The reader options a job's data asks for: its malformed-line rule (skip_malformed) and its parse threads.
 ReaderOptions ReaderOptionsFor(const DataConfig& data);
 
 class BatchReader {
  public:
   // Reads `files` as `schema` says; options.header is taken from schema->header(). `start`: where to continue
-  // (a position() saved earlier with the same files and options). NotFound for a missing file.
+  // (a position() saved earlier with the same files and options). NotFound for a missing file; InvalidArgument
+  // for parse_threads outside [1, kMaxParseThreads].
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<BatchReader>> Open(std::shared_ptr<const Schema> schema,
                                                            const std::vector<std::string>& files,
                                                            const ReaderOptions& options,

@@ -213,6 +213,23 @@ TEST(BatchReaderTest, ParallelParseReadsWhatOneThreadReads) {
   }
 }
 
+TEST(BatchReaderTest, ParseThreadsOutsideTheirRangeAreRefused) {
+  const std::string file = WriteFile("threads.criteo", CriteoLine(1) + "\n");
+  std::shared_ptr<const Schema> schema = Resolve("format: CRITEO");
+  ASSERT_NE(schema, nullptr);
+  for (const int threads : {-1, kMaxParseThreads + 1, 1 << 30}) {
+    ReaderOptions options;
+    options.parse_threads = threads;
+    auto reader = BatchReader::Open(schema, {file}, options);
+    ASSERT_FALSE(reader.ok()) << threads;
+    EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(reader.status().message().find("data.parse_threads is"), std::string::npos) << reader.status();
+  }
+  DataConfig data;
+  data.set_parse_threads(-3);  // a negative number is not the default: refused, not replaced
+  EXPECT_EQ(ReaderOptionsFor(data).parse_threads, -3);
+}
+
 TEST(BatchReaderTest, AppendJoinsBatchesAsOneWouldBeBuilt) {
   // Compact + multi-valued + weighted, built whole and in two parts.
   auto build = [](Batch* batch, int from, int to) {

@@ -65,7 +65,7 @@ absl::Status StepExchange::Pull(StepData* step) const {
   }
   return Beside(emb, [&] {
     KESTREL_RETURN_IF_ERROR(client_->Pull(kWideTable, keys, 1, step->wide.data(), read));
-    return client_->PullDense(kDenseTable, absl::MakeSpan(step->dense.data(), model_->dense_size()), read);
+    return PullDense(step);
   });
 }
 
@@ -78,8 +78,7 @@ absl::Status StepExchange::Push(const StepData& step, const GradBuffers& g, int6
   }
   return Beside(emb, [&] {
     absl::Status status = client_->Push(kWideTable, keys, 1, g.wide.data(), at);
-    absl::Status dense =
-        client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
+    absl::Status dense = PushDense(step, g, at);
     return status.ok() ? dense : status;
   });
 }
@@ -139,9 +138,12 @@ absl::Status StepExchange::PushPart(const PullSplit::Part& part, const StepData&
   }
   return Beside(pushing, [&] {
     if (n > 0) KESTREL_RETURN_IF_ERROR(client_->Push(kWideTable, part.keys, 1, wide, at));
-    if (!dense) return absl::OkStatus();
-    return client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
+    return dense ? PushDense(step, g, at) : absl::OkStatus();
   });
+}
+
+absl::Status StepExchange::PushDense(const StepData& step, const GradBuffers& g, const CallClock& at) const {
+  return client_->PushDense(kDenseTable, absl::MakeConstSpan(g.dense.data(), DenseFloatsPushed(step)), at);
 }
 
 absl::Status StepExchange::PullDense(StepData* step) const {

@@ -58,6 +58,8 @@ class StepExchange {
   // The dense gradient floats an iteration of `step` pushes: none for an empty batch (an empty part: BSP still
   // counts this worker's part of the clock, while a zero gradient would move an Adam tensor's moments).
   size_t DenseFloatsPushed(const StepData& step) const;
+  // The dense gradients of `g` (for `step`'s batch: DenseFloatsPushed), at `at`.
+  [[nodiscard]] absl::Status PushDense(const StepData& step, const GradBuffers& g, const CallClock& at) const;
 
   // Runs `side` (if set) on pool_ while `main` runs on the caller's thread; main's error first, then side's.
   [[nodiscard]] absl::Status Beside(const std::function<absl::Status()>& side,

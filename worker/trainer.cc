@@ -671,7 +671,8 @@ class Trainer::Impl {
   // the last evaluation; 0 before any. Prefetched pulls and Score's carry it. Used only by the thread running
   // Run(), Evaluate() or Score().
   int64_t sent_clock_ = 0;
-  std::unique_ptr<GradBuffers> grads_[2];  // [1] only when pushes overlap the next compute
+  // [1] only when a push (or its rest, split_pulls) overlaps the next compute.
+  std::unique_ptr<GradBuffers> grads_[2];
   // split_pulls: the next batch's split and its rows on their way; used by PullEarly, then (after it is waited
   // for) by PullLate.
   PullSplit split_;

@@ -154,12 +154,15 @@ bool ParseInt64(absl::string_view text, int64_t* out) {
 }
 
 bool ParseHex64(absl::string_view text, uint64_t* out) {
-  if (text.empty() || text.size() > 16) return text.size() <= 16 && absl::SimpleHexAtoi(text, out);
+  if (text.empty() || text.size() > 16) return false;  // (absl refuses "" too)
   // A digit's value, 16 for a non-digit: no branch per character (hex tokens mix digits and letters at random).
   static constexpr auto kValue = [] {
     std::array<uint8_t, 256> value{};
     for (int c = 0; c < 256; ++c) {
-      value[c] = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 16;
+      value[c] = c >= '0' && c <= '9'   ? c - '0'
+                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                        : 16;
     }
     return value;
   }();
@@ -273,8 +276,7 @@ absl::Status LineParser::AppendColumns(absl::string_view line, Batch* batch) {
     if (f.kind == FeatureConfig::NUMERIC) {
       if (!number->present) x = f.missing_value;
       if (f.transform == FeatureConfig::LOG1P) {
-        x = number->present ? Log1pOfNonNegativePart(x, number->is_integer, number->integer)
-                            : std::log1p(std::max(x, 0.0));
+        x = Log1pOfNonNegativePart(x, number->is_integer, number->integer);  // (is_integer: present)
       } else if (f.transform == FeatureConfig::STANDARDIZE) {
         x = (x - f.mean) / f.stddev;
       }
