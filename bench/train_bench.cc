@@ -76,10 +76,12 @@ ABSL_FLAG(std::string, configs, "in-process,bsp,asp,bsp-mtls,torch,ddp",
           "Comma list of configurations to measure: in-process, bsp, asp, bsp-mtls, torch, ddp, and ssp "
           "(SSP(--staleness), no row cache), ssp-cache (the same with the workers' row cache), bsp-bf16 and "
           "bsp-fp16 (BSP with every table's values as bf16 / fp16 on the wire), bsp-r2 (BSP with two copies of every "
-          "key range, docs/replication.md), bsp-leased and ssp-leased (BSP, and SSP(--staleness), with server-enforced "
-          "clocks: kestrel_scheduler --lease_clocks=--lease_clocks; each iteration one Step per server, no row "
-          "cache).");
-ABSL_FLAG(int, lease_clocks, 16, "The lease of the bsp-leased and ssp-leased configurations.");
+          "key range, docs/replication.md), bsp-barrier and ssp-barrier (BSP, and SSP(--staleness) without the row "
+          "cache, with the scheduler as every iteration's barrier, the fallback protocol: kestrel_scheduler "
+          "--lease_clocks=0). Every other cluster configuration runs the default protocol, server-enforced clocks "
+          "(each iteration one Step per server).");
+ABSL_FLAG(int, lease_clocks, -1,
+          "The lease of every cluster configuration but the *-barrier ones (-1: kestrel_scheduler's default).");
 ABSL_FLAG(int, staleness, 2, "The staleness of the ssp and ssp-cache configurations.");
 ABSL_FLAG(std::string, work_dir, "/tmp/kestrel_train_bench", "Data, logs and records.");
 ABSL_FLAG(std::string, output, "bench/results/train_bench.md", "Markdown report ('' for none).");
@@ -195,6 +197,9 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
       with_tls({"--job_id=bench", "--num_servers=2", "--num_workers=2", "--consistency=" + consistency,
                 absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)), absl::StrCat("--replicas=", replicas)},
                "scheduler", 0));
+  if (absl::GetFlag(FLAGS_lease_clocks) >= 0) {  // the default protocol's lease; a later flag (the barrier) wins
+    scheduler_args.push_back(absl::StrCat("--lease_clocks=", absl::GetFlag(FLAGS_lease_clocks)));
+  }
   scheduler_args.insert(scheduler_args.end(), scheduler_flags.begin(), scheduler_flags.end());
   KESTREL_ASSIGN_OR_RETURN(ServerProcess scheduler,
                            ServerProcess::Start(bin.scheduler, scheduler_args, dir, "scheduler"));
@@ -388,13 +393,12 @@ int Main(int argc, char** argv) {
                               threads_text(half_threads), half_batch)},
       {"asp", absl::StrFormat("Kestrel cluster ASP, 2 servers + 2 workers × %s, %d per worker",
                               threads_text(half_threads), half_batch)},
-      {"bsp-leased", absl::StrFormat("Kestrel cluster BSP, server-enforced clocks (leases of %d), 2 servers + 2 "
-                                     "workers × %s, %d per worker",
-                                     absl::GetFlag(FLAGS_lease_clocks), threads_text(half_threads), half_batch)},
-      {"ssp-leased", absl::StrFormat("Kestrel cluster SSP(%d), server-enforced clocks (leases of "
-                                     "%d), 2 servers + 2 workers × %s, %d per worker",
-                                     absl::GetFlag(FLAGS_staleness), absl::GetFlag(FLAGS_lease_clocks),
-                                     threads_text(half_threads), half_batch)},
+      {"bsp-barrier", absl::StrFormat("Kestrel cluster BSP, the scheduler as every iteration's barrier, 2 servers + 2 "
+                                      "workers × %s, %d per worker",
+                                      threads_text(half_threads), half_batch)},
+      {"ssp-barrier", absl::StrFormat("Kestrel cluster SSP(%d), the scheduler as every iteration's barrier, 2 "
+                                      "servers + 2 workers × %s, %d per worker, no row cache",
+                                      absl::GetFlag(FLAGS_staleness), threads_text(half_threads), half_batch)},
       {"bsp-mtls", absl::StrFormat("Kestrel cluster BSP over mutual TLS, 2 servers + 2 workers × %s, %d per worker",
                                    threads_text(half_threads), half_batch)},
       {"ssp", absl::StrFormat("Kestrel cluster SSP(%d), 2 servers + 2 workers × %s, %d per worker, no row cache",
@@ -446,7 +450,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TestingCa> ca = absl::FailedPreconditionError("--mtls=false");
   if (mtls) ca = TestingCa::Create(work + "/ca", "bench");
   bench::TorchPeerResult peer_info;  // of the last PyTorch 1-process run: its BLAS and version
-  const std::string leases = absl::StrCat("--lease_clocks=", absl::GetFlag(FLAGS_lease_clocks));
+  const std::vector<std::string> barrier = {"--lease_clocks=0"};
   for (int r = 0; r < absl::GetFlag(FLAGS_runs); ++r) {
     for (ModelRuns& m : models) {
       const std::string type = ModelConfig::Type_Name(m.model.type());
@@ -471,10 +475,10 @@ int Main(int argc, char** argv) {
                                              /*ca=*/nullptr, {"--row_cache=false"})
             : c.key == "ssp-cache" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
                                              /*ca=*/nullptr, {"--row_cache=true"})
-            : c.key == "bsp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
-                                              /*ca=*/nullptr, {}, 1, {leases})
-            : c.key == "ssp-leased" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
-                                              /*ca=*/nullptr, {}, 1, {leases})
+            : c.key == "bsp-barrier" ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
+                                               /*ca=*/nullptr, {}, 1, barrier)
+            : c.key == "ssp-barrier" ? Cluster(bin, JobOf(data, m.model, half_batch), "ssp", half_threads, dir,
+                                               /*ca=*/nullptr, {"--row_cache=false"}, 1, barrier)
             : c.key == "bsp-r2"    ? Cluster(bin, JobOf(data, m.model, half_batch), "bsp", half_threads, dir,
                                              /*ca=*/nullptr, {}, /*replicas=*/2)
             : c.key == "bsp-bf16" || c.key == "bsp-fp16"
@@ -613,15 +617,15 @@ int Main(int argc, char** argv) {
       absl::StrAppend(&md, "\nRPCs per iteration of worker 1 (kestrel_rpcs_sent_total; median over runs):\n\n",
                       "| Configuration | to the servers | to the scheduler |\n|---|---:|---:|\n", rpcs);
     }
-    for (const auto& [leased, barrier] : {std::pair<const char*, const char*>{"bsp-leased", "bsp"},
-                                          std::pair<const char*, const char*>{"ssp-leased", "ssp-cache"}}) {
+    for (const auto& [leased, barrier] : {std::pair<const char*, const char*>{"bsp", "bsp-barrier"},
+                                          std::pair<const char*, const char*>{"ssp", "ssp-barrier"}}) {
       if (m.vs_local[leased].empty() || m.vs_local[barrier].empty()) continue;
       absl::StrAppend(&md, absl::StrFormat("\n%s / %s (the scheduler as every iteration's barrier): %.2fx the "
                                            "examples/s (medians of the within-run ratios to in-process: %.2f / %.2f)."
                                            "%s\n",
                                            leased, barrier, Median(m.vs_local[leased]) / Median(m.vs_local[barrier]),
                                            Median(m.vs_local[leased]), Median(m.vs_local[barrier]),
-                                           std::string(leased) == "bsp-leased"
+                                           std::string(leased) == "bsp"
                                                ? absl::StrFormat(" Test AUC minus %s's: %+.5f (BSP: the same model).",
                                                                  barrier,
                                                                  median_of(m.figures[leased], &Figures::auc) -

@@ -38,7 +38,7 @@ absl::Status ClockTable::CheckRank(int rank) const {
 
 void ClockTable::AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) {
   if (lease_clocks_ > 0) {  // the servers enforce the policy; the lease stops short of any hold
-    max_permitted_ = std::max(max_permitted_, std::min(hold_ - 1, clock + lease_clocks_ - 1));
+    max_permitted_ = std::max(max_permitted_, LeaseEndLocked(clock));
     runnable->push_back(std::move(done));
     return;
   }
@@ -79,7 +79,7 @@ std::optional<int64_t> ClockTable::TryLease(int rank, int64_t clock, uint64_t ep
   if (epoch != epoch_ || clock >= hold_) return std::nullopt;
   std::vector<Callback> none;  // a lease admits at once: no callback is queued or released
   AdmitLocked(clock, [](absl::Status) {}, &none);
-  return std::max(clock, std::min({max_permitted_, clock + lease_clocks_ - 1, hold_ - 1}));
+  return std::max(clock, std::min(max_permitted_, LeaseEndLocked(clock)));
 }
 
 absl::Status ClockTable::Advance(int rank, int64_t finished) {
@@ -151,6 +151,7 @@ void ClockTable::SetHold(int64_t hold) {
   std::vector<Callback> runnable;
   {
     absl::MutexLock lock(&mu_);
+    hold = std::min(hold, reserved_);
     const bool lowered = hold < hold_;
     hold_ = hold;
     if (lowered) HoldWaitersLocked();
@@ -161,6 +162,20 @@ void ClockTable::SetHold(int64_t hold) {
     for (auto& [clock, done] : released) AdmitLocked(clock, std::move(done), &runnable);
   }
   for (Callback& done : runnable) done(absl::OkStatus());
+}
+
+int64_t ClockTable::LeaseEndLocked(int64_t clock) const {
+  return std::min(hold_ - 1, clock + lease_clocks_ - 1);
+}
+
+void ClockTable::ReserveHoldAt(int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  if (clock != kNoHold && max_permitted_ >= clock) return;  // passed already: HoldAt will say so
+  reserved_ = clock;
+  if (clock < hold_) {
+    hold_ = clock;
+    HoldWaitersLocked();
+  }
 }
 
 bool ClockTable::HoldAt(int64_t hold) {
@@ -199,7 +214,7 @@ int64_t ClockTable::PermittedThrough(int64_t clock) const {
   if (lease_clocks_ == 0) return clock;
   absl::MutexLock lock(&mu_);
   // Capped by the hold now too: one lowered since the grant (SetHold) shortens the lease (a shorter one is safe).
-  return std::max(clock, std::min({max_permitted_, clock + lease_clocks_ - 1, hold_ - 1}));
+  return std::max(clock, std::min(max_permitted_, LeaseEndLocked(clock)));
 }
 
 int64_t ClockTable::MaxPermitted() const {

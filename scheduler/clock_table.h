@@ -89,6 +89,12 @@ class ClockTable {
   // Lowers the hold to `hold` unless an iteration >= `hold` was already permitted or the hold is below it
   // (false: nothing changes); checked and set in one step, so no worker slips past `hold` in between.
   bool HoldAt(int64_t hold);
+  // Reserves a hold at `clock` (a rescale asked for at that boundary, ScaleRequest.at_clock): no iteration >=
+  // `clock` starts from now on unless it was already permitted, and SetHold never lifts the hold past it, so the
+  // boundary stays reachable while the rescale's new ranks start or an earlier checkpoint is cut (with leases,
+  // a worker may otherwise be permitted past it before HoldAt). kNoHold lifts the reservation (then SetHold
+  // moves the hold). Default: none.
+  void ReserveHoldAt(int64_t clock);
   // Every worker's clock is `clock`.
   bool AllAt(int64_t clock) const;
   // The highest clock any worker was allowed to start, or (after Create/Reset to c) c - 1.
@@ -120,6 +126,8 @@ class ClockTable {
   };
   // Queues or answers (into `runnable`) a request that is not held.
   void AdmitLocked(int64_t clock, Callback done, std::vector<Callback>* runnable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last iteration a lease starting at `clock` may reach: lease_clocks_ long, short of the hold.
+  int64_t LeaseEndLocked(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the hold was lowered: moves the waiting requests it now stops into held_, so that no Advance
   // releases them past the hold (only raising the hold does, through AdmitLocked).
   void HoldWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -134,6 +142,7 @@ class ClockTable {
   std::multimap<int64_t, Waiter> waiting_ ABSL_GUARDED_BY(mu_);      // required min clock -> request
   std::multimap<int64_t, Callback> held_ ABSL_GUARDED_BY(mu_);       // clock asked for -> held request
   int64_t hold_ ABSL_GUARDED_BY(mu_) = kNoHold;
+  int64_t reserved_ ABSL_GUARDED_BY(mu_) = kNoHold;  // ReserveHoldAt
   int64_t max_permitted_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_cancel_ ABSL_GUARDED_BY(mu_);  // the status the latest cancellation answered with

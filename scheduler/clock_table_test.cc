@@ -404,5 +404,27 @@ TEST(ClockTableLeaseTest, TryLeaseGrantsWhatWaitToStartWouldAnswerAtOnce) {
   EXPECT_EQ(barrier->TryLease(0, 0, barrier->epoch()), std::nullopt);  // no leases: the table is the barrier
 }
 
+// A rescale asked for at a boundary reserves it: leases stop short of it, a checkpoint's release does not lift
+// the hold past it, and lifting the reservation lets SetHold move on.
+TEST(ClockTableLeaseTest, ReservedHoldSurvivesACheckpointsReleaseUntilLifted) {
+  auto table = *ClockTable::Create(1, ConsistencyPolicy::Bsp(), /*lease_clocks=*/8);
+  const uint64_t epoch = table->epoch();
+  EXPECT_EQ(table->TryLease(0, 0, epoch), 7);
+  table->ReserveHoldAt(12);
+  EXPECT_EQ(table->hold(), 12);
+  EXPECT_EQ(table->TryLease(0, 8, epoch), 11);  // stops short of the reserved boundary
+  table->SetHold(ClockTable::kNoHold);           // a checkpoint's release
+  EXPECT_EQ(table->hold(), 12);
+  EXPECT_EQ(table->TryLease(0, 12, epoch), std::nullopt);
+  EXPECT_TRUE(table->HoldAt(12));  // the rescale holds there
+  table->ReserveHoldAt(ClockTable::kNoHold);
+  table->SetHold(ClockTable::kNoHold);
+  EXPECT_EQ(table->TryLease(0, 12, epoch), 19);
+  // A boundary already permitted cannot be reserved: the hold stays where it was.
+  table->ReserveHoldAt(15);
+  EXPECT_EQ(table->hold(), ClockTable::kNoHold);
+  EXPECT_FALSE(table->HoldAt(15));
+}
+
 }  // namespace
 }  // namespace kestrel

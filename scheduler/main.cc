@@ -52,8 +52,8 @@ ABSL_FLAG(int, staleness, 0, "SSP staleness s >= 0 (how many iterations a worker
 // Defaults come from the options each flag sets (SchedulerOptions, MembershipOptions, CheckpointOptions).
 ABSL_FLAG(int, lease_clocks, kestrel::SchedulerOptions().lease_clocks,
           "Server-enforced clocks: > 0, the servers enforce --consistency from the clocks workers' reads carry, and "
-          "workers ask the scheduler once per lease of this many iterations (docs/protocol.md). Not with "
-          "--elastic_timeout or replicated partitions. 0: the scheduler is every iteration's barrier.");
+          "workers ask the scheduler once per lease of this many iterations (docs/protocol.md). 0: the scheduler "
+          "is every iteration's barrier (the fallback; elastic jobs, --elastic_timeout, always use it).");
 ABSL_FLAG(absl::Duration, heartbeat_interval, kestrel::MembershipOptions().heartbeat_interval,
           "How often members heartbeat; a silent member is declared dead within 2 intervals.");
 ABSL_FLAG(absl::Duration, stall_threshold, absl::ZeroDuration(),

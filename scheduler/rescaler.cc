@@ -45,6 +45,8 @@ absl::Status Rescaler::Scale(ScaleTarget target, absl::Duration join_timeout,
     scale_done_ = std::move(done);
     scale_deadline_ = absl::Now() + join_timeout;
   }
+  // The job stops at the asked-for boundary even while the new ranks start (lifted when the rescale ends).
+  if (at_clock > 0) ctx_->clocks->ReserveHoldAt(at_clock);
   wake_();
   return absl::OkStatus();
 }
@@ -430,6 +432,8 @@ absl::Status Rescaler::RunPhase(const MovePlan& move, RescaleShardRequest::Phase
   request.set_bsp_workers(ctx_->job.consistency.bsp() ? move.target.workers : 0);
   request.set_routing_generation(ctx_->membership->routing().generation + 1);
   for (int id : move.worker_ids) request.add_worker_ids(id);
+  request.set_clock(scale_cut_);
+  request.set_workers(move.target.workers);
   const std::vector<Participant>& everyone = move.everyone;
   std::vector<absl::StatusOr<RescaleShardResponse>> results(everyone.size(), absl::UnknownError("not run"));
   std::vector<std::thread> calls;
@@ -539,7 +543,13 @@ void Rescaler::EndRescale(absl::StatusOr<ScaleResult> result) {
     done.swap(scale_done_);
     scale_pending_ = false;
   }
-  if (scale_cut_ != ClockTable::kNoHold) {
+  int64_t reserved;
+  {
+    absl::MutexLock lock(&mu_);
+    reserved = scale_at_;
+  }
+  ctx_->clocks->ReserveHoldAt(ClockTable::kNoHold);
+  if (scale_cut_ != ClockTable::kNoHold || reserved > 0) {
     scale_cut_ = ClockTable::kNoHold;
     // After a failed switch (JobContext::failed) the servers disagree on the layout: the workers stay held until the
     // scheduler exits.
@@ -566,6 +576,7 @@ void Rescaler::Shutdown() {
     done.swap(scale_done_);
     scale_pending_ = false;
   }
+  ctx_->clocks->ReserveHoldAt(ClockTable::kNoHold);
   if (done) done(absl::UnavailableError("the scheduler is shutting down: the rescale was not done"));
 }
 

@@ -53,11 +53,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   }
   auto membership = Membership::Create(options.membership, partition->ToString());
   if (!membership.ok()) return membership.status();
-  if (options.lease_clocks > 0 && (partition->replicas() > 1 || options.checkpoint.elastic_timeout > absl::ZeroDuration())) {
-    return absl::InvalidArgumentError(
-        "lease_clocks (server-enforced clocks) is not for elastic jobs or replicated partitions yet");
+  int lease_clocks = options.lease_clocks;
+  if (lease_clocks > 0 && options.checkpoint.elastic_timeout > absl::ZeroDuration()) {
+    KLOG(Warning) << "elastic jobs run with the scheduler as every iteration's barrier: --lease_clocks="
+                  << lease_clocks << " is not used (a dead worker's removal needs every worker's exact clock)";
+    lease_clocks = 0;
   }
-  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency, options.lease_clocks);
+  auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency, lease_clocks);
   if (!clocks.ok()) return clocks.status();
   std::unique_ptr<SchedulerServiceImpl> service(
       new SchedulerServiceImpl(options, std::move(membership).value(), std::move(clocks).value()));
@@ -552,10 +554,6 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Scale(grpc::CallbackServerContex
   absl::Status status = CheckCaller(context, request->job_id(), kScaleRoles, "Scale", std::nullopt, std::nullopt);
   if (status.ok() && (request->join_timeout_ms() < 0 || request->join_timeout_ms() > 86400000)) {
     status = absl::InvalidArgumentError("join_timeout_ms must be in [0, 1 day]");
-  }
-  if (status.ok() && clocks_->lease_clocks() > 0) {
-    status = absl::FailedPreconditionError(
-        "this job runs with server-enforced clocks (--lease_clocks), which cannot be rescaled yet");
   }
   if (!status.ok()) return Reply(context, call, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -42,10 +42,12 @@ struct SchedulerOptions {
   // BSP, SSP(staleness) or ASP (see scheduler/clock_table.h). Default: BSP.
   ConsistencyPolicy consistency;
   // Server-enforced clocks (ClockTable's leases, docs/protocol.md): > 0, the servers enforce `consistency` and
-  // workers ask the scheduler once per lease of this many iterations. Not with elastic jobs or replicated
-  // partitions (their recovery still reads every worker's exact clock here). Default: 0, the scheduler is every
-  // iteration's barrier.
-  int lease_clocks = 0;
+  // workers ask the scheduler once per lease of this many iterations; 0: the scheduler is every iteration's
+  // barrier (the fallback, for comparison). Elastic jobs (checkpoint.elastic_timeout > 0) run with the barrier
+  // whatever this says: removing a dead worker needs every other worker's exact clock here. Default:
+  // kDefaultLeaseClocks.
+  static constexpr int kDefaultLeaseClocks = 8;
+  int lease_clocks = kDefaultLeaseClocks;
   // The key partition handed to every member (Partition::ToString()). Default: "" = uniform over the servers.
   std::string partition;
   // Checkpoints, rollbacks and resume (scheduler/job_controller.h). Default: no checkpoint directory.

@@ -89,6 +89,7 @@ class SchedulerServiceTest : public ::testing::Test {
     options.membership.heartbeat_interval = heartbeat_interval;
     options.membership.heartbeat_timeout = HeartbeatTimeoutFor(heartbeat_interval);
     options.consistency = ConsistencyPolicy::Ssp(1);
+    options.lease_clocks = 0;  // the barrier: WaitToStart answers only what the slowest worker's clock allows
     options.checkpoint = std::move(checkpoint);
     SchedulerServerOptions server_options;
     server_options.address = "127.0.0.1:0";

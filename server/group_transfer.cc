@@ -31,6 +31,8 @@ absl::Status GroupTransfer::Send(const HostedShards& hosted, const CopyGroupRequ
   header.mutable_header()->set_job_id(job_id_);
   header.mutable_header()->set_worker_rank(-1);
   header.set_owner(request.owner());
+  // Workers are held at a clock boundary: every update before it is applied, and none arrives meanwhile.
+  header.set_complete_clocks(group->CompleteClocks());
   PieceStream stream(header, group->DescribeTables(),
                      peers_->PiecesTo(request.target_address(),
                                       absl::StrFormat("server %d at %s", request.target(), request.target_address())));
@@ -55,6 +57,7 @@ absl::Status GroupTransfer::StagePieceLocked(const GroupChunk& chunk, IncomingCo
     *copy = IncomingCopy();
     copy->owner = chunk.owner();
     copy->tables.assign(chunk.tables().begin(), chunk.tables().end());
+    copy->complete_clocks = chunk.complete_clocks();
   } else if (copy->done || copy->next_sequence != chunk.sequence()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "piece %d of rows for range group %d arrived out of order (expected piece %d%s)", chunk.sequence(),
@@ -135,8 +138,11 @@ absl::Status GroupTransfer::Receive(const HostedShards& hosted, const GroupChunk
   absl::StatusOr<uint64_t> rows = Install(*group, incoming_->tables, pieces);
   KLOG(Info) << "installed a copy of the ranges of server " << incoming_->owner << ": "
              << (rows.ok() ? absl::StrCat(*rows, " rows") : rows.status().ToString());
+  const int64_t complete_clocks = incoming_->complete_clocks;
   DropCopyLocked();
   if (!rows.ok()) return rows.status();
+  // The copy holds every update of the clocks before the primary's: reads of later clocks wait as there.
+  group->StartClocksAt(complete_clocks);
   *installed = *rows;
   return absl::OkStatus();
 }

@@ -56,6 +56,7 @@ class GroupTransfer {
     int owner = -1;
     uint64_t next_sequence = 0;
     std::vector<TableConfig> tables;
+    int64_t complete_clocks = 0;  // GroupChunk.complete_clocks
     std::vector<Piece> pieces;
     bool done = false;  // its last piece arrived
   };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "common/half.h"
 #include "common/packed.h"
 #include "common/status.h"
@@ -206,7 +207,7 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   return absl::OkStatus();
 }
 
-absl::Status HandleStepPushes(Shard& shard, const StepFields& request) {
+absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread) {
   if (request.tables.size() > static_cast<size_t>(kMaxStepTables)) {
     return shard.Count(absl::InvalidArgumentError(
         absl::StrFormat("a step names %d tables, at most %d", request.tables.size(), kMaxStepTables)));
@@ -248,13 +249,38 @@ absl::Status HandleStepPushes(Shard& shard, const StepFields& request) {
     KESTREL_RETURN_IF_ERROR(shard.CheckPush(context(i), t.table, t.dense ? TableConfig::DENSE : TableConfig::SPARSE,
                                             d.ids, d.grads, t.dim));
   }
+  thread_local std::vector<size_t> pushes;
+  pushes.clear();
   for (size_t i = 0; i < request.tables.size(); ++i) {
-    const StepTableFields& t = request.tables[i];
-    if (!t.push) continue;
-    const Decoded& d = decoded[i];
-    KESTREL_RETURN_IF_ERROR(t.dense ? shard.PushDense(context(i), t.table, d.ids, d.grads, t.dim)
-                                    : shard.Push(context(i), t.table, d.ids, d.grads, t.dim));
+    if (request.tables[i].push) pushes.push_back(i);
   }
+  // Everything is checked: an apply fails only when the shard itself does (then it refuses all until a restore).
+  std::vector<RequestContext> contexts(request.tables.size());
+  for (size_t i : pushes) contexts[i] = context(i);
+  // Thread-locals named in a lambda are the running thread's: the spread tasks read the caller's through these.
+  const std::vector<Decoded>& rows = decoded;
+  const std::vector<size_t>& order = pushes;
+  auto apply = [&](size_t i) {
+    const StepTableFields& t = request.tables[i];
+    const Decoded& d = rows[i];
+    return t.dense ? shard.PushDense(contexts[i], t.table, d.ids, d.grads, t.dim)
+                   : shard.Push(contexts[i], t.table, d.ids, d.grads, t.dim);
+  };
+  if (spread == nullptr || pushes.size() < 2) {
+    for (size_t i : pushes) KESTREL_RETURN_IF_ERROR(apply(i));
+    return absl::OkStatus();
+  }
+  std::vector<absl::Status> applied(pushes.size());
+  absl::BlockingCounter others(static_cast<int>(pushes.size()) - 1);
+  for (size_t k = 1; k < pushes.size(); ++k) {
+    spread->Schedule([&, k] {
+      applied[k] = apply(order[k]);
+      others.DecrementCount();
+    });
+  }
+  applied[0] = apply(pushes[0]);
+  others.Wait();
+  for (const absl::Status& status : applied) KESTREL_RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "common/pull_wire.h"
 #include "common/step_wire.h"
 #include "proto/ps.pb.h"
+#include "common/thread_pool.h"
 #include "server/shard.h"
 
 namespace kestrel {
@@ -44,10 +45,14 @@ inline constexpr int kMaxPushParts = 1024;
 [[nodiscard]] absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsResponse* response);
 
 // A Step's pushes (StepRequest): checks the table list (at most kMaxStepTables, each once), decodes and checks
-// every push (Shard::CheckPush), then applies each as a one-part Push / PushDense of header.clock, in order: a
-// Step refused by those checks changes nothing. Table i's push carries request id header.request_id + i.
+// every push (Shard::CheckPush), then applies each as a one-part Push / PushDense of header.clock: a Step
+// refused by those checks changes nothing. Table i's push carries request id header.request_id + i.
 // The fields are a parsed StepRequest's (StepFieldsOf) or the received buffers' (ReadStepRequest).
-[[nodiscard]] absl::Status HandleStepPushes(Shard& shard, const StepFields& request);
+// `spread` (may be null): the tables' applies run there in parallel, one on the calling thread, which waits for
+// the others (as separate Push calls spread over handler threads would); its tasks must never wait on the
+// pool the caller runs on. Tables are independent (each has its own rows, optimizer and BSP aggregator), so the
+// result is the same bits either way.
+[[nodiscard]] absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread = nullptr);
 // A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, one pulls entry each.
 [[nodiscard]] absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response);
 

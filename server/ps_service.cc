@@ -5,10 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/pull_wire.h"
 #include "common/step_wire.h"
+#include "common/usable_cores.h"
 #include "common/status.h"
 #include "server/checkpoint_restore.h"
 #include "server/group_transfer.h"
@@ -37,6 +39,36 @@ std::optional<int> OwnerOf(const RequestHeader& header) {
   return header.has_owner() ? std::optional<int>(header.owner()) : std::nullopt;
 }
 
+// Two halves of one call that finish it together: `done` runs once both ran, with the first failure or OK.
+std::pair<std::function<void(absl::Status)>, std::function<void(absl::Status)>> BothDone(
+    std::function<void(absl::Status)> done) {
+  struct Join {
+    absl::Mutex mu;
+    int left ABSL_GUARDED_BY(mu) = 2;
+    absl::Status first ABSL_GUARDED_BY(mu);
+    std::function<void(absl::Status)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->done = std::move(done);
+  auto half = [join](absl::Status status) {
+    absl::Status result;
+    {
+      absl::MutexLock lock(&join->mu);
+      if (join->first.ok()) join->first = std::move(status);
+      if (--join->left > 0) return;
+      result = join->first;
+    }
+    join->done(std::move(result));  // the last half: nobody else touches `done`
+  };
+  return {half, half};
+}
+
+// The threads a Step's tables are applied on besides its handler's: up to 3 more, none with one usable core.
+std::unique_ptr<ThreadPool> StepTablePool() {
+  const int extra = std::min(UsableCores() - 1, 3);
+  return extra > 0 ? std::make_unique<ThreadPool>(extra) : nullptr;
+}
+
 }  // namespace
 
 PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* pool, ShardStore* store,
@@ -62,6 +94,7 @@ PsServiceImpl::PsServiceImpl(std::shared_ptr<HostedShards> hosted, ThreadPool* p
       transfer_(std::make_unique<GroupTransfer>(job_id_, peers)),
       checkpoints_(std::make_unique<CheckpointRestore>(&layout_, store)),
       rescale_(std::make_unique<RescaleParticipant>(job_id_, &layout_, store, peers)),
+      step_tables_(StepTablePool()),
       admin_(1, kMaxQueuedAdminCalls),
       stats_hook_([this] { ServerMetrics::Get().Refresh(this->hosted()->own()); }),
       expirer_([this] {
@@ -415,11 +448,7 @@ grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* conte
       KESTREL_RETURN_IF_ERROR(own.Count(ReadStepRequest(*request, step.get())));
       KESTREL_RETURN_IF_ERROR(own.Count(layout_.CheckWorkerCaller(caller, step->header->worker_rank(), "the Step")));
       KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *step->header));
-      if (!hosted->BackupsOf(group->owner()).empty()) {
-        return group->Count(absl::FailedPreconditionError(
-            "a Step is not forwarded to backups: replicated groups take Push and Pull calls"));
-      }
-      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *step));
+      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *step, step_tables_.get()));
       std::vector<ReadTable> reads;
       for (const StepTableFields& t : step->tables) {
         if (t.pull) reads.push_back({std::string(t.table), t.dense ? TableConfig::DENSE : TableConfig::SPARSE});
@@ -430,12 +459,39 @@ grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* conte
         *response = writer.Finish();
         return absl::OkStatus();
       };
+      if (hosted->BackupsOf(group->owner()).empty()) {
+        ServeWhenClocksAllow(context, hosted, *group, *step->header, std::move(reads), std::move(serve),
+                             std::move(done));
+        return absl::OkStatus();
+      }
+      // Applied here (or repeats): the backups get the pushes while the reads wait; the worker hears OK once both
+      // are done. The received bytes travel as they are (the backups skip the reads).
+      auto [forwarded, served] = BothDone(std::move(done));
+      Forward(*hosted, "ReplicateStep", group->owner(), *request, std::move(forwarded));
       ServeWhenClocksAllow(context, hosted, *group, *step->header, std::move(reads), std::move(serve),
-                           std::move(done));
+                           std::move(served));
       return absl::OkStatus();
     }();
     if (!status.ok()) done(std::move(status));
   }, /*primary=*/true);
+}
+
+grpc::ServerUnaryReactor* PsServiceImpl::ReplicateStep(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Run(context, replicate_rpc_, kServerRoles, "ReplicateStep",
+             [this, request, response](const Hosted& hosted, const Caller&) -> absl::Status {
+               const Shard& own = hosted->own();
+               KESTREL_RETURN_IF_ERROR(CheckReplicated(*hosted));
+               StepRequestView step;
+               KESTREL_RETURN_IF_ERROR(own.Count(ReadStepRequest(*request, &step)));
+               if (!step.header->has_owner()) {
+                 return own.Count(absl::InvalidArgumentError("a replicated step must name its range group (owner)"));
+               }
+               KESTREL_ASSIGN_OR_RETURN(Shard * group, own.Count(hosted->Group(step.header->owner())));
+               KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, step, step_tables_.get()));
+               *response = StepResponseWriter().Finish();
+               return absl::OkStatus();
+             });
 }
 
 grpc::ServerUnaryReactor* PsServiceImpl::Stats(grpc::CallbackServerContext* context, const StatsRequest* request,

@@ -70,8 +70,8 @@ inline constexpr size_t kMaxQueuedAdminCalls = 16;
 // `pool`, `store` nor `peers`, which must outlive it.
 class PsServiceImpl final
     : public ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
-          ParameterServer::WithRawCallbackMethod_Replicate<
-              ParameterServer::WithRawCallbackMethod_Step<ParameterServer::CallbackService>>>> {
+          ParameterServer::WithRawCallbackMethod_Replicate<ParameterServer::WithRawCallbackMethod_Step<
+              ParameterServer::WithRawCallbackMethod_ReplicateStep<ParameterServer::CallbackService>>>>> {
  public:
   // `store` may be null (no --checkpoint_dir): Checkpoint is then refused, and only Restore to empty tables
   // (a rollback without checkpoints) works. `peers` (may be null without replication) reaches the other
@@ -98,10 +98,14 @@ class PsServiceImpl final
                                            const DescribeTablesRequest* request,
                                            DescribeTablesResponse* response) override;
   // Server-enforced clocks: one worker step (proto/ps.proto StepRequest): the pushes, then the reads once the
-  // clocks they wait for are complete. Not for replicated groups yet (FailedPrecondition).
+  // clocks they wait for are complete. In a replicated group the received request goes to every backup
+  // (ReplicateStep) while the reads wait, and the answer waits for both.
   // Read field by field from the received buffers (common/step_wire.h), the rows written straight into the answer.
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
+  // A backup's half of a replicated Step: its pushes (server role only).
+  grpc::ServerUnaryReactor* ReplicateStep(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const StatsRequest* request,
                                   StatsResponse* response) override;
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context, const CheckpointShardRequest* request,
@@ -202,6 +206,9 @@ class PsServiceImpl final
   const std::unique_ptr<GroupTransfer> transfer_;
   const std::unique_ptr<CheckpointRestore> checkpoints_;
   const std::unique_ptr<RescaleParticipant> rescale_;
+  // A Step's tables' applies, spread (HandleStepPushes): its own threads, which never wait on pool_, so a
+  // handler waiting for them cannot deadlock. Null on a machine of one usable core.
+  const std::unique_ptr<ThreadPool> step_tables_;
   // One thread: the checkpoint, restore, copy and rescale calls, in arrival order. Declared after the
   // collaborators its calls use, so that it is joined (its queued calls run) before they go.
   ThreadPool admin_;

@@ -355,7 +355,10 @@ absl::Status RescaleParticipant::SwitchInPlace(const HostedShards& hosted, const
     return absl::FailedPreconditionError(absl::StrFormat("rescale %d is not after this server's layout %d",
                                                          request.layout_generation(), layout_->generation()));
   }
-  for (Shard* group : hosted.shards()) KESTREL_RETURN_IF_ERROR(group->SetBspWorkers(request.bsp_workers()));
+  for (Shard* group : hosted.shards()) {
+    KESTREL_RETURN_IF_ERROR(group->SetBspWorkers(request.bsp_workers()));
+    group->RestartClocksAt(request.clock(), request.workers());
+  }
   layout_->AdvanceKeepingGroups(request.layout_generation(),
                                 {request.worker_ids().begin(), request.worker_ids().end()});
   KLOG(Info) << "rescale " << request.layout_generation() << ": server " << hosted.server()
@@ -384,6 +387,7 @@ absl::Status RescaleParticipant::Switch(const HostedShards& hosted, const Rescal
   // The working store held the old groups' rows: start it afresh (every row now held is dirty, so the next
   // checkpoint writes them all).
   if (store_ != nullptr) KESTREL_RETURN_IF_ERROR(store_->Rebase());
+  for (Shard* group : groups->shards()) group->RestartClocksAt(request.clock(), request.workers());
   layout_->Adopt(groups, request.layout_generation(), {request.worker_ids().begin(), request.worker_ids().end()});
   // Replicated jobs forward to the other servers by their new ranks from now on.
   if (peers_ != nullptr) peers_->SetAddresses({request.server_addresses().begin(), request.server_addresses().end()});

@@ -259,6 +259,12 @@ absl::StatusOr<bool> Shard::AwaitClocks(const RequestContext& ctx, absl::string_
 
 void Shard::StartClocksAt(int64_t clock) { read_gate_.Raise(clock); }
 
+void Shard::RestartClocksAt(int64_t clock, int workers) {
+  read_gate_.StartAt(clock, absl::AbortedError(absl::StrFormat(
+                                "shard %d was rescaled while this read waited for its clock: rejoin", owner())));
+  if (workers > 0) read_gate_.SetWorkers(workers);
+}
+
 absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t clock) {
   if (bsp_workers_.load() <= 0) return absl::FailedPreconditionError("only BSP servers buffer a clock's pushes");
   absl::ReaderMutexLock state(&state_mu_);

@@ -171,6 +171,9 @@ class Shard {
   // Clocks < `clock` are complete on every table (the checkpoint a Restore loaded is of `clock`, or a rescale's
   // new layout starts there): releases the reads that waited for them.
   void StartClocksAt(int64_t clock);
+  // A rescale's switch at the boundary `clock` (every worker held there, nothing waiting): the clocks start
+  // afresh at `clock` for `workers` workers (0: the count stays), whatever ranks pushed before.
+  void RestartClocksAt(int64_t clock, int workers);
   // Fails the reads waiting past their deadline (the server calls it periodically); returns how many.
   size_t ExpireWaits(absl::Time now) { return read_gate_.Expire(now); }
   // The clocks every worker's updates of `table` are complete through (ReadGate::Complete), and the lowest over

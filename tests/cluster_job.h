@@ -100,7 +100,7 @@ class ClusterJob {
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
                                      absl::StrCat("--replicas=", replicas_)};
     if (resume) args.push_back("--resume");
-    if (lease_clocks_ > 0) args.push_back(absl::StrCat("--lease_clocks=", lease_clocks_));
+    if (lease_clocks_ >= 0) args.push_back(absl::StrCat("--lease_clocks=", lease_clocks_));
     if (elastic_timeout_ > absl::ZeroDuration()) {
       args.push_back("--elastic");
       args.push_back("--elastic_timeout=" + absl::FormatDuration(elastic_timeout_));
@@ -184,8 +184,9 @@ class ClusterJob {
   }
   // The scheduler runs with --elastic: a member dead for `timeout` is removed (docs/elasticity.md).
   void EnableElastic(absl::Duration timeout) { elastic_timeout_ = timeout; }
-  // Server-enforced clocks: the scheduler grants leases of `clocks` iterations (--lease_clocks).
-  void EnableLeases(int clocks) { lease_clocks_ = clocks; }
+  // Server-enforced clocks: the scheduler grants leases of `clocks` iterations (--lease_clocks; 0: the scheduler
+  // is every iteration's barrier, the fallback protocol). Default: the scheduler's default (leases).
+  void SetLeaseClocks(int clocks) { lease_clocks_ = clocks; }
   std::optional<ServerProcess>& scheduler() { return scheduler_; }
 
   // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
@@ -361,7 +362,7 @@ class ClusterJob {
   bool line_logs_ = false;
   bool workers_finished_ = false;  // Supervise() saw both exit 0
   absl::Duration elastic_timeout_ = absl::ZeroDuration();
-  int lease_clocks_ = 0;
+  int lease_clocks_ = -1;  // -1: the scheduler's default
   std::vector<int> worker_ids_;  // WorkersLeft(); empty: 0 .. num_workers_ - 1
   std::optional<ServerProcess> scheduler_;
   std::vector<std::optional<ServerProcess>> servers_;  // by rank, up to kMaxRanks

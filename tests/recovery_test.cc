@@ -72,7 +72,10 @@ class RecoveryTest : public ::testing::Test {
     data_ = new std::string(TmpDir() + "/recovery_data");
     fs::create_directories(*data_);
     ASSERT_TRUE(GenerateCriteoData(SmallDatagenOptions(), *data_).ok());
+    // The reference: the scheduler as every iteration's barrier. Every other job runs with the default
+    // protocol (server-enforced clocks) and must end bitwise identical to it.
     Job job(TmpDir() + "/recovery_reference", *data_);
+    job.SetLeaseClocks(0);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
     auto outcome = job.Finish();
     ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -401,14 +404,14 @@ TEST_F(RecoveryTest, LeasedJobEndsAndRecoversBitwiseIdenticalToTheSchedulerBarri
   std::mt19937 rng(seed.value());
   {
     Job job(TmpDir() + "/recovery_leased", *data_);
-    job.EnableLeases(16);
+    job.SetLeaseClocks(16);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
     ExpectReference(job.Finish(), "leased, uninterrupted");
     job.KillAll();
   }
   for (const char* victim : {"worker", "server"}) {
     Job job(absl::StrCat(TmpDir(), "/recovery_leased_", victim), *data_);
-    job.EnableLeases(16);
+    job.SetLeaseClocks(16);
     ASSERT_TRUE(job.StartAll(/*resume=*/false).ok());
     // Mid-training: after the second checkpoint, plus up to 100 ms.
     const absl::Time start = absl::Now();

@@ -107,7 +107,7 @@ bool ServerAlive(const DescribeResponse& d, int rank) {
 TEST(SchedulerClusterTest, SspBoundDeathAndGenerations) {
   auto scheduler_args = TestClusterTls::Get().WithFlags(
       {std::string("--job_id=") + kJob, "--num_servers=2", "--num_workers=" + std::to_string(kWorkers),
-       "--consistency=ssp", "--staleness=" + std::to_string(kStaleness),
+       "--consistency=ssp", "--staleness=" + std::to_string(kStaleness), "--lease_clocks=0",  // the barrier itself
        "--heartbeat_interval=" + absl::FormatDuration(kInterval), "--metrics_port=0",
        "--metrics_port_file=" + TmpDir() + "/scheduler.metrics_port"},
       kJob, "scheduler", 0);

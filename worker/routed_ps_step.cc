@@ -31,7 +31,6 @@ struct RoutedPsClient::StepRequests {
 };
 
 absl::Status RoutedPsClient::Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) {
-  if (replicated_) return PsClient::Step(parts, push, pull);  // Steps are not forwarded to backups
   if (parts.size() > static_cast<size_t>(kMaxStepTables)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("a step of %d tables: at most %d", parts.size(), kMaxStepTables));
@@ -104,6 +103,7 @@ absl::Status RoutedPsClient::WriteStepRequests(absl::Span<const StepPart> parts,
   for (int s = 0; s < servers; ++s) {
     RequestHeader header;
     FillHeader(&header, push.clock);
+    SetOwner(&header, s);  // a replicated job's request names its range group
     next_request_id_.fetch_add(kMaxStepTables - 1, std::memory_order_relaxed);
     if (pull.wait_clock.has_value()) header.set_wait_clock(*pull.wait_clock);
     std::vector<StepTableWrite> tables(parts.size());

@@ -136,9 +136,10 @@ class Trainer::Impl {
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
+      // Trained and pushed, whatever the permission's answer (a rescale's hold ends this pass there).
+      if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
       KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease: answered at once
     }
-    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
     return next;
   }
 
