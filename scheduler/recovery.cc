@@ -154,11 +154,16 @@ bool Recovery::Restore() {
   std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
   addresses.resize(ctx_->job.num_servers);  // the job's ranks
   const JobLayout layout = ctx_->membership->layout();
+  // The routing the job continues at (EndRollback puts every server back in service), acted on by each server as
+  // its restore ends.
+  const RoutingState routing = ctx_->membership->routing();
+  const uint64_t routing_after = routing.generation + (routing.out_of_service.empty() ? 0 : 1);
   const std::vector<absl::Status> results =
       OnEachServer<absl::Status>(addresses, [&](int s, const std::string& address) {
         RestoreShardRequest request;
         request.set_name(name);
         request.set_min_worker_generation(generation);
+        request.set_routing_generation(routing_after);
         if (relayout_restore_) {  // the job dropped a server: every server restores into the new layout
           request.set_layout_generation(layout.generation);
           request.set_partition(layout.partition);

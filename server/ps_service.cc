@@ -537,7 +537,11 @@ grpc::ServerUnaryReactor* PsServiceImpl::Restore(grpc::CallbackServerContext* co
                                                  const RestoreShardRequest* request, RestoreShardResponse* response) {
   return RunAdmin(context, restore_rpc_, "Restore", request->header(),
                   [this, request, response](const Hosted& served) {
-                    return checkpoints_->Restore(*served, *request, response);
+                    KESTREL_RETURN_IF_ERROR(checkpoints_->Restore(*served, *request, response));
+                    // Every copy is restored: the groups' routing puts every server back in service at once.
+                    const Hosted now = hosted();  // a restore into a new layout adopted new groups
+                    if (request->routing_generation() == 0 || !now->replicated()) return absl::OkStatus();
+                    return now->routing().Update(request->routing_generation(), {});
                   });
 }
 

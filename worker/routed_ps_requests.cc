@@ -10,12 +10,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
+#include "common/logging.h"
 #include "common/retry.h"
 
 namespace kestrel {
 namespace {
 
 bool IsPush(PsMethod m) { return m == PsMethod::kPush || m == PsMethod::kPushDense; }
+
+// A call retried this long is logged (once).
+constexpr absl::Duration kLongRetry = absl::Seconds(10);
 
 }  // namespace
 
@@ -79,6 +83,7 @@ absl::Status RoutedPsClient::WithRetries(int owner, bool waiting,
                                          absl::FunctionRef<void(std::function<void(absl::Status)> done)> start) {
   absl::Status status;
   const absl::Time start_time = absl::Now();
+  bool said = false;  // a call retried for long is logged once, with its last answer
   for (int attempt = 0;; ++attempt) {
     Completion done(1);
     start([&](absl::Status s) {
@@ -87,6 +92,11 @@ absl::Status RoutedPsClient::WithRetries(int owner, bool waiting,
     });
     done.Wait();
     if (!ShouldRetry(status, attempt, start_time, waiting)) return OnServer(owner, status);
+    if (!said && absl::Now() - start_time > kLongRetry) {
+      said = true;
+      KLOG(Warning) << "a call to the primary of the ranges of server " << owner << " is still retried after "
+                    << absl::FormatDuration(absl::Now() - start_time) << ": " << status;
+    }
     absl::SleepFor(Backoff(attempt));
   }
 }
