@@ -98,11 +98,9 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
-  // Whether iteration `clock`'s push and clock + 1's pull may travel as one Step (see the class comment).
-  // The read of clock + 1 need not be permitted yet: it only reads, the servers answer it once the clocks it
-  // needs are complete, and nothing can change those rows before this worker runs clock + 1 but a rollback,
-  // after which the worker starts again from the checkpoint anyway. So lease ends fuse too; the permission is
-  // asked for after the Step.
+  // Whether iteration `clock`'s push and clock + 1's pull may travel as one Step (see the class comment). The
+  // read of clock + 1 need not be permitted yet: it only reads, and nothing but a rollback (which restarts the
+  // worker) changes those rows before this worker runs clock + 1. So lease ends fuse too.
   bool CanFuse(const StepData& step, int64_t clock) const {
     return !options_.prefetch_pulls && step.batch.tables.empty() && gate_->WaitClock(clock + 1).has_value() &&
            gate_->Leased();
