@@ -207,7 +207,8 @@ absl::Status HandleStats(Shard& shard, const StatsRequest& request, StatsRespons
   return absl::OkStatus();
 }
 
-absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread) {
+absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread,
+                              absl::FunctionRef<void()> checked) {
   if (request.tables.size() > static_cast<size_t>(kMaxStepTables)) {
     return shard.Count(absl::InvalidArgumentError(
         absl::StrFormat("a step names %d tables, at most %d", request.tables.size(), kMaxStepTables)));
@@ -254,6 +255,7 @@ absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPoo
   for (size_t i = 0; i < request.tables.size(); ++i) {
     if (request.tables[i].push) pushes.push_back(i);
   }
+  checked();
   // Everything is checked: an apply fails only when the shard itself does (then it refuses all until a restore).
   std::vector<RequestContext> contexts(request.tables.size());
   for (size_t i : pushes) contexts[i] = context(i);

@@ -14,6 +14,7 @@
 #include "common/pull_wire.h"
 #include "common/step_wire.h"
 #include "proto/ps.pb.h"
+#include "absl/functional/function_ref.h"
 #include "common/thread_pool.h"
 #include "server/shard.h"
 
@@ -52,7 +53,10 @@ inline constexpr int kMaxPushParts = 1024;
 // the others (as separate Push calls spread over handler threads would); its tasks must never wait on the
 // pool the caller runs on. Tables are independent (each has its own rows, optimizer and BSP aggregator), so the
 // result is the same bits either way.
-[[nodiscard]] absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread = nullptr);
+// `checked` (may be null) runs once every push passed its checks, before any is applied (a replicated primary
+// forwards the Step to its backups there, so their applies run beside its own).
+[[nodiscard]] absl::Status HandleStepPushes(Shard& shard, const StepFields& request, ThreadPool* spread = nullptr,
+                                            absl::FunctionRef<void()> checked = [] {});
 // A Step's reads, once their clocks are complete: every table with `pull`, at pull_clock, one pulls entry each.
 [[nodiscard]] absl::Status HandleStepPulls(Shard& shard, const StepFields& request, StepResponseWriter* response);
 

@@ -442,37 +442,38 @@ grpc::ServerUnaryReactor* PsServiceImpl::DescribeTables(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* PsServiceImpl::Step(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return RunAsync(context, step_rpc_, kDataRoles, "Step", [=](const Hosted& hosted, const Caller& caller, Done done) {
-    absl::Status status = [&]() -> absl::Status {
-      const Shard& own = hosted->own();
-      auto step = std::make_shared<StepRequestView>();  // outlives a wait: the serve callback holds it
+    const Shard& own = hosted->own();
+    auto step = std::make_shared<StepRequestView>();  // outlives a wait: the serve callback holds it
+    absl::StatusOr<Shard*> group = [&]() -> absl::StatusOr<Shard*> {
       KESTREL_RETURN_IF_ERROR(own.Count(ReadStepRequest(*request, step.get())));
       KESTREL_RETURN_IF_ERROR(own.Count(layout_.CheckWorkerCaller(caller, step->header->worker_rank(), "the Step")));
-      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *step->header));
-      KESTREL_RETURN_IF_ERROR(HandleStepPushes(*group, *step, step_tables_.get()));
-      std::vector<ReadTable> reads;
-      for (const StepTableFields& t : step->tables) {
-        if (t.pull) reads.push_back({std::string(t.table), t.dense ? TableConfig::DENSE : TableConfig::SPARSE});
-      }
-      auto serve = [group, step, response]() -> absl::Status {
-        StepResponseWriter writer;
-        KESTREL_RETURN_IF_ERROR(HandleStepPulls(*group, *step, &writer));
-        *response = writer.Finish();
-        return absl::OkStatus();
-      };
-      if (hosted->BackupsOf(group->owner()).empty()) {
-        ServeWhenClocksAllow(context, hosted, *group, *step->header, std::move(reads), std::move(serve),
-                             std::move(done));
-        return absl::OkStatus();
-      }
-      // Applied here (or repeats): the backups get the pushes while the reads wait; the worker hears OK once both
-      // are done. The received bytes travel as they are (the backups skip the reads).
-      auto [forwarded, served] = BothDone(std::move(done));
-      Forward(*hosted, "ReplicateStep", group->owner(), *request, std::move(forwarded));
-      ServeWhenClocksAllow(context, hosted, *group, *step->header, std::move(reads), std::move(serve),
-                           std::move(served));
-      return absl::OkStatus();
+      return PrimaryGroup(*hosted, *step->header);
     }();
-    if (!status.ok()) done(std::move(status));
+    if (!group.ok()) return done(group.status());
+    // Replicated: once every push passed its checks, the received request (whose reads the backups skip) goes to
+    // the backups, which apply it beside this primary; the worker hears OK once they have it and the reads are
+    // answered.
+    Done answer = std::move(done);
+    const bool replicated = !hosted->BackupsOf((*group)->owner()).empty();
+    absl::Status pushed = HandleStepPushes(**group, *step, step_tables_.get(), [&] {
+      if (!replicated) return;
+      auto [forwarded, served] = BothDone(std::move(answer));
+      Forward(*hosted, "ReplicateStep", (*group)->owner(), *request, std::move(forwarded));
+      answer = std::move(served);
+    });
+    if (!pushed.ok()) return answer(std::move(pushed));
+    std::vector<ReadTable> reads;
+    for (const StepTableFields& t : step->tables) {
+      if (t.pull) reads.push_back({std::string(t.table), t.dense ? TableConfig::DENSE : TableConfig::SPARSE});
+    }
+    auto serve = [group = *group, step, response]() -> absl::Status {
+      StepResponseWriter writer;
+      KESTREL_RETURN_IF_ERROR(HandleStepPulls(*group, *step, &writer));
+      *response = writer.Finish();
+      return absl::OkStatus();
+    };
+    ServeWhenClocksAllow(context, hosted, **group, *step->header, std::move(reads), std::move(serve),
+                         std::move(answer));
   }, /*primary=*/true);
 }
 

@@ -109,7 +109,8 @@ py::array_t<float> Client::PullDense(const std::string& table, int64_t size, int
   absl::Status status;
   {
     py::gil_scoped_release release;
-    status = ps->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), CallClock{clock});
+    // A training read waits at the servers for the clocks it must see (server-enforced clocks), as sparse reads do.
+    status = ps->PullDense(table, absl::MakeSpan(data, static_cast<size_t>(size)), ClockOf(clock));
   }
   Check(status);
   return out;
