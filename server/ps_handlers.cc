@@ -95,7 +95,11 @@ absl::Status HandlePull(Shard& shard, const PullRequest& request, PullResponse* 
   return Read(shard, /*dense=*/false, request, response);
 }
 
-absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response) {
+namespace {
+
+// HandlePushFields; `checked` (may be null) runs once the push passed Shard::CheckPush, before it is applied.
+absl::Status PushFieldsChecked(Shard& shard, bool dense, const PushFields& push, PushResponse* response,
+                               const absl::FunctionRef<void()>* checked) {
   thread_local std::vector<uint64_t> key_scratch;
   thread_local std::vector<float> value_scratch;
   KESTREL_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids,
@@ -114,10 +118,26 @@ absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, 
   RequestContext ctx = ContextOf(push.header != nullptr ? *push.header : kNoHeader);
   ctx.part = push.part;
   ctx.parts = parts;
+  if (checked != nullptr) {
+    KESTREL_RETURN_IF_ERROR(shard.CheckPush(ctx, push.table, dense ? TableConfig::DENSE : TableConfig::SPARSE, ids,
+                                            grads, push.dim));
+    (*checked)();
+  }
   KESTREL_RETURN_IF_ERROR(dense ? shard.PushDense(ctx, push.table, ids, grads, push.dim)
                                 : shard.Push(ctx, push.table, ids, grads, push.dim));
   response->set_rows_updated(ids.size());
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response) {
+  return PushFieldsChecked(shard, dense, push, response, nullptr);
+}
+
+absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response,
+                              absl::FunctionRef<void()> checked) {
+  return PushFieldsChecked(shard, dense, push, response, &checked);
 }
 
 namespace {

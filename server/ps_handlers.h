@@ -38,6 +38,11 @@ inline constexpr int kMaxPushParts = 1024;
 [[nodiscard]] absl::Status HandlePush(Shard& shard, const PushRequest& request, PushResponse* response);
 // A push given by its fields (common/pull_wire.h): the raw Push handler passes a PushRequestView.
 [[nodiscard]] absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response);
+// The same, with `checked` run once the push passed every check (Shard::CheckPush), before it is applied: a
+// replicated primary forwards it to its backups there, so their applies run beside its own and a refused push
+// reaches no copy.
+[[nodiscard]] absl::Status HandlePushFields(Shard& shard, bool dense, const PushFields& push, PushResponse* response,
+                                            absl::FunctionRef<void()> checked);
 [[nodiscard]] absl::Status HandlePullDense(Shard& shard, const PullRequest& request, PullResponse* response);
 [[nodiscard]] absl::Status HandlePushDense(Shard& shard, const PushRequest& request, PushResponse* response);
 [[nodiscard]] absl::Status HandleCreateTable(Shard& shard, const CreateTableRequest& request, CreateTableResponse* response);

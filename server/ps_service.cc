@@ -314,21 +314,31 @@ grpc::ServerUnaryReactor* PsServiceImpl::Push(grpc::CallbackServerContext* conte
                                               grpc::ByteBuffer* response) {
   return RunAsync(context, push_rpc_, kDataRoles, "Push",
                   [this, request, response](const Hosted& hosted, const Caller& caller, Done done) {
-                    absl::Status status = [&]() -> absl::Status {
-                      const Shard& own = hosted->own();
-                      PushRequestView view;
+                    const Shard& own = hosted->own();
+                    PushRequestView view;
+                    absl::StatusOr<Shard*> group = [&]() -> absl::StatusOr<Shard*> {
                       KESTREL_RETURN_IF_ERROR(own.Count(ReadPushRequest(*request, &view)));
                       KESTREL_RETURN_IF_ERROR(
                           own.Count(layout_.CheckWorkerCaller(caller, view.header->worker_rank(), "the Push")));
-                      KESTREL_ASSIGN_OR_RETURN(Shard * group, PrimaryGroup(*hosted, *view.header));
-                      PushResponse answer;
-                      KESTREL_RETURN_IF_ERROR(HandlePushFields(*group, /*dense=*/false, view, &answer));
-                      KESTREL_RETURN_IF_ERROR(WritePushResponse(answer, response));
-                      // Applied here (or a repeat): the backups get it too before the worker hears OK.
-                      Forward(*hosted, "Replicate", group->owner(), *request, std::move(done));
-                      return absl::OkStatus();
+                      return PrimaryGroup(*hosted, *view.header);
                     }();
-                    if (!status.ok()) done(std::move(status));
+                    if (!group.ok()) return done(group.status());
+                    // Replicated: checked here, the push goes to the backups, which apply it beside this primary;
+                    // the worker hears OK once every copy has it.
+                    Done answer = std::move(done);
+                    PushResponse pushed;
+                    absl::Status status;
+                    if (hosted->BackupsOf((*group)->owner()).empty()) {
+                      status = HandlePushFields(**group, /*dense=*/false, view, &pushed);
+                    } else {
+                      status = HandlePushFields(**group, /*dense=*/false, view, &pushed, [&] {
+                        auto [forwarded, applied] = BothDone(std::move(answer));
+                        Forward(*hosted, "Replicate", (*group)->owner(), *request, std::move(forwarded));
+                        answer = std::move(applied);
+                      });
+                    }
+                    if (status.ok()) status = WritePushResponse(pushed, response);
+                    answer(std::move(status));
                   }, /*primary=*/true);
 }
 
