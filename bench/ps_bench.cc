@@ -736,7 +736,7 @@ std::string ReplicasSection(const std::vector<Row>& rows, int replicas) {
       absl::StrCat("The network path again, against a set of kestrel_server processes started with --replicas=",
                    replicas,
                    " under a kestrel_scheduler: pulls are served by each range's primary, and a push is acknowledged "
-                   "only once the primary has applied it and forwarded it to its backup (docs/replication.md); its "
+                   "only once the primary and its backup have applied it (forwarded once checked, applied on both at once; docs/replication.md); its "
                    "runs interleave with the unreplicated ones; medians over runs."),
       absl::StrCat("R=", replicas));
 }
