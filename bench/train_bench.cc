@@ -108,6 +108,11 @@ struct Figures {
   // its evaluations' pulls), to the servers and to the scheduler; -1 where unknown.
   double rpcs_servers = -1;
   double rpcs_scheduler = -1;
+  // Cluster: CPU-seconds (user + system) per 1000 examples trained, summed over the workers, the servers and the
+  // scheduler (each process from its start to the workers' exit; the evaluation included); -1 where unknown.
+  double cpu_workers = -1;
+  double cpu_servers = -1;
+  double cpu_scheduler = -1;
 };
 
 // The "RPCs per iteration: X to servers (...), Y to the scheduler" line of a worker's log (cmd/worker_main.cc).
@@ -170,8 +175,12 @@ std::string JobText(const JobConfig& job) {
 // One in-process run (training time only).
 absl::StatusOr<Figures> InProcess(const JobConfig& job) {
   std::unique_ptr<Backend> backend = NewCpuBackend();
+  const double cpu_before = bench::ProcessCpuSeconds();
   KESTREL_ASSIGN_OR_RETURN(TrainResult r, TrainInProcess(job, backend.get()));
-  return Figures{r.examples_per_second, r.eval.auc, r.eval.logloss};
+  Figures f{r.examples_per_second, r.eval.auc, r.eval.logloss};
+  // One process: the trainer and its in-process servers together (the evaluation included), as the workers' column.
+  if (r.examples > 0) f.cpu_workers = (bench::ProcessCpuSeconds() - cpu_before) / r.examples * 1000;
+  return f;
 }
 
 // One cluster run: examples/s = both workers' examples over the slower worker's training time; worker 0's
@@ -240,6 +249,19 @@ absl::StatusOr<Figures> Cluster(const Binaries& bin, const JobConfig& job, const
   KESTREL_ASSIGN_OR_RETURN(Record eval, LastRecord(absl::StrCat(dir, "/metrics0.jsonl"), "eval"));
   Figures f{examples / seconds, eval.auc(), eval.logloss(), hit_ratio};
   ReadRpcs(dir + "/worker1.log", &f);
+  // The processes' CPU per 1000 examples: what carries over to machines where they do not share 2 cores.
+  auto per_thousand = [examples](const std::vector<const ServerProcess*>& processes) {
+    double cpu = 0;
+    for (const ServerProcess* p : processes) {
+      absl::StatusOr<double> used = p->CpuSeconds();
+      if (!used.ok()) return -1.0;
+      cpu += *used;
+    }
+    return cpu / examples * 1000;
+  };
+  f.cpu_workers = per_thousand({&workers[0], &workers[1]});
+  f.cpu_servers = per_thousand({&servers[0], &servers[1]});
+  f.cpu_scheduler = per_thousand({&scheduler});
   return f;
 }
 
@@ -616,6 +638,23 @@ int Main(int argc, char** argv) {
     if (!rpcs.empty()) {
       absl::StrAppend(&md, "\nRPCs per iteration of worker 1 (kestrel_rpcs_sent_total; median over runs):\n\n",
                       "| Configuration | to the servers | to the scheduler |\n|---|---:|---:|\n", rpcs);
+    }
+    std::string cpu;
+    for (const Config& c : configs) {
+      const std::vector<Figures>& f = m.figures[c.key];
+      if (f.empty() || f.back().cpu_workers < 0) continue;
+      auto cell = [&](double Figures::*field) {
+        const double v = median_of(f, field);
+        return v < 0 ? std::string("—") : absl::StrFormat("%.4f", v);
+      };
+      absl::StrAppend(&cpu, absl::StrFormat("| %s | %s | %s | %s |\n", c.key, cell(&Figures::cpu_workers),
+                                            cell(&Figures::cpu_servers), cell(&Figures::cpu_scheduler)));
+    }
+    if (!cpu.empty()) {
+      absl::StrAppend(&md, "\nCPU-seconds per 1000 examples (user + system, every thread, each role's processes "
+                      "summed from their start to the workers' exit; in-process: the one process, its servers "
+                      "included; median over runs):\n\n",
+                      "| Configuration | 2 workers | 2 servers | scheduler |\n|---|---:|---:|---:|\n", cpu);
     }
     for (const auto& [leased, barrier] : {std::pair<const char*, const char*>{"bsp", "bsp-barrier"},
                                           std::pair<const char*, const char*>{"ssp", "ssp-barrier"}}) {

@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -68,6 +71,7 @@ ServerProcess& ServerProcess::operator=(ServerProcess&& other) noexcept {
   std::swap(pid_, other.pid_);
   std::swap(port_, other.port_);
   std::swap(log_path_, other.log_path_);
+  std::swap(exited_cpu_seconds_, other.exited_cpu_seconds_);
   return *this;
 }
 
@@ -89,14 +93,36 @@ absl::StatusOr<int> ServerProcess::Wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {  // at least one look, so a zero timeout polls
     int wstatus;
-    if (::waitpid(pid_, &wstatus, WNOHANG) == pid_) {
+    struct rusage usage {};
+    if (::wait4(pid_, &wstatus, WNOHANG, &usage) == pid_) {
       pid_ = -1;
+      exited_cpu_seconds_ = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+                            (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
       return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
     }
     if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(10));
   }
   return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " did not exit in time"));
+}
+
+absl::StatusOr<double> ServerProcess::CpuSeconds() const {
+  if (pid_ <= 0) {
+    if (exited_cpu_seconds_ >= 0) return exited_cpu_seconds_;
+    return absl::NotFoundError("the process was not started");
+  }
+  // /proc/<pid>/stat: fields 14 and 15 (utime, stime) in clock ticks, after the parenthesized command name.
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return absl::NotFoundError(absl::StrCat("no /proc/", pid_, "/stat"));
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 absl::StatusOr<int> ReadPortFile(const std::string& path, absl::Duration timeout) {

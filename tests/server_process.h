@@ -42,6 +42,9 @@ class ServerProcess {
   // Waits up to `timeout` for the process to exit by itself; returns its exit code (DeadlineExceeded: still
   // running).
   [[nodiscard]] absl::StatusOr<int> Wait(absl::Duration timeout);
+  // CPU-seconds (user + system, every thread) the process used: so far while it runs (from /proc), in all once
+  // Wait or Stop saw it exit. NotFound when it was never started or /proc cannot say.
+  [[nodiscard]] absl::StatusOr<double> CpuSeconds() const;
 
  private:
   ServerProcess() = default;
@@ -49,6 +52,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string log_path_;
+  double exited_cpu_seconds_ = -1;  // set when Wait or Stop reaped it
 };
 
 // The port a process wrote to `path` (e.g. its --metrics_port_file), waiting up to `timeout` for the file to
