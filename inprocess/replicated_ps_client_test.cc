@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/key_batch.h"
 #include "server/hosted_shards.h"
 #include "server/primary_lease.h"
 #include "server/ps_server.h"
@@ -112,6 +113,41 @@ TEST_F(ReplicatedPsClientTest, PushesReachEveryCopyBeforeTheyAreAcknowledged) {
   uint64_t rows_total = 0;
   for (const StatsResponse& s : *stats) rows_total += s.rows();
   EXPECT_EQ(rows_total, keys.size()) << "each row counted once, not once per copy";
+}
+
+// A fused Step (one request per range group: every table's push and read) reaches the group's backups too
+// (ReplicateStep) before it is acknowledged, and answers the primary's rows; a Step the primary refuses (one of
+// its tables does not exist) reaches no copy, its other table's push included.
+TEST_F(ReplicatedPsClientTest, StepsReachEveryCopyAndARefusedOneReachesNone) {
+  const std::vector<uint64_t> raw = Keys(300);
+  KeyBatch keys;
+  keys.Build(raw, partition_);
+  std::vector<float> grads(keys.num_unique() * kDim, 0.25f), rows(keys.num_unique() * kDim, 7.0f);
+  StepPart emb{"emb"};
+  emb.dim = kDim;
+  emb.push = true;
+  emb.push_keys = &keys;
+  emb.grads = grads.data();
+  emb.pull = true;
+  emb.pull_keys = &keys;
+  emb.rows = rows.data();
+  ASSERT_TRUE(client_->Step({emb}, CallClock{0}, CallClock{1}).ok());
+  ExpectCopiesIdentical();
+  for (float v : rows) ASSERT_EQ(v, -0.25f) << "the read follows the push it travels with";
+  std::vector<uint64_t> before;
+  for (int s = 0; s < kServers; ++s) {
+    for (Shard* group : hosted_[s]->shards()) before.push_back(group->Fingerprint());
+  }
+  emb.pull = false;
+  StepPart missing = emb;
+  missing.table = "missing";
+  const absl::Status refused = client_->Step({emb, missing}, CallClock{1}, CallClock{2});
+  EXPECT_TRUE(absl::IsNotFound(refused)) << refused;
+  std::vector<uint64_t> after;
+  for (int s = 0; s < kServers; ++s) {
+    for (Shard* group : hosted_[s]->shards()) after.push_back(group->Fingerprint());
+  }
+  EXPECT_EQ(after, before) << "a refused Step changed a copy";
 }
 
 // The split-brain fence (server/primary_lease.h): with it on, a primary whose lease from the scheduler lapsed (or
