@@ -156,8 +156,7 @@ bool Recovery::Restore() {
   const JobLayout layout = ctx_->membership->layout();
   // The routing the job continues at (EndRollback puts every server back in service), acted on by each server as
   // its restore ends.
-  const RoutingState routing = ctx_->membership->routing();
-  const uint64_t routing_after = routing.generation + (routing.out_of_service.empty() ? 0 : 1);
+  const uint64_t routing_after = ctx_->membership->routing().AllInServiceGeneration();
   const std::vector<absl::Status> results =
       OnEachServer<absl::Status>(addresses, [&](int s, const std::string& address) {
         RestoreShardRequest request;

@@ -26,10 +26,8 @@ void ServerRouting::Died(int rank) {
 void ServerRouting::ForgetLost() { lost_.assign(lost_.size(), false); }
 
 void ServerRouting::AllBackInService() {
-  if (std::find(out_of_service_.begin(), out_of_service_.end(), true) != out_of_service_.end()) {
-    out_of_service_.assign(out_of_service_.size(), false);
-    ++generation_;
-  }
+  generation_ = state().AllInServiceGeneration();
+  out_of_service_.assign(out_of_service_.size(), false);
 }
 
 std::vector<int> ServerRouting::FailOver(const std::vector<bool>& dead,

@@ -26,6 +26,9 @@ struct RoutingState {
   std::vector<int> out_of_service;  // server ranks, increasing
   uint64_t failovers = 0;           // servers failed over so far (rollbacks do not reset it)
   uint64_t rereplications = 0;      // servers put back in service with synced copies so far
+
+  // The generation ServerRouting::AllBackInService moves this routing to: a new one when a server is out.
+  uint64_t AllInServiceGeneration() const { return generation + (out_of_service.empty() ? 0 : 1); }
 };
 
 class ServerRouting {

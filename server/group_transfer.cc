@@ -53,6 +53,11 @@ absl::Status GroupTransfer::Send(const HostedShards& hosted, const CopyGroupRequ
 
 absl::Status GroupTransfer::StagePieceLocked(const GroupChunk& chunk, IncomingCopy* copy) {
   if (chunk.sequence() == 0) {
+    if (chunk.complete_clocks() < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a copy of range group %d says its clocks are complete through %d: a clock is >= 0", chunk.owner(),
+          chunk.complete_clocks()));
+    }
     for (const Piece& piece : copy->pieces) staged_bytes_ -= piece.keys.size() + piece.rows.size();
     *copy = IncomingCopy();
     copy->owner = chunk.owner();

@@ -62,6 +62,7 @@ TEST(GroupTransferTest, ACopySentThroughPeerLinksInstallsTheGroupWhole) {
   std::vector<float> grads(keys.size() * kDim);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * static_cast<float>(i % 97);
   ASSERT_TRUE(group.Push(ctx, "emb", keys, grads, kDim).ok());
+  group.StartClocksAt(7);  // the primary holds every update of clocks 0..6
 
   absl::StatusOr<Shard*> backup = target->Group(0);
   ASSERT_TRUE(backup.ok()) << backup.status();
@@ -78,6 +79,25 @@ TEST(GroupTransferTest, ACopySentThroughPeerLinksInstallsTheGroupWhole) {
   EXPECT_EQ(response.rows(), keys.size());
   EXPECT_GE(links.pieces, 2) << "the rows and the last piece";
   EXPECT_EQ((*backup)->Fingerprint(), group.Fingerprint()) << "the backup holds the primary's rows bit for bit";
+  EXPECT_EQ((*backup)->CompleteClocks(), 7) << "the copy's clocks start where the primary's were complete";
+}
+
+TEST(GroupTransferTest, ACopyClaimingANegativeClockIsRefusedAndChangesNothing) {
+  std::unique_ptr<HostedShards> target = Server(1);
+  absl::StatusOr<Shard*> backup = target->Group(0);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  const uint64_t before = (*backup)->Fingerprint();
+  GroupTransfer receiver("t", nullptr);
+  GroupChunk chunk;
+  chunk.mutable_header()->set_job_id("t");
+  chunk.set_owner(0);
+  chunk.set_last(true);
+  chunk.set_complete_clocks(-5);
+  uint64_t installed = 0;
+  const absl::Status refused = receiver.Receive(*target, chunk, &installed);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_EQ((*backup)->Fingerprint(), before);
+  EXPECT_EQ((*backup)->CompleteClocks(), 0);
 }
 
 TEST(GroupTransferTest, WithoutPeerLinksAServerSendsNothing) {

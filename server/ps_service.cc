@@ -63,9 +63,13 @@ std::pair<std::function<void(absl::Status)>, std::function<void(absl::Status)>> 
   return {half, half};
 }
 
-// The threads a Step's tables are applied on besides its handler's: up to 3 more, none with one usable core.
+// Most threads a Step's tables are applied on besides its handler's.
+constexpr int kMaxStepTableThreads = 3;
+
+// The threads a Step's tables are applied on besides its handler's: one fewer than the usable cores, at most
+// kMaxStepTableThreads, none with one usable core.
 std::unique_ptr<ThreadPool> StepTablePool() {
-  const int extra = std::min(UsableCores() - 1, 3);
+  const int extra = std::min(UsableCores() - 1, kMaxStepTableThreads);
   return extra > 0 ? std::make_unique<ThreadPool>(extra) : nullptr;
 }
 

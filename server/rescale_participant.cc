@@ -339,6 +339,21 @@ absl::Status RescaleParticipant::Install(const HostedShards& hosted, const Resca
   return absl::OkStatus();
 }
 
+namespace {
+
+// A SWITCH's boundary and worker count, which start the groups' clocks (Shard::RestartClocksAt): checked before
+// anything changes.
+absl::Status CheckSwitchClocks(const RescaleShardRequest& request) {
+  if (request.clock() < 0 || request.workers() < 0 || request.workers() > kMaxWorkers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rescale %d switches at clock %d for %d workers: the clock is >= 0 and the count in [0, %d]",
+        request.layout_generation(), request.clock(), request.workers(), kMaxWorkers));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RescaleParticipant::SwitchInPlace(const HostedShards& hosted, const RescaleShardRequest& request) {
   if (layout_->left()) return absl::FailedPreconditionError("this server left the job in an earlier rescale");
   if (request.partition() != hosted.partition().ToString() || request.new_rank() != hosted.server()) {
@@ -347,6 +362,7 @@ absl::Status RescaleParticipant::SwitchInPlace(const HostedShards& hosted, const
         request.layout_generation(), request.new_rank(), hosted.server()));
   }
   KESTREL_RETURN_IF_ERROR(ServedLayout::CheckWorkerIds(request.worker_ids_size()));
+  KESTREL_RETURN_IF_ERROR(CheckSwitchClocks(request));
   if (request.layout_generation() == layout_->generation() &&
       hosted.own().bsp_workers() == request.bsp_workers()) {
     return absl::OkStatus();  // a repeat of this switch (the scheduler retried it)
@@ -370,6 +386,7 @@ absl::Status RescaleParticipant::Switch(const HostedShards& hosted, const Rescal
   if (request.keep_groups()) return SwitchInPlace(hosted, request);
   KESTREL_ASSIGN_OR_RETURN(const Partition next, CheckRescale(hosted, request));
   KESTREL_RETURN_IF_ERROR(ServedLayout::CheckWorkerIds(request.worker_ids_size()));
+  KESTREL_RETURN_IF_ERROR(CheckSwitchClocks(request));
   const int self = request.new_rank();
   if (self < 0) {
     layout_->Leave(request.layout_generation());

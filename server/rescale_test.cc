@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
+#include "common/limits.h"
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -490,6 +491,18 @@ TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone)
   EXPECT_TRUE(absl::IsInvalidArgument(push1(2))) << "rank 2 is beyond the two workers";
   ASSERT_TRUE(push1(1).ok());
   EXPECT_NE(shard.FindTable("emb")->RowsFingerprint(), after) << "clock 1 applied with two workers";
+  // A switch whose boundary or worker count cannot be is refused before anything changes.
+  for (auto [clock, workers] : {std::pair<int64_t, int>{-1, 2}, {5, -1}, {5, kMaxWorkers + 1}}) {
+    RescaleShardRequest bad = keep;
+    bad.set_layout_generation(2);
+    bad.set_clock(clock);
+    bad.set_workers(workers);
+    RescaleShardResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(absl::IsInvalidArgument(FromGrpcStatus(stub->RescaleShard(&context, bad, &response))))
+        << clock << " " << workers;
+    EXPECT_EQ((*server)->service().layout().generation(), 1u);
+  }
   // A switch in place that names another layout is refused.
   keep.set_layout_generation(2);
   keep.set_new_rank(1);
