@@ -186,6 +186,13 @@ bool ClockTable::HoldAt(int64_t hold) {
   return true;
 }
 
+void ClockTable::HoldAtRevoking(int64_t hold) {
+  absl::MutexLock lock(&mu_);
+  if (hold >= hold_) return;
+  hold_ = hold;
+  HoldWaitersLocked();
+}
+
 uint64_t ClockTable::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;

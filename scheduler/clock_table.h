@@ -89,6 +89,10 @@ class ClockTable {
   // Lowers the hold to `hold` unless an iteration >= `hold` was already permitted or the hold is below it
   // (false: nothing changes); checked and set in one step, so no worker slips past `hold` in between.
   bool HoldAt(int64_t hold);
+  // Leases: lowers the hold to `hold` even where leases already reach past it. Only where the servers stop the
+  // workers at `hold` themselves (a removal of dead workers under server-enforced clocks, RescaleShard HOLD:
+  // their reads of iterations >= `hold` are refused, and they report there). No-op when the hold is lower.
+  void HoldAtRevoking(int64_t hold);
   // Reserves a hold at `clock` (a rescale asked for at that boundary, ScaleRequest.at_clock): no iteration >=
   // `clock` starts from now on unless it was already permitted, and SetHold never lifts the hold past it, so the
   // boundary stays reachable while the rescale's new ranks start or an earlier checkpoint is cut (with leases,

@@ -10,9 +10,45 @@
 
 namespace kestrel {
 
+absl::StatusOr<Standing> StandingAt(const WorkerState& state, int64_t at, int rank, int workers) {
+  if (!state.has_reader() || !state.has_share() || state.share().count() < 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "worker %d has not reported where its reader is at clock %d", rank, state.clock()));
+  }
+  Standing standing;
+  standing.epoch = state.epoch();
+  standing.epoch_start = state.epoch_start();
+  standing.share = state.share();
+  standing.reader = state.reader();
+  standing.consumed = AssignmentOf(state.share()).CountBelow(state.reader().global_line());
+  if (at == state.clock()) return standing;
+  if (at < state.clock() || state.batch_lines() <= 0 || state.epoch_end() <= state.epoch_start()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "worker %d's pushes end at clock %d, but its last report (clock %d) does not say where its reader is "
+        "there (an older worker binary?)",
+        rank, at, state.clock()));
+  }
+  const uint64_t batch = static_cast<uint64_t>(state.batch_lines());
+  if (at < state.epoch_end()) {
+    standing.consumed += static_cast<uint64_t>(at - state.clock()) * batch;
+    return standing;
+  }
+  // Past the reported epoch's end: the next epoch, dealt plainly, read from its start.
+  standing.epoch = state.epoch() + 1;
+  standing.epoch_start = state.epoch_end();
+  standing.share = LineShareOf(PlainAssignment(rank, workers));
+  standing.reader = ReaderPositionProto();
+  standing.consumed = static_cast<uint64_t>(at - state.epoch_end()) * batch;
+  return standing;
+}
+
 absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState>& states, int64_t cut,
                                                    const std::vector<int>& old_of_new,
-                                                   const std::vector<int>& removed) {
+                                                   const std::vector<int>& removed,
+                                                   const std::vector<int64_t>& removed_at) {
+  if (!removed_at.empty() && removed_at.size() != removed.size()) {
+    return absl::InvalidArgumentError("removed_at names a clock for each removed worker, or none");
+  }
   auto is_removed = [&](int w) { return std::find(removed.begin(), removed.end(), w) != removed.end(); };
   int ref = -1;  // a staying worker: they agree on where the cut falls
   for (int w = 0; w < static_cast<int>(states.size()); ++w) {
@@ -46,12 +82,25 @@ absl::StatusOr<std::vector<WorkerState>> PlanEpoch(const std::vector<WorkerState
     bool from_start = false;  // some worker's lines start at the epoch's first line
     for (int w = 0; w < static_cast<int>(states.size()); ++w) {
       const WorkerState& s = states[w];
-      if (s.has_share() && s.has_reader() && s.share().count() >= 1 && s.epoch() == at.epoch() &&
-          s.epoch_start() == at.epoch_start()) {
-        LineAssignment a = AssignmentOf(s.share());
-        consumed.push_back(a.CountBelow(s.reader().global_line()));
-        shares.push_back(std::move(a));
-        if (!reader.has_value() || s.reader().global_line() < reader->global_line()) reader = s.reader();
+      // A removed worker stands where its pushes end (its state moved there), the others at their reports.
+      int64_t stands_at = s.clock();
+      for (size_t i = 0; i < removed_at.size(); ++i) {
+        if (removed[i] == w) stands_at = std::max(stands_at, removed_at[i]);
+      }
+      WorkerState never;  // a removed worker that never reported, moved from the first epoch's start
+      if (stands_at > s.clock() && !s.has_share() && at.epoch() == 0 && !at.has_plan()) {
+        never.set_epoch_end(at.epoch_end());
+        never.set_batch_lines(at.batch_lines());
+        *never.mutable_share() = LineShareOf(PlainAssignment(w, static_cast<int>(states.size())));
+        *never.mutable_reader() = ReaderPositionProto();
+      }
+      absl::StatusOr<Standing> standing =
+          StandingAt(never.has_share() ? never : s, stands_at, w, static_cast<int>(states.size()));
+      if (!standing.ok() && stands_at != s.clock()) return standing.status();
+      if (standing.ok() && standing->epoch == at.epoch() && standing->epoch_start == at.epoch_start()) {
+        shares.push_back(AssignmentOf(standing->share));
+        consumed.push_back(standing->consumed);
+        if (!reader.has_value() || standing->reader.global_line() < reader->global_line()) reader = standing->reader;
       } else if (is_removed(w) && !s.has_share() && at.epoch() == 0 && !at.has_plan()) {
         // Removed before it ever reported: it read nothing of the first epoch's plain sharding.
         shares.push_back(PlainAssignment(w, static_cast<int>(states.size())));

@@ -99,5 +99,62 @@ TEST(PlanEpochTest, RefusesStatesThatCannotBeHandedOn) {
       << "nobody stays";
 }
 
+// Of 1000 lines dealt plainly to 3 workers, workers 0 and 2 read their first 24 and worker 1 its first 20: with
+// `plan`'s shares, every line is read exactly once.
+void ExpectEveryLineOnce(const EpochPlan& plan) {
+  std::vector<int> reads(1000, 0);
+  for (int w = 0; w < 3; ++w) {
+    for (uint64_t n = 0; n < (w == 1 ? 20u : 24u); ++n) ++reads[PlainAssignment(w, 3).Line(n)];
+  }
+  for (const LineShare& share : plan.shares()) {
+    const LineAssignment a = AssignmentOf(share);
+    for (uint64_t n = 0; a.Line(n) < 1000; ++n) ++reads[a.Line(n)];
+  }
+  for (int line = 0; line < 1000; ++line) ASSERT_EQ(reads[line], 1) << "line " << line;
+}
+
+TEST(PlanEpochTest, ARemovedWorkerLastReportedALeaseAgoStandsWhereItsPushesEnd) {
+  // Leases: worker 1 reported at clock 2 (8 lines read, batches of 4) and its pushes end at clock 5 (20 lines
+  // read): the lines of clocks 2..4 are not handed on again, and every line is read exactly once.
+  WorkerState reported = ReadOf(1, 3, 8, 2);
+  reported.set_batch_lines(4);
+  const std::vector<WorkerState> states = {ReadOf(0, 3, 24, 6), reported, ReadOf(2, 3, 24, 6)};
+  absl::StatusOr<std::vector<WorkerState>> planned = PlanEpoch(states, 6, {0, 2}, {1}, /*removed_at=*/{5});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ExpectEveryLineOnce((*planned)[0].plan());
+  // They read from its reported position: at or before every unread line.
+  EXPECT_EQ((*planned)[0].reader().global_line(), reported.reader().global_line());
+
+  // A worker that never reported, removed at clock 5 of the first epoch: its first 20 lines were trained.
+  WorkerState staying = ReadOf(0, 3, 24, 6);
+  staying.set_batch_lines(4);
+  planned = PlanEpoch({staying, WorkerState(), ReadOf(2, 3, 24, 6)}, 6, {0, 2}, {1}, {5});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ExpectEveryLineOnce((*planned)[0].plan());
+}
+
+TEST(StandingAtTest, MovesAReportForwardWithinItsEpochAndIntoTheNext) {
+  WorkerState s = ReadOf(1, 3, 8, 2);
+  s.set_epoch_end(10);
+  // Without the batch size a report cannot be moved.
+  EXPECT_TRUE(absl::IsFailedPrecondition(StandingAt(s, 4, 1, 3).status()));
+  s.set_batch_lines(4);
+  absl::StatusOr<Standing> same = StandingAt(s, 2, 1, 3);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->consumed, 8u);
+  absl::StatusOr<Standing> later = StandingAt(s, 9, 1, 3);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->consumed, 36u);
+  EXPECT_EQ(later->epoch, 0);
+  EXPECT_EQ(later->reader.global_line(), s.reader().global_line()) << "the reported position: never past a line";
+  absl::StatusOr<Standing> next = StandingAt(s, 12, 1, 3);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->epoch, 1);
+  EXPECT_EQ(next->epoch_start, 10);
+  EXPECT_EQ(next->consumed, 8u);
+  EXPECT_EQ(next->reader.global_line(), 0u);
+  EXPECT_TRUE(absl::IsFailedPrecondition(StandingAt(s, 1, 1, 3).status())) << "before its report";
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -1,6 +1,7 @@
 #include "scheduler/rescaler.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -153,6 +154,8 @@ bool Rescaler::StartHold(const ScaleTarget& target, JobState state) {
   // A checkpoint scheduled before the asked-for boundary is cut first (the workers cannot pass it meanwhile).
   if (at > 0 && ctx_->clocks->hold() < at && ctx_->clocks->MaxPermitted() < at) return false;
   scale_start_ = absl::Now();
+  removed_at_.clear();
+  const bool servers_hold = ctx_->clocks->lease_clocks() > 0 && ctx_->job.consistency.mode != CONSISTENCY_ASP;
   if (at > 0) {
     if (!ctx_->clocks->HoldAt(at)) {
       EndRescale(absl::FailedPreconditionError(absl::StrFormat(
@@ -160,14 +163,80 @@ bool Rescaler::StartHold(const ScaleTarget& target, JobState state) {
       return false;
     }
     scale_cut_ = at;
+  } else if (!target.remove_workers.empty() && servers_hold) {
+    if (!HoldForRemoval(target)) return false;
   } else {
     scale_cut_ = ctx_->clocks->HoldAtEarliest();
+  }
+  if (removed_at_.empty()) {
+    for (int w : target.remove_workers) removed_at_.push_back(ctx_->clocks->ClockOf(w));
   }
   KLOG(Info) << "rescaling to " << target.servers << " servers and " << target.workers << " workers"
              << (removes ? absl::StrCat(" (removing server ranks [", absl::StrJoin(target.remove_servers, ","),
                                         "] and worker ranks [", absl::StrJoin(target.remove_workers, ","), "])")
                          : "")
              << ": every worker stops at clock " << scale_cut_;
+  return true;
+}
+
+bool Rescaler::HoldForRemoval(const ScaleTarget& target) {
+  const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target.remove_workers, ","));
+  const ConsistencyPolicy& policy = ctx_->job.consistency;
+  const int64_t staleness = policy.bsp() ? 0 : policy.staleness;
+  RescaleShardRequest ask;
+  ask.set_phase(RescaleShardRequest::FRONTIER);
+  ask.set_layout_generation(ctx_->membership->layout().generation + 1);
+  for (int w : target.remove_workers) ask.add_removed_workers(w);
+  std::vector<RescaleShardResponse> answers;
+  if (absl::Status asked = OnEveryServer(ask, &answers); !asked.ok() || answers.empty()) {
+    EndRescale(absl::UnavailableError(absl::StrCat(
+        "cannot ask the servers where the removed workers' pushes end: ",
+        asked.ok() ? "no server is alive" : asked.message())));
+    return false;
+  }
+  int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
+  for (const RescaleShardResponse& a : answers) {
+    low = std::min(low, a.frontier());
+    high = std::max(high, a.frontier_high());
+  }
+  // The others stop where the dead ones block them: BSP reads of clock low + 1 wait for its clock low, SSP(s)
+  // reads s clocks later. A scheduled checkpoint's hold below that comes first.
+  const int64_t cut = std::min(low + staleness + 1, ctx_->clocks->hold());
+  std::string why;
+  if (policy.bsp() && high > low) {
+    why = absl::StrFormat("a removed worker died in the middle of clock %d's pushes, which some tables apply with "
+                          "its part",
+                          low);
+  }
+  for (int w = 0; w < ctx_->job.num_workers && why.empty(); ++w) {
+    const bool removed =
+        std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
+    if (!removed && ctx_->clocks->ClockOf(w) > cut) {
+      why = absl::StrFormat("worker %d passed clock %d, where the removed workers' pushes end", w, cut);
+    }
+  }
+  if (!why.empty()) {
+    EndRescale(absl::AbortedError(absl::StrCat(
+        removing, ": ", why, "; the job rolls back to its last checkpoint, and they are removed from there")));
+    roll_back_(removing);
+    return false;
+  }
+  ctx_->clocks->HoldAtRevoking(cut);
+  scale_cut_ = cut;
+  reads_held_ = true;
+  RescaleShardRequest hold;
+  hold.set_phase(RescaleShardRequest::HOLD);
+  hold.set_layout_generation(ask.layout_generation());
+  hold.set_clock(cut);
+  hold.set_hold_reads_from(std::max<int64_t>(0, cut - staleness));
+  if (absl::Status held = OnEveryServer(hold, nullptr); !held.ok()) {
+    EndRescale(absl::Status(held.code(), absl::StrCat("holding the servers' reads at clock ", cut, ": ",
+                                                      held.message())));
+    return false;
+  }
+  removed_at_.assign(target.remove_workers.size(), low);
+  KLOG(Info) << removing << ": their pushes end at clock " << low << "; the servers hold every read from clock "
+             << cut;
   return true;
 }
 
@@ -185,6 +254,13 @@ Rescaler::Held Rescaler::CheckHeld(const ScaleTarget& target, JobState state) {
     const bool removed =
         std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
     if (removed || ctx_->clocks->ClockOf(w) == scale_cut_) continue;
+    if (ctx_->clocks->ClockOf(w) > scale_cut_) {  // only with leases (HoldForRemoval): no boundary to remove at
+      const bool removal = !target.remove_workers.empty();
+      EndRescale(absl::AbortedError(absl::StrFormat("worker rank %d passed clock %d, where the job was held%s", w,
+                                                    scale_cut_, removal ? ": the job rolls back" : "")));
+      if (removal) roll_back_("removing dead workers");
+      return Held::kEnded;
+    }
     if (!ctx_->membership->Alive(Role::kWorker, w)) {  // it may never reach the cut
       EndRescale(absl::AbortedError(absl::StrFormat(
           "worker rank %d died while the job was held for a rescale: abandoned (tried again once it is back or "
@@ -226,8 +302,10 @@ void Rescaler::RescaleAtCut(const ScaleTarget& target) {
   // From the fence on, the servers refuse its pushes of that clock: the removal must go through, or the job
   // roll back (a restore drops every fence and buffered push).
   std::vector<int> half_done;  // removed workers that died in the clock before the cut (the others finished it)
-  for (int w : target.remove_workers) {
-    if (ctx_->clocks->ClockOf(w) < scale_cut_ && ctx_->job.consistency.bsp() && next.ok()) half_done.push_back(w);
+  for (size_t i = 0; i < target.remove_workers.size(); ++i) {
+    if (removed_at_[i] < scale_cut_ && ctx_->job.consistency.bsp() && next.ok()) {
+      half_done.push_back(target.remove_workers[i]);
+    }
   }
   const bool fenced = !half_done.empty();
   if (fenced && !SettleHalfDoneClock(half_done, removing)) return;
@@ -273,8 +351,28 @@ void Rescaler::ReleaseRescaled(const ScaleTarget& target, ScaleResult result, bo
   EndRescale(std::move(result));
 }
 
-absl::StatusOr<bool> Rescaler::CompleteWithout(const std::vector<int>& workers, int64_t clock) {
+absl::Status Rescaler::OnEveryServer(const RescaleShardRequest& request, std::vector<RescaleShardResponse>* answers) {
   const std::vector<std::string> addresses = ctx_->membership->LiveServerAddresses();
+  std::vector<absl::StatusOr<RescaleShardResponse>> results(addresses.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> calls;
+  for (size_t s = 0; s < addresses.size(); ++s) {
+    if (addresses[s].empty()) continue;  // a dead server being removed: its groups' copies are elsewhere
+    calls.emplace_back([&, s] { results[s] = ctx_->admin->Rescale(static_cast<int>(s), addresses[s], request); });
+  }
+  for (std::thread& t : calls) t.join();
+  absl::Status first;
+  for (size_t s = 0; s < addresses.size(); ++s) {
+    if (addresses[s].empty()) continue;
+    if (!results[s].ok()) {
+      if (first.ok()) first = results[s].status();
+      continue;
+    }
+    if (answers != nullptr) answers->push_back(*std::move(results[s]));
+  }
+  return first;
+}
+
+absl::StatusOr<bool> Rescaler::CompleteWithout(const std::vector<int>& workers, int64_t clock) {
   const uint64_t generation = ctx_->membership->layout().generation + 1;
   auto phase = [&](RescaleShardRequest::Phase which, uint64_t* total) -> absl::Status {
     RescaleShardRequest request;
@@ -282,17 +380,10 @@ absl::StatusOr<bool> Rescaler::CompleteWithout(const std::vector<int>& workers, 
     request.set_layout_generation(generation);
     for (int w : workers) request.add_removed_workers(w);
     request.set_clock(clock);
-    std::vector<absl::StatusOr<RescaleShardResponse>> results(addresses.size(), absl::UnknownError("not run"));
-    std::vector<std::thread> calls;
-    for (size_t s = 0; s < addresses.size(); ++s) {
-      if (addresses[s].empty()) continue;  // a dead server being removed: its groups' copies are elsewhere
-      calls.emplace_back([&, s] { results[s] = ctx_->admin->Rescale(static_cast<int>(s), addresses[s], request); });
-    }
-    for (std::thread& t : calls) t.join();
-    for (size_t s = 0; s < addresses.size(); ++s) {
-      if (addresses[s].empty()) continue;
-      if (!results[s].ok()) return results[s].status();
-      *total += which == RescaleShardRequest::FENCE ? results[s]->applied_with_removed() : results[s]->completed();
+    std::vector<RescaleShardResponse> answers;
+    KESTREL_RETURN_IF_ERROR(OnEveryServer(request, &answers));
+    for (const RescaleShardResponse& a : answers) {
+      *total += which == RescaleShardRequest::FENCE ? a.applied_with_removed() : a.completed();
     }
     return absl::OkStatus();
   };
@@ -529,7 +620,7 @@ absl::StatusOr<std::vector<WorkerState>> Rescaler::PlanWorkers(const std::vector
     absl::MutexLock lock(&ctx_->mu);
     old = ctx_->worker_states;
   }
-  return PlanEpoch(old, scale_cut_, old_of_new, removed);
+  return PlanEpoch(old, scale_cut_, old_of_new, removed, removed_at_);
 }
 
 void Rescaler::EndRescale(absl::StatusOr<ScaleResult> result) {
@@ -537,6 +628,17 @@ void Rescaler::EndRescale(absl::StatusOr<ScaleResult> result) {
     ctx_->membership->CancelScale();
     KLOG(Warning) << "rescale failed: " << result.status();
   }
+  if (reads_held_ && !result.ok() && !ctx_->failed) {
+    // The servers answer reads again (a restore after a rollback would too); one that misses this refuses
+    // them until the next switch or restore, and its readers report to the scheduler and rejoin.
+    RescaleShardRequest abort;
+    abort.set_phase(RescaleShardRequest::ABORT);
+    abort.set_layout_generation(ctx_->membership->layout().generation + 1);
+    if (absl::Status aborted = OnEveryServer(abort, nullptr); !aborted.ok()) {
+      KLOG(Warning) << "lifting the servers' read hold: " << aborted;
+    }
+  }
+  reads_held_ = false;
   std::function<void(absl::StatusOr<ScaleResult>)> done;
   {
     absl::MutexLock lock(&mu_);

@@ -96,6 +96,16 @@ class Rescaler {
   // Every worker is at the cut: plans the workers' shares, settles a removed BSP worker's half-done clock, moves
   // the rows and releases the workers; a failure ends the rescale (or rolls the job back, for a removal).
   void RescaleAtCut(const ScaleTarget& target);
+  // Removing dead workers under server-enforced clocks (leases): the dead ones hold the others back in the
+  // servers' read gates, past what the scheduler knows. Asks the servers where the removed workers' pushes end
+  // (FRONTIER), holds every worker at the boundary the others can reach (BSP: the next clock; SSP(s): s further),
+  // and has the servers refuse reads from there (HOLD), so the others report there. True when held; false when
+  // the rescale ended (a failed call, or a job that must roll back: a BSP worker that died in the middle of a
+  // step's pushes left a clock applied with its part).
+  bool HoldForRemoval(const ScaleTarget& target);
+  // One request on every live server, concurrently; the answers of those that answered, and the first failure.
+  [[nodiscard]] absl::Status OnEveryServer(const RescaleShardRequest& request,
+                                           std::vector<RescaleShardResponse>* answers);
   // BSP removal: completes the clock before the cut without the removed `half_done` workers. False when it could
   // not: the rescale ended and the job rolls back (`removing`: what the rollback is for).
   bool SettleHalfDoneClock(const std::vector<int>& half_done, const std::string& removing);
@@ -151,6 +161,10 @@ class Rescaler {
   int64_t scale_cut_ = ClockTable::kNoHold;  // the clock it holds the workers at
   absl::Time scale_start_;
   int64_t removal_rollback_clock_ = -1;  // a removal rolled the job back to this clock's checkpoint (once)
+  // The clock each removed worker's pushes end at (target.remove_workers' order): its last report with the
+  // scheduler's barrier, the servers' FRONTIER under leases.
+  std::vector<int64_t> removed_at_;
+  bool reads_held_ = false;  // the servers hold reads for this rescale (HOLD): an abandoned one lifts it (ABORT)
 };
 
 }  // namespace kestrel

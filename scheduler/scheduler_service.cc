@@ -54,9 +54,11 @@ absl::StatusOr<std::unique_ptr<SchedulerServiceImpl>> SchedulerServiceImpl::Crea
   auto membership = Membership::Create(options.membership, partition->ToString());
   if (!membership.ok()) return membership.status();
   int lease_clocks = options.lease_clocks;
-  if (lease_clocks > 0 && options.checkpoint.elastic_timeout > absl::ZeroDuration()) {
-    KLOG(Warning) << "elastic jobs run with the scheduler as every iteration's barrier: --lease_clocks="
-                  << lease_clocks << " is not used (a dead worker's removal needs every worker's exact clock)";
+  if (lease_clocks > 0 && options.checkpoint.elastic_timeout > absl::ZeroDuration() &&
+      options.consistency.mode == CONSISTENCY_ASP) {
+    // ASP reads wait for no clock, so no server knows where a dead worker's pushes end (docs/elasticity.md).
+    KLOG(Warning) << "elastic ASP jobs run with the scheduler as every iteration's barrier: --lease_clocks="
+                  << lease_clocks << " is not used (a dead worker's removal needs its exact clock)";
     lease_clocks = 0;
   }
   auto clocks = ClockTable::Create(options.membership.num_workers, options.consistency, lease_clocks);

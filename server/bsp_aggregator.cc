@@ -157,6 +157,14 @@ absl::StatusOr<std::optional<BspAggregator::Batch>> BspAggregator::CompleteWitho
   return std::optional<Batch>(std::move(batch));
 }
 
+bool BspAggregator::HasPushed(int worker, int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(clock);
+  if (it == pending_.end() || worker < 0 || static_cast<size_t>(worker) >= it->second.workers.size()) return false;
+  const WorkerParts& parts = it->second.workers[worker];
+  return parts.count > 0 && static_cast<int>(parts.parts.size()) == parts.count;
+}
+
 void BspAggregator::Applied(int64_t clock) {
   absl::MutexLock lock(&mu_);
   if (applying_ == clock) applying_ = -1;

@@ -91,6 +91,9 @@ class BspAggregator {
 
   // The highest clock already combined, or -1.
   int64_t applied_through() const;
+  // Whether every part of worker `worker`'s push of `clock` is buffered here (false for a rank out of range, or
+  // a clock not being collected).
+  bool HasPushed(int worker, int64_t clock) const;
   // Clocks with buffered parts waiting for others.
   size_t pending_clocks() const;
 

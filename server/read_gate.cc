@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/held_reads.h"
 
 namespace kestrel {
 
@@ -63,6 +64,7 @@ void ReadGate::StartAt(int64_t clock, const absl::Status& cancel) {
     tables_.clear();
     waiting_ = 0;
     floor_ = std::max<int64_t>(clock, 0) - 1;
+    held_from_ = kNotHeld;
   }
   for (Callback& done : cancelled) done(cancel);
 }
@@ -83,6 +85,27 @@ void ReadGate::Raise(int64_t clock) {
     }
   }
   for (Callback& done : ready) done(absl::OkStatus());
+}
+
+void ReadGate::HoldReads(int64_t from, int64_t at) {
+  std::vector<Callback> held;
+  {
+    absl::MutexLock lock(&mu_);
+    held_from_ = from;
+    held_at_ = at;
+    for (auto& [name, t] : tables_) {
+      for (auto it = t.waiting.lower_bound(from - 1); it != t.waiting.end(); it = t.waiting.erase(it)) {
+        held.push_back(std::move(it->second.done));
+        --waiting_;
+      }
+    }
+  }
+  for (Callback& done : held) done(ReadsHeldAt(at));
+}
+
+void ReadGate::ReleaseReads() {
+  absl::MutexLock lock(&mu_);
+  held_from_ = kNotHeld;
 }
 
 void ReadGate::Applied(absl::string_view table, int64_t clock, std::vector<Callback>* ready) {
@@ -124,6 +147,7 @@ void ReadGate::Pushed(absl::string_view table, int worker, int64_t clock, int pa
 
 absl::StatusOr<bool> ReadGate::Await(absl::string_view table, int64_t need, absl::Time deadline, Callback done) {
   absl::MutexLock lock(&mu_);
+  if (need >= held_from_) return ReadsHeldAt(held_at_);
   TableClocks& t = TableLocked(table);
   if (need - 1 <= t.through) return true;
   if (waiting_ >= kMaxWaitingReads) {
@@ -187,6 +211,15 @@ int64_t ReadGate::CompleteFor(int worker) const {
     any = true;
   }
   return low + 1;
+}
+
+int64_t ReadGate::PushedBy(absl::string_view table, int worker) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(table);
+  if (it == tables_.end()) return floor_ + 1;
+  const TableClocks& t = it->second;
+  if (bsp_ || worker < 0 || static_cast<size_t>(worker) >= t.workers.size()) return t.through + 1;
+  return t.workers[worker].done + 1;
 }
 
 size_t ReadGate::waiting() const {

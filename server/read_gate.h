@@ -19,12 +19,16 @@
 // Clocks start at the floor: a restored checkpoint of clock c holds every update of clocks < c, so StartAt(c)
 // makes every clock < c complete.
 //
+// Holds (elastic jobs, common/held_reads.h): HoldReads(from, at) answers every read that needs clocks >= `from`
+// (one waiting included) with ReadsHeldAt(at) instead of letting it wait, until ReleaseReads() or StartAt().
+//
 // Thread-safe.
 #ifndef KESTREL_SERVER_READ_GATE_H_
 #define KESTREL_SERVER_READ_GATE_H_
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,6 +64,11 @@ class ReadGate {
   // Clocks < `clock` are complete on every table (a restored checkpoint's clock): releases the reads this allows.
   void Raise(int64_t clock);
 
+  // Reads needing clocks >= `from` are answered ReadsHeldAt(`at`) from now on, the waiting ones at once. Lifted by
+  // ReleaseReads() and StartAt().
+  void HoldReads(int64_t from, int64_t at);
+  void ReleaseReads();
+
   // BSP: `table` applied clock `clock` (every worker's parts). The reads this allows are added to `ready`: the
   // caller runs them with OK once it holds no lock a read takes.
   void Applied(absl::string_view table, int64_t clock, std::vector<Callback>* ready);
@@ -80,6 +89,8 @@ class ReadGate {
   // The clocks of `worker` complete on every table: its own pushes under SSP (where a replacement continues),
   // CompleteAll() under BSP (a clock counts once applied, so a replacement redoes one some worker lacks).
   int64_t CompleteFor(int worker) const;
+  // SSP: the clocks `worker` pushed completely to `table` (the floor for a table never pushed). BSP: Complete().
+  int64_t PushedBy(absl::string_view table, int worker) const;
   size_t waiting() const;
 
  private:
@@ -109,6 +120,9 @@ class ReadGate {
   mutable absl::Mutex mu_;
   int num_workers_ ABSL_GUARDED_BY(mu_);
   int64_t floor_ ABSL_GUARDED_BY(mu_) = -1;  // clocks <= floor_ are complete everywhere
+  static constexpr int64_t kNotHeld = std::numeric_limits<int64_t>::max();
+  int64_t held_from_ ABSL_GUARDED_BY(mu_) = kNotHeld;  // HoldReads: reads needing clocks >= it are held
+  int64_t held_at_ ABSL_GUARDED_BY(mu_) = 0;
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, TableClocks> tables_ ABSL_GUARDED_BY(mu_);
 };

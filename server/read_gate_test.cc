@@ -134,5 +134,33 @@ TEST(ReadGateTest, WaitsExpireAtTheirDeadlineAndAreBounded) {
   EXPECT_TRUE(*gate.Await("emb", 0, kFar, [](absl::Status) {}));  // a read that needs nothing still runs
 }
 
+TEST(ReadGateTest, HeldReadsAreAnsweredWithTheBoundaryAndTheOthersRunOn) {
+  ReadGate gate(/*bsp=*/false, 2);
+  Answers answers;
+  // Worker 1 died after pushing clock 0: reads needing clock 1 of it wait.
+  Pushed(gate, "emb", 0, 0, 0, 1);
+  Pushed(gate, "emb", 1, 0, 0, 1);
+  Pushed(gate, "emb", 0, 1, 0, 1);
+  EXPECT_FALSE(*gate.Await("emb", 2, kFar, answers.Named("waiting")));
+  EXPECT_EQ(gate.PushedBy("emb", 0), 2);
+  EXPECT_EQ(gate.PushedBy("emb", 1), 1);
+  EXPECT_EQ(gate.PushedBy("never", 1), 0);  // the floor
+  // The scheduler holds reads of iteration >= 2 (needing clocks >= 2): the waiting read is answered at once.
+  gate.HoldReads(/*from=*/2, /*at=*/2);
+  ASSERT_EQ(answers.got.size(), 1u);
+  EXPECT_NE(answers.got[0].find("reads held at clock 2"), std::string::npos) << answers.got[0];
+  EXPECT_EQ(gate.waiting(), 0u);
+  absl::StatusOr<bool> held = gate.Await("emb", 3, kFar, answers.Named("later"));
+  EXPECT_TRUE(absl::IsAborted(held.status())) << held.status();
+  // Reads below the hold still run.
+  EXPECT_TRUE(*gate.Await("emb", 1, kFar, answers.Named("below")));
+  gate.ReleaseReads();
+  EXPECT_FALSE(*gate.Await("emb", 2, kFar, answers.Named("after")));
+  // A switch (StartAt) lifts a hold too.
+  gate.HoldReads(2, 2);
+  gate.StartAt(2, absl::AbortedError("switched"));
+  EXPECT_TRUE(*gate.Await("emb", 2, kFar, answers.Named("switched")));
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -1,6 +1,7 @@
 #include "server/rescale_participant.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,11 +32,16 @@ absl::Status RescaleParticipant::Handle(const HostedShards& hosted, const Rescal
       return Switch(hosted, request);
     case RescaleShardRequest::ABORT:
       Abort(request.layout_generation(), request.attempt());
+      for (Shard* group : hosted.shards()) group->ReleaseReads();  // a HOLD of this rescale ends with it
       return absl::OkStatus();
     case RescaleShardRequest::FENCE:
       return Fence(hosted, request, response);
     case RescaleShardRequest::COMPLETE:
       return Complete(hosted, request, response);
+    case RescaleShardRequest::FRONTIER:
+      return Frontier(hosted, request, response);
+    case RescaleShardRequest::HOLD:
+      return Hold(hosted, request);
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown rescale phase ", request.phase()));
   }
@@ -450,6 +456,40 @@ absl::Status RescaleParticipant::Complete(const HostedShards& hosted, const Resc
   response->set_completed(completed);
   KLOG(Info) << "rescale " << request.layout_generation() << ": clock " << request.clock()
              << " applied without the removed workers (" << completed << " tables)";
+  return absl::OkStatus();
+}
+
+absl::Status RescaleParticipant::Frontier(const HostedShards& hosted, const RescaleShardRequest& request,
+                                          RescaleShardResponse* response) {
+  KESTREL_RETURN_IF_ERROR(CheckSettle(request));
+  if (request.removed_workers().empty()) return absl::InvalidArgumentError("FRONTIER names no removed worker");
+  const std::vector<int> removed(request.removed_workers().begin(), request.removed_workers().end());
+  for (int w : removed) {
+    if (w < 0 || w >= kMaxWorkers) {
+      return absl::InvalidArgumentError(absl::StrFormat("removed worker rank %d is not in [0, %d)", w, kMaxWorkers));
+    }
+  }
+  int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
+  for (Shard* group : hosted.shards()) {
+    const auto [group_low, group_high] = group->PushFrontier(removed);
+    low = std::min(low, group_low);
+    high = std::max(high, group_high);
+  }
+  if (high < 0) low = high = 0;  // no table yet: nothing pushed anywhere
+  response->set_frontier(low);
+  response->set_frontier_high(high);
+  return absl::OkStatus();
+}
+
+absl::Status RescaleParticipant::Hold(const HostedShards& hosted, const RescaleShardRequest& request) {
+  KESTREL_RETURN_IF_ERROR(CheckSettle(request));
+  if (request.hold_reads_from() < 0 || request.hold_reads_from() > request.clock()) {
+    return absl::InvalidArgumentError(absl::StrFormat("HOLD: reads held from clock %d is not in [0, %d]",
+                                                      request.hold_reads_from(), request.clock()));
+  }
+  for (Shard* group : hosted.shards()) group->HoldReads(request.hold_reads_from(), request.clock());
+  KLOG(Info) << "rescale " << request.layout_generation() << ": reads of iterations >= " << request.clock()
+             << " are held";
   return absl::OkStatus();
 }
 

@@ -103,6 +103,10 @@ class RescaleParticipant {
   [[nodiscard]] absl::Status Fence(const HostedShards& hosted, const RescaleShardRequest& request, RescaleShardResponse* response);
   [[nodiscard]] absl::Status Complete(const HostedShards& hosted, const RescaleShardRequest& request,
                         RescaleShardResponse* response);
+  // FRONTIER and HOLD (removing workers under server-enforced clocks) on every group held.
+  [[nodiscard]] absl::Status Frontier(const HostedShards& hosted, const RescaleShardRequest& request,
+                                      RescaleShardResponse* response);
+  [[nodiscard]] absl::Status Hold(const HostedShards& hosted, const RescaleShardRequest& request);
   void DropLayoutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { incoming_layout_.reset(); }
 
   const std::string job_id_;

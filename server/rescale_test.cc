@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/hash.h"
+#include "common/held_reads.h"
 #include "common/limits.h"
 #include "common/partition.h"
 #include "grpcpp/grpcpp.h"
@@ -404,21 +405,37 @@ TEST_F(RescaleTest, RestoreIntoANewLayoutServesTheRankItNames) {
   EXPECT_EQ(Groups(2).server(), 1);
 }
 
+// One server of a one-server BSP job of three workers, serving on loopback, and a stub to it.
+struct OneBspServer {
+  Partition one = *Partition::Uniform(1, 1);
+  std::unique_ptr<PsServer> server;
+  std::unique_ptr<ParameterServer::Stub> stub;
+
+  void Start() {
+    ShardOptions options;
+    options.job_id = "t";
+    options.bsp_workers = 3;
+    auto hosted = HostedShards::Create(options, one);
+    ASSERT_TRUE(hosted.ok());
+    PsServerOptions server_options;
+    server_options.address = "127.0.0.1:0";
+    auto started = PsServer::Start(server_options, std::shared_ptr<HostedShards>(*std::move(hosted)));
+    ASSERT_TRUE(started.ok());
+    server = *std::move(started);
+    stub = ParameterServer::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()), grpc::InsecureChannelCredentials()));
+  }
+  Shard& shard() { return server->service().hosted()->own(); }
+};
+
 TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone) {
   // One BSP server with three workers; worker 1 pushes half of clock 0 and dies.
-  const Partition one = *Partition::Uniform(1, 1);
-  ShardOptions options;
-  options.job_id = "t";
-  options.bsp_workers = 3;
-  auto hosted = HostedShards::Create(options, one);
-  ASSERT_TRUE(hosted.ok());
-  PsServerOptions server_options;
-  server_options.address = "127.0.0.1:0";
-  auto server = PsServer::Start(server_options, std::shared_ptr<HostedShards>(*std::move(hosted)));
-  ASSERT_TRUE(server.ok());
-  auto stub = ParameterServer::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
-  Shard& shard = (*server)->service().hosted()->own();
+  OneBspServer bsp;
+  ASSERT_NO_FATAL_FAILURE(bsp.Start());
+  const Partition& one = bsp.one;
+  auto* server = &bsp.server;
+  ParameterServer::Stub* stub = bsp.stub.get();
+  Shard& shard = bsp.shard();
   ASSERT_TRUE(shard.CreateTable(Ctx(), Emb()).ok());
   const std::vector<uint64_t> key = {Mix64(3)};
   auto push = [&](int worker, int part, int parts, float value) {
@@ -509,6 +526,87 @@ TEST_F(RescaleTest, FenceAndCompleteSettleTheClockRemovedBspWorkersLeftHalfDone)
   RescaleShardResponse response;
   grpc::ClientContext context;
   EXPECT_TRUE(absl::IsInvalidArgument(FromGrpcStatus(stub->RescaleShard(&context, keep, &response))));
+}
+
+TEST_F(RescaleTest, FrontierAndHoldStopTheOthersWhereARemovedWorkerBlocksThem) {
+  // One BSP server, three workers, two tables. Worker 1 died after clock 0: of clock 1 it pushed only "late".
+  OneBspServer bsp;
+  ASSERT_NO_FATAL_FAILURE(bsp.Start());
+  ParameterServer::Stub* stub = bsp.stub.get();
+  Shard& shard = bsp.shard();
+  TableConfig late = Emb();
+  late.set_name("late");
+  ASSERT_TRUE(shard.CreateTable(Ctx(), Emb()).ok());
+  ASSERT_TRUE(shard.CreateTable(Ctx(), late).ok());
+  const std::vector<uint64_t> key = {Mix64(3)};
+  auto push = [&](const std::string& table, int worker, int64_t clock) {
+    RequestContext ctx = Ctx();
+    ctx.worker_rank = worker;
+    ctx.clock = clock;
+    return shard.Push(ctx, table, key, std::vector<float>(kDim, 1.0f), kDim);
+  };
+  for (const std::string table : {"emb", "late"}) {
+    for (int w = 0; w < 3; ++w) ASSERT_TRUE(push(table, w, 0).ok());
+  }
+  ASSERT_TRUE(push("emb", 0, 1).ok());
+  ASSERT_TRUE(push("emb", 2, 1).ok());
+  ASSERT_TRUE(push("late", 1, 1).ok());
+  auto call = [&](RescaleShardRequest request) -> absl::StatusOr<RescaleShardResponse> {
+    request.mutable_header()->set_job_id("t");
+    request.set_layout_generation(1);
+    RescaleShardResponse response;
+    grpc::ClientContext context;
+    absl::Status status = FromGrpcStatus(stub->RescaleShard(&context, request, &response));
+    if (!status.ok()) return status;
+    return response;
+  };
+  RescaleShardRequest frontier;
+  frontier.set_phase(RescaleShardRequest::FRONTIER);
+  frontier.add_removed_workers(1);
+  absl::StatusOr<RescaleShardResponse> found = call(frontier);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->frontier(), 1) << "its clock 1 is missing on emb";
+  EXPECT_EQ(found->frontier_high(), 2) << "late buffers its part of clock 1";
+  // Worker 0 reads iteration 2 of emb: it waits for clock 1, which worker 1 never completes.
+  RequestContext reader = Ctx();
+  reader.worker_rank = 0;
+  std::vector<absl::Status> answers;
+  absl::StatusOr<bool> waits = shard.AwaitClocks(reader, "emb", TableConfig::SPARSE, 2, absl::InfiniteFuture(),
+                                                 [&](absl::Status s) { answers.push_back(s); });
+  ASSERT_TRUE(waits.ok());
+  EXPECT_FALSE(*waits);
+  // Bad holds are refused and change nothing.
+  RescaleShardRequest hold;
+  hold.set_phase(RescaleShardRequest::HOLD);
+  hold.set_clock(2);
+  for (int64_t from : {int64_t{-1}, int64_t{3}}) {
+    RescaleShardRequest bad = hold;
+    bad.set_hold_reads_from(from);
+    EXPECT_TRUE(absl::IsInvalidArgument(call(bad).status())) << from;
+  }
+  RescaleShardRequest nobody = frontier;
+  nobody.clear_removed_workers();
+  EXPECT_TRUE(absl::IsInvalidArgument(call(nobody).status()));
+  nobody.add_removed_workers(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(call(nobody).status()));
+  EXPECT_TRUE(answers.empty()) << "still waiting";
+  // The hold answers the waiting read with its boundary; later reads of the held iterations too; earlier ones run.
+  hold.set_hold_reads_from(2);
+  ASSERT_TRUE(call(hold).ok());
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(HeldClockOf(answers[0]), 2) << answers[0];
+  absl::StatusOr<bool> again =
+      shard.AwaitClocks(reader, "late", TableConfig::SPARSE, 2, absl::InfiniteFuture(), [](absl::Status) {});
+  EXPECT_EQ(HeldClockOf(again.status()), 2) << again.status();
+  EXPECT_TRUE(*shard.AwaitClocks(reader, "emb", TableConfig::SPARSE, 1, absl::InfiniteFuture(), [](absl::Status) {}));
+  // An abort lifts it: the read waits again.
+  RescaleShardRequest abort;
+  abort.set_phase(RescaleShardRequest::ABORT);
+  ASSERT_TRUE(call(abort).ok());
+  absl::StatusOr<bool> lifted =
+      shard.AwaitClocks(reader, "emb", TableConfig::SPARSE, 2, absl::InfiniteFuture(), [](absl::Status) {});
+  ASSERT_TRUE(lifted.ok()) << lifted.status();
+  EXPECT_FALSE(*lifted);
 }
 
 }  // namespace

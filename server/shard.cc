@@ -1,6 +1,8 @@
 #include "server/shard.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -263,6 +265,22 @@ void Shard::RestartClocksAt(int64_t clock, int workers) {
   read_gate_.StartAt(clock, absl::AbortedError(absl::StrFormat(
                                 "shard %d was rescaled while this read waited for its clock: rejoin", owner())));
   if (workers > 0) read_gate_.SetWorkers(workers);
+}
+
+std::pair<int64_t, int64_t> Shard::PushFrontier(const std::vector<int>& workers) {
+  const bool bsp = bsp_workers_.load() > 0;
+  absl::ReaderMutexLock state(&state_mu_);
+  std::pair<int64_t, int64_t> frontier{std::numeric_limits<int64_t>::max(), -1};
+  for (const Table* table : tables_.All()) {
+    const std::string& name = table->config().name();
+    for (int w : workers) {
+      int64_t pushed = read_gate_.PushedBy(name, w);
+      if (bsp && AggregatorFor(*table)->HasPushed(w, pushed)) ++pushed;  // only the clock being collected buffers
+      frontier.first = std::min(frontier.first, pushed);
+      frontier.second = std::max(frontier.second, pushed);
+    }
+  }
+  return frontier;
 }
 
 absl::StatusOr<int> Shard::FenceWorkers(const std::vector<int>& workers, int64_t clock) {

@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -181,6 +182,14 @@ class Shard {
   int64_t CompleteClocks(absl::string_view table) const { return read_gate_.Complete(table); }
   int64_t CompleteClocks() const { return read_gate_.CompleteAll(); }
   int64_t CompleteClocksOf(int worker) const { return read_gate_.CompleteFor(worker); }
+  // Elastic jobs under server-enforced clocks (RescaleShard FRONTIER): the first clock some worker of `workers`
+  // has not pushed completely to a table of this group, lowest and highest over the tables (BSP: the clock being
+  // collected counts once its part is buffered). {INT64_MAX, -1} for a group without tables.
+  std::pair<int64_t, int64_t> PushFrontier(const std::vector<int>& workers);
+  // RescaleShard HOLD (common/held_reads.h): reads needing clocks >= `from` are answered "held at `at`" until
+  // ReleaseReads(), a restore or a switch.
+  void HoldReads(int64_t from, int64_t at) { read_gate_.HoldReads(from, at); }
+  void ReleaseReads() { read_gate_.ReleaseReads(); }
 
   // Dense blocks, named by block index (strictly increasing, each < the table's block count, each owned by
   // this shard according to Partition::DenseBlockKey). Same layout as the sparse calls, one row per block.

@@ -95,11 +95,12 @@ class ClusterJob {
                               int workers = 0) {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", servers > 0 ? servers : num_servers_),
                                      absl::StrCat("--num_workers=", workers > 0 ? workers : num_workers_),
-                                     "--consistency=bsp",
+                                     "--consistency=" + consistency_,
                                      "--heartbeat_interval=300ms", "--checkpoint_dir=" + checkpoints(),
                                      "--checkpoint_every_clocks=50", "--keep_checkpoints=2",
                                      absl::StrCat("--replicas=", replicas_)};
     if (resume) args.push_back("--resume");
+    if (staleness_ > 0) args.push_back(absl::StrCat("--staleness=", staleness_));
     if (lease_clocks_ >= 0) args.push_back(absl::StrCat("--lease_clocks=", lease_clocks_));
     if (elastic_timeout_ > absl::ZeroDuration()) {
       args.push_back("--elastic");
@@ -117,7 +118,7 @@ class ClusterJob {
   // servers are launched for the count they join).
   [[nodiscard]] absl::Status StartServer(int s, const std::string& fault = "", int num_servers = 0) {
     std::vector<std::string> args = {"--job_id=rec", absl::StrCat("--num_servers=", num_servers > 0 ? num_servers : num_servers_),
-                                     absl::StrCat("--rank=", s), absl::StrCat("--bsp_workers=", num_workers_),
+                                     absl::StrCat("--rank=", s), absl::StrCat("--bsp_workers=", consistency_ == "bsp" ? num_workers_ : 0),
                                      "--scheduler=" + scheduler_->address(), "--checkpoint_dir=" + checkpoints(),
                                      absl::StrCat("--replicas=", replicas_)};
     auto p = StartWithFault(fault, "server/kestrel_server", args, "server", s, dir_,
@@ -187,6 +188,11 @@ class ClusterJob {
   // Server-enforced clocks: the scheduler grants leases of `clocks` iterations (--lease_clocks; 0: the scheduler
   // is every iteration's barrier, the fallback protocol). Default: the scheduler's default (leases).
   void SetLeaseClocks(int clocks) { lease_clocks_ = clocks; }
+  // The job's consistency ("bsp", "ssp" with `staleness`, "asp"). Default: BSP.
+  void SetConsistency(const std::string& mode, int staleness = 0) {
+    consistency_ = mode;
+    staleness_ = staleness;
+  }
   std::optional<ServerProcess>& scheduler() { return scheduler_; }
 
   // Restarts every server and worker that exits with code 3 (refused by the scheduler), as a supervisor
@@ -363,6 +369,8 @@ class ClusterJob {
   bool workers_finished_ = false;  // Supervise() saw both exit 0
   absl::Duration elastic_timeout_ = absl::ZeroDuration();
   int lease_clocks_ = -1;  // -1: the scheduler's default
+  std::string consistency_ = "bsp";
+  int staleness_ = 0;
   std::vector<int> worker_ids_;  // WorkersLeft(); empty: 0 .. num_workers_ - 1
   std::optional<ServerProcess> scheduler_;
   std::vector<std::optional<ServerProcess>> servers_;  // by rank, up to kMaxRanks

@@ -53,12 +53,14 @@ std::string* ElasticTest::data_ = nullptr;
 Outcome* ElasticTest::reference_ = nullptr;
 int64_t ElasticTest::final_clock_ = 0;
 
-// 2 servers and 3 workers; worker 1 dies before pushing its clock `death` and is never restarted.
+// 2 servers and 3 workers; worker 1 dies before pushing its clock `death` and is never restarted. `staleness`
+// > 0: SSP with it, else BSP.
 absl::StatusOr<Outcome> RunWorkerDeath(const std::string& name, const std::string& data, int64_t death,
-                                       LineAudit* audit, DescribeResponse* after_removal) {
+                                       LineAudit* audit, DescribeResponse* after_removal, int staleness = 0) {
   ClusterJob job(TmpDir() + "/" + name, data, /*bounded=*/false, /*replicas=*/1, kEpochs, /*servers=*/2,
                  /*workers=*/3);
   job.EnableElastic(kElasticTimeout);
+  if (staleness > 0) job.SetConsistency("ssp", staleness);
   job.EnableLineLogs();
   KESTREL_RETURN_IF_ERROR(job.StartScheduler(/*resume=*/false));
   for (int s = 0; s < 2; ++s) KESTREL_RETURN_IF_ERROR(job.StartServer(s));
@@ -124,6 +126,25 @@ TEST_F(ElasticTest, WorkerDeadMidClockIsRemovedWithoutRollbackReadingEveryLineOn
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE(Equal(*first, *second)) << DescribeOutcome(*first) << "\n second: " << DescribeOutcome(*second);
   EXPECT_EQ(audit.by_epoch, second_audit.by_epoch);
+}
+
+TEST_F(ElasticTest, SspWorkerDeadIsRemovedWhereTheOthersStopReadingEveryLineOnce) {
+  // SSP(2) under server-enforced clocks: the others run up to 3 clocks past the dead worker's last push before
+  // the servers' read gates stop them, and report there (prefetched reads and fused-ahead steps included).
+  const int64_t per_epoch = final_clock_ * 2 / 3 / kEpochs;
+  const int64_t death = per_epoch / 2;
+  LineAudit audit;
+  DescribeResponse removed;
+  absl::StatusOr<Outcome> outcome = RunWorkerDeath("elastic_ssp", *data_, death, &audit, &removed, /*staleness=*/2);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(removed.view().num_workers(), 2);
+  EXPECT_EQ(outcome->scheduler.rollbacks(), 0u);
+  EXPECT_EQ(outcome->scheduler.elastic_removals(), 1u);
+  EXPECT_TRUE(audit.problem.empty()) << audit.problem;
+  ASSERT_EQ(audit.clocks.size(), 3u);
+  EXPECT_EQ(audit.clocks[1], death) << "worker 1 trained until it died";
+  EXPECT_EQ(audit.clocks[0], audit.clocks[2]) << "workers 0 and 2 trained every clock";
+  EXPECT_NEAR(outcome->auc, reference_->auc, 0.01) << DescribeOutcome(*outcome);
 }
 
 // 3 servers and 2 workers; server 1 is killed mid-run and never restarted.

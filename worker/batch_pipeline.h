@@ -117,6 +117,14 @@ class BatchPipeline {
   std::thread preparer_;
 };
 
+// Stops `pipeline` (null: none) when destroyed: a training loop's early return ends the pipeline's threads.
+struct PipelineStop {
+  BatchPipeline* pipeline = nullptr;
+  ~PipelineStop() {
+    if (pipeline != nullptr) pipeline->Stop();
+  }
+};
+
 }  // namespace kestrel
 
 #endif  // KESTREL_WORKER_BATCH_PIPELINE_H_

@@ -33,6 +33,15 @@ class ClockGate {
   // Whether the scheduler grants leases of iterations (the servers enforce the clocks): WaitToStart asks it once
   // per lease. Default: false.
   virtual bool Leased() const { return false; }
+  // Whether WaitToStart(clock) would be answered at once, without asking anyone (within a lease). Default: false.
+  virtual bool PermittedNow(int64_t clock) const { return false; }
+  // The servers hold reads at `clock` (common/held_reads.h) and this worker has finished every iteration before
+  // it: reports `state` there whatever a lease says (the scheduler needs it to remove a dead worker), then waits
+  // for permission to run `clock` (the scheduler's answer: Aborted to rejoin once the rescale is done).
+  [[nodiscard]] virtual absl::Status StopAt(int64_t clock, const WorkerState& state) {
+    absl::Status reported = Advance(clock, /*done=*/false, state);
+    return reported.ok() ? WaitToStart(clock) : reported;
+  }
 };
 
 // A gate that never waits: a single worker.

@@ -7,10 +7,12 @@
 
 #include "absl/strings/str_format.h"
 #include "common/half.h"
+#include "common/held_reads.h"
 #include "common/retry.h"
 #include "common/limits.h"
 #include "worker/dense_blocks.h"
 #include "worker/routed_ps_client.h"
+
 
 namespace kestrel {
 
@@ -161,9 +163,16 @@ absl::Status RoutedPsClient::SendStepRequests(const StepRequests& requests, bool
         StepOwner(s, requests.bytes[s], requests.reads[s], std::move(done));
       });
     }
-    KESTREL_RETURN_IF_ERROR(OnServer(s, statuses[s]));
   }
-  return absl::OkStatus();
+  // A read held for a rescale (common/held_reads.h) comes back only when every server took the pushes: the
+  // caller takes the step as pushed. Any other failure wins.
+  absl::Status held;
+  for (int s = 0; s < servers; ++s) {
+    if (statuses[s].ok()) continue;
+    if (!HeldClockOf(statuses[s]).has_value()) return OnServer(s, statuses[s]);
+    if (held.ok()) held = OnServer(s, statuses[s]);
+  }
+  return held;
 }
 
 }  // namespace kestrel

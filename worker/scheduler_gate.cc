@@ -40,6 +40,17 @@ class SchedulerGate final : public ClockGate {
     return absl::OkStatus();
   }
   bool Leased() const override { return leased_; }
+  bool PermittedNow(int64_t clock) const override {
+    return leased_ && clock <= permitted_through_.load(std::memory_order_acquire);
+  }
+  absl::Status StopAt(int64_t clock, const WorkerState& state) override {
+    // The lease ends here: the report reaches the scheduler, and the permission is asked of it.
+    int64_t permitted = permitted_through_.load(std::memory_order_acquire);
+    while (permitted >= clock &&
+           !permitted_through_.compare_exchange_weak(permitted, clock - 1, std::memory_order_acq_rel)) {
+    }
+    return ClockGate::StopAt(clock, state);
+  }
   std::optional<int64_t> WaitClock(int64_t clock) const override {
     if (!read_lag_.has_value()) return std::nullopt;
     return std::max<int64_t>(0, clock - *read_lag_);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/hash.h"
+#include "common/held_reads.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
 #include "common/line_assignment.h"
@@ -25,22 +26,10 @@
 #include "worker/records.h"
 #include "worker/pull_split.h"
 #include "worker/step_exchange.h"
+#include "worker/trainer_records.h"
 #include "worker/training_feed.h"
 
 namespace kestrel {
-
-JobConfig JobWithDefaults(JobConfig job) {
-  *job.mutable_model() = WithDefaults(job.model());
-  TrainConfig& t = *job.mutable_train();
-  if (t.batch_size() <= 0) t.set_batch_size(512);
-  if (t.epochs() <= 0) t.set_epochs(1);
-  if (t.log_every_steps() <= 0) t.set_log_every_steps(100);
-  return job;
-}
-
-absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers) {
-  return PlainIterations(JobWithDefaults(job), num_workers);
-}
 
 class Trainer::Impl {
  public:
@@ -114,7 +103,7 @@ class Trainer::Impl {
     std::unique_ptr<StepData> next;
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
-      KESTREL_ASSIGN_OR_RETURN(next, pipeline_->Pop());
+      KESTREL_ASSIGN_OR_RETURN(next, NextBatch());
     }
     if (!next->batch.tables.empty()) return absl::InternalError("a fused step of several embedding tables");
     const std::optional<int64_t> wait = gate_->WaitClock(read_clock);
@@ -127,6 +116,11 @@ class Trainer::Impl {
     {
       PhaseClock::Scope pushing(&phases_, PhaseClock::kPush);
       if (absl::Status stepped = exchange_->Fused(step, g, clock, next.get()); !stepped.ok()) {
+        if (HeldClockOf(stepped).has_value()) {  // every server took the pushes and held the read alone
+          unread_ = std::move(next);
+          KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
+          if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
+        }
         return Annotate(stepped, clock, "pushing and pulling the next batch");
       }
     }
@@ -136,7 +130,8 @@ class Trainer::Impl {
       KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
       // Trained and pushed, whatever the permission's answer (a rescale's hold ends this pass there).
       if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
-      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease: answered at once
+      // Fused ahead, iteration clock + 1 is still to push: TakeNextBatch asks for read_clock's permission.
+      if (read_clock == clock + 1) KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease
     }
     return next;
   }
@@ -148,13 +143,22 @@ class Trainer::Impl {
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_ASSIGN_OR_RETURN(const CallClock read, StartReading(clock, sent));
-      step = pipeline_->Pop();
+      step = NextBatch();
       if (!step.ok()) return step.status();
       (*step)->read = read;
     }
     PhaseClock::Scope pulling(&phases_, PhaseClock::kPull);
-    KESTREL_RETURN_IF_ERROR(exchange_->Pull(step->get()));
+    if (absl::Status pulled = exchange_->Pull(step->get()); !pulled.ok()) {
+      if (HeldClockOf(pulled).has_value()) unread_ = *std::move(step);
+      return pulled;
+    }
     return step;
+  }
+
+  // The next batch of the feed: the one whose read the servers held (unread_), else the pipeline's next.
+  absl::StatusOr<std::unique_ptr<StepData>> NextBatch() {
+    if (unread_ != nullptr) return std::move(unread_);
+    return pipeline_->Pop();
   }
 
   // Waits for permission to run iteration `clock`; what its pulls carry, sending `sent`.
@@ -203,14 +207,6 @@ class Trainer::Impl {
     return sent_clock_;
   }
 
-  // Stops the batch pipeline when destroyed.
-  struct PipelineStop {
-    BatchPipeline* pipeline = nullptr;
-    ~PipelineStop() {
-      if (pipeline != nullptr) pipeline->Stop();
-    }
-  };
-
   // One Run()'s training loop: the batches in flight and the progress so far. Its members go in reverse order:
   // the overlapped push and the fused-ahead Step (which use `pushed`, `held` and the pipeline) are waited for
   // first, then the pipeline is stopped, then `next` is waited for.
@@ -251,6 +247,7 @@ class Trainer::Impl {
     bool split = false;
     std::unique_ptr<StepData> split_next;
     std::unique_ptr<StepData> held;
+    bool unpushed = false;  // fused ahead: `current`'s push waits for the next Step (it becomes `held`)
     std::future<absl::StatusOr<std::unique_ptr<StepData>>> ahead;  // after `held`: waited for before it goes
   };
 
@@ -263,9 +260,35 @@ class Trainer::Impl {
     loop.stop.pipeline = pipeline_.get();
     KESTREL_RETURN_IF_ERROR(StartLoop(&loop));
     for (int64_t clock = loop.start; clock < loop.total; ++clock) {
-      KESTREL_RETURN_IF_ERROR(RunIteration(clock, &loop));
+      absl::Status ran = RunIteration(clock, &loop);
+      if (const std::optional<int64_t> held = HeldClockOf(ran); held.has_value()) {
+        ran = StopHeld(clock, *held, ran, &loop);
+      }
+      KESTREL_RETURN_IF_ERROR(ran);
     }
     return FinishRun(&loop);
+  }
+
+  // The servers hold reads at `held` (common/held_reads.h: a rescale removes dead workers) and iteration `clock`
+  // ran into it: its push goes in (fused ahead, it still waits for the next Step), its state is reported at
+  // `held`, and the worker waits there. The scheduler's answer ends the pass (Aborted: rejoin), or, when the
+  // hold ended without a rescale, the loop goes on from `held` with the batch whose read was held.
+  absl::Status StopHeld(int64_t clock, int64_t held, const absl::Status& why, Loop* loop) {
+    if (held != clock + 1 || loop->split || loop->overlap_push || loop->current == nullptr) return why;
+    if (loop->held != nullptr) pipeline_->Recycle(std::move(loop->held));  // pushed by the held Step
+    if (loop->unpushed) {  // fused ahead: its push waited for the next Step
+      KESTREL_RETURN_IF_ERROR(PushAndAdvance(*loop->current, *grads_[clock % 2], clock, /*last=*/false));
+      loop->unpushed = false;
+    }
+    ++loop->result.steps;
+    loop->result.examples += loop->current->batch.batch.size;
+    KLOG(Info) << "worker " << options_.rank << ": the servers hold reads at clock " << held
+               << " (a rescale removes dead workers): reporting there";
+    KESTREL_RETURN_IF_ERROR(gate_->StopAt(held, feed_->StateOf(held, loop->current->after)));
+    loop->fused.reset();
+    pipeline_->Recycle(std::move(loop->current));
+    KESTREL_ASSIGN_OR_RETURN(loop->current, Fetch(held, PullClock(held)));
+    return absl::OkStatus();
   }
 
   // Opens this worker's TrainingFeed (feed_) at start_clock and resets the phase clock.
@@ -342,7 +365,8 @@ class Trainer::Impl {
                                [this, step = loop->held.get(), &g = *grads_[(clock - 1) % 2], clock] {
                                  return PushAndFetch(*step, g, clock - 1, clock + 1);
                                });
-    } else if (options_.prefetch_pulls && !last) {
+    } else if (options_.prefetch_pulls && !last && (!loop->fuse_ahead || gate_->PermittedNow(clock + 1))) {
+      // (Fused ahead, this iteration's push waits for it: only a read that cannot wait for a permission.)
       loop->next = std::async(std::launch::async,
                               [this, clock, sent = PullClock(clock + 1)] { return Fetch(clock + 1, sent); });
     } else if (loop->split && !last) {
@@ -433,8 +457,8 @@ class Trainer::Impl {
       loop->pushing = std::async(std::launch::async, [this, step = loop->pushed.get(), g, clock, last] {
         return PushAndAdvance(*step, *g, clock, last);
       });
-    } else if (loop->fuse_ahead && !last) {
-      // Pushed with the next iteration's Step (`held`, see TakeNextBatch).
+    } else if (loop->fuse_ahead && !last && (loop->ahead.valid() || loop->next.valid())) {
+      loop->unpushed = true;  // pushed with the next iteration's Step (`held`, see TakeNextBatch)
     } else if (loop->split && !last) {
       KESTREL_RETURN_IF_ERROR(SplitPushAndPull(clock, *g, loop));
     } else if (!last && CanFuse(*loop->current, clock)) {
@@ -458,16 +482,24 @@ class Trainer::Impl {
     } else if (loop->ahead.valid()) {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       fetched = loop->ahead.get();
-    } else if (options_.prefetch_pulls) {
+    } else if (loop->next.valid()) {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       fetched = loop->next.get();
     } else {
       fetched = Fetch(clock + 1, PullClock(clock + 1));
     }
     if (!fetched.ok()) return Annotate(fetched.status(), clock + 1, "starting");
-    if (loop->fuse_ahead) {
-      if (loop->held != nullptr) pipeline_->Recycle(std::move(loop->held));
+    if (loop->unpushed && !gate_->PermittedNow(clock + 1)) {
+      // A lease ends (or a hold stops the job): this iteration's push goes alone, so that this worker reaches
+      // clock + 1 before it asks to run it. The next iteration reads on its own, then fuses ahead again.
+      KESTREL_RETURN_IF_ERROR(PushAndAdvance(*loop->current, *grads_[clock % 2], clock, /*last=*/false));
+      loop->unpushed = false;
+      KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(clock + 1));
+    }
+    if (loop->held != nullptr) pipeline_->Recycle(std::move(loop->held));
+    if (loop->unpushed) {
       loop->held = std::move(loop->current);
+      loop->unpushed = false;
     } else if (loop->current != nullptr) {
       pipeline_->Recycle(std::move(loop->current));  // (pushing: moved to `pushed`)
     }
@@ -484,14 +516,7 @@ class Trainer::Impl {
     result.train_logloss = loop->window_loss / std::max<int64_t>(loop->window_examples, 1);
     KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
                                   done, loop->total, result.train_logloss, rate);
-    Record record;
-    record.set_kind("train");
-    record.set_worker(options_.rank);
-    record.set_step(done);
-    record.set_steps(loop->total);
-    record.set_logloss(result.train_logloss);
-    record.set_examples_per_second(rate);
-    records_.Write(record);
+    records_.Write(TrainRecord(options_.rank, done, loop->total, result.train_logloss, rate));
     Notify({TrainerEvent::Kind::kTrain, done, loop->window_examples, result.train_logloss, 0, rate, phases_.Get()});
     loop->window_start = now;
     loop->window_examples = 0;
@@ -558,26 +583,7 @@ class Trainer::Impl {
 
   // The done record of `result`: written and observed.
   void ReportDone(const TrainResult& result) {
-    Record record;
-    record.set_kind("done");
-    record.set_worker(options_.rank);
-    record.set_steps(result.steps);
-    if (options_.row_cache != nullptr) {
-      const RowCacheStats cache = options_.row_cache->stats();
-      record.set_row_cache_hit_ratio(cache.hit_ratio());
-      record.set_row_cache_rows(static_cast<double>(cache.rows));
-    }
-    record.set_examples(result.examples);
-    record.set_seconds(result.seconds);
-    record.set_examples_per_second(result.examples_per_second);
-    PhaseSeconds* phases = record.mutable_phases();
-    phases->set_read(result.phases.read);
-    phases->set_batch(result.phases.batch);
-    phases->set_pull(result.phases.pull);
-    phases->set_compute(result.phases.compute);
-    phases->set_push(result.phases.push);
-    phases->set_wait(result.phases.wait);
-    records_.Write(record);
+    records_.Write(DoneRecord(options_.rank, result, options_.row_cache));
     Notify({TrainerEvent::Kind::kDone, result.steps, result.examples, result.train_logloss, 0,
             result.examples_per_second, result.phases});
   }
@@ -637,16 +643,7 @@ class Trainer::Impl {
     r.fingerprint = PredictionFingerprint(probs);
     KLOG(Info) << absl::StrFormat("eval at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s", step,
                                   r.examples, r.logloss, r.auc, r.examples_per_second);
-    Record record;
-    record.set_kind("eval");
-    record.set_worker(options_.rank);
-    record.set_step(step);
-    record.set_examples(r.examples);
-    record.set_logloss(r.logloss);
-    record.set_auc(r.auc);
-    record.set_examples_per_second(r.examples_per_second);
-    record.set_fingerprint(FingerprintHex(r.fingerprint));
-    records_.Write(record);
+    records_.Write(EvalRecord(options_.rank, r));
     Notify({TrainerEvent::Kind::kEval, step, r.examples, r.logloss, r.auc, r.examples_per_second});
     return r;
   }
@@ -684,6 +681,9 @@ class Trainer::Impl {
   PhaseClock phases_;
   // The batches of this Run() (its feed_'s), read and prepared on their own threads; stopped when Run() returns.
   std::unique_ptr<BatchPipeline> pipeline_;
+  // The batch whose read the servers held (StopHeld): the next one to train. Set by the call that pulled it and
+  // taken after that call was waited for.
+  std::unique_ptr<StepData> unread_;
 };
 
 Trainer::Trainer(TrainerOptions options, PsClient* client, ClockGate* gate, Backend* backend)

@@ -144,6 +144,7 @@ WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) co
   state.set_epoch_start(epoch.start);
   state.set_epoch_end(epoch.end);
   *state.mutable_share() = LineShareOf(ShareOf(epoch));
+  state.set_batch_lines(options_.job.train().batch_size());
   return state;
 }
 

@@ -33,10 +33,17 @@ class MeteredGate final : public ClockGate {
     }
     return status;
   }
+  absl::Status StopAt(int64_t clock, const WorkerState& state) override {
+    absl::Status status = gate_->StopAt(clock, state);
+    if (heartbeater_ != nullptr) heartbeater_->SetProgress(clock);
+    if (clock_ != nullptr) clock_->Set(static_cast<double>(clock));
+    return status;
+  }
   absl::Status WaitAllFinished(int64_t iterations) override { return gate_->WaitAllFinished(iterations); }
   int64_t KnownMinClock() const override { return gate_->KnownMinClock(); }
   std::optional<int64_t> WaitClock(int64_t clock) const override { return gate_->WaitClock(clock); }
   bool Leased() const override { return gate_->Leased(); }
+  bool PermittedNow(int64_t clock) const override { return gate_->PermittedNow(clock); }
 
  private:
   const std::unique_ptr<ClockGate> gate_;
