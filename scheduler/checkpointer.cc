@@ -346,7 +346,8 @@ bool Checkpointer::Commit() {
 void Checkpointer::CutRescaled(int64_t clock) {
   if (ctx_->options.dir.empty()) return;
   for (int attempt = 1;; ++attempt) {
-    if (TakeCheckpoint(clock, "rescale", /*wait=*/true)) {
+    // Copy-on-write: the workers go on once every server cut it; the write commits as the scheduled ones do.
+    if (TakeCheckpoint(clock, "rescale", /*wait=*/!ctx_->options.copy_on_write)) {
       last_checkpoint_clock_ = clock;
       break;
     }

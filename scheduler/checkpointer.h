@@ -66,7 +66,8 @@ class Checkpointer {
   // then settles the final model (CheckpointStatus::final_model_settled).
   void SettleFinalModel();
   // A rescale changed the worker count at `clock`, where the workers are held: cuts the checkpoint of the new
-  // count (kFinalAttempts attempts). No-op without a checkpoint directory.
+  // count (kFinalAttempts attempts; copy-on-write, it returns once every server cut it, and the write commits
+  // as a scheduled one's does). No-op without a checkpoint directory.
   void CutRescaled(int64_t clock);
 
   // The job continues from `clock` (a rollback restored it): the next cuts count from there, and the next

@@ -163,8 +163,8 @@ bool Rescaler::StartHold(const ScaleTarget& target, JobState state) {
       return false;
     }
     scale_cut_ = at;
-  } else if (!target.remove_workers.empty() && servers_hold) {
-    if (!HoldForRemoval(target)) return false;
+  } else if (servers_hold) {
+    if (!HoldAtServers(target)) return false;
   } else {
     scale_cut_ = ctx_->clocks->HoldAtEarliest();
   }
@@ -179,19 +179,23 @@ bool Rescaler::StartHold(const ScaleTarget& target, JobState state) {
   return true;
 }
 
-bool Rescaler::HoldForRemoval(const ScaleTarget& target) {
+bool Rescaler::HoldAtServers(const ScaleTarget& target) {
+  const bool removal = !target.remove_workers.empty();
   const std::string removing = absl::StrFormat("removing workers [%s]", absl::StrJoin(target.remove_workers, ","));
   const ConsistencyPolicy& policy = ctx_->job.consistency;
   const int64_t staleness = policy.bsp() ? 0 : policy.staleness;
   RescaleShardRequest ask;
   ask.set_phase(RescaleShardRequest::FRONTIER);
   ask.set_layout_generation(ctx_->membership->layout().generation + 1);
-  for (int w : target.remove_workers) ask.add_removed_workers(w);
+  if (removal) {
+    for (int w : target.remove_workers) ask.add_removed_workers(w);
+  } else {
+    for (int w = 0; w < ctx_->job.num_workers; ++w) ask.add_removed_workers(w);
+  }
   std::vector<RescaleShardResponse> answers;
   if (absl::Status asked = OnEveryServer(ask, &answers); !asked.ok() || answers.empty()) {
-    EndRescale(absl::UnavailableError(absl::StrCat(
-        "cannot ask the servers where the removed workers' pushes end: ",
-        asked.ok() ? "no server is alive" : asked.message())));
+    EndRescale(absl::UnavailableError(absl::StrCat("cannot ask the servers where the workers' pushes end: ",
+                                                   asked.ok() ? "no server is alive" : asked.message())));
     return false;
   }
   int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
@@ -199,11 +203,12 @@ bool Rescaler::HoldForRemoval(const ScaleTarget& target) {
     low = std::min(low, a.frontier());
     high = std::max(high, a.frontier_high());
   }
-  // The others stop where the dead ones block them: BSP reads of clock low + 1 wait for its clock low, SSP(s)
-  // reads s clocks later. A scheduled checkpoint's hold below that comes first.
-  const int64_t cut = std::min(low + staleness + 1, ctx_->clocks->hold());
+  // Removing: the others stop where the dead ones block them (BSP reads of clock low + 1 wait for its clock
+  // low, SSP(s) reads s clocks later). Otherwise the next boundary the furthest worker reaches: it may be
+  // computing clock `high` now, and push it before the hold lands. A scheduled checkpoint's hold comes first.
+  const int64_t cut = std::min(removal ? low + staleness + 1 : high + 2, ctx_->clocks->hold());
   std::string why;
-  if (policy.bsp() && high > low) {
+  if (removal && policy.bsp() && high > low) {
     why = absl::StrFormat("a removed worker died in the middle of clock %d's pushes, which some tables apply with "
                           "its part",
                           low);
@@ -215,7 +220,7 @@ bool Rescaler::HoldForRemoval(const ScaleTarget& target) {
       why = absl::StrFormat("worker %d passed clock %d, where the removed workers' pushes end", w, cut);
     }
   }
-  if (!why.empty()) {
+  if (!why.empty()) {  // only when removing: no other worker can be past `cut`
     EndRescale(absl::AbortedError(absl::StrCat(
         removing, ": ", why, "; the job rolls back to its last checkpoint, and they are removed from there")));
     roll_back_(removing);
@@ -234,9 +239,11 @@ bool Rescaler::HoldForRemoval(const ScaleTarget& target) {
                                                       held.message())));
     return false;
   }
-  removed_at_.assign(target.remove_workers.size(), low);
-  KLOG(Info) << removing << ": their pushes end at clock " << low << "; the servers hold every read from clock "
-             << cut;
+  if (removal) {
+    removed_at_.assign(target.remove_workers.size(), low);
+    KLOG(Info) << removing << ": their pushes end at clock " << low << "; the servers hold every read from clock "
+               << cut;
+  }
   return true;
 }
 
@@ -254,7 +261,7 @@ Rescaler::Held Rescaler::CheckHeld(const ScaleTarget& target, JobState state) {
     const bool removed =
         std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
     if (removed || ctx_->clocks->ClockOf(w) == scale_cut_) continue;
-    if (ctx_->clocks->ClockOf(w) > scale_cut_) {  // only with leases (HoldForRemoval): no boundary to remove at
+    if (ctx_->clocks->ClockOf(w) > scale_cut_) {  // only with leases (HoldAtServers): no boundary to remove at
       const bool removal = !target.remove_workers.empty();
       EndRescale(absl::AbortedError(absl::StrFormat("worker rank %d passed clock %d, where the job was held%s", w,
                                                     scale_cut_, removal ? ": the job rolls back" : "")));
@@ -339,8 +346,9 @@ void Rescaler::ReleaseRescaled(const ScaleTarget& target, ScaleResult result, bo
       "the job was rescaled to %d servers and %d workers (rescale %d): rejoin", target.servers, target.workers,
       result.layout_generation)));
   // A new worker count changes every worker's share of the data: a rollback must not restore the old shares,
-  // so the workers stay held until a checkpoint of the new ones is committed (a rollback to an older one is
-  // refused by Restore). Server moves need none: a checkpoint of the old layout restores into the new one.
+  // so the workers stay held until a checkpoint of the new ones is cut (a rollback to an older one is refused by
+  // Restore; copy-on-write, the cut is in every server's memory and its write goes on while they train). Server
+  // moves need none: a checkpoint of the old layout restores into the new one.
   if (workers_change) checkpointer_->CutRescaled(scale_cut_);
   result.held = absl::Now() - scale_start_;
   KLOG(Info) << absl::StrFormat(

@@ -96,13 +96,14 @@ class Rescaler {
   // Every worker is at the cut: plans the workers' shares, settles a removed BSP worker's half-done clock, moves
   // the rows and releases the workers; a failure ends the rescale (or rolls the job back, for a removal).
   void RescaleAtCut(const ScaleTarget& target);
-  // Removing dead workers under server-enforced clocks (leases): the dead ones hold the others back in the
-  // servers' read gates, past what the scheduler knows. Asks the servers where the removed workers' pushes end
-  // (FRONTIER), holds every worker at the boundary the others can reach (BSP: the next clock; SSP(s): s further),
-  // and has the servers refuse reads from there (HOLD), so the others report there. True when held; false when
-  // the rescale ended (a failed call, or a job that must roll back: a BSP worker that died in the middle of a
-  // step's pushes left a clock applied with its part).
-  bool HoldForRemoval(const ScaleTarget& target);
+  // Under server-enforced clocks (leases) the scheduler does not know how far the workers got (they report once
+  // per lease), and a dead one holds the others back in the servers' read gates. Asks the servers where the
+  // workers' pushes end (FRONTIER), holds every worker at the boundary they can reach (removing: where the dead
+  // ones block them, BSP the next clock, SSP(s) s further; otherwise the clock after the furthest worker's), and
+  // has the servers refuse reads from there (HOLD), so the workers report there instead of training out their
+  // leases. True when held; false when the rescale ended (a failed call, or a removal that must roll back: a BSP
+  // worker that died in the middle of a step's pushes left a clock applied with its part).
+  bool HoldAtServers(const ScaleTarget& target);
   // One request on every live server, concurrently; the answers of those that answered, and the first failure.
   [[nodiscard]] absl::Status OnEveryServer(const RescaleShardRequest& request,
                                            std::vector<RescaleShardResponse>* answers);

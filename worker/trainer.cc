@@ -269,12 +269,12 @@ class Trainer::Impl {
     return FinishRun(&loop);
   }
 
-  // The servers hold reads at `held` (common/held_reads.h: a rescale removes dead workers) and iteration `clock`
-  // ran into it: its push goes in (fused ahead, it still waits for the next Step), its state is reported at
-  // `held`, and the worker waits there. The scheduler's answer ends the pass (Aborted: rejoin), or, when the
-  // hold ended without a rescale, the loop goes on from `held` with the batch whose read was held.
+  // The servers hold reads at `held` (common/held_reads.h: a rescale) and iteration `clock` ran into it: its push
+  // goes in (fused ahead, it waited for the next Step), its state is reported at clock + 1 (`held`; past it, a
+  // race with the hold that makes the scheduler give the rescale up), and the worker waits there. The answer ends
+  // the pass (Aborted: rejoin), or, the hold lifted, the loop goes on with the batch whose read was held.
   absl::Status StopHeld(int64_t clock, int64_t held, const absl::Status& why, Loop* loop) {
-    if (held != clock + 1 || loop->split || loop->overlap_push || loop->current == nullptr) return why;
+    if (held > clock + 1 || loop->split || loop->overlap_push || loop->current == nullptr) return why;
     if (loop->held != nullptr) pipeline_->Recycle(std::move(loop->held));  // pushed by the held Step
     if (loop->unpushed) {  // fused ahead: its push waited for the next Step
       KESTREL_RETURN_IF_ERROR(PushAndAdvance(*loop->current, *grads_[clock % 2], clock, /*last=*/false));
@@ -283,11 +283,11 @@ class Trainer::Impl {
     ++loop->result.steps;
     loop->result.examples += loop->current->batch.batch.size;
     KLOG(Info) << "worker " << options_.rank << ": the servers hold reads at clock " << held
-               << " (a rescale removes dead workers): reporting there";
-    KESTREL_RETURN_IF_ERROR(gate_->StopAt(held, feed_->StateOf(held, loop->current->after)));
+               << " for a rescale: reporting there";
+    KESTREL_RETURN_IF_ERROR(gate_->StopAt(clock + 1, feed_->StateOf(clock + 1, loop->current->after)));
     loop->fused.reset();
     pipeline_->Recycle(std::move(loop->current));
-    KESTREL_ASSIGN_OR_RETURN(loop->current, Fetch(held, PullClock(held)));
+    KESTREL_ASSIGN_OR_RETURN(loop->current, Fetch(clock + 1, PullClock(clock + 1)));
     return absl::OkStatus();
   }
 
