@@ -86,6 +86,9 @@ class Job {
                                      absl::StrCat("--num_servers=", servers),
                                      absl::StrCat("--num_workers=", workers),
                                      "--consistency=asp",
+                                     // This process plays workers that train an iteration each: the scheduler
+                                     // is their barrier (under leases a checkpoint would wait for the lease's end).
+                                     "--lease_clocks=0",
                                      "--heartbeat_interval=300ms",
                                      "--checkpoint_dir=" + checkpoints,
                                      "--final_checkpoint=false"};
