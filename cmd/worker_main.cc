@@ -73,6 +73,8 @@ ABSL_FLAG(int, compute_threads, 0,
           "count results are bitwise repeatable.");
 ABSL_FLAG(std::string, train_files, "", "Comma-separated training files (override data.train_files).");
 ABSL_FLAG(std::string, test_files, "", "Comma-separated test files (override data.test_files).");
+ABSL_FLAG(std::string, validation_files, "",
+          "Comma-separated validation files (override data.validation_files: evaluated after every epoch).");
 ABSL_FLAG(bool, row_cache, kestrel::WorkerSessionOptions().row_cache,
           "Under SSP(s >= 1), serve sparse rows from this worker's cache while they are within the staleness bound "
           "(worker/row_cache.h); BSP never caches, nor does SSP under leases (its reads travel with its pushes).");
@@ -167,6 +169,10 @@ class WorkerMetrics {
         WriteScalars(event.step, {{"eval/auc", static_cast<float>(event.auc)},
                                   {"eval/logloss", static_cast<float>(event.logloss)}});
         break;
+      case TrainerEvent::Kind::kValidation:
+        WriteScalars(event.step, {{"validation/auc", static_cast<float>(event.auc)},
+                                  {"validation/logloss", static_cast<float>(event.logloss)}});
+        break;
       case TrainerEvent::Kind::kDone:
         AddPhases(event.phases);
         break;
@@ -234,17 +240,14 @@ class WorkerMetrics {
   if (!google::protobuf::TextFormat::ParseFromString(text.str(), &job)) {
     return absl::InvalidArgumentError(absl::StrCat("--config ", path, " is not a valid JobConfig (proto/job.proto)"));
   }
-  if (!absl::GetFlag(FLAGS_train_files).empty()) {
-    job.mutable_data()->clear_train_files();
-    for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_train_files), ',')) {
-      job.mutable_data()->add_train_files(std::string(f));
-    }
-  }
-  if (!absl::GetFlag(FLAGS_test_files).empty()) {
-    job.mutable_data()->clear_test_files();
-    for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_test_files), ',')) {
-      job.mutable_data()->add_test_files(std::string(f));
-    }
+  // Each flag, when given, replaces its list.
+  for (auto [flag, files] : {std::make_pair(&FLAGS_train_files, job.mutable_data()->mutable_train_files()),
+                             std::make_pair(&FLAGS_test_files, job.mutable_data()->mutable_test_files()),
+                             std::make_pair(&FLAGS_validation_files, job.mutable_data()->mutable_validation_files())}) {
+    const std::string list = absl::GetFlag(*flag);
+    if (list.empty()) continue;
+    files->Clear();
+    for (absl::string_view f : absl::StrSplit(list, ',')) files->Add(std::string(f));
   }
   return job;
 }

@@ -232,6 +232,26 @@ TEST_F(TrainerTest, StandInComputeRunsTheHostSideWithZeroGradients) {
   EXPECT_NE(trained->eval.fingerprint, zero->eval.fingerprint);
 }
 
+TEST_F(TrainerTest, ValidatesAfterEveryEpochWithoutChangingTheTraining) {
+  // The test split doubles as a validation split here: the validation after the last epoch scores the same model
+  // on the same examples as the final test evaluation.
+  JobConfig job = Job(ModelConfig::FM);
+  job.mutable_train()->set_epochs(3);
+  auto backend = NewCpuBackend();
+  absl::StatusOr<TrainResult> plain = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->validations.empty());
+  job.mutable_data()->add_validation_files(*dir_ + "/test.tsv");
+  absl::StatusOr<TrainResult> validated = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  ASSERT_EQ(validated->validations.size(), 3u);
+  const int64_t per_epoch = validated->steps / 3;
+  for (int e = 0; e < 3; ++e) EXPECT_EQ(validated->validations[e].step, (e + 1) * per_epoch) << "epoch " << e;
+  EXPECT_EQ(validated->eval.fingerprint, plain->eval.fingerprint) << "validating never trains";
+  EXPECT_EQ(validated->validations.back().fingerprint, validated->eval.fingerprint);
+  EXPECT_GT(validated->validations.back().auc, validated->validations.front().auc - 0.01);
+}
+
 TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {
   JobConfig job = Job(ModelConfig::FM);
   job.mutable_train()->set_max_steps(20);

@@ -25,6 +25,7 @@
 #include "worker/line_log.h"
 #include "worker/records.h"
 #include "worker/pull_split.h"
+#include "worker/scoring.h"
 #include "worker/step_exchange.h"
 #include "worker/trainer_records.h"
 #include "worker/training_feed.h"
@@ -354,6 +355,9 @@ class Trainer::Impl {
     if (options_.evaluate && !last && train.eval_every_steps() > 0 && done % train.eval_every_steps() == 0) {
       KESTREL_RETURN_IF_ERROR(EvaluateDuringTraining(clock, loop));
     }
+    if (options_.evaluate && !last && Validates() && done == feed_->EpochAt(clock).end) {
+      KESTREL_RETURN_IF_ERROR(EvaluateDuringTraining(clock, loop, /*validation=*/true));
+    }
     return absl::OkStatus();
   }
 
@@ -523,12 +527,14 @@ class Trainer::Impl {
     loop->window_loss = 0;
   }
 
-  // An evaluation after iteration `clock`, with this worker's pushes in; its time is not training time.
-  absl::Status EvaluateDuringTraining(int64_t clock, Loop* loop) {
+  // An evaluation after iteration `clock` (of the test split, or `validation`), with this worker's pushes in;
+  // its time is not training time.
+  absl::Status EvaluateDuringTraining(int64_t clock, Loop* loop, bool validation = false) {
     KESTREL_RETURN_IF_ERROR(FinishPush(loop));  // evaluate the model with this worker's pushes in
     KESTREL_RETURN_IF_ERROR(PushHeld(clock, loop));
     loop->training += absl::Now() - loop->t0;
-    KESTREL_RETURN_IF_ERROR(Evaluate(clock + 1).status());
+    KESTREL_ASSIGN_OR_RETURN(EvalResult r, Evaluate(clock + 1, validation));
+    if (validation) loop->result.validations.push_back(r);
     loop->t0 = absl::Now();
     loop->window_start = loop->t0;
     return absl::OkStatus();
@@ -575,6 +581,10 @@ class Trainer::Impl {
     ReportDone(result);
     // The final model: every worker's last push is in (and no rollback can undo it any more).
     KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(loop->total));
+    if (options_.evaluate && Validates()) {  // the last epoch's end
+      KESTREL_ASSIGN_OR_RETURN(EvalResult validated, Evaluate(loop->total, /*validation=*/true));
+      result.validations.push_back(validated);
+    }
     if (options_.evaluate) {
       KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(loop->total));
     }
@@ -596,57 +606,34 @@ class Trainer::Impl {
   absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
                      std::vector<float>* labels) {
     KESTREL_RETURN_IF_ERROR(Init());
-    const JobConfig& job = options_.job;
-    ReaderOptions reader_options = ReaderOptionsFor(job.data());
-    KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
-                             BatchReader::Open(schema_, files, reader_options));
-    StepData step_data(backend_);
-    step_data.read = CallClock{sent_clock_};  // never from a row cache
-    std::vector<float> batch_probs;
-    probs->clear();
-    labels->clear();
-    while (limit == 0 || static_cast<int64_t>(probs->size()) < limit) {
-      int64_t want = job.train().batch_size();
-      if (limit > 0) want = std::min<int64_t>(want, limit - static_cast<int64_t>(probs->size()));
-      KESTREL_ASSIGN_OR_RETURN(const int64_t got, reader->Fill(want, &step_data.batch.batch));
-      if (got == 0) break;
-      step_data.batch.Prepare(options_.partition, schema_->field_tables(), schema_->num_tables());
-      KESTREL_RETURN_IF_ERROR(exchange_->Pull(&step_data));
-      batch_probs.resize(got);
-      KESTREL_RETURN_IF_ERROR(model_
-                                  ->Step(step_data.batch, {step_data.wide.data(), step_data.emb.data(),
-                                                           step_data.dense.data()},
-                                         nullptr, batch_probs.data())
-                                  .status());
-      probs->insert(probs->end(), batch_probs.begin(), batch_probs.end());
-      labels->insert(labels->end(), step_data.batch.batch.labels.begin(), step_data.batch.batch.labels.end());
-    }
-    return absl::OkStatus();
+    const Scorer scorer{&options_.job, schema_, &options_.partition, model_.get(), exchange_.get(), backend_,
+                        sent_clock_};
+    return ScoreFiles(scorer, files, limit, probs, labels);
   }
 
-  absl::StatusOr<EvalResult> Evaluate(int64_t step) {
+  // The model after `step` iterations on the test split (or, `validation`, on data.validation_files).
+  absl::StatusOr<EvalResult> Evaluate(int64_t step, bool validation = false) {
     KESTREL_RETURN_IF_ERROR(Init());
     sent_clock_ = step;  // iterations done: reads the current weights
-    const JobConfig& job = options_.job;
-    const std::vector<std::string> files(job.data().test_files().begin(), job.data().test_files().end());
+    const DataConfig& data = options_.job.data();
+    const auto& names = validation ? data.validation_files() : data.test_files();
+    const char* split = validation ? "validation" : "test";
     const absl::Time start = absl::Now();
     std::vector<float> probs, labels;
-    KESTREL_RETURN_IF_ERROR(Score(files, job.train().eval_max_examples(), &probs, &labels));
-    if (probs.empty()) return absl::FailedPreconditionError("the test files hold no examples");
-    EvalResult r;
-    r.step = step;
-    r.examples = static_cast<int64_t>(probs.size());
-    r.logloss = LogLoss(probs, labels);
-    r.auc = ExactAuc(probs, labels);
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    r.examples_per_second = seconds > 0 ? r.examples / seconds : 0;
-    r.fingerprint = PredictionFingerprint(probs);
-    KLOG(Info) << absl::StrFormat("eval at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s", step,
-                                  r.examples, r.logloss, r.auc, r.examples_per_second);
-    records_.Write(EvalRecord(options_.rank, r));
-    Notify({TrainerEvent::Kind::kEval, step, r.examples, r.logloss, r.auc, r.examples_per_second});
+    KESTREL_RETURN_IF_ERROR(Score({names.begin(), names.end()}, options_.job.train().eval_max_examples(), &probs,
+                                  &labels));
+    if (probs.empty()) return absl::FailedPreconditionError(absl::StrCat("the ", split, " files hold no examples"));
+    const EvalResult r = MetricsOf(step, probs, labels, absl::Now() - start);
+    KLOG(Info) << absl::StrFormat("%s at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s",
+                                  validation ? "validation" : "eval", step, r.examples, r.logloss, r.auc,
+                                  r.examples_per_second);
+    records_.Write(EvalRecord(options_.rank, r, validation ? "validation" : "eval"));
+    Notify({validation ? TrainerEvent::Kind::kValidation : TrainerEvent::Kind::kEval, step, r.examples, r.logloss,
+            r.auc, r.examples_per_second});
     return r;
   }
+
+  bool Validates() const { return options_.job.data().validation_files_size() > 0; }
 
   void Notify(const TrainerEvent& event) {
     if (options_.observer) options_.observer(event);

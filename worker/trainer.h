@@ -70,12 +70,12 @@ namespace kestrel {
 
 // One train, eval or done record, as the Trainer writes to metrics_path, for TrainerOptions::observer.
 struct TrainerEvent {
-  enum class Kind { kTrain, kEval, kDone };
+  enum class Kind { kTrain, kEval, kValidation, kDone };
   Kind kind = Kind::kTrain;
   int64_t step = 0;       // iterations done (kDone: iterations this worker ran)
   int64_t examples = 0;   // kTrain: examples of the log window; kEval: test examples; kDone: all trained
   double logloss = 0;     // kTrain, kDone: mean over the (last) log window; kEval: on the test files
-  double auc = 0;         // kEval only
+  double auc = 0;         // kEval, kValidation only
   double examples_per_second = 0;
   PhaseTimes phases;      // kTrain, kDone: since the start of Run()
 };
@@ -140,6 +140,8 @@ struct TrainResult {
   double train_logloss = 0;  // mean over the last log window
   PhaseTimes phases;         // where the training time went
   EvalResult eval;           // the final evaluation (when evaluate)
+  // Evaluate with data.validation_files: the validation split after each epoch, in order.
+  std::vector<EvalResult> validations;
 };
 
 class Trainer {

@@ -38,9 +38,9 @@ Record DoneRecord(int worker, const TrainResult& result, const RowCache* cache) 
   return record;
 }
 
-Record EvalRecord(int worker, const EvalResult& eval) {
+Record EvalRecord(int worker, const EvalResult& eval, const char* kind) {
   Record record;
-  record.set_kind("eval");
+  record.set_kind(kind);
   record.set_worker(worker);
   record.set_step(eval.step);
   record.set_examples(eval.examples);

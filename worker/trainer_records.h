@@ -15,8 +15,8 @@ namespace kestrel {
 Record TrainRecord(int worker, int64_t done, int64_t steps, double logloss, double examples_per_second);
 // The "done" record of worker `worker`'s run; `cache` (may be null): its row cache, whose hit ratio it reports.
 Record DoneRecord(int worker, const TrainResult& result, const RowCache* cache);
-// The "eval" record of worker `worker`'s evaluation.
-Record EvalRecord(int worker, const EvalResult& eval);
+// The record of worker `worker`'s evaluation: `kind` "eval" (the test split) or "validation".
+Record EvalRecord(int worker, const EvalResult& eval, const char* kind = "eval");
 
 }  // namespace kestrel
 
