@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "inprocess/model_snapshot.h"
 #include "common/usable_cores.h"
 #include "server/shard.h"
 #include "inprocess/local_ps_client.h"
@@ -59,6 +60,10 @@ absl::StatusOr<TrainResult> TrainInProcess(const JobConfig& job, Backend* backen
   // computes (exact for unbounded tables; a bounded table's push may evict or expire other rows).
   const bool split = options.split_pulls < 0 ? backend->accelerator() : options.split_pulls > 0;
   trainer_options.split_pulls = split && !job.model().has_sparse_capacity();
+  // Early stopping: the best validation's model is kept in memory, and comes back at the end.
+  ModelSnapshot best;
+  trainer_options.keep_best = [&](int64_t) { return best.Take(views); };
+  trainer_options.restore_best = [&] { return best.Restore(views); };
   Trainer trainer(trainer_options, client.get(), gate.get(), backend);
   absl::StatusOr<TrainResult> result = trainer.Run();
   if (!result.ok()) return result;

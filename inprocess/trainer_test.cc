@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "worker/compute/cpu_backend.h"
 #include "worker/data/datagen.h"
 #include "server/shard.h"
+#include "server/table.h"
 #include "inprocess/local_ps_client.h"
 #include "inprocess/local_trainer.h"
 #include "common/evaluation.h"
@@ -237,6 +239,7 @@ TEST_F(TrainerTest, ValidatesAfterEveryEpochWithoutChangingTheTraining) {
   // on the same examples as the final test evaluation.
   JobConfig job = Job(ModelConfig::FM);
   job.mutable_train()->set_epochs(3);
+  job.mutable_train()->set_early_stopping_patience(-1);  // the last model, whatever the validations say
   auto backend = NewCpuBackend();
   absl::StatusOr<TrainResult> plain = TrainInProcess(job, backend.get());
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -250,6 +253,69 @@ TEST_F(TrainerTest, ValidatesAfterEveryEpochWithoutChangingTheTraining) {
   EXPECT_EQ(validated->eval.fingerprint, plain->eval.fingerprint) << "validating never trains";
   EXPECT_EQ(validated->validations.back().fingerprint, validated->eval.fingerprint);
   EXPECT_GT(validated->validations.back().auc, validated->validations.front().auc - 0.01);
+}
+
+// Every table's rows (values and optimizer state) of in-process shards, as one number.
+uint64_t ModelFingerprint(const std::vector<Shard*>& shards) {
+  uint64_t sum = 0;
+  for (Shard* shard : shards) {
+    for (const TableConfig& config : shard->DescribeTables()) sum += shard->FindTable(config.name())->RowsFingerprint();
+  }
+  return sum;
+}
+
+TEST_F(TrainerTest, EarlyStoppingEndsWithTheBestEpochsModelBitwise) {
+  // A validation split whose labels are the test split's flipped: the better the model learns, the worse it
+  // validates, so the first epoch is the best and training stops two epochs later.
+  const std::string flipped = *dir_ + "/flipped_validation.tsv";
+  {
+    std::ifstream in(*dir_ + "/test.tsv");
+    std::ofstream out(flipped);
+    for (std::string line; std::getline(in, line);) out << (line[0] == '1' ? '0' : '1') << line.substr(1) << "\n";
+  }
+  JobConfig job = Job(ModelConfig::FM);
+  job.mutable_train()->set_epochs(6);
+  job.mutable_data()->add_validation_files(flipped);
+  auto backend = NewCpuBackend();
+  LocalTrainingOptions options;
+  uint64_t stopped_model = 0;
+  options.inspect = [&](const std::vector<Shard*>& shards) { stopped_model = ModelFingerprint(shards); };
+  options.predictions_path = TmpDir() + "/early_stopped_predictions.txt";
+  absl::StatusOr<TrainResult> stopped = TrainInProcess(job, backend.get(), options);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  const int64_t per_epoch = (SmallDatagenOptions().train_rows + 255) / 256;
+  ASSERT_EQ(stopped->validations.size(), 3u);
+  EXPECT_GT(stopped->validations[1].logloss, stopped->validations[0].logloss);
+  EXPECT_TRUE(stopped->stopped_early);
+  EXPECT_EQ(stopped->steps, 3 * per_epoch);
+  EXPECT_EQ(stopped->best_step, per_epoch);
+  EXPECT_EQ(stopped->eval.step, per_epoch);
+
+  // The same job stopped after its first epoch by hand: the same model, predictions and test evaluation, bit for bit.
+  JobConfig by_hand = Job(ModelConfig::FM);
+  by_hand.mutable_train()->set_epochs(1);
+  uint64_t by_hand_model = 0;
+  options.inspect = [&](const std::vector<Shard*>& shards) { by_hand_model = ModelFingerprint(shards); };
+  options.predictions_path = TmpDir() + "/by_hand_predictions.txt";
+  absl::StatusOr<TrainResult> first = TrainInProcess(by_hand, backend.get(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(stopped_model, by_hand_model);
+  EXPECT_EQ(stopped->eval.fingerprint, first->eval.fingerprint);
+  EXPECT_EQ(stopped->eval.auc, first->eval.auc);
+  std::ifstream a(TmpDir() + "/early_stopped_predictions.txt"), b(TmpDir() + "/by_hand_predictions.txt");
+  const std::string pa((std::istreambuf_iterator<char>(a)), {}), pb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_FALSE(pa.empty());
+  EXPECT_EQ(pa, pb);
+
+  // Patience -1: every epoch trains and the last model stays.
+  job.mutable_train()->set_early_stopping_patience(-1);
+  options.inspect = nullptr;
+  options.predictions_path.clear();
+  absl::StatusOr<TrainResult> all = TrainInProcess(job, backend.get(), options);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_FALSE(all->stopped_early);
+  EXPECT_EQ(all->steps, 6 * per_epoch);
+  EXPECT_EQ(all->eval.step, 6 * per_epoch);
 }
 
 TEST_F(TrainerTest, WritesRecordsAndStopsAtMaxSteps) {

@@ -17,6 +17,7 @@
 #include "worker/batch_pipeline.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
+#include "worker/early_stopping.h"
 #include "worker/embedding_tables.h"
 #include "worker/epoch_schedule.h"
 #include "common/evaluation.h"
@@ -38,7 +39,8 @@ class Trainer::Impl {
       : options_(std::move(options)), client_(client), gate_(gate), backend_(backend),
         records_(options_.metrics_path),
         line_log_(options_.line_log),
-        grads_{std::make_unique<GradBuffers>(backend), std::make_unique<GradBuffers>(backend)} {
+        grads_{std::make_unique<GradBuffers>(backend), std::make_unique<GradBuffers>(backend)},
+        early_stopping_(options_.job.train().early_stopping_patience(), options_.keep_best) {
     options_.job = JobWithDefaults(options_.job);
   }
   absl::Status Init() {
@@ -260,7 +262,7 @@ class Trainer::Impl {
                                                 !options_.line_log.empty(), backend_, &phases_);
     loop.stop.pipeline = pipeline_.get();
     KESTREL_RETURN_IF_ERROR(StartLoop(&loop));
-    for (int64_t clock = loop.start; clock < loop.total; ++clock) {
+    for (int64_t clock = loop.start; clock < loop.total && !loop.result.stopped_early; ++clock) {
       absl::Status ran = RunIteration(clock, &loop);
       if (const std::optional<int64_t> held = HeldClockOf(ran); held.has_value()) {
         ran = StopHeld(clock, *held, ran, &loop);
@@ -534,7 +536,7 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(PushHeld(clock, loop));
     loop->training += absl::Now() - loop->t0;
     KESTREL_ASSIGN_OR_RETURN(EvalResult r, Evaluate(clock + 1, validation));
-    if (validation) loop->result.validations.push_back(r);
+    if (validation) KESTREL_RETURN_IF_ERROR(early_stopping_.Validated(r, &loop->result));
     loop->t0 = absl::Now();
     loop->window_start = loop->t0;
     return absl::OkStatus();
@@ -581,12 +583,19 @@ class Trainer::Impl {
     ReportDone(result);
     // The final model: every worker's last push is in (and no rollback can undo it any more).
     KESTREL_RETURN_IF_ERROR(gate_->WaitAllFinished(loop->total));
-    if (options_.evaluate && Validates()) {  // the last epoch's end
+    int64_t step = loop->total;
+    if (options_.evaluate && Validates() && !result.stopped_early) {  // the last epoch's end
       KESTREL_ASSIGN_OR_RETURN(EvalResult validated, Evaluate(loop->total, /*validation=*/true));
-      result.validations.push_back(validated);
+      KESTREL_RETURN_IF_ERROR(early_stopping_.Validated(validated, &result));
+    }
+    if (result.best_step >= 0 && result.best_step != result.validations.back().step) {
+      if (loop->rest.valid()) KESTREL_RETURN_IF_ERROR(loop->rest.get());  // (split pulls) nothing in flight
+      KESTREL_RETURN_IF_ERROR(options_.restore_best());
+      step = result.best_step;
+      KLOG(Info) << "the model is the best validation's, after step " << step;
     }
     if (options_.evaluate) {
-      KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(loop->total));
+      KESTREL_ASSIGN_OR_RETURN(result.eval, Evaluate(step));
     }
     return result;
   }
@@ -668,6 +677,7 @@ class Trainer::Impl {
   PhaseClock phases_;
   // The batches of this Run() (its feed_'s), read and prepared on their own threads; stopped when Run() returns.
   std::unique_ptr<BatchPipeline> pipeline_;
+  EarlyStopping early_stopping_;  // TrainConfig.early_stopping_patience with TrainerOptions::keep_best
   // The batch whose read the servers held (StopHeld): the next one to train. Set by the call that pulled it and
   // taken after that call was waited for.
   std::unique_ptr<StepData> unread_;

@@ -116,6 +116,12 @@ struct TrainerOptions {
   // min clock; rows serve reads the cache's bound of the worker's own clocks after their pull); false, the gate's
   // known min clock before the pull (SSP). Default: false = SSP.
   bool row_cache_own_clock = false;
+  // Early stopping (TrainConfig.early_stopping_patience, with validation files): `keep_best(step)` keeps the
+  // model after `step` iterations, whose validation beat every earlier one; `restore_best()` brings the last one
+  // kept back once training ends with a worse model (no request runs meanwhile). Default: none (the servers are
+  // elsewhere: every epoch trains, and the result is the last model).
+  std::function<absl::Status(int64_t step)> keep_best;
+  std::function<absl::Status()> restore_best;
   // Benchmarks only (bench/pipeline_ceiling_bench.cc): instead of the model's forward and backward pass, each
   // batch waits this long and pushes zero gradients, as a host waits for a GPU computing the step. What the host
   // side feeds then (reading, key batching, pulls, pushes, the servers' optimizers) is the pipeline's ceiling,
@@ -139,9 +145,13 @@ struct TrainResult {
   double examples_per_second = 0;
   double train_logloss = 0;  // mean over the last log window
   PhaseTimes phases;         // where the training time went
-  EvalResult eval;           // the final evaluation (when evaluate)
+  EvalResult eval;           // the final evaluation (when evaluate): of the best validation's model, if kept
   // Evaluate with data.validation_files: the validation split after each epoch, in order.
   std::vector<EvalResult> validations;
+  // Early stopping (TrainerOptions::keep_best): the step of the model the result is, and whether training
+  // stopped before its last epoch.
+  int64_t best_step = -1;
+  bool stopped_early = false;
 };
 
 class Trainer {
