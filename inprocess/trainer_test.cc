@@ -255,6 +255,22 @@ TEST_F(TrainerTest, ValidatesAfterEveryEpochWithoutChangingTheTraining) {
   EXPECT_GT(validated->validations.back().auc, validated->validations.front().auc - 0.01);
 }
 
+TEST_F(TrainerTest, AValidationSplitHeldOutOfTheTrainingFilesIsNeverTrainedOn) {
+  JobConfig job = Job(ModelConfig::FM);
+  job.mutable_data()->set_validation_every(10);
+  job.mutable_train()->set_early_stopping_patience(-1);
+  auto backend = NewCpuBackend();
+  absl::StatusOr<TrainResult> result = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->validations.size(), 2u);
+  const int64_t rows = SmallDatagenOptions().train_rows;
+  const int64_t held = result->validations[0].examples;
+  EXPECT_GT(held, rows / 20);
+  EXPECT_LT(held, rows / 5);
+  EXPECT_EQ(result->examples, 2 * (rows - held)) << "every other line, twice";
+  EXPECT_GT(result->validations.back().auc, truth_->bayes_auc - 0.03);
+}
+
 // Every table's rows (values and optimizer state) of in-process shards, as one number.
 uint64_t ModelFingerprint(const std::vector<Shard*>& shards) {
   uint64_t sum = 0;

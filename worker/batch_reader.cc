@@ -27,6 +27,12 @@ ReaderOptions ReaderOptionsFor(const DataConfig& data) {
   return options;
 }
 
+ReaderOptions::Holdout TrainingHoldout(const DataConfig& data) {
+  ReaderOptions::Holdout holdout;
+  if (data.validation_files().empty()) holdout.every = data.validation_every();
+  return holdout;
+}
+
 BatchReader::BatchReader(std::shared_ptr<const Schema> schema, ShardedLines lines, ReaderOptions::OnError on_error,
                          int parse_threads)
     : schema_(schema), lines_(std::move(lines)), parser_(schema), on_error_(on_error) {

@@ -29,6 +29,9 @@ int DefaultParseThreads();
 inline constexpr int kMaxParseThreads = 64;
 // The reader options a job's data asks for: its malformed-line rule (skip_malformed) and its parse threads.
 ReaderOptions ReaderOptionsFor(const DataConfig& data);
+// What `data`'s training reads leave out: the validation split held out of the training files
+// (DataConfig.validation_every, without validation_files).
+ReaderOptions::Holdout TrainingHoldout(const DataConfig& data);
 
 class BatchReader {
  public:

@@ -11,10 +11,11 @@
 namespace kestrel {
 
 absl::Status ScoreFiles(const Scorer& scorer, const std::vector<std::string>& files, int64_t limit,
-                        std::vector<float>* probs, std::vector<float>* labels) {
+                        std::vector<float>* probs, std::vector<float>* labels, const ReaderOptions::Holdout& holdout) {
   const JobConfig& job = *scorer.job;
-  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader,
-                           BatchReader::Open(scorer.schema, files, ReaderOptionsFor(job.data())));
+  ReaderOptions options = ReaderOptionsFor(job.data());
+  options.holdout = holdout;
+  KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader, BatchReader::Open(scorer.schema, files, options));
   StepData step_data(scorer.backend);
   step_data.read = CallClock{scorer.read_clock};  // never from a row cache
   std::vector<float> batch_probs;

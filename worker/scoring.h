@@ -14,6 +14,7 @@
 #include "common/partition.h"
 #include "proto/job.pb.h"
 #include "worker/compute/backend.h"
+#include "worker/data/record_reader.h"
 #include "worker/data/schema.h"
 #include "worker/model.h"
 #include "worker/step_exchange.h"
@@ -33,9 +34,11 @@ struct Scorer {
   int64_t read_clock = 0;  // the clock the pulls carry (iterations done: the current weights)
 };
 
-// One probability per example of `files` (at most `limit`; 0: all), in file order, and the labels.
+// One probability per example of `files` (at most `limit`; 0: all), in file order, and the labels. `holdout`:
+// the lines of `files` read (a validation split held out of the training files; default: every line).
 [[nodiscard]] absl::Status ScoreFiles(const Scorer& scorer, const std::vector<std::string>& files, int64_t limit,
-                                      std::vector<float>* probs, std::vector<float>* labels);
+                                      std::vector<float>* probs, std::vector<float>* labels,
+                                      const ReaderOptions::Holdout& holdout = {});
 
 // The metrics of `probs` against `labels` after `step` iterations, scored in `took`.
 EvalResult MetricsOf(int64_t step, const std::vector<float>& probs, const std::vector<float>& labels,

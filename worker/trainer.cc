@@ -613,11 +613,11 @@ class Trainer::Impl {
   }
   // One probability per example of `files` (at most `limit`; 0: all), in file order, and the labels.
   absl::Status Score(const std::vector<std::string>& files, int64_t limit, std::vector<float>* probs,
-                     std::vector<float>* labels) {
+                     std::vector<float>* labels, const ReaderOptions::Holdout& holdout = {}) {
     KESTREL_RETURN_IF_ERROR(Init());
     const Scorer scorer{&options_.job, schema_, &options_.partition, model_.get(), exchange_.get(), backend_,
                         sent_clock_};
-    return ScoreFiles(scorer, files, limit, probs, labels);
+    return ScoreFiles(scorer, files, limit, probs, labels, holdout);
   }
 
   // The model after `step` iterations on the test split (or, `validation`, on data.validation_files).
@@ -625,12 +625,14 @@ class Trainer::Impl {
     KESTREL_RETURN_IF_ERROR(Init());
     sent_clock_ = step;  // iterations done: reads the current weights
     const DataConfig& data = options_.job.data();
-    const auto& names = validation ? data.validation_files() : data.test_files();
+    // The validation split: its files, or the lines held out of the training files.
+    const ReaderOptions::Holdout holdout{validation ? TrainingHoldout(data).every : 0, /*validation=*/true};
+    const auto& names = !validation ? data.test_files() : holdout.every ? data.train_files() : data.validation_files();
     const char* split = validation ? "validation" : "test";
     const absl::Time start = absl::Now();
     std::vector<float> probs, labels;
     KESTREL_RETURN_IF_ERROR(Score({names.begin(), names.end()}, options_.job.train().eval_max_examples(), &probs,
-                                  &labels));
+                                  &labels, holdout));
     if (probs.empty()) return absl::FailedPreconditionError(absl::StrCat("the ", split, " files hold no examples"));
     const EvalResult r = MetricsOf(step, probs, labels, absl::Now() - start);
     KLOG(Info) << absl::StrFormat("%s at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s",
@@ -642,7 +644,9 @@ class Trainer::Impl {
     return r;
   }
 
-  bool Validates() const { return options_.job.data().validation_files_size() > 0; }
+  bool Validates() const {
+    return options_.job.data().validation_files_size() > 0 || options_.job.data().validation_every() > 0;
+  }
 
   void Notify(const TrainerEvent& event) {
     if (options_.observer) options_.observer(event);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/hash.h"
 #include "common/status.h"
 
 namespace kestrel {
@@ -73,7 +74,7 @@ absl::StatusOr<bool> ShardedLines::ReadDataLine() {
     if (header) continue;
     absl::string_view view = text_;
     if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
-    if (view.empty()) continue;
+    if (view.empty() || !HoldoutKeeps(options_.holdout, view)) continue;
     data_ = view;
     ++cursor_.line;
     return true;
@@ -178,7 +179,28 @@ std::string ShardedLines::WhereOf(LineMark mark) const {
   return absl::StrFormat("%s:%d", files_[std::min(mark.file, files_.size() - 1)], mark.file_line);
 }
 
-absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header) {
+bool HoldoutKeeps(const ReaderOptions::Holdout& holdout, absl::string_view text) {
+  if (holdout.every == 0) return true;
+  return (Hash64(text) % holdout.every == 0) == holdout.validation;
+}
+
+absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header,
+                                        const ReaderOptions::Holdout& holdout) {
+  if (holdout.every > 0) {  // every line's text is hashed: read line by line, as a reader does
+    uint64_t lines = 0;
+    std::string text;
+    for (const std::string& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      if (!in.good()) return absl::NotFoundError(absl::StrFormat("cannot open data file %s", f));
+      for (bool first = true; std::getline(in, text); first = false) {
+        absl::string_view view = text;
+        if (!view.empty() && view.back() == '\r') view.remove_suffix(1);
+        if (!(header && first) && !view.empty() && HoldoutKeeps(holdout, view)) ++lines;
+      }
+      if (in.bad()) return absl::DataLossError(absl::StrFormat("cannot read data file %s", f));
+    }
+    return lines;
+  }
   std::vector<char> buffer(1 << 20);
   uint64_t lines = 0;
   for (const std::string& f : files) {

@@ -55,6 +55,15 @@ struct ReaderOptions {
   // The shuffle's seed, and the epoch being read (every epoch has its own order). Defaults: 0 and 0.
   uint64_t shuffle_seed = 0;
   int64_t epoch = 0;
+  // A validation split held out of the training files (DataConfig.validation_every): the data lines whose text
+  // hashes (common/hash.h Hash64) to a multiple of `every` are its lines. A training reader (`validation` false)
+  // skips them and a validation reader reads only them; the lines skipped are not data lines for the reader
+  // (global indices and positions count the others). Default: every 0, nothing held out.
+  struct Holdout {
+    uint32_t every = 0;
+    bool validation = false;
+  };
+  Holdout holdout;
   // BatchReader: threads parsing a batch's lines (in chunks, joined in line order: the batch, the skipped lines and
   // the first error are those of one thread). Default: 1 (the caller's thread alone).
   int parse_threads = 1;
@@ -164,7 +173,11 @@ class ShardedLines {
 // The data lines of `files` (with `header`, the first line of each file is not one): the global indices run
 // from 0 to that count - 1, and a reader's lines are ShareOf(options).CountBelow(that count), malformed ones
 // included. One pass over the files.
-[[nodiscard]] absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header);
+[[nodiscard]] absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header,
+                                                     const ReaderOptions::Holdout& holdout = {});
+
+// Whether a reader with `holdout` reads the data line `text` (without its '\r').
+bool HoldoutKeeps(const ReaderOptions::Holdout& holdout, absl::string_view text);
 
 template <typename Example>
 class RecordReader {

@@ -125,6 +125,34 @@ TEST(RecordReaderTest, HeaderAndBlankLinesAreNotDataLines) {
   EXPECT_EQ(CountDataLines({"/nonexistent"}, false).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(RecordReaderTest, AHeldOutValidationSplitTakesItsLinesOutOfTrainingEveryTime) {
+  const std::vector<std::string> files = DataFiles("holdout", 200, /*header=*/true);
+  ReaderOptions training;
+  training.header = true;
+  training.holdout.every = 5;
+  ReaderOptions validation = training;
+  validation.holdout.validation = true;
+  const std::vector<std::string> trained = Texts(ReadAll(files, training));
+  const std::vector<std::string> validated = Texts(ReadAll(files, validation));
+  EXPECT_EQ(trained.size() + validated.size(), 200u);
+  EXPECT_GT(validated.size(), 20u) << "about one line in 5";
+  EXPECT_LT(validated.size(), 60u);
+  std::set<std::string> all(trained.begin(), trained.end());
+  for (const std::string& v : validated) EXPECT_TRUE(all.insert(v).second) << v << " is on both sides";
+  EXPECT_EQ(all.size(), 200u);
+  EXPECT_EQ(*CountDataLines(files, /*header=*/true, training.holdout), trained.size());
+  EXPECT_EQ(*CountDataLines(files, /*header=*/true, validation.holdout), validated.size());
+  // The training lines are numbered among themselves, and sharding deals them as any data lines.
+  const std::vector<Line> numbered = ReadAll(files, training);
+  for (size_t i = 0; i < numbered.size(); ++i) EXPECT_EQ(numbered[i].global, i);
+  training.num_parts = 2;
+  training.part = 1;
+  std::vector<std::string> odd;
+  for (size_t i = 1; i < trained.size(); i += 2) odd.push_back(trained[i]);
+  EXPECT_EQ(Texts(ReadAll(files, training)), odd);
+  EXPECT_EQ(Texts(ReadAll(files, validation)), validated) << "the same lines every time";
+}
+
 // Every part count and share layout: the parts' lines together are every data line once; each part returns
 // its lines in increasing position; merged by position, they are the same sequence whatever the part count.
 TEST(RecordReaderTest, ShuffledShardsReadEveryLineOnceInAnOrderIndependentOfTheShardCount) {
