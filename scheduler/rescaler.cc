@@ -17,6 +17,14 @@
 #include "scheduler/rescale_layout.h"
 
 namespace kestrel {
+namespace {
+
+// Whether `target` removes worker rank `w`.
+bool Removes(const ScaleTarget& target, int w) {
+  return std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
+}
+
+}  // namespace
 
 Rescaler::Rescaler(JobContext* ctx, Checkpointer* checkpointer, std::function<void()> wake,
                    std::function<void(const std::string& why)> roll_back)
@@ -214,9 +222,7 @@ bool Rescaler::HoldAtServers(const ScaleTarget& target) {
                           low);
   }
   for (int w = 0; w < ctx_->job.num_workers && why.empty(); ++w) {
-    const bool removed =
-        std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
-    if (!removed && ctx_->clocks->ClockOf(w) > cut) {
+    if (!Removes(target, w) && ctx_->clocks->ClockOf(w) > cut) {
       why = absl::StrFormat("worker %d passed clock %d, where the removed workers' pushes end", w, cut);
     }
   }
@@ -258,9 +264,7 @@ Rescaler::Held Rescaler::CheckHeld(const ScaleTarget& target, JobState state) {
   }
   // Every worker that stays is at the cut; a removed one is wherever it died (BSP: the cut or the clock before).
   for (int w = 0; w < ctx_->job.num_workers; ++w) {
-    const bool removed =
-        std::find(target.remove_workers.begin(), target.remove_workers.end(), w) != target.remove_workers.end();
-    if (removed || ctx_->clocks->ClockOf(w) == scale_cut_) continue;
+    if (Removes(target, w) || ctx_->clocks->ClockOf(w) == scale_cut_) continue;
     if (ctx_->clocks->ClockOf(w) > scale_cut_) {  // only with leases (HoldAtServers): no boundary to remove at
       const bool removal = !target.remove_workers.empty();
       EndRescale(absl::AbortedError(absl::StrFormat("worker rank %d passed clock %d, where the job was held%s", w,
