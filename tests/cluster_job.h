@@ -45,6 +45,16 @@ inline std::string TmpDir() {
   return tmp != nullptr ? tmp : "/tmp";
 }
 
+// The last `n` lines of the log at `path`, each on its own indented line.
+inline std::string LogTail(const std::string& path, size_t n) {
+  std::ifstream log(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(log, line);) lines.push_back(line);
+  std::string tail;
+  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) absl::StrAppend(&tail, "\n  ", lines[i]);
+  return tail;
+}
+
 // What a finished job leaves: worker 0's last evaluation and the servers' full-table fingerprints.
 struct Outcome {
   std::string eval_fingerprint;
@@ -237,16 +247,16 @@ class ClusterJob {
       if (workers_finished_) break;
       absl::StatusOr<int> code = workers_[w]->Wait(timeout);
       if (!code.ok() || *code != 0) {
-        std::ifstream log(workers_[w]->log_path());
-        std::vector<std::string> lines;
-        for (std::string line; std::getline(log, line);) lines.push_back(line);
-        std::string tail;
-        for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) {
-          absl::StrAppend(&tail, "\n  ", lines[i]);
+        std::string scheduler = "no scheduler";
+        if (scheduler_.has_value()) {
+          absl::StatusOr<int> exited = scheduler_->Wait(absl::ZeroDuration());
+          scheduler = absl::StrCat("the scheduler ", exited.ok() ? absl::StrCat("exited with ", *exited) : "runs",
+                                   "; its last lines:", LogTail(scheduler_->log_path(), 12));
         }
         return absl::InternalError(absl::StrCat("worker ", w, " ended with ",
                                                 code.ok() ? absl::StrCat("exit code ", *code) : code.status().ToString(),
-                                                "; see ", workers_[w]->log_path(), "; its last lines:", tail));
+                                                "; see ", workers_[w]->log_path(), "; its last lines:",
+                                                LogTail(workers_[w]->log_path(), 8), "\n", scheduler));
       }
     }
     Outcome out;
