@@ -146,6 +146,8 @@ class SchemaBuilder {
   static absl::Status AddField(const FeatureConfig& config, const absl::flat_hash_map<std::string, int>& table_index,
                                const absl::flat_hash_map<std::string, uint32_t>* namespaces, FeatureClaims* claims,
                                Schema* s, Schema::Feature* f);
+  // Points every match feature at the feature it matches (FeatureConfig.match), and gives it that one's encoding.
+  static absl::Status LinkMatches(const FeatureSchema& fs, Schema* s);
   static absl::Status CheckFields(const ModelConfig& model, const std::vector<bool>& table_used, const Schema& s);
   // The STANDARDIZE statistics of features `which` over the training files.
   static absl::Status ComputeStatistics(const std::shared_ptr<Schema>& schema, const std::vector<int>& which,
@@ -213,6 +215,22 @@ absl::Status SchemaBuilder::CheckFeature(const FeatureConfig& f, const std::stri
   }
   if (f.kind() != FeatureConfig::BUCKETIZED && f.boundaries_size() > 0) return refuse("boundaries", "BUCKETIZED features");
   if (!numeric && f.missing_value() != 0) return refuse("missing_value", "NUMERIC features");
+  if (!f.match().empty()) {
+    const std::string as_match = absl::StrCat(what, " matches '", f.match(), "'");
+    auto refuse_match = [&](absl::string_view field) {
+      return absl::InvalidArgumentError(absl::StrCat(as_match, " and sets ", field, ", which a match feature takes "
+                                                     "from the feature it matches or does not have"));
+    };
+    if (!categorical || f.separator().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(as_match, ": only a multi-valued CATEGORICAL feature (with a "
+                                                     "separator) can match one"));
+    }
+    if (f.match() == name) return absl::InvalidArgumentError(absl::StrCat(as_match, ": itself"));
+    if (!f.vocabulary().empty() && f.vocabulary() != name) return refuse_match("vocabulary");
+    if (f.pooling() != POOLING_SUM) return refuse_match("pooling");
+    if (f.encoding() != FeatureConfig::HASH) return refuse_match("encoding");
+    if (f.hash_buckets() != 0) return refuse_match("hash_buckets");
+  }
   if (!FeatureConfig::Kind_IsValid(f.kind()) || !Pooling_IsValid(f.pooling()) ||
       !FeatureConfig::Overflow_IsValid(f.overflow()) || !FeatureConfig::Encoding_IsValid(f.encoding()) ||
       !FeatureConfig::Transform_IsValid(f.transform())) {
@@ -416,6 +434,29 @@ absl::Status SchemaBuilder::AddField(const FeatureConfig& config,
   return absl::OkStatus();
 }
 
+absl::Status SchemaBuilder::LinkMatches(const FeatureSchema& fs, Schema* s) {
+  absl::flat_hash_map<std::string, int> index;
+  for (int i = 0; i < static_cast<int>(s->features_.size()); ++i) index.emplace(s->features_[i].name, i);
+  for (int i = 0; i < fs.features_size(); ++i) {
+    const std::string& target = fs.features(i).match();
+    if (target.empty()) continue;
+    Schema::Feature& f = s->features_[i];
+    auto t = index.find(target);
+    const Schema::Feature* matched = t == index.end() ? nullptr : &s->features_[t->second];
+    if (matched == nullptr || matched->kind != FeatureConfig::CATEGORICAL || !matched->separator.empty() ||
+        !fs.features(t->second).match().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature '", f.name, "' matches '", target, "', which is ",
+          matched == nullptr ? "no feature of data.schema" : "not a single-valued CATEGORICAL feature",
+          ": a match feature counts its values equal to such a feature's value"));
+    }
+    f.match = t->second;
+    f.encoding = matched->encoding;
+    f.hash_buckets = matched->hash_buckets;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SchemaBuilder::CheckFields(const ModelConfig& model, const std::vector<bool>& table_used,
                                         const Schema& s) {
   if (s.field_names_.empty()) {
@@ -454,6 +495,7 @@ absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
   for (const FeatureConfig& config : fs.features()) {
     KESTREL_RETURN_IF_ERROR(AddFeature(config, columns, table_index, namespaces, &claims, &s));
   }
+  KESTREL_RETURN_IF_ERROR(LinkMatches(fs, &s));
   KESTREL_RETURN_IF_ERROR(CheckFields(model, claims.table_used, s));
   if (!claims.statistics.empty()) KESTREL_RETURN_IF_ERROR(ComputeStatistics(schema, claims.statistics, data));
   return schema;

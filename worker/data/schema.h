@@ -28,6 +28,9 @@ namespace kestrel {
 
 // The most values a multi-valued column keeps (FeatureConfig.max_length 0 means this many).
 inline constexpr int kMaxBagValues = 4096;
+// A match feature's largest count (FeatureConfig.match): its keys are the counts 0 .. kMatchCountCap, the last
+// one "this many or more".
+inline constexpr int kMatchCountCap = 3;
 
 class Schema {
  public:
@@ -49,6 +52,9 @@ class Schema {
     FeatureConfig::Overflow overflow = FeatureConfig::KEEP_LAST;
     FeatureConfig::Encoding encoding = FeatureConfig::HASH;
     uint64_t hash_buckets = 0;  // 0: none
+    // A match feature (FeatureConfig.match): the index in features() of the single-valued feature whose value
+    // its values are counted against; its encoding and hash_buckets are that feature's. Else -1.
+    int match = -1;
     // NUMERIC, BUCKETIZED.
     FeatureConfig::Transform transform = FeatureConfig::IDENTITY;
     double mean = 0;

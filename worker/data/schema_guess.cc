@@ -41,9 +41,20 @@ constexpr int kQuantileBuckets = 16;
 // other.
 constexpr double kSharedVocabularyShare = 0.5;
 constexpr int kSharedVocabularyValues = 20;
-// Epochs: enough passes over the training rows for about this many examples, at most kMostEpochs.
-constexpr int64_t kExamplesToTrain = 100000;
-constexpr int kMostEpochs = 10;
+// Epochs, a maximum (early stopping on the held-out validation split ends training sooner): enough passes over
+// the training rows for about this many examples, at most kMostEpochs.
+constexpr int64_t kExamplesToTrain = 300000;
+constexpr int kMostEpochs = 30;
+// Below this many training rows the data is small (docs/tuning.md): smaller batches, slower wide and dense
+// optimizers, and a larger validation split. One line in kValidationEvery (small: kSmallValidationEvery) of
+// the training files is held out as the validation split (DataConfig.validation_every).
+constexpr int64_t kSmallDataRows = 100000;
+constexpr int kValidationEvery = 10;
+constexpr int kSmallValidationEvery = 20;
+constexpr int kBatchSize = 256;
+constexpr int kSmallBatchSize = 128;
+constexpr float kSmallWideLearningRate = 0.05f;   // FTRL's alpha (the default 0.1)
+constexpr float kSmallDenseLearningRate = 0.003f;  // Adam's (the default 0.001)
 
 bool IsMissingToken(absl::string_view value) {
   for (const char* token : kMissingTokens) {
@@ -318,8 +329,11 @@ double SharedShare(const ValueCounts& a, const ValueCounts& b) {
 // (a history of item ids and the target item id; kSharedVocabularyShare) one vocabulary, the latter's name: their
 // equal tokens become one key with one embedding row. `feature_columns[i]` is feature i's column.
 void ShareVocabularies(const std::vector<ColumnSample>& samples, const std::vector<int>& feature_columns,
-                       FeatureSchema* schema, std::vector<std::string>* notes) {
-  for (int m = 0; m < schema->features_size(); ++m) {
+                       FeatureSchema* schema, std::vector<std::string>* notes,
+                       absl::flat_hash_set<std::string>* names) {
+  std::vector<std::pair<int, int>> matches;  // (multi-valued feature, the single-valued one it shares with)
+  const int features = schema->features_size();
+  for (int m = 0; m < features; ++m) {
     FeatureConfig* multi = schema->mutable_features(m);
     if (multi->separator().empty()) continue;
     ValueCounts tokens;
@@ -330,7 +344,7 @@ void ShareVocabularies(const std::vector<ColumnSample>& samples, const std::vect
     }
     int best = -1;
     double best_share = kSharedVocabularyShare;
-    for (int s = 0; s < schema->features_size(); ++s) {
+    for (int s = 0; s < features; ++s) {
       const FeatureConfig& single = schema->features(s);
       const ValueCounts& values = samples[feature_columns[s]].distinct;
       if (single.kind() != FeatureConfig::CATEGORICAL || !single.separator().empty() ||
@@ -350,6 +364,20 @@ void ShareVocabularies(const std::vector<ColumnSample>& samples, const std::vect
     absl::StrAppend(&(*notes)[feature_columns[m]],
                     absl::StrFormat("; shares vocabulary %s (%.0f%% of the values in common)", Quoted(vocabulary),
                                     100 * best_share));
+    matches.emplace_back(m, best);
+  }
+  // Then a match feature per pair: how often the single-valued feature's value occurs among the multi-valued one's.
+  for (const auto& [m, single] : matches) {
+    FeatureConfig match;
+    const FeatureConfig& multi = schema->features(m);
+    match.set_name(FeatureName(absl::StrCat(multi.name(), "_has_", schema->features(single).name()), names));
+    match.set_column(multi.column().empty() ? multi.name() : multi.column());
+    match.set_separator(multi.separator());
+    match.set_match(schema->features(single).name());
+    absl::StrAppend(&(*notes)[feature_columns[m]],
+                    absl::StrFormat("; feature %s counts its values equal to %s (0 to %d)", Quoted(match.name()),
+                                    Quoted(match.match()), kMatchCountCap));
+    *schema->add_features() = std::move(match);
   }
 }
 
@@ -488,7 +516,14 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
                  JobConfig* job) {
   ModelConfig& model = *job->mutable_model();
   model.set_type(options.model);
+  const bool small = train_rows < kSmallDataRows;
   if (options.model != ModelConfig::LOGISTIC_REGRESSION) model.set_embedding_dim(16);
+  if (small) {
+    model.mutable_wide_optimizer()->set_type(OptimizerConfig::FTRL);
+    model.mutable_wide_optimizer()->set_learning_rate(kSmallWideLearningRate);
+    model.mutable_dense_optimizer()->set_type(OptimizerConfig::ADAM);
+    model.mutable_dense_optimizer()->set_learning_rate(kSmallDenseLearningRate);
+  }
   if (HasMlp(options.model)) {
     model.add_hidden(64);
     model.add_hidden(32);
@@ -497,13 +532,14 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
   data.set_format(DataConfig::DELIMITED);
   for (const std::string& f : options.train_files) data.add_train_files(f);
   for (const std::string& f : options.test_files) data.add_test_files(f);
+  data.set_validation_every(small ? kSmallValidationEvery : kValidationEvery);
   FeatureSchema& schema = *data.mutable_schema();
   schema.set_delimiter(std::string(1, delimiter));
   schema.set_header(true);
   schema.set_label(options.label);
   if (weighted) schema.set_weight(options.weight);
   TrainConfig& train = *job->mutable_train();
-  train.set_batch_size(256);
+  train.set_batch_size(small ? kSmallBatchSize : kBatchSize);
   train.set_epochs(static_cast<int>(std::clamp<int64_t>(
       std::llround(static_cast<double>(kExamplesToTrain) / train_rows), 1, kMostEpochs)));
   train.set_shuffle_buffer(100000);
@@ -545,7 +581,7 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
     return absl::InvalidArgumentError(absl::StrFormat(
         "no column of %s but the label carries information in its first %d rows", file, guess->sampled_rows));
   }
-  ShareVocabularies(samples, feature_columns, &schema, &guess->notes);
+  ShareVocabularies(samples, feature_columns, &schema, &guess->notes, &names);
   for (const char* token : kMissingTokens) {
     if (missing_tokens.contains(token)) schema.add_missing_tokens(token);
   }
@@ -584,12 +620,16 @@ std::string GuessedJobConfigText(const SchemaGuess& guess, const SchemaGuessOpti
       "# Check before training (proto/schema.proto has every field and its default):\n"
       "#   - each column's kind below: NUMERIC (a number, transformed) or CATEGORICAL (a key; with a separator,\n"
       "#     several keys pooled)%s;\n"
-      "#   - the model, embedding_dim, hidden and batch_size: first-run choices for a small file;\n"
-      "#   - epochs %d: about %d examples over the %s%d training rows; fewer if the test logloss gets worse.\n"
+      "#   - the model, embedding_dim and hidden: first-run choices; batch_size, the wide and dense optimizers and\n"
+      "#     the validation split by the data's size (docs/tuning.md says how they were chosen);\n"
+      "#   - epochs %d, a maximum: about %d examples over the %s%d training rows. One training line in %d is held out\n"
+      "#     as the validation split (data.validation_every), and training stops after two epochs without a better\n"
+      "#     validation logloss, keeping the best epoch's model (train.early_stopping_patience).\n"
       "# Columns:\n",
       guess.whole_file ? "all" : "the first", guess.sampled_rows, options.train_files[0],
       guess.whole_file ? "" : "; rows beyond the sample may hold values these kinds refuse",
-      guess.job.train().epochs(), kExamplesToTrain, counted ? "" : "~", guess.train_rows);
+      guess.job.train().epochs(), kExamplesToTrain, counted ? "" : "~", guess.train_rows,
+      guess.job.data().validation_every());
   for (const std::string& note : guess.notes) absl::StrAppend(&text, "#   ", note, "\n");
   std::string body;
   google::protobuf::TextFormat::PrintToString(guess.job, &body);

@@ -116,9 +116,14 @@ TEST(SchemaGuessTest, PrintsACommentedConfigThatParsesBack) {
   JobConfig parsed;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &parsed));
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, guess->job));
-  EXPECT_EQ(parsed.train().batch_size(), 256);
-  EXPECT_EQ(parsed.train().epochs(), 10) << "400 rows: the most epochs";
-  EXPECT_THAT(text, HasSubstr("epochs 10: about 100000 examples over the 400 training rows"));
+  // 400 rows: small data.
+  EXPECT_EQ(parsed.train().batch_size(), 128);
+  EXPECT_EQ(parsed.data().validation_every(), 20);
+  EXPECT_FLOAT_EQ(parsed.model().wide_optimizer().learning_rate(), 0.05f);
+  EXPECT_FLOAT_EQ(parsed.model().dense_optimizer().learning_rate(), 0.003f);
+  EXPECT_EQ(parsed.train().epochs(), 30) << "400 rows: the most epochs";
+  EXPECT_THAT(text, HasSubstr("epochs 30, a maximum: about 300000 examples over the 400 training rows. One training "
+                              "line in 20 is held out"));
   EXPECT_THAT(parsed.model().hidden(), ElementsAre(64, 32));
 }
 
@@ -133,7 +138,7 @@ TEST(SchemaGuessTest, EpochsFromTheTrainingRows) {
   EXPECT_FALSE(guess->whole_file);
   EXPECT_NEAR(guess->train_rows, 400, 40) << "estimated from the file's size";
   EXPECT_THAT(GuessedJobConfigText(*guess, options), HasSubstr("the first 100 rows of"));
-  // 50000 rows in 10 files: 2 epochs.
+  // 50000 rows in 10 files: 1 epoch, and the larger data's batches, optimizers and validation split.
   options.sample_rows = 10000;
   std::string big = "clicked,a\n";
   for (int i = 0; i < 50000; ++i) absl::StrAppend(&big, i % 2, ",", i % 3, "\n");
@@ -142,11 +147,16 @@ TEST(SchemaGuessTest, EpochsFromTheTrainingRows) {
   ASSERT_TRUE(guess.ok()) << guess.status();
   EXPECT_EQ(guess->train_rows, 500000);
   EXPECT_EQ(guess->job.train().epochs(), 1);
+  EXPECT_EQ(guess->job.train().batch_size(), 256);
+  EXPECT_EQ(guess->job.data().validation_every(), 10);
+  EXPECT_FALSE(guess->job.model().has_wide_optimizer()) << "the defaults";
+  EXPECT_FALSE(guess->job.model().has_dense_optimizer());
   options.train_files.resize(1);
   guess = GuessJobConfig(options);
   ASSERT_TRUE(guess.ok()) << guess.status();
   EXPECT_EQ(guess->train_rows, 50000);
-  EXPECT_EQ(guess->job.train().epochs(), 2);
+  EXPECT_EQ(guess->job.train().epochs(), 6);
+  EXPECT_EQ(guess->job.train().batch_size(), 128);
 }
 
 TEST(SchemaGuessTest, ModelsWithoutAnMlpBucketizeNumbers) {
@@ -226,6 +236,15 @@ TEST(SchemaGuessTest, AHistorySharesTheVocabularyOfItsTarget) {
   EXPECT_EQ(f["hour"].vocabulary(), "");
   EXPECT_EQ(f["few"].vocabulary(), "");
   EXPECT_THAT(guess->notes[4], HasSubstr("shares vocabulary \"item\" (100% of the values in common)"));
+  // And a match feature: how often the target item occurs in the history.
+  ASSERT_EQ(f.count("hist_has_item"), 1u);
+  EXPECT_EQ(f["hist_has_item"].column(), "hist");
+  EXPECT_EQ(f["hist_has_item"].separator(), "|");
+  EXPECT_EQ(f["hist_has_item"].match(), "item");
+  EXPECT_EQ(f.count("hist_has_hour"), 0u);
+  EXPECT_THAT(guess->notes[4], HasSubstr("feature \"hist_has_item\" counts its values equal to \"item\" (0 to 3)"));
+  absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(guess->job.data(), guess->job.model());
+  EXPECT_TRUE(schema.ok()) << schema.status();
 }
 
 TEST(SchemaGuessTest, BadInputIsNamed) {

@@ -309,20 +309,56 @@ absl::Status LineParser::AppendColumns(absl::string_view line, Batch* batch) {
   return absl::OkStatus();
 }
 
-absl::Status LineParser::AppendCategorical(const Schema::Feature& f, Batch* batch) {
+absl::Status LineParser::SingleValue(const Schema::Feature& f, uint64_t* v) const {
   const absl::string_view text = columns_[f.column];
+  *v = kMissingValue;
+  if (IsMissing(text)) return absl::OkStatus();
+  absl::Status encoded = Encode(f, text, v);
+  if (!encoded.ok()) return encoded;
+  if (f.hash_buckets != 0) *v %= f.hash_buckets;
+  return absl::OkStatus();
+}
+
+absl::Status LineParser::AppendCategorical(const Schema::Feature& f, Batch* batch) {
   if (f.separator.empty()) {
-    uint64_t v = kMissingValue;
-    if (!IsMissing(text)) {
-      absl::Status encoded = Encode(f, text, &v);
-      if (!encoded.ok()) return encoded;
-      if (f.hash_buckets != 0) v %= f.hash_buckets;
-    }
+    uint64_t v;
+    absl::Status read = SingleValue(f, &v);
+    if (!read.ok()) return read;
     batch->AddEntry(Partition::FieldFeatureKey(f.key_namespace, v), 1.0f);
     batch->CloseBag(f.pooling);
     return absl::OkStatus();
   }
-  // Multi-valued: the tokens kept, then their entries.
+  absl::Status split = SplitValues(f);
+  if (!split.ok()) return split;
+  uint64_t target = kMissingValue;
+  bool has_target = false;  // a match feature's target value is present
+  if (f.match >= 0) {
+    const Schema::Feature& matched = schema_->features()[f.match];
+    absl::Status read = SingleValue(matched, &target);
+    if (!read.ok()) return read;
+    has_target = !IsMissing(columns_[matched.column]);
+  }
+  int matches = 0;
+  for (size_t t = tokens_begin_; t < tokens_.size(); ++t) {
+    uint64_t v;
+    absl::Status encoded = Encode(f, tokens_[t], &v);
+    if (!encoded.ok()) return encoded;
+    if (f.hash_buckets != 0) v %= f.hash_buckets;
+    if (f.match < 0) {
+      batch->AddEntry(Partition::FieldFeatureKey(f.key_namespace, v), 1.0f);
+    } else {
+      matches += has_target && v == target;
+    }
+  }
+  if (f.match >= 0) {
+    batch->AddEntry(Partition::FieldFeatureKey(f.key_namespace, std::min(matches, kMatchCountCap)), 1.0f);
+  }
+  batch->CloseBag(f.pooling);
+  return absl::OkStatus();
+}
+
+absl::Status LineParser::SplitValues(const Schema::Feature& f) {
+  const absl::string_view text = columns_[f.column];
   tokens_.clear();
   const bool keep_first = f.overflow == FeatureConfig::KEEP_FIRST;
   size_t pos = 0;
@@ -344,14 +380,7 @@ absl::Status LineParser::AppendCategorical(const Schema::Feature& f, Batch* batc
     }
     begin = tokens_.size() - f.max_length;  // KEEP_LAST
   }
-  for (size_t t = begin; t < tokens_.size(); ++t) {
-    uint64_t v;
-    absl::Status encoded = Encode(f, tokens_[t], &v);
-    if (!encoded.ok()) return encoded;
-    if (f.hash_buckets != 0) v %= f.hash_buckets;
-    batch->AddEntry(Partition::FieldFeatureKey(f.key_namespace, v), 1.0f);
-  }
-  batch->CloseBag(f.pooling);
+  tokens_begin_ = begin;
   return absl::OkStatus();
 }
 

@@ -52,6 +52,10 @@ class LineParser {
   [[nodiscard]] absl::Status AppendColumns(absl::string_view line, Batch* batch);
   [[nodiscard]] absl::Status AppendLibsvmLine(absl::string_view line, Batch* batch);
   [[nodiscard]] absl::Status AppendCategorical(const Schema::Feature& f, Batch* batch);
+  // A single-valued feature's value v (hash_buckets applied; kMissingValue when missing), or an InvalidArgument.
+  [[nodiscard]] absl::Status SingleValue(const Schema::Feature& f, uint64_t* v) const;
+  // A multi-valued feature's tokens: tokens_[tokens_begin_ ..] are the ones kept (max_length, overflow).
+  [[nodiscard]] absl::Status SplitValues(const Schema::Feature& f);
   // The token's value v (before hash_buckets), or an InvalidArgument.
   [[nodiscard]] absl::Status Encode(const Schema::Feature& f, absl::string_view token, uint64_t* v) const;
   // A column's number, parsed once per line however many features read it.
@@ -72,6 +76,7 @@ class LineParser {
   std::vector<absl::string_view> columns_;  // the line's, into the line or unquoted_
   std::string unquoted_;                    // quoted columns with doubled quotes, unescaped
   std::vector<absl::string_view> tokens_;   // a multi-valued column's
+  size_t tokens_begin_ = 0;                 // the first of tokens_ kept
   std::vector<double> raw_;                 // per feature
   std::vector<ParsedNumber> numbers_;       // per column
   uint64_t lines_ = 0;                      // lines parsed (numbers_ of earlier lines are stale)

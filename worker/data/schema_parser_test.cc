@@ -143,6 +143,48 @@ TEST(LineParserTest, MultiValuedTruncationPoolingBucketsAndEncodings) {
 
 // Unquoted lines are split 16 bytes at a time: every length, every delimiter place across the 16-byte steps,
 // empty columns and a delimiter at either end split as absl::StrSplit does.
+// A match feature counts the history's values equal to the target's value, compared as the target encodes them
+// (INTEGER, hash_buckets 10 here: "13" equals "3"), up to kMatchCountCap; a missing target counts none; the
+// values kept are those max_length keeps. Its keys are counts in its own vocabulary.
+TEST(LineParserTest, MatchFeaturesCountTheTargetInTheHistory) {
+  std::shared_ptr<const Schema> schema = Resolve(R"pb(
+    format: DELIMITED
+    schema {
+      delimiter: ","
+      columns: [ "label", "item", "hist" ]
+      features { name: "item" encoding: INTEGER hash_buckets: 10 vocabulary: "items" }
+      features { name: "hist" separator: "|" encoding: INTEGER hash_buckets: 10 vocabulary: "items" }
+      features { name: "hist_has_item" column: "hist" separator: "|" max_length: 5 match: "item" }
+    }
+  )pb");
+  ASSERT_NE(schema, nullptr);
+  ASSERT_EQ(schema->fields(), 3);
+  LineParser parser(schema);
+  Batch batch;
+  batch.Reset(schema->fields(), schema->dense_dim());
+  const std::vector<std::pair<std::string, uint64_t>> lines = {
+      {"1,3,1|2|4", 0},             // none
+      {"0,3,1|3|4", 1},             // one
+      {"0,3,13|3|4|23", 3},         // 13 and 23 are 3 in 10 buckets
+      {"1,3,3|3|3|3|3", 3},         // five: the cap
+      {"1,3,3|3|3|1|1|1|1|1", 0},   // max_length 5 keeps the last five: no 3 among them
+      {"0,,1|3", 0},                // the target is missing
+      {"0,7,", 0}};                 // an empty history
+  for (const auto& [line, count] : lines) {
+    ASSERT_TRUE(parser.Append(line, &batch).ok()) << line;
+  }
+  ASSERT_EQ(batch.size, static_cast<int>(lines.size()));
+  for (size_t e = 0; e < lines.size(); ++e) {
+    const size_t bag = e * 3 + 2;  // the match feature's bag of example e
+    ASSERT_EQ(batch.bag_offsets[bag + 1] - batch.bag_offsets[bag], 1u) << lines[e].first;
+    EXPECT_EQ(batch.keys[batch.bag_offsets[bag]], Key("hist_has_item", lines[e].second)) << lines[e].first;
+  }
+  // A history token the target's encoding refuses is the match feature's error, naming its column.
+  absl::Status refused = parser.Append("1,3,1|x", &batch);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_EQ(batch.size, static_cast<int>(lines.size())) << "the batch is unchanged";
+}
+
 TEST(LineParserTest, UnquotedSplitMatchesStrSplit) {
   const TestSeed seed;
   std::mt19937 rng(seed.value());

@@ -166,6 +166,21 @@ TEST(SchemaTest, RefusesWhatTheRulesForbid) {
       {"missing_tokens: \"\"", "empty token"},
       {"delimiter: \"ab\"", "delimiter"},
       {"quote: \"\\t\"", "quote"},
+      {"features { name: \"m\" column: \"history\" match: \"nope\" separator: \"|\" }", "'nope', which is no feature"},
+      {"features { name: \"m\" column: \"history\" match: \"history\" separator: \"|\" }",
+       "not a single-valued CATEGORICAL feature"},
+      {"features { name: \"m\" column: \"history\" match: \"price\" separator: \"|\" }",
+       "not a single-valued CATEGORICAL feature"},
+      {"features { name: \"m\" column: \"history\" match: \"user\" }", "only a multi-valued CATEGORICAL"},
+      {"features { name: \"m\" column: \"history\" match: \"m\" separator: \"|\" }", "itself"},
+      {"features { name: \"m\" column: \"history\" match: \"user\" separator: \"|\" vocabulary: \"item\" }",
+       "sets vocabulary"},
+      {"features { name: \"m\" column: \"history\" match: \"user\" separator: \"|\" pooling: POOLING_MEAN }",
+       "sets pooling"},
+      {"features { name: \"m\" column: \"history\" match: \"user\" separator: \"|\" encoding: INTEGER }",
+       "sets encoding"},
+      {"features { name: \"m\" column: \"history\" match: \"user\" separator: \"|\" hash_buckets: 9 }",
+       "sets hash_buckets"},
   };
   for (const Case& c : cases) {
     DataConfig data = Data(kSchema);
