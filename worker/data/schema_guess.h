@@ -20,16 +20,17 @@
 //     least 10% of its values; the most frequent one is the separator.
 //   - a multi-valued column and a single-valued categorical one with 20 or more distinct values, each of whose
 //     values (counted with repeats) occur at least half in the other's: one vocabulary, named after the
-//     single-valued feature, so a history of item ids and the target item id share keys and embedding rows.
+//     single-valued feature, so a history of item ids and the target item id share keys and embedding rows; and
+//     a match feature "<history>_has_<target>" (FeatureConfig.match): how often the target occurs in the history.
 // Every categorical feature uses HASH encoding: it accepts any token, so a value the sample did not show
 // cannot fail the job. No BUCKETIZED copy of a NUMERIC column is added (the MLP sees the number itself).
 //
-// Model defaults for a first run on a small file: embedding_dim 16, hidden [64, 32] (the MLP models),
-// batch_size 256 (more steps per epoch than the 512 default), shuffle_buffer 100000 (a file sorted by date or by
-// label still trains on mixed batches), and epochs for about 100000 examples: 100000 / training rows, rounded,
-// 1 to 10. On kestrel_datagen --format=schema files (DeepFM, one run each) these beat or tie embedding_dim 8,
-// hidden [256, 128], batch_size 512, no shuffling and a BUCKETIZED copy of the price; the epochs rule picks the
-// best test AUC of 1 to 30 epochs on 4000 rows (10), of 1 to 8 on 20000 (5) and of 1 to 2 on 200000 (1).
+// The training frame (docs/tuning.md has the measurements): embedding_dim 16, hidden [64, 32] (the MLP models),
+// shuffle_buffer 100000 (a file sorted by date or by label still trains on mixed batches); a validation split
+// held out of the training files (validation_every 10, or 20 below 100000 rows) with early stopping (the default
+// patience 2) over at most 300000 / training rows epochs, rounded, 1 to 30; below 100000 rows batch_size 128,
+// the wide FTRL's alpha 0.05 and the dense Adam's 0.003, else batch_size 256 and the model's default optimizers.
+
 #ifndef KESTREL_WORKER_DATA_SCHEMA_GUESS_H_
 #define KESTREL_WORKER_DATA_SCHEMA_GUESS_H_
 
