@@ -32,6 +32,12 @@ constexpr char kSeparators[] = {'|', ';', ' '};
 constexpr int kNumSeparators = sizeof(kSeparators);
 // A separator makes a column multi-valued when it occurs in at least this share of the column's values.
 constexpr double kMultiValuedShare = 0.1;
+// A column whose values repeat at least this many times each on average is a set of labels: its spaces are part
+// of its values ("no checking", "real estate"), not a separator, and, when they are integers, they are
+// CATEGORICAL. An integer column with more than kFewIntegers distinct values that repeat less is a quantity (an
+// amount, a count): NUMERIC.
+constexpr int64_t kLabelRepeats = 10;
+constexpr int64_t kFewIntegers = 100;
 // A column of non-negative numbers with a sample skewness above this is heavy-tailed: LOG1P.
 constexpr double kHeavyTailSkewness = 1.0;
 // BUCKETIZED columns (models without an MLP): at most this many quantile buckets.
@@ -257,20 +263,24 @@ bool GuessFeature(const ColumnSample& c, absl::string_view column, const SchemaG
     return false;
   }
   const std::string distinct = absl::StrFormat("%d distinct", c.distinct.size());
+  const bool labels = c.values >= kLabelRepeats * static_cast<int64_t>(c.distinct.size());
   if (!c.all_numbers) {
     int best = -1;
     for (int s = 0; s < kNumSeparators; ++s) {
       if (kSeparators[s] == delimiter || c.with_separator[s] < kMultiValuedShare * c.values) continue;
+      if (kSeparators[s] == ' ' && labels) continue;
       if (best < 0 || c.with_separator[s] > c.with_separator[best]) best = s;
     }
     if (best >= 0) {
       f->set_kind(FeatureConfig::CATEGORICAL);
       f->set_separator(std::string(1, kSeparators[best]));
-      f->set_pooling(POOLING_MEAN);
+      // Words of a text by sum / sqrt(n), as a bag of words is length-normalized; lists (histories, tags) by the mean.
+      f->set_pooling(kSeparators[best] == ' ' ? POOLING_SQRT_N : POOLING_MEAN);
       const std::string empty =
           c.missing > 0 ? absl::StrCat(", ", Percent(c.missing, c.missing + c.values), " empty") : "";
-      *note = absl::StrFormat("CATEGORICAL multi-valued by %s, mean-pooled (%s of the values hold several, up to %d "
-                              "per row%s)", Quoted(f->separator()), Percent(c.with_separator[best], c.values),
+      *note = absl::StrFormat("CATEGORICAL multi-valued by %s, %s-pooled (%s of the values hold several, up to %d "
+                              "per row%s)", Quoted(f->separator()), f->pooling() == POOLING_MEAN ? "mean" : "sqrt-n",
+                              Percent(c.with_separator[best], c.values),
                               c.most_tokens[best], empty);
       return true;
     }
@@ -285,8 +295,11 @@ bool GuessFeature(const ColumnSample& c, absl::string_view column, const SchemaG
     *note = absl::StrFormat("CATEGORICAL (%s values, not all numbers%s)", distinct, missing);
     return true;
   }
-  if (c.all_integers && static_cast<int64_t>(c.distinct.size()) <= options.max_integer_vocabulary) {
-    *note = absl::StrFormat("CATEGORICAL (%s integers, at most %d%s)", distinct, options.max_integer_vocabulary,
+  const int64_t levels = static_cast<int64_t>(c.distinct.size());
+  if (c.all_integers && levels <= options.max_integer_vocabulary && (labels || levels <= kFewIntegers)) {
+    *note = absl::StrFormat("CATEGORICAL (%s integers, %s%s)", distinct,
+                            labels ? absl::StrFormat("each in %d rows on average", c.values / levels)
+                                   : absl::StrFormat("at most %d", kFewIntegers),
                             missing);
     return true;
   }

@@ -8,16 +8,18 @@
 //   - a name like an id ("id", "user_id", "userId", "item-id", "uuid"): CATEGORICAL, HASH encoding, whatever
 //     its values; ids are keys, never magnitudes, and their cardinality is usually huge.
 //   - every value a number:
-//       integers with at most `max_integer_vocabulary` distinct values: CATEGORICAL (codes, counts of a few
-//         levels, hours, ratings);
+//       integers with at most `max_integer_vocabulary` distinct values, which are at most 100 or repeat in 10
+//         rows each on average: CATEGORICAL (codes, counts of a few levels, hours, ratings);
 //       otherwise NUMERIC, with LOG1P when every value is >= 0 and the sample's skewness is above 1 (a long
 //         right tail: counts, prices, durations), else STANDARDIZE (stddev left 0: computed from the training
 //         files before training). A missing token seen among numbers joins the schema's missing_tokens.
 //       Models without an MLP (LOGISTIC_REGRESSION, FM) take no dense inputs: there the column is BUCKETIZED
 //         instead, by the sample's quantiles (up to 16 buckets).
-//   - any other value: CATEGORICAL, HASH encoding. Multi-valued, pooled by POOLING_MEAN, when one of the
+//   - any other value: CATEGORICAL, HASH encoding. Multi-valued, pooled by POOLING_MEAN (POOLING_SQRT_N for the
+//     words of a text, separated by " "), when one of the
 //     separators "|", ";" and " " (not the delimiter; for " ", not counting spaces at either end) occurs in at
-//     least 10% of its values; the most frequent one is the separator.
+//     least 10% of its values; the most frequent one is the separator. Not " " when the values repeat in 10 rows
+//     each on average: they are labels with spaces ("no checking").
 //   - a multi-valued column and a single-valued categorical one with 20 or more distinct values, each of whose
 //     values (counted with repeats) occur at least half in the other's: one vocabulary, named after the
 //     single-valued feature, so a history of item ids and the target item id share keys and embedding rows; and

@@ -89,8 +89,7 @@ TEST(SchemaGuessTest, KindsOfASampleCsv) {
   EXPECT_EQ(f["tags"].kind(), FeatureConfig::CATEGORICAL);
   EXPECT_EQ(f["tags"].separator(), "|");
   EXPECT_EQ(f["tags"].pooling(), POOLING_MEAN);
-  EXPECT_EQ(f["words"].separator(), " ") << "in 25% of the values";
-  EXPECT_EQ(f["words"].pooling(), POOLING_MEAN);
+  EXPECT_EQ(f["words"].separator(), "") << "two values, each in 200 rows: labels whose spaces are theirs";
   EXPECT_EQ(f["device"].kind(), FeatureConfig::CATEGORICAL);
   EXPECT_EQ(f["device"].separator(), "") << "the comma is the delimiter, quoted";
   EXPECT_EQ(f["score"].kind(), FeatureConfig::NUMERIC) << "numbers and a missing token";
@@ -101,6 +100,28 @@ TEST(SchemaGuessTest, KindsOfASampleCsv) {
   EXPECT_THAT(guess->notes[8], HasSubstr("device: CATEGORICAL (3 distinct values"));
   EXPECT_THAT(guess->notes[9], HasSubstr("const: left out: one value in the sample, \"x\""));
   EXPECT_THAT(guess->notes[10], HasSubstr("10% missing"));
+}
+
+// Spaces separate the words of a text column, not those of a set of labels; integers are codes when they are
+// few or repeat, quantities otherwise.
+TEST(SchemaGuessTest, LabelsWithSpacesAndIntegerQuantities) {
+  std::string text = "label,status,text,amount,code\n";
+  const char* statuses[] = {"no checking", "real estate", "paid"};
+  for (int i = 0; i < 300; ++i) {
+    absl::StrAppendFormat(&text, "%d,%s,word%d other%d,%d,%d\n", i % 2, statuses[i % 3], i, i % 7, 1000 + 37 * i,
+                          i % 60);
+  }
+  SchemaGuessOptions options;
+  options.train_files = {Write("labels.csv", text)};
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  std::map<std::string, FeatureConfig> f = ByName(guess->job);
+  EXPECT_EQ(f["status"].separator(), "") << "3 values, each in 100 rows";
+  EXPECT_EQ(f["text"].separator(), " ") << "300 distinct texts";
+  EXPECT_EQ(f["text"].pooling(), POOLING_SQRT_N) << "a bag of words";
+  EXPECT_EQ(f["amount"].kind(), FeatureConfig::NUMERIC) << "300 distinct integers, none repeated";
+  EXPECT_EQ(f["code"].kind(), FeatureConfig::CATEGORICAL) << "60 distinct integers: few, though each in 5 rows";
+  EXPECT_THAT(guess->notes[4], HasSubstr("CATEGORICAL (60 distinct integers, at most 100)"));
 }
 
 TEST(SchemaGuessTest, PrintsACommentedConfigThatParsesBack) {
