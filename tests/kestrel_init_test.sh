@@ -34,6 +34,20 @@ auc="$(grep "finished:" train.log | sed -E 's/.* AUC ([0-9.]+).*/\1/')"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0.55 else 1)" "$auc" || fail "test AUC $auc"
 echo "test AUC $auc"
 
+echo "== kestrel init --search"
+# A budget of 1 s runs the first candidate, the guess, and maybe more; the table names each one tried, ranked by
+# the validation split only: the test file is never read (its rows here would fail any parser).
+head -1 data/test.csv >poison.csv
+printf 'not,a,row\n' >>poison.csv
+"$kestrel" init --train data/train.csv --test poison.csv --search 1 >searched.pbtxt 2>search.log ||
+  fail "kestrel init --search: $(cat search.log)"
+head -1 searched.pbtxt | grep -q "^# kestrel init --search 1: [0-9]* candidates" ||
+  fail "no search table: $(head -3 searched.pbtxt)"
+grep -q "^#   deepfm   guess    guess    [0-9.]* " searched.pbtxt || fail "the guess is not the first try: $(head -6 searched.pbtxt)"
+grep -q "<- the winner" searched.pbtxt || fail "no winner marked: $(head -8 searched.pbtxt)"
+grep -q 'test_files: "poison.csv"' searched.pbtxt || fail "the winner's config lost the test files"
+cat search.log
+
 # expect_error NAME PATTERN ARGS...: kestrel init ARGS exits 2 with PATTERN on stderr and writes no --out.
 expect_error() {
   local name="$1" pattern="$2"

@@ -537,6 +537,14 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
     model.mutable_dense_optimizer()->set_type(OptimizerConfig::ADAM);
     model.mutable_dense_optimizer()->set_learning_rate(kSmallDenseLearningRate);
   }
+  if (options.wide_learning_rate > 0) {
+    model.mutable_wide_optimizer()->set_type(OptimizerConfig::FTRL);
+    model.mutable_wide_optimizer()->set_learning_rate(options.wide_learning_rate);
+  }
+  if (options.embedding_learning_rate > 0 && options.model != ModelConfig::LOGISTIC_REGRESSION) {
+    model.mutable_embedding_optimizer()->set_type(OptimizerConfig::ADAGRAD);
+    model.mutable_embedding_optimizer()->set_learning_rate(options.embedding_learning_rate);
+  }
   if (HasMlp(options.model)) {
     model.add_hidden(64);
     model.add_hidden(32);

@@ -64,6 +64,10 @@ struct SchemaGuessOptions {
   int64_t sample_rows = 10000;
   // Integer columns with at most this many distinct values in the sample are CATEGORICAL. Default: 1000.
   int64_t max_integer_vocabulary = 1000;
+  // The wide weights' FTRL alpha and the embeddings' Adagrad learning rate instead of the guess's choice (`kestrel
+  // init --search` tries a few). Default: 0 = the guess's (by the data's size, else the model's defaults).
+  float wide_learning_rate = 0;
+  float embedding_learning_rate = 0;
 };
 
 struct SchemaGuess {

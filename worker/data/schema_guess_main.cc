@@ -5,6 +5,7 @@
 //
 // Exit codes: 0 printed, 1 failed, 2 bad flags or input (the message names the problem: a missing header or
 // label column, with the columns found, a malformed row, a file that cannot be opened).
+#include <cmath>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ ABSL_FLAG(std::string, model, "DEEPFM",
 ABSL_FLAG(int64_t, sample_rows, 10000, "Rows of the first training file sampled. Default: 10000.");
 ABSL_FLAG(int64_t, max_integer_vocabulary, 1000,
           "Integer columns with at most this many distinct values are categorical. Default: 1000.");
+ABSL_FLAG(double, wide_learning_rate, 0,
+          "The wide weights' FTRL alpha instead of the guess's. Default: 0 = the guess's (docs/tuning.md).");
+ABSL_FLAG(double, embedding_learning_rate, 0,
+          "The embeddings' Adagrad learning rate instead of the guess's. Default: 0 = the guess's.");
 
 namespace kestrel {
 namespace {
@@ -41,6 +46,13 @@ int Run() {
   options.weight = absl::GetFlag(FLAGS_weight);
   options.sample_rows = absl::GetFlag(FLAGS_sample_rows);
   options.max_integer_vocabulary = absl::GetFlag(FLAGS_max_integer_vocabulary);
+  options.wide_learning_rate = static_cast<float>(absl::GetFlag(FLAGS_wide_learning_rate));
+  options.embedding_learning_rate = static_cast<float>(absl::GetFlag(FLAGS_embedding_learning_rate));
+  if (!(options.wide_learning_rate >= 0) || !(options.embedding_learning_rate >= 0) ||
+      !std::isfinite(options.wide_learning_rate) || !std::isfinite(options.embedding_learning_rate)) {
+    KLOG(Error) << "--wide_learning_rate and --embedding_learning_rate: finite, >= 0 (0: the guess's)";
+    return 2;
+  }
   if (options.train_files.empty()) {
     KLOG(Error) << "give --train, the training file(s)";
     return 2;
