@@ -253,6 +253,20 @@ TEST_F(TrainerTest, ValidatesAfterEveryEpochWithoutChangingTheTraining) {
   EXPECT_EQ(validated->eval.fingerprint, plain->eval.fingerprint) << "validating never trains";
   EXPECT_EQ(validated->validations.back().fingerprint, validated->eval.fingerprint);
   EXPECT_GT(validated->validations.back().auc, validated->validations.front().auc - 0.01);
+
+  // Every third of an epoch besides the epochs' ends (rounded: per_epoch / 3 steps), each step validated once.
+  const int64_t every = per_epoch / 3;
+  job.mutable_train()->set_validation_every_steps(every);
+  absl::StatusOr<TrainResult> often = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(often.ok()) << often.status();
+  std::vector<int64_t> expected;
+  for (int64_t step = 1; step <= often->steps; ++step) {
+    if (step % every == 0 || step % per_epoch == 0) expected.push_back(step);
+  }
+  std::vector<int64_t> steps;
+  for (const EvalResult& v : often->validations) steps.push_back(v.step);
+  EXPECT_EQ(steps, expected);
+  EXPECT_EQ(often->eval.fingerprint, plain->eval.fingerprint) << "validating never trains";
 }
 
 TEST_F(TrainerTest, AValidationSplitHeldOutOfTheTrainingFilesIsNeverTrainedOn) {
@@ -322,6 +336,26 @@ TEST_F(TrainerTest, EarlyStoppingEndsWithTheBestEpochsModelBitwise) {
   const std::string pa((std::istreambuf_iterator<char>(a)), {}), pb((std::istreambuf_iterator<char>(b)), {});
   EXPECT_FALSE(pa.empty());
   EXPECT_EQ(pa, pb);
+
+  // Validating every 5 steps, training stops within the first epoch, two validations after the best one, and
+  // keeps its model: that of the same job stopped at that step by hand (max_steps).
+  JobConfig often = job;
+  often.mutable_train()->set_validation_every_steps(5);
+  options.inspect = [&](const std::vector<Shard*>& shards) { stopped_model = ModelFingerprint(shards); };
+  options.predictions_path.clear();
+  absl::StatusOr<TrainResult> within = TrainInProcess(often, backend.get(), options);
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_TRUE(within->stopped_early);
+  EXPECT_EQ(within->best_step % 5, 0);
+  EXPECT_EQ(within->steps, within->best_step + 10);
+  EXPECT_LT(within->steps, per_epoch) << "within the first epoch";
+  JobConfig to_step = Job(ModelConfig::FM);
+  to_step.mutable_train()->set_max_steps(within->best_step);
+  options.inspect = [&](const std::vector<Shard*>& shards) { by_hand_model = ModelFingerprint(shards); };
+  absl::StatusOr<TrainResult> at_best = TrainInProcess(to_step, backend.get(), options);
+  ASSERT_TRUE(at_best.ok()) << at_best.status();
+  EXPECT_EQ(stopped_model, by_hand_model);
+  EXPECT_EQ(within->eval.fingerprint, at_best->eval.fingerprint);
 
   // Patience -1: every epoch trains and the last model stays.
   job.mutable_train()->set_early_stopping_patience(-1);

@@ -4,6 +4,15 @@
 
 namespace kestrel {
 
+bool HasValidationSplit(const JobConfig& job) {
+  return job.data().validation_files_size() > 0 || job.data().validation_every() > 0;
+}
+
+bool ValidatesAfter(const JobConfig& job, int64_t done, int64_t epoch_end) {
+  const int64_t every = job.train().validation_every_steps();
+  return HasValidationSplit(job) && (done == epoch_end || (every > 0 && done % every == 0));
+}
+
 absl::Status EarlyStopping::Validated(const EvalResult& r, TrainResult* result) {
   result->validations.push_back(r);
   if (!keep_best_ || patience_ < 0) return absl::OkStatus();

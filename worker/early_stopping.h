@@ -1,5 +1,5 @@
 // EarlyStopping: which model a run with a validation split ends with (TrainConfig.early_stopping_patience).
-// After each epoch's validation the model is kept when its validation logloss beats every earlier one's
+// After each validation (at each epoch's end, and every TrainConfig.validation_every_steps) the model is kept when its validation logloss beats every earlier one's
 // (`keep_best`), and training stops once `patience` validations in a row did not. The Trainer then brings the
 // kept model back for its test evaluation, predictions and export (TrainerOptions::restore_best).
 //
@@ -12,9 +12,16 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "proto/job.pb.h"
 #include "worker/trainer.h"
 
 namespace kestrel {
+
+// Whether `job` has a validation split (DataConfig.validation_files or validation_every).
+bool HasValidationSplit(const JobConfig& job);
+// Whether a job with a validation split validates after step `done` of an epoch ending after step `epoch_end`:
+// at the epoch's end, and every TrainConfig.validation_every_steps.
+bool ValidatesAfter(const JobConfig& job, int64_t done, int64_t epoch_end);
 
 class EarlyStopping {
  public:

@@ -357,7 +357,7 @@ class Trainer::Impl {
     if (options_.evaluate && !last && train.eval_every_steps() > 0 && done % train.eval_every_steps() == 0) {
       KESTREL_RETURN_IF_ERROR(EvaluateDuringTraining(clock, loop));
     }
-    if (options_.evaluate && !last && Validates() && done == feed_->EpochAt(clock).end) {
+    if (options_.evaluate && !last && ValidatesAfter(options_.job, done, feed_->EpochAt(clock).end)) {
       KESTREL_RETURN_IF_ERROR(EvaluateDuringTraining(clock, loop, /*validation=*/true));
     }
     return absl::OkStatus();
@@ -644,9 +644,7 @@ class Trainer::Impl {
     return r;
   }
 
-  bool Validates() const {
-    return options_.job.data().validation_files_size() > 0 || options_.job.data().validation_every() > 0;
-  }
+  bool Validates() const { return HasValidationSplit(options_.job); }
 
   void Notify(const TrainerEvent& event) {
     if (options_.observer) options_.observer(event);
