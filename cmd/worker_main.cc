@@ -44,6 +44,7 @@
 #include "google/protobuf/text_format.h"
 #include "worker/compute/backend_factory.h"
 #include "export/export.h"
+#include "worker/early_stopping.h"
 #include "worker/grpc_connector.h"
 #include "worker/job_check.h"
 #include "inprocess/local_trainer.h"
@@ -489,6 +490,12 @@ int Run() {
     }
     Report(*result);
     return 0;
+  }
+  if (HasValidationSplit(*job) && job->train().early_stopping_patience() >= 0) {
+    KLOG(Warning) << "early stopping runs in one process (kestrel train, --local): this cluster validates but trains "
+                  << "all " << job->train().epochs() << " epochs and ends with the last model; set train.epochs to "
+                  << "the best validation's epoch (from the validation records, or a kestrel train run), or "
+                  << "train.early_stopping_patience: -1 to say so";
   }
   return RunCluster(*job, *schema, backend->get(), metrics);
 }
