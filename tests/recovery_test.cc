@@ -393,6 +393,30 @@ TEST_F(RecoveryTest, KilledWorkerIsReplacedAndTheJobEndsBitwiseIdentical) {
   }
 }
 
+// A worker that dies with its pushes through a checkpoint's cut (clock 100) in, but before it reported them (its
+// 8th report under 16-clock leases and a cut every 50: at 16, 32, 48, 50, 66, 82, 98 and 100): its replacement
+// continues at the cut, where the servers hold its updates, and tells the scheduler so before asking to start
+// it, or the cut would wait for a report that never comes. The job ends bitwise identical.
+TEST_F(RecoveryTest, WorkerDeadBeforeReportingTheCheckpointsCutIsReplacedThere) {
+  Job job(TmpDir() + "/recovery_unreported", *data_);
+  job.SetLeaseClocks(16);
+  ASSERT_TRUE(job.StartScheduler(/*resume=*/false).ok());
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(job.StartServer(s).ok());
+  ASSERT_TRUE(job.StartWorker(0).ok());
+  ASSERT_TRUE(job.StartWorker(1, "worker.report.before@8").ok());
+  absl::StatusOr<int> died = job.worker(1)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(died.ok()) << "the fault point was not reached: " << died.status();
+  ASSERT_EQ(*died, 128 + SIGKILL);
+  ASSERT_TRUE(job.StartWorker(1).ok());
+  ExpectReference(job.Finish(), "worker 1 dead before reporting clock 100");
+  std::ifstream log(job.worker(1)->log_path());
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("the servers hold this rank's updates through clock 100 (the scheduler's last report: 98)"),
+            std::string::npos)
+      << "the replacement did not start ahead of the scheduler's report at the cut:" << LogTail(job.worker(1)->log_path(), 20);
+  job.KillAll();
+}
+
 // Server-enforced clocks (--lease_clocks): the servers hold each read until the clocks it must see are in, and
 // workers ask the scheduler once per lease. The arithmetic is the same, so the job ends bitwise identical to the
 // reference run with the scheduler as every iteration's barrier; so does it after a worker is killed while the

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/fault_injection.h"
 #include "common/logging.h"
 #include "common/retry.h"
 #include "common/status.h"
@@ -61,6 +62,7 @@ class SchedulerGate final : public ClockGate {
       return absl::OkStatus();
     }
     // At a lease's end the report also asks for the next lease (one call per lease).
+    CrashPoint("worker.report.before");  // crash tests: dies with its pushes in, unreported
     int64_t through = -1;
     absl::StatusOr<int64_t> min_clock = Patiently("Advance", [&] {
       return client_->Advance(rank_, finished, generation_, incarnation_, done, &state, layout_generation_,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -225,6 +226,7 @@ absl::Status WorkerSession::OpenPass() {
     cache_options.max_rows = static_cast<size_t>(std::max<int64_t>(1, options_.row_cache_rows));
     row_cache_ = std::make_unique<RowCache>(ps_.get(), cache_options);
   }
+  std::optional<WorkerState> reported;  // set when the servers are ahead of the scheduler's last report
   if (leased) {
     // The servers, not the scheduler's last report (up to a lease behind), know where this rank's pushes end: a
     // replacement continues at the first clock not complete on every server (BSP: on every table for every
@@ -236,6 +238,7 @@ absl::Status WorkerSession::OpenPass() {
     if (!stats->empty() && complete > pass_.clock) {
       KLOG(Info) << "the servers hold this rank's updates through clock " << complete << " (the scheduler's last "
                  << "report: " << pass_.clock << "): continuing there";
+      reported = pass_.state;  // where the scheduler last heard this rank's reader was (its clock: the report's)
       pass_.clock = complete;
       pass_.state.Clear();  // the reader re-reads the epoch and skips to it
     }
@@ -247,6 +250,13 @@ absl::Status WorkerSession::OpenPass() {
                            options_.recovery_timeout);
   if (options_.clock_gauge != nullptr) options_.clock_gauge->Set(static_cast<double>(pass_.clock));
   gate_ = std::make_unique<MeteredGate>(std::move(gate_), options_.clock_gauge, heartbeater_.get());
+  if (reported.has_value()) {
+    // The scheduler learns the clock before this rank asks to start it: a hold there (a checkpoint's cut) waits
+    // for every rank's report of it, which would otherwise never come. The state keeps its own, earlier clock,
+    // so the scheduler does not record it as this clock's (it derives the reader's place: StandingAt).
+    absl::Status told = gate_->Advance(pass_.clock, /*done=*/false, *reported);
+    if (!told.ok()) return told;
+  }
   return absl::OkStatus();
 }
 
