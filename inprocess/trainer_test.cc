@@ -285,6 +285,45 @@ TEST_F(TrainerTest, AValidationSplitHeldOutOfTheTrainingFilesIsNeverTrainedOn) {
   EXPECT_GT(result->validations.back().auc, truth_->bayes_auc - 0.03);
 }
 
+TEST_F(TrainerTest, AValidationSplitByATimeColumnIsTheLinesFromItsFirstValue) {
+  // 2000 lines in time order (ts 0..1999), stored late first: the lines from ts 1800 on validate, wherever they
+  // stand in the file.
+  const std::string file = *dir_ + "/by_time.csv";
+  {
+    std::ofstream out(file);
+    out << "label,ts,item\n";
+    std::mt19937 rng(7);
+    for (int i = 1999; i >= 0; --i) {
+      const int item = static_cast<int>(rng() % 20);
+      out << ((rng() % 20) < static_cast<unsigned>(item) ? 1 : 0) << "," << i << ",i" << item << "\n";
+    }
+  }
+  JobConfig job;
+  job.mutable_model()->set_type(ModelConfig::LOGISTIC_REGRESSION);
+  DataConfig* data = job.mutable_data();
+  data->set_format(DataConfig::DELIMITED);
+  data->add_train_files(file);
+  data->add_test_files(file);
+  data->set_validation_column("ts");
+  data->set_validation_from("1800");
+  FeatureSchema* schema = data->mutable_schema();
+  schema->set_header(true);
+  schema->set_label("label");
+  FeatureConfig* item = schema->add_features();
+  item->set_name("item");
+  item->set_column("item");
+  job.mutable_train()->set_batch_size(100);
+  job.mutable_train()->set_epochs(2);
+  job.mutable_train()->set_early_stopping_patience(-1);
+  auto backend = NewCpuBackend();
+  absl::StatusOr<TrainResult> result = TrainInProcess(job, backend.get());
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->validations.size(), 2u);
+  EXPECT_EQ(result->validations[0].examples, 200);
+  EXPECT_EQ(result->examples, 2 * 1800);
+  EXPECT_GT(result->validations.back().auc, 0.7) << "the item predicts the label";
+}
+
 // Every table's rows (values and optimizer state) of in-process shards, as one number.
 uint64_t ModelFingerprint(const std::vector<Shard*>& shards) {
   uint64_t sum = 0;

@@ -1,7 +1,10 @@
 #include "worker/batch_reader.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/status.h"
@@ -27,9 +30,67 @@ ReaderOptions ReaderOptionsFor(const DataConfig& data) {
   return options;
 }
 
-ReaderOptions::Holdout TrainingHoldout(const DataConfig& data) {
+bool AtOrAfter(absl::string_view value, absl::string_view from) {
+  double v = 0;
+  double f = 0;
+  if (absl::SimpleAtod(value, &v) && absl::SimpleAtod(from, &f) && !std::isnan(v) && !std::isnan(f)) return v >= f;
+  return value >= from;
+}
+
+namespace {
+
+// Column `column` of `line` split on `delimiter` (quoted columns unquoted); nullopt for a line without it or
+// with a broken quote (the parser reports it when the line is read). Lines without the quote character are
+// scanned in place; the others are split whole.
+std::optional<std::string> ColumnOf(absl::string_view line, int column, char delimiter, int quote) {
+  if (quote >= 0 && line.find(static_cast<char>(quote)) != absl::string_view::npos) {
+    absl::StatusOr<std::vector<std::string>> columns = SplitDelimitedLine(line, delimiter, quote);
+    if (!columns.ok() || static_cast<int>(columns->size()) <= column) return std::nullopt;
+    return std::move((*columns)[column]);
+  }
+  size_t begin = 0;
+  for (int c = 0; c < column; ++c) {
+    const size_t next = line.find(delimiter, begin);
+    if (next == absl::string_view::npos) return std::nullopt;
+    begin = next + 1;
+  }
+  const size_t end = line.find(delimiter, begin);
+  return std::string(line.substr(begin, end == absl::string_view::npos ? line.size() - begin : end - begin));
+}
+
+}  // namespace
+
+absl::StatusOr<ReaderOptions::Holdout> TrainingHoldout(const DataConfig& data) {
   ReaderOptions::Holdout holdout;
-  if (data.validation_files().empty()) holdout.every = data.validation_every();
+  if (data.validation_column().empty()) {
+    if (!data.validation_from().empty()) {
+      return absl::InvalidArgumentError("data.validation_from is set without data.validation_column");
+    }
+    if (data.validation_files().empty()) holdout.every = data.validation_every();
+    return holdout;
+  }
+  const std::string& name = data.validation_column();
+  if (data.validation_from().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("data.validation_column '", name, "' needs data.validation_from: "
+                                                   "the first value of the validation split"));
+  }
+  if (data.validation_every() > 0 || data.validation_files_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("data.validation_column '", name, "' chooses the validation split, "
+                                                   "and so does data.", data.validation_every() > 0 ?
+                                                   "validation_every" : "validation_files", ": set one of them"));
+  }
+  KESTREL_ASSIGN_OR_RETURN(DelimitedLayout layout, ReadDelimitedLayout(data));
+  const auto found = std::find(layout.columns.begin(), layout.columns.end(), name);
+  if (found == layout.columns.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("data.validation_column '", name, "' is not one of the ",
+                                                   layout.columns.size(), " columns"));
+  }
+  const int column = static_cast<int>(found - layout.columns.begin());
+  holdout.held = std::make_shared<const std::function<bool(absl::string_view)>>(
+      [column, delimiter = layout.delimiter, quote = layout.quote, from = data.validation_from()](absl::string_view line) {
+        const std::optional<std::string> value = ColumnOf(line, column, delimiter, quote);
+        return value.has_value() && !value->empty() && AtOrAfter(*value, from);
+      });
   return holdout;
 }
 

@@ -29,9 +29,14 @@ int DefaultParseThreads();
 inline constexpr int kMaxParseThreads = 64;
 // The reader options a job's data asks for: its malformed-line rule (skip_malformed) and its parse threads.
 ReaderOptions ReaderOptionsFor(const DataConfig& data);
-// What `data`'s training reads leave out: the validation split held out of the training files
-// (DataConfig.validation_every, without validation_files).
-ReaderOptions::Holdout TrainingHoldout(const DataConfig& data);
+// What `data`'s training reads leave out: the validation split held out of the training files, without
+// validation_files: DataConfig.validation_every's lines, or those at or after validation_from by
+// validation_column. InvalidArgument for a validation_column that `data` does not have (or with validation_every
+// or validation_files, or without validation_from); reading the header may fail.
+[[nodiscard]] absl::StatusOr<ReaderOptions::Holdout> TrainingHoldout(const DataConfig& data);
+// Whether `value` is at or after `from` (DataConfig.validation_from): as numbers when both read as numbers,
+// else byte by byte.
+bool AtOrAfter(absl::string_view value, absl::string_view from);
 
 class BatchReader {
  public:

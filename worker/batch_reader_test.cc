@@ -255,5 +255,66 @@ TEST(BatchReaderTest, AppendJoinsBatchesAsOneWouldBeBuilt) {
   EXPECT_EQ(first.closed_bags, whole.closed_bags);
 }
 
+TEST(TrainingHoldoutTest, AColumnAtOrAfterAValueIsTheValidationSplit) {
+  // Numbers compare as numbers (9 < 10), the rest byte by byte (ISO dates); a missing value and a line too short
+  // for the column train; a quoted column is unquoted.
+  const std::string file = WriteFile("holdout.csv",
+                                     "label,ts,day,x\n"
+                                     "1,9,2024-05-31,a\n"
+                                     "0,10,2024-06-01,b\n"
+                                     "1,11,\"2024-06-02\",\"c,d\"\n"
+                                     "0,,,e\n"
+                                     "1\n"
+                                     "0,100,2024-07-01T08:00,f\n");
+  DataConfig data;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "format: DELIMITED schema { header: true } validation_column: 'ts' validation_from: '10'", &data));
+  data.add_train_files(file);
+  auto count = [&](bool validation) -> uint64_t {
+    absl::StatusOr<ReaderOptions::Holdout> holdout = TrainingHoldout(data);
+    EXPECT_TRUE(holdout.ok()) << holdout.status();
+    if (!holdout.ok()) return 0;
+    EXPECT_TRUE(holdout->active());
+    holdout->validation = validation;
+    absl::StatusOr<uint64_t> lines = CountDataLines({file}, /*header=*/true, *holdout);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    return lines.ok() ? *lines : 0;
+  };
+  EXPECT_EQ(count(true), 3u);   // 10, 11, 100
+  EXPECT_EQ(count(false), 3u);  // 9, the empty one, the short one
+  data.set_validation_column("day");
+  data.set_validation_from("2024-06-01");
+  EXPECT_EQ(count(true), 3u);  // 2024-06-01, "2024-06-02" (quoted), 2024-07-01T08:00
+  data.set_validation_from("2024-06-02");
+  EXPECT_EQ(count(true), 2u);
+
+  EXPECT_TRUE(AtOrAfter("1e3", "999"));
+  EXPECT_FALSE(AtOrAfter("9", "10"));
+  EXPECT_TRUE(AtOrAfter("9", "10a"));  // not both numbers: bytes
+}
+
+TEST(TrainingHoldoutTest, AColumnHoldoutThatCannotBeReadIsRefused) {
+  const std::string file = WriteFile("holdout_refused.csv", "label,ts\n1,3\n");
+  auto refusal = [&](const std::string& text) {
+    DataConfig data;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &data)) << text;
+    data.add_train_files(file);
+    absl::StatusOr<ReaderOptions::Holdout> holdout = TrainingHoldout(data);
+    EXPECT_EQ(holdout.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(holdout.status().message());
+  };
+  const std::string delimited = "format: DELIMITED schema { header: true } ";
+  EXPECT_NE(refusal(delimited + "validation_column: 'time' validation_from: '1'").find("'time' is not one of the 2 "
+                                                                                        "columns"),
+            std::string::npos);
+  EXPECT_NE(refusal(delimited + "validation_column: 'ts'").find("needs data.validation_from"), std::string::npos);
+  EXPECT_NE(refusal(delimited + "validation_from: '1'").find("without data.validation_column"), std::string::npos);
+  EXPECT_NE(refusal(delimited + "validation_column: 'ts' validation_from: '1' validation_every: 10")
+                .find("and so does data.validation_every"),
+            std::string::npos);
+  EXPECT_NE(refusal("format: CRITEO validation_column: 'ts' validation_from: '1'").find("not DELIMITED"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -5,7 +5,8 @@
 namespace kestrel {
 
 bool HasValidationSplit(const JobConfig& job) {
-  return job.data().validation_files_size() > 0 || job.data().validation_every() > 0;
+  return job.data().validation_files_size() > 0 || job.data().validation_every() > 0 ||
+         !job.data().validation_column().empty();
 }
 
 bool ValidatesAfter(const JobConfig& job, int64_t done, int64_t epoch_end) {

@@ -17,7 +17,7 @@
 
 namespace kestrel {
 
-// Whether `job` has a validation split (DataConfig.validation_files or validation_every).
+// Whether `job` has a validation split (DataConfig.validation_files, validation_every or validation_column).
 bool HasValidationSplit(const JobConfig& job);
 // Whether a job with a validation split validates after step `done` of an epoch ending after step `epoch_end`:
 // at the epoch's end, and every TrainConfig.validation_every_steps.

@@ -626,8 +626,10 @@ class Trainer::Impl {
     sent_clock_ = step;  // iterations done: reads the current weights
     const DataConfig& data = options_.job.data();
     // The validation split: its files, or the lines held out of the training files.
-    const ReaderOptions::Holdout holdout{validation ? TrainingHoldout(data).every : 0, /*validation=*/true};
-    const auto& names = !validation ? data.test_files() : holdout.every ? data.train_files() : data.validation_files();
+    KESTREL_ASSIGN_OR_RETURN(ReaderOptions::Holdout holdout,
+                             validation ? TrainingHoldout(data) : ReaderOptions::Holdout{});
+    holdout.validation = true;
+    const auto& names = !validation ? data.test_files() : holdout.active() ? data.train_files() : data.validation_files();
     const char* split = validation ? "validation" : "test";
     const absl::Time start = absl::Now();
     std::vector<float> probs, labels;

@@ -17,8 +17,8 @@ namespace {
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   if (files.empty()) return absl::InvalidArgumentError("data.train_files is empty");
   // The header lines of a DELIMITED schema (Schema::header).
-  return CountDataLines(files, job.data().format() == DataConfig::DELIMITED && job.data().schema().header(),
-                        TrainingHoldout(job.data()));
+  KESTREL_ASSIGN_OR_RETURN(const ReaderOptions::Holdout holdout, TrainingHoldout(job.data()));
+  return CountDataLines(files, job.data().format() == DataConfig::DELIMITED && job.data().schema().header(), holdout);
 }
 
 // The iterations of an epoch whose workers read `shares` lines each: every line trained once (the largest share in
@@ -154,7 +154,7 @@ absl::Status TrainingFeed::OpenReader(const EpochSchedule::Epoch& epoch, const R
   const std::vector<std::string> files(job.data().train_files().begin(), job.data().train_files().end());
   ReaderOptions reader_options = ReaderOptionsFor(job.data());
   reader_options.assignment = std::make_shared<LineAssignment>(ShareOf(epoch));
-  reader_options.holdout = TrainingHoldout(job.data());
+  KESTREL_ASSIGN_OR_RETURN(reader_options.holdout, TrainingHoldout(job.data()));
   if (job.train().shuffle_buffer() > 0) {
     reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
     reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();

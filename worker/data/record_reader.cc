@@ -180,13 +180,14 @@ std::string ShardedLines::WhereOf(LineMark mark) const {
 }
 
 bool HoldoutKeeps(const ReaderOptions::Holdout& holdout, absl::string_view text) {
+  if (holdout.held != nullptr) return (*holdout.held)(text) == holdout.validation;
   if (holdout.every == 0) return true;
   return (Hash64(text) % holdout.every == 0) == holdout.validation;
 }
 
 absl::StatusOr<uint64_t> CountDataLines(const std::vector<std::string>& files, bool header,
                                         const ReaderOptions::Holdout& holdout) {
-  if (holdout.every > 0) {  // every line's text is hashed: read line by line, as a reader does
+  if (holdout.active()) {  // every line's text is looked at: read line by line, as a reader does
     uint64_t lines = 0;
     std::string text;
     for (const std::string& f : files) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,9 +60,13 @@ struct ReaderOptions {
   // hashes (common/hash.h Hash64) to a multiple of `every` are its lines. A training reader (`validation` false)
   // skips them and a validation reader reads only them; the lines skipped are not data lines for the reader
   // (global indices and positions count the others). Default: every 0, nothing held out.
+  // Or, `held` set (DataConfig.validation_column, built by worker/batch_reader.h TrainingHoldout): the lines for
+  // which it returns true are the validation split's; `every` is then unused.
   struct Holdout {
     uint32_t every = 0;
     bool validation = false;
+    std::shared_ptr<const std::function<bool(absl::string_view line)>> held;
+    bool active() const { return every > 0 || held != nullptr; }
   };
   Holdout holdout;
   // BatchReader: threads parsing a batch's lines (in chunks, joined in line order: the batch, the skipped lines and

@@ -128,6 +128,7 @@ class SchemaBuilder {
       const absl::flat_hash_map<std::string, uint32_t>* namespaces = nullptr);
   static absl::StatusOr<std::shared_ptr<Schema>> Criteo(const ModelConfig& model);
   static absl::StatusOr<std::shared_ptr<Schema>> Libsvm(const DataConfig& data);
+  static absl::StatusOr<DelimitedLayout> Layout(const DataConfig& data);  // ReadDelimitedLayout
 
  private:
   static absl::StatusOr<std::vector<std::string>> Columns(const FeatureSchema& fs, const DataConfig& data,
@@ -474,6 +475,20 @@ absl::Status SchemaBuilder::CheckFields(const ModelConfig& model, const std::vec
   }
   return absl::OkStatus();
 }
+
+absl::StatusOr<DelimitedLayout> SchemaBuilder::Layout(const DataConfig& data) {
+  if (data.format() != DataConfig::DELIMITED) {
+    return absl::InvalidArgumentError(absl::StrCat("data.format is ", DataConfig::Format_Name(data.format()),
+                                                   ", not DELIMITED: its lines have no named columns"));
+  }
+  Schema s;
+  KESTREL_RETURN_IF_ERROR(SetDelimiterAndQuote(data.schema(), data, &s));
+  DelimitedLayout layout{s.delimiter_, s.quote_, {}};
+  KESTREL_ASSIGN_OR_RETURN(layout.columns, Columns(data.schema(), data, s.delimiter_, s.quote_));
+  return layout;
+}
+
+absl::StatusOr<DelimitedLayout> ReadDelimitedLayout(const DataConfig& data) { return SchemaBuilder::Layout(data); }
 
 absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
     const FeatureSchema& fs, const DataConfig& data, const ModelConfig& model,

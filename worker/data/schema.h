@@ -32,6 +32,15 @@ inline constexpr int kMaxBagValues = 4096;
 // one "this many or more".
 inline constexpr int kMatchCountCap = 3;
 
+// A DELIMITED config's line layout, as Schema::Resolve reads it: the delimiter, the quote (-1: none) and the
+// column names (data.schema.columns, or the training files' header line). InvalidArgument as Resolve's.
+struct DelimitedLayout {
+  char delimiter = '\t';
+  int quote = -1;
+  std::vector<std::string> columns;
+};
+[[nodiscard]] absl::StatusOr<DelimitedLayout> ReadDelimitedLayout(const DataConfig& data);
+
 class Schema {
  public:
   enum class Format { kCriteo, kLibsvm, kDelimited };

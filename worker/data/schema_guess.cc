@@ -21,6 +21,7 @@
 #include "google/protobuf/text_format.h"
 #include "worker/data/record_reader.h"
 #include "worker/data/schema_parser.h"
+#include "worker/data/time_split.h"
 
 namespace kestrel {
 namespace {
@@ -435,6 +436,7 @@ struct SampleColumns {
   char delimiter;
   int label;
   int weight;
+  int time = -1;  // SchemaGuessOptions::time_column's
 };
 
 // Checks one sampled row (`where`: its "file:line") split into `values`: the header's column count, a number for
@@ -582,6 +584,9 @@ void SetJobFrame(const SchemaGuessOptions& options, char delimiter, bool weighte
       note = absl::StrFormat("the label (%d of %d rows positive)", guess->positive_rows, guess->sampled_rows);
     } else if (static_cast<int>(i) == columns.weight) {
       note = "the example weight";
+    } else if (static_cast<int>(i) == columns.time) {
+      const DataConfig& data = guess->job.data();
+      note = absl::StrCat("the time: lines from ", data.validation_from(), " on are the validation split");
     } else {
       FeatureConfig f;
       if (GuessFeature(samples[i], column, options, columns.delimiter, &f, &note)) {
@@ -620,7 +625,14 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> names, HeaderColumns(file, header_line, delimiter));
   KESTREL_ASSIGN_OR_RETURN(const int label, LabelColumn(file, names, options));
   KESTREL_ASSIGN_OR_RETURN(const int weight, WeightColumn(file, names, options, label));
-  const SampleColumns columns{names, delimiter, label, weight};
+  SampleColumns columns{names, delimiter, label, weight};
+  if (!options.time_column.empty()) {
+    columns.time = ColumnIndex(names, options.time_column);
+    if (columns.time < 0 || columns.time == label || columns.time == weight) {
+      return absl::InvalidArgumentError(absl::StrFormat("the time column %s is %s of %s", Quoted(options.time_column),
+                                                        columns.time < 0 ? "no column" : "the label or weight", file));
+    }
+  }
 
   SchemaGuess guess;
   std::vector<ColumnSample> samples(names.size());
@@ -630,6 +642,14 @@ absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options) {
   KESTREL_RETURN_IF_ERROR(CheckOtherHeaders(options, file, delimiter, names));
 
   SetJobFrame(options, delimiter, weight >= 0, guess.train_rows, &guess.job);
+  if (columns.time >= 0) {
+    DataConfig& data = *guess.job.mutable_data();
+    KESTREL_ASSIGN_OR_RETURN(const TimeSplit split,
+                             TimeSplitFrom(options.train_files, columns.time, delimiter, data.validation_every()));
+    data.set_validation_column(options.time_column);
+    data.set_validation_from(split.from);
+    data.clear_validation_every();
+  }
   KESTREL_RETURN_IF_ERROR(AddFeatures(file, columns, samples, options, &guess));
   return guess;
 }
@@ -643,14 +663,18 @@ std::string GuessedJobConfigText(const SchemaGuess& guess, const SchemaGuessOpti
       "#     several keys pooled)%s;\n"
       "#   - the model, embedding_dim and hidden: first-run choices; batch_size, the wide and dense optimizers and\n"
       "#     the validation split by the data's size (docs/tuning.md says how they were chosen);\n"
-      "#   - epochs %d, a maximum: about %d examples over the %s%d training rows. One training line in %d is held out\n"
-      "#     as the validation split (data.validation_every), and training stops after two epochs without a better\n"
+      "#   - epochs %d, a maximum: about %d examples over the %s%d training rows. %s, and training stops after two epochs without a better\n"
       "#     validation logloss, keeping the best epoch's model (train.early_stopping_patience).\n"
       "# Columns:\n",
       guess.whole_file ? "all" : "the first", guess.sampled_rows, options.train_files[0],
       guess.whole_file ? "" : "; rows beyond the sample may hold values these kinds refuse",
       guess.job.train().epochs(), kExamplesToTrain, counted ? "" : "~", guess.train_rows,
-      guess.job.data().validation_every());
+      guess.job.data().validation_column().empty()
+          ? absl::StrCat("One training line in ", guess.job.data().validation_every(),
+                         " is held out\n#     as the validation split (data.validation_every)")
+          : absl::StrCat("The lines from ", guess.job.data().validation_column(), " ",
+                         guess.job.data().validation_from(), " on are held out\n#     as the validation split "
+                         "(data.validation_from)"));
   for (const std::string& note : guess.notes) absl::StrAppend(&text, "#   ", note, "\n");
   std::string body;
   google::protobuf::TextFormat::PrintToString(guess.job, &body);

@@ -68,6 +68,10 @@ struct SchemaGuessOptions {
   // init --search` tries a few). Default: 0 = the guess's (by the data's size, else the model's defaults).
   float wide_learning_rate = 0;
   float embedding_learning_rate = 0;
+  // A time column: the validation split is the last tenth (twentieth below 100000 rows) of the training lines by
+  // it (DataConfig.validation_column and validation_from, worker/data/time_split.h) instead of lines drawn by a
+  // hash, and the column is no feature. Default: "" = none.
+  std::string time_column;
 };
 
 struct SchemaGuess {
@@ -89,7 +93,8 @@ struct SchemaGuess {
 // empty file, a header that is missing (the first line is all numbers), has an unnamed or repeated column, or
 // lacks the label (the message lists the columns) or the weight; a row with another column count than the
 // header, or broken quoting ("file:line: problem"); a label or weight that is not a number; headers that differ
-// between files. NotFound: a file that cannot be opened.
+// between files, a time_column that is not a column (or is the label or the weight). FailedPrecondition: a
+// time column without an order to split (worker/data/time_split.h). NotFound: a file that cannot be opened.
 [[nodiscard]] absl::StatusOr<SchemaGuess> GuessJobConfig(const SchemaGuessOptions& options);
 
 // The guess as a job config in protobuf text format, after a comment block saying that it was guessed, from

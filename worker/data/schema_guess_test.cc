@@ -180,6 +180,34 @@ TEST(SchemaGuessTest, EpochsFromTheTrainingRows) {
   EXPECT_EQ(guess->job.train().batch_size(), 128);
 }
 
+TEST(SchemaGuessTest, ATimeColumnValidatesOnTheLatestLinesAndIsNoFeature) {
+  SchemaGuessOptions options;
+  options.train_files = {Write("time.csv", SampleCsv())};
+  options.label = "clicked";
+  options.time_column = "user_id";  // 1000..1399: as good a clock as any
+  auto guess = GuessJobConfig(options);
+  ASSERT_TRUE(guess.ok()) << guess.status();
+  const DataConfig& data = guess->job.data();
+  EXPECT_EQ(data.validation_column(), "user_id");
+  EXPECT_EQ(data.validation_from(), "1380") << "400 rows: the last twentieth";
+  EXPECT_EQ(data.validation_every(), 0u);
+  EXPECT_EQ(ByName(guess->job).count("user_id"), 0u);
+  const std::string text = GuessedJobConfigText(*guess, options);
+  EXPECT_THAT(text, HasSubstr("#   user_id: the time: lines from 1380 on are the validation split"));
+  EXPECT_THAT(text, HasSubstr("The lines from user_id 1380 on are held out\n#     as the validation split "
+                              "(data.validation_from), and training stops"));
+  JobConfig parsed;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &parsed));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, guess->job));
+
+  for (const char* bad : {"nope", "clicked"}) {
+    options.time_column = bad;
+    EXPECT_EQ(GuessJobConfig(options).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  options.time_column = "const";  // one value: nothing later to validate on
+  EXPECT_EQ(GuessJobConfig(options).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SchemaGuessTest, ModelsWithoutAnMlpBucketizeNumbers) {
   SchemaGuessOptions options;
   options.train_files = {Write("lr.csv", SampleCsv())};
