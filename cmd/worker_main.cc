@@ -15,6 +15,7 @@
 //
 // With --metrics_port it serves Prometheus metrics (the process's, listed at WorkerMetrics below).
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -24,10 +25,12 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/command_line.h"
+#include "common/limits.h"
 #include "common/job_id_flag.h"
 #include "common/rank_offset_flag.h"
 #include "common/scheduler_flag.h"
@@ -95,6 +98,10 @@ ABSL_FLAG(std::string, predictions_out, "",
 ABSL_FLAG(std::string, export_dir, "",
           "--local: after training, export the model (every table) to this directory, which must not hold an "
           "export yet: what kestrel_export makes of a checkpoint, for kestrel_predict. Default: none.");
+ABSL_FLAG(int, validation_clocks_for, 0,
+          "Print the clocks after which worker 0 of this job with this many workers validates (before its last "
+          "iteration), comma-separated on one line, and exit: what kestrel_scheduler --checkpoint_at_clocks takes "
+          "to keep each validation's model. An empty line without a validation split. Default: 0 = train.");
 ABSL_FLAG(std::string, line_log, "",
           "Audit of the data order: append, for every iteration this worker trains, '<clock> <epoch> <line>...' with "
           "the global index of each training line of its batch, to this file. Empty (default): none.");
@@ -394,8 +401,28 @@ int RunCluster(const JobConfig& job, const std::shared_ptr<const Schema>& schema
   }
 }
 
+// --validation_clocks_for: the job's validation clocks on stdout. Exit 0, or 2 for a bad config or data.
+int PrintValidationClocks(int workers) {
+  absl::StatusOr<JobConfig> job = LoadConfig();
+  absl::StatusOr<std::vector<int64_t>> clocks =
+      job.ok() ? ValidationClocksOf(*job, workers) : absl::StatusOr<std::vector<int64_t>>(job.status());
+  if (!clocks.ok()) {
+    KLOG(Error) << "--validation_clocks_for: " << clocks.status();
+    return 2;
+  }
+  std::printf("%s\n", absl::StrJoin(*clocks, ",").c_str());
+  return 0;
+}
+
 int Run() {
   SetLogIdentity("worker");
+  if (const int workers = absl::GetFlag(FLAGS_validation_clocks_for); workers != 0) {
+    if (workers < 0 || workers > kMaxWorkers) {
+      KLOG(Error) << "--validation_clocks_for: " << workers << " workers is not in [1, " << kMaxWorkers << "]";
+      return 2;
+    }
+    return PrintValidationClocks(workers);
+  }
   if (!absl::GetFlag(FLAGS_local)) {  // identity: explicit flags first, then the launcher's environment
     ExplicitSettings flags;
     flags.rank = absl::GetFlag(FLAGS_rank);
@@ -492,10 +519,10 @@ int Run() {
     return 0;
   }
   if (HasValidationSplit(*job) && job->train().early_stopping_patience() >= 0) {
-    KLOG(Warning) << "early stopping runs in one process (kestrel train, --local): this cluster validates but trains "
-                  << "all " << job->train().epochs() << " epochs and ends with the last model; set train.epochs to "
-                  << "the best validation's epoch (from the validation records, or a kestrel train run), or "
-                  << "train.early_stopping_patience: -1 to say so";
+    KLOG(Warning) << "a cluster validates after every epoch but trains all " << job->train().epochs()
+                  << " epochs: its best validation's model is the checkpoint cut at that clock (kestrel local keeps "
+                  << "them with kestrel_scheduler --checkpoint_at_clocks, and exports and scores the best one); "
+                  << "train.early_stopping_patience: -1 to keep the last model";
   }
   return RunCluster(*job, *schema, backend->get(), metrics);
 }

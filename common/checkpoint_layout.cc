@@ -329,7 +329,8 @@ absl::Status CheckpointLayout::VerifyShard(const CheckpointManifest& manifest, i
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> CheckpointLayout::Prune(int keep) const {
+absl::StatusOr<std::vector<std::string>> CheckpointLayout::Prune(
+    int keep, const std::function<bool(const CheckpointManifest&)>& pinned) const {
   if (keep < 1) return absl::InvalidArgumentError("must keep at least one checkpoint");
   KESTREL_ASSIGN_OR_RETURN(const std::optional<CheckpointManifest> latest, ReadLatest());
   const uint64_t latest_sequence = latest ? latest->sequence() : 0;
@@ -343,6 +344,10 @@ absl::StatusOr<std::vector<std::string>> CheckpointLayout::Prune(int keep) const
     if (committed && kept < keep) {
       ++kept;
       continue;
+    }
+    if (committed && pinned) {
+      absl::StatusOr<CheckpointManifest> manifest = ReadManifest(name);
+      if (manifest.ok() && pinned(*manifest)) continue;
     }
     std::error_code error;
     fs::remove_all(CheckpointDir(name), error);

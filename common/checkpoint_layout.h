@@ -21,6 +21,7 @@
 #define KESTREL_COMMON_CHECKPOINT_LAYOUT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,9 +95,12 @@ class CheckpointLayout {
   // DataLoss (or NotFound) naming the file and the shard otherwise.
   [[nodiscard]] absl::Status VerifyShard(const CheckpointManifest& manifest, int shard) const;
 
-  // Keeps the newest `keep` (>= 1) committed checkpoints up to and including LATEST's and deletes every other
-  // ckpt-* directory (older ones, and attempts that never committed). Returns the names deleted.
-  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Prune(int keep) const;
+  // Keeps the newest `keep` (>= 1) committed checkpoints up to and including LATEST's, and every committed one
+  // whose manifest `pinned` accepts (not counted in `keep`), and deletes every other ckpt-* directory (older
+  // ones, and attempts that never committed). A manifest that cannot be read is not pinned. Returns the names
+  // deleted.
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Prune(
+      int keep, const std::function<bool(const CheckpointManifest&)>& pinned = nullptr) const;
 
  private:
   // ckpt-* directories present, by sequence.

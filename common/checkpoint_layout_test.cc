@@ -221,6 +221,18 @@ TEST_F(CheckpointLayoutTest, PruneKeepsTheNewestCommittedAndDropsAbandonedAttemp
   EXPECT_EQ(layout.Prune(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CheckpointLayoutTest, PruneKeepsPinnedCheckpointsBesideTheNewest) {
+  CheckpointLayout layout(root_);
+  for (uint64_t s = 1; s <= 5; ++s) MakeCheckpoint(layout, s);  // clocks 10..50
+  fs::create_directories(layout.ShardDir(CheckpointLayout::CheckpointName(6), 0));  // never committed: not pinned
+  auto deleted = layout.Prune(1, [](const CheckpointManifest& m) { return m.clock() == 20 || m.clock() == 60; });
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, (std::vector<std::string>{"ckpt-00000006", "ckpt-00000004", "ckpt-00000003",
+                                                "ckpt-00000001"}));
+  EXPECT_TRUE(fs::exists(layout.CheckpointDir("ckpt-00000002"))) << "pinned, and not counted in keep";
+  EXPECT_TRUE(fs::exists(layout.CheckpointDir("ckpt-00000005")));
+}
+
 TEST_F(CheckpointLayoutTest, AtomicWriteReplacesWholeFile) {
   const std::string path = root_ + "/file";
   ASSERT_TRUE(WriteFileAtomically(path, "first version, long").ok());

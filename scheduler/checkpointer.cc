@@ -24,6 +24,17 @@ absl::StatusOr<std::optional<CheckpointManifest>> Checkpointer::Open() {
     return absl::InvalidArgumentError("must keep at least one checkpoint (--keep_checkpoints)");
   }
   if (ctx_->options.every_clocks < 0) return absl::InvalidArgumentError("--checkpoint_every_clocks must be >= 0");
+  const std::vector<int64_t>& at = ctx_->options.at_clocks;
+  if (at.size() > CheckpointOptions::kMaxCheckpointAtClocks) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_at_clocks lists ", at.size(), " clocks, more than ",
+                                                   CheckpointOptions::kMaxCheckpointAtClocks));
+  }
+  for (size_t i = 0; i < at.size(); ++i) {
+    if (at[i] <= 0 || (i > 0 && at[i] <= at[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint_at_clocks must ascend from above 0 (clock ", at[i],
+                                                     " at position ", i, ")"));
+    }
+  }
   if (ctx_->options.resume && ctx_->options.dir.empty()) {
     return absl::InvalidArgumentError("--resume needs --checkpoint_dir");
   }
@@ -84,8 +95,15 @@ absl::StatusOr<int64_t> Checkpointer::Request() {
 }
 
 int64_t Checkpointer::NextScheduledCut(int64_t permitted) const {
-  if (ctx_->options.every_clocks <= 0) return ClockTable::kNoHold;
-  return ((permitted + 1) / ctx_->options.every_clocks + 1) * ctx_->options.every_clocks;
+  const int64_t every = ctx_->options.every_clocks;
+  const int64_t periodic = every <= 0 ? ClockTable::kNoHold : ((permitted + 1) / every + 1) * every;
+  const std::vector<int64_t>& at = ctx_->options.at_clocks;
+  const auto next = std::upper_bound(at.begin(), at.end(), permitted + 1);  // as the periodic one: past permitted + 1
+  return next == at.end() ? periodic : std::min(periodic, *next);
+}
+
+bool Checkpointer::AtListedClock(int64_t clock) const {
+  return std::binary_search(ctx_->options.at_clocks.begin(), ctx_->options.at_clocks.end(), clock);
 }
 
 void Checkpointer::CutScheduled() {
@@ -102,9 +120,10 @@ void Checkpointer::CutScheduled() {
   if (timed) ctx_->clocks->HoldAtEarliest();
   ctx_->cut = ctx_->clocks->hold();
   if (ctx_->cut == ClockTable::kNoHold || !ctx_->clocks->AllAt(ctx_->cut)) return;
-  const std::string reason = requested ? "requested"
-                             : timed   ? absl::StrCat("every ", absl::FormatDuration(ctx_->options.every))
-                                       : absl::StrCat("every ", ctx_->options.every_clocks, " clocks");
+  const std::string reason = requested               ? "requested"
+                             : timed                   ? absl::StrCat("every ", absl::FormatDuration(ctx_->options.every))
+                             : AtListedClock(ctx_->cut) ? "a listed clock"
+                                                       : absl::StrCat("every ", ctx_->options.every_clocks, " clocks");
   if (ctx_->cut != last_checkpoint_clock_ && Degraded()) {
     KLOG(Warning) << "checkpoint at clock " << ctx_->cut << " (" << reason
                   << ") skipped: a server is out of service (failed over); checkpoints resume once the job is "
@@ -338,7 +357,8 @@ bool Checkpointer::Commit() {
   KLOG(Info) << absl::StrFormat(
       "checkpoint %s committed at clock %d (%s): %d rows, %d changed rows (%.1f MB) written, %.3f s", name, clock,
       reason, rows, rows_written, bytes_written / 1e6, absl::ToDoubleSeconds(absl::Now() - start));
-  absl::StatusOr<std::vector<std::string>> pruned = ctx_->layout.Prune(ctx_->options.keep);
+  absl::StatusOr<std::vector<std::string>> pruned =
+      ctx_->layout.Prune(ctx_->options.keep, [this](const CheckpointManifest& m) { return AtListedClock(m.clock()); });
   if (!pruned.ok()) KLOG(Warning) << "pruning old checkpoints: " << pruned.status();
   return true;
 }

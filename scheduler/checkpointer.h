@@ -1,7 +1,8 @@
 // Checkpointer: the scheduler's part of global checkpoints. The one place that decides when a checkpoint is
 // cut and when it is committed, and that finds the checkpoint a resumed job starts from.
 //
-// Checkpoint at clock c (every N clocks, every T seconds, on request, and once when every worker is done):
+// Checkpoint at clock c (every N clocks, at listed clocks, every T seconds, on request, and once when every worker
+// is done):
 //   1. hold: ClockTable::SetHold(c) stops every worker at the boundary of iteration c; once all clocks are c,
 //      every push of iterations < c is acknowledged (and in BSP applied) and no other push is in flight,
 //   2. every server cuts its part (ServerAdmin::Checkpoint). Copy-on-write (CheckpointOptions::copy_on_write, the
@@ -78,7 +79,7 @@ class Checkpointer {
   // A rollback: a checkpoint still being written is never committed.
   void AbandonPending();
 
-  // The next clock the every-N policy cuts at, after `permitted` (kNoHold when off).
+  // The next clock the every-N policy or the listed clocks cut at, after `permitted` (kNoHold when neither).
   int64_t NextScheduledCut(int64_t permitted) const;
   // The clock of the last checkpoint cut or restored (-1: none yet).
   int64_t last_checkpoint_clock() const { return last_checkpoint_clock_; }
@@ -88,6 +89,8 @@ class Checkpointer {
  private:
   // Some server is out of service (failed over): checkpoints wait.
   bool Degraded() const;
+  // Whether `clock` is one of CheckpointOptions::at_clocks (its checkpoints are kept past `keep`).
+  bool AtListedClock(int64_t clock) const;
   struct Pending;  // a checkpoint cut and not yet committed
 
   // Commits a pending checkpoint first, then cuts one at `clock` and (`wait`, or without copy-on-write) writes and

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/consistency.h"
@@ -17,6 +18,11 @@ struct CheckpointOptions {
   std::string dir;
   // Cut a checkpoint every this many clocks (at multiples of it). Default: 0 = off.
   int64_t every_clocks = 0;
+  // Also cut a checkpoint at each of these clocks (ascending, > 0, at most kMaxCheckpointAtClocks), and keep
+  // those past `keep` (which counts the others): the clocks a job validates at, so the best validation's model
+  // stays on disk (`kestrel local` sets them from kestrel_worker --validation_clocks_for). Default: none.
+  std::vector<int64_t> at_clocks;
+  static constexpr size_t kMaxCheckpointAtClocks = 100000;
   // Cut a checkpoint when this long has passed since the last one. Default: zero = off.
   absl::Duration every = absl::ZeroDuration();
   // Committed checkpoints kept. Default: 3.

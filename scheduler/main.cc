@@ -16,8 +16,10 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/command_line.h"
@@ -67,6 +69,10 @@ ABSL_FLAG(absl::Duration, deaf_grace, absl::ZeroDuration(),
           "off (plain timeouts).");
 ABSL_FLAG(int64_t, checkpoint_every_clocks, kestrel::CheckpointOptions().every_clocks,
           "Cut a global checkpoint every N clocks (0: off).");
+ABSL_FLAG(std::vector<std::string>, checkpoint_at_clocks, {},
+          "Also cut a global checkpoint at each of these clocks (comma-separated, ascending, > 0), and keep those "
+          "past --keep_checkpoints: a job's validation clocks (kestrel_worker --validation_clocks_for), so the best "
+          "validation's model stays. Default: none.");
 ABSL_FLAG(absl::Duration, checkpoint_every, kestrel::CheckpointOptions().every,
           "Cut a global checkpoint when this long has passed since the last one (0: off).");
 ABSL_FLAG(int, keep_checkpoints, kestrel::CheckpointOptions().keep,
@@ -152,6 +158,14 @@ bool CheckpointFromFlags(CheckpointOptions* checkpoint) {
   checkpoint->dir = absl::GetFlag(FLAGS_checkpoint_dir);
   checkpoint->every_clocks = absl::GetFlag(FLAGS_checkpoint_every_clocks);
   checkpoint->every = absl::GetFlag(FLAGS_checkpoint_every);
+  for (const std::string& clock : absl::GetFlag(FLAGS_checkpoint_at_clocks)) {
+    int64_t at = 0;
+    if (!absl::SimpleAtoi(clock, &at)) {
+      KLOG(Error) << "--checkpoint_at_clocks: '" << clock << "' is not a clock";
+      return false;
+    }
+    checkpoint->at_clocks.push_back(at);
+  }
   checkpoint->keep = absl::GetFlag(FLAGS_keep_checkpoints);
   checkpoint->copy_on_write = absl::GetFlag(FLAGS_checkpoint_copy_on_write);
   checkpoint->resume = absl::GetFlag(FLAGS_resume);

@@ -43,6 +43,43 @@ TEST_F(JobControllerTest, EveryNClocksCutsExactGlobalCheckpoints) {
   EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(8));
 }
 
+TEST_F(JobControllerTest, ListedClocksAreCutBesideEveryNAndKeptPastKeep) {
+  CheckpointOptions options;
+  options.every_clocks = 4;
+  options.at_clocks = {3, 4, 7};  // 4 is both
+  options.keep = 1;
+  ASSERT_TRUE(StartScheduler(options).ok());
+  EXPECT_EQ(clocks_->hold(), 3);
+  ASSERT_TRUE(RunAll(0, 10).ok());
+  ASSERT_TRUE(WaitFor([&] { return controller_->status().latest_clock == 8; }));
+  EXPECT_EQ(controller_->status().committed, 4u) << "3, 4, 7, 8";
+  EXPECT_EQ(clocks_->hold(), 12);
+  // keep 1: the newest (8) and the listed ones (3, 4, 7) stay, each an exact cut at its clock.
+  std::vector<int64_t> kept;
+  for (uint64_t sequence = 1; sequence <= 4; ++sequence) {
+    absl::StatusOr<CheckpointManifest> m = layout_->ReadManifest(CheckpointLayout::CheckpointName(sequence));
+    ASSERT_TRUE(m.ok()) << m.status();
+    kept.push_back(m->clock());
+    EXPECT_EQ(m->reason(), m->clock() == 8 ? "every 4 clocks" : "a listed clock");
+  }
+  EXPECT_EQ(kept, (std::vector<int64_t>{3, 4, 7, 8}));
+  const CheckpointManifest third = *layout_->ReadManifest(CheckpointLayout::CheckpointName(3));
+  controller_.reset();
+  for (int s = 0; s < kServers; ++s) {
+    servers_->Replace(s);
+    ASSERT_TRUE(servers_->Restore(s, "", CheckpointLayout::CheckpointName(third.sequence()), 1).ok());
+  }
+  EXPECT_EQ(servers_->Fingerprint(), ReferenceFingerprint(7));
+}
+
+TEST_F(JobControllerTest, ListedClocksOutOfOrderAreRefused) {
+  CheckpointOptions options;
+  options.at_clocks = {5, 5};
+  EXPECT_EQ(StartScheduler(options).code(), absl::StatusCode::kInvalidArgument);
+  options.at_clocks = {0};
+  EXPECT_EQ(StartScheduler(options).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(JobControllerTest, RequestedCheckpointCutsAtTheNextBoundary) {
   ASSERT_TRUE(StartScheduler(CheckpointOptions()).ok());
   ASSERT_TRUE(RunAll(0, 3).ok());

@@ -177,6 +177,11 @@ class Trainer {
 // floor(smallest share / batch_size)), capped by max_steps. FailedPrecondition when that is 0: no data lines, or
 // with drop_last a share smaller than one batch.
 [[nodiscard]] absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers);
+// The clocks (iterations done) after which worker 0 of such a job validates before its last iteration
+// (worker/early_stopping.h ValidatesAfter; the last iteration's validation is the final model's), ascending:
+// the checkpoints a cluster keeps to end with the best validation's model (scheduler --checkpoint_at_clocks).
+// Empty without a validation split, or with train.early_stopping_patience -1 (the last model is the job's).
+[[nodiscard]] absl::StatusOr<std::vector<int64_t>> ValidationClocksOf(const JobConfig& job, int num_workers);
 
 // The job config with every unset field given its documented default.
 JobConfig JobWithDefaults(JobConfig job);

@@ -1,6 +1,8 @@
 // The job a Trainer runs, with its defaults filled in, and how many iterations that is (worker/trainer.h).
 #include "worker/trainer.h"
 
+#include "common/status.h"
+#include "worker/early_stopping.h"
 #include "worker/model.h"
 #include "worker/training_feed.h"
 
@@ -17,6 +19,17 @@ JobConfig JobWithDefaults(JobConfig job) {
 
 absl::StatusOr<int64_t> IterationsOf(const JobConfig& job, int num_workers) {
   return PlainIterations(JobWithDefaults(job), num_workers);
+}
+
+absl::StatusOr<std::vector<int64_t>> ValidationClocksOf(const JobConfig& config, int num_workers) {
+  const JobConfig job = JobWithDefaults(config);
+  std::vector<int64_t> clocks;
+  if (!HasValidationSplit(job) || job.train().early_stopping_patience() < 0) return clocks;
+  KESTREL_ASSIGN_OR_RETURN(const EpochSchedule schedule, PlainSchedule(job, num_workers));
+  for (int64_t done = 1; done < schedule.total(); ++done) {
+    if (ValidatesAfter(job, done, schedule.At(done - 1).end)) clocks.push_back(done);
+  }
+  return clocks;
 }
 
 }  // namespace kestrel

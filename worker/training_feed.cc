@@ -71,10 +71,15 @@ ReaderPosition PositionOf(const ReaderPositionProto& r) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers) {
+absl::StatusOr<EpochSchedule> PlainSchedule(const JobConfig& job, int num_workers) {
   KESTREL_ASSIGN_OR_RETURN(const uint64_t lines, TrainingLines(job));
   KESTREL_ASSIGN_OR_RETURN(const int64_t per_epoch, IterationsPerEpoch(job, num_workers, lines));
-  return EpochSchedule::Plain(per_epoch, job.train().epochs(), job.train().max_steps()).total();
+  return EpochSchedule::Plain(per_epoch, job.train().epochs(), job.train().max_steps());
+}
+
+absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers) {
+  KESTREL_ASSIGN_OR_RETURN(const EpochSchedule schedule, PlainSchedule(job, num_workers));
+  return schedule.total();
 }
 
 absl::StatusOr<std::unique_ptr<TrainingFeed>> TrainingFeed::Open(TrainingFeedOptions options) {

@@ -85,6 +85,8 @@ class TrainingFeed {
 // The iterations a job of `num_workers` workers runs without a worker-count change (every epoch; max_steps caps
 // it). `job` with defaults applied.
 [[nodiscard]] absl::StatusOr<int64_t> PlainIterations(const JobConfig& job, int num_workers);
+// Its epochs.
+[[nodiscard]] absl::StatusOr<EpochSchedule> PlainSchedule(const JobConfig& job, int num_workers);
 
 }  // namespace kestrel
 
