@@ -145,7 +145,7 @@ def write_csv(path, data, idx):
             w.writerow([data.labels[i]] + data.rows[i])
 
 
-def run_kestrel(data, train, test, work):
+def run_kestrel(data, train, test, work, init_flags=()):
     os.makedirs(work, exist_ok=True)
     train_csv, test_csv = os.path.join(work, "train.csv"), os.path.join(work, "test.csv")
     write_csv(train_csv, data, train)
@@ -153,7 +153,8 @@ def run_kestrel(data, train, test, work):
     config = os.path.join(work, "job.pbtxt")
     start = time.monotonic()
     with open(config, "w") as f:
-        subprocess.run([KESTREL, "init", "--no_build", "--train", train_csv, "--test", test_csv], stdout=f,
+        subprocess.run([KESTREL, "init", "--no_build", "--train", train_csv, "--test", test_csv] + list(init_flags),
+                       stdout=f,
                        stderr=subprocess.DEVNULL, check=True)
     done = subprocess.run([KESTREL, "train", "--no_build", "--config", config], capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -294,6 +295,8 @@ def main():
     parser.add_argument("--work", default="/tmp/kestrel_public_data")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results", "public_data_bench.md"))
     parser.add_argument("--sets", default="credit-g,reuters-grain,fair")
+    parser.add_argument("--init_flags", default="",
+                        help="extra `kestrel init` flags, for experiments (default none: the two default commands)")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     root = fetch(args.work)
@@ -307,7 +310,8 @@ def main():
             y_train = np.array([data.labels[i] for i in train], dtype=np.float32)
             y_test = np.array([data.labels[i] for i in test], dtype=np.float32)
             x_train, x_test = encode(data, train, test)
-            per["kestrel"].append(run_kestrel(data, train, test, os.path.join(args.work, name, f"split{k}")) + ("",))
+            per["kestrel"].append(run_kestrel(data, train, test, os.path.join(args.work, name, f"split{k}"),
+                                              args.init_flags.split()) + ("",))
             per["sklearn LR"].append(run_sklearn(x_train, y_train, x_test, y_test))
             per["PyTorch FM"].append(run_torch_fm(x_train, y_train, x_test, y_test))
             print(f"{name} split {k}: " + ", ".join(f"{tool} AUC {r[-1][0]:.4f}" for tool, r in per.items()),
