@@ -46,15 +46,21 @@ std::vector<std::string> FieldTables(const Schema& schema) {
 
 Reader::Reader(const std::string& config_text, std::vector<std::string> files, bool test, int part, int num_parts,
                int64_t epoch) {
-  const JobConfig job = ParseJob(config_text);
+  JobConfig job = ParseJob(config_text);
   const ModelConfig& model = job.model();
+  // Files given here take the place of the config's training or test files before the schema is resolved, so
+  // they get every check those do: a header that differs from the training files' (or the schema's columns) is
+  // refused, naming both, never read by position.
+  if (!files.empty()) {
+    auto* replaced = test ? job.mutable_data()->mutable_test_files() : job.mutable_data()->mutable_train_files();
+    replaced->Clear();
+    for (const std::string& f : files) replaced->Add()->assign(f);
+  }
   absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job.data(), model);
   Check(schema.status());
   schema_ = *std::move(schema);
-  if (files.empty()) {
-    const auto& from = test ? job.data().test_files() : job.data().train_files();
-    files.assign(from.begin(), from.end());
-  }
+  const auto& from = test ? job.data().test_files() : job.data().train_files();
+  files.assign(from.begin(), from.end());
   ReaderOptions options = ReaderOptionsFor(job.data());
   options.part = part;
   options.num_parts = num_parts;

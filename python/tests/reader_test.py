@@ -79,6 +79,24 @@ class ReaderTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
         self.assertIn("nobody", caught.exception.message)
 
+    def test_files_given_are_checked_as_the_configs(self):
+        # A file whose header swaps two columns of the training files', passed any way: refused, naming both
+        # headers. (Alone, its header names its columns, which are then read by name.)
+        swapped = os.path.join(os.path.dirname(self.path), "swapped.csv")
+        with open(swapped, "w") as f:
+            f.write(CSV.replace("label,user,item", "label,item,user"))
+        for kwargs in ({"files": [swapped], "test": True}, {"files": [self.path, swapped]}):
+            with self.assertRaises(kestrel.KestrelError) as caught:
+                kestrel.Reader(self.config, **kwargs)
+            self.assertEqual(caught.exception.code, "INVALID_ARGUMENT", kwargs)
+            self.assertIn("the header of " + swapped, caught.exception.message)
+            self.assertIn("label, item, user", caught.exception.message)
+        # The same columns in the same order pass.
+        same = os.path.join(os.path.dirname(self.path), "same.csv")
+        with open(same, "w") as f:
+            f.write(CSV)
+        self.assertEqual(len(kestrel.Reader(self.config, files=[same], test=True).next(10)["labels"]), 3)
+
     def test_pooling_the_readers_features(self):
         client = kestrel.Client.in_process(servers=2, job_id="reader")
         client.create_table('name: "tok" dim: 4 seed: 5 initializer { type: NORMAL stddev: 0.5 }')
