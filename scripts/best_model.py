@@ -16,7 +16,8 @@ def best_step(validations):
     None without validations."""
     by_step = {}
     for v in validations:
-        by_step[int(v["step"])] = float(v["logloss"])
+        if "step" in v and "logloss" in v:
+            by_step[int(v["step"])] = float(v["logloss"])
     best = None
     for step in sorted(by_step):
         if best is None or by_step[step] < by_step[best]:
