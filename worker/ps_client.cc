@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "common/gradients.h"
 #include "common/half.h"
 #include "common/status.h"
 #include "worker/ps_call_buffers.h"
@@ -94,6 +95,16 @@ void PsTransport::Step(int server, std::shared_ptr<const std::string> request, a
 }
 
 absl::Status PsClient::Step(absl::Span<const StepPart> parts, const CallClock& push, const CallClock& pull) {
+  // Every part's gradients are checked before the first push: a bad one leaves every table as it was.
+  for (const StepPart& p : parts) {
+    if (!p.push) continue;
+    const size_t floats = p.dense ? p.push_floats : p.push_keys->num_unique() * static_cast<size_t>(p.dim);
+    if (const int64_t bad = FirstBadGradient(absl::MakeConstSpan(p.grads, floats)); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "bad gradient %g at element %d of table '%s''s push: gradients must be finite with |g| <= %g; nothing of "
+          "the step was sent", p.grads[bad], bad, p.table, kMaxGradientMagnitude));
+    }
+  }
   for (const StepPart& p : parts) {
     if (!p.push) continue;
     KESTREL_RETURN_IF_ERROR(p.dense ? PushDense(p.table, absl::MakeConstSpan(p.grads, p.push_floats), push)

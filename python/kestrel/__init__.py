@@ -6,8 +6,15 @@ code and message. kestrel.Worker joins a cluster job as a training worker (kestr
 kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
 model.
 """
+from kestrel import _kestrel
 from kestrel._kestrel import (Client, KestrelError, Reader, Worker, auc, duration_seconds, feature_keys, fingerprint,
                               job_settings, logloss, write_record)
 
+# KestrelError's subclass per status code (InvalidArgumentError, NotFoundError, UnavailableError, ...).
+ERRORS = {name: getattr(_kestrel, name) for name in dir(_kestrel)
+          if name.endswith("Error") and name != "KestrelError" and isinstance(getattr(_kestrel, name), type)
+          and issubclass(getattr(_kestrel, name), KestrelError)}
+globals().update(ERRORS)
+
 __all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "duration_seconds", "feature_keys", "fingerprint",
-           "job_settings", "logloss", "write_record"]
+           "job_settings", "logloss", "write_record"] + sorted(ERRORS)

@@ -1,5 +1,7 @@
 #include "python/kestrel/binding_util.h"
 
+#include "absl/strings/ascii.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -10,20 +12,45 @@ namespace kestrel {
 namespace {
 
 PyObject* g_error_type = nullptr;  // kestrel.KestrelError, made at import
+// Its subclass per status code (absl::StatusCode's values 1..16), made at import.
+PyObject* g_code_types[17] = {};
+
+// "INVALID_ARGUMENT" -> "InvalidArgumentError".
+std::string ClassName(absl::string_view code) {
+  std::string name;
+  bool upper = true;
+  for (char c : code) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    name.push_back(upper ? c : static_cast<char>(absl::ascii_tolower(static_cast<unsigned char>(c))));
+    upper = false;
+  }
+  return name + "Error";
+}
 
 }  // namespace
 
 void RegisterKestrelError(py::module_& m) {
   g_error_type = PyErr_NewException("kestrel.KestrelError", PyExc_RuntimeError, nullptr);
   m.attr("KestrelError") = py::handle(g_error_type);
+  for (int code = 1; code <= 16; ++code) {
+    const std::string name = ClassName(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+    const std::string qualified = "kestrel." + name;
+    g_code_types[code] = PyErr_NewException(qualified.c_str(), g_error_type, nullptr);
+    m.attr(name.c_str()) = py::handle(g_code_types[code]);
+  }
 }
 
 void Raise(const absl::Status& status) {
   const std::string code = absl::StatusCodeToString(status.code());
-  py::object error = py::reinterpret_borrow<py::object>(g_error_type)(absl::StrCat(code, ": ", status.message()));
+  const int value = static_cast<int>(status.code());
+  PyObject* type = value >= 1 && value <= 16 ? g_code_types[value] : g_error_type;
+  py::object error = py::reinterpret_borrow<py::object>(type)(absl::StrCat(code, ": ", status.message()));
   error.attr("code") = code;
   error.attr("message") = std::string(status.message());
-  PyErr_SetObject(g_error_type, error.ptr());
+  PyErr_SetObject(type, error.ptr());
   throw py::error_already_set();
 }
 

@@ -22,9 +22,11 @@ namespace kestrel {
 namespace py = pybind11;
 
 // Creates kestrel.KestrelError in module `m` (once, at import): a RuntimeError with `code` (the absl/gRPC
-// status code's name) and `message`.
+// status code's name) and `message`; and a subclass per code, named after it (InvalidArgumentError,
+// NotFoundError, FailedPreconditionError, AbortedError, UnavailableError, ...), so a caller catches what it
+// can act on: `except kestrel.UnavailableError`.
 void RegisterKestrelError(py::module_& m);
-// Raises kestrel.KestrelError for `status`.
+// Raises the kestrel.KestrelError subclass of `status`'s code.
 [[noreturn]] void Raise(const absl::Status& status);
 // Raises kestrel.KestrelError unless `status` is OK.
 void Check(const absl::Status& status);

@@ -5,10 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/key_batch.h"
+#include "common/limits.h"
 #include "inprocess/local_ps_client.h"
 #include "python/kestrel/binding_util.h"
 #include "server/table.h"
 #include "worker/grpc_ps_client.h"
+#include "worker/routed_ps_client.h"
 
 namespace kestrel {
 
@@ -128,6 +131,60 @@ void Client::PushDense(const std::string& table, const py::array& grads, int64_t
   Check(status);
 }
 
+void Client::Step(const std::vector<py::tuple>& sparse, const std::vector<py::tuple>& dense, int64_t clock) {
+  PsClient* ps = Current();
+  const size_t n = sparse.size() + dense.size();
+  if (n > static_cast<size_t>(kMaxStepTables)) {
+    throw py::value_error(absl::StrCat("a step of ", n, " tables: at most ", kMaxStepTables));
+  }
+  std::vector<KeyBatch> batches(sparse.size());
+  std::vector<std::vector<float>> reduced(sparse.size());  // duplicate keys' gradients summed
+  std::vector<StepPart> parts;
+  parts.reserve(n);
+  for (size_t i = 0; i < sparse.size(); ++i) {
+    const py::tuple& t = sparse[i];
+    if (t.size() != 3) throw py::value_error("a sparse part is (table, keys, grads)");
+    const absl::Span<const uint64_t> keys = KeysOf(t[1].cast<py::array>());
+    const py::array grads = t[2].cast<py::array>();
+    if (grads.ndim() != 2) throw py::value_error("grads must be 2-D: one row per key");
+    const int64_t dim = grads.shape(1);
+    const float* g = RowsOf(grads, static_cast<int64_t>(keys.size()), dim, "grads");
+    absl::Status shape = CheckShape(keys.size(), static_cast<int>(dim));
+    Check(shape);
+    batches[i].Build(keys, ps->partition());
+    StepPart part;
+    part.table = t[0].cast<std::string>();
+    part.dim = static_cast<int>(dim);
+    part.push = true;
+    part.push_keys = &batches[i];
+    if (batches[i].identity()) {
+      part.grads = g;
+    } else {
+      reduced[i].resize(batches[i].num_unique() * static_cast<size_t>(dim));
+      batches[i].Reduce(g, static_cast<int>(dim), reduced[i].data());
+      part.grads = reduced[i].data();
+    }
+    parts.push_back(std::move(part));
+  }
+  for (const py::tuple& t : dense) {
+    if (t.size() != 2) throw py::value_error("a dense part is (table, grads)");
+    const py::array grads = t[1].cast<py::array>();
+    StepPart part;
+    part.table = t[0].cast<std::string>();
+    part.dense = true;
+    part.push = true;
+    part.grads = RowsOf(grads, -1, 0, "grads");
+    part.push_floats = static_cast<size_t>(grads.size());
+    parts.push_back(std::move(part));
+  }
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = ps->Step(parts, CallClock{clock}, CallClock{clock});
+  }
+  Check(status);
+}
+
 void BindClient(py::module_& m) {
   py::class_<Client>(m, "Client")
       .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
@@ -144,6 +201,9 @@ void BindClient(py::module_& m) {
            "Pushes one gradient row per key (float32 [len(keys), dim]); duplicate keys' rows are summed.")
       .def("pull_dense", &Client::PullDense, py::arg("table"), py::arg("size"), py::arg("clock") = 0)
       .def("push_dense", &Client::PushDense, py::arg("table"), py::arg("grads"), py::arg("clock") = 0)
+      .def("step", &Client::Step, py::arg("sparse"), py::arg("dense"), py::arg("clock"),
+           "One training step's pushes at `clock`, as one request per server: sparse (table, keys, grads) and "
+           "dense (table, grads) tuples. Every gradient is checked first; a refused step changes no table.")
       .def_property_readonly("num_servers", &Client::num_servers);
 }
 

@@ -45,6 +45,10 @@ class Client {
   void Push(const std::string& table, const py::array& keys, const py::array& grads, int64_t clock);
   py::array_t<float> PullDense(const std::string& table, int64_t size, int64_t clock);
   void PushDense(const std::string& table, const py::array& grads, int64_t clock);
+  // One training step's pushes at `clock`: `sparse` (table, keys, grads [len(keys), dim]) and `dense` (table,
+  // grads) tuples, sent as one request per server (PsClient::Step). Every gradient is checked before anything
+  // is sent: a refused step leaves every table as it was.
+  void Step(const std::vector<py::tuple>& sparse, const std::vector<py::tuple>& dense, int64_t clock);
   int num_servers() { return Current()->partition().num_servers(); }
 
  private:

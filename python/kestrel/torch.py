@@ -10,11 +10,26 @@ module.parameters() sees none of them.
     pooled = ebc({"hist_items": (ids, offsets), "item_id": (ids, offsets)}, clock=step)   # name -> [B, 16]
     loss(model(pooled)).backward()                                                       # pushes at `clock`
 
+A training step is one `with kestrel.torch.step(client, clock):` block. Its modules read the clock from it, and
+their pushes wait for its end: one fused request per server carries every table's gradients (sparse and dense),
+each checked before anything is sent, so a refused step (a NaN gradient in one table) changes no table, and an
+exception inside the block pushes nothing.
+
+    with ktorch.step(client, clock):
+        loss = loss_fn(model(ebc(features)), labels)     # pulls at `clock`
+        loss.backward()                                  # gradients gathered
+        dense.push(grad_scale=1 / len(labels))           # gathered too
+    # here: every table's push of `clock`, all or none
+
+Outside a step, a module takes the clock as an argument and pushes as its backward runs (table by table).
+
 Ids are int64 tensors or arrays (any 64-bit value; reinterpreted as uint64) with torch-style offsets (each
 example's first position, B of them). A feature may also come as (keys, offsets, values) — what kestrel.Reader
 yields: parameter-server keys (uint64) used as they are, and per-entry values that already carry the schema's
 pooling, summed as value * row. Features naming one table share its rows.
 """
+import contextlib
+import contextvars
 import os
 
 import numpy as np
@@ -24,6 +39,59 @@ from kestrel._kestrel import feature_keys, unique_keys
 from kestrel.worker import RollbackNeeded
 
 _MODES = ("sum", "mean", "sqrt_n")
+
+
+class Step:
+    """One training step of `client` at `clock`: the modules' pushes, gathered and sent together by push()."""
+
+    def __init__(self, client, clock):
+        self.client, self.clock = client, int(clock)
+        self._sparse, self._dense = [], []
+
+    def add_sparse(self, table, keys, grads):
+        self._sparse.append((table, keys, np.ascontiguousarray(grads, dtype=np.float32)))
+
+    def add_dense(self, table, grads):
+        self._dense.append((table, np.ascontiguousarray(grads, dtype=np.float32)))
+
+    def push(self):
+        """Every gathered push as one step (Client.step): all tables or none. A step with nothing gathered sends
+        nothing."""
+        if self._sparse or self._dense:
+            self.client.step(self._sparse, self._dense, self.clock)
+        self._sparse, self._dense = [], []
+
+
+_current = contextvars.ContextVar("kestrel_step", default=None)
+
+
+@contextlib.contextmanager
+def step(client, clock):
+    """The step context (see the module docstring): yields the Step; on a normal exit pushes what it gathered,
+    on an exception nothing."""
+    current = Step(client, clock)
+    token = _current.set(current)
+    try:
+        yield current
+    finally:
+        _current.reset(token)
+    current.push()
+
+
+def current_step():
+    """The Step of the enclosing `with step(...)`, or None."""
+    return _current.get()
+
+
+def _clock(clock):
+    """The clock a module call reads at: its argument, else the enclosing step's. A call with neither is refused:
+    a clock silently 0 would read and push at the job's first iteration."""
+    if clock is not None:
+        return int(clock)
+    current = _current.get()
+    if current is None:
+        raise ValueError("no clock: call inside `with kestrel.torch.step(client, clock):`, or pass clock=")
+    return current.clock
 
 
 class _Rows(torch.autograd.Function):
@@ -36,7 +104,12 @@ class _Rows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.client.push(ctx.table, ctx.keys, np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32), ctx.clock)
+        grads = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
+        current = _current.get()
+        if current is not None and current.client is ctx.client and current.clock == ctx.clock:
+            current.add_sparse(ctx.table, ctx.keys, grads)  # sent with the step's other pushes
+        else:
+            ctx.client.push(ctx.table, ctx.keys, grads, ctx.clock)
         return None, None, None, None, None, None
 
 
@@ -65,10 +138,11 @@ class EmbeddingBagCollection(torch.nn.Module):
         # Carries the graph from the inputs to the pulled rows, so backward reaches _Rows without a parameter.
         self.register_buffer("_anchor", torch.zeros((), requires_grad=False))
 
-    def forward(self, inputs, clock=0, sequences=()):
+    def forward(self, inputs, clock=None, sequences=()):
         """inputs: feature name -> (ids, offsets) or (keys, offsets, values). Returns name -> float32 [B, dim];
         for the features named in `sequences`, instead of a pooled vector, (rows [n, dim], offsets [B]): each
         entry's row, unpooled (e.g. for attention over a history)."""
+        clock = _clock(clock)
         unknown = sorted(set(inputs) - set(self.features))
         if unknown:
             raise ValueError(f"unknown features {unknown}; this collection has {sorted(self.features)}")
@@ -129,11 +203,12 @@ class EmbeddingBagCollection(torch.nn.Module):
                     out[name] = part
         return {name: out[name] for name in inputs}
 
-    def stack(self, inputs, clock=0, order=None):
+    def stack(self, inputs, clock=None, order=None):
         """The pooled features of `order` (default: the inputs' order) as one [B, len(order), dim] tensor, what
         torch.stack(forward(...) in order, 1) gives. When they all look up one table with one entry of weight 1
         per example (single-valued features), it is one lookup in example-major order: no copy of the pooled
         vectors, forward and backward."""
+        clock = _clock(clock)
         order = list(order or inputs)
         tables = {self.features[name][0] for name in order}
         batch = len(inputs[order[0]][1]) if order else 0
@@ -201,16 +276,23 @@ class ServerDense:
         client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} dense_size: {self.size} '
                             f'seed: {seed} initializer {{ {initializer} }} optimizer {{ {optimizer} }}')
 
-    def pull(self, clock=0):
-        """Copies the servers' values at `clock` into the parameters and clears their gradients (a step that
-        failed before its push leaves some behind)."""
+    def pull(self, clock=None):
+        """Copies the servers' values at `clock` (default: the enclosing step's) into the parameters and clears
+        their gradients (a step that failed before its push leaves some behind)."""
+        clock = _clock(clock)
         _copy_into(self.parameters, torch.from_numpy(self.client.pull_dense(self.table, self.size, clock)))
         for p in self.parameters:
             p.grad = None
 
-    def push(self, clock=0, grad_scale=1.0):
-        grads = _flat_grads(self.parameters, grad_scale)
-        self.client.push_dense(self.table, np.ascontiguousarray(grads.detach().numpy(), dtype=np.float32), clock)
+    def push(self, clock=None, grad_scale=1.0):
+        """Sends the parameters' gradients (times `grad_scale`): with the enclosing step's pushes when called in
+        one (at its clock), else at once at `clock`."""
+        grads = np.ascontiguousarray(_flat_grads(self.parameters, grad_scale).detach().numpy(), dtype=np.float32)
+        current = _current.get()
+        if current is not None and clock is None and current.client is self.client:
+            current.add_dense(self.table, grads)
+        else:
+            self.client.push_dense(self.table, grads, _clock(clock))
         for p in self.parameters:
             p.grad = None
 

@@ -37,12 +37,20 @@ class ClientTest(unittest.TestCase):
             self.client.pull("nope", np.array([1], dtype=np.uint64), 4)
         self.assertEqual(caught.exception.code, "NOT_FOUND")
         self.assertIn("nope", caught.exception.message)
+        # Each code has its subclass, to catch what the caller can act on.
+        self.assertIsInstance(caught.exception, kestrel.NotFoundError)
+        self.assertNotIsInstance(caught.exception, kestrel.UnavailableError)
+        self.assertTrue(issubclass(kestrel.InvalidArgumentError, kestrel.KestrelError))
+        self.assertTrue(issubclass(kestrel.KestrelError, RuntimeError))
+        self.assertEqual(kestrel.FailedPreconditionError.__name__, "FailedPreconditionError")
+        self.assertEqual(len(kestrel.ERRORS), 16)
 
     def test_dimension_mismatch_is_refused_and_nothing_applied(self):
         keys = np.array([3], dtype=np.uint64)
         with self.assertRaises(kestrel.KestrelError) as caught:
             self.client.push("emb", keys, np.ones((1, 8), dtype=np.float32))
         self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIsInstance(caught.exception, kestrel.InvalidArgumentError)
         np.testing.assert_array_equal(self.client.pull("emb", keys, 4), np.zeros((1, 4), dtype=np.float32))
 
     def test_non_finite_gradient_is_refused_and_nothing_applied(self):

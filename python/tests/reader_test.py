@@ -103,7 +103,7 @@ class ReaderTest(unittest.TestCase):
         ebc = ktorch.EmbeddingBagCollection(client, {"tok": 4}, {"item": ("tok", "sum"), "hist": ("tok", "mean")})
         batch = kestrel.Reader(self.config).next(10)
         inputs = {name: batch["features"][name] for name in ("item", "hist")}
-        pooled = ebc(inputs)
+        pooled = ebc(inputs, clock=0)
         hist_keys, _, _ = batch["features"]["hist"]
         rows = torch.from_numpy(client.pull("tok", hist_keys, 4))
         torch.testing.assert_close(pooled["hist"][0], rows[:3].mean(0), rtol=1e-6, atol=1e-6)

@@ -90,14 +90,73 @@ class EmbeddingBagCollectionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ktorch.EmbeddingBagCollection(self.client, {"items": DIM}, {"f": ("items", "max")})
         with self.assertRaises(ValueError):
-            self.ebc({"other": (torch.tensor([1]), torch.tensor([0]))})
+            self.ebc({"other": (torch.tensor([1]), torch.tensor([0]))}, clock=0)
 
     def test_a_table_the_servers_lack_raises_kestrel_error(self):
         ebc = ktorch.EmbeddingBagCollection(self.client, {"missing": DIM}, {"f": ("missing", "sum")})
         with self.assertRaises(kestrel.KestrelError) as caught:
-            ebc({"f": (torch.tensor([1]), torch.tensor([0]))})
+            ebc({"f": (torch.tensor([1]), torch.tensor([0]))}, clock=0)
         self.assertEqual(caught.exception.code, "NOT_FOUND")
 
+class StepTest(unittest.TestCase):
+    """A step's pushes to every table go together: all applied, or, one gradient refused, none."""
+
+    def setUp(self):
+        self.client = kestrel.Client.in_process(servers=2, job_id="step")
+        for table in ("users", "items"):
+            self.client.create_table(f'name: "{table}" dim: {DIM} seed: 3 initializer {{ type: NORMAL stddev: 0.5 }} '
+                                     'optimizer { type: SGD learning_rate: 1 }')
+        self.ebc = ktorch.EmbeddingBagCollection(self.client, {"users": DIM, "items": DIM},
+                                                 {"user": ("users", "sum"), "item": ("items", "sum")})
+        self.mlp = torch.nn.Linear(2 * DIM, 1)
+        self.dense = ktorch.ServerDense(self.client, "dense", self.mlp.parameters(),
+                                        optimizer="type: SGD learning_rate: 1")
+        ids = torch.arange(6, dtype=torch.int64)
+        self.inputs = {"user": (ids, torch.arange(6)), "item": (ids + 100, torch.arange(6))}
+
+    def tables(self):
+        keys = {"user": kestrel.feature_keys(np.arange(6, dtype=np.int64).view(np.uint64)),
+                "item": kestrel.feature_keys(np.arange(100, 106, dtype=np.int64).view(np.uint64))}
+        return (self.client.pull("users", keys["user"], DIM).copy(), self.client.pull("items", keys["item"], DIM).copy(),
+                self.client.pull_dense("dense", self.dense.size).copy())
+
+    def run_step(self, poison=None):
+        with ktorch.step(self.client, 1):
+            self.dense.pull()
+            pooled = self.ebc(self.inputs)
+            if poison == "items":  # a NaN reaches only the items table's gradient
+                pooled["item"] = pooled["item"] * torch.tensor([float("nan")] + [1.0] * 5)[:, None]
+            self.mlp(torch.cat([pooled["user"], pooled["item"]], 1)).sum().backward()
+            self.dense.push()
+            if poison == "raise":
+                raise RuntimeError("the loss was bad")
+
+    def test_a_refused_gradient_leaves_every_table_unchanged(self):
+        before = self.tables()
+        with self.assertRaises(kestrel.KestrelError) as caught:
+            self.run_step(poison="items")
+        self.assertEqual(caught.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("items", caught.exception.message)
+        for was, now in zip(before, self.tables()):
+            np.testing.assert_array_equal(was, now)
+        # An exception inside the step pushes nothing either.
+        with self.assertRaises(RuntimeError):
+            self.run_step(poison="raise")
+        for was, now in zip(before, self.tables()):
+            np.testing.assert_array_equal(was, now)
+        # A good step moves every table, once.
+        self.run_step()
+        for was, now in zip(before, self.tables()):
+            self.assertFalse(np.array_equal(was, now))
+
+    def test_a_module_call_needs_a_clock(self):
+        with self.assertRaises(ValueError) as caught:
+            self.ebc(self.inputs)
+        self.assertIn("kestrel.torch.step", str(caught.exception))
+        with ktorch.step(self.client, 4) as current:
+            self.assertIs(ktorch.current_step(), current)
+            self.assertEqual(current.clock, 4)
+        self.assertIsNone(ktorch.current_step())
 
 if __name__ == "__main__":
     unittest.main()
