@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-openmp-dev libeigen3-dev libdnnl-dev
   python3-grpcio python3-protobuf
   python3-dev pybind11-dev python3-numpy python3-torch libopenblas0-openmp
+  python3-venv python3-pip python3-setuptools python3-wheel
   iproute2 util-linux
   slurm-wlm munge openmpi-bin
   "$@"

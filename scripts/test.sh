@@ -23,4 +23,13 @@ done
 log=$(mktemp)
 bazel test //... --keep_going --test_summary=short "$@" 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
+# The Python package installed with pip into a fresh virtual environment (it runs Bazel itself: not a Bazel
+# test), with the suite's build flags so the extension's dependencies come from the build above.
+if tests/pip_install_test.sh > "$checks.out" 2>&1; then
+  tail -n 1 "$checks.out"
+  echo "PASSED tests/pip_install_test.sh" >> "$checks"
+else
+  cat "$checks.out"
+  echo "FAILED tests/pip_install_test.sh" >> "$checks"
+fi
 python3 scripts/test_summary.py "$log" "$(bazel info bazel-testlogs 2>/dev/null)" "$bazel_rc" "$checks"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `pip install --no-build-isolation ./python` into a fresh virtual environment (with the system's site packages:
+# numpy and PyTorch from Debian, setuptools and wheel for the build; no package index), then the package is
+# imported from the environment, not the repository, and the examples train with it: DeepFM in PyTorch in one
+# process, and the same job as a cluster of Python workers (kestrel local --worker_cmd).
+#
+# Not a Bazel test: the install itself runs Bazel (python/setup.py). scripts/test.sh runs it after the Bazel
+# tests, with the suite's build flags so the extension's C++ dependencies come from its cache.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Debian's interpreter (its python3-* packages are the system site packages), or $PYTHON.
+"${PYTHON:-/usr/bin/python3}" -m venv --system-site-packages "$tmp/venv"
+py="$tmp/venv/bin/python"
+echo "== pip install --no-build-isolation --no-index ./python"
+(cd "$repo" && KESTREL_BAZEL_FLAGS="${KESTREL_BAZEL_FLAGS-}" "$tmp/venv/bin/pip" install --quiet --no-build-isolation \
+  --no-index ./python)
+echo "== and as a wheel"
+(cd "$repo" && KESTREL_BAZEL_FLAGS="${KESTREL_BAZEL_FLAGS-}" "$tmp/venv/bin/pip" wheel --quiet --no-build-isolation \
+  --no-index --no-deps -w "$tmp/wheels" ./python)
+rm -rf "$repo/python/build" "$repo"/python/*.egg-info
+"$py" - "$tmp"/wheels/kestrel-*.whl <<'PY'
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+for want in ("kestrel/__init__.py", "kestrel/torch.py", "kestrel/_kestrel.pyi", "kestrel/py.typed"):
+    assert want in names, (want, sorted(names))
+assert any(n.startswith("kestrel/_kestrel") and n.endswith(".so") for n in names), sorted(names)
+assert not any(n.endswith(".cc") for n in names), sorted(names)
+print(sys.argv[1].rsplit("/", 1)[-1], len(names), "files")
+PY
+
+echo "== imported from the environment"
+cd "$tmp"
+"$py" - "$tmp/venv" <<'PY'
+import os, sys
+import kestrel, kestrel.torch
+assert kestrel.__file__.startswith(sys.argv[1]), kestrel.__file__
+client = kestrel.Client.in_process(servers=2)
+try:
+    client.pull("nope", __import__("numpy").array([1], dtype="uint64"), 4)
+except kestrel.NotFoundError as e:
+    print(f"kestrel from {os.path.dirname(kestrel.__file__)}: {e.code}")
+PY
+
+echo "== the DeepFM example in one process"
+bin=$(cd "$repo" && bazel info ${KESTREL_BAZEL_FLAGS-} bazel-bin 2>/dev/null)
+(cd "$repo" && bazel build ${KESTREL_BAZEL_FLAGS-} //worker/data:kestrel_datagen //cmd:kestrel_worker \
+  //scheduler:kestrel_scheduler //server:kestrel_server 2>/dev/null)
+"$bin/worker/data/kestrel_datagen" --train_rows=8000 --test_rows=2000 --max_vocab=1000 --out_dir="$tmp/data" 2>/dev/null
+cat >"$tmp/job.pbtxt" <<'JOB'
+model { type: DEEPFM embedding_dim: 8 hidden: [32, 16] }
+data { format: CRITEO }
+train { batch_size: 256 epochs: 1 }
+JOB
+"$py" "$repo/examples/torch/deepfm.py" --config="$tmp/job.pbtxt" --train="$tmp/data/train.tsv" \
+  --test="$tmp/data/test.tsv" | tee "$tmp/one.txt"
+grep -q "test AUC 0\.[6-9]" "$tmp/one.txt"
+
+echo "== the same job on 2 servers and 2 Python workers"
+KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" \
+  --run_dir="$tmp/run" --device=cpu --worker_cmd="$py $repo/examples/torch/deepfm.py" --max_restarts=0
+"$py" - "$tmp/run/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ok"] and s["auc"] > 0.6, s
+print(f"cluster: test AUC {s['auc']:.4f}")
+PY
+echo PASS
