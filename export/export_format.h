@@ -43,6 +43,10 @@ namespace kestrel {
 
 // The file naming an export: written last, so an export without one does not exist.
 inline constexpr char kModelFile[] = "MODEL";
+// A PyTorch model's part of an export (python/kestrel/training.py export): its builder's import path, the
+// schema it was built for, and beside it its parameters. kestrel_predict scores built-in models only and refuses
+// an export holding one; kestrel.torch.load scores it.
+inline constexpr char kPythonModuleFile[] = "module.json";
 // MODEL holds configs only: anything larger is not one (and is not read into memory).
 inline constexpr uint64_t kMaxModelBytes = uint64_t{16} << 20;
 // Longest base_dir a MODEL may name.

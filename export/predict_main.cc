@@ -8,6 +8,7 @@
 // scored, 1 failed, 2 bad flags or a damaged export (named).
 #include <cstdio>
 #include <memory>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "common/partition.h"
 #include "common/process_setup.h"
 #include "worker/compute/backend_factory.h"
+#include "export/export_format.h"
 #include "export/load_export.h"
 #include "inprocess/local_ps_client.h"
 #include "common/evaluation.h"
@@ -38,6 +40,12 @@ namespace {
 
 int Run() {
   SetLogIdentity("predict");
+  if (std::filesystem::exists(std::filesystem::path(absl::GetFlag(FLAGS_model)) / kPythonModuleFile)) {
+    KLOG(Error) << absl::GetFlag(FLAGS_model) << " holds a PyTorch model (" << kPythonModuleFile
+                << "): kestrel_predict scores the built-in models; score it with kestrel.torch.load(\""
+                << absl::GetFlag(FLAGS_model) << "\").score(config, files) (docs/python.md)";
+    return 2;
+  }
   absl::StatusOr<LoadedExport> loaded = LoadExport(absl::GetFlag(FLAGS_model));
   if (!loaded.ok()) {
     KLOG(Error) << "cannot load the model: " << loaded.status();

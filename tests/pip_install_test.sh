@@ -2,7 +2,8 @@
 # `pip install --no-build-isolation ./python` into a fresh virtual environment (with the system's site packages:
 # numpy and PyTorch from Debian, setuptools and wheel for the build; no package index), then the package is
 # imported from the environment, not the repository, and the examples train with it: DeepFM in PyTorch in one
-# process, and the same job as a cluster of Python workers (kestrel local --worker_cmd).
+# process and as a cluster of Python workers (kestrel local --worker_cmd), and the two-tower model's
+# kestrel.torch.fit as a cluster.
 #
 # Not a Bazel test: the install itself runs Bazel (python/setup.py). scripts/test.sh runs it after the Bazel
 # tests, with the suite's build flags so the extension's C++ dependencies come from its cache.
@@ -58,7 +59,19 @@ JOB
   --test="$tmp/data/test.tsv" | tee "$tmp/one.txt"
 grep -q "test AUC 0\.[6-9]" "$tmp/one.txt"
 
-echo "== the same job on 2 servers and 2 Python workers"
+echo "== a two-tower model (kestrel.torch.fit) on 2 servers and 2 Python workers"
+"$bin/worker/data/kestrel_datagen" --format=schema --train_rows=20000 --test_rows=4000 --out_dir="$tmp/history" \
+  2>/dev/null
+KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/history/job.pbtxt" \
+  --run_dir="$tmp/two_tower" --device=cpu --worker_cmd="$py $repo/examples/torch/two_tower.py" --max_restarts=0
+"$py" - "$tmp/two_tower/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ok"] and s["auc"] > 0.58, s
+print(f"two-tower cluster: test AUC {s['auc']:.4f}")
+PY
+
+echo "== the DeepFM job on 2 servers and 2 Python workers"
 KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" \
   --run_dir="$tmp/run" --device=cpu --worker_cmd="$py $repo/examples/torch/deepfm.py" --max_restarts=0
 "$py" - "$tmp/run/summary.json" <<'PY'

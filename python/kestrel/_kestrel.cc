@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/evaluation.h"
+#include "export/export_format.h"
 #include "common/partition.h"
 #include "proto/records.pb.h"
 #include "python/kestrel/binding_util.h"
@@ -102,6 +103,7 @@ namespace py = pybind11;
 PYBIND11_MODULE(_kestrel, m) {
   m.doc() = "Kestrel's C++ parameter-server client (the kestrel package wraps it).";
   kestrel::RegisterKestrelError(m);
+  m.attr("PYTHON_MODULE_FILE") = kestrel::kPythonModuleFile;  // an export's PyTorch part (export/export_format.h)
   m.def("job_settings", &kestrel::JobSettings, py::arg("config"),
         "A JobConfig's (text format) model type, embedding_dim, hidden widths, batch_size, epochs and seed, "
         "defaults applied.");

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/key_batch.h"
 #include "common/limits.h"
+#include "export/export.h"
+#include "export/load_export.h"
 #include "inprocess/local_ps_client.h"
 #include "python/kestrel/binding_util.h"
 #include "server/table.h"
@@ -36,6 +38,34 @@ std::unique_ptr<Client> Client::InProcess(int servers, const std::string& job_id
   return client;
 }
 
+std::unique_ptr<Client> Client::FromExport(const std::string& dir) {
+  absl::StatusOr<LoadedExport> loaded = LoadExport(dir);
+  Check(loaded.status());
+  auto client = std::unique_ptr<Client>(new Client());
+  PsClientOptions options;
+  options.job_id = loaded->model.job_id();
+  client->shards_.push_back(std::move(loaded->shard));
+  client->client_ = NewLocalPsClient(options, {client->shards_.front().get()});
+  client->serving_ = true;
+  return client;
+}
+
+void Client::Export(const std::string& dir, const std::string& config, int64_t clock) {
+  if (shards_.empty() || serving_) {
+    Raise(absl::FailedPreconditionError("only a client of in-process servers exports them; a cluster's model is "
+                                        "its checkpoint's (kestrel_export)"));
+  }
+  const JobConfig job = ParseJob(config);
+  std::vector<Shard*> servers;
+  for (const auto& shard : shards_) servers.push_back(shard.get());
+  absl::StatusOr<ExportedModel> exported;
+  {
+    py::gil_scoped_release release;
+    exported = ExportServers(servers, job, clock, dir);
+  }
+  Check(exported.status());
+}
+
 std::unique_ptr<Client> Client::OfWorker(std::shared_ptr<WorkerCore> worker) {
   auto client = std::unique_ptr<Client>(new Client());
   client->worker_ = std::move(worker);
@@ -63,6 +93,13 @@ std::unique_ptr<Client> Client::Connect(const std::vector<std::string>& addresse
 void Client::CreateTable(const std::string& text) {
   TableConfig config;
   ParseText(text, "proto/table.proto", &config);
+  if (serving_) {  // an export's table: configured for serving already
+    const Table* table = shards_.front()->FindTable(config.name());
+    if (table == nullptr) {
+      Raise(absl::NotFoundError(absl::StrCat("the export has no table '", config.name(), "'")));
+    }
+    return;
+  }
   PsClient* ps = Current();
   absl::Status status;
   {
@@ -189,6 +226,10 @@ void BindClient(py::module_& m) {
   py::class_<Client>(m, "Client")
       .def_static("in_process", &Client::InProcess, py::arg("servers") = 1, py::arg("job_id") = "kestrel",
                   "A client over `servers` in-process servers it owns.")
+      .def_static("from_export", &Client::FromExport, py::arg("dir"),
+                  "A client over an export's tables, loaded into this process (scoring).")
+      .def("export", &Client::Export, py::arg("dir"), py::arg("config"), py::arg("clock"),
+           "In-process servers: every table's state at `clock` exported to `dir` for the job `config`.")
       .def_static("connect", &Client::Connect, py::arg("addresses"), py::arg("job_id") = "kestrel",
                   py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("rank") = -1,
                   "A client of a running job's servers (addresses in rank order), over mutual TLS when the files "

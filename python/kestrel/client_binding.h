@@ -35,6 +35,9 @@ class Client {
   static std::unique_ptr<Client> InProcess(int servers, const std::string& job_id);
   // The client of `worker`'s passes, each call through the current one's.
   static std::unique_ptr<Client> OfWorker(std::shared_ptr<WorkerCore> worker);
+  // A client over an export (export/load_export.h) loaded into one in-process server: its tables answer reads
+  // (scoring); create_table of a table the export has, with its dim, is accepted and changes nothing.
+  static std::unique_ptr<Client> FromExport(const std::string& dir);
   // A client of a running job's servers (addresses in rank order), over mutual TLS when the files are given.
   static std::unique_ptr<Client> Connect(const std::vector<std::string>& addresses, const std::string& job_id,
                                          const std::string& tls_ca, const std::string& tls_cert,
@@ -49,6 +52,10 @@ class Client {
   // grads) tuples, sent as one request per server (PsClient::Step). Every gradient is checked before anything
   // is sent: a refused step leaves every table as it was.
   void Step(const std::vector<py::tuple>& sparse, const std::vector<py::tuple>& dense, int64_t clock);
+  // In-process clients: every table's state at `clock` exported to `dir` (export/export.h ExportServers) for
+  // the job `config` (text format). FailedPrecondition for a client of remote servers (export their
+  // checkpoint with kestrel_export).
+  void Export(const std::string& dir, const std::string& config, int64_t clock);
   int num_servers() { return Current()->partition().num_servers(); }
 
  private:
@@ -66,6 +73,7 @@ class Client {
   }
 
   std::vector<std::unique_ptr<Shard>> shards_;  // in-process servers (declared first: destroyed after the client)
+  bool serving_ = false;                          // FromExport's: tables exist already
   std::unique_ptr<PsClient> client_;
   std::shared_ptr<WorkerCore> worker_;  // set instead of client_ for a worker's client
 };

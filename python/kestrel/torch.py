@@ -266,6 +266,9 @@ class ServerDense:
 
     client: a kestrel.Client; table: the dense table's name; parameters: the module's parameters, in a fixed
     order; optimizer, initializer: OptimizerConfig / InitializerConfig text (proto/table.proto).
+    initializer None (kestrel.torch.fit's choice) keeps PyTorch's own initialization: the table starts at zero
+    and holds what training added, and pull() adds it to the parameters' values at construction (build the
+    module after the same torch.manual_seed on every worker, as fit does, and they all start alike).
     """
 
     def __init__(self, client, table, parameters, optimizer='type: ADAM learning_rate: 0.001',
@@ -273,6 +276,10 @@ class ServerDense:
         self.client, self.table = client, table
         self.parameters = list(parameters)
         self.size = sum(p.numel() for p in self.parameters)
+        self._initial = None
+        if initializer is None:
+            self._initial = torch.cat([p.detach().reshape(-1).float() for p in self.parameters])
+            initializer = "type: ZEROS"
         client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} dense_size: {self.size} '
                             f'seed: {seed} initializer {{ {initializer} }} optimizer {{ {optimizer} }}')
 
@@ -280,7 +287,8 @@ class ServerDense:
         """Copies the servers' values at `clock` (default: the enclosing step's) into the parameters and clears
         their gradients (a step that failed before its push leaves some behind)."""
         clock = _clock(clock)
-        _copy_into(self.parameters, torch.from_numpy(self.client.pull_dense(self.table, self.size, clock)))
+        values = torch.from_numpy(self.client.pull_dense(self.table, self.size, clock))
+        _copy_into(self.parameters, values if self._initial is None else self._initial + values)
         for p in self.parameters:
             p.grad = None
 
@@ -489,3 +497,7 @@ class AllreduceDense:
             client.push_dense(self.table, state.numpy(), clock)
         elif self.worker.consistency == "bsp":  # BSP servers wait for every worker's part of the clock
             client.push_dense(self.table, np.zeros(0, dtype=np.float32), clock)
+
+
+# The training loop and the exported model's loader (kestrel/training.py), as kestrel.torch.fit and .load.
+from kestrel.training import Result, Schema, evaluate, export, fit, load  # noqa: E402,F401  (after the modules it uses)
