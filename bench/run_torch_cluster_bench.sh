@@ -8,7 +8,8 @@
 #   torch-bf16       examples/torch/deepfm.py --mlp_bf16: as torch-servers, the MLP's matrix products in bfloat16
 #                    (torch.autocast: oneDNN's AVX512-BF16 kernels where the CPU has them; weights stay float32)
 # and bench/torch_peer.py, plain PyTorch in one process (the tool a user would otherwise pick), as a fourth
-# column. Medians of --runs rounds; the ratios are taken within each round. Also the CPU seconds of each whole
+# column, beside examples/torch/deepfm.py in one process on 2 in-process servers (Kestrel's path against PyTorch's
+# own). Medians of --runs rounds; the ratios are taken within each round. Also the CPU seconds of each whole
 # job (scheduler, servers and workers: they share this machine's cores) per 1000 training examples, and the bytes
 # each dense mode moves per step (from the dense part's size). Writes bench/results/torch_cluster.md.
 #
@@ -84,7 +85,13 @@ for r in $(seq "${runs}"); do
   peer="$("${python}" bench/torch_peer.py --train "${data}/train.tsv" --test "${data}/test.tsv" --model deepfm \
     --embedding_dim 16 --hidden 256,128 --batch_size 4096 --wide_opt adagrad | tail -1)"
   echo "torch_peer: ${peer}"
-  rounds+=("${cpp}|${servers}|${allreduce}|${peer}|${bf16}")
+  # The PyTorch DeepFM on Kestrel's tables in one process (2 in-process servers): Kestrel's path against
+  # PyTorch's own, same machine, same round.
+  inprocess="$(PYTHONPATH="${bin}/python/site" "${python}" examples/torch/deepfm.py --config "${work_dir}/job.pbtxt" \
+    --train "${data}/train.tsv" --test "${data}/test.tsv" --servers 2 | \
+    sed -n 's/^trained [0-9]* examples in [0-9.]* s: \([0-9]*\) examples\/s$/\1/p; s/^test AUC \([0-9.]*\)$/auc \1/p' | tr '\n' ' ')"
+  echo "torch-inprocess: ${inprocess}"
+  rounds+=("${cpp}|${servers}|${allreduce}|${peer}|${bf16}|${inprocess}")
 done
 
 # The dense part's floats: bias, then the MLP over 39 fields x 16 + 13 dense inputs -> 256 -> 128 -> 1.
@@ -97,9 +104,11 @@ out, invocation, commit, train_rows, test_rows, dense, cores, cpu = sys.argv[1:9
 dense = int(dense)
 rows = []
 for r in sys.argv[9:]:
-    cpp, servers, allreduce, peer, bf16 = r.split("|")
+    cpp, servers, allreduce, peer, bf16, inprocess = r.split("|")
     parse = lambda s: dict(zip(("auc", "eps", "cpu", "examples"), map(float, s.split())))
-    rows.append((parse(cpp), parse(servers), parse(allreduce), json.loads(peer), parse(bf16)))
+    eps, _, auc = inprocess.split()
+    rows.append((parse(cpp), parse(servers), parse(allreduce), json.loads(peer), parse(bf16),
+                 {"eps": float(eps), "auc": float(auc)}))
 med = lambda f: statistics.median(f(x) for x in rows)
 lines = [
     "# PyTorch workers on a 2+2 cluster: DeepFM in PyTorch vs the built-in C++ worker",
@@ -129,6 +138,19 @@ lines = [
     "| CPU seconds of the whole job per 1000 examples | %.3f | %.3f | %.3f | %.3f | |" % tuple(
         med(lambda x, i=i: 1000 * x[i]["cpu"] / x[i]["examples"]) for i in (0, 1, 2, 4)),
     "",
+    "In one process (the cost of Kestrel's path over PyTorch's own: `examples/torch/deepfm.py` on 2 in-process "
+    "servers, its reads, pushes and fused steps through the C++ client, against `bench/torch_peer.py`'s plain "
+    "PyTorch DeepFM with the same batch, optimizers and initial distributions; both with 2 threads):",
+    "",
+    "| | PyTorch on Kestrel, 1 process | plain PyTorch, 1 process | Kestrel / plain | the 2+2 cluster of PyTorch workers |",
+    "|---|---:|---:|---:|---:|",
+    "| training examples/s | %.0f | %.0f | %.2f | %.0f |" % (
+        med(lambda x: x[5]["eps"]), med(lambda x: x[3]["examples_per_second"]),
+        med(lambda x: x[5]["eps"] / x[3]["examples_per_second"]), med(lambda x: x[1]["eps"])),
+    "| test AUC | %.5f | %.5f | %+.5f | %.5f |" % (
+        med(lambda x: x[5]["auc"]), med(lambda x: x[3]["auc"]), med(lambda x: x[5]["auc"] - x[3]["auc"]),
+        med(lambda x: x[1]["auc"])),
+    "",
     f"Bytes of the dense part (bias + MLP: {dense} floats, {4 * dense / 1e6:.2f} MB) per step, both workers together:",
     f"- on the servers: each worker pulls it and pushes its gradient: {2 * 2 * 4 * dense / 1e6:.2f} MB through the"
     " servers (which also average and apply Adam);",
@@ -143,7 +165,8 @@ for i, x in enumerate(rows, 1):
     lines.append(f"- round {i}: C++ {x[0]['auc']:.5f} {x[0]['eps']:.0f}/s {x[0]['cpu']:.0f} s; torch-servers "
                  f"{x[1]['auc']:.5f} {x[1]['eps']:.0f}/s {x[1]['cpu']:.0f} s; torch-allreduce {x[2]['auc']:.5f} "
                  f"{x[2]['eps']:.0f}/s {x[2]['cpu']:.0f} s; torch-bf16 {x[4]['auc']:.5f} {x[4]['eps']:.0f}/s "
-                 f"{x[4]['cpu']:.0f} s; plain PyTorch {x[3]['auc']:.5f} {x[3]['examples_per_second']:.0f}/s")
+                 f"{x[4]['cpu']:.0f} s; plain PyTorch {x[3]['auc']:.5f} {x[3]['examples_per_second']:.0f}/s; "
+                 f"PyTorch on Kestrel in one process {x[5]['auc']:.5f} {x[5]['eps']:.0f}/s")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

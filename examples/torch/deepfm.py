@@ -98,17 +98,21 @@ def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
     `test`."""
     dense = ktorch.ServerDense(client, "dense", list(model.dense_parameters()))
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
-    clock = 0
+    clock, examples, start = 0, 0, time.monotonic()
     for epoch in range(epochs):
         reader = kestrel.Reader(config, files=[train], epoch=epoch)
-        while (batch := reader.next(batch_size)) is not None:
+        for batch in kestrel.batches(reader, batch_size):  # the next batches read while this one computes
             clock += 1
-            dense.pull(clock)
-            logits = model(batch, clock)
-            loss = loss_fn(logits, torch.from_numpy(batch["labels"]))
-            loss.backward()  # pushes the sparse rows' gradient sums
-            dense.push(clock, grad_scale=1.0 / len(batch["labels"]))  # the dense tensor takes the batch mean
+            with ktorch.step(client, clock):  # every table's push of the step, together
+                dense.pull()
+                logits = model(batch, clock)
+                loss = loss_fn(logits, torch.from_numpy(batch["labels"]))
+                loss.backward()  # the sparse rows' gradient sums
+                dense.push(grad_scale=1.0 / len(batch["labels"]))  # the dense tensor takes the batch mean
+            examples += len(batch["labels"])
         print(f"epoch {epoch + 1}: {clock} steps", flush=True)
+    seconds = time.monotonic() - start
+    print(f"trained {examples} examples in {seconds:.2f} s: {examples / max(seconds, 1e-9):.0f} examples/s", flush=True)
     dense.pull(clock)
     return evaluate(model, config, clock, [test])[0]
 

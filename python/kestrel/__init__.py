@@ -16,5 +16,30 @@ ERRORS = {name: getattr(_kestrel, name) for name in dir(_kestrel)
           and issubclass(getattr(_kestrel, name), KestrelError)}
 globals().update(ERRORS)
 
-__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "duration_seconds", "feature_keys", "fingerprint",
-           "job_settings", "logloss", "write_record"] + sorted(ERRORS)
+
+
+def batches(reader, size, depth=2):
+    """The batches of `reader` (a Reader), `size` examples each, read up to `depth` batches ahead on a thread of
+    their own: Reader.next parses without the GIL, so the next batches are read while the caller computes."""
+    import queue
+    import threading
+    ahead = queue.Queue(maxsize=max(1, depth))
+    done = object()
+
+    def read():
+        try:
+            while (batch := reader.next(size)) is not None:
+                ahead.put(batch)
+            ahead.put(done)
+        except BaseException as error:  # raised in the caller's thread
+            ahead.put(error)
+
+    threading.Thread(target=read, daemon=True).start()
+    while (item := ahead.get()) is not done:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "batches", "duration_seconds", "feature_keys",
+           "fingerprint", "job_settings", "logloss", "write_record"] + sorted(ERRORS)

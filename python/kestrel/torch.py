@@ -113,6 +113,20 @@ class _Rows(torch.autograd.Function):
         return None, None, None, None, None, None
 
 
+_last_unique = [None]  # (a copy of the keys, their unique keys, each key's position): the last _unique's
+
+
+def _unique(keys):
+    """kestrel.unique_keys(keys), reusing the last call's answer for the same keys: the models that look up the
+    same features in two collections (DeepFM's embeddings and wide weights) hash their keys once per batch."""
+    last = _last_unique[0]
+    if last is not None and last[0].shape == keys.shape and np.array_equal(last[0], keys):
+        return last[1], last[2]
+    unique, where = unique_keys(keys)
+    _last_unique[0] = (keys.copy(), unique, where)
+    return unique, where
+
+
 def _as_ids(ids):
     array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     return np.ascontiguousarray(array.astype(np.int64, copy=False)).view(np.uint64)
@@ -161,7 +175,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         out = {}
         for table, names in per_table.items():
             keys = [keys_of[n] for n in names]
-            unique, where = unique_keys(np.concatenate(keys) if len(keys) > 1 else keys[0])
+            unique, where = _unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
             anchor = self._anchor.detach().requires_grad_(True)
             rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
             where = torch.from_numpy(where)
@@ -223,7 +237,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         # Example-major keys: example e's features in `order`, e = 0..B-1.
         keys = np.stack([np.ascontiguousarray(inputs[n][0], dtype=np.uint64) if len(inputs[n]) == 3
                          else feature_keys(_as_ids(inputs[n][0])) for n in order], axis=1).reshape(-1)
-        unique, where = unique_keys(keys)
+        unique, where = _unique(keys)
         anchor = self._anchor.detach().requires_grad_(True)
         rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
         return torch.nn.functional.embedding(torch.from_numpy(where), rows).view(batch, len(order), -1)
