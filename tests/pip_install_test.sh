@@ -63,12 +63,18 @@ echo "== a two-tower model (kestrel.torch.fit) on 2 servers and 2 Python workers
 "$bin/worker/data/kestrel_datagen" --format=schema --train_rows=20000 --test_rows=4000 --out_dir="$tmp/history" \
   2>/dev/null
 KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/history/job.pbtxt" \
-  --run_dir="$tmp/two_tower" --device=cpu --worker_cmd="$py $repo/examples/torch/two_tower.py" --max_restarts=0
-"$py" - "$tmp/two_tower/summary.json" <<'PY'
+  --run_dir="$tmp/two_tower" --device=cpu --worker_cmd="$py $repo/examples/torch/two_tower.py" --max_restarts=0 \
+  --export="$tmp/two_tower_model"
+# Its export (the final checkpoint's tables, rank 0's module part) scores as rank 0 evaluated, bit for bit.
+"$py" - "$tmp/two_tower/summary.json" "$tmp/two_tower_model" "$tmp/history" <<'PY'
 import json, sys
+from kestrel import torch as kt
 s = json.load(open(sys.argv[1]))
 assert s["ok"] and s["auc"] > 0.58, s
-print(f"two-tower cluster: test AUC {s['auc']:.4f}")
+auc, logloss, fingerprint = kt.load(sys.argv[2]).score(open(sys.argv[3] + "/job.pbtxt").read(),
+                                                      [sys.argv[3] + "/test.tsv"])
+assert fingerprint == s["fingerprint"], (fingerprint, s)
+print(f"two-tower cluster: test AUC {s['auc']:.4f}; its export scores fingerprint {fingerprint}, as rank 0 did")
 PY
 
 echo "== the DeepFM job on 2 servers and 2 Python workers"

@@ -35,7 +35,7 @@ class TwoTower(torch.nn.Module):
     def forward(self, batch):
         f = self.ebc({name: batch["features"][name] for name in USER + ITEM})
         user = self.user(torch.cat([f[n] for n in USER], 1))
-        item = self.item(torch.cat([f[n] for n in ITEM] + [torch.from_numpy(batch["dense"])], 1))
+        item = self.item(torch.cat([f[n] for n in ITEM] + [batch["dense"]], 1))
         return (user * item).sum(1) + self.bias
 
 

@@ -100,17 +100,25 @@ class _Rows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, anchor, client, table, keys, dim, clock):
         ctx.client, ctx.table, ctx.keys, ctx.clock = client, table, keys, clock
-        return torch.from_numpy(client.pull(table, keys, dim, clock))
+        return _to_device(torch.from_numpy(client.pull(table, keys, dim, clock)), anchor.device)
 
     @staticmethod
     def backward(ctx, grad):
-        grads = np.ascontiguousarray(grad.detach().numpy(), dtype=np.float32)
+        grads = np.ascontiguousarray(grad.detach().cpu().numpy(), dtype=np.float32)
         current = _current.get()
         if current is not None and current.client is ctx.client and current.clock == ctx.clock:
             current.add_sparse(ctx.table, ctx.keys, grads)  # sent with the step's other pushes
         else:
             ctx.client.push(ctx.table, ctx.keys, grads, ctx.clock)
         return None, None, None, None, None, None
+
+
+def _to_device(tensor, device):
+    """A CPU tensor on `device`: for a CUDA device through pinned memory, copied asynchronously (the copy is
+    ordered before the kernels that use it on the current stream)."""
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 _last_unique = [None]  # (a copy of the keys, their unique keys, each key's position): the last _unique's
@@ -137,6 +145,8 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     client: a kestrel.Client. tables: table name -> dim (created by the caller, e.g. client.create_table).
     features: feature name -> (table name, pooling: "sum", "mean" or "sqrt_n").
+    Its outputs are on the module's device (module.to(device), like any module's): the pulled rows are copied
+    there through pinned memory, pooled there, and their gradients come back to be pushed.
     """
 
     def __init__(self, client, tables, features):
@@ -178,7 +188,8 @@ class EmbeddingBagCollection(torch.nn.Module):
             unique, where = _unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
             anchor = self._anchor.detach().requires_grad_(True)
             rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
-            where = torch.from_numpy(where)
+            device = rows.device
+            where = _to_device(torch.from_numpy(where), device)
             # Every pooled feature of the table at once: each entry's row (torch.nn.functional.embedding, whose
             # backward is one dense scatter into the rows' gradient) times its weight — its value (the reader's,
             # which carries the schema's pooling), or 1 (sum), 1/n (mean), 1/sqrt(n) (sqrt_n) of its bag's n —
@@ -210,7 +221,9 @@ class EmbeddingBagCollection(torch.nn.Module):
                 if single and bool((weights == 1).all()):
                     result = entry_rows
                 else:
-                    result = torch.zeros(bags, rows.shape[1]).index_add(0, bag_of, entry_rows * weights[:, None])
+                    bag_of, weights = _to_device(bag_of, device), _to_device(weights, device)
+                    result = torch.zeros(bags, rows.shape[1], device=device).index_add(
+                        0, bag_of, entry_rows * weights[:, None])
                 # One split (its backward is one concatenation), not a slice per feature (each slice's backward
                 # would be a zero-filled gradient of the whole result).
                 for (name, _), part in zip(pooled, torch.split(result, [count for _, count in pooled])):
@@ -240,7 +253,8 @@ class EmbeddingBagCollection(torch.nn.Module):
         unique, where = _unique(keys)
         anchor = self._anchor.detach().requires_grad_(True)
         rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
-        return torch.nn.functional.embedding(torch.from_numpy(where), rows).view(batch, len(order), -1)
+        where = _to_device(torch.from_numpy(where), rows.device)
+        return torch.nn.functional.embedding(where, rows).view(batch, len(order), -1)
 
     def _weights(self, name, lengths, values):
         """Each entry's weight in its bag's sum (see forward); `lengths`: the entries of each bag."""
@@ -292,7 +306,7 @@ class ServerDense:
         self.size = sum(p.numel() for p in self.parameters)
         self._initial = None
         if initializer is None:
-            self._initial = torch.cat([p.detach().reshape(-1).float() for p in self.parameters])
+            self._initial = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.parameters])
             initializer = "type: ZEROS"
         client.create_table(f'name: "{table}" kind: DENSE dim: {min(self.size, 1024)} dense_size: {self.size} '
                             f'seed: {seed} initializer {{ {initializer} }} optimizer {{ {optimizer} }}')
@@ -309,7 +323,8 @@ class ServerDense:
     def push(self, clock=None, grad_scale=1.0):
         """Sends the parameters' gradients (times `grad_scale`): with the enclosing step's pushes when called in
         one (at its clock), else at once at `clock`."""
-        grads = np.ascontiguousarray(_flat_grads(self.parameters, grad_scale).detach().numpy(), dtype=np.float32)
+        grads = np.ascontiguousarray(_flat_grads(self.parameters, grad_scale).detach().cpu().numpy(),
+                                     dtype=np.float32)
         current = _current.get()
         if current is not None and clock is None and current.client is self.client:
             current.add_dense(self.table, grads)
@@ -514,4 +529,4 @@ class AllreduceDense:
 
 
 # The training loop and the exported model's loader (kestrel/training.py), as kestrel.torch.fit and .load.
-from kestrel.training import Result, Schema, evaluate, export, fit, load  # noqa: E402,F401  (after the modules it uses)
+from kestrel.training import Result, Schema, device_of, evaluate, export, fit, load, on_device  # noqa: E402,F401  (after the modules it uses)

@@ -14,8 +14,10 @@ process on in-process servers (--servers, default 1). Either way each iteration 
 module's torch parameters are a dense table on the servers (ServerDense, keeping PyTorch's initialization; Adam
 unless `dense_optimizer` says otherwise), the loss is the batch's summed logloss (sparse rows get the sum, the
 dense tensor the mean, as the built-in models), and every table's push of the iteration is applied whole or not
-at all. It writes the launcher's records (proto/records.proto: train, eval) to --metrics_out, evaluates on the
-test files (rank 0), and with --export_dir exports the model (in one process) for kestrel.torch.load.
+at all. forward gets each batch with its dense inputs, labels and weights as tensors on the module's device
+(--device: auto, cpu, cuda, cuda:N; the collections pull rows there through pinned memory). It writes the
+launcher's records (proto/records.proto: train, eval) to --metrics_out, evaluates on the test files (rank 0),
+and with --export_dir exports the model (in one process) for kestrel.torch.load.
 """
 import argparse
 import importlib
@@ -64,14 +66,46 @@ class Result:
 
 def _parser():
     parser = argparse.ArgumentParser(description="Trains a PyTorch model on Kestrel (kestrel.torch.fit)")
-    kworker.add_flags(parser)
+    kworker.add_flags(parser, export_dir=False)
     parser.add_argument("--servers", type=int, default=1, help="in process: in-process servers (default 1)")
-    parser.add_argument("--export_dir", default="", help="in process: export the trained model here (default none)")
+    parser.add_argument("--export_dir", default="",
+                        help="export the trained model here: in one process all of it; in a cluster rank 0 writes "
+                             "the module's part, and kestrel local --export the tables (default none)")
     return parser
 
 
 def _seed(config):
     return int(kestrel.job_settings(config)["seed"])
+
+
+def device_of(name):
+    """The torch device --device names: "cpu", "cuda", "cuda:N", or "auto" (CUDA when PyTorch has a GPU, else the
+    CPU; also the default). ValueError for a CUDA device this PyTorch cannot use."""
+    name = name or "auto"
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device={name}: this PyTorch has no CUDA device (torch.cuda.is_available() is False)")
+    return device
+
+
+def _device_of_module(model):
+    """Where `model`'s parameters (else its buffers) are: the CPU for a module with neither."""
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def on_device(batch, device):
+    """A Reader batch as fit() hands it to forward: its dense inputs, labels and weights as float32 tensors on
+    `device` (copied through pinned memory to a GPU); its features as the reader gave them (the collections
+    pull their rows to the module's device)."""
+    out = dict(batch)
+    for name in ("dense", "labels", "weights"):
+        tensor = torch.from_numpy(batch[name])
+        out[name] = tensor if device.type == "cpu" else tensor.pin_memory().to(device, non_blocking=True)
+    return out
 
 
 def _records(path, **record):
@@ -84,10 +118,11 @@ def evaluate(model, config, clock, client, files=()):
     kestrel_worker's figures."""
     scores, labels = [], []
     reader = kestrel.Reader(config, files=list(files), test=True)
+    device = _device_of_module(model)
     model.eval()
     with torch.no_grad(), step(client, clock):
         while (batch := reader.next(4096)) is not None:
-            scores.append(torch.sigmoid(model(batch)).float().numpy())
+            scores.append(torch.sigmoid(model(on_device(batch, device))).float().cpu().numpy())
             labels.append(batch["labels"])
     model.train()
     scores, labels = np.concatenate(scores).astype(np.float32), np.concatenate(labels).astype(np.float32)
@@ -101,13 +136,15 @@ class _Loop:
         self.client, self.model, self.dense = client, model, dense
         self.metrics_out, self.every, self.total, self.rank = metrics_out, every, total, rank
         self.loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+        self.device = _device_of_module(model)
         self.loss, self.examples, self.start = 0.0, 0, time.monotonic()
 
     def __call__(self, clock, batch):
         n = len(batch["labels"])
+        batch = on_device(batch, self.device)
         with step(self.client, clock):
             self.dense.pull()
-            loss = self.loss_fn(self.model(batch).float(), torch.from_numpy(batch["labels"]))
+            loss = self.loss_fn(self.model(batch).float(), batch["labels"])
             loss.backward()
             self.dense.push(grad_scale=1.0 / max(1, n))
         self.loss, self.examples = self.loss + float(loss), self.examples + n
@@ -119,9 +156,9 @@ class _Loop:
             self.loss, self.examples, self.start = 0.0, 0, now
 
 
-def _build(build, client, config, schema, dense_optimizer):
+def _build(build, client, config, schema, dense_optimizer, device):
     torch.manual_seed(_seed(config))  # every worker builds the same initial module
-    model = build(client, schema)
+    model = build(client, schema).to(device)
     dense = ServerDense(client, "dense", list(model.parameters()), optimizer=dense_optimizer, initializer=None)
     return model, dense
 
@@ -146,7 +183,7 @@ def fit(build, argv=None, dense_optimizer="type: ADAM learning_rate: 0.001"):
     train_files, test_files = split(args.train_files), split(args.test_files)
     client = kestrel.Client.in_process(servers=args.servers, job_id=args.job_id)
     schema = Schema.of(kestrel.Reader(config, files=train_files), config)
-    model, dense = _build(build, client, config, schema, dense_optimizer)
+    model, dense = _build(build, client, config, schema, dense_optimizer, device_of(args.device))
     loop = _Loop(client, model, dense, args.metrics_out, settings["log_every_steps"], 0, 0)
     clock = 0
     for epoch in range(settings["epochs"]):
@@ -165,7 +202,8 @@ def fit(build, argv=None, dense_optimizer="type: ADAM learning_rate: 0.001"):
 def _fit_worker(build, args, dense_optimizer):
     worker = kworker.join(args)
     settings = kestrel.job_settings(worker.config)
-    model, dense = _build(build, worker.client, worker.config, Schema.of(worker, worker.config), dense_optimizer)
+    model, dense = _build(build, worker.client, worker.config, Schema.of(worker, worker.config), dense_optimizer,
+                          device_of(args.device))
     loop = _Loop(worker.client, model, dense, args.metrics_out, settings["log_every_steps"], worker.total, worker.rank)
     if not kworker.train(worker, loop):
         print(f"worker {worker.id}: a rescale left this worker out", flush=True)
@@ -178,13 +216,24 @@ def _fit_worker(build, args, dense_optimizer):
                  fingerprint=fingerprint)
         print(f"test AUC {auc:.5f} logloss {logloss:.5f} fingerprint {fingerprint}", flush=True)
         result = Result(auc, logloss, fingerprint, worker.total)
+        if args.export_dir:  # the module's part; the tables come from the final checkpoint (kestrel local --export)
+            export_module(model, build, worker.config, Schema.of(worker, worker.config), args.export_dir)
     worker.leave()
     return result
 
 
 def export(client, model, build, config, schema, clock, out_dir):
     """Writes the model to `out_dir`: every table's rows (client.export, the format kestrel_export writes) and the
-    module's parameters with its import path (module.json, module.pt), what load() reads."""
+    module's part (export_module), what load() reads."""
+    client.export(out_dir, config, clock)
+    export_module(model, build, config, schema, out_dir)
+
+
+def export_module(model, build, config, schema, out_dir):
+    """Writes the module's part of an export to `out_dir`: its parameters (module.pt) and its builder's import path
+    with the schema it was built for (module.json). A cluster's rank 0 writes it beside the tables the launcher
+    exports from the job's final checkpoint (kestrel local --export)."""
+    os.makedirs(out_dir, exist_ok=True)
     path = f"{build.__module__}:{build.__qualname__}"
     if build.__module__ == "__main__":  # the script itself: importable by its file's name from its directory
         main = sys.modules["__main__"].__file__
@@ -192,8 +241,7 @@ def export(client, model, build, config, schema, clock, out_dir):
         directory = os.path.dirname(os.path.abspath(main))
     else:
         directory = None
-    client.export(out_dir, config, clock)
-    torch.save(model.state_dict(), os.path.join(out_dir, STATE_FILE))
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, os.path.join(out_dir, STATE_FILE))
     with open(os.path.join(out_dir, MODULE_FILE), "w") as f:
         json.dump({"build": path, "path": directory, "seed": _seed(config), "schema": vars(schema)}, f)
 
@@ -207,7 +255,8 @@ class LoadedModel:
     def predict(self, batch):
         """Probabilities of a kestrel.Reader batch, float32 [B]: bit for bit what training's evaluation gave."""
         with torch.no_grad(), step(self.client, 0):
-            return torch.sigmoid(self.model(batch)).float().numpy()
+            device = _device_of_module(self.model)
+            return torch.sigmoid(self.model(on_device(batch, device))).float().cpu().numpy()
 
     def score(self, config, files):
         """(AUC, logloss, fingerprint) on `files`, read by the job `config`'s schema (kestrel_predict's figures)."""
@@ -228,6 +277,6 @@ def load(export_dir):
     client = kestrel.Client.from_export(export_dir)
     torch.manual_seed(int(spec.get("seed", 0)))
     model = build(client, Schema(**spec["schema"]))
-    model.load_state_dict(torch.load(os.path.join(export_dir, STATE_FILE)))
+    model.load_state_dict(torch.load(os.path.join(export_dir, STATE_FILE), map_location="cpu"))
     model.eval()
     return LoadedModel(client, model)

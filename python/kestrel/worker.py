@@ -37,8 +37,9 @@ def seconds(text):
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
-def add_flags(parser):
-    """Adds kestrel_worker's cluster flags to an argparse parser (each defaults to "not given")."""
+def add_flags(parser, export_dir=True):
+    """Adds kestrel_worker's cluster flags to an argparse parser (each defaults to "not given"). `export_dir`: also
+    accept --export_dir (which `kestrel local --export` passes a Python worker) and ignore it."""
     parser.add_argument("--config", help="job config (protobuf text format, proto/job.proto)")
     parser.add_argument("--scheduler", default="", help="the scheduler's host:port (else the environment's)")
     parser.add_argument("--rank", type=int, default=-1, help="worker rank (else the environment's, else any free)")
@@ -59,6 +60,8 @@ def add_flags(parser):
     for name in ("--device", "--compute_threads", "--tensorboard_dir", "--metrics_port", "--metrics_port_file",
                  "--metrics_host", "--rank_offset"):
         parser.add_argument(name, default=None, help=argparse.SUPPRESS)
+    if export_dir:
+        parser.add_argument("--export_dir", default="", help=argparse.SUPPRESS)
 
 
 def is_cluster_worker(args):
