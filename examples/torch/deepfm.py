@@ -101,7 +101,7 @@ def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
     clock, examples, start = 0, 0, time.monotonic()
     for epoch in range(epochs):
         reader = kestrel.Reader(config, files=[train], epoch=epoch)
-        for batch in kestrel.batches(reader, batch_size):  # the next batches read while this one computes
+        while (batch := reader.next(batch_size)) is not None:
             clock += 1
             with ktorch.step(client, clock):  # every table's push of the step, together
                 dense.pull()

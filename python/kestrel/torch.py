@@ -233,8 +233,8 @@ class EmbeddingBagCollection(torch.nn.Module):
     def stack(self, inputs, clock=None, order=None):
         """The pooled features of `order` (default: the inputs' order) as one [B, len(order), dim] tensor, what
         torch.stack(forward(...) in order, 1) gives. When they all look up one table with one entry of weight 1
-        per example (single-valued features), it is one lookup in example-major order: no copy of the pooled
-        vectors, forward and backward."""
+        per example (single-valued features), it is one pull of every entry's row in example-major order: the C++
+        client deduplicates the keys and sums their gradients, no copy of the pooled vectors either way."""
         clock = _clock(clock)
         order = list(order or inputs)
         tables = {self.features[name][0] for name in order}
@@ -250,11 +250,12 @@ class EmbeddingBagCollection(torch.nn.Module):
         # Example-major keys: example e's features in `order`, e = 0..B-1.
         keys = np.stack([np.ascontiguousarray(inputs[n][0], dtype=np.uint64) if len(inputs[n]) == 3
                          else feature_keys(_as_ids(inputs[n][0])) for n in order], axis=1).reshape(-1)
-        unique, where = _unique(keys)
         anchor = self._anchor.detach().requires_grad_(True)
-        rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
-        where = _to_device(torch.from_numpy(where), rows.device)
-        return torch.nn.functional.embedding(where, rows).view(batch, len(order), -1)
+        # Every entry's row, by its key as it is: the C++ client pulls each distinct key once and copies its row to
+        # every entry, and sums the entries' gradients per key before the push (KeyBatch), so no gather and no
+        # scatter into the rows' gradient runs in PyTorch.
+        rows = _Rows.apply(anchor, self.client, table, keys, self.tables[table], clock)
+        return rows.view(batch, len(order), -1)
 
     def _weights(self, name, lengths, values):
         """Each entry's weight in its bag's sum (see forward); `lengths`: the entries of each bag."""

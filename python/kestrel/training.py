@@ -187,7 +187,8 @@ def fit(build, argv=None, dense_optimizer="type: ADAM learning_rate: 0.001"):
     loop = _Loop(client, model, dense, args.metrics_out, settings["log_every_steps"], 0, 0)
     clock = 0
     for epoch in range(settings["epochs"]):
-        for batch in kestrel.batches(kestrel.Reader(config, files=train_files, epoch=epoch), settings["batch_size"]):
+        reader = kestrel.Reader(config, files=train_files, epoch=epoch)
+        while (batch := reader.next(settings["batch_size"])) is not None:
             loop(clock, batch)
             clock += 1
     dense.pull(clock)
