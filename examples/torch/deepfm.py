@@ -9,7 +9,8 @@ job's own reader (kestrel.Reader), so keys, fields and dense inputs are the C++ 
 
 Prints the test AUC. With in-process servers it is one process. As a cluster worker (a scheduler named by
 --scheduler or the launcher's environment, as for kestrel_worker) it trains its share of the job under the job's
-consistency mode, recovers from rollbacks, and rank 0 evaluates; --dense allreduce keeps the bias and MLP on the
+consistency mode, recovers from rollbacks, and rank 0 evaluates; --device puts the model on a GPU (auto: CUDA when
+PyTorch has one; the tables' rows come through pinned memory); --dense allreduce keeps the bias and MLP on the
 workers, averaged by a gloo allreduce each step (kestrel.torch.AllreduceDense). The gradients follow the built-in
 model: sparse rows get the sum over the batch, the dense tensor the mean.
 """
@@ -71,8 +72,8 @@ class DeepFM(torch.nn.Module):
         wide = self.wide.stack(feats, clock, self.fields).sum((1, 2))
         s = stacked.sum(1)
         fm = 0.5 * (s * s - (stacked * stacked).sum(1)).sum(1)
-        h = torch.cat([stacked.reshape(len(stacked), -1), torch.from_numpy(batch["dense"])], 1)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.mlp_bf16):
+        h = torch.cat([stacked.reshape(len(stacked), -1), batch["dense"]], 1)  # a tensor on the model's device
+        with torch.autocast(h.device.type, dtype=torch.bfloat16, enabled=self.mlp_bf16):
             for i, layer in enumerate(self.mlp):
                 h = layer(h)
                 if i + 1 < len(self.mlp):
@@ -85,9 +86,10 @@ def evaluate(model, config, clock, files=None):
     servers' rows at `clock`."""
     scores, labels = [], []
     reader = kestrel.Reader(config, files=files or [], test=True)
+    device = model.bias.device
     with torch.no_grad():
         while (batch := reader.next(4096)) is not None:
-            scores.append(torch.sigmoid(model(batch, clock)).numpy())
+            scores.append(torch.sigmoid(model(ktorch.on_device(batch, device), clock)).float().cpu().numpy())
             labels.append(batch["labels"])
     scores, labels = np.concatenate(scores).astype(np.float32), np.concatenate(labels).astype(np.float32)
     return kestrel.auc(labels, scores), kestrel.logloss(labels, scores), kestrel.fingerprint(scores)
@@ -102,11 +104,12 @@ def train_and_evaluate(client, model, config, train, test, epochs, batch_size):
     for epoch in range(epochs):
         reader = kestrel.Reader(config, files=[train], epoch=epoch)
         while (batch := reader.next(batch_size)) is not None:
+            batch = ktorch.on_device(batch, model.bias.device)
             clock += 1
             with ktorch.step(client, clock):  # every table's push of the step, together
                 dense.pull()
                 logits = model(batch, clock)
-                loss = loss_fn(logits, torch.from_numpy(batch["labels"]))
+                loss = loss_fn(logits, batch["labels"])
                 loss.backward()  # the sparse rows' gradient sums
                 dense.push(grad_scale=1.0 / len(batch["labels"]))  # the dense tensor takes the batch mean
             examples += len(batch["labels"])
@@ -154,6 +157,7 @@ def run_worker(model_class, args):
     client = worker.client
     create_tables(client, worker.field_tables, dim)
     model = model_class(client, worker.fields, worker.field_tables, worker.dense_dim, dim, settings["hidden"])
+    model.to(ktorch.device_of(args.device))  # --device: auto (CUDA when PyTorch has one), cpu, cuda, cuda:N
     model.mlp_bf16 = args.mlp_bf16
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
     progress = Progress(worker, args.metrics_out, settings["log_every_steps"])
@@ -168,7 +172,8 @@ def run_worker(model_class, args):
         n = len(batch["labels"])
         if args.dense == "servers":
             dense.pull(clock)
-        loss = loss_fn(model(batch, clock), torch.from_numpy(batch["labels"]))
+        batch = ktorch.on_device(batch, model.bias.device)
+        loss = loss_fn(model(batch, clock), batch["labels"])
         loss.backward()  # pushes the sparse rows' gradient sums at `clock`
         if args.dense == "servers":
             dense.push(clock, grad_scale=1.0 / max(1, n))
@@ -233,7 +238,7 @@ def run(model_class, doc, job_id):
     probe = kestrel.Reader(config, files=[args.train])
     create_tables(client, probe.field_tables, settings["embedding_dim"])
     model = model_class(client, probe.fields, probe.field_tables, probe.dense_dim, settings["embedding_dim"],
-                        settings["hidden"])
+                        settings["hidden"]).to(ktorch.device_of(args.device))
     model.mlp_bf16 = args.mlp_bf16
     result = train_and_evaluate(client, model, config, args.train, args.test, args.epochs or settings["epochs"],
                                 settings["batch_size"])

@@ -499,7 +499,7 @@ class AllreduceDense:
         with torch.no_grad():
             for t, initial in zip(self._state(), self._initial):
                 t.copy_(initial)
-        flat = torch.cat([p.detach().reshape(-1) for p in self.parameters])
+        flat = torch.cat([p.detach().reshape(-1).cpu() for p in self.parameters])  # gloo collectives: CPU tensors
         self._collective(lambda: self.group.broadcast(flat, 0).wait())
         _copy_into(self.parameters, flat)
 
@@ -511,19 +511,19 @@ class AllreduceDense:
 
     def step(self, clock, grad_scale=1.0):
         """Averages the gradients over the workers, steps the optimizer, and writes the state at `clock`."""
-        flat = _flat_grads(self.parameters, grad_scale)
+        flat = _flat_grads(self.parameters, grad_scale).cpu()  # gloo collectives: CPU tensors
         self._collective(lambda: self.group.allreduce([flat]).wait())
         flat /= self.worker.num_workers
         at = 0
         for p in self.parameters:
-            p.grad = flat[at:at + p.numel()].view_as(p)
+            p.grad = flat[at:at + p.numel()].view_as(p).to(p.device)
             at += p.numel()
         self.optimizer.step()
         for p in self.parameters:
             p.grad = None
         client = self.worker.client
         if self.worker.rank == 0:
-            state = torch.cat([torch.ones(1)] + [t.detach().reshape(-1).float() for t in self._state()])
+            state = torch.cat([torch.ones(1)] + [t.detach().reshape(-1).float().cpu() for t in self._state()])
             client.push_dense(self.table, state.numpy(), clock)
         elif self.worker.consistency == "bsp":  # BSP servers wait for every worker's part of the clock
             client.push_dense(self.table, np.zeros(0, dtype=np.float32), clock)
