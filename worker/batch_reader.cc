@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<BatchReader>> BatchReader::Open(std::shared_ptr<c
     return absl::InvalidArgumentError(absl::StrCat("data.parse_threads is ", options.parse_threads,
                                                    ": it must be 0 (the default) or 1 to ", kMaxParseThreads));
   }
+  KESTREL_RETURN_IF_ERROR(CheckHeaders(*schema, files));
   ReaderOptions with_header = options;
   with_header.header = schema->header();
   KESTREL_ASSIGN_OR_RETURN(ShardedLines lines, ShardedLines::Open(files, with_header, start));

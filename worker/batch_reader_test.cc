@@ -153,6 +153,17 @@ TEST(BatchReaderTest, DelimitedFilesWithAHeader) {
   EXPECT_EQ(batch.bag_offsets, (std::vector<uint32_t>{0, 1, 3, 4, 4, 5, 6}));
   EXPECT_EQ(batch.values, (std::vector<float>{1, 0.5f, 0.5f, 1, 1, 1}));
   EXPECT_EQ(batch.dense, (std::vector<float>{1, -3, -1}));
+
+  // A file whose header orders the columns otherwise (a test file, a file to score) is refused by name, not read by
+  // position; the schema's own order reads.
+  const std::string swapped = WriteFile("header_swapped.csv", "click,tags,user,price\n1,\"a,b\",u1,3\n");
+  auto refused = BatchReader::Open(schema, {a, swapped}, options);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("the header of " + swapped + " (click, tags, user, price) differs from "
+                                            "the schema's columns (click, user, tags, price)"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(CheckHeaders(*schema, {a, b}).ok());
 }
 
 // Random delimited lines (multi-valued, weighted, numeric; some malformed, some with tags only in a stretch so a

@@ -490,6 +490,22 @@ absl::StatusOr<DelimitedLayout> SchemaBuilder::Layout(const DataConfig& data) {
 
 absl::StatusOr<DelimitedLayout> ReadDelimitedLayout(const DataConfig& data) { return SchemaBuilder::Layout(data); }
 
+absl::Status CheckHeaders(const Schema& schema, const std::vector<std::string>& files) {
+  if (schema.format() != Schema::Format::kDelimited || !schema.header()) return absl::OkStatus();
+  for (const std::string& file : files) {
+    KESTREL_ASSIGN_OR_RETURN(std::string line, FirstLine(file));
+    absl::StatusOr<std::vector<std::string>> header = SplitDelimitedLine(line, schema.delimiter(), schema.quote());
+    if (!header.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ":1: ", header.status().message()));
+    if (*header != schema.columns()) {
+      return absl::InvalidArgumentError(absl::StrCat("the header of ", file, " (", NameList(*header),
+                                                     ") differs from the schema's columns (",
+                                                     NameList(schema.columns()), "): its columns are not read by "
+                                                     "position"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Schema>> SchemaBuilder::Delimited(
     const FeatureSchema& fs, const DataConfig& data, const ModelConfig& model,
     const absl::flat_hash_map<std::string, uint32_t>* namespaces) {

@@ -41,6 +41,13 @@ struct DelimitedLayout {
 };
 [[nodiscard]] absl::StatusOr<DelimitedLayout> ReadDelimitedLayout(const DataConfig& data);
 
+class Schema;
+// DELIMITED data with a header line (Schema::header): InvalidArgument unless the first line of every one of
+// `files` names `schema`'s columns in its order, naming the file and both lists. Every reader checks the files
+// it opens so, whatever named them: a file whose columns stand in another order is refused, never read by
+// position. OK for other schemas; NotFound for a file that cannot be opened.
+[[nodiscard]] absl::Status CheckHeaders(const Schema& schema, const std::vector<std::string>& files);
+
 class Schema {
  public:
   enum class Format { kCriteo, kLibsvm, kDelimited };
