@@ -483,25 +483,20 @@ absl::StatusOr<DelimitedLayout> SchemaBuilder::Layout(const DataConfig& data) {
   }
   Schema s;
   KESTREL_RETURN_IF_ERROR(SetDelimiterAndQuote(data.schema(), data, &s));
-  DelimitedLayout layout{s.delimiter_, s.quote_, {}};
-  KESTREL_ASSIGN_OR_RETURN(layout.columns, Columns(data.schema(), data, s.delimiter_, s.quote_));
-  return layout;
+  KESTREL_ASSIGN_OR_RETURN(std::vector<std::string> columns, Columns(data.schema(), data, s.delimiter_, s.quote_));
+  return DelimitedLayout{s.delimiter_, s.quote_, std::move(columns)};
 }
-
 absl::StatusOr<DelimitedLayout> ReadDelimitedLayout(const DataConfig& data) { return SchemaBuilder::Layout(data); }
 
 absl::Status CheckHeaders(const Schema& schema, const std::vector<std::string>& files) {
-  if (schema.format() != Schema::Format::kDelimited || !schema.header()) return absl::OkStatus();
-  for (const std::string& file : files) {
-    KESTREL_ASSIGN_OR_RETURN(std::string line, FirstLine(file));
+  for (size_t i = 0; schema.format() == Schema::Format::kDelimited && schema.header() && i < files.size(); ++i) {
+    KESTREL_ASSIGN_OR_RETURN(std::string line, FirstLine(files[i]));
     absl::StatusOr<std::vector<std::string>> header = SplitDelimitedLine(line, schema.delimiter(), schema.quote());
-    if (!header.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ":1: ", header.status().message()));
-    if (*header != schema.columns()) {
-      return absl::InvalidArgumentError(absl::StrCat("the header of ", file, " (", NameList(*header),
-                                                     ") differs from the schema's columns (",
-                                                     NameList(schema.columns()), "): its columns are not read by "
-                                                     "position"));
-    }
+    if (!header.ok()) return absl::InvalidArgumentError(absl::StrCat(files[i], ":1: ", header.status().message()));
+    if (*header == schema.columns()) continue;
+    return absl::InvalidArgumentError(absl::StrCat("the header of ", files[i], " (", NameList(*header), ") differs "
+                                                   "from the schema's columns (", NameList(schema.columns()),
+                                                   "): its columns are not read by position"));
   }
   return absl::OkStatus();
 }
