@@ -62,7 +62,7 @@ grep -q "test AUC 0\.[6-9]" "$tmp/one.txt"
 echo "== a two-tower model (kestrel.torch.fit) on 2 servers and 2 Python workers"
 "$bin/worker/data/kestrel_datagen" --format=schema --train_rows=20000 --test_rows=4000 --out_dir="$tmp/history" \
   2>/dev/null
-KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/history/job.pbtxt" \
+KESTREL_BIN="$bin" PYTHONPATH='' "$repo/scripts/kestrel" local --no_build --config="$tmp/history/job.pbtxt" \
   --run_dir="$tmp/two_tower" --device=cpu --worker_cmd="$py $repo/examples/torch/two_tower.py" --max_restarts=0 \
   --export="$tmp/two_tower_model"
 # Its export (the final checkpoint's tables, rank 0's module part) scores as rank 0 evaluated, bit for bit.
@@ -78,7 +78,7 @@ print(f"two-tower cluster: test AUC {s['auc']:.4f}; its export scores fingerprin
 PY
 
 echo "== the DeepFM job on 2 servers and 2 Python workers"
-KESTREL_BIN="$bin" PYTHONPATH= "$repo/scripts/kestrel" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" \
+KESTREL_BIN="$bin" PYTHONPATH='' "$repo/scripts/kestrel" local --no_build --config="$tmp/job.pbtxt" --data="$tmp/data" \
   --run_dir="$tmp/run" --device=cpu --worker_cmd="$py $repo/examples/torch/deepfm.py" --max_restarts=0
 "$py" - "$tmp/run/summary.json" <<'PY'
 import json, sys
