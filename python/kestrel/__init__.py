@@ -18,31 +18,5 @@ globals().update(ERRORS)
 
 
 
-def batches(reader, size, depth=2):
-    """The batches of `reader` (a Reader), `size` examples each, read up to `depth` batches ahead on a thread of
-    their own: Reader.next parses without the GIL, so the next batches are read while the caller computes. Where
-    the cores are all PyTorch's (2 cores, 2 threads), the reading thread preempts its OpenMP threads mid-kernel
-    and costs more than it hides (measured on the DeepFM example: 23k-50k examples/s against a steady 32k-40k
-    read in line): fit() and the examples read in line."""
-    import queue
-    import threading
-    ahead = queue.Queue(maxsize=max(1, depth))
-    done = object()
-
-    def read():
-        try:
-            while (batch := reader.next(size)) is not None:
-                ahead.put(batch)
-            ahead.put(done)
-        except BaseException as error:  # raised in the caller's thread
-            ahead.put(error)
-
-    threading.Thread(target=read, daemon=True).start()
-    while (item := ahead.get()) is not done:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-
-
-__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "batches", "duration_seconds", "feature_keys",
+__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "duration_seconds", "feature_keys",
            "fingerprint", "job_settings", "logloss", "write_record"] + sorted(ERRORS)

@@ -121,20 +121,6 @@ def _to_device(tensor, device):
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-_last_unique = [None]  # (a copy of the keys, their unique keys, each key's position): the last _unique's
-
-
-def _unique(keys):
-    """kestrel.unique_keys(keys), reusing the last call's answer for the same keys: the models that look up the
-    same features in two collections (DeepFM's embeddings and wide weights) hash their keys once per batch."""
-    last = _last_unique[0]
-    if last is not None and last[0].shape == keys.shape and np.array_equal(last[0], keys):
-        return last[1], last[2]
-    unique, where = unique_keys(keys)
-    _last_unique[0] = (keys.copy(), unique, where)
-    return unique, where
-
-
 def _as_ids(ids):
     array = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
     return np.ascontiguousarray(array.astype(np.int64, copy=False)).view(np.uint64)
@@ -185,7 +171,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         out = {}
         for table, names in per_table.items():
             keys = [keys_of[n] for n in names]
-            unique, where = _unique(np.concatenate(keys) if len(keys) > 1 else keys[0])
+            unique, where = unique_keys(np.concatenate(keys) if len(keys) > 1 else keys[0])
             anchor = self._anchor.detach().requires_grad_(True)
             rows = _Rows.apply(anchor, self.client, table, unique, self.tables[table], clock)
             device = rows.device

@@ -266,7 +266,8 @@ class LoadedModel:
 
 def load(export_dir):
     """The model exported to `export_dir` by fit(--export_dir) or export(): its tables loaded into this process
-    (kestrel.Client.from_export), its module built by the same function and given the trained parameters."""
+    (kestrel.Client.from_export), its module built by the same function and given the trained parameters. It
+    imports the builder module.json names: load only exports you trust as code."""
     with open(os.path.join(export_dir, MODULE_FILE)) as f:
         spec = json.load(f)
     if spec.get("path") and spec["path"] not in sys.path:
@@ -278,6 +279,11 @@ def load(export_dir):
     client = kestrel.Client.from_export(export_dir)
     torch.manual_seed(int(spec.get("seed", 0)))
     model = build(client, Schema(**spec["schema"]))
-    model.load_state_dict(torch.load(os.path.join(export_dir, STATE_FILE), map_location="cpu"))
+    state_path = os.path.join(export_dir, STATE_FILE)
+    try:  # tensors only: no pickled code runs (PyTorch 1.13 and later)
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except TypeError:  # an older PyTorch without weights_only
+        state = torch.load(state_path, map_location="cpu")
+    model.load_state_dict(state)
     model.eval()
     return LoadedModel(client, model)
