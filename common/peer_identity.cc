@@ -32,18 +32,25 @@ const char* PeerRoleName(PeerRole role) {
       return "scheduler";
     case PeerRole::kAdmin:
       return "admin";
+    case PeerRole::kServing:
+      return "serving";
+    case PeerRole::kClient:
+      return "client";
   }
   return "?";
 }
 
 absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name) {
-  for (PeerRole role : {PeerRole::kWorker, PeerRole::kServer, PeerRole::kScheduler, PeerRole::kAdmin}) {
+  for (PeerRole role : {PeerRole::kWorker, PeerRole::kServer, PeerRole::kScheduler, PeerRole::kAdmin,
+                        PeerRole::kServing, PeerRole::kClient}) {
     if (name == PeerRoleName(role)) return role;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown role '", name, "' (worker, server, scheduler or admin)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown role '", name, "' (worker, server, scheduler, admin, serving or client)"));
 }
 
-bool IsListener(PeerRole role) { return role == PeerRole::kScheduler || role == PeerRole::kServer; }
+bool IsListener(PeerRole role) {
+  return role == PeerRole::kScheduler || role == PeerRole::kServer || role == PeerRole::kServing;
+}
 
 absl::StatusOr<PeerIdentity> ParseSpiffeId(absl::string_view uri) {
   auto invalid = [] {

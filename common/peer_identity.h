@@ -1,8 +1,8 @@
 // Who is calling: a Kestrel identity read from the peer's verified client certificate, and the per-RPC check
 // of it. Certificates name their holder in a SAN URI, SPIFFE-style:
 //
-//   spiffe://kestrel/<job>/<role>/<rank>      role: worker | server | scheduler | admin; rank >= 0 (0 for
-//                                             the scheduler and admin)
+//   spiffe://kestrel/<job>/<role>/<rank>      role: worker | server | scheduler | admin | serving | client;
+//                                             rank >= 0 (0 for the scheduler, admin and clients)
 //
 // On a listener with mutual TLS every call has such a certificate (gRPC verified its chain); AuthorizePeer
 // then refuses, with PERMISSION_DENIED, a certificate without a Kestrel identity, one of another job (without
@@ -21,7 +21,8 @@
 
 namespace kestrel {
 
-enum class PeerRole { kWorker = 0, kServer = 1, kScheduler = 2, kAdmin = 3 };
+// kServing: a prediction service (kestrel_serve); kClient: a caller of one, allowed nothing else.
+enum class PeerRole { kWorker = 0, kServer = 1, kScheduler = 2, kAdmin = 3, kServing = 4, kClient = 5 };
 
 struct PeerIdentity {
   std::string job;
@@ -39,11 +40,13 @@ constexpr PeerRoles RolesOf(std::initializer_list<PeerRole> roles) {
 }
 
 const char* PeerRoleName(PeerRole role);
-// The role PeerRoleName names ("worker", "server", "scheduler", "admin"); InvalidArgument for anything else.
+// The role PeerRoleName names ("worker", "server", "scheduler", "admin", "serving", "client"); InvalidArgument
+// for anything else.
 [[nodiscard]] absl::StatusOr<PeerRole> ParsePeerRole(absl::string_view name);
 
 // The certificate policy (what `kestrel certs` issues, and what tests issue): every certificate carries its SAN
-// URI; only the roles that listen (the scheduler and servers) also carry the host names they are dialled by.
+// URI; only the roles that listen (the scheduler, servers and prediction services) also carry the host names they
+// are dialled by.
 bool IsListener(PeerRole role);
 
 // "spiffe://kestrel/<job>/<role>/<rank>"; InvalidArgument for anything else (job: 1-128 characters of

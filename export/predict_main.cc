@@ -16,15 +16,13 @@
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "common/logging.h"
-#include "common/partition.h"
 #include "common/process_setup.h"
 #include "worker/compute/backend_factory.h"
 #include "export/export_format.h"
 #include "export/load_export.h"
-#include "inprocess/local_ps_client.h"
+#include "export/score_export.h"
 #include "common/evaluation.h"
 #include "worker/records.h"
-#include "worker/trainer.h"
 
 ABSL_FLAG(std::string, model, "", "Export directory made by kestrel_export (required).");
 ABSL_FLAG(std::string, input, "", "Comma-separated data files in the model's format (required).");
@@ -62,18 +60,9 @@ int Run() {
     KLOG(Error) << backend.status();
     return 2;
   }
-  PsClientOptions client_options;
-  client_options.job_id = loaded->model.job_id();
-  std::unique_ptr<PsClient> client = NewLocalPsClient(client_options, {loaded->shard.get()});
-  std::unique_ptr<ClockGate> gate = NewSingleWorkerGate();
-  TrainerOptions options;
-  options.job = loaded->model.job();
-  options.partition = *Partition::Uniform(1);
-  options.create_tables = false;
-  options.evaluate = false;
-  Trainer scorer(options, client.get(), gate.get(), backend->get());
   std::vector<float> probs, labels;
-  if (absl::Status s = scorer.Score(files, absl::GetFlag(FLAGS_max_examples), &probs, &labels); !s.ok()) {
+  if (absl::Status s = ScoreExport(*loaded, backend->get(), files, absl::GetFlag(FLAGS_max_examples), &probs, &labels);
+      !s.ok()) {
     KLOG(Error) << "scoring failed: " << s;
     return 1;
   }

@@ -38,7 +38,8 @@ ALLOWED = {
     # Python package and kestrel_worker (cmd/), which use both.
     "inprocess": ROLES,
     "export": ROLES + ["inprocess"],  # predict scores an export on in-process servers
-    "python": ROLES + ["inprocess", "export"],
+    "serving": ROLES + ["inprocess", "export"],  # kestrel_serve and kestrel_publish, over exports
+    "python": ROLES + ["inprocess", "export", "serving"],
     "cmd": ROLES + ["inprocess", "export"],
     # The top: anything.
     "bench": None,
