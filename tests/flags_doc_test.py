@@ -20,6 +20,8 @@ BINARIES = {
     "kestrel_ctl": "scheduler/kestrel_ctl",
     "kestrel_export": "export/kestrel_export",
     "kestrel_predict": "export/kestrel_predict",
+    "kestrel_serve": "serving/kestrel_serve",
+    "kestrel_publish": "serving/kestrel_publish",
     "kestrel_datagen": "worker/data/kestrel_datagen",
     "kestrel_schema_guess": "worker/data/kestrel_schema_guess",
 }

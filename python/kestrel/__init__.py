@@ -4,11 +4,11 @@ A thin layer over the C++ client (the `_kestrel` extension, python/kestrel/_kest
 pulled and pushed through it with numpy arrays, and a refused call raises KestrelError with the server's status
 code and message. kestrel.Worker joins a cluster job as a training worker (kestrel.worker drives its loop).
 kestrel.torch (imported on its own: it needs PyTorch) puts the tables inside a PyTorch
-model.
+model. kestrel.PredictClient asks a prediction service (kestrel_serve) for scores.
 """
 from kestrel import _kestrel
-from kestrel._kestrel import (Client, KestrelError, Reader, Worker, auc, duration_seconds, feature_keys, fingerprint,
-                              job_settings, logloss, write_record)
+from kestrel._kestrel import (Client, KestrelError, PredictClient, Reader, Worker, auc, duration_seconds,
+                              feature_keys, fingerprint, job_settings, logloss, write_record)
 
 # KestrelError's subclass per status code (InvalidArgumentError, NotFoundError, UnavailableError, ...).
 ERRORS = {name: getattr(_kestrel, name) for name in dir(_kestrel)
@@ -18,5 +18,5 @@ globals().update(ERRORS)
 
 
 
-__all__ = ["Client", "KestrelError", "Reader", "Worker", "auc", "duration_seconds", "feature_keys",
+__all__ = ["Client", "KestrelError", "PredictClient", "Reader", "Worker", "auc", "duration_seconds", "feature_keys",
            "fingerprint", "job_settings", "logloss", "write_record"] + sorted(ERRORS)

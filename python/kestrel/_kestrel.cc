@@ -29,6 +29,7 @@
 #include "python/kestrel/binding_util.h"
 #include "python/kestrel/client_binding.h"
 #include "python/kestrel/data_binding.h"
+#include "python/kestrel/predict_binding.h"
 #include "python/kestrel/worker_binding.h"
 #include "worker/records.h"
 
@@ -129,4 +130,5 @@ PYBIND11_MODULE(_kestrel, m) {
   kestrel::BindReader(m);
   kestrel::BindWorker(m);
   kestrel::BindClient(m);
+  kestrel::BindPredictClient(m);
 }
