@@ -24,7 +24,7 @@
 #include "inprocess/local_trainer.h"
 #include "proto/serving.grpc.pb.h"
 #include "server/shard.h"
-#include "server/shard_store.h"
+#include "serving/checkpoint_testing.h"
 #include "serving/model_source.h"
 #include "serving/predict_client.h"
 #include "serving/prediction_service.h"
@@ -84,51 +84,11 @@ class ServingTest : public ::testing::Test {
   // Checkpoint 1 of the trained servers at `clock`, then checkpoints 2.. each after one more tool push of new
   // sparse rows and every dense block; LATEST names checkpoint 1.
   static absl::Status WriteCheckpoints(const std::vector<Shard*>& servers, int64_t clock) {
-    const CheckpointLayout layout = Layout();
     const TestSeed seed;
     std::mt19937_64 rng(seed.value());
     for (int c = 1; c <= kCheckpoints; ++c) {
-      if (c > 1) KESTREL_RETURN_IF_ERROR(PushMore(servers, clock + c - 1, &rng));
-      const std::string name = CheckpointLayout::CheckpointName(c);
-      std::vector<ShardCheckpoint> answers;
-      for (size_t s = 0; s < servers.size(); ++s) {
-        KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store, ShardStore::Open(layout, static_cast<int>(s)));
-        KESTREL_ASSIGN_OR_RETURN(ShardCheckpoint answer, store->Checkpoint(*servers[s], name));
-        answers.push_back(std::move(answer));
-      }
-      CheckpointManifest manifest;
-      manifest.set_format_version(1);
-      manifest.set_sequence(c);
-      manifest.set_clock(clock + c - 1);
-      manifest.set_job_id(servers[0]->job_id());
-      manifest.set_partition(servers[0]->partition().ToString());
-      manifest.set_num_servers(static_cast<int>(servers.size()));
-      KESTREL_RETURN_IF_ERROR(AddShardsToManifest(answers, static_cast<int>(servers.size()), &manifest));
-      KESTREL_RETURN_IF_ERROR(layout.WriteManifest(manifest));
-      if (c == 1) KESTREL_RETURN_IF_ERROR(layout.MoveLatest(name));
-    }
-    return absl::OkStatus();
-  }
-
-  // One tool push at `clock`: 64 new keys into every sparse table, and a step on every dense block.
-  static absl::Status PushMore(const std::vector<Shard*>& servers, int64_t clock, std::mt19937_64* rng) {
-    Shard& shard = *servers[0];
-    RequestContext ctx;
-    ctx.job_id = shard.job_id();
-    ctx.clock = clock;
-    std::uniform_real_distribution<float> grad(-0.5f, 0.5f);
-    for (const TableConfig& t : shard.DescribeTables()) {
-      std::vector<uint64_t> keys;
-      if (t.kind() == TableConfig::DENSE) {
-        for (uint64_t b = 0; b < Partition::DenseBlockCount(t.dense_size(), t.dim()); ++b) keys.push_back(b);
-      } else {
-        for (int i = 0; i < 64; ++i) keys.push_back((*rng)());
-        std::sort(keys.begin(), keys.end());
-      }
-      std::vector<float> grads(keys.size() * t.dim());
-      for (float& g : grads) g = grad(*rng);
-      KESTREL_RETURN_IF_ERROR(t.kind() == TableConfig::DENSE ? shard.PushDense(ctx, t.name(), keys, grads, t.dim())
-                                                            : shard.Push(ctx, t.name(), keys, grads, t.dim()));
+      if (c > 1) KESTREL_RETURN_IF_ERROR(PushTestRows(servers, clock + c - 1, 64, &rng));
+      KESTREL_RETURN_IF_ERROR(WriteTestCheckpoint(servers, Layout(), c, clock + c - 1, /*commit=*/c == 1));
     }
     return absl::OkStatus();
   }
