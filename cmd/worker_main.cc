@@ -53,6 +53,7 @@
 #include "inprocess/local_trainer.h"
 #include "worker/records.h"
 #include "worker/row_cache.h"
+#include "worker/train_stream.h"
 #include "worker/trainer.h"
 #include "worker/worker_session.h"
 
@@ -102,6 +103,9 @@ ABSL_FLAG(int, validation_clocks_for, 0,
           "Print the clocks after which worker 0 of this job with this many workers validates (before its last "
           "iteration), comma-separated on one line, and exit: what kestrel_scheduler --checkpoint_at_clocks takes "
           "to keep each validation's model. An empty line without a validation split. Default: 0 = train.");
+ABSL_FLAG(std::string, stop_stream, "",
+          "End the training directory DIR (data.train_stream) after the files it holds now: write its stop file "
+          "naming the last one, print that name and exit. Default: none = train.");
 ABSL_FLAG(std::string, line_log, "",
           "Audit of the data order: append, for every iteration this worker trains, '<clock> <epoch> <line>...' with "
           "the global index of each training line of its batch, to this file. Empty (default): none.");
@@ -416,6 +420,15 @@ int PrintValidationClocks(int workers) {
 
 int Run() {
   SetLogIdentity("worker");
+  if (const std::string dir = absl::GetFlag(FLAGS_stop_stream); !dir.empty()) {
+    absl::StatusOr<std::string> last = TrainStream::Stop(dir);
+    if (!last.ok()) {
+      KLOG(Error) << "--stop_stream: " << last.status();
+      return 2;
+    }
+    std::printf("%s\n", last->c_str());
+    return 0;
+  }
   if (const int workers = absl::GetFlag(FLAGS_validation_clocks_for); workers != 0) {
     if (workers < 0 || workers > kMaxWorkers) {
       KLOG(Error) << "--validation_clocks_for: " << workers << " workers is not in [1, " << kMaxWorkers << "]";

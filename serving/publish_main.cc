@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/notification.h"
@@ -26,6 +27,7 @@
 #include "google/protobuf/text_format.h"
 #include "serving/publisher.h"
 #include "worker/data/schema.h"
+#include "worker/train_stream.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "The job config it trains with (protobuf text format; required).");
@@ -53,8 +55,13 @@ int Run() {
     KLOG(Error) << "--config: cannot read a JobConfig from '" << absl::GetFlag(FLAGS_config) << "'";
     return 2;
   }
-  // The format as the schema resolved it, so that serving needs no training file.
-  const JobConfig with_defaults = JobWithDefaults(options.job);
+  // The format as the schema resolved it, so that serving needs no training file (a job that follows a directory:
+  // from its first file, as its workers resolve it).
+  JobConfig with_defaults = JobWithDefaults(options.job);
+  if (const std::string& stream = with_defaults.data().train_stream(); !stream.empty()) {
+    absl::StatusOr<std::vector<std::string>> files = TrainStream(stream, absl::ZeroDuration()).List();
+    if (files.ok() && !files->empty()) with_defaults.mutable_data()->add_train_files(stream + "/" + files->front());
+  }
   if (auto schema = Schema::Resolve(with_defaults.data(), with_defaults.model()); schema.ok()) {
     *options.job.mutable_data() = (*schema)->Pinned(options.job.data());
   } else {

@@ -53,13 +53,7 @@ absl::StatusOr<std::unique_ptr<ModelScorer>> ModelScorer::Create(std::shared_ptr
   scorer->client_ = NewLocalPsClient(client_options, {m.loaded.shard.get()});
   const Schema& schema = *m.schema;
   KESTREL_ASSIGN_OR_RETURN(scorer->net_, Model::Create(m.job.model(), schema.fields(), schema.dense_dim(), backend));
-  // The tables some field looks up, as the trainer reads them (worker/trainer.cc).
-  std::vector<bool> used(schema.num_tables(), false);
-  for (int t : schema.field_tables()) used[t] = true;
-  std::vector<std::string> names;
-  for (int t = 0; t < schema.num_tables(); ++t) names.push_back(schema.table_name(t));
-  scorer->tables_ = std::make_unique<EmbeddingTables>(scorer->client_.get(), std::move(names), std::move(used),
-                                                      scorer->net_->embedding_dim());
+  scorer->tables_ = EmbeddingTables::ForSchema(scorer->client_.get(), schema, scorer->net_->embedding_dim());
   scorer->exchange_ = std::make_unique<StepExchange>(scorer->client_.get(), scorer->tables_.get(), scorer->net_.get());
   scorer->batch_.batch.batch.Reset(schema.fields(), schema.dense_dim());
   return scorer;

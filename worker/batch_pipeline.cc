@@ -69,6 +69,7 @@ BatchPipeline::BatchPipeline(TrainingFeed* feed, const Partition& partition, std
 BatchPipeline::~BatchPipeline() { Stop(); }
 
 void BatchPipeline::Stop() {
+  feed_->Cancel();  // a reader waiting for a stream's next file
   filled_.Close();
   prepared_.Close();
   if (reader_.joinable()) reader_.join();
@@ -103,7 +104,11 @@ void BatchPipeline::PrepareBatches() {
   while (true) {
     absl::StatusOr<std::unique_ptr<StepData>> step = filled_.Pop();
     if (!step.ok()) {
-      if (!absl::IsCancelled(step.status())) prepared_.Fail(step.status());  // Cancelled: all read, or stopped
+      if (absl::IsCancelled(step.status())) {
+        prepared_.Close();  // all read (a Pop past the end answers Cancelled: a stream's end), or stopped
+      } else {
+        prepared_.Fail(step.status());
+      }
       return;
     }
     {

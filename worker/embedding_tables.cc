@@ -5,6 +5,14 @@
 
 namespace kestrel {
 
+std::unique_ptr<EmbeddingTables> EmbeddingTables::ForSchema(PsClient* client, const Schema& schema, int dim) {
+  std::vector<bool> used(schema.num_tables(), false);
+  for (int t : schema.field_tables()) used[t] = true;
+  std::vector<std::string> names;
+  for (int t = 0; t < schema.num_tables(); ++t) names.push_back(schema.table_name(t));
+  return std::make_unique<EmbeddingTables>(client, std::move(names), std::move(used), dim);
+}
+
 namespace {
 
 // Runs fn(t) for every used table, the first on this thread and the rest concurrently; the first error wins

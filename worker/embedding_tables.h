@@ -15,12 +15,14 @@
 #define KESTREL_WORKER_EMBEDDING_TABLES_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "worker/prepared_batch.h"
+#include "worker/data/schema.h"
 #include "worker/ps_client.h"
 
 namespace kestrel {
@@ -37,6 +39,8 @@ class EmbeddingTables {
   EmbeddingTables(PsClient* client, std::vector<std::string> names, std::vector<bool> used, int dim);
   EmbeddingTables(PsClient* client, std::vector<std::string> names, int dim)
       : EmbeddingTables(client, names, std::vector<bool>(names.size(), true), dim) {}
+  // The tables of `schema` (worker/data/schema.h: table t's name, and whether some field looks it up).
+  static std::unique_ptr<EmbeddingTables> ForSchema(PsClient* client, const Schema& schema, int dim);
 
   int num_tables() const { return static_cast<int>(names_.size()); }
   const std::string& name(int t) const { return names_[t]; }

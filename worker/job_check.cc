@@ -1,14 +1,17 @@
 #include "worker/job_check.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
 #include "worker/model.h"
+#include "worker/train_stream.h"
 #include "worker/trainer.h"
 
 namespace kestrel {
@@ -33,7 +36,24 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<const Schema>> CheckJob(const JobConfig& job_in, Backend* backend,
                                                        const JobCheckOptions& options) {
-  const JobConfig job = JobWithDefaults(job_in);
+  JobConfig job = JobWithDefaults(job_in);
+  if (!job.data().train_stream().empty()) {
+    // A job that follows a directory: its data format is read from the first file (waited for).
+    const DataConfig& data = job.data();
+    if (!data.train_files().empty() || data.validation_every() > 0 || !data.validation_column().empty() ||
+        data.validation_files_size() > 0) {
+      return absl::InvalidArgumentError(
+          "data.train_stream takes neither data.train_files nor a validation split (validation_files, "
+          "validation_every, validation_column)");
+    }
+    const uint32_t poll_ms = data.stream_poll_ms() > 0 ? data.stream_poll_ms() : kDefaultStreamPollMs;
+    KLOG(Info) << "waiting for the first file of the training directory " << data.train_stream();
+    absl::StatusOr<std::optional<std::string>> first =
+        TrainStream(data.train_stream(), absl::Milliseconds(poll_ms)).WaitFor(0);
+    if (!first.ok()) return absl::InvalidArgumentError(absl::StrCat("data.train_stream: ", first.status().message()));
+    if (!first->has_value()) return absl::InvalidArgumentError("data.train_stream: the stream ended before its first file");
+    job.mutable_data()->add_train_files(**first);
+  }
   if (job.data().train_files().empty()) {
     return absl::InvalidArgumentError("no training files: set data.train_files or give --train_files");
   }

@@ -40,6 +40,15 @@ absl::Status ScoreFiles(const Scorer& scorer, const std::vector<std::string>& fi
   return absl::OkStatus();
 }
 
+absl::StatusOr<EvalSplit> EvalSplitOf(const DataConfig& data, bool validation) {
+  EvalSplit split;
+  KESTREL_ASSIGN_OR_RETURN(split.holdout, validation ? TrainingHoldout(data) : ReaderOptions::Holdout{});
+  split.holdout.validation = true;
+  const auto& names = !validation ? data.test_files() : split.holdout.active() ? data.train_files() : data.validation_files();
+  split.files.assign(names.begin(), names.end());
+  return split;
+}
+
 EvalResult MetricsOf(int64_t step, const std::vector<float>& probs, const std::vector<float>& labels,
                      absl::Duration took) {
   EvalResult r;

@@ -40,6 +40,14 @@ struct Scorer {
                                       std::vector<float>* probs, std::vector<float>* labels,
                                       const ReaderOptions::Holdout& holdout = {});
 
+// What an evaluation reads: the test files, or (`validation`) the validation split — its files, or the lines held
+// out of the training files.
+struct EvalSplit {
+  std::vector<std::string> files;
+  ReaderOptions::Holdout holdout;
+};
+[[nodiscard]] absl::StatusOr<EvalSplit> EvalSplitOf(const DataConfig& data, bool validation);
+
 // The metrics of `probs` against `labels` after `step` iterations, scored in `took`.
 EvalResult MetricsOf(int64_t step, const std::vector<float>& probs, const std::vector<float>& labels,
                      absl::Duration took);

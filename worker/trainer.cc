@@ -8,18 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/hash.h"
 #include "common/held_reads.h"
 #include "common/fault_injection.h"
 #include "common/logging.h"
-#include "common/line_assignment.h"
 #include "common/status.h"
 #include "worker/batch_pipeline.h"
 #include "worker/batch_reader.h"
 #include "worker/data/schema.h"
 #include "worker/early_stopping.h"
 #include "worker/embedding_tables.h"
-#include "worker/epoch_schedule.h"
 #include "common/evaluation.h"
 #include "worker/model.h"
 #include "worker/phase_clock.h"
@@ -51,12 +48,7 @@ class Trainer::Impl {
       KESTREL_ASSIGN_OR_RETURN(schema_, Schema::Resolve(job.data(), job.model()));
     }
     KESTREL_ASSIGN_OR_RETURN(model_, Model::Create(job.model(), schema_->fields(), schema_->dense_dim(), backend_));
-    // The embedding tables some field looks up (every field looks up "emb" unless the schema says otherwise).
-    std::vector<bool> used(schema_->num_tables(), false);
-    for (int t : schema_->field_tables()) used[t] = true;
-    std::vector<std::string> names;
-    for (int t = 0; t < schema_->num_tables(); ++t) names.push_back(schema_->table_name(t));
-    tables_ = std::make_unique<EmbeddingTables>(client_, std::move(names), std::move(used), model_->embedding_dim());
+    tables_ = EmbeddingTables::ForSchema(client_, *schema_, model_->embedding_dim());
     exchange_ = std::make_unique<StepExchange>(client_, tables_.get(), model_.get());
     if (options_.create_tables) {
       std::vector<TableConfig> tables = model_->Tables();
@@ -308,9 +300,9 @@ class Trainer::Impl {
     phases_.Reset();
     KLOG(Info) << "worker " << options_.rank << " of " << options_.num_workers << ": training "
                << ModelConfig::Type_Name(job.model().type()) << " on " << backend_->name() << " for "
-               << feed_->total() << " iterations of " << job.train().batch_size() << " examples ("
-               << feed_->per_epoch() << " per epoch), from " << options_.start_clock
-               << (options_.prefetch_pulls ? ", prefetching pulls" : "")
+               << StepsText(feed_->total()) << " iterations of " << job.train().batch_size() << " examples ("
+               << (feed_->streaming() ? "a file" : absl::StrCat(feed_->per_epoch())) << " per epoch), from "
+               << options_.start_clock << (options_.prefetch_pulls ? ", prefetching pulls" : "")
                << (options_.prefetch_pulls && options_.overlap_pushes ? ", overlapping pushes" : "");
     return absl::OkStatus();
   }
@@ -338,18 +330,24 @@ class Trainer::Impl {
   // Iteration `clock` of the loop: starts fetching the next batch, computes, pushes, takes the next batch, then
   // logs and evaluates when due.
   absl::Status RunIteration(int64_t clock, Loop* loop) {
+    loop->total = feed_->total();  // (a stream's, once its end is found)
     const bool last = clock + 1 == loop->total;
-    KESTREL_RETURN_IF_ERROR(StartFetchingNext(clock, last, loop));
+    const bool flush = last || feed_->AtKnownEnd(clock + 1);  // a stream's next file not found: push now, alone
+    KESTREL_RETURN_IF_ERROR(StartFetchingNext(clock, flush, loop));
     GradBuffers& g = *grads_[loop->overlap_push || loop->fuse_ahead || loop->split ? clock % 2 : 0];
     KESTREL_ASSIGN_OR_RETURN(const double loss, Compute(clock, *loop->current, &g));
     const int64_t examples = loop->current->batch.batch.size;  // (the batch may move to `pushed` below)
     sent_clock_ = clock;  // this iteration's push, below or overlapped with the next
-    KESTREL_RETURN_IF_ERROR(PushIteration(clock, last, &g, loop));
+    KESTREL_RETURN_IF_ERROR(PushIteration(clock, flush, last, &g, loop));
     ++loop->result.steps;
     loop->result.examples += examples;
     loop->window_examples += examples;
     loop->window_loss += loss;
-    if (!last) KESTREL_RETURN_IF_ERROR(TakeNextBatch(clock, loop));
+    if (!last) {
+      const absl::Status taken = TakeNextBatch(clock, loop);
+      if (!taken.ok() && feed_->total() == clock + 1) return EndStream(clock, loop);  // the stop file named the last
+      KESTREL_RETURN_IF_ERROR(taken);
+    }
 
     const int64_t done = clock + 1;
     const TrainConfig& train = options_.job.train();
@@ -365,7 +363,7 @@ class Trainer::Impl {
 
   // Before iteration `clock` computes: the fused-ahead Step of the held batch, or the prefetch of the next batch;
   // the last iteration pushes the held batch instead.
-  absl::Status StartFetchingNext(int64_t clock, bool last, Loop* loop) {
+  absl::Status StartFetchingNext(int64_t clock, bool last, Loop* loop) {  // `last`: or a stream's flush
     if (loop->fuse_ahead && loop->held != nullptr && !last) {
       loop->ahead = std::async(std::launch::async,
                                [this, step = loop->held.get(), &g = *grads_[(clock - 1) % 2], clock] {
@@ -456,18 +454,18 @@ class Trainer::Impl {
 
   // Iteration `clock`'s push of `g`: overlapped with the next compute (ASP), left to the next iteration's Step
   // (fused ahead), fused with the next batch's pull, or on its own.
-  absl::Status PushIteration(int64_t clock, bool last, GradBuffers* g, Loop* loop) {
+  absl::Status PushIteration(int64_t clock, bool flush, bool last, GradBuffers* g, Loop* loop) {
     if (loop->overlap_push) {
       KESTREL_RETURN_IF_ERROR(FinishPush(loop));  // c - 1's, whose buffers c + 1 will fill
       loop->pushed = std::move(loop->current);
       loop->pushing = std::async(std::launch::async, [this, step = loop->pushed.get(), g, clock, last] {
         return PushAndAdvance(*step, *g, clock, last);
       });
-    } else if (loop->fuse_ahead && !last && (loop->ahead.valid() || loop->next.valid())) {
+    } else if (loop->fuse_ahead && !flush && (loop->ahead.valid() || loop->next.valid())) {
       loop->unpushed = true;  // pushed with the next iteration's Step (`held`, see TakeNextBatch)
-    } else if (loop->split && !last) {
+    } else if (loop->split && !flush) {
       KESTREL_RETURN_IF_ERROR(SplitPushAndPull(clock, *g, loop));
-    } else if (!last && CanFuse(*loop->current, clock)) {
+    } else if (!flush && CanFuse(*loop->current, clock)) {
       // Taken by TakeNextBatch, not fetched.
       KESTREL_ASSIGN_OR_RETURN(loop->fused, PushAndFetch(*loop->current, *g, clock, clock + 1));
     } else {
@@ -513,6 +511,14 @@ class Trainer::Impl {
     return absl::OkStatus();
   }
 
+  // A stream ended after iteration `clock` (pushed, on its own): the loop ends there, this worker done.
+  absl::Status EndStream(int64_t clock, Loop* loop) {
+    loop->total = clock + 1;
+    KESTREL_RETURN_IF_ERROR(FinishPush(loop));
+    ReportProgress(clock + 1, loop);
+    return gate_->Advance(clock + 1, /*done=*/true, feed_->StateOf(clock + 1, loop->current->after));
+  }
+
   // The train record of the log window ending after `done` iterations: logged, written and observed.
   void ReportProgress(int64_t done, Loop* loop) {
     TrainResult& result = loop->result;
@@ -520,8 +526,8 @@ class Trainer::Impl {
     const double seconds = absl::ToDoubleSeconds(now - loop->window_start);
     const double rate = seconds > 0 ? loop->window_examples / seconds : 0;
     result.train_logloss = loop->window_loss / std::max<int64_t>(loop->window_examples, 1);
-    KLOG(Info) << absl::StrFormat("worker %d step %d/%d  train logloss %.5f  %.0f examples/s", options_.rank,
-                                  done, loop->total, result.train_logloss, rate);
+    KLOG(Info) << absl::StrFormat("worker %d step %d/%s  train logloss %.5f  %.0f examples/s", options_.rank,
+                                  done, StepsText(loop->total), result.train_logloss, rate);
     records_.Write(TrainRecord(options_.rank, done, loop->total, result.train_logloss, rate));
     Notify({TrainerEvent::Kind::kTrain, done, loop->window_examples, result.train_logloss, 0, rate, phases_.Get()});
     loop->window_start = now;
@@ -624,17 +630,11 @@ class Trainer::Impl {
   absl::StatusOr<EvalResult> Evaluate(int64_t step, bool validation = false) {
     KESTREL_RETURN_IF_ERROR(Init());
     sent_clock_ = step;  // iterations done: reads the current weights
-    const DataConfig& data = options_.job.data();
-    // The validation split: its files, or the lines held out of the training files.
-    KESTREL_ASSIGN_OR_RETURN(ReaderOptions::Holdout holdout,
-                             validation ? TrainingHoldout(data) : ReaderOptions::Holdout{});
-    holdout.validation = true;
-    const auto& names = !validation ? data.test_files() : holdout.active() ? data.train_files() : data.validation_files();
+    KESTREL_ASSIGN_OR_RETURN(const EvalSplit eval, EvalSplitOf(options_.job.data(), validation));
     const char* split = validation ? "validation" : "test";
     const absl::Time start = absl::Now();
     std::vector<float> probs, labels;
-    KESTREL_RETURN_IF_ERROR(Score({names.begin(), names.end()}, options_.job.train().eval_max_examples(), &probs,
-                                  &labels, holdout));
+    KESTREL_RETURN_IF_ERROR(Score(eval.files, options_.job.train().eval_max_examples(), &probs, &labels, eval.holdout));
     if (probs.empty()) return absl::FailedPreconditionError(absl::StrCat("the ", split, " files hold no examples"));
     const EvalResult r = MetricsOf(step, probs, labels, absl::Now() - start);
     KLOG(Info) << absl::StrFormat("%s at step %d: %d examples  logloss %.5f  AUC %.5f  %.0f examples/s",

@@ -1,15 +1,18 @@
 #include "worker/trainer_records.h"
 
+#include "absl/strings/str_cat.h"
 #include "worker/records.h"
 
 namespace kestrel {
+
+std::string StepsText(int64_t steps) { return steps == INT64_MAX ? "?" : absl::StrCat(steps); }
 
 Record TrainRecord(int worker, int64_t done, int64_t steps, double logloss, double examples_per_second) {
   Record record;
   record.set_kind("train");
   record.set_worker(worker);
   record.set_step(done);
-  record.set_steps(steps);
+  if (steps != INT64_MAX) record.set_steps(steps);  // a stream's is open (worker/training_feed.h kStreamOpen)
   record.set_logloss(logloss);
   record.set_examples_per_second(examples_per_second);
   return record;

@@ -1,6 +1,7 @@
 #include "worker/training_feed.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -94,6 +95,7 @@ absl::StatusOr<std::unique_ptr<TrainingFeed>> TrainingFeed::Open(TrainingFeedOpt
 // same from the same shares). Then where reading starts.
 absl::Status TrainingFeed::Plan() {
   const JobConfig& job = options_.job;
+  if (!job.data().train_stream().empty()) return PlanStream();
   KESTREL_ASSIGN_OR_RETURN(total_lines_, TrainingLines(job));
   KESTREL_ASSIGN_OR_RETURN(per_epoch_, IterationsPerEpoch(job, options_.num_workers, total_lines_));
   const int64_t epochs = job.train().epochs();
@@ -142,8 +144,34 @@ LineAssignment TrainingFeed::ShareOf(const EpochSchedule::Epoch& epoch) const {
   return Shared(epoch) ? AssignmentOf(plan_->shares(options_.rank)) : PlainAssignment(options_.rank, options_.num_workers);
 }
 
+EpochSchedule::Epoch TrainingFeed::EpochAt(int64_t clock) const {
+  if (stream_ == nullptr) return schedule_.At(clock);
+  absl::MutexLock lock(&segments_mu_);
+  if (segments_.empty()) return EpochSchedule::Epoch{0, 0, 0};
+  for (const Segment& s : segments_) {
+    if (clock < s.end) return EpochSchedule::Epoch{s.index, s.start, s.end};
+  }
+  const Segment& last = segments_.back();
+  return EpochSchedule::Epoch{last.index, last.start, last.end};
+}
+
 WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) const {
   WorkerState state = StateAt(clock, after);
+  if (stream_ != nullptr) {  // the epoch of iteration clock - 1: its file, and where it ends
+    absl::MutexLock lock(&segments_mu_);
+    for (auto s = segments_.rbegin(); s != segments_.rend(); ++s) {
+      if (s->start < clock || (s->start == clock && s->end == clock && clock == 0)) {
+        state.set_epoch(s->index);
+        state.set_epoch_start(s->start);
+        state.set_epoch_end(s->end);
+        state.set_stream_file(std::filesystem::path(s->file).filename().string());
+        break;
+      }
+    }
+    *state.mutable_share() = LineShareOf(PlainAssignment(options_.rank, options_.num_workers));
+    state.set_batch_lines(options_.job.train().batch_size());
+    return state;
+  }
   if (plan_.has_value()) *state.mutable_plan() = *plan_;
   const EpochSchedule::Epoch epoch = schedule_.At(clock);
   state.set_epoch(epoch.index);
@@ -171,27 +199,33 @@ absl::Status TrainingFeed::OpenReader(const EpochSchedule::Epoch& epoch, const R
   return absl::OkStatus();
 }
 
+absl::Status TrainingFeed::FillBatch(int64_t it, int64_t epoch, Batch* batch, std::vector<uint64_t>* lines) {
+  const int64_t batch_size = options_.job.train().batch_size();
+  if (lines != nullptr) lines->clear();
+  // A share shorter than the epoch's iterations in batches gives short batches, then empty ones.
+  const uint64_t skipped = reader_->skipped();
+  KESTREL_ASSIGN_OR_RETURN(const int64_t filled, reader_->Fill(batch_size, batch, /*append=*/false, lines));
+  const uint64_t consumed = static_cast<uint64_t>(filled) + (reader_->skipped() - skipped);
+  if (consumed > unread_ || (filled < batch_size && consumed < unread_)) {
+    return absl::DataLossError(absl::StrFormat(
+        "worker %d's share of epoch %d was counted as %d more lines at iteration %d, its reader %s %d (the "
+        "files changed while training?)",
+        options_.rank, epoch, unread_, it, filled < batch_size ? "ended after" : "read", consumed));
+  }
+  unread_ -= consumed;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> TrainingFeed::Next(Batch* batch, int64_t* clock, ReaderPosition* after,
                                         std::vector<uint64_t>* lines) {
-  const int64_t batch_size = options_.job.train().batch_size();
+  if (stream_ != nullptr) return NextInStream(batch, clock, after, lines);
   for (; next_ < total(); ++next_) {
     const int64_t it = next_;
     const EpochSchedule::Epoch epoch = schedule_.At(it);
     if (reader_ == nullptr || (it == epoch.start && it != first_)) {  // an epoch starts from the data's beginning
       KESTREL_RETURN_IF_ERROR(OpenReader(epoch, ReaderPosition()));
     }
-    if (lines != nullptr) lines->clear();
-    // A share shorter than the epoch's iterations in batches gives short batches, then empty ones.
-    const uint64_t skipped = reader_->skipped();
-    KESTREL_ASSIGN_OR_RETURN(const int64_t filled, reader_->Fill(batch_size, batch, /*append=*/false, lines));
-    const uint64_t consumed = static_cast<uint64_t>(filled) + (reader_->skipped() - skipped);
-    if (consumed > unread_ || (filled < batch_size && consumed < unread_)) {
-      return absl::DataLossError(absl::StrFormat(
-          "worker %d's share of epoch %d was counted as %d more lines at iteration %d, its reader %s %d (the "
-          "files changed while training?)",
-          options_.rank, epoch.index, unread_, it, filled < batch_size ? "ended after" : "read", consumed));
-    }
-    unread_ -= consumed;
+    KESTREL_RETURN_IF_ERROR(FillBatch(it, epoch.index, batch, lines));
     if (it < options_.start_clock) continue;  // done before this worker was replaced
     *after = reader_->position();
     *clock = it;
@@ -199,6 +233,125 @@ absl::StatusOr<bool> TrainingFeed::Next(Batch* batch, int64_t* clock, ReaderPosi
     return true;
   }
   return false;
+}
+
+// Streams: the first segment, or the one start_clock falls in (exactly where the state says, else found by
+// counting the files before it).
+absl::Status TrainingFeed::PlanStream() {
+  const JobConfig& job = options_.job;
+  if (options_.start_state.has_plan()) {
+    return absl::UnimplementedError("a job that follows a directory (data.train_stream) keeps its worker count");
+  }
+  const uint32_t poll_ms = job.data().stream_poll_ms();
+  stream_ = std::make_unique<TrainStream>(job.data().train_stream(),
+                                          absl::Milliseconds(poll_ms > 0 ? poll_ms : kDefaultStreamPollMs));
+  const int64_t start = options_.start_clock;
+  next_ = first_ = start;
+  if (start == 0) return absl::OkStatus();  // Next opens file 0
+  const WorkerState& state = options_.start_state;
+  if (state.clock() == start && !state.stream_file().empty() && state.epoch_start() < start &&
+      start <= state.epoch_end()) {
+    if (start == state.epoch_end()) {  // the state's file is done: Next opens the one after it
+      current_ = Segment{state.epoch(), state.epoch_start(), state.epoch_end(), state.stream_file(), 0};
+      have_current_ = true;
+      known_end_.store(start);
+      return absl::OkStatus();
+    }
+    KESTREL_ASSIGN_OR_RETURN(const bool found,
+                             OpenSegment(state.epoch(), state.epoch_start(),
+                                         state.has_reader() ? PositionOf(state.reader()) : ReaderPosition(),
+                                         state.stream_file()));
+    if (!found || current_.end != state.epoch_end()) {
+      return absl::DataLossError(absl::StrFormat(
+          "worker %d resumes file %s (epoch %d) at iteration %d, but it now holds %d iterations' lines, not %d "
+          "(the file changed?)",
+          options_.rank, state.stream_file(), state.epoch(), start, current_.end - current_.start,
+          state.epoch_end() - state.epoch_start()));
+    }
+    if (!state.has_reader()) first_ = current_.start;  // read from the file's start, dropping what was trained
+    next_ = first_;
+    KLOG(Info) << "worker " << options_.rank << " resumes " << current_.file << " (epoch " << current_.index
+               << ") for iteration " << start;
+    return absl::OkStatus();
+  }
+  // No state to continue from: the files before start_clock are counted again, and its file read from its start.
+  int64_t at = 0;
+  for (int64_t index = 0;; ++index) {
+    KESTREL_ASSIGN_OR_RETURN(const bool found, OpenSegment(index, at, ReaderPosition(), ""));
+    if (!found) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the training directory ends at iteration %d, before iteration %d this worker resumes at", at, start));
+    }
+    if (start < current_.end) break;
+    at = current_.end;
+  }
+  next_ = first_ = current_.start;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> TrainingFeed::OpenSegment(int64_t index, int64_t start, const ReaderPosition& at,
+                                               const std::string& expected) {
+  const JobConfig& job = options_.job;
+  KESTREL_ASSIGN_OR_RETURN(const std::optional<std::string> file,
+                           stream_->WaitFor(index, [this] { return cancelled_.load(); }));
+  if (!file.has_value()) {
+    stream_end_.store(start);
+    known_end_.store(start);
+    KLOG(Info) << "worker " << options_.rank << ": the training directory ends after " << index
+               << " files, at iteration " << start;
+    return false;
+  }
+  const std::string name = std::filesystem::path(*file).filename().string();
+  if (!expected.empty() && name != expected) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "file %d of the training directory %s is %s, not %s as when it was trained: a file arrived out of name "
+        "order",
+        index, stream_->dir(), name, expected));
+  }
+  const bool header = job.data().format() == DataConfig::DELIMITED && job.data().schema().header();
+  KESTREL_ASSIGN_OR_RETURN(const uint64_t lines, CountDataLines({*file}, header, ReaderOptions::Holdout()));
+  std::vector<uint64_t> shares;
+  for (int w = 0; w < options_.num_workers; ++w) shares.push_back(PlainAssignment(w, options_.num_workers).CountBelow(lines));
+  const int64_t iterations = EpochIterations(job.train(), shares);
+  current_ = Segment{index, start, start + iterations, *file, lines};
+  have_current_ = true;
+  per_epoch_ = iterations;
+  {
+    absl::MutexLock lock(&segments_mu_);
+    segments_.push_back(current_);
+    if (segments_.size() > kKeptSegments) segments_.erase(segments_.begin());
+  }
+  known_end_.store(current_.end);
+  ReaderOptions reader_options = ReaderOptionsFor(job.data());
+  reader_options.assignment = std::make_shared<LineAssignment>(PlainAssignment(options_.rank, options_.num_workers));
+  if (job.train().shuffle_buffer() > 0) {
+    reader_options.shuffle_window = static_cast<uint64_t>(job.train().shuffle_buffer());
+    reader_options.shuffle_seed = job.train().shuffle_seed() != 0 ? job.train().shuffle_seed() : job.model().seed();
+    reader_options.epoch = index;
+  }
+  KESTREL_ASSIGN_OR_RETURN(reader_, BatchReader::Open(options_.schema, {*file}, reader_options, at));
+  const uint64_t mine = reader_options.assignment->CountBelow(lines);
+  unread_ = mine - std::min(mine, reader_options.assignment->CountBelow(at.global_line));
+  return true;
+}
+
+absl::StatusOr<bool> TrainingFeed::NextInStream(Batch* batch, int64_t* clock, ReaderPosition* after,
+                                                std::vector<uint64_t>* lines) {
+  while (true) {
+    if (!have_current_ || next_ == current_.end) {  // the next file (or the first)
+      const int64_t index = have_current_ ? current_.index + 1 : 0;
+      KESTREL_ASSIGN_OR_RETURN(const bool found, OpenSegment(index, next_, ReaderPosition(), ""));
+      if (!found) return false;
+      continue;  // (a file with no iteration for this worker count: the one after it)
+    }
+    const int64_t it = next_;
+    KESTREL_RETURN_IF_ERROR(FillBatch(it, current_.index, batch, lines));
+    ++next_;
+    if (it < options_.start_clock) continue;  // done before this worker was resumed
+    *after = reader_->position();
+    *clock = it;
+    return true;
+  }
 }
 
 }  // namespace kestrel

@@ -219,6 +219,9 @@ class Worker {
 
   void OpenFeed() {
     WaitRead();  // the read in flight is of the feed being replaced
+    if (!job_.data().train_stream().empty()) {
+      Raise(absl::UnimplementedError("a Python worker trains data.train_files; data.train_stream is kestrel_worker's"));
+    }
     TrainingFeedOptions options;
     options.job = job_;
     options.schema = schema_;
