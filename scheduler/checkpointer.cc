@@ -125,10 +125,9 @@ void Checkpointer::CutScheduled() {
                              : AtListedClock(ctx_->cut) ? "a listed clock"
                                                        : absl::StrCat("every ", ctx_->options.every_clocks, " clocks");
   if (ctx_->cut != last_checkpoint_clock_ && Degraded()) {
-    KLOG(Warning) << "checkpoint at clock " << ctx_->cut << " (" << reason
-                  << ") skipped: a server is out of service (failed over); checkpoints resume once the job is "
-                     "fully replicated again or rolls back";
-    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    Abandoned(absl::StrCat("(", reason, ")"), ctx_->cut,
+              absl::UnavailableError("skipped: a server is out of service (failed over); checkpoints resume once "
+                                     "the job is fully replicated again or rolls back"));
   } else if (ctx_->cut != last_checkpoint_clock_) {
     const absl::Time held = absl::Now();
     if (TakeCheckpoint(ctx_->cut, reason, /*wait=*/!ctx_->options.copy_on_write)) {
@@ -172,10 +171,22 @@ void Checkpointer::SettleFinalModel() {
     } else {
       KLOG(Error) << "the final checkpoint failed " << final_attempts_
                   << " times: the workers leave, and the model of clock " << clock << " is only in the servers' memory";
+      SchedulerMetrics::Get().final_checkpoint_failed().Set(1);
+      absl::MutexLock lock(&ctx_->mu);
+      ctx_->status.final_checkpoint_failed = true;
     }
   }
   absl::MutexLock lock(&ctx_->mu);
   ctx_->status.final_model_settled = true;
+}
+
+void Checkpointer::Abandoned(absl::string_view name, int64_t clock, const absl::Status& why) {
+  KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (nothing committed): " << why;
+  SchedulerMetrics::Get().checkpoints_failed().Increment();
+  SchedulerMetrics::Get().checkpoint_failures(why.code()).Increment();
+  absl::MutexLock lock(&ctx_->mu);
+  ++ctx_->status.failed;
+  ctx_->status.last_failure = absl::StrCat(name, " at clock ", clock, ": ", why.ToString());
 }
 
 bool Checkpointer::Degraded() const { return !ctx_->membership->routing().out_of_service.empty(); }
@@ -211,8 +222,7 @@ bool Checkpointer::Cut(int64_t clock, const std::string& reason) {
   const absl::Time start = absl::Now();
   absl::StatusOr<uint64_t> sequence = ctx_->layout.NextSequence();
   if (!sequence.ok()) {
-    KLOG(Error) << "checkpoint at clock " << clock << " not taken: " << sequence.status();
-    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    Abandoned(absl::StrCat("(", reason, ")"), clock, sequence.status());
     return false;
   }
   // An abandoned attempt's directory may not exist yet (a server still writing it): never reuse its name.
@@ -229,9 +239,7 @@ bool Checkpointer::Cut(int64_t clock, const std::string& reason) {
   for (auto& answer : answers) {
     if (!answer.ok()) {
       // Servers that did cut write their part anyway (their stores then hold it); it is never committed.
-      KLOG(Warning) << "checkpoint " << name << " at clock " << clock
-                    << " abandoned (nothing committed): " << answer.status();
-      SchedulerMetrics::Get().checkpoints_failed().Increment();
+      Abandoned(name, clock, answer.status());
       return false;
     }
   }
@@ -297,9 +305,7 @@ void Checkpointer::FinishPending() {
 
 void Checkpointer::AbandonPending() {
   if (pending_ == nullptr) return;
-  KLOG(Warning) << "checkpoint " << pending_->name << " at clock " << pending_->clock
-                << " abandoned (nothing committed): the job rolls back while it is written";
-  SchedulerMetrics::Get().checkpoints_failed().Increment();
+  Abandoned(pending_->name, pending_->clock, absl::AbortedError("the job rolls back while it is written"));
   abandoned_.push_back(std::move(pending_));
   // The last checkpoint is the last committed one again: the rollback restores it (a removal's reads it: Rescaler).
   absl::MutexLock lock(&ctx_->mu);
@@ -318,9 +324,7 @@ bool Checkpointer::Commit() {
   uint64_t rows = 0, rows_written = 0, bytes_written = 0;
   for (auto& answer : p->answers) {
     if (!answer.ok()) {
-      KLOG(Warning) << "checkpoint " << name << " at clock " << clock
-                    << " abandoned (nothing committed): " << answer.status();
-      SchedulerMetrics::Get().checkpoints_failed().Increment();
+      Abandoned(name, clock, answer.status());
       return false;
     }
     rows += answer->rows();
@@ -329,9 +333,7 @@ bool Checkpointer::Commit() {
     shards.push_back(*std::move(answer));
   }
   if (ctx_->membership->AnyServerDead()) {  // an answer may come from a replacement that holds none of the rows
-    KLOG(Warning) << "checkpoint " << name << " at clock " << clock
-                  << " abandoned (nothing committed): a server was lost while it was written";
-    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    Abandoned(name, clock, absl::UnavailableError("a server was lost while it was written"));
     return false;
   }
   CrashPoint("scheduler.checkpoint.shards_written");
@@ -341,8 +343,7 @@ bool Checkpointer::Commit() {
   CrashPoint("scheduler.checkpoint.manifest_written");
   if (status.ok()) status = ctx_->layout.MoveLatest(name);
   if (!status.ok()) {
-    KLOG(Warning) << "checkpoint " << name << " at clock " << clock << " abandoned (not committed): " << status;
-    SchedulerMetrics::Get().checkpoints_failed().Increment();
+    Abandoned(name, clock, status);
     return false;
   }
   CrashPoint("scheduler.checkpoint.committed");

@@ -87,6 +87,9 @@ class Checkpointer {
   int64_t finished_clock() const { return finished_clock_; }
 
  private:
+  // An attempt that committed nothing (`name`: the checkpoint's, or its reason when it was never cut): logged,
+  // counted (by the status code of `why`) and kept as the job's last failure (CheckpointStatus).
+  void Abandoned(absl::string_view name, int64_t clock, const absl::Status& why);
   // Some server is out of service (failed over): checkpoints wait.
   bool Degraded() const;
   // Whether `clock` is one of CheckpointOptions::at_clocks (its checkpoints are kept past `keep`).

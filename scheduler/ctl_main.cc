@@ -68,6 +68,11 @@ int Status(SchedulerClient& client) {
   status.set_latest_checkpoint_clock(d->latest_checkpoint_clock());
   status.set_checkpoints_committed(d->checkpoints_committed());
   status.set_rollbacks(d->rollbacks());
+  if (d->checkpoints_failed() > 0) {
+    status.set_checkpoints_failed(d->checkpoints_failed());
+    status.set_last_checkpoint_failure(d->last_checkpoint_failure());
+  }
+  if (d->final_checkpoint_failed()) status.set_final_checkpoint_failed(true);
   status.set_layout_generation(v.layout_generation());
   if (absl::StatusOr<Partition> partition = Partition::Parse(v.partition());
       partition.ok() && partition->replicas() > 1) {

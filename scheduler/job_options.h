@@ -77,6 +77,11 @@ struct CheckpointStatus {
   // server lost before it can still be recovered by redoing iterations.
   bool final_model_settled = false;
   uint64_t elastic_removals = 0;  // members removed because they did not come back (elastic jobs)
+  uint64_t failed = 0;            // checkpoint attempts abandoned (nothing committed), by this scheduler
+  // The last abandoned attempt: "<name> at clock <c>: <why>" ("" = none failed since the last commit).
+  std::string last_failure;
+  // The job finished and its final checkpoint could not be written: its final model is in no checkpoint.
+  bool final_checkpoint_failed = false;
 };
 
 }  // namespace kestrel

@@ -5,8 +5,9 @@
 // Servers and workers register and heartbeat; workers ask permission before each iteration (WaitToStart)
 // and report finished iterations (Advance). With --checkpoint_dir it coordinates global checkpoints and rolls
 // the job back to the latest one when a server dies; --resume continues a job from it. Shuts down cleanly on
-// SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 1 runtime error, 2 bad flags or a checkpoint that cannot be
-// used safely (damaged, of another job), named in the log.
+// SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 1 runtime error or a finished job whose final checkpoint could
+// not be written (its final model is in no checkpoint), 2 bad flags or a checkpoint that cannot be used safely
+// (damaged, of another job), named in the log.
 #include <unistd.h>
 
 #include <signal.h>
@@ -271,7 +272,13 @@ int Run() {
   std::unique_ptr<SchedulerServer> server;
   if (const int failed = StartScheduler(options, &server); failed != 0) return failed;
   ServeUntilSignal(*server);
-  return fatal.load() ? 2 : 0;
+  if (fatal.load()) return 2;
+  if (const CheckpointStatus status = server->service().job_controller().status(); status.final_checkpoint_failed) {
+    KLOG(Error) << "the job's final checkpoint could not be written (" << status.last_failure
+                << "): its final model is in no checkpoint";
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace

@@ -31,6 +31,11 @@ SchedulerMetrics::SchedulerMetrics()
                                         "Global checkpoints committed by this scheduler.")),
       checkpoints_failed_(NewCounter("kestrel_scheduler_checkpoints_failed_total",
                                      "Checkpoint attempts abandoned without a commit.")),
+      checkpoint_failures_(CounterFamily("kestrel_scheduler_checkpoint_failures_total",
+                                         "Checkpoint attempts abandoned without a commit, by the status code of why.")),
+      final_checkpoint_failed_(NewGauge("kestrel_scheduler_final_checkpoint_failed",
+                                        "1 once the finished job's final checkpoint could not be written (its final "
+                                        "model is in no checkpoint), else 0.")),
       checkpoint_duration_(NewHistogram("kestrel_scheduler_checkpoint_duration_seconds",
                                         "Time from every worker stopped at the cut to the commit of a checkpoint.",
                                         LongOperationBuckets())),
@@ -78,6 +83,10 @@ void SchedulerMetrics::Refresh(const Membership& membership, const ClockTable& c
   clock_staleness_.Set(static_cast<double>(max_clock - min_clock));
   waiting_requests_.Set(static_cast<double>(clocks.num_waiting()));
   latest_checkpoint_clock_.Set(latest_checkpoint_clock.has_value() ? static_cast<double>(*latest_checkpoint_clock) : -1);
+}
+
+prometheus::Counter& SchedulerMetrics::checkpoint_failures(absl::StatusCode code) {
+  return checkpoint_failures_.Add({{"code", absl::StatusCodeToString(code)}});
 }
 
 }  // namespace kestrel

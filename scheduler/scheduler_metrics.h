@@ -14,6 +14,10 @@
 //   kestrel_scheduler_waiting_requests                  gauge      WaitToStart calls waiting for permission
 //   kestrel_scheduler_checkpoints_committed_total       counter    global checkpoints committed
 //   kestrel_scheduler_checkpoints_failed_total          counter    checkpoint attempts abandoned (nothing committed)
+//   kestrel_scheduler_checkpoint_failures_total{code}   counter    the same, by the status code of why (a full
+//                                                                  disk: the servers' RESOURCE_EXHAUSTED / INTERNAL)
+//   kestrel_scheduler_final_checkpoint_failed           gauge      1 once the finished job's final checkpoint could
+//                                                                  not be written: its final model is in none
 //   kestrel_scheduler_checkpoint_duration_seconds       histogram  committed checkpoints: every worker stopped at
 //                                                                  the cut to the commit
 //   kestrel_scheduler_checkpoint_hold_seconds           histogram  workers held at a cut for its checkpoint
@@ -32,6 +36,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "common/metrics.h"
 #include "common/rpc_metrics.h"
 #include "scheduler/clock_table.h"
@@ -51,6 +56,9 @@ class SchedulerMetrics {
   RpcMetrics& rpc() { return rpc_; }
   prometheus::Counter& checkpoints_committed() { return checkpoints_committed_; }
   prometheus::Counter& checkpoints_failed() { return checkpoints_failed_; }
+  // kestrel_scheduler_checkpoint_failures_total of `code`.
+  prometheus::Counter& checkpoint_failures(absl::StatusCode code);
+  prometheus::Gauge& final_checkpoint_failed() { return final_checkpoint_failed_; }
   prometheus::Histogram& checkpoint_duration() { return checkpoint_duration_; }
   prometheus::Histogram& checkpoint_hold() { return checkpoint_hold_; }
   prometheus::Counter& rollbacks() { return rollbacks_; }
@@ -74,6 +82,8 @@ class SchedulerMetrics {
   prometheus::Gauge& waiting_requests_;
   prometheus::Counter& checkpoints_committed_;
   prometheus::Counter& checkpoints_failed_;
+  prometheus::Family<prometheus::Counter>& checkpoint_failures_;
+  prometheus::Gauge& final_checkpoint_failed_;
   prometheus::Histogram& checkpoint_duration_;
   prometheus::Histogram& checkpoint_hold_;
   prometheus::Counter& rollbacks_;

@@ -427,6 +427,9 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Describe(grpc::CallbackServerCon
     response->set_rereplications(routing.rereplications);
     response->set_under_replicated_ranges(UnderReplicatedRanges());
     response->set_elastic_removals(checkpoints.elastic_removals);
+    response->set_checkpoints_failed(checkpoints.failed);
+    response->set_last_checkpoint_failure(checkpoints.last_failure);
+    response->set_final_checkpoint_failed(checkpoints.final_checkpoint_failed);
   }
   return Reply(context, call, status);
 }
