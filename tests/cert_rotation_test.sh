@@ -20,13 +20,28 @@ fail() {
   exit 1
 }
 fingerprint() { openssl x509 -in "$1" -noout -fingerprint -sha256; }
-# The certificate the listener at $1 presents to a client with certificate $2 (TLS 1.2: a refused client
-# certificate fails the handshake itself); empty when the handshake fails.
+# The certificate the listener at $1 presents to a client with certificate $2; empty when the handshake fails.
 presented() {
   echo | timeout 10 openssl s_client -connect "$1" -tls1_2 -CAfile "$run/certs/ca.pem" -cert "$2.pem" -key "$2.key" \
     -verify_return_error 2>/dev/null | openssl x509 -noout -fingerprint -sha256 2>/dev/null || true
 }
-accepted() { [[ -n "$(presented "$1" "$2")" ]]; }
+# Whether the listener at $1 answers a gRPC call (the health check) from a client with certificate $2: gRPC
+# checks a peer's certificate (and the CRL) after the TLS handshake, and closes a refused connection.
+accepted() {
+  /usr/bin/python3 - "$1" "$2" "$run/certs/ca.pem" <<'PY'
+import sys
+import grpc
+address, cert, ca = sys.argv[1:4]
+read = lambda path: open(path, "rb").read()
+creds = grpc.ssl_channel_credentials(read(ca), read(cert + ".key"), read(cert + ".pem"))
+with grpc.secure_channel(address, creds) as channel:
+    check = channel.unary_unary("/grpc.health.v1.Health/Check")
+    try:
+        check(b"", timeout=5)
+    except grpc.RpcError as e:
+        sys.exit(1)
+PY
+}
 
 "$runfiles/worker/data/kestrel_datagen" --train_rows=20000 --test_rows=1000 --max_vocab=800 --out_dir="$tmp/data" \
   2>/dev/null
