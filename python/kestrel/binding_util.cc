@@ -82,8 +82,9 @@ absl::Span<const float> FloatsOf(const py::array& a, const char* what) {
 }
 
 std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, const std::string& cert,
-                                                        const std::string& key, bool insecure) {
+                                                        const std::string& key, bool insecure, const std::string& crl) {
   TlsConfig tls;
+  tls.crl_file = crl;
   tls.ca_file = ca;
   tls.cert_file = cert;
   tls.key_file = key;

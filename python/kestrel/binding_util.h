@@ -39,9 +39,10 @@ const float* RowsOf(const py::array& a, int64_t rows, int64_t dim, const char* w
 absl::Span<const float> FloatsOf(const py::array& a, const char* what);
 
 // The channel credentials of the TLS files given (common/tls.h: mutual TLS when they are, plaintext on loopback
-// when not, or anywhere with `insecure`).
+// when not, or anywhere with `insecure`; `crl`: a revocation list servers are checked against, "" for none).
 std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(const std::string& ca, const std::string& cert,
-                                                        const std::string& key, bool insecure);
+                                                        const std::string& key, bool insecure,
+                                                        const std::string& crl = "");
 
 // Parses `text` (protobuf text format) into `message`; ValueError naming the message type, `proto_file` and the
 // first error otherwise.

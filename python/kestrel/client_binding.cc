@@ -74,11 +74,11 @@ std::unique_ptr<Client> Client::OfWorker(std::shared_ptr<WorkerCore> worker) {
 
 std::unique_ptr<Client> Client::Connect(const std::vector<std::string>& addresses, const std::string& job_id,
                                         const std::string& tls_ca, const std::string& tls_cert,
-                                        const std::string& tls_key, int rank) {
+                                        const std::string& tls_key, int rank, const std::string& tls_crl) {
   if (addresses.empty()) throw py::value_error("give the servers' addresses");
   absl::StatusOr<Partition> partition = Partition::Uniform(static_cast<int>(addresses.size()));
   Check(partition.status());
-  std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, false);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, false, tls_crl);
   PsClientOptions options;
   options.job_id = job_id;
   options.worker_rank = rank;
@@ -232,6 +232,7 @@ void BindClient(py::module_& m) {
            "In-process servers: every table's state at `clock` exported to `dir` for the job `config`.")
       .def_static("connect", &Client::Connect, py::arg("addresses"), py::arg("job_id") = "kestrel",
                   py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("rank") = -1,
+                  py::arg("tls_crl") = "",
                   "A client of a running job's servers (addresses in rank order), over mutual TLS when the files "
                   "are given.")
       .def("create_table", &Client::CreateTable, py::arg("config"),

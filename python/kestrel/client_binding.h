@@ -41,7 +41,8 @@ class Client {
   // A client of a running job's servers (addresses in rank order), over mutual TLS when the files are given.
   static std::unique_ptr<Client> Connect(const std::vector<std::string>& addresses, const std::string& job_id,
                                          const std::string& tls_ca, const std::string& tls_cert,
-                                         const std::string& tls_key, int rank);
+                                         const std::string& tls_key, int rank,
+                                         const std::string& tls_crl);
 
   void CreateTable(const std::string& text);
   py::array_t<float> Pull(const std::string& table, const py::array& keys, int dim, int64_t clock);

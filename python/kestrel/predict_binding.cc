@@ -18,12 +18,13 @@ namespace {
 class PyPredictClient {
  public:
   PyPredictClient(const std::string& address, const std::string& tls_ca, const std::string& tls_cert,
-                  const std::string& tls_key, double timeout) {
+                  const std::string& tls_key, double timeout, const std::string& tls_crl) {
     PredictClientOptions options;
     options.address = address;
     options.tls.ca_file = tls_ca;
     options.tls.cert_file = tls_cert;
     options.tls.key_file = tls_key;
+    options.tls.crl_file = tls_crl;
     options.timeout = absl::Seconds(timeout);
     absl::StatusOr<std::unique_ptr<PredictClient>> client = NewPredictClient(options);
     Check(client.status());
@@ -75,11 +76,13 @@ class PyPredictClient {
 void BindPredictClient(py::module_& m) {
   py::class_<PyPredictClient>(m, "PredictClient",
                               "A client of kestrel_serve (docs/serving.md). Thread-safe; calls release the GIL.")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&, double>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&, double,
+                    const std::string&>(),
            py::arg("address"), py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
-           py::arg("timeout") = kDefaultPredictTimeoutMs / 1000.0,
+           py::arg("timeout") = kDefaultPredictTimeoutMs / 1000.0, py::arg("tls_crl") = "",
            "A client of the service at host:port; mutual TLS with a client certificate of the served job when the "
-           "files are given. `timeout`: each call's deadline, in seconds.")
+           "files are given (`tls_crl`: a revocation list the service is checked against). `timeout`: each call's "
+           "deadline, in seconds.")
       .def("predict", &PyPredictClient::Predict, py::arg("lines"),
            "Scores example lines in the served job's data format: {'scores': float32 array, one per line, "
            "'model': the export that scored them, 'clock': its training clock}.")

@@ -1,7 +1,7 @@
 """kestrel.worker: a Python process as a training worker of a Kestrel cluster job.
 
 A Python worker takes the command line kestrel_worker takes (what `kestrel local --worker_cmd`, deploy/k8s, Slurm and
-MPI launchers pass: --config, --scheduler, --rank, --job_id, --tls_ca/--tls_cert/--tls_key, --train_files,
+MPI launchers pass: --config, --scheduler, --rank, --job_id, --tls_ca/--tls_cert/--tls_key/--tls_crl, --train_files,
 --test_files, --metrics_out...; the launcher's environment fills in what they leave out, as for the C++ worker),
 joins the job through the C++ session (kestrel.Worker: registration, heartbeats, generations, rollbacks, leaving)
 and trains its rank's batches, in the job's data order, under the job's consistency mode:
@@ -47,6 +47,7 @@ def add_flags(parser, export_dir=True):
     parser.add_argument("--tls_ca", default="", help="CA bundle for mutual TLS")
     parser.add_argument("--tls_cert", default="", help="this worker's certificate")
     parser.add_argument("--tls_key", default="", help="this worker's key")
+    parser.add_argument("--tls_crl", default="", help="a revocation list (PEM CRL) peers are checked against")
     parser.add_argument("--insecure", action="store_true", help="plaintext even off loopback")
     parser.add_argument("--train_files", default="", help="comma-separated training files (override the config's)")
     parser.add_argument("--test_files", default="", help="comma-separated test files (override the config's)")
@@ -81,7 +82,8 @@ def join(args, address=""):
     return kestrel.Worker(config, scheduler=args.scheduler, rank=args.rank, job_id=args.job_id,
                           tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
                           address=address, train_files=split(args.train_files), test_files=split(args.test_files),
-                          scheduler_timeout=args.scheduler_timeout, recovery_timeout=args.recovery_timeout)
+                          scheduler_timeout=args.scheduler_timeout, recovery_timeout=args.recovery_timeout,
+                          tls_crl=args.tls_crl)
 
 
 def exit_code(error):

@@ -33,7 +33,7 @@ class Worker {
          const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key, bool insecure,
          const std::string& address, const std::vector<std::string>& train_files,
          const std::vector<std::string>& test_files, double scheduler_timeout_s, double recovery_timeout_s,
-         bool row_cache)
+         bool row_cache, const std::string& tls_crl)
       : job_(ParseJob(config_text, train_files, test_files)) {
     // Identity as kestrel_worker resolves it: explicit arguments first, then the launcher's environment.
     ExplicitSettings flags;
@@ -48,7 +48,7 @@ class Worker {
     absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(job_.data(), job_.model());
     Check(schema.status());
     schema_ = *std::move(schema);
-    std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, insecure);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = CredentialsOf(tls_ca, tls_cert, tls_key, insecure, tls_crl);
     WorkerSessionOptions options;
     options.scheduler = id->scheduler;
     options.job_id = job_id;
@@ -262,12 +262,12 @@ void BindWorker(py::module_& m) {
   py::class_<Worker>(m, "Worker")
       .def(py::init<const std::string&, std::string, int, const std::string&, const std::string&, const std::string&,
                     const std::string&, bool, const std::string&, const std::vector<std::string>&,
-                    const std::vector<std::string>&, double, double, bool>(),
+                    const std::vector<std::string>&, double, double, bool, const std::string&>(),
            py::arg("config"), py::arg("scheduler") = "", py::arg("rank") = -1, py::arg("job_id") = "kestrel",
            py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("insecure") = false,
            py::arg("address") = "", py::arg("train_files") = std::vector<std::string>(),
            py::arg("test_files") = std::vector<std::string>(), py::arg("scheduler_timeout") = 60.0,
-           py::arg("recovery_timeout") = 600.0, py::arg("row_cache") = true,
+           py::arg("recovery_timeout") = 600.0, py::arg("row_cache") = true, py::arg("tls_crl") = "",
            "Joins a cluster job as a training worker (see kestrel.Worker's docs in kestrel/__init__.py).")
       .def_property_readonly("id", &Worker::id)
       .def_property_readonly("rank", &Worker::rank)
