@@ -18,15 +18,7 @@ std::string TmpDir() {
   return std::string(tmp != nullptr ? tmp : "/tmp") + "/revocation_test";
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
-void WriteOver(const std::string& path, const std::string& text) {
-  { std::ofstream(path + ".next", std::ios::binary) << text; }
-  std::filesystem::rename(path + ".next", path);
-}
 
 class RevocationTest : public ::testing::Test {
  protected:
@@ -48,17 +40,17 @@ TEST_F(RevocationTest, AListedCertificateIsRefusedFromTheNextCheckOn) {
   ASSERT_TRUE(worker.ok() && server.ok());
   absl::StatusOr<std::shared_ptr<RevocationList>> list = RevocationList::Open(crl, ca_->ca_file());
   ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_TRUE((*list)->Check(Slurp(worker->cert_file)).ok());
+  EXPECT_TRUE((*list)->Check(ReadTestFile(worker->cert_file)).ok());
 
   ASSERT_TRUE(ca_->Revoke(worker->cert_file, crl).ok());
-  const absl::Status refused = (*list)->Check(Slurp(worker->cert_file));
+  const absl::Status refused = (*list)->Check(ReadTestFile(worker->cert_file));
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
   EXPECT_NE(refused.message().find("revoked by " + crl), std::string::npos) << refused;
-  EXPECT_TRUE((*list)->Check(Slurp(server->cert_file)).ok());
+  EXPECT_TRUE((*list)->Check(ReadTestFile(server->cert_file)).ok());
   // A certificate of another CA with the same serial would not be this CRL's business: it is looked up by issuer.
   absl::StatusOr<TlsConfig> stranger = other_ca_->Issue("j", "worker", 0);
   ASSERT_TRUE(stranger.ok());
-  EXPECT_TRUE((*list)->Check(Slurp(stranger->cert_file)).ok());
+  EXPECT_TRUE((*list)->Check(ReadTestFile(stranger->cert_file)).ok());
   EXPECT_EQ((*list)->Check("not a certificate").code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -69,23 +61,23 @@ TEST_F(RevocationTest, AnUnusableCrlRefusesEveryPeerUntilItIsFixed) {
   ASSERT_TRUE(worker.ok());
   absl::StatusOr<std::shared_ptr<RevocationList>> list = RevocationList::Open(crl, ca_->ca_file());
   ASSERT_TRUE(list.ok()) << list.status();
-  const std::string good = Slurp(crl);
+  const std::string good = ReadTestFile(crl);
 
-  WriteOver(crl, "-----BEGIN X509 CRL-----\ngarbage\n-----END X509 CRL-----\n");
-  absl::Status status = (*list)->Check(Slurp(worker->cert_file));
+  ASSERT_TRUE(WriteFileOver(crl, "-----BEGIN X509 CRL-----\ngarbage\n-----END X509 CRL-----\n").ok());
+  absl::Status status = (*list)->Check(ReadTestFile(worker->cert_file));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find(crl), std::string::npos) << status;
 
   ASSERT_TRUE(other_ca_->WriteCrl(crl).ok());  // parses, but the job's CA did not sign it
-  status = (*list)->Check(Slurp(worker->cert_file));
+  status = (*list)->Check(ReadTestFile(worker->cert_file));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find("not signed by a CA of"), std::string::npos) << status;
 
   std::filesystem::remove(crl);
-  EXPECT_EQ((*list)->Check(Slurp(worker->cert_file)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*list)->Check(ReadTestFile(worker->cert_file)).code(), absl::StatusCode::kFailedPrecondition);
 
-  WriteOver(crl, good);
-  EXPECT_TRUE((*list)->Check(Slurp(worker->cert_file)).ok());
+  ASSERT_TRUE(WriteFileOver(crl, good).ok());
+  EXPECT_TRUE((*list)->Check(ReadTestFile(worker->cert_file)).ok());
 }
 
 TEST_F(RevocationTest, OpenRefusesABadCrlNamingTheFile) {
@@ -111,7 +103,7 @@ TEST_F(RevocationTest, ACrlOfEitherCaOfABundleIsAccepted) {
   ASSERT_TRUE(other_ca_->Revoke(stranger->cert_file, crl).ok());
   absl::StatusOr<std::shared_ptr<RevocationList>> list = RevocationList::Open(crl, bundle);
   ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_EQ((*list)->Check(Slurp(stranger->cert_file)).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*list)->Check(ReadTestFile(stranger->cert_file)).code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/peer_identity.h"
@@ -25,6 +26,20 @@ absl::Status RenameOver(const std::string& from, const std::string& to) {
 }
 
 }  // namespace
+
+absl::Status WriteFileOver(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".next", std::ios::binary);
+    out << text;
+    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", path, ".next"));
+  }
+  return RenameOver(path + ".next", path);
+}
+
+std::string ReadTestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 absl::StatusOr<TestingCa> TestingCa::Create(const std::string& dir, const std::string& name) {
   std::filesystem::create_directories(dir);

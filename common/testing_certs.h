@@ -16,6 +16,11 @@
 
 namespace kestrel {
 
+// Writes `text` beside `path` and renames it over `path`, as an operator replaces a file a process may be reading.
+[[nodiscard]] absl::Status WriteFileOver(const std::string& path, const std::string& text);
+// The whole file ("" when it cannot be read).
+std::string ReadTestFile(const std::string& path);
+
 class TestingCa {
  public:
   // A new CA in `dir` (created), named `name` (also the files' prefix).

@@ -30,10 +30,6 @@ std::string TmpDir() {
   return std::string(tmp != nullptr ? tmp : "/tmp") + "/tls_test";
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The PEM certificate a peer presented, as gRPC's auth context holds it ("" on plaintext).
 std::string PeerCertificate(const grpc::AuthContext* auth) {
@@ -133,11 +129,6 @@ Outcome CallUntil(int port, const std::shared_ptr<grpc::ChannelCredentials>& cre
   return outcome;
 }
 
-// Writes `text` beside `path` and renames it over `path`.
-void WriteOver(const std::string& path, const std::string& text) {
-  { std::ofstream(path + ".next", std::ios::binary) << text; }
-  std::filesystem::rename(path + ".next", path);
-}
 
 class TlsTest : public ::testing::Test {
  protected:
@@ -201,8 +192,8 @@ TEST_F(TlsTest, PeersSeeEachOthersCertificatesInTheAuthContext) {
   const int port = server.port;
   const Outcome outcome = CallOnNewConnection(port, *MakeChannelCredentials(*worker_tls));
   ASSERT_TRUE(outcome.accepted()) << outcome.status.error_message();
-  EXPECT_EQ(outcome.server_cert, Slurp(server_tls->cert_file));
-  EXPECT_EQ(outcome.client_cert(), Slurp(worker_tls->cert_file));
+  EXPECT_EQ(outcome.server_cert, ReadTestFile(server_tls->cert_file));
+  EXPECT_EQ(outcome.client_cert(), ReadTestFile(worker_tls->cert_file));
   EXPECT_EQ(outcome.client_identity(), "spiffe://kestrel/j/worker/9");
   absl::StatusOr<TlsConfig> admin_tls = ca_->Issue("j", "admin", 0);
   ASSERT_TRUE(admin_tls.ok());
@@ -230,13 +221,13 @@ TEST_F(TlsTest, FilesReplacedInPlaceAreUsedWithoutARestart) {
   const std::shared_ptr<grpc::ChannelCredentials> worker = *MakeChannelCredentials(*worker_tls);
   const Outcome before = CallOnNewConnection(port, worker);
   ASSERT_TRUE(before.accepted()) << before.status.error_message();
-  ASSERT_EQ(before.server_cert, Slurp(server_tls->cert_file));
+  ASSERT_EQ(before.server_cert, ReadTestFile(server_tls->cert_file));
 
   ASSERT_TRUE(TestingCa::WriteBundle({ca_, &*next_ca}, bundle).ok());
   ASSERT_TRUE(next_ca->Reissue("j", "server", 3, *server_tls).ok());
   ASSERT_TRUE(next_ca->Reissue("j", "worker", 3, *worker_tls).ok());
-  const std::string new_server_cert = Slurp(server_tls->cert_file);
-  const std::string new_worker_cert = Slurp(worker_tls->cert_file);
+  const std::string new_server_cert = ReadTestFile(server_tls->cert_file);
+  const std::string new_worker_cert = ReadTestFile(worker_tls->cert_file);
   ASSERT_NE(new_server_cert, before.server_cert);
   // The same server object and the same channel credentials: both re-read their files.
   const Outcome after = CallUntil(port, worker, [&](const Outcome& o) {
@@ -285,10 +276,10 @@ TEST_F(TlsTest, ARevokedClientIsRefusedFromItsNextConnectionOn) {
   EXPECT_TRUE(CallOnNewConnection(port, kept).accepted());
 
   // A CRL that stops parsing refuses everyone until it is fixed (fail closed).
-  const std::string good = Slurp(crl);
-  WriteOver(crl, "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n");
+  const std::string good = ReadTestFile(crl);
+  ASSERT_TRUE(WriteFileOver(crl, "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n").ok());
   EXPECT_FALSE(CallOnNewConnection(port, kept).accepted());
-  WriteOver(crl, good);
+  ASSERT_TRUE(WriteFileOver(crl, good).ok());
   EXPECT_TRUE(CallOnNewConnection(port, kept).accepted());
   EXPECT_FALSE(CallOnNewConnection(port, revoked).accepted());
   server.server->Shutdown();
