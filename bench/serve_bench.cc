@@ -1,15 +1,16 @@
-// serve_bench: the prediction service under load while training publishes deltas. In one process: a DeepFM
-// (dim 16, MLP 256-128) trained briefly on in-process servers; a "training" thread that keeps pushing new rows into
-// those servers and commits a checkpoint every --delta_interval; a publisher (serving/publisher.h) turning each
-// checkpoint into a delta export; kestrel_serve's service (serving/prediction_service.h) following the serving
-// directory on a loopback port; and 1..N concurrent gRPC clients at batch sizes 1..256.
+// serve_bench: the prediction service under load while training publishes deltas. In one process: a DeepFM (dim 16, MLP
+// 256-128) trained briefly on in-process servers, then given --table_rows more rows per table; a "training" thread that
+// keeps pushing new rows into those servers and commits a checkpoint every --delta_interval; a publisher
+// (serving/publisher.h) turning each checkpoint into a delta export; kestrel_serve's service
+// (serving/prediction_service.h) following the serving directory on a loopback port; and 1..N concurrent gRPC clients
+// at batch sizes 1..256.
 //
-// Reported, in one run: kestrel_predict's in-process rate on the same model (export/score_export.h, the job's
-// batch) and the ratio of the served rate at batch 256 to it; examples/s and p50/p99 latency per (batch, clients);
-// p99 at batch 1 at half the maximum load (paced clients); failed requests across every model swap; and
-// freshness: for every push, the time until a served answer came from a model holding it (the checkpoint cadence
-// plus publishing plus loading), against twice the delta interval. The machine's cores are shared by the clients,
-// the service, the trainer and the publisher: CPU-seconds per 1000 examples are reported with the rates.
+// Reported, in one run: kestrel_predict's in-process rate on the same model (export/score_export.h, the job's batch;
+// runs before and after the load phase) and the ratio of the served rate at batch 256 to it; examples/s and p50/p99
+// latency per (batch, clients); p99 at batch 1 at half the maximum load (paced clients); failed requests across every
+// model swap; and freshness: for every push, the time until a served answer came from a model holding it (the
+// checkpoint cadence plus publishing plus loading), against twice the delta interval. The machine's cores are shared by
+// the clients, the service, the trainer and the publisher: CPU-seconds per 1000 examples are reported with the rates.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -48,12 +49,17 @@
 ABSL_FLAG(int64_t, train_rows, 100000, "Generated training rows (the model trains --train_steps on them).");
 ABSL_FLAG(int64_t, test_rows, 20000, "Generated test rows: the examples clients send and kestrel_predict scores.");
 ABSL_FLAG(int, train_steps, 10, "Iterations trained before serving.");
-ABSL_FLAG(std::string, clients, "1,2,4,8", "Concurrent client counts.");
+ABSL_FLAG(int64_t, table_rows, 1000000,
+          "Rows added to every sparse table after training, before the first export: the served model's size (each "
+          "new model is loaded with its whole chain, so the size shows in swaps and freshness).");
+ABSL_FLAG(std::string, clients, "1,2,4,8,16", "Concurrent client counts.");
 ABSL_FLAG(std::string, batches, "1,16,256", "Examples per request.");
 ABSL_FLAG(double, seconds, 3, "Seconds per (batch, clients) load point.");
 ABSL_FLAG(double, delta_interval, 2, "Seconds between checkpoints (each published as a delta).");
 ABSL_FLAG(double, push_interval, 0.2, "Seconds between the training thread's pushes.");
-ABSL_FLAG(int, predict_runs, 3, "Runs of the in-process kestrel_predict rate (median).");
+ABSL_FLAG(int, predict_runs, 3,
+          "Runs of the in-process kestrel_predict rate before the load phase, and as many after it (the median of "
+          "all).");
 ABSL_FLAG(std::string, dir, "/tmp", "Where the data, checkpoints and serving directory go (a fresh directory).");
 ABSL_FLAG(std::string, output, "bench/results/serve_bench.md", "Markdown report path ('' to skip).");
 ABSL_FLAG(std::string, git_commit, "", "Commit being measured (default: git rev-parse --short HEAD, if any).");
@@ -163,6 +169,14 @@ std::vector<int> IntList(const std::string& text) {
 absl::Status Serve(const std::string& root, const JobConfig& job, const std::vector<Shard*>& servers, int64_t clock,
                    int argc, char** argv, const std::string& load_start) {
   const CheckpointLayout layout(root + "/ckpt");
+  {
+    std::mt19937_64 rng(1);
+    constexpr int64_t kChunk = 250000;  // rows per push (their gradients held at once)
+    for (int64_t added = 0; added < absl::GetFlag(FLAGS_table_rows); added += kChunk) {
+      const int rows = static_cast<int>(std::min(kChunk, absl::GetFlag(FLAGS_table_rows) - added));
+      KESTREL_RETURN_IF_ERROR(PushTestRows(servers, clock, rows, &rng));
+    }
+  }
   KESTREL_RETURN_IF_ERROR(WriteTestCheckpoint(servers, layout, 1, clock, /*commit=*/true));
   PublisherOptions publish;
   publish.checkpoint_dir = layout.root();
@@ -175,20 +189,28 @@ absl::Status Serve(const std::string& root, const JobConfig& job, const std::vec
     std::ifstream in(root + "/data/test.tsv");
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   }
-  // kestrel_predict's rate on the same model, in this process.
+  // kestrel_predict's rate on the same model, in this process: runs before the load phase and as many after it
+  // (the machine's other work drifts), the median of all.
   std::vector<double> predict_rates, predict_cpu;
-  {
-    KESTREL_ASSIGN_OR_RETURN(const LoadedExport loaded, LoadExport(publish.serving_dir + "/" + full->dir()));
-    auto backend = NewCpuBackend();
+  int64_t table_rows = 0;  // the first export's "emb" rows
+  KESTREL_ASSIGN_OR_RETURN(const LoadedExport predict_model, LoadExport(publish.serving_dir + "/" + full->dir()));
+  for (const ExportedTable& t : predict_model.model.tables()) {
+    if (t.config().name() == "emb") table_rows = static_cast<int64_t>(t.rows());
+  }
+  auto predict_backend = NewCpuBackend();
+  auto measure_predict = [&]() -> absl::Status {
     for (int run = 0; run < absl::GetFlag(FLAGS_predict_runs); ++run) {
       std::vector<float> probs, labels;
       const double cpu0 = bench::ProcessCpuSeconds();
       const auto t0 = Clock::now();
-      KESTREL_RETURN_IF_ERROR(ScoreExport(loaded, backend.get(), {root + "/data/test.tsv"}, 0, &probs, &labels));
+      KESTREL_RETURN_IF_ERROR(
+          ScoreExport(predict_model, predict_backend.get(), {root + "/data/test.tsv"}, 0, &probs, &labels));
       predict_rates.push_back(probs.size() / bench::SecondsSince(t0));
       predict_cpu.push_back((bench::ProcessCpuSeconds() - cpu0) / probs.size() * 1000);
     }
-  }
+    return absl::OkStatus();
+  };
+  KESTREL_RETURN_IF_ERROR(measure_predict());
   ModelSourceOptions source_options;
   source_options.serving_dir = publish.serving_dir;
   KESTREL_ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source, ModelSource::Open(source_options));
@@ -289,6 +311,7 @@ absl::Status Serve(const std::string& root, const JobConfig& job, const std::vec
   }
   const ModelSource::Counters counters = source->counters();
   server.reset();
+  KESTREL_RETURN_IF_ERROR(measure_predict());
 
   // The report.
   const bench::Machine machine = bench::DescribeMachine(argc, argv, absl::GetFlag(FLAGS_git_commit),
@@ -305,10 +328,12 @@ absl::Status Serve(const std::string& root, const JobConfig& job, const std::vec
   std::string md = absl::StrCat(
       "# Online prediction under load, while training publishes deltas\n\n", bench::MachineMarkdown(machine, load_start),
       "\n\n", bench::CommandMarkdown(machine),
-      absl::StrFormat("DeepFM, embedding dim 16, MLP 256-128, %d test lines; the service: 1 scoring thread, "
+      absl::StrFormat("DeepFM, embedding dim 16, MLP 256-128, %lld rows per sparse table (%lld pushed after "
+                      "training), %d test lines; the service: 1 scoring thread, "
                       "CPU backend (all cores); clients, service, trainer and publisher share the machine's %d "
                       "cores. A checkpoint every %.1f s (each published as a delta), a push of 256 new rows per "
                       "table every %.1f s.\n\n",
+                      static_cast<long long>(table_rows), static_cast<long long>(absl::GetFlag(FLAGS_table_rows)),
                       static_cast<int>(lines.size()), machine.nproc, delta, absl::GetFlag(FLAGS_push_interval)));
   absl::StrAppend(&md, "| Figure | value |\n|---|---:|\n",
                   absl::StrFormat("| kestrel_predict in process, examples/s (median of %d; runs: %s) | %.0f |\n",

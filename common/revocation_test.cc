@@ -18,8 +18,6 @@ std::string TmpDir() {
   return std::string(tmp != nullptr ? tmp : "/tmp") + "/revocation_test";
 }
 
-
-
 class RevocationTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

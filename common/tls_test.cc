@@ -30,7 +30,6 @@ std::string TmpDir() {
   return std::string(tmp != nullptr ? tmp : "/tmp") + "/tls_test";
 }
 
-
 // The PEM certificate a peer presented, as gRPC's auth context holds it ("" on plaintext).
 std::string PeerCertificate(const grpc::AuthContext* auth) {
   if (auth == nullptr) return "";
@@ -128,7 +127,6 @@ Outcome CallUntil(int port, const std::shared_ptr<grpc::ChannelCredentials>& cre
   }
   return outcome;
 }
-
 
 class TlsTest : public ::testing::Test {
  protected:

@@ -1,5 +1,8 @@
 #include "export/export_format.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/row_values.h"
@@ -12,6 +15,14 @@ std::string FileOf(const TableConfig& config) {
 }
 
 std::string DeletedFileOf(const TableConfig& config) { return config.name() + ".deleted"; }
+
+absl::Status CheckBuiltInModel(const std::string& dir, absl::string_view tool) {
+  std::error_code error;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / kPythonModuleFile, error)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, " holds a PyTorch model (", kPythonModuleFile, "): ", tool,
+      " scores the built-in models; score it with kestrel.torch.load(\"", dir, "\") (docs/python.md)"));
+}
 
 size_t ValueBytes(const TableConfig& config) { return sizeof(float) * RowValues::WordsFor(config); }
 

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/table.pb.h"
 
@@ -47,6 +48,10 @@ inline constexpr char kModelFile[] = "MODEL";
 // schema it was built for, and beside it its parameters. kestrel_predict scores built-in models only and refuses
 // an export holding one; kestrel.torch.load scores it.
 inline constexpr char kPythonModuleFile[] = "module.json";
+// OK unless the export in `dir` holds a PyTorch model (kPythonModuleFile), which only kestrel.torch.load scores:
+// then InvalidArgument saying so, for the built-in models' scorers (`tool`: kestrel_predict, kestrel_serve).
+[[nodiscard]] absl::Status CheckBuiltInModel(const std::string& dir, absl::string_view tool);
+
 // MODEL holds configs only: anything larger is not one (and is not read into memory).
 inline constexpr uint64_t kMaxModelBytes = uint64_t{16} << 20;
 // Longest base_dir a MODEL may name.

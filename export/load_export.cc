@@ -17,6 +17,7 @@ absl::StatusOr<LoadedExport> LoadExport(const std::string& dir) {
   KESTREL_ASSIGN_OR_RETURN(const std::unique_ptr<VerifiedExport> verified, VerifyExport(dir, /*depth=*/0));
   LoadedExport loaded;
   loaded.model = verified->model;
+  loaded.model_crc32c = verified->model_crc32c;
   const bool delta = verified->base != nullptr;
   std::vector<TableConfig> serving;
   for (const ExportedTable& t : loaded.model.tables()) {

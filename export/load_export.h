@@ -3,6 +3,7 @@
 #ifndef KESTREL_EXPORT_LOAD_EXPORT_H_
 #define KESTREL_EXPORT_LOAD_EXPORT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@ namespace kestrel {
 // the chain is longer than kMaxDeltaChain.
 struct LoadedExport {
   ExportedModel model;
+  uint32_t model_crc32c = 0;  // of its whole MODEL file (what a delta's base_model_crc32c pins)
   std::unique_ptr<Shard> shard;
 };
 [[nodiscard]] absl::StatusOr<LoadedExport> LoadExport(const std::string& dir);

@@ -8,7 +8,6 @@
 // scored, 1 failed, 2 bad flags or a damaged export (named).
 #include <cstdio>
 #include <memory>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -38,10 +37,8 @@ namespace {
 
 int Run() {
   SetLogIdentity("predict");
-  if (std::filesystem::exists(std::filesystem::path(absl::GetFlag(FLAGS_model)) / kPythonModuleFile)) {
-    KLOG(Error) << absl::GetFlag(FLAGS_model) << " holds a PyTorch model (" << kPythonModuleFile
-                << "): kestrel_predict scores the built-in models; score it with kestrel.torch.load(\""
-                << absl::GetFlag(FLAGS_model) << "\").score(config, files) (docs/python.md)";
+  if (absl::Status built_in = CheckBuiltInModel(absl::GetFlag(FLAGS_model), "kestrel_predict"); !built_in.ok()) {
+    KLOG(Error) << built_in.message();
     return 2;
   }
   absl::StatusOr<LoadedExport> loaded = LoadExport(absl::GetFlag(FLAGS_model));

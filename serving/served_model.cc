@@ -1,11 +1,8 @@
 #include "serving/served_model.h"
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/crc32c.h"
-#include "common/checkpoint_layout.h"
 #include "common/status.h"
 #include "export/export_format.h"
 #include "inprocess/local_ps_client.h"
@@ -15,16 +12,12 @@ namespace kestrel {
 
 absl::StatusOr<std::shared_ptr<const ServedModel>> LoadServedModel(const std::string& dir, std::string name,
                                                                    int64_t published_unix_micros) {
-  if (std::filesystem::exists(std::filesystem::path(dir) / kPythonModuleFile)) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, " holds a PyTorch model (", kPythonModuleFile,
-                                                   "): kestrel_serve serves the built-in models"));
-  }
+  KESTREL_RETURN_IF_ERROR(CheckBuiltInModel(dir, "kestrel_serve"));
   auto model = std::make_shared<ServedModel>();
   model->name = std::move(name);
   model->published_unix_micros = published_unix_micros;
   KESTREL_ASSIGN_OR_RETURN(model->loaded, LoadExport(dir));
-  KESTREL_ASSIGN_OR_RETURN(const std::string model_file, ReadWholeFile(dir + "/" + kModelFile));
-  model->model_crc32c = Crc32c(model_file);
+  model->model_crc32c = model->loaded.model_crc32c;
   model->job = JobWithDefaults(model->loaded.model.job());
   absl::StatusOr<std::shared_ptr<const Schema>> schema = Schema::Resolve(model->job.data(), model->job.model());
   if (!schema.ok()) {

@@ -36,7 +36,13 @@ absl::StatusOr<std::vector<std::string>> TrainStream::List() const {
 }
 
 absl::StatusOr<std::optional<std::string>> TrainStream::StopName() const {
-  absl::StatusOr<std::string> text = ReadWholeFile(absl::StrCat(dir_, "/", kStreamStopFile));
+  const std::string path = absl::StrCat(dir_, "/", kStreamStopFile);
+  std::error_code error;
+  if (const uintmax_t size = fs::file_size(path, error); !error && size > kMaxStopFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", size, " bytes; a stop file holds one file name (at most ", kMaxStopFileBytes, ")"));
+  }
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (absl::IsNotFound(text.status())) return std::nullopt;
   if (!text.ok()) return text.status();
   return std::string(absl::StripAsciiWhitespace(*text));

@@ -31,6 +31,8 @@ namespace kestrel {
 
 // The stop file of a stream directory.
 inline constexpr char kStreamStopFile[] = "_STOP";
+// Largest stop file read (it holds one file name).
+inline constexpr uint64_t kMaxStopFileBytes = 4096;
 // How often a waiting worker looks again when DataConfig.stream_poll_ms is 0.
 inline constexpr int kDefaultStreamPollMs = 1000;
 

@@ -160,7 +160,7 @@ WorkerState TrainingFeed::StateOf(int64_t clock, const ReaderPosition& after) co
   if (stream_ != nullptr) {  // the epoch of iteration clock - 1: its file, and where it ends
     absl::MutexLock lock(&segments_mu_);
     for (auto s = segments_.rbegin(); s != segments_.rend(); ++s) {
-      if (s->start < clock || (s->start == clock && s->end == clock && clock == 0)) {
+      if (s->start < clock) {
         state.set_epoch(s->index);
         state.set_epoch_start(s->start);
         state.set_epoch_end(s->end);
