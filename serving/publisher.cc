@@ -42,9 +42,25 @@ absl::StatusOr<std::unique_ptr<Publisher>> Publisher::Open(PublisherOptions opti
 }
 
 absl::StatusOr<std::optional<ServingEntry>> Publisher::PublishLatest() {
+  for (int attempt = 1;; ++attempt) {
+    std::string tried;
+    absl::StatusOr<std::optional<ServingEntry>> published = PublishOnce(&tried);
+    if (published.ok() || attempt == kPublishAttempts) return published;
+    // LATEST read again: unchanged, the failure is the checkpoint's (or this directory's) own.
+    absl::StatusOr<std::optional<CheckpointManifest>> now = CheckpointLayout(options_.checkpoint_dir).ReadLatest();
+    if (!now.ok() || !now->has_value() || CheckpointLayout::CheckpointName((*now)->sequence()) == tried) {
+      return published;
+    }
+    KLOG(Info) << "the job committed past " << (tried.empty() ? "LATEST" : tried) << " while it was read ("
+               << published.status().message() << "); publishing the newest instead";
+  }
+}
+
+absl::StatusOr<std::optional<ServingEntry>> Publisher::PublishOnce(std::string* tried) {
   const CheckpointLayout layout(options_.checkpoint_dir);
   KESTREL_ASSIGN_OR_RETURN(const std::optional<CheckpointManifest> latest, layout.ReadLatest());
   if (!latest.has_value()) return std::nullopt;
+  *tried = CheckpointLayout::CheckpointName(latest->sequence());
   if (!manifest_.job_id().empty() && latest->job_id() != manifest_.job_id()) {
     return absl::FailedPreconditionError(absl::StrCat("the serving directory ", options_.serving_dir,
                                                       " holds job '", manifest_.job_id(), "', the checkpoints are of job '",
@@ -68,13 +84,18 @@ absl::StatusOr<std::optional<ServingEntry>> Publisher::PublishLatest() {
   export_options.job = options_.job;
   export_options.out_dir = out;
   if (!full) export_options.base_export = absl::StrCat(options_.serving_dir, "/", newest->dir());
-  KESTREL_ASSIGN_OR_RETURN(const ExportedModel exported, ExportCheckpoint(export_options));
+  if (options_.before_export) options_.before_export(name);
+  absl::StatusOr<ExportedModel> exported = ExportCheckpoint(export_options);
+  if (!exported.ok()) {
+    fs::remove_all(out, error);  // no partial export left behind
+    return exported.status();
+  }
   KESTREL_ASSIGN_OR_RETURN(const std::string model_file, ReadWholeFile(absl::StrCat(out, "/", kModelFile)));
-  entry.set_clock(exported.clock());
+  entry.set_clock(exported->clock());
   entry.set_model_crc32c(Crc32c(model_file));
   entry.set_published_unix_micros(absl::ToUnixMicros(absl::Now()));
   ServingManifest next = manifest_;
-  next.set_job_id(exported.job_id());
+  next.set_job_id(exported->job_id());
   *next.add_entries() = entry;
   KESTREL_RETURN_IF_ERROR(WriteServingManifest(options_.serving_dir, next));
   manifest_ = std::move(next);

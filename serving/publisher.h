@@ -13,6 +13,7 @@
 #ifndef KESTREL_SERVING_PUBLISHER_H_
 #define KESTREL_SERVING_PUBLISHER_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@
 #include "proto/serving.pb.h"
 
 namespace kestrel {
+
+// Attempts of one PublishLatest while the job commits past the checkpoint being exported.
+inline constexpr int kPublishAttempts = 3;
 
 struct PublisherOptions {
   // The job's checkpoint root. Required.
@@ -35,6 +39,9 @@ struct PublisherOptions {
   int full_every = 10;
   // Chains (a full export and its deltas) kept; older ones are removed. At least 1. Default: 2.
   int keep_chains = 2;
+  // For tests: called with the checkpoint's name after LATEST was read and before the checkpoint is exported
+  // (where the job may commit a newer one and retire this one). Default: none.
+  std::function<void(const std::string& checkpoint)> before_export;
 };
 
 class Publisher {
@@ -44,14 +51,19 @@ class Publisher {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Publisher>> Open(PublisherOptions options);
 
   // Publishes the newest committed checkpoint unless it is published already (its clock not after the manifest's
-  // newest entry): returns its entry, or nullopt when there is nothing new. Errors of the export (the checkpoint
-  // or the base damaged) and of writing; the manifest is then unchanged.
+  // newest entry): returns its entry, or nullopt when there is nothing new. The job goes on committing (and
+  // retiring old checkpoints, kestrel_scheduler --keep_checkpoints) meanwhile: an attempt that fails while LATEST
+  // moved on is the job's doing, not damage, and the newest is tried instead (kPublishAttempts in all). Errors of
+  // the export (the checkpoint or the base damaged) and of writing; the manifest is then unchanged, and no
+  // partial export is left.
   [[nodiscard]] absl::StatusOr<std::optional<ServingEntry>> PublishLatest();
 
   const ServingManifest& manifest() const { return manifest_; }
 
  private:
   explicit Publisher(PublisherOptions options) : options_(std::move(options)) {}
+  // One attempt of PublishLatest; `*tried` is set to the checkpoint it read ("" when none).
+  [[nodiscard]] absl::StatusOr<std::optional<ServingEntry>> PublishOnce(std::string* tried);
   // Removes the chains before the newest keep_chains from the manifest (written) and then from disk.
   [[nodiscard]] absl::Status DropOldChains();
 

@@ -205,6 +205,45 @@ TEST_F(ServingTest, PublishesAFullExportEveryFullEveryAndDropsOldChains) {
   EXPECT_FALSE(Publish(*publisher, 6).full());
 }
 
+// The job commits on while a checkpoint is exported, and retires the one being read: the newest is published
+// instead, with no partial export left. A checkpoint damaged under an unmoved LATEST is an error, as before.
+TEST_F(ServingTest, PublishesTheNewestWhenTheJobRetiresTheCheckpointBeingRead) {
+  const std::string two = Layout().CheckpointDir(CheckpointLayout::CheckpointName(2));
+  int exports = 0;
+  PublisherOptions options;
+  options.checkpoint_dir = *root_ + "/ckpt";
+  options.job = *job_;
+  options.serving_dir = serving_dir_;
+  options.before_export = [&](const std::string& checkpoint) {
+    if (++exports == 1) {  // the job commits ckpt-3 and retires ckpt-2 under the export
+      EXPECT_EQ(checkpoint, CheckpointLayout::CheckpointName(2));
+      EXPECT_TRUE(Layout().MoveLatest(CheckpointLayout::CheckpointName(3)).ok());
+      fs::rename(two, two + ".retired");
+    }
+  };
+  absl::StatusOr<std::unique_ptr<Publisher>> publisher = Publisher::Open(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  ASSERT_TRUE(Layout().MoveLatest(CheckpointLayout::CheckpointName(2)).ok());
+  absl::StatusOr<std::optional<ServingEntry>> entry = (*publisher)->PublishLatest();
+  fs::rename(two + ".retired", two);
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_TRUE(entry->has_value());
+  EXPECT_EQ((*entry)->checkpoint(), CheckpointLayout::CheckpointName(3));
+  EXPECT_EQ(exports, 2);
+  EXPECT_FALSE(fs::exists(serving_dir_ + "/ckpt-00000002.full")) << "a partial export was left";
+  // Damage under a LATEST that stays: the error, after one attempt, and the manifest unchanged.
+  ASSERT_TRUE(Layout().MoveLatest(CheckpointLayout::CheckpointName(4)).ok());
+  const std::string four = Layout().CheckpointDir(CheckpointLayout::CheckpointName(4));
+  fs::rename(four + "/shard-0000", four + "/shard-0000.gone");
+  entry = (*publisher)->PublishLatest();
+  fs::rename(four + "/shard-0000.gone", four + "/shard-0000");
+  EXPECT_FALSE(entry.ok());
+  EXPECT_TRUE(absl::StrContains(entry.status().message(), "shard-0000")) << entry.status();
+  EXPECT_EQ(exports, 3);
+  EXPECT_EQ((*publisher)->manifest().entries_size(), 1);
+  EXPECT_FALSE(fs::exists(serving_dir_ + "/ckpt-00000004.delta")) << "a partial export was left";
+}
+
 TEST_F(ServingTest, KeepsTheModelWhenANewerDeltaIsDamagedOrOutOfOrder) {
   std::unique_ptr<Publisher> publisher = NewPublisher();
   Publish(*publisher, 1);

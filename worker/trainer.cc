@@ -75,10 +75,11 @@ class Trainer::Impl {
                                 : exchange_->PushPart(*part, step, g, clock, /*dense=*/true, &push_rows_);
       if (!pushed.ok()) return Annotate(pushed, clock, "pushing");
     }
+    // Logged once pushed, before it is reported: a reported clock is in the log; an unreported one reruns.
+    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
     CrashPoint("worker.push.after");  // crash tests: dies with this clock pushed, not reported
     PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
     KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, last, feed_->StateOf(clock + 1, step.after)));
-    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
     return absl::OkStatus();
   }
 
@@ -113,18 +114,17 @@ class Trainer::Impl {
       if (absl::Status stepped = exchange_->Fused(step, g, clock, next.get()); !stepped.ok()) {
         if (HeldClockOf(stepped).has_value()) {  // every server took the pushes and held the read alone
           unread_ = std::move(next);
-          KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
           if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
+          KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
         }
         return Annotate(stepped, clock, "pushing and pulling the next batch");
       }
     }
+    if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);  // pushed (see above)
     CrashPoint("worker.push.after");
     {
       PhaseClock::Scope waiting(&phases_, PhaseClock::kWait);
       KESTREL_RETURN_IF_ERROR(gate_->Advance(clock + 1, false, feed_->StateOf(clock + 1, step.after)));
-      // Trained and pushed, whatever the permission's answer (a rescale's hold ends this pass there).
-      if (line_log_.on()) line_log_.Append(clock, feed_->EpochAt(clock).index, step.lines);
       // Fused ahead, iteration clock + 1 is still to push: TakeNextBatch asks for read_clock's permission.
       if (read_clock == clock + 1) KESTREL_RETURN_IF_ERROR(gate_->WaitToStart(read_clock));  // within the lease
     }
