@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Prints 'N passed, N failed' for a `bazel test` run and exits non-zero on any failure.
 
+Before the count, each failed target's log lines that say why (why_failed), so that the end of the output names
+the reason as well as the test.
+
 Counts test cases from each test target's JUnit XML; a target that failed to build, timed out or crashed
 without a usable XML counts as one failed case. Usage: test_summary.py BAZEL_LOG TESTLOGS_DIR BAZEL_RC [CHECKS]
 
@@ -11,6 +14,22 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+
+# A failed target's log lines shown again beside the summary (CI keeps the head and tail of long output, so the
+# reason must sit at the end): lines that say why, the last KEEP of them, each cut to WIDTH characters.
+WHY = re.compile(r"FAIL|[Ff]ailed|Failure|Assertion|Error|error:|Traceback|differs|timed out")
+KEEP, WIDTH = 12, 300
+
+
+def why_failed(testlogs, target):
+    """The last lines of `target`'s test.log that say why it failed."""
+    path = os.path.join(testlogs, target[2:].replace(":", "/"), "test.log")
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.rstrip()[:WIDTH] for line in f if WHY.search(line)]
+    except OSError:
+        return []
+    return lines[-KEEP:]
 
 
 def main():
@@ -60,6 +79,10 @@ def main():
         if state != "PASSED" and not any(c.find("failure") is not None for c in cases):
             failed += 1
             print(f"FAILED: {target} ({state})")
+    for target, state in sorted(targets.items()):
+        if state not in ("PASSED", "FLAKY"):
+            for line in why_failed(testlogs, target):
+                print(f"  {target}: {line}")
     if not targets:
         failed += 1
         print("FAILED: bazel ran no test (see the log above)")
