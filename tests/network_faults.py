@@ -9,11 +9,12 @@ uninterrupted loopback run's fingerprint (BSP: bitwise identical), and the host 
 Scenarios (default all): hosts (the job across 5 hosts = loopback), kill9 (the harness killed with SIGKILL leaves
 no namespace, link or process), scheduler (the scheduler cut from everyone for 6 s: nobody restarts), worker (a
 worker cut off past the failure timeout, then healed), server (an unreplicated server cut off past the timeout:
-rollback), flap (a worker-server link down/up every 500 ms for 10 s), chaos (seeded random partitions; --seeds),
-replicated (a replicated primary cut off: failover, the healed old primary takes no writes), split (a replicated
-primary cut from the scheduler only, workers still reaching it: the lease fences it), split_unfenced (the same
-with the fence disabled by kestrel_server --unsafe_no_primary_fence: must NOT end as uninterrupted; only when
-named, see BY_HAND). Exits 0 when all pass, 1 otherwise, 77 when this machine cannot make network namespaces.
+rollback), flap (a worker-server link down/up every 500 ms for 10 s, or until the job ends), chaos (seeded random
+partitions; --seeds), replicated (a replicated primary cut off: failover, the healed old primary takes no writes),
+split (a replicated primary cut from the scheduler only, workers still reaching it: the lease fences it),
+split_unfenced (the same with the fence disabled by kestrel_server --unsafe_no_primary_fence: must NOT end as
+uninterrupted; only when named, see BY_HAND). Exits 0 when all pass, 1 otherwise, 77 when this machine cannot
+make network namespaces.
 """
 import argparse
 import json
@@ -34,7 +35,9 @@ train { batch_size: 256 epochs: EPOCHS log_every_steps: 50 }
 
 
 class Failed(Exception):
-    pass
+    def __init__(self, message, output=""):
+        super().__init__(message)
+        self.output = output  # what the failed command printed before it failed
 
 
 class Harness:
@@ -91,7 +94,22 @@ class Harness:
                               capture_output=True, text=True)
         print(done.stdout, end="", flush=True)
         if done.returncode != 0:
-            raise Failed(f"kestrel net {' '.join(argv)}: {done.stderr.strip()}")
+            raise Failed(f"kestrel net {' '.join(argv)}: {done.stderr.strip()}", done.stdout)
+        return done.stdout
+
+    def net_while_running(self, name, run, proc, *argv):
+        """`kestrel net` on the job `proc` for as long as it runs: a schedule cut short because the job ended (and
+        took its hosts along) is no error. Returns what `kestrel net` printed, each fault a line."""
+        try:
+            return self.net(run, *argv)
+        except Failed as e:
+            try:
+                proc.wait(10)  # the launcher removes its hosts last, then writes its summary and exits
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise e
+            print(f"{name}: the job ended before the schedule did (its remaining faults were not applied)", flush=True)
+            return e.output
 
     def fingerprint(self, replicas=1):
         """The uninterrupted loopback run's fingerprint (computed once per replica count)."""
@@ -248,12 +266,23 @@ def scenario_server(h):
     h.expect_same("server", summary)
 
 
+MIN_FLAPS = 3  # cuts of the flap the job must live through (the link comes back up as fast as the job trains)
+
+
 def scenario_flap(h):
-    """A worker-server link down and up every 500 ms for 10 s."""
-    def flap(run):
+    """A worker-server link down and up every 500 ms for 10 s, or until the job ends (after MIN_FLAPS cuts at least:
+    the job goes on while the link is up, so on a fast machine it may end within the 10 s)."""
+    run, proc = h.start("flap")
+    try:
         after_first_checkpoint(run)
-        h.net(run, "flap", "worker0", "server1", "--period=0.5", "--seconds=10")
-    h.expect_same("flap", h.run("flap", during=flap))
+        printed = h.net_while_running("flap", run, proc, "flap", "worker0", "server1", "--period=0.5", "--seconds=10")
+    except BaseException:
+        proc.kill()
+        raise
+    cuts = len(re.findall(r" cut worker0 server1", printed))
+    if cuts < MIN_FLAPS:
+        raise Failed(f"flap: the job ended after {cuts} cuts of the link, fewer than {MIN_FLAPS}: nothing was tested")
+    h.expect_same("flap", h.finish("flap", run, proc))
 
 
 def scenario_chaos(h):
@@ -264,12 +293,10 @@ def scenario_chaos(h):
         run, proc = h.start(name, f"--max_restarts={MANY}")
         try:
             after_first_checkpoint(run)
-            h.net(run, "chaos", f"--seed={seed}", f"--seconds={h.args.chaos_seconds}")
-        except Failed:
-            if proc.poll() is None:
-                proc.kill()
-                raise
-            print(f"{name}: the job ended before the schedule did (its remaining faults were not applied)")
+            h.net_while_running(name, run, proc, "chaos", f"--seed={seed}", f"--seconds={h.args.chaos_seconds}")
+        except BaseException:
+            proc.kill()
+            raise
         h.expect_same(name, h.finish(name, run, proc))
 
 
