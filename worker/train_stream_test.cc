@@ -3,7 +3,6 @@
 // out of name order refused, and a wait ended by Cancel.
 #include "worker/train_stream.h"
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -36,12 +35,7 @@ void AddFile(const std::string& dir, const std::string& name, int first, int lin
   const std::string hidden = dir + "/." + name;
   {
     std::ofstream out(hidden);
-    for (int i = first; i < first + lines; ++i) {
-      out << i % 2 << "\t" << i;
-      for (int j = 1; j < 13; ++j) out << "\t" << j;
-      for (int f = 0; f < 26; ++f) out << "\t" << absl::StrCat(absl::Hex(i * 26 + f + 16));
-      out << "\n";
-    }
+    WriteCriteoExamples(out, first, lines);
   }
   fs::rename(hidden, dir + "/" + name);
 }
@@ -54,31 +48,6 @@ JobConfig StreamJob(const std::string& dir, int batch) {
   return job;
 }
 
-// Every iteration's examples (their numbers) and the state after it, until the feed ends.
-struct Read {
-  std::map<int64_t, std::vector<int>> examples;
-  std::map<int64_t, WorkerState> state_after;
-  absl::Status status;
-};
-
-Read ReadAll(TrainingFeed* feed) {
-  Read out;
-  Batch batch;
-  int64_t clock = 0;
-  ReaderPosition after;
-  while (true) {
-    absl::StatusOr<bool> more = feed->Next(&batch, &clock, &after, nullptr);
-    if (!more.ok()) out.status = more.status();
-    if (!more.ok() || !*more) break;
-    std::vector<int>& lines = out.examples[clock];
-    for (int64_t e = 0; e < batch.size; ++e) {
-      lines.push_back(static_cast<int>(std::lround(std::expm1(batch.dense[e * batch.dense_dim]))));
-    }
-    out.state_after[clock + 1] = feed->StateOf(clock + 1, after);
-  }
-  return out;
-}
-
 TEST(TrainStreamTest, FilesAreTrainedInNameOrderAsTheyArriveEachLineOnceUntilTheStopFile) {
   const std::string dir = StreamDir("stream_arrive");
   AddFile(dir, "part-1", 0, 25);
@@ -88,9 +57,9 @@ TEST(TrainStreamTest, FilesAreTrainedInNameOrderAsTheyArriveEachLineOnceUntilThe
   ASSERT_NE(feeds[0], nullptr);
   ASSERT_NE(feeds[1], nullptr);
   EXPECT_EQ(feeds[0]->total(), TrainingFeed::kStreamOpen);
-  Read reads[2];
+  FeedRead reads[2];
   std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) ranks.emplace_back([&, r] { reads[r] = ReadAll(feeds[r].get()); });
+  for (int r = 0; r < 2; ++r) ranks.emplace_back([&, r] { reads[r] = ReadFeed(feeds[r].get()); });
   // The readers wait at the end of part-2 until part-3 arrives; the stop file then names it the last.
   AddFile(dir, "_ignored", 900, 3);
   AddFile(dir, "part-3", 200, 13);
@@ -98,7 +67,7 @@ TEST(TrainStreamTest, FilesAreTrainedInNameOrderAsTheyArriveEachLineOnceUntilThe
   AddFile(dir, "part-4", 300, 5);  // after the stop: not trained
   for (std::thread& t : ranks) t.join();
   std::multiset<int> seen;
-  for (const Read& read : reads) {
+  for (const FeedRead& read : reads) {
     ASSERT_TRUE(read.status.ok()) << read.status;
     // part-1: shares of 13 and 12 -> 2 iterations; part-2: 4 and 3 -> 1; part-3: 7 and 6 -> 1.
     ASSERT_EQ(read.examples.size(), 4u);
@@ -122,13 +91,13 @@ TEST(TrainStreamTest, ResumingFromAReportedStateContinuesExactlyMidFileAndAtAFil
   AddFile(dir, "c", 200, 9);  // 1
   ASSERT_TRUE(TrainStream::Stop(dir).ok());
   const JobConfig job = StreamJob(dir, 10);
-  const Read through = ReadAll(OpenFeed(job, 0, 1, 0, WorkerState()).get());
+  const FeedRead through = ReadFeed(OpenFeed(job, 0, 1, 0, WorkerState()).get());
   ASSERT_TRUE(through.status.ok()) << through.status;
   ASSERT_EQ(through.examples.size(), 6u);
   for (int64_t c : {1, 3, 4, 5}) {  // mid a, a's end, mid b, b's end
     std::unique_ptr<TrainingFeed> resumed = OpenFeed(job, 0, 1, c, through.state_after.at(c));
     ASSERT_NE(resumed, nullptr) << c;
-    const Read rest = ReadAll(resumed.get());
+    const FeedRead rest = ReadFeed(resumed.get());
     ASSERT_TRUE(rest.status.ok()) << rest.status;
     std::map<int64_t, std::vector<int>> want(through.examples.find(c), through.examples.end());
     EXPECT_EQ(rest.examples, want) << "resumed at " << c;
@@ -136,7 +105,7 @@ TEST(TrainStreamTest, ResumingFromAReportedStateContinuesExactlyMidFileAndAtAFil
   }
   // Without a reader position: the files before are counted again and the file re-read from its start.
   std::unique_ptr<TrainingFeed> counted = OpenFeed(job, 0, 1, 4, WorkerState());
-  const Read rest = ReadAll(counted.get());
+  const FeedRead rest = ReadFeed(counted.get());
   std::map<int64_t, std::vector<int>> want(through.examples.find(4), through.examples.end());
   EXPECT_EQ(rest.examples, want);
 }
@@ -147,7 +116,7 @@ TEST(TrainStreamTest, AFileThatArrivedOutOfNameOrderIsRefusedOnResume) {
   AddFile(dir, "c", 100, 25);
   const JobConfig job = StreamJob(dir, 10);
   ASSERT_TRUE(TrainStream::Stop(dir).ok());
-  const Read through = ReadAll(OpenFeed(job, 0, 1, 0, WorkerState()).get());
+  const FeedRead through = ReadFeed(OpenFeed(job, 0, 1, 0, WorkerState()).get());
   ASSERT_EQ(through.examples.size(), 6u);
   AddFile(dir, "a", 500, 25);  // sorts before b: every index shifts
   TrainingFeedOptions options;
@@ -164,8 +133,8 @@ TEST(TrainStreamTest, CancelEndsAWaitForTheNextFile) {
   const std::string dir = StreamDir("stream_cancel");
   AddFile(dir, "a", 0, 5);
   std::unique_ptr<TrainingFeed> feed = OpenFeed(StreamJob(dir, 10), 0, 1, 0, WorkerState());
-  Read read;
-  std::thread reader([&] { read = ReadAll(feed.get()); });
+  FeedRead read;
+  std::thread reader([&] { read = ReadFeed(feed.get()); });
   feed->Cancel();
   reader.join();
   EXPECT_EQ(read.status.code(), absl::StatusCode::kCancelled) << read.status;
